@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tkm needs to build and test, idempotently.
+#
+# Only packages that are missing are installed, and `apt-get update` runs only
+# when something is missing and the package lists are older than a day (or
+# absent). Run as root, or with sudo available. Safe to run again and again.
+#
+# Usage: hack/deps.sh [--check]
+#   --check   list what is missing and exit 1 if anything is, install nothing.
+set -euo pipefail
+
+PKGS=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config clang clang-format llvm
+  # libraries named in docs/ and ARCHITECTURE.md
+  libcurl4-openssl-dev libjansson-dev libyaml-dev libssl-dev libuv1-dev
+  libsqlite3-dev libarchive-dev libzstd-dev zlib1g-dev
+  libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev libmicrohttpd-dev
+  # test tools: valgrind, a real OCI registry, htpasswd, openssl, curl, jq
+  valgrind docker-registry apache2-utils openssl curl jq ca-certificates
+  git procps psmisc iproute2
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "deps: all ${#PKGS[@]} Debian packages present"
+  exit 0
+fi
+if [[ "${1:-}" == "--check" ]]; then
+  echo "deps: missing: ${missing[*]}" >&2
+  exit 1
+fi
+
+SUDO=
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "deps: not root and no sudo; install: ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+
+echo "deps: installing ${missing[*]}"
+lists=/var/lib/apt/lists
+stamp=/var/lib/apt/periodic/update-success-stamp
+if [[ ! -e $stamp ]] || [[ -z $(find "$lists" -maxdepth 1 -name '*Packages*' -print -quit 2>/dev/null) ]] ||
+  [[ $(find "$stamp" -mmin +1440 2>/dev/null) ]]; then
+  $SUDO apt-get update -q
+  $SUDO mkdir -p "$(dirname $stamp)" && $SUDO touch "$stamp"
+fi
+# docker-registry's postinst starts a service listening on every interface; we
+# never use that service (hack/cluster.sh runs its own instance on loopback),
+# so keep maintainer scripts from starting daemons.
+policy=/usr/sbin/policy-rc.d
+created_policy=0
+if [[ ! -e $policy ]]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee $policy >/dev/null
+  $SUDO chmod +x $policy
+  created_policy=1
+fi
+trap '[[ $created_policy -eq 1 ]] && $SUDO rm -f '"$policy" EXIT
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "deps: done"

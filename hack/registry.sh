@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Runs Debian's docker-registry (distribution v2) on loopback, with a config of
+# ours. The package's own service listens on every interface; never use it.
+#
+# Usage:
+#   hack/registry.sh start DIR [--port N] [--htpasswd FILE]
+#       Starts a registry storing its blobs under DIR/data, listening on
+#       127.0.0.1 (a free port unless --port), optionally with basic auth from
+#       an htpasswd (bcrypt) file. Prints "127.0.0.1:PORT" when it answers.
+#   hack/registry.sh stop DIR
+#       Stops the registry started for DIR (only that process).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=hack/lib.sh
+source "$here/lib.sh"
+
+cmd=${1:-}
+dir=${2:-}
+[[ -n $cmd && -n $dir ]] || { sed -n '2,13p' "$0" >&2; exit 2; }
+shift 2
+
+case $cmd in
+  start)
+    port= htpasswd=
+    while [[ $# -gt 0 ]]; do
+      case $1 in
+        --port) port=$2; shift 2 ;;
+        --htpasswd) htpasswd=$(realpath "$2"); shift 2 ;;
+        *) die "registry: unknown flag $1" ;;
+      esac
+    done
+    command -v docker-registry >/dev/null || die "docker-registry is not installed (run hack/deps.sh)"
+    mkdir -p "$dir/data"
+    dir=$(realpath "$dir")
+    if pid_alive "$dir/registry.pid" docker-registry; then
+      cat "$dir/addr"
+      exit 0
+    fi
+    rm -f "$dir/registry.pid"
+    if [[ -n $port ]]; then
+      port_free "$port" || die "registry: port 127.0.0.1:$port is in use (pick another with --port, or free it)"
+    else
+      port=$(free_port)
+    fi
+    {
+      echo "version: 0.1"
+      echo "log:"
+      echo "  level: warn"
+      echo "  accesslog: {disabled: true}"
+      echo "storage:"
+      echo "  filesystem: {rootdirectory: $dir/data}"
+      echo "  delete: {enabled: true}"
+      echo "  maintenance: {uploadpurging: {enabled: false}}"
+      echo "http:"
+      echo "  addr: 127.0.0.1:$port"
+      echo "  headers: {X-Content-Type-Options: [nosniff]}"
+      if [[ -n $htpasswd ]]; then
+        echo "auth:"
+        echo "  htpasswd: {realm: tkm-test, path: $htpasswd}"
+      fi
+    } >"$dir/config.yml"
+    setsid docker-registry serve "$dir/config.yml" >"$dir/registry.log" 2>&1 </dev/null &
+    echo $! >"$dir/registry.pid"
+    echo "127.0.0.1:$port" >"$dir/addr"
+    for _ in $(seq 1 100); do
+      code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v2/" || true)
+      if [[ $code == 200 || $code == 401 ]]; then
+        echo "127.0.0.1:$port"
+        exit 0
+      fi
+      pid_alive "$dir/registry.pid" docker-registry || break
+      sleep 0.1
+    done
+    tail -5 "$dir/registry.log" >&2 || true
+    die "registry: did not answer on 127.0.0.1:$port; log: $dir/registry.log"
+    ;;
+  stop)
+    stop_pidfile "$dir/registry.pid" docker-registry
+    ;;
+  *) die "registry: unknown command '$cmd' (start|stop)" ;;
+esac

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Builds the Go-built test binaries tkm's tests run against, once, from Go
+# modules, and caches them outside the clone:
+#
+#   ${TKM_CACHE:-$HOME/.cache/tkm}/bin/<tool>-<version>/<tool>
+#
+# Each tool has a wrapper module of ours beside this script (go.mod + go.sum,
+# committed), so builds are reproducible and need only the Go module proxy:
+#   k8s/     kube-apiserver  (k8s.io/kubernetes with every staging module replaced
+#                             by its published v0.X.Y; see docs/internals/testbin.md)
+#   etcd/    etcd            (go.etcd.io/etcd/server/v3)
+#   cosign/  cosign, crane   (sigstore/cosign v2, go-containerregistry)
+#
+# Usage: hack/testbin/build.sh [TOOL...]     (default: all)
+#        hack/testbin/build.sh --path TOOL   print the cached binary's path (build if needed)
+# Build logs go to ${TKM_CACHE}/logs/<tool>.log; a failure prints that path.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+cache=${TKM_CACHE:-$HOME/.cache/tkm}
+
+KUBE_VERSION=1.34.4
+ETCD_VERSION=3.6.16
+COSIGN_VERSION=2.6.5
+CRANE_VERSION=0.22.1
+
+die() { echo "testbin: $*" >&2; exit 1; }
+
+tool_version() {
+  case $1 in
+    kube-apiserver) echo "v$KUBE_VERSION" ;;
+    etcd) echo "v$ETCD_VERSION" ;;
+    cosign) echo "v$COSIGN_VERSION" ;;
+    crane) echo "v$CRANE_VERSION" ;;
+    *) die "unknown tool '$1' (known: kube-apiserver etcd cosign crane)" ;;
+  esac
+}
+
+tool_path() { echo "$cache/bin/$1-$(tool_version "$1")/$1"; }
+
+build_one() {
+  local tool=$1 ver out dir mod pkg ldflags=(-s -w)
+  ver=$(tool_version "$tool")
+  out=$(tool_path "$tool")
+  [[ -x $out ]] && return 0
+  command -v go >/dev/null || die "Go is not installed; tkm builds its test binaries with Go >= 1.24 (apt-get install golang-go is too old on Debian 12: install Go from go.dev)"
+  case $tool in
+    kube-apiserver)
+      mod=k8s pkg=k8s.io/kubernetes/cmd/kube-apiserver
+      local minor=${KUBE_VERSION#1.}; minor=${minor%%.*}
+      ldflags+=(-X "k8s.io/component-base/version.gitVersion=v$KUBE_VERSION"
+        -X "k8s.io/component-base/version.gitMajor=1" -X "k8s.io/component-base/version.gitMinor=$minor"
+        -X "k8s.io/component-base/version.gitTreeState=clean"
+        -X "k8s.io/client-go/pkg/version.gitVersion=v$KUBE_VERSION") ;;
+    etcd) mod=etcd pkg=go.etcd.io/etcd/server/v3 ;;
+    cosign) mod=cosign pkg=github.com/sigstore/cosign/v2/cmd/cosign
+      ldflags+=(-X "sigs.k8s.io/release-utils/version.gitVersion=v$COSIGN_VERSION") ;;
+    crane) mod=cosign pkg=github.com/google/go-containerregistry/cmd/crane ;;
+  esac
+  dir=$(dirname "$out")
+  mkdir -p "$dir" "$cache/logs"
+  local log="$cache/logs/$tool.log"
+  echo "testbin: building $tool $ver from Go modules (first time only; kube-apiserver takes 10-20 min on 2 cores)..." >&2
+  local t0=$SECONDS
+  if ! (cd "$here/$mod" && GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 \
+        go build -trimpath -o "$out.tmp" -ldflags "${ldflags[*]}" "$pkg") >"$log" 2>&1; then
+    rm -f "$out.tmp"
+    tail -20 "$log" >&2
+    die "building $tool failed; full log: $log"
+  fi
+  mv -f "$out.tmp" "$out"
+  echo "testbin: built $tool $ver in $((SECONDS - t0))s -> $out" >&2
+}
+
+main() {
+  mkdir -p "$cache"
+  # One builder at a time (parallel ctest runs, demo and test at once).
+  exec 9>"$cache/.build.lock"
+  flock 9
+  if [[ ${1:-} == --path ]]; then
+    [[ -n ${2:-} ]] || die "--path needs a tool name"
+    build_one "$2"
+    tool_path "$2"
+    return
+  fi
+  local tools=("$@")
+  [[ ${#tools[@]} -gt 0 ]] || tools=(etcd kube-apiserver cosign crane)
+  for t in "${tools[@]}"; do build_one "$t"; done
+  for t in "${tools[@]}"; do echo "$t $(tool_path "$t")"; done
+}
+main "$@"

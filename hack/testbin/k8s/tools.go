@@ -1,0 +1,6 @@
+//go:build tools
+
+// Package tools pins the Kubernetes commands this wrapper module builds.
+package tools
+
+import _ "k8s.io/kubernetes/cmd/kube-apiserver"

@@ -1,0 +1,26 @@
+/*
+ * util.h - small checked helpers used across tkm.
+ *
+ * Number parsing replaces atoi/strtol-without-checks: the whole string must
+ * be a number within [min, max]; returns 0, or -EINVAL (not a number, junk
+ * after it, empty) or -ERANGE (outside the bounds). *out is written only on
+ * success. Strings are borrowed.
+ */
+#ifndef TKM_UTIL_H
+#define TKM_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+int tkm_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out);
+int tkm_parse_u64(const char *s, uint64_t max, uint64_t *out);
+
+/* Monotonic clock in milliseconds (CLOCK_MONOTONIC). */
+uint64_t tkm_now_ms(void);
+
+/* Lower-case hex of n bytes into out, which must hold 2n+1 bytes. */
+void tkm_hex(const unsigned char *in, size_t n, char *out);
+
+#define TKM_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif
