@@ -91,3 +91,17 @@ TEST(hex_encodes_lowercase)
     tkm_hex(in, sizeof in, out);
     ASSERT_STREQ(out, "00abff10");
 }
+
+#include "err.h"
+
+TEST(err_first_wins_and_prefix)
+{
+    struct tkm_err e = {0};
+    ASSERT_STREQ(tkm_err_str(&e), "no error");
+    ASSERT_EQ(tkm_err_set(&e, -EINVAL, "field %s is bad", "x"), -EINVAL);
+    ASSERT_EQ(tkm_err_set(&e, -EIO, "later"), -EIO);
+    ASSERT_EQ(e.code, -EINVAL);
+    tkm_err_prefix(&e, "file %s", "a.yaml");
+    ASSERT_STREQ(tkm_err_str(&e), "file a.yaml: field x is bad");
+    ASSERT_EQ(tkm_err_set(NULL, -ENOENT, "ignored"), -ENOENT);
+}

@@ -1,0 +1,93 @@
+# tests/e2e/lib.sh - sourced by every e2e scenario.
+#
+# Gives: the control plane's environment (KUBECONFIG, TKM_REGISTRY, TKM_APISERVER,
+# TKM_CLUSTER_DIR) from the cluster the ctest fixture started, the build and source
+# dirs, and assertions that print what they expected and what they got.
+# A scenario runs top to bottom under `set -euo pipefail`; the first failed
+# assertion ends it with exit 1. Call `e2e_done` at the end.
+set -euo pipefail
+
+TKM_SOURCE_DIR=${TKM_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+TKM_BUILD_DIR=${TKM_BUILD_DIR:-$TKM_SOURCE_DIR/build}
+TKM_FIXTURES=${TKM_FIXTURES:-$(cd "$TKM_SOURCE_DIR/.." && pwd)/shared/fixtures}
+TKM_CLUSTER_DIR=${TKM_CLUSTER_DIR:-$TKM_SOURCE_DIR/.tkm/cluster}
+if [[ -s $TKM_CLUSTER_DIR/env ]]; then
+  # shellcheck disable=SC1091
+  source "$TKM_CLUSTER_DIR/env"
+else
+  echo "e2e: no control plane in $TKM_CLUSTER_DIR (run: hack/cluster.sh up)" >&2
+  exit 1
+fi
+export TKM_SOURCE_DIR TKM_BUILD_DIR TKM_FIXTURES
+E2E_NAME=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
+E2E_TMP=$(mktemp -d "${TMPDIR:-/tmp}/tkm-e2e-$E2E_NAME-XXXXXX")
+E2E_CHECKS=0
+e2e_cleanup_hooks=()
+e2e_on_exit() { e2e_cleanup_hooks+=("$1"); }
+e2e_exit() {
+  local rc=$?
+  for h in "${e2e_cleanup_hooks[@]}"; do eval "$h" || true; done
+  rm -rf "$E2E_TMP"
+  exit $rc
+}
+trap e2e_exit EXIT
+
+fail() {
+  echo "FAIL [$E2E_NAME]: $*" >&2
+  exit 1
+}
+step() { echo "--- $*"; }
+pass() { E2E_CHECKS=$((E2E_CHECKS + 1)); echo "ok: $*"; }
+
+# assert_eq EXPECTED ACTUAL WHAT
+assert_eq() {
+  [[ "$1" == "$2" ]] || fail "$3: expected '$1', got '$2'"
+  pass "$3"
+}
+# assert_contains HAYSTACK NEEDLE WHAT
+assert_contains() {
+  [[ "$1" == *"$2"* ]] || fail "$3: expected to find '$2' in: $1"
+  pass "$3"
+}
+assert_not_contains() {
+  [[ "$1" != *"$2"* ]] || fail "$3: did not expect '$2' in: $1"
+  pass "$3"
+}
+# expect_fail WHAT CMD...: CMD must exit non-zero; its output is left in $OUT.
+expect_fail() {
+  local what=$1
+  shift
+  if OUT=$("$@" 2>&1); then
+    fail "$what: expected failure, but succeeded: $OUT"
+  fi
+  pass "$what (fails as it should)"
+}
+# expect_ok WHAT CMD...: CMD must succeed; its output is left in $OUT.
+expect_ok() {
+  local what=$1
+  shift
+  if ! OUT=$("$@" 2>&1); then
+    fail "$what: failed: $OUT"
+  fi
+  pass "$what"
+}
+# wait_for SECONDS WHAT CMD...: retries CMD every 0.5 s until it succeeds.
+wait_for() {
+  local secs=$1 what=$2 t0=$SECONDS
+  shift 2
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS - t0 < secs)) || fail "$what: not true after ${secs}s"
+    sleep 0.5
+  done
+  pass "$what"
+}
+e2e_done() { echo "$E2E_NAME: $E2E_CHECKS checks passed"; }
+
+# A scratch namespace per scenario, deleted at exit.
+e2e_namespace() {
+  local ns="e2e-$E2E_NAME-$RANDOM"
+  ns=${ns//_/-}
+  kubectl create namespace "$ns" >/dev/null
+  e2e_on_exit "kubectl delete namespace $ns --wait=false >/dev/null 2>&1"
+  echo "$ns"
+}
