@@ -1,0 +1,522 @@
+/*
+ * framer.c - watch and list body framing, event decoding, backoff.
+ *
+ * See watch-int.h for the framer's contract. The scanner is a small state
+ * machine over bytes (depth, in-string, escape) that resumes where the last
+ * call stopped: bytes are scanned exactly once, and the buffer is compacted
+ * once per slice, not once per event, so many small events in one chunk cost
+ * no repeated memmove.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+
+#include "watch-int.h"
+
+#define SLICE (64u * 1024u)
+
+void k8s__framer_init(struct k8s__framer *f, enum k8s__frame_mode mode, size_t max_event)
+{
+    memset(f, 0, sizeof *f);
+    f->mode = mode;
+    f->max_event = max_event ? max_event : 8u * 1024u * 1024u;
+    tkm_buf_init(&f->buf, f->max_event + SLICE + 1);
+    tkm_buf_init(&f->rest, K8S__FRAME_REST_MAX);
+}
+
+void k8s__framer_release(struct k8s__framer *f)
+{
+    if (!f)
+        return;
+    tkm_buf_release(&f->buf);
+    tkm_buf_release(&f->rest);
+}
+
+static int is_ws(char c)
+{
+    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+static int emit(struct k8s__framer *f, size_t end, k8s__frame_cb cb, void *data,
+                struct tkm_err *err)
+{
+    size_t n = end - f->start;
+    if (n > f->max_event)
+        return tkm_err_set(err, -E2BIG,
+                           "watch stream: object at byte %" PRIu64 " is %zu bytes, over the "
+                           "limit of %zu",
+                           f->offset + f->start, n, f->max_event);
+    f->in_obj = 0;
+    f->emitted++;
+    return cb(f->buf.data + f->start, n, data);
+}
+
+static int bad_byte(const struct k8s__framer *f, size_t i, const char *what, struct tkm_err *err)
+{
+    unsigned char c = (unsigned char)f->buf.data[i];
+    return tkm_err_set(err, -EPROTO, "watch stream: %s at byte %" PRIu64 " (0x%02x)", what,
+                       f->offset + i, c);
+}
+
+/* Inside an object (event or list item) outside strings. Returns 1 when the
+ * object closed at i, 0 to go on, < 0 on error. */
+static int step_nested(struct k8s__framer *f, size_t i, unsigned close_depth, struct tkm_err *err)
+{
+    char c = f->buf.data[i];
+    if (c == '"') {
+        f->in_str = 1;
+    } else if (c == '{' || c == '[') {
+        if (++f->depth > K8S__FRAME_MAX_DEPTH)
+            return bad_byte(f, i, "nesting deeper than 1000 levels", err);
+    } else if (c == '}' || c == ']') {
+        if (--f->depth == close_depth)
+            return 1;
+    }
+    return 0;
+}
+
+static int scan_stream(struct k8s__framer *f, size_t from, k8s__frame_cb cb, void *data,
+                       struct tkm_err *err)
+{
+    for (size_t i = from; i < f->buf.len; i++) {
+        char c = f->buf.data[i];
+        if (f->in_str) {
+            if (f->esc)
+                f->esc = 0;
+            else if (c == '\\')
+                f->esc = 1;
+            else if (c == '"')
+                f->in_str = 0;
+            continue;
+        }
+        if (!f->in_obj) {
+            if (is_ws(c))
+                continue;
+            if (c != '{')
+                return bad_byte(f, i, "expected '{' starting an event", err);
+            f->in_obj = 1;
+            f->start = i;
+            f->depth = 1;
+            continue;
+        }
+        int rc = step_nested(f, i, 0, err);
+        if (rc < 0)
+            return rc;
+        if (rc == 1 && (rc = emit(f, i + 1, cb, data, err)) != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int rest_put(struct k8s__framer *f, char c, struct tkm_err *err)
+{
+    if (tkm_buf_putc(&f->rest, c) < 0)
+        return tkm_err_set(err, -E2BIG, "list body: the list's own fields exceed %u bytes",
+                           K8S__FRAME_REST_MAX);
+    return 0;
+}
+
+/* One byte of a LIST body outside any item. */
+static int step_list(struct k8s__framer *f, size_t i, struct tkm_err *err)
+{
+    char c = f->buf.data[i];
+    if (f->in_str) {
+        if (f->esc)
+            f->esc = 0;
+        else if (c == '\\')
+            f->esc = 1;
+        else if (c == '"')
+            f->in_str = 0;
+        else if (f->depth == 1 && f->expect_key && f->key_len++ < sizeof f->key)
+            f->key[f->key_len - 1] = c;
+        return rest_put(f, c, err);
+    }
+    if (f->done) {
+        if (is_ws(c))
+            return 0;
+        return bad_byte(f, i, "data after the end of the list", err);
+    }
+    if (is_ws(c))
+        return 0;
+    if (f->depth == 0) {
+        if (c != '{')
+            return bad_byte(f, i, "expected '{' starting the list", err);
+        f->depth = 1;
+        f->expect_key = 1;
+        return rest_put(f, c, err);
+    }
+    if (f->in_items && f->depth == 2) {
+        if (c == ',')
+            return 0;
+        if (c == '{') {
+            f->in_obj = 1;
+            f->start = i;
+            f->depth = 3;
+            return 0;
+        }
+        if (c != ']')
+            return bad_byte(f, i, "list item that is not an object", err);
+    }
+    switch (c) {
+    case '"':
+        f->in_str = 1;
+        if (f->depth == 1 && f->expect_key)
+            f->key_len = 0;
+        break;
+    case ':':
+        if (f->depth == 1) {
+            f->expect_key = 0;
+            f->key_items = f->key_len == 5 && memcmp(f->key, "items", 5) == 0;
+        }
+        break;
+    case ',':
+        if (f->depth == 1)
+            f->expect_key = 1;
+        break;
+    case '{':
+    case '[':
+        if (++f->depth > K8S__FRAME_MAX_DEPTH)
+            return bad_byte(f, i, "nesting deeper than 1000 levels", err);
+        if (c == '[' && f->depth == 2 && f->key_items)
+            f->in_items = 1;
+        break;
+    case '}':
+    case ']':
+        if (f->depth == 0)
+            return bad_byte(f, i, "unbalanced bracket", err);
+        f->depth--;
+        if (f->depth == 1)
+            f->in_items = 0;
+        if (f->depth == 0)
+            f->done = 1;
+        break;
+    default:
+        break;
+    }
+    return rest_put(f, c, err);
+}
+
+static int scan_list(struct k8s__framer *f, size_t from, k8s__frame_cb cb, void *data,
+                     struct tkm_err *err)
+{
+    for (size_t i = from; i < f->buf.len; i++) {
+        int rc;
+        if (!f->in_obj) {
+            if ((rc = step_list(f, i, err)) < 0)
+                return rc;
+            continue;
+        }
+        char c = f->buf.data[i];
+        if (f->in_str) {
+            if (f->esc)
+                f->esc = 0;
+            else if (c == '\\')
+                f->esc = 1;
+            else if (c == '"')
+                f->in_str = 0;
+            continue;
+        }
+        rc = step_nested(f, i, 2, err);
+        if (rc < 0)
+            return rc;
+        if (rc == 1 && (rc = emit(f, i + 1, cb, data, err)) != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Drops the bytes no longer needed: all of them, or those before the object
+ * in progress. */
+static void compact(struct k8s__framer *f)
+{
+    size_t drop = f->in_obj ? f->start : f->buf.len;
+    if (drop == 0)
+        return;
+    tkm_buf_consume(&f->buf, drop);
+    f->offset += drop;
+    if (f->in_obj)
+        f->start = 0;
+}
+
+int k8s__framer_feed(struct k8s__framer *f, const char *p, size_t n, k8s__frame_cb cb, void *data,
+                     struct tkm_err *err)
+{
+    while (n > 0) {
+        size_t take = n < SLICE ? n : SLICE;
+        size_t from = f->buf.len;
+        int rc = tkm_buf_append(&f->buf, p, take);
+        if (rc < 0)
+            return tkm_err_set(err, rc, "watch stream: cannot buffer %zu bytes: %s", take,
+                               strerror(-rc));
+        if (f->mode == K8S__FRAME_STREAM)
+            rc = scan_stream(f, from, cb, data, err);
+        else
+            rc = scan_list(f, from, cb, data, err);
+        if (rc != 0)
+            return rc;
+        if (f->in_obj && f->buf.len - f->start > f->max_event)
+            return tkm_err_set(err, -E2BIG,
+                               "watch stream: object at byte %" PRIu64 " exceeds the limit of "
+                               "%zu bytes",
+                               f->offset + f->start, f->max_event);
+        compact(f);
+        p += take;
+        n -= take;
+    }
+    return 0;
+}
+
+int k8s__framer_finish(struct k8s__framer *f, struct tkm_err *err)
+{
+    if (f->in_obj)
+        return tkm_err_set(err, -EPROTO,
+                           "watch stream: truncated object at byte %" PRIu64 " (%zu bytes "
+                           "received, stream ended)",
+                           f->offset + f->start, f->buf.len - f->start);
+    if (f->mode == K8S__FRAME_LIST && !f->done)
+        return tkm_err_set(err, -EPROTO, "list body: truncated after %" PRIu64 " bytes",
+                           f->offset + f->buf.len);
+    return 0;
+}
+
+/* ---- JSON member span ---------------------------------------------------- */
+
+static size_t skip_ws(const char *p, size_t n, size_t i)
+{
+    while (i < n && is_ws(p[i]))
+        i++;
+    return i;
+}
+
+/* p[i] == '"': returns the index after the closing quote, or n. */
+static size_t skip_string(const char *p, size_t n, size_t i)
+{
+    for (i++; i < n; i++) {
+        if (p[i] == '\\')
+            i++;
+        else if (p[i] == '"')
+            return i + 1;
+    }
+    return n;
+}
+
+static size_t skip_value(const char *p, size_t n, size_t i)
+{
+    if (i >= n)
+        return n;
+    if (p[i] == '"')
+        return skip_string(p, n, i);
+    if (p[i] == '{' || p[i] == '[') {
+        unsigned depth = 0;
+        while (i < n) {
+            char c = p[i];
+            if (c == '"') {
+                i = skip_string(p, n, i);
+                continue;
+            }
+            if (c == '{' || c == '[')
+                depth++;
+            else if ((c == '}' || c == ']') && --depth == 0)
+                return i + 1;
+            i++;
+        }
+        return n;
+    }
+    while (i < n && p[i] != ',' && p[i] != '}' && p[i] != ']' && !is_ws(p[i]))
+        i++;
+    return i;
+}
+
+int k8s__json_member_span(const char *p, size_t n, const char *key, size_t *off, size_t *len)
+{
+    size_t klen = strlen(key);
+    size_t i = skip_ws(p, n, 0);
+    if (i >= n || p[i] != '{')
+        return -ENOENT;
+    i++;
+    for (;;) {
+        i = skip_ws(p, n, i);
+        if (i >= n || p[i] != '"')
+            return -ENOENT;
+        size_t ks = i + 1, ke = skip_string(p, n, i);
+        if (ke >= n)
+            return -ENOENT;
+        i = skip_ws(p, n, ke);
+        if (i >= n || p[i] != ':')
+            return -ENOENT;
+        i = skip_ws(p, n, i + 1);
+        size_t vs = i, ve = skip_value(p, n, i);
+        if (ve > n || ve == vs)
+            return -ENOENT;
+        if (ke - 1 - ks == klen && memcmp(p + ks, key, klen) == 0) {
+            *off = vs;
+            *len = ve - vs;
+            return 0;
+        }
+        i = skip_ws(p, n, ve);
+        if (i >= n || p[i] != ',')
+            return -ENOENT;
+        i++;
+    }
+}
+
+/* ---- event decoding ------------------------------------------------------ */
+
+const char *k8s_watch_type_str(enum k8s_watch_type t)
+{
+    switch (t) {
+    case K8S_WATCH_ADDED:
+        return "ADDED";
+    case K8S_WATCH_MODIFIED:
+        return "MODIFIED";
+    case K8S_WATCH_DELETED:
+        return "DELETED";
+    case K8S_WATCH_BOOKMARK:
+        return "BOOKMARK";
+    case K8S_WATCH_ERROR:
+        return "ERROR";
+    }
+    return "?";
+}
+
+static const char *str_or_empty(json_t *o, const char *key)
+{
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "";
+}
+
+static void fill_meta(struct k8s_watch_event *ev, json_t *obj)
+{
+    json_t *md = json_object_get(obj, "metadata");
+    ev->ns = str_or_empty(md, "namespace");
+    ev->name = str_or_empty(md, "name");
+    ev->resource_version = str_or_empty(md, "resourceVersion");
+    ev->uid = str_or_empty(md, "uid");
+}
+
+static json_t *parse(const char *p, size_t n, const char *what, struct tkm_err *err)
+{
+    json_error_t je;
+    json_t *r = json_loadb(p, n, JSON_REJECT_DUPLICATES, &je);
+    if (!r) {
+        tkm_err_set(err, -EPROTO, "%s is not valid JSON: %s (byte %d)", what, je.text, je.position);
+        return NULL;
+    }
+    if (!json_is_object(r)) {
+        json_decref(r);
+        tkm_err_set(err, -EPROTO, "%s is not a JSON object", what);
+        return NULL;
+    }
+    return r;
+}
+
+static int decode_type(const char *t, enum k8s_watch_type *out)
+{
+    static const char *const names[] = {"ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(t, names[i]) == 0) {
+            *out = (enum k8s_watch_type)(K8S_WATCH_ADDED + (int)i);
+            return 0;
+        }
+    }
+    return -EPROTO;
+}
+
+int k8s__event_decode(const char *p, size_t n, struct k8s_watch_event *ev, json_t **root,
+                      struct tkm_err *err)
+{
+    int rc = -EPROTO;
+    size_t off = 0, len = 0;
+    memset(ev, 0, sizeof *ev);
+    *root = NULL;
+    json_t *r = parse(p, n, "watch event", err);
+    if (!r)
+        return -EPROTO;
+    const char *type = json_string_value(json_object_get(r, "type"));
+    json_t *obj = json_object_get(r, "object");
+    if (!type) {
+        tkm_err_set(err, -EPROTO, "watch event has no \"type\" string");
+        goto out;
+    }
+    if (decode_type(type, &ev->type) < 0) {
+        tkm_err_set(err, -EPROTO, "watch event has unknown type \"%.40s\"", type);
+        goto out;
+    }
+    if (!json_is_object(obj)) {
+        tkm_err_set(err, -EPROTO, "watch event %s has no \"object\" object", type);
+        goto out;
+    }
+    if (k8s__json_member_span(p, n, "object", &off, &len) < 0) {
+        tkm_err_set(err, -EPROTO, "watch event %s: cannot locate the bytes of \"object\"", type);
+        goto out;
+    }
+    ev->object = obj;
+    ev->raw = p + off;
+    ev->raw_len = len;
+    fill_meta(ev, obj);
+    if (ev->type == K8S_WATCH_ERROR) {
+        ev->code = (long)json_integer_value(json_object_get(obj, "code"));
+        ev->reason = str_or_empty(obj, "reason");
+        ev->message = str_or_empty(obj, "message");
+    }
+    *root = r;
+    r = NULL;
+    rc = 0;
+out:
+    json_decref(r);
+    return rc;
+}
+
+int k8s__item_decode(const char *p, size_t n, struct k8s_watch_event *ev, json_t **root,
+                     struct tkm_err *err)
+{
+    memset(ev, 0, sizeof *ev);
+    *root = parse(p, n, "list item", err);
+    if (!*root)
+        return -EPROTO;
+    ev->type = K8S_WATCH_ADDED;
+    ev->object = *root;
+    ev->raw = p;
+    ev->raw_len = n;
+    fill_meta(ev, *root);
+    return 0;
+}
+
+/* ---- backoff ------------------------------------------------------------- */
+
+uint64_t k8s__rand_range(uint64_t *s, uint64_t lo, uint64_t hi)
+{
+    uint64_t x = *s ? *s : 0x9e3779b97f4a7c15ull;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *s = x;
+    if (hi <= lo)
+        return lo;
+    return lo + x % (hi - lo + 1);
+}
+
+void k8s__backoff_init(struct k8s__backoff *b, uint64_t initial_ms, uint64_t max_ms,
+                       uint64_t reset_ms, uint64_t seed)
+{
+    b->initial_ms = initial_ms ? initial_ms : 800;
+    b->max_ms = max_ms ? max_ms : 30000;
+    if (b->max_ms < b->initial_ms)
+        b->max_ms = b->initial_ms;
+    b->reset_ms = reset_ms ? reset_ms : 120000;
+    b->cur_ms = b->initial_ms;
+    b->last_ms = 0;
+    b->rng = seed | 1;
+}
+
+uint64_t k8s__backoff_next(struct k8s__backoff *b, uint64_t now_ms)
+{
+    if (b->last_ms && now_ms - b->last_ms > b->reset_ms)
+        b->cur_ms = b->initial_ms;
+    b->last_ms = now_ms;
+    uint64_t d = b->cur_ms + k8s__rand_range(&b->rng, 0, b->cur_ms);
+    if (d > b->max_ms)
+        d = b->max_ms / 2 + k8s__rand_range(&b->rng, 0, b->max_ms / 2);
+    b->cur_ms = b->cur_ms * 2 > b->max_ms ? b->max_ms : b->cur_ms * 2;
+    return d;
+}
