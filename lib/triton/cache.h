@@ -110,6 +110,9 @@ struct tkm_triton_cache {
 int tkm_triton_cache_scan(struct tkm_triton_cache *c, const char *root, struct tkm_err *err);
 void tkm_triton_cache_release(struct tkm_triton_cache *c);
 
+/* Builds the summary of n kernels (de-duplicated targets, versions). */
+int tkm_triton_summary_build(struct tkm_triton_summary *s, const struct tkm_triton_kernel *k,
+                             size_t n, struct tkm_err *err);
 /* The image label value cache.triton.image/summary, compact JSON:
  *   {"targets":[{"backend":"cuda","arch":"90","warp_size":32}],
  *    "triton_versions":["3.6.0"],"ptx_versions":["8.7"]}

@@ -1,0 +1,268 @@
+/*
+ * triton/cache.c - scanning a Triton cache directory and its summary.
+ */
+#include "triton/cache.h"
+
+#include "buf.h"
+#include "triton/pathf.h"
+#include "util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Reads a whole regular file (not a symlink) of at most max bytes into b. */
+static int read_small_file(const char *path, size_t max, struct tkm_buf *b, struct tkm_err *err)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int rc = 0;
+    struct stat st;
+    tkm_buf_init(b, max);
+    if (fd < 0)
+        return tkm_err_set(err, -errno, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = tkm_err_set(err, -EINVAL, "%s: not a regular file", path);
+        goto out;
+    }
+    if ((uint64_t)st.st_size > max) {
+        rc = tkm_err_set(err, -E2BIG, "%s: %lld bytes, more than the %zu allowed", path,
+                         (long long)st.st_size, max);
+        goto out;
+    }
+    for (;;) {
+        if ((rc = tkm_buf_grow(b, 65536)) != 0) {
+            tkm_err_set(err, rc, "%s: larger than %zu bytes", path, max);
+            goto out;
+        }
+        ssize_t n =
+            read(fd, b->data + b->len, b->cap - b->len - 1 < 65536 ? b->cap - b->len - 1 : 65536);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            rc = tkm_err_set(err, -errno, "%s: read failed: %s", path, strerror(errno));
+            goto out;
+        }
+        if (n == 0)
+            break;
+        b->len += (size_t)n;
+        b->data[b->len] = '\0';
+    }
+out:
+    close(fd);
+    if (rc)
+        tkm_buf_release(b);
+    return rc;
+}
+
+/* Sum of regular file sizes below path (tmp.pid_* skipped, links not followed). */
+static int tree_size(const char *path, int depth, uint64_t *total, struct tkm_err *err)
+{
+    DIR *d = opendir(path);
+    struct dirent *de;
+    int rc = 0;
+    if (!d)
+        return tkm_err_set(err, -errno, "%s: cannot open directory: %s", path, strerror(errno));
+    if (depth > 16) {
+        closedir(d);
+        return tkm_err_set(err, -ELOOP, "%s: directories nested too deep", path);
+    }
+    while ((de = readdir(d))) {
+        char p[PATH_MAX];
+        struct stat st;
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+            tkm_triton_is_tmp_name(de->d_name))
+            continue;
+        if (tkm_pathf(p, sizeof p, "%s/%s", path, de->d_name) != 0) {
+            rc = tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", path, de->d_name);
+            break;
+        }
+        if (lstat(p, &st) != 0) {
+            rc = tkm_err_set(err, -errno, "%s: %s", p, strerror(errno));
+            break;
+        }
+        if (S_ISREG(st.st_mode))
+            *total += (uint64_t)st.st_size;
+        else if (S_ISDIR(st.st_mode) && (rc = tree_size(p, depth + 1, total, err)) != 0)
+            break;
+    }
+    closedir(d);
+    return rc;
+}
+
+/* Fills the .ptx / binary / group facts of k from its kernel dir. */
+static void kernel_stage_files(struct tkm_triton_kernel *k, const char *kdir)
+{
+    char p[PATH_MAX], stem[256];
+    size_t sl = strlen(k->json_name) - 5; /* without ".json" */
+    struct tkm_buf b;
+    struct stat st;
+    snprintf(stem, sizeof stem, "%.*s", (int)(sl < sizeof stem ? sl : sizeof stem - 1),
+             k->json_name);
+    if (tkm_pathf(p, sizeof p, "%s/%s.ptx", kdir, stem) == 0 &&
+        read_small_file(p, 64u << 20, &b, NULL) == 0) {
+        tkm_ptx_header_parse(b.data, b.len, &k->ptx, k->ptx_target, sizeof k->ptx_target);
+        tkm_buf_release(&b);
+    }
+    static const char *const bins[] = {"cubin", "hsaco"};
+    for (size_t i = 0; i < TKM_ARRAY_SIZE(bins) && !k->binary_arch[0]; i++) {
+        char be[16];
+        int fd;
+        unsigned char hdr[64];
+        if (tkm_pathf(p, sizeof p, "%s/%s.%s", kdir, stem, bins[i]) != 0)
+            continue;
+        fd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t n = read(fd, hdr, sizeof hdr);
+        close(fd);
+        if (n > 0)
+            tkm_elf_gpu_arch(hdr, (size_t)n, be, k->binary_arch, sizeof k->binary_arch);
+    }
+    if (tkm_pathf(p, sizeof p, "%s/__grp__%s.json", kdir, stem) == 0 && lstat(p, &st) == 0 &&
+        S_ISREG(st.st_mode))
+        k->group_name = strdup(p + strlen(kdir) + 1);
+}
+
+static int add_kernel(struct tkm_triton_cache *c, size_t *cap, struct tkm_triton_kernel *k,
+                      struct tkm_err *err)
+{
+    if (c->n_kernels >= TKM_TRITON_MAX_KERNELS)
+        return tkm_err_set(err, -E2BIG, "%s: more than %d kernels", c->root,
+                           TKM_TRITON_MAX_KERNELS);
+    if (c->n_kernels == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 16;
+        struct tkm_triton_kernel *nk = realloc(c->kernels, ncap * sizeof *nk);
+        if (!nk)
+            return tkm_err_set(err, -ENOMEM, "out of memory");
+        c->kernels = nk;
+        *cap = ncap;
+    }
+    c->kernels[c->n_kernels++] = *k;
+    memset(k, 0, sizeof *k);
+    return 0;
+}
+
+/* Parses every <name>.json of one kernel dir. */
+static int scan_kernel_dir(struct tkm_triton_cache *c, size_t *cap, const char *dname,
+                           struct tkm_err *err)
+{
+    char kdir[PATH_MAX], p[PATH_MAX];
+    DIR *d = NULL;
+    struct dirent *de;
+    struct tkm_triton_kernel k = {0};
+    struct tkm_buf b = TKM_BUF_INIT(0);
+    int rc = 0;
+    if (tkm_pathf(kdir, sizeof kdir, "%s/%s", c->root, dname) != 0)
+        return tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", c->root, dname);
+    if ((rc = tree_size(kdir, 1, &c->size_bytes, err)) != 0)
+        return rc;
+    if (!(d = opendir(kdir)))
+        return tkm_err_set(err, -errno, "%s: cannot open directory: %s", kdir, strerror(errno));
+    while ((de = readdir(d))) {
+        size_t nl = strlen(de->d_name);
+        struct stat st;
+        if (nl <= 5 || strcmp(de->d_name + nl - 5, ".json") != 0 ||
+            strncmp(de->d_name, "__grp__", 7) == 0)
+            continue;
+        if (tkm_pathf(p, sizeof p, "%s/%s", kdir, de->d_name) != 0 || lstat(p, &st) != 0 ||
+            !S_ISREG(st.st_mode))
+            continue;
+        if ((rc = read_small_file(p, TKM_TRITON_MAX_META_BYTES, &b, err)) != 0)
+            goto out;
+        rc = tkm_triton_meta_parse(&k, b.data, b.len, p, err);
+        tkm_buf_release(&b);
+        if (rc == -ENOENT) {
+            rc = 0; /* a JSON without "hash" is not a kernel entry */
+            continue;
+        }
+        if (rc)
+            goto out;
+        k.dir = strdup(dname);
+        k.json_name = strdup(de->d_name);
+        if (!k.dir || !k.json_name) {
+            rc = tkm_err_set(err, -ENOMEM, "out of memory");
+            goto out;
+        }
+        kernel_stage_files(&k, kdir);
+        if (tree_size(kdir, 1, &k.size_bytes, NULL) != 0)
+            k.size_bytes = 0;
+        if ((rc = add_kernel(c, cap, &k, err)) != 0)
+            goto out;
+    }
+out:
+    tkm_triton_kernel_release(&k);
+    closedir(d);
+    return rc;
+}
+
+static int kernel_cmp(const void *a, const void *b)
+{
+    const struct tkm_triton_kernel *x = a, *y = b;
+    int r = strcmp(x->dir, y->dir);
+    return r ? r : strcmp(x->json_name, y->json_name);
+}
+
+int tkm_triton_cache_scan(struct tkm_triton_cache *c, const char *root, struct tkm_err *err)
+{
+    DIR *d = NULL;
+    struct dirent *de;
+    size_t cap = 0;
+    int rc = 0;
+    memset(c, 0, sizeof *c);
+    if (!(c->root = strdup(root)))
+        return tkm_err_set(err, -ENOMEM, "out of memory");
+    if (!(d = opendir(root))) {
+        rc = tkm_err_set(err, -errno, "%s: cannot open the cache directory: %s", root,
+                         strerror(errno));
+        goto out;
+    }
+    while ((de = readdir(d))) {
+        char p[PATH_MAX];
+        struct stat st;
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+            tkm_triton_is_tmp_name(de->d_name))
+            continue;
+        if (tkm_pathf(p, sizeof p, "%s/%s", root, de->d_name) != 0) {
+            rc = tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", root, de->d_name);
+            goto out;
+        }
+        if (lstat(p, &st) != 0) {
+            rc = tkm_err_set(err, -errno, "%s: %s", p, strerror(errno));
+            goto out;
+        }
+        if (S_ISREG(st.st_mode)) {
+            c->size_bytes += (uint64_t)st.st_size;
+        } else if (S_ISDIR(st.st_mode)) {
+            c->n_dirs++;
+            if ((rc = scan_kernel_dir(c, &cap, de->d_name, err)) != 0)
+                goto out;
+        }
+    }
+    if (c->n_kernels)
+        qsort(c->kernels, c->n_kernels, sizeof *c->kernels, kernel_cmp);
+    rc = tkm_triton_summary_build(&c->summary, c->kernels, c->n_kernels, err);
+out:
+    if (d)
+        closedir(d);
+    if (rc)
+        tkm_triton_cache_release(c);
+    return rc;
+}
+
+void tkm_triton_cache_release(struct tkm_triton_cache *c)
+{
+    if (!c)
+        return;
+    for (size_t i = 0; i < c->n_kernels; i++)
+        tkm_triton_kernel_release(&c->kernels[i]);
+    free(c->kernels);
+    free(c->root);
+    tkm_triton_summary_release(&c->summary);
+    memset(c, 0, sizeof *c);
+}
