@@ -39,12 +39,15 @@
  * arrived (any status, look at resp->status); a negative code is a transport
  * failure with resp->status 0 (or the status seen before the failure):
  *   -ETIMEDOUT      total timeout or idle (low-speed) limit hit, connect timeout
- *   -ECONNREFUSED   nothing listens / connection reset before a response
+ *   -ECONNREFUSED   nothing listens
+ *   -ECONNRESET     the connection broke (reset, closed early, HTTP/2 stream error)
  *   -EHOSTUNREACH   name resolution or routing failed
  *   -EPROTO         TLS handshake or certificate verification failed
  *   -E2BIG          the body exceeded max_body
  *   -ECANCELED      tkm_http_cancel() or tkm_http_close()
  *   -EINTR          data_cb returned non-zero (its value is in resp->cb_rc)
+ *   -ELOOP          more redirects than max_redirects
+ *   -EINVAL         malformed URL or unsupported scheme
  *   -EIO            anything else (resp->error says what)
  *
  * TLS: peer and host verification are always on, unless a request sets
@@ -132,6 +135,9 @@ struct tkm_http_req_opts {
     size_t max_body;      /* cap for the buffered body; default 16 MiB */
     int follow_redirects; /* 1: follow up to max_redirects (default 5) */
     int max_redirects;
+    /* 1: offer gzip/deflate and decode transparently (API responses). Never
+     * for content-addressed downloads, whose digest covers the raw bytes. */
+    int compressed;
     tkm_http_data_cb data_cb; /* non-NULL: stream 2xx bodies instead of buffering */
     tkm_http_done_cb done_cb; /* required */
     void *data;               /* passed to both callbacks */

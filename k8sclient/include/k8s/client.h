@@ -31,10 +31,11 @@
  *
  * Retries: requests marked idempotent (GET, LIST, server-side apply, DELETE
  * with preconditions) are retried up to opts.max_retries times when the
- * server answers 429 or 5xx with Retry-After (waiting that long, at most 30 s)
- * and after connection errors (with 200 ms .. 5 s backoff). create, update,
- * merge/JSON patch and plain delete are retried only on 429 (the server did not
- * act on them). Nothing is retried on 409: use k8s_update_retry().
+ * server answers 429 or 5xx, and after connection errors (backoff 200 ms x2
+ * up to 5 s, or the server's Retry-After, at most 30 s). Other requests
+ * (create, update, merge/JSON patch, plain delete) are retried only when the
+ * server asked for it: 429, or 5xx with Retry-After. Nothing is retried on
+ * 409: use k8s_update_retry(). k8s_status_retryable() states the policy.
  */
 #ifndef K8S_CLIENT_H
 #define K8S_CLIENT_H

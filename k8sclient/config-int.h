@@ -1,0 +1,25 @@
+/* config-int.h - helpers shared by config.c, exec.c and client.c. */
+#ifndef K8S_CONFIG_INT_H
+#define K8S_CONFIG_INT_H
+
+#include <stddef.h>
+
+#include "buf.h"
+#include "err.h"
+
+/* Reads a whole file (at most max bytes, else -E2BIG) into out (reset
+ * first). what names the file's role in errors ("tokenFile"). */
+int k8s__read_file(const char *path, size_t max, struct tkm_buf *out, const char *what,
+                   struct tkm_err *err);
+
+/* Standard base64 (padding optional, whitespace ignored) into out. */
+int k8s__b64_decode(const char *in, size_t len, struct tkm_buf *out);
+
+/* Trims surrounding whitespace of a token read from a file, in place. */
+void k8s__trim(struct tkm_buf *b);
+
+/* RFC 3339 "2026-11-21T23:40:01Z" (fraction and offset allowed) to Unix
+ * seconds; -EINVAL when malformed. */
+int k8s__parse_time(const char *s, long long *out);
+
+#endif
