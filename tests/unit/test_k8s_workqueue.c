@@ -1,0 +1,264 @@
+/* Unit tests for k8sclient/workqueue.c on a real libuv loop. */
+#include "test.h"
+
+#include <uv.h>
+
+#include "k8s/workqueue.h"
+#include "util.h"
+
+struct rec {
+    struct k8s_workqueue *q;
+    int calls;
+    char keys[64][32];
+    uint64_t at[64];
+    int in_flight; /* keys handed out and not done */
+    int max_in_flight;
+    int hold; /* 1: do not call done in the handler */
+    char held[64][32];
+    int nheld;
+    enum k8s_wq_result result;
+    int retry_until; /* RETRY while calls < retry_until */
+    int concurrent_same_key;
+};
+
+static void handler(struct k8s_workqueue *q, const char *key, void *data)
+{
+    struct rec *r = data;
+    for (int i = 0; i < r->nheld; i++)
+        if (strcmp(r->held[i], key) == 0)
+            r->concurrent_same_key++;
+    if (r->calls < 64) {
+        snprintf(r->keys[r->calls], sizeof r->keys[0], "%s", key);
+        r->at[r->calls] = tkm_now_ms();
+    }
+    r->calls++;
+    r->in_flight++;
+    if (r->in_flight > r->max_in_flight)
+        r->max_in_flight = r->in_flight;
+    if (r->hold) {
+        snprintf(r->held[r->nheld++], sizeof r->held[0], "%s", key);
+        return;
+    }
+    r->in_flight--;
+    k8s_workqueue_done(q, key, r->calls < r->retry_until ? K8S_WQ_RETRY : r->result);
+}
+
+static void release_held(struct rec *r)
+{
+    int n = r->nheld;
+    r->nheld = 0;
+    for (int i = 0; i < n; i++) {
+        r->in_flight--;
+        k8s_workqueue_done(r->q, r->held[i], K8S_WQ_OK);
+    }
+}
+
+static int closed;
+static void on_closed(void *d)
+{
+    (void)d;
+    closed++;
+}
+
+static void finish(uv_loop_t *loop, struct k8s_workqueue *q)
+{
+    closed = 0;
+    k8s_workqueue_shutdown(q, on_closed, NULL);
+    uv_run(loop, UV_RUN_DEFAULT);
+    ASSERT_EQ(closed, 1);
+    ASSERT_OK(uv_loop_close(loop));
+}
+
+TEST(dedup_before_processing)
+{
+    uv_loop_t loop;
+    struct rec r = {0};
+    struct k8s_workqueue *q;
+    ASSERT_OK(uv_loop_init(&loop));
+    ASSERT_OK(k8s_workqueue_new(&loop, NULL, handler, &r, &q, NULL));
+    r.q = q;
+    for (int i = 0; i < 3; i++)
+        ASSERT_OK(k8s_workqueue_add(q, "ns/a"));
+    ASSERT_OK(k8s_workqueue_add(q, "ns/b"));
+    ASSERT_EQ(r.calls, 0); /* never inside add() */
+    ASSERT_EQ(k8s_workqueue_len(q), 2);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    ASSERT_EQ(r.calls, 2);
+    ASSERT_STREQ(r.keys[0], "ns/a");
+    ASSERT_STREQ(r.keys[1], "ns/b");
+    ASSERT_EQ(k8s_workqueue_len(q), 0);
+    finish(&loop, q);
+}
+
+TEST(key_never_processed_concurrently)
+{
+    uv_loop_t loop;
+    struct rec r = {.hold = 1};
+    struct k8s_workqueue *q;
+    struct k8s_workqueue_opts o = {.workers = 4};
+    ASSERT_OK(uv_loop_init(&loop));
+    ASSERT_OK(k8s_workqueue_new(&loop, &o, handler, &r, &q, NULL));
+    r.q = q;
+    ASSERT_OK(k8s_workqueue_add(q, "k"));
+    uv_run(&loop, UV_RUN_NOWAIT);
+    ASSERT_EQ(r.calls, 1);
+    ASSERT_EQ(k8s_workqueue_processing(q), 1);
+    /* 10,000 adds while "k" is processing: none dispatched now, one later. */
+    for (int i = 0; i < 10000; i++)
+        ASSERT_OK(k8s_workqueue_add(q, "k"));
+    ASSERT_OK(k8s_workqueue_add(q, "other"));
+    uv_run(&loop, UV_RUN_NOWAIT);
+    ASSERT_EQ(r.calls, 2); /* only "other" */
+    ASSERT_STREQ(r.keys[1], "other");
+    ASSERT_EQ(r.concurrent_same_key, 0);
+    r.hold = 0;
+    release_held(&r);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    ASSERT_EQ(r.calls, 3);
+    ASSERT_STREQ(r.keys[2], "k");
+    ASSERT_EQ(r.concurrent_same_key, 0);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    ASSERT_EQ(r.calls, 3);
+    finish(&loop, q);
+}
+
+TEST(workers_limit_concurrency)
+{
+    uv_loop_t loop;
+    struct rec r = {.hold = 1};
+    struct k8s_workqueue *q;
+    struct k8s_workqueue_opts o = {.workers = 2};
+    ASSERT_OK(uv_loop_init(&loop));
+    ASSERT_OK(k8s_workqueue_new(&loop, &o, handler, &r, &q, NULL));
+    r.q = q;
+    for (int i = 0; i < 5; i++) {
+        char k[8];
+        snprintf(k, sizeof k, "k%d", i);
+        ASSERT_OK(k8s_workqueue_add(q, k));
+    }
+    uv_run(&loop, UV_RUN_NOWAIT);
+    ASSERT_EQ(r.calls, 2);
+    ASSERT_EQ(k8s_workqueue_len(q), 3);
+    r.hold = 0;
+    release_held(&r);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    ASSERT_EQ(r.calls, 5);
+    ASSERT_EQ(r.max_in_flight, 2);
+    finish(&loop, q);
+}
+
+TEST(backoff_grows_and_forget_resets)
+{
+    uv_loop_t loop;
+    struct rec r = {0};
+    struct k8s_workqueue *q;
+    struct k8s_workqueue_opts o = {.base_delay_ms = 5, .max_delay_ms = 100, .qps = -1};
+    ASSERT_OK(uv_loop_init(&loop));
+    ASSERT_OK(k8s_workqueue_new(&loop, &o, handler, &r, &q, NULL));
+    r.q = q;
+    uint64_t want[] = {5, 10, 20, 40, 80, 100, 100};
+    for (size_t i = 0; i < TKM_ARRAY_SIZE(want); i++) {
+        uint64_t d = 0;
+        ASSERT_OK(k8s_workqueue_add_rate_limited(q, "x", &d));
+        ASSERT_UEQ(d, want[i]);
+        ASSERT_EQ(k8s_workqueue_num_requeues(q, "x"), (long long)i + 1);
+    }
+    k8s_workqueue_forget(q, "x");
+    ASSERT_EQ(k8s_workqueue_num_requeues(q, "x"), 0);
+    uint64_t d = 0;
+    ASSERT_OK(k8s_workqueue_add_rate_limited(q, "x", &d));
+    ASSERT_UEQ(d, 5);
+    finish(&loop, q);
+}
+
+/* The handler fails 3 times: the key is retried after 5, 10 and 20 ms. */
+TEST(retry_waits_backoff)
+{
+    uv_loop_t loop;
+    struct rec r = {.retry_until = 4, .result = K8S_WQ_OK};
+    struct k8s_workqueue *q;
+    struct k8s_workqueue_opts o = {.base_delay_ms = 5, .qps = -1};
+    ASSERT_OK(uv_loop_init(&loop));
+    ASSERT_OK(k8s_workqueue_new(&loop, &o, handler, &r, &q, NULL));
+    r.q = q;
+    ASSERT_OK(k8s_workqueue_add(q, "x"));
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ASSERT_EQ(r.calls, 4);
+    ASSERT(r.at[1] - r.at[0] >= 5);
+    ASSERT(r.at[2] - r.at[1] >= 10);
+    ASSERT(r.at[3] - r.at[2] >= 20);
+    ASSERT_EQ(k8s_workqueue_num_requeues(q, "x"), 0); /* success forgot it */
+    finish(&loop, q);
+}
+
+TEST(token_bucket_limits_rate)
+{
+    uv_loop_t loop;
+    struct rec r = {0};
+    struct k8s_workqueue *q;
+    struct k8s_workqueue_opts o = {.base_delay_ms = 1, .qps = 10, .burst = 2};
+    ASSERT_OK(uv_loop_init(&loop));
+    ASSERT_OK(k8s_workqueue_new(&loop, &o, handler, &r, &q, NULL));
+    r.q = q;
+    uint64_t d[5];
+    for (int i = 0; i < 5; i++) {
+        char k[8];
+        snprintf(k, sizeof k, "k%d", i);
+        ASSERT_OK(k8s_workqueue_add_rate_limited(q, k, &d[i]));
+    }
+    ASSERT_UEQ(d[0], 1); /* per-item 1 ms, bucket has tokens */
+    ASSERT_UEQ(d[1], 1);
+    ASSERT(d[2] >= 95 && d[2] <= 100); /* then 10/s */
+    ASSERT(d[3] >= 195 && d[3] <= 200);
+    ASSERT(d[4] >= 295 && d[4] <= 300);
+    uint64_t t0 = tkm_now_ms();
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ASSERT_EQ(r.calls, 5);
+    ASSERT(r.at[4] - t0 >= 290);
+    finish(&loop, q);
+}
+
+TEST(add_after_keeps_earliest_and_dedups)
+{
+    uv_loop_t loop;
+    struct rec r = {0};
+    struct k8s_workqueue *q;
+    ASSERT_OK(uv_loop_init(&loop));
+    ASSERT_OK(k8s_workqueue_new(&loop, NULL, handler, &r, &q, NULL));
+    r.q = q;
+    uint64_t t0 = tkm_now_ms();
+    ASSERT_OK(k8s_workqueue_add_after(q, "a", 300));
+    ASSERT_OK(k8s_workqueue_add_after(q, "a", 40));
+    ASSERT_OK(k8s_workqueue_add_after(q, "a", 200));
+    ASSERT_OK(k8s_workqueue_add_after(q, "b", 20));
+    ASSERT_EQ(k8s_workqueue_waiting(q), 2);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ASSERT_EQ(r.calls, 2);
+    ASSERT_STREQ(r.keys[0], "b");
+    ASSERT_STREQ(r.keys[1], "a");
+    ASSERT(r.at[1] - t0 >= 40 && r.at[1] - t0 < 200);
+    finish(&loop, q);
+}
+
+TEST(done_after_shutdown_frees_later)
+{
+    uv_loop_t loop;
+    struct rec r = {.hold = 1};
+    struct k8s_workqueue *q;
+    ASSERT_OK(uv_loop_init(&loop));
+    ASSERT_OK(k8s_workqueue_new(&loop, NULL, handler, &r, &q, NULL));
+    r.q = q;
+    ASSERT_OK(k8s_workqueue_add(q, "a"));
+    ASSERT_OK(k8s_workqueue_add(q, "b"));
+    uv_run(&loop, UV_RUN_NOWAIT);
+    ASSERT_EQ(r.calls, 1);
+    closed = 0;
+    k8s_workqueue_shutdown(q, on_closed, NULL);
+    ASSERT_EQ(k8s_workqueue_add(q, "c"), -ESHUTDOWN);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ASSERT_EQ(closed, 0); /* "a" still processing */
+    ASSERT_EQ(r.calls, 1);
+    release_held(&r);
+    ASSERT_EQ(closed, 1);
+    ASSERT_OK(uv_loop_close(&loop));
+}
