@@ -6,7 +6,7 @@
 #
 # Each tool has a wrapper module of ours beside this script (go.mod + go.sum,
 # committed), so builds are reproducible and need only the Go module proxy:
-#   k8s/     kube-apiserver  (k8s.io/kubernetes with every staging module replaced
+#   k8s/     kube-apiserver, kubectl (k8s.io/kubernetes with every staging module replaced
 #                             by its published v0.X.Y; see docs/internals/testbin.md)
 #   etcd/    etcd            (go.etcd.io/etcd/server/v3)
 #   cosign/  cosign, crane   (sigstore/cosign v2, go-containerregistry)
@@ -28,11 +28,11 @@ die() { echo "testbin: $*" >&2; exit 1; }
 
 tool_version() {
   case $1 in
-    kube-apiserver) echo "v$KUBE_VERSION" ;;
+    kube-apiserver | kubectl) echo "v$KUBE_VERSION" ;;
     etcd) echo "v$ETCD_VERSION" ;;
     cosign) echo "v$COSIGN_VERSION" ;;
     crane) echo "v$CRANE_VERSION" ;;
-    *) die "unknown tool '$1' (known: kube-apiserver etcd cosign crane)" ;;
+    *) die "unknown tool '$1' (known: kube-apiserver kubectl etcd cosign crane)" ;;
   esac
 }
 
@@ -43,15 +43,22 @@ build_one() {
   ver=$(tool_version "$tool")
   out=$(tool_path "$tool")
   [[ -x $out ]] && return 0
+  mkdir -p "$cache/locks"
+  # One builder per tool at a time (parallel ctest runs, demo and test at once);
+  # a second caller waits, then finds the binary built.
+  exec 9>"$cache/locks/$tool.lock"
+  flock 9
+  if [[ -x $out ]]; then exec 9>&-; return 0; fi
   command -v go >/dev/null || die "Go is not installed; tkm builds its test binaries with Go >= 1.24 (apt-get install golang-go is too old on Debian 12: install Go from go.dev)"
   case $tool in
-    kube-apiserver)
-      mod=k8s pkg=k8s.io/kubernetes/cmd/kube-apiserver
+    kube-apiserver | kubectl)
+      mod=k8s pkg=k8s.io/kubernetes/cmd/$tool
       local minor=${KUBE_VERSION#1.}; minor=${minor%%.*}
-      ldflags+=(-X "k8s.io/component-base/version.gitVersion=v$KUBE_VERSION"
-        -X "k8s.io/component-base/version.gitMajor=1" -X "k8s.io/component-base/version.gitMinor=$minor"
-        -X "k8s.io/component-base/version.gitTreeState=clean"
-        -X "k8s.io/client-go/pkg/version.gitVersion=v$KUBE_VERSION") ;;
+      local vp
+      for vp in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        ldflags+=(-X "$vp.gitVersion=v$KUBE_VERSION" -X "$vp.gitMajor=1" -X "$vp.gitMinor=$minor"
+          -X "$vp.gitTreeState=clean")
+      done ;;
     etcd) mod=etcd pkg=go.etcd.io/etcd/server/v3 ;;
     cosign) mod=cosign pkg=github.com/sigstore/cosign/v2/cmd/cosign
       ldflags+=(-X "sigs.k8s.io/release-utils/version.gitVersion=v$COSIGN_VERSION") ;;
@@ -70,13 +77,11 @@ build_one() {
   fi
   mv -f "$out.tmp" "$out"
   echo "testbin: built $tool $ver in $((SECONDS - t0))s -> $out" >&2
+  exec 9>&-
 }
 
 main() {
   mkdir -p "$cache"
-  # One builder at a time (parallel ctest runs, demo and test at once).
-  exec 9>"$cache/.build.lock"
-  flock 9
   if [[ ${1:-} == --path ]]; then
     [[ -n ${2:-} ]] || die "--path needs a tool name"
     build_one "$2"
@@ -84,7 +89,7 @@ main() {
     return
   fi
   local tools=("$@")
-  [[ ${#tools[@]} -gt 0 ]] || tools=(etcd kube-apiserver cosign crane)
+  [[ ${#tools[@]} -gt 0 ]] || tools=(etcd kube-apiserver kubectl cosign crane)
   for t in "${tools[@]}"; do build_one "$t"; done
   for t in "${tools[@]}"; do echo "$t $(tool_path "$t")"; done
 }
