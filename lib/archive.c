@@ -1,0 +1,1144 @@
+/*
+ * archive.c - safe extraction of layer blobs (see archive.h, docs/security.md).
+ *
+ * Data flow, all on the calling thread, with fixed-size buffers:
+ *   blob fd -> [sha256 of the blob] -> gzip/zstd/none decoder -> [caps: total,
+ *   ratio] -> [sha256 = diff_id] -> [header screen] -> libarchive (tar formats
+ *   only, via archive_read_open2) -> entry checks -> openat()-relative writes.
+ */
+#include "archive.h"
+
+#include "buf.h"
+#include "log.h"
+#include "util.h"
+
+#include <archive_entry.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#define IN_CHUNK       (64 * 1024)
+#define OUT_CHUNK      (128 * 1024)
+#define TAR_BLOCK      512
+#define PROGRESS_BYTES (1024 * 1024)
+#define PROGRESS_ENTS  64
+
+void tkm_archive_limits_default(struct tkm_archive_limits *l)
+{
+    l->max_total_bytes = 32ULL << 30;
+    l->max_file_bytes = 4ULL << 30;
+    l->max_entries = 200000;
+    l->max_pax_bytes = 1 << 20;
+    l->max_path_len = 1024;
+    l->max_depth = 32;
+    l->max_ratio = 250;
+    l->ratio_grace_bytes = 16 << 20;
+    l->zstd_window_log_max = 27;
+}
+
+void tkm_archive_opts_init(struct tkm_archive_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    tkm_archive_limits_default(&o->limits);
+    o->compression = TKM_COMPRESSION_AUTO;
+    o->fsync = 1;
+}
+
+const char *tkm_compression_name(enum tkm_compression c)
+{
+    switch (c) {
+    case TKM_COMPRESSION_NONE:
+        return "none";
+    case TKM_COMPRESSION_GZIP:
+        return "gzip";
+    case TKM_COMPRESSION_ZSTD:
+        return "zstd";
+    default:
+        return "auto";
+    }
+}
+
+int tkm_digest_valid(const char *s)
+{
+    if (!s || strncmp(s, "sha256:", 7) != 0 || strlen(s) != 71)
+        return 0;
+    for (const char *p = s + 7; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+            return 0;
+    return 1;
+}
+
+/* ---- the header screen ---------------------------------------------------- */
+
+enum sc_state { SC_HEADER, SC_SKIP, SC_META, SC_END };
+
+struct screen {
+    enum sc_state st;
+    unsigned char hdr[TAR_BLOCK];
+    size_t hlen;
+    uint64_t skip;         /* data + padding still to pass over */
+    char meta_type;        /* 'x', 'g', 'L', 'K' while collecting a body */
+    uint64_t meta_left;    /* body bytes still to collect */
+    uint64_t meta_pad;     /* padding after the body */
+    char meta_name[101];   /* the ustar name of the meta header, for messages */
+    struct tkm_buf meta;   /* the body */
+    struct tkm_buf path;   /* PAX path= / GNU 'L' for the next entry */
+    struct tkm_buf link;   /* PAX linkpath= / GNU 'K' for the next entry */
+    int64_t size_override; /* PAX size= for the next entry, -1 none */
+    uint64_t offset;       /* bytes screened so far */
+    uint64_t entries;
+};
+
+struct xctx {
+    const struct tkm_archive_opts *o;
+    const struct tkm_archive_limits *lim;
+    struct tkm_err e; /* the first error; copied to the caller's at the end */
+    int fd;
+    enum tkm_compression comp;
+    unsigned char *in;
+    unsigned char *out;
+    size_t in_len, in_pos;
+    int in_eof;
+    int done; /* decoder reached the end of the stream */
+    z_stream zs;
+    int zs_init;
+    ZSTD_DStream *zd;
+    size_t zret;
+    EVP_MD_CTX *h_blob, *h_tar;
+    uint64_t blob_bytes, tar_bytes;
+    struct screen sc;
+    int dirfd;
+    struct tkm_buf cache_path; /* parent dir whose fd is cached */
+    int cache_fd;
+    uint64_t entries, files, dirs, skipped, file_bytes;
+    uint64_t prog_bytes, prog_entries;
+};
+
+static int xfail(struct xctx *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int xfail(struct xctx *c, int code, const char *fmt, ...)
+{
+    if (c->e.code == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->e.msg, sizeof(c->e.msg), fmt, ap);
+        va_end(ap);
+        c->e.code = code;
+    }
+    return code;
+}
+
+/* A tar text field, NUL-terminated within its width, copied into out (n+1 bytes). */
+static void field_str(const unsigned char *f, size_t n, char *out)
+{
+    size_t i = 0;
+    for (; i < n && f[i]; i++)
+        out[i] = (char)f[i];
+    out[i] = '\0';
+}
+
+/* Octal number field; base-256 (high bit set) is refused. 0 / -EINVAL / -ERANGE(base-256). */
+static int field_octal(const unsigned char *f, size_t n, uint64_t *out)
+{
+    if (f[0] & 0x80)
+        return -ERANGE;
+    size_t i = 0;
+    uint64_t v = 0;
+    while (i < n && f[i] == ' ')
+        i++;
+    size_t start = i;
+    for (; i < n && f[i] >= '0' && f[i] <= '7'; i++) {
+        if (v > (UINT64_MAX >> 3))
+            return -EINVAL;
+        v = (v << 3) | (uint64_t)(f[i] - '0');
+    }
+    if (i == start && !(i < n && (f[i] == '\0' || f[i] == ' ')))
+        return -EINVAL;
+    for (; i < n; i++)
+        if (f[i] != '\0' && f[i] != ' ')
+            return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+static uint64_t pad512(uint64_t n)
+{
+    return (TAR_BLOCK - (n % TAR_BLOCK)) % TAR_BLOCK;
+}
+
+/* The name the next entry will have, for messages. */
+static void screen_name(struct xctx *c, char *out, size_t outlen)
+{
+    const unsigned char *h = c->sc.hdr;
+    char name[101], prefix[156];
+    if (c->sc.path.len) {
+        snprintf(out, outlen, "%s", c->sc.path.data);
+        return;
+    }
+    field_str(h, 100, name);
+    field_str(h + 345, 155, prefix);
+    if (memcmp(h + 257, "ustar", 5) == 0 && prefix[0])
+        snprintf(out, outlen, "%s/%s", prefix, name);
+    else
+        snprintf(out, outlen, "%s", name);
+}
+
+/* Parses the records of a PAX body: "<len> <key>=<value>\n". */
+static int screen_pax(struct xctx *c, int global)
+{
+    const char *p = c->sc.meta.data, *end = p + c->sc.meta.len;
+    while (p < end) {
+        uint64_t len = 0;
+        const char *q = p;
+        while (q < end && *q >= '0' && *q <= '9' && len < (1u << 30))
+            len = len * 10 + (uint64_t)(*q++ - '0');
+        if (q == p || q >= end || *q != ' ' || len < 5 || len > (uint64_t)(end - p) ||
+            p[len - 1] != '\n')
+            return xfail(c, -EINVAL, "PAX header %s: malformed record at byte %zu", c->sc.meta_name,
+                         (size_t)(p - c->sc.meta.data));
+        const char *key = q + 1, *rend = p + len - 1;
+        const char *eq = memchr(key, '=', (size_t)(rend - key));
+        if (!eq || eq == key)
+            return xfail(c, -EINVAL, "PAX header %s: record without key=value", c->sc.meta_name);
+        size_t klen = (size_t)(eq - key), vlen = (size_t)(rend - eq - 1);
+        const char *val = eq + 1;
+        if (!global && klen == 4 && memcmp(key, "path", 4) == 0) {
+            tkm_buf_reset(&c->sc.path);
+            if (tkm_buf_append(&c->sc.path, val, vlen) < 0)
+                return xfail(c, -EINVAL, "PAX header %s: path of %zu bytes is too long",
+                             c->sc.meta_name, vlen);
+        } else if (!global && klen == 8 && memcmp(key, "linkpath", 8) == 0) {
+            tkm_buf_reset(&c->sc.link);
+            if (tkm_buf_append(&c->sc.link, val, vlen) < 0)
+                return xfail(c, -EINVAL, "PAX header %s: linkpath of %zu bytes is too long",
+                             c->sc.meta_name, vlen);
+        } else if (klen == 4 && memcmp(key, "size", 4) == 0) {
+            char num[24];
+            uint64_t v;
+            if (vlen == 0 || vlen >= sizeof(num))
+                return xfail(c, -EINVAL, "PAX header %s: bad size record", c->sc.meta_name);
+            memcpy(num, val, vlen);
+            num[vlen] = '\0';
+            if (num[0] == '-' || tkm_parse_u64(num, INT64_MAX, &v) < 0)
+                return xfail(c, -EINVAL, "PAX header %s: size '%s' is not a non-negative number",
+                             c->sc.meta_name, num);
+            if (!global)
+                c->sc.size_override = (int64_t)v;
+        } else if (klen >= 11 && memcmp(key, "GNU.sparse.", 11) == 0) {
+            return xfail(c, -EINVAL, "PAX header %s: sparse files are not allowed",
+                         c->sc.meta_name);
+        }
+        p += len;
+    }
+    return 0;
+}
+
+static int screen_meta_done(struct xctx *c)
+{
+    int rc = 0;
+    if (c->sc.meta_type == 'x' || c->sc.meta_type == 'g') {
+        rc = screen_pax(c, c->sc.meta_type == 'g');
+    } else {
+        struct tkm_buf *dst = c->sc.meta_type == 'L' ? &c->sc.path : &c->sc.link;
+        size_t n = strnlen(c->sc.meta.data, c->sc.meta.len);
+        tkm_buf_reset(dst);
+        if (tkm_buf_append(dst, c->sc.meta.data, n) < 0)
+            rc = xfail(c, -EINVAL, "GNU long name of %zu bytes is too long", n);
+    }
+    tkm_buf_reset(&c->sc.meta);
+    c->sc.skip = c->sc.meta_pad;
+    c->sc.st = c->sc.skip ? SC_SKIP : SC_HEADER;
+    return rc;
+}
+
+static int screen_reject_type(struct xctx *c, const char *name, char type)
+{
+    char link[1025];
+    if (c->sc.link.len)
+        snprintf(link, sizeof(link), "%s", c->sc.link.data);
+    else
+        field_str(c->sc.hdr + 157, 100, link);
+    switch (type) {
+    case '1':
+        return xfail(c, -EINVAL, "entry %s: hard links are not allowed (link to %s)", name, link);
+    case '2':
+        return xfail(c, -EINVAL, "entry %s: symbolic links are not allowed (-> %s)", name, link);
+    case '3':
+    case '4':
+        return xfail(c, -EINVAL, "entry %s: device nodes are not allowed", name);
+    case '6':
+        return xfail(c, -EINVAL, "entry %s: FIFOs are not allowed", name);
+    case 'S':
+        return xfail(c, -EINVAL, "entry %s: GNU sparse files are not allowed", name);
+    default:
+        if (type > 32 && type < 127)
+            return xfail(c, -EINVAL, "entry %s: tar entry type '%c' is not allowed", name, type);
+        return xfail(c, -EINVAL, "entry %s: tar entry type 0x%02x is not allowed", name,
+                     (unsigned char)type);
+    }
+}
+
+static int screen_checksum(struct xctx *c)
+{
+    const unsigned char *h = c->sc.hdr;
+    uint64_t want;
+    unsigned long usum = 0;
+    long ssum = 0;
+    for (int i = 0; i < TAR_BLOCK; i++) {
+        unsigned char b = (i >= 148 && i < 156) ? ' ' : h[i];
+        usum += b;
+        ssum += (signed char)b;
+    }
+    if (field_octal(h + 148, 8, &want) < 0 || (want != usum && (long)want != ssum))
+        return xfail(c, -EINVAL,
+                     "tar header at offset %llu: bad checksum (not a tar stream, or corrupt)",
+                     (unsigned long long)(c->sc.offset - TAR_BLOCK));
+    return 0;
+}
+
+static int screen_header(struct xctx *c)
+{
+    const unsigned char *h = c->sc.hdr;
+    const struct tkm_archive_limits *l = c->lim;
+    char name[1200];
+    uint64_t size;
+    int zero = 1;
+    for (int i = 0; i < TAR_BLOCK && zero; i++)
+        zero = h[i] == 0;
+    if (zero) {
+        c->sc.st = SC_END; /* end-of-archive; libarchive stops here too */
+        return 0;
+    }
+    if (screen_checksum(c) < 0)
+        return c->e.code;
+    char type = (char)h[156];
+    screen_name(c, name, sizeof(name));
+    int rc = field_octal(h + 124, 12, &size);
+    if (rc == -ERANGE)
+        return xfail(c, -EINVAL, "entry %s: base-256 (binary) size fields are not accepted", name);
+    if (rc < 0)
+        return xfail(c, -EINVAL, "entry %s: malformed size field", name);
+    if (type == 'x' || type == 'g' || type == 'L' || type == 'K') {
+        field_str(h, 100, c->sc.meta_name);
+        uint64_t cap = (type == 'x' || type == 'g') ? l->max_pax_bytes : l->max_path_len + 1ULL;
+        if (size > cap)
+            return xfail(c, -EFBIG, "%s header %s: %llu bytes exceeds the %llu-byte limit",
+                         type == 'L' || type == 'K' ? "GNU long-name" : "PAX", c->sc.meta_name,
+                         (unsigned long long)size, (unsigned long long)cap);
+        c->sc.meta_type = type;
+        c->sc.meta_left = size;
+        c->sc.meta_pad = pad512(size);
+        c->sc.st = SC_META;
+        if (size == 0)
+            return screen_meta_done(c);
+        return 0;
+    }
+    if (c->sc.size_override >= 0)
+        size = (uint64_t)c->sc.size_override;
+    if (++c->sc.entries > l->max_entries)
+        return xfail(c, -EFBIG, "entry %s: more than %llu entries", name,
+                     (unsigned long long)l->max_entries);
+    if (type == '5') {
+        if (size != 0)
+            return xfail(c, -EINVAL, "directory entry %s has a non-zero size", name);
+    } else if (type == '0' || type == '\0' || type == '7') {
+        size_t nl = strlen(name);
+        if (nl > 0 && name[nl - 1] == '/')
+            return xfail(c, -EINVAL, "entry %s: a regular file whose name ends in '/'", name);
+        if (size > l->max_file_bytes)
+            return xfail(c, -EFBIG, "entry %s: %llu bytes exceeds the %llu-byte per-file limit",
+                         name, (unsigned long long)size, (unsigned long long)l->max_file_bytes);
+    } else {
+        return screen_reject_type(c, name, type);
+    }
+    tkm_buf_reset(&c->sc.path);
+    tkm_buf_reset(&c->sc.link);
+    c->sc.size_override = -1;
+    c->sc.skip = size + pad512(size);
+    c->sc.st = c->sc.skip ? SC_SKIP : SC_HEADER;
+    return 0;
+}
+
+static int screen_feed(struct xctx *c, const unsigned char *p, size_t n)
+{
+    struct screen *s = &c->sc;
+    while (n > 0 && s->st != SC_END) {
+        size_t k;
+        if (s->st == SC_SKIP) {
+            k = s->skip < n ? (size_t)s->skip : n;
+            s->skip -= k;
+            if (s->skip == 0)
+                s->st = SC_HEADER;
+        } else if (s->st == SC_META) {
+            k = s->meta_left < n ? (size_t)s->meta_left : n;
+            if (tkm_buf_append(&s->meta, p, k) < 0)
+                return xfail(c, -ENOMEM, "out of memory reading header %s", s->meta_name);
+            s->meta_left -= k;
+            if (s->meta_left == 0 && screen_meta_done(c) < 0)
+                return c->e.code;
+        } else {
+            k = TAR_BLOCK - s->hlen < n ? TAR_BLOCK - s->hlen : n;
+            memcpy(s->hdr + s->hlen, p, k);
+            s->hlen += k;
+        }
+        p += k;
+        n -= k;
+        s->offset += k;
+        if (s->st == SC_HEADER && s->hlen == TAR_BLOCK) {
+            s->hlen = 0;
+            if (screen_header(c) < 0)
+                return c->e.code;
+        }
+    }
+    return 0;
+}
+
+/* ---- decoding ------------------------------------------------------------- */
+
+static int cancelled(struct xctx *c)
+{
+    if (c->o->cancel && atomic_load(c->o->cancel))
+        return xfail(c, -ECANCELED, "extraction cancelled");
+    return 0;
+}
+
+static int fill_input(struct xctx *c)
+{
+    ssize_t n;
+    do {
+        n = read(c->fd, c->in, IN_CHUNK);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return xfail(c, -errno, "reading the layer blob: %s", strerror(errno));
+    c->in_len = (size_t)n;
+    c->in_pos = 0;
+    if (n == 0) {
+        c->in_eof = 1;
+        return 0;
+    }
+    c->blob_bytes += (uint64_t)n;
+    if (EVP_DigestUpdate(c->h_blob, c->in, (size_t)n) != 1)
+        return xfail(c, -EIO, "sha256 of the layer blob failed");
+    return 0;
+}
+
+static int detect(struct xctx *c)
+{
+    if (fill_input(c) < 0)
+        return c->e.code;
+    enum tkm_compression found = TKM_COMPRESSION_NONE;
+    if (c->in_len >= 2 && c->in[0] == 0x1f && c->in[1] == 0x8b)
+        found = TKM_COMPRESSION_GZIP;
+    else if (c->in_len >= 4 && memcmp(c->in, "\x28\xb5\x2f\xfd", 4) == 0)
+        found = TKM_COMPRESSION_ZSTD;
+    if (c->o->compression != TKM_COMPRESSION_AUTO && c->o->compression != found)
+        return xfail(c, -EINVAL, "layer blob is %s-compressed, but %s was expected",
+                     tkm_compression_name(found), tkm_compression_name(c->o->compression));
+    c->comp = found;
+    if (found == TKM_COMPRESSION_GZIP) {
+        if (inflateInit2(&c->zs, 15 + 16) != Z_OK)
+            return xfail(c, -ENOMEM, "gzip: cannot initialise the decoder");
+        c->zs_init = 1;
+    } else if (found == TKM_COMPRESSION_ZSTD) {
+        c->zd = ZSTD_createDStream();
+        if (!c->zd || ZSTD_isError(ZSTD_initDStream(c->zd)) ||
+            ZSTD_isError(ZSTD_DCtx_setParameter(c->zd, ZSTD_d_windowLogMax,
+                                                (int)c->lim->zstd_window_log_max)))
+            return xfail(c, -ENOMEM, "zstd: cannot initialise the decoder");
+        c->zret = 1;
+    }
+    return 0;
+}
+
+/* One step of gzip: returns bytes produced (>= 0) or a negative code. */
+static ssize_t gunzip_some(struct xctx *c)
+{
+    for (;;) {
+        if (c->in_pos == c->in_len && !c->in_eof && fill_input(c) < 0)
+            return c->e.code;
+        c->zs.next_in = c->in + c->in_pos;
+        c->zs.avail_in = (uInt)(c->in_len - c->in_pos);
+        c->zs.next_out = c->out;
+        c->zs.avail_out = OUT_CHUNK;
+        int zr = inflate(&c->zs, Z_NO_FLUSH);
+        c->in_pos = c->in_len - c->zs.avail_in;
+        size_t got = OUT_CHUNK - c->zs.avail_out;
+        if (zr == Z_STREAM_END) {
+            if (c->in_pos == c->in_len && !c->in_eof && fill_input(c) < 0)
+                return c->e.code;
+            if (c->in_pos == c->in_len && c->in_eof)
+                c->done = 1;
+            else if (inflateReset(&c->zs) != Z_OK) /* another gzip member follows */
+                return xfail(c, -EINVAL, "gzip: cannot start the next member");
+        } else if (zr == Z_BUF_ERROR && c->in_eof && c->in_pos == c->in_len && got == 0) {
+            return xfail(c, -EINVAL, "gzip stream is truncated after %llu compressed bytes",
+                         (unsigned long long)c->blob_bytes);
+        } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
+            return xfail(c, -EINVAL, "gzip stream is corrupt at compressed byte %llu: %s",
+                         (unsigned long long)(c->blob_bytes - (c->in_len - c->in_pos)),
+                         c->zs.msg ? c->zs.msg : "inflate error");
+        }
+        if (got > 0 || c->done)
+            return (ssize_t)got;
+    }
+}
+
+static ssize_t unzstd_some(struct xctx *c)
+{
+    for (;;) {
+        if (c->in_pos == c->in_len && !c->in_eof && fill_input(c) < 0)
+            return c->e.code;
+        if (c->in_eof && c->in_pos == c->in_len && c->zret == 0) {
+            c->done = 1; /* the last frame ended and was flushed */
+            return 0;
+        }
+        ZSTD_inBuffer ib = {c->in, c->in_len, c->in_pos};
+        ZSTD_outBuffer ob = {c->out, OUT_CHUNK, 0};
+        size_t zr = ZSTD_decompressStream(c->zd, &ob, &ib);
+        if (ZSTD_isError(zr))
+            return xfail(c, -EINVAL, "zstd stream rejected near compressed byte %llu: %s",
+                         (unsigned long long)c->blob_bytes, ZSTD_getErrorName(zr));
+        if (ob.pos > 0 || ib.pos > c->in_pos)
+            c->zret = zr; /* without progress zr only asks for the next frame's header */
+        c->in_pos = ib.pos;
+        if (ob.pos > 0)
+            return (ssize_t)ob.pos;
+        if (c->in_eof && c->in_pos == c->in_len) {
+            if (c->zret != 0)
+                return xfail(c, -EINVAL, "zstd stream is truncated after %llu compressed bytes",
+                             (unsigned long long)c->blob_bytes);
+            c->done = 1;
+            return 0;
+        }
+    }
+}
+
+/* Produces the next piece of the plain tar stream into c->out: >0 bytes, 0 at
+ * the end, or a negative code (c->e set). Enforces the caps, hashes, screens. */
+static ssize_t produce(struct xctx *c)
+{
+    ssize_t n;
+    if (c->done)
+        return 0;
+    if (cancelled(c) < 0)
+        return c->e.code;
+    if (c->comp == TKM_COMPRESSION_GZIP) {
+        n = gunzip_some(c);
+    } else if (c->comp == TKM_COMPRESSION_ZSTD) {
+        n = unzstd_some(c);
+    } else {
+        if (c->in_pos == c->in_len && fill_input(c) < 0)
+            return c->e.code;
+        n = (ssize_t)(c->in_len - c->in_pos);
+        memcpy(c->out, c->in + c->in_pos, (size_t)n);
+        c->in_pos = c->in_len;
+        if (n == 0)
+            c->done = 1;
+    }
+    if (n <= 0)
+        return n;
+    const struct tkm_archive_limits *l = c->lim;
+    c->tar_bytes += (uint64_t)n;
+    if (c->tar_bytes > l->max_total_bytes)
+        return xfail(c, -EFBIG, "layer expands past the %llu-byte limit (max_total_bytes)",
+                     (unsigned long long)l->max_total_bytes);
+    if (c->comp != TKM_COMPRESSION_NONE && c->tar_bytes > l->ratio_grace_bytes &&
+        c->tar_bytes / (c->blob_bytes ? c->blob_bytes : 1) >= l->max_ratio)
+        return xfail(c, -EFBIG,
+                     "%s stream expands more than %u:1 (%llu bytes from %llu): "
+                     "decompression bomb rejected",
+                     tkm_compression_name(c->comp), l->max_ratio, (unsigned long long)c->tar_bytes,
+                     (unsigned long long)c->blob_bytes);
+    if (EVP_DigestUpdate(c->h_tar, c->out, (size_t)n) != 1)
+        return xfail(c, -EIO, "sha256 of the layer stream failed");
+    if (screen_feed(c, c->out, (size_t)n) < 0)
+        return c->e.code;
+    return n;
+}
+
+static la_ssize_t read_cb(struct archive *a, void *ud, const void **buf)
+{
+    struct xctx *c = ud;
+    ssize_t n = c->e.code ? c->e.code : produce(c);
+    if (n < 0) {
+        archive_set_error(a, EINVAL, "%s", c->e.msg);
+        return -1;
+    }
+    *buf = c->out;
+    return (la_ssize_t)n;
+}
+
+static void progress(struct xctx *c, int force)
+{
+    if (!c->o->progress)
+        return;
+    if (!force && c->tar_bytes - c->prog_bytes < PROGRESS_BYTES &&
+        c->entries - c->prog_entries < PROGRESS_ENTS)
+        return;
+    c->prog_bytes = c->tar_bytes;
+    c->prog_entries = c->entries;
+    struct tkm_archive_progress p = {c->blob_bytes, c->tar_bytes, c->entries, c->file_bytes};
+    c->o->progress(c->o->progress_ud, &p);
+}
+
+/* ---- names and writes ----------------------------------------------------- */
+
+/* Checks an entry name and writes its normalised form ("a/b/c", "" for the
+ * root) into out: no absolute path, "..", control character, whiteout or
+ * over-long component; depth and length within the limits. */
+static int check_name(struct xctx *c, const char *name, struct tkm_buf *out)
+{
+    size_t len = strlen(name);
+    uint32_t depth = 0;
+    tkm_buf_reset(out);
+    if (len == 0)
+        return xfail(c, -EINVAL, "entry #%llu has an empty name", (unsigned long long)c->entries);
+    if (len > c->lim->max_path_len)
+        return xfail(c, -EINVAL, "entry %.200s...: name of %zu bytes exceeds the %u-byte limit",
+                     name, len, c->lim->max_path_len);
+    if (name[0] == '/')
+        return xfail(c, -EINVAL, "entry %s: absolute paths are not allowed", name);
+    for (const char *p = name; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            return xfail(c, -EINVAL, "entry %s: control character 0x%02x in the name", name,
+                         (unsigned char)*p);
+    for (const char *p = name; *p;) {
+        const char *s = strchr(p, '/');
+        size_t n = s ? (size_t)(s - p) : strlen(p);
+        if (n == 2 && p[0] == '.' && p[1] == '.')
+            return xfail(c, -EINVAL, "entry %s: '..' components are not allowed", name);
+        if (n >= 4 && memcmp(p, ".wh.", 4) == 0)
+            return xfail(c, -EINVAL, "entry %s: whiteout entries (.wh.*) are not allowed", name);
+        if (n > NAME_MAX)
+            return xfail(c, -EINVAL, "entry %s: a component is longer than %d bytes", name,
+                         NAME_MAX);
+        if (n > 0 && !(n == 1 && p[0] == '.')) {
+            if (++depth > c->lim->max_depth)
+                return xfail(c, -EINVAL, "entry %s: deeper than %u components", name,
+                             c->lim->max_depth);
+            if ((out->len && tkm_buf_putc(out, '/') < 0) || tkm_buf_append(out, p, n) < 0)
+                return xfail(c, -ENOMEM, "entry %s: out of memory", name);
+        }
+        p += n;
+        if (*p == '/')
+            p++;
+    }
+    return 0;
+}
+
+/* Applies opts.include and opts.strip to a normalised name. Returns 1 to
+ * extract (*rel = the name to write), 0 to skip. */
+static int filter_name(const struct tkm_archive_opts *o, const char *name, const char **rel)
+{
+    *rel = name;
+    if (o->include) {
+        int hit = 0;
+        for (const char *const *p = o->include; *p && !hit; p++) {
+            size_t n = strlen(*p);
+            while (n > 0 && (*p)[n - 1] == '/')
+                n--;
+            hit = n == 0 || (strncmp(name, *p, n) == 0 && (name[n] == '\0' || name[n] == '/'));
+        }
+        if (!hit)
+            return 0;
+    }
+    if (o->strip) {
+        size_t n = strlen(o->strip);
+        while (n > 0 && o->strip[n - 1] == '/')
+            n--;
+        if (n > 0 && strncmp(name, o->strip, n) == 0 && (name[n] == '\0' || name[n] == '/'))
+            *rel = name[n] ? name + n + 1 : name + n;
+        else if (n > 0)
+            return 0; /* outside the stripped prefix: not part of what was asked for */
+    }
+    return 1;
+}
+
+/* Opens (creating as needed, mode 0755) the directory rel (normalised, "" =
+ * the root) beneath c->dirfd, one component at a time, never following a
+ * symlink. Returns an fd the caller must not close (cached), or a negative code. */
+static int open_dir(struct xctx *c, const char *entry, const char *rel, size_t rlen)
+{
+    if (rlen == 0)
+        return c->dirfd;
+    if (c->cache_fd >= 0 && c->cache_path.len == rlen && memcmp(c->cache_path.data, rel, rlen) == 0)
+        return c->cache_fd;
+    int fd = dup(c->dirfd);
+    if (fd < 0)
+        return xfail(c, -errno, "entry %s: dup: %s", entry, strerror(errno));
+    char comp[NAME_MAX + 1];
+    for (size_t i = 0; i < rlen;) {
+        size_t j = i;
+        while (j < rlen && rel[j] != '/')
+            j++;
+        memcpy(comp, rel + i, j - i);
+        comp[j - i] = '\0';
+        int created = 0;
+        if (mkdirat(fd, comp, 0755) == 0)
+            created = 1;
+        else if (errno != EEXIST) {
+            int e = errno;
+            close(fd);
+            return xfail(c, -e, "entry %s: cannot create directory %.*s: %s", entry, (int)j, rel,
+                         strerror(e));
+        }
+        int nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int e = errno;
+        close(fd);
+        if (nfd < 0)
+            return xfail(c, e == ENOTDIR || e == ELOOP ? -EINVAL : -e,
+                         "entry %s: %.*s is not a directory beneath the extraction root (%s)",
+                         entry, (int)j, rel, strerror(e));
+        if (created) {
+            c->dirs++;
+            if (fchmod(nfd, 0755) < 0) {
+                e = errno;
+                close(nfd);
+                return xfail(c, -e, "entry %s: chmod %.*s: %s", entry, (int)j, rel, strerror(e));
+            }
+        }
+        fd = nfd;
+        i = j < rlen ? j + 1 : j;
+    }
+    if (c->cache_fd >= 0)
+        close(c->cache_fd);
+    c->cache_fd = fd;
+    tkm_buf_reset(&c->cache_path);
+    if (tkm_buf_append(&c->cache_path, rel, rlen) < 0) {
+        close(fd);
+        c->cache_fd = -1;
+        return xfail(c, -ENOMEM, "entry %s: out of memory", entry);
+    }
+    return fd;
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const char *b = p;
+    while (n > 0) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -errno;
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int copy_data(struct xctx *c, struct archive *a, int fd, const char *entry)
+{
+    uint64_t written = 0;
+    for (;;) {
+        const void *blk;
+        size_t n;
+        la_int64_t off;
+        int r = archive_read_data_block(a, &blk, &n, &off);
+        if (r == ARCHIVE_EOF)
+            return 0;
+        if (r != ARCHIVE_OK)
+            return xfail(c, -EINVAL, "entry %s: %s", entry,
+                         c->e.code ? c->e.msg : archive_error_string(a));
+        if (off < 0 || (uint64_t)off != written)
+            return xfail(c, -EINVAL, "entry %s: sparse data is not allowed", entry);
+        if (written + n > c->lim->max_file_bytes)
+            return xfail(c, -EFBIG, "entry %s: more than %llu bytes", entry,
+                         (unsigned long long)c->lim->max_file_bytes);
+        int rc = write_all(fd, blk, n);
+        if (rc < 0)
+            return xfail(c, rc, "entry %s: write: %s", entry, strerror(-rc));
+        written += n;
+        c->file_bytes += n;
+        if (cancelled(c) < 0)
+            return c->e.code;
+    }
+}
+
+static int write_file(struct xctx *c, struct archive *a, struct archive_entry *ae,
+                      const char *entry, const char *rel)
+{
+    const char *slash = strrchr(rel, '/');
+    const char *leaf = slash ? slash + 1 : rel;
+    int pfd = open_dir(c, entry, rel, slash ? (size_t)(slash - rel) : 0);
+    if (pfd < 0)
+        return pfd;
+    int fd = openat(pfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST)
+        return xfail(c, -EINVAL, "entry %s: duplicate entry (%s already exists)", entry, rel);
+    if (fd < 0)
+        return xfail(c, -errno, "entry %s: cannot create %s: %s", entry, rel, strerror(errno));
+    int rc = copy_data(c, a, fd, entry);
+    mode_t mode = (archive_entry_perm(ae) & 0111) ? 0755 : 0644;
+    if (rc == 0 && fchmod(fd, mode) < 0)
+        rc = xfail(c, -errno, "entry %s: chmod: %s", entry, strerror(errno));
+    if (rc == 0 && c->o->fsync && fsync(fd) < 0)
+        rc = xfail(c, -errno, "entry %s: fsync: %s", entry, strerror(errno));
+    if (close(fd) < 0 && rc == 0)
+        rc = xfail(c, -errno, "entry %s: close: %s", entry, strerror(errno));
+    if (rc == 0)
+        c->files++;
+    return rc;
+}
+
+static int handle_entry(struct xctx *c, struct archive *a, struct archive_entry *ae,
+                        struct tkm_buf *norm)
+{
+    const char *name = archive_entry_pathname(ae);
+    if (!name)
+        name = archive_entry_pathname_utf8(ae);
+    if (!name)
+        return xfail(c, -EINVAL, "entry #%llu: the name cannot be read",
+                     (unsigned long long)c->entries + 1);
+    if (++c->entries > c->lim->max_entries)
+        return xfail(c, -EFBIG, "entry %s: more than %llu entries", name,
+                     (unsigned long long)c->lim->max_entries);
+    if (archive_entry_hardlink(ae))
+        return xfail(c, -EINVAL, "entry %s: hard links are not allowed (link to %s)", name,
+                     archive_entry_hardlink(ae));
+    if (archive_entry_symlink(ae))
+        return xfail(c, -EINVAL, "entry %s: symbolic links are not allowed (-> %s)", name,
+                     archive_entry_symlink(ae));
+    mode_t type = archive_entry_filetype(ae);
+    if (type != AE_IFREG && type != AE_IFDIR)
+        return xfail(c, -EINVAL,
+                     "entry %s: only regular files and directories are allowed "
+                     "(type 0%o)",
+                     name, (unsigned)type);
+    if (archive_entry_sparse_count(ae) > 0)
+        return xfail(c, -EINVAL, "entry %s: sparse files are not allowed", name);
+    if (archive_entry_size_is_set(ae) && archive_entry_size(ae) < 0)
+        return xfail(c, -EINVAL, "entry %s: negative size", name);
+    if (type == AE_IFREG && (uint64_t)archive_entry_size(ae) > c->lim->max_file_bytes)
+        return xfail(c, -EFBIG, "entry %s: %lld bytes exceeds the %llu-byte per-file limit", name,
+                     (long long)archive_entry_size(ae), (unsigned long long)c->lim->max_file_bytes);
+    if (check_name(c, name, norm) < 0)
+        return c->e.code;
+    const char *rel;
+    if (!filter_name(c->o, norm->data, &rel)) {
+        c->skipped++;
+        return 0;
+    }
+    if (rel[0] == '\0') {
+        if (type == AE_IFDIR)
+            return 0; /* the root itself: exists already, its mode is ours */
+        return xfail(c, -EINVAL, "entry %s: a file that resolves to the extraction root", name);
+    }
+    if (type == AE_IFDIR) {
+        int fd = open_dir(c, name, rel, strlen(rel));
+        return fd < 0 ? fd : 0;
+    }
+    return write_file(c, a, ae, name, rel);
+}
+
+/* ---- driving ---------------------------------------------------------------- */
+
+static int fsync_tree(int dirfd, int depth)
+{
+    int rc = 0;
+    int fd = dup(dirfd);
+    if (fd < 0)
+        return -errno;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return -errno;
+    }
+    struct dirent *de;
+    while (rc == 0 && depth < 4096 && (de = readdir(d))) {
+        if (de->d_type != DT_DIR || strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0) {
+            rc = -errno;
+            break;
+        }
+        rc = fsync_tree(sub, depth + 1);
+        close(sub);
+    }
+    closedir(d);
+    if (rc == 0 && fsync(dirfd) < 0)
+        rc = -errno;
+    return rc;
+}
+
+static void digest_final(EVP_MD_CTX *h, char out[72])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    EVP_DigestFinal_ex(h, md, &n);
+    memcpy(out, "sha256:", 7);
+    tkm_hex(md, n > 32 ? 32 : n, out + 7);
+}
+
+static int check_expected(struct xctx *c)
+{
+    const struct tkm_archive_opts *o = c->o;
+    if (o->blob_digest && !tkm_digest_valid(o->blob_digest))
+        return xfail(c, -EINVAL, "expected blob digest '%s' is not sha256:<64 hex>",
+                     o->blob_digest);
+    if (o->diff_id && !tkm_digest_valid(o->diff_id))
+        return xfail(c, -EINVAL, "expected diff_id '%s' is not sha256:<64 hex>", o->diff_id);
+    return 0;
+}
+
+static int run_archive(struct xctx *c, struct tkm_buf *norm)
+{
+    struct archive *a = archive_read_new();
+    struct archive_entry *ae;
+    int rc = 0;
+    if (!a)
+        return xfail(c, -ENOMEM, "out of memory");
+    archive_read_support_format_tar(a);
+    archive_read_support_format_gnutar(a);
+    if (archive_read_open2(a, c, NULL, read_cb, NULL, NULL) != ARCHIVE_OK) {
+        rc = xfail(c, -EINVAL, "layer is not a tar stream: %s", archive_error_string(a));
+        goto out;
+    }
+    for (;;) {
+        int r = archive_read_next_header(a, &ae);
+        if (r == ARCHIVE_EOF)
+            break;
+        if (r != ARCHIVE_OK) {
+            rc = xfail(c, -EINVAL, "tar stream rejected after entry #%llu: %s",
+                       (unsigned long long)c->entries,
+                       archive_error_string(a) ? archive_error_string(a) : "unknown error");
+            goto out;
+        }
+        rc = handle_entry(c, a, ae, norm);
+        if (rc < 0)
+            goto out;
+        progress(c, 0);
+    }
+    /* Hash what follows the end-of-archive blocks too: the diff_id covers it all. */
+    for (ssize_t n; (n = produce(c)) != 0;) {
+        if (n < 0) {
+            rc = (int)n;
+            goto out;
+        }
+    }
+out:
+    archive_read_free(a);
+    return rc;
+}
+
+int tkm_archive_extract_fd(int blob_fd, int dest_dirfd, const struct tkm_archive_opts *o,
+                           struct tkm_archive_result *res, struct tkm_err *err)
+{
+    struct xctx *c = calloc(1, sizeof(*c));
+    struct tkm_buf norm = TKM_BUF_INIT(8192);
+    int rc;
+    if (!c)
+        return tkm_err_set(err, -ENOMEM, "out of memory");
+    c->o = o;
+    c->lim = &o->limits;
+    c->fd = blob_fd;
+    c->dirfd = dest_dirfd;
+    c->cache_fd = -1;
+    c->sc.size_override = -1;
+    tkm_buf_init(&c->sc.meta, o->limits.max_pax_bytes + o->limits.max_path_len + 2);
+    tkm_buf_init(&c->sc.path, o->limits.max_path_len + 1);
+    tkm_buf_init(&c->sc.link, o->limits.max_path_len + 1);
+    tkm_buf_init(&c->cache_path, 8192);
+    c->in = malloc(IN_CHUNK);
+    c->out = malloc(OUT_CHUNK);
+    c->h_blob = EVP_MD_CTX_new();
+    c->h_tar = EVP_MD_CTX_new();
+    if (!c->in || !c->out || !c->h_blob || !c->h_tar ||
+        EVP_DigestInit_ex(c->h_blob, EVP_sha256(), NULL) != 1 ||
+        EVP_DigestInit_ex(c->h_tar, EVP_sha256(), NULL) != 1) {
+        rc = xfail(c, -ENOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = check_expected(c)) < 0 || (rc = detect(c)) < 0 || (rc = run_archive(c, &norm)) < 0)
+        goto out;
+    struct tkm_archive_result r = {.entries = c->entries,
+                                   .files = c->files,
+                                   .dirs = c->dirs,
+                                   .skipped = c->skipped,
+                                   .file_bytes = c->file_bytes,
+                                   .tar_bytes = c->tar_bytes,
+                                   .blob_bytes = c->blob_bytes,
+                                   .compression = c->comp};
+    digest_final(c->h_blob, r.blob_digest);
+    digest_final(c->h_tar, r.diff_id);
+    if (o->blob_digest && strcmp(o->blob_digest, r.blob_digest) != 0) {
+        rc = xfail(c, -EBADMSG, "layer blob digest mismatch: got %s, expected %s", r.blob_digest,
+                   o->blob_digest);
+        goto out;
+    }
+    if (o->diff_id && strcmp(o->diff_id, r.diff_id) != 0) {
+        rc = xfail(c, -EBADMSG, "layer diff_id mismatch: uncompressed stream is %s, expected %s",
+                   r.diff_id, o->diff_id);
+        goto out;
+    }
+    if (o->fsync && (rc = fsync_tree(dest_dirfd, 0)) < 0) {
+        xfail(c, rc, "fsync of the extracted tree: %s", strerror(-rc));
+        goto out;
+    }
+    progress(c, 1);
+    if (res)
+        *res = r;
+out:
+    if (rc < 0)
+        tkm_err_set(err, c->e.code ? c->e.code : rc, "%s", c->e.code ? c->e.msg : strerror(-rc));
+    if (c->cache_fd >= 0)
+        close(c->cache_fd);
+    if (c->zs_init)
+        inflateEnd(&c->zs);
+    ZSTD_freeDStream(c->zd);
+    EVP_MD_CTX_free(c->h_blob);
+    EVP_MD_CTX_free(c->h_tar);
+    free(c->in);
+    free(c->out);
+    tkm_buf_release(&c->sc.meta);
+    tkm_buf_release(&c->sc.path);
+    tkm_buf_release(&c->sc.link);
+    tkm_buf_release(&c->cache_path);
+    tkm_buf_release(&norm);
+    rc = rc < 0 && c->e.code ? c->e.code : rc;
+    free(c);
+    return rc;
+}
+
+int tkm_rmtree_at(int dirfd, const char *name)
+{
+    struct stat st;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (!S_ISDIR(st.st_mode))
+        return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    int rc = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        int r = tkm_rmtree_at(fd, de->d_name);
+        if (r < 0 && rc == 0)
+            rc = r;
+    }
+    closedir(d);
+    if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && rc == 0)
+        rc = -errno;
+    return rc;
+}
+
+static int split_dest(const char *dest, struct tkm_buf *parent, struct tkm_buf *base,
+                      struct tkm_err *err)
+{
+    size_t len = strlen(dest);
+    while (len > 1 && dest[len - 1] == '/')
+        len--;
+    const char *slash = memrchr(dest, '/', len);
+    const char *b = slash ? slash + 1 : dest;
+    size_t blen = len - (size_t)(b - dest);
+    if (blen == 0 || (blen == 1 && b[0] == '.') || (blen == 2 && b[0] == '.' && b[1] == '.'))
+        return tkm_err_set(err, -EINVAL, "destination %s must name a new directory", dest);
+    int rc = slash ? tkm_buf_append(parent, dest, slash == dest ? 1 : (size_t)(slash - dest))
+                   : tkm_buf_puts(parent, ".");
+    if (rc == 0)
+        rc = tkm_buf_append(base, b, blen);
+    return rc < 0 ? tkm_err_set(err, rc, "destination %s: path too long", dest) : 0;
+}
+
+static int publish(int pfd, const char *stg, const char *base, const char *dest,
+                   struct tkm_err *err)
+{
+    if (renameat2(pfd, stg, pfd, base, RENAME_NOREPLACE) < 0) {
+        if (errno != EINVAL && errno != ENOSYS)
+            return tkm_err_set(err, -errno, "cannot rename the staging directory to %s: %s", dest,
+                               strerror(errno));
+        struct stat st; /* filesystem without RENAME_NOREPLACE */
+        if (fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0)
+            return tkm_err_set(err, -EEXIST, "destination %s already exists", dest);
+        if (renameat(pfd, stg, pfd, base) < 0)
+            return tkm_err_set(err, -errno, "cannot rename the staging directory to %s: %s", dest,
+                               strerror(errno));
+    }
+    if (fsync(pfd) < 0)
+        return tkm_err_set(err, -errno, "fsync of the directory holding %s: %s", dest,
+                           strerror(errno));
+    return 0;
+}
+
+int tkm_archive_extract_path(const char *blob_path, const char *dest_path,
+                             const struct tkm_archive_opts *o, struct tkm_archive_result *res,
+                             struct tkm_err *err)
+{
+    struct tkm_buf parent = TKM_BUF_INIT(PATH_MAX), base = TKM_BUF_INIT(NAME_MAX);
+    struct tkm_buf stg = TKM_BUF_INIT(PATH_MAX + NAME_MAX + 32);
+    int pfd = -1, bfd = -1, sfd = -1, rc;
+    const char *stgname = NULL;
+    struct stat st;
+    if ((rc = split_dest(dest_path, &parent, &base, err)) < 0)
+        goto out;
+    pfd = open(parent.data, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pfd < 0) {
+        rc = tkm_err_set(err, -errno, "cannot open %s: %s", parent.data, strerror(errno));
+        goto out;
+    }
+    if (fstatat(pfd, base.data, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        rc = tkm_err_set(err, -EEXIST, "destination %s already exists", dest_path);
+        goto out;
+    }
+    bfd = open(blob_path, O_RDONLY | O_CLOEXEC);
+    if (bfd < 0) {
+        rc = tkm_err_set(err, -errno, "cannot open layer blob %s: %s", blob_path, strerror(errno));
+        goto out;
+    }
+    if ((rc = tkm_buf_printf(&stg, "%s/.%s.staging-XXXXXX", parent.data, base.data)) < 0) {
+        tkm_err_set(err, rc, "destination %s: path too long", dest_path);
+        goto out;
+    }
+    if (!mkdtemp(stg.data)) {
+        rc = tkm_err_set(err, -errno, "cannot create a staging directory beside %s: %s", dest_path,
+                         strerror(errno));
+        goto out;
+    }
+    stgname = strrchr(stg.data, '/') + 1;
+    sfd = openat(pfd, stgname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (sfd < 0) {
+        rc = tkm_err_set(err, -errno, "cannot open staging %s: %s", stg.data, strerror(errno));
+        goto out;
+    }
+    if ((rc = tkm_archive_extract_fd(bfd, sfd, o, res, err)) < 0) {
+        tkm_err_prefix(err, "layer %s", blob_path);
+        goto out;
+    }
+    if (fchmod(sfd, 0755) < 0) {
+        rc = tkm_err_set(err, -errno, "chmod %s: %s", stg.data, strerror(errno));
+        goto out;
+    }
+    rc = publish(pfd, stgname, base.data, dest_path, err);
+out:
+    if (rc < 0 && stgname)
+        tkm_rmtree_at(pfd, stgname);
+    if (sfd >= 0)
+        close(sfd);
+    if (bfd >= 0)
+        close(bfd);
+    if (pfd >= 0)
+        close(pfd);
+    tkm_buf_release(&parent);
+    tkm_buf_release(&base);
+    tkm_buf_release(&stg);
+    return rc;
+}

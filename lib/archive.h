@@ -1,0 +1,146 @@
+/*
+ * archive.h - safe extraction of an OCI layer blob (tar, tar+gzip, tar+zstd).
+ *
+ * Verify before parse: the caller has already checked the compressed sha256
+ * of the blob (lib/oci does it while downloading into a staging file); this
+ * module may check it again (opts.blob_digest) and always hashes the
+ * uncompressed stream to check the diff_id (opts.diff_id).
+ *
+ * How a blob is read (docs/security.md has the why):
+ *   - decompression (zlib for gzip, libzstd for zstd with a windowLogMax
+ *     cap) is done here, inside a libarchive read callback; libarchive sees
+ *     only the plain tar stream and has only its tar formats enabled;
+ *   - a header screen walks the same plain stream before libarchive parses
+ *     it: checksums, octal sizes (base-256 and negative sizes rejected), PAX
+ *     and GNU long-name sizes, entry types (links, devices, FIFOs, sparse
+ *     files rejected) and the entry count;
+ *   - total uncompressed bytes and the compression ratio are capped while
+ *     streaming; memory stays flat (one 128 KiB output buffer);
+ *   - entries are written only beneath the destination directory fd, one
+ *     path component at a time (openat with O_NOFOLLOW, mkdirat, files with
+ *     O_CREAT|O_EXCL|O_NOFOLLOW); names that are absolute, contain "..",
+ *     are empty or control characters, start with ".wh." (whiteouts), or pass
+ *     the length/depth caps are rejected;
+ *   - modes are normalised: directories 0755, files 0755 when the archive
+ *     gives any execute bit, else 0644 (setuid/setgid/sticky are masked, not
+ *     rejected); owners, times and xattrs (e.g. security.capability) are
+ *     never applied.
+ * Every rejection names the entry. The extraction is blocking: run it on a
+ * worker thread (the agent uses the libuv thread pool); progress callbacks
+ * are made on that thread.
+ */
+#ifndef TKM_ARCHIVE_H
+#define TKM_ARCHIVE_H
+
+#include "err.h"
+
+/* This file shadows libarchive's <archive.h> on tkm's include path (-I lib): it includes
+ * libarchive's header by its full path (TKM_LIBARCHIVE_H, set by lib/CMakeLists.txt), so a file
+ * that includes <archive.h> for libarchive still gets libarchive's API, next to tkm's. */
+#include TKM_LIBARCHIVE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+struct tkm_archive_limits {
+    uint64_t max_total_bytes;   /* uncompressed tar stream bytes */
+    uint64_t max_file_bytes;    /* one regular file */
+    uint64_t max_entries;       /* tar entries (PAX/long-name headers not counted) */
+    uint64_t max_pax_bytes;     /* one PAX ('x'/'g') header body */
+    uint32_t max_path_len;      /* bytes of an entry name */
+    uint32_t max_depth;         /* path components of an entry name */
+    uint32_t max_ratio;         /* uncompressed / compressed bytes ... */
+    uint64_t ratio_grace_bytes; /* ... checked once this many bytes came out */
+    uint32_t zstd_window_log_max;
+};
+
+/* The defaults (docs/security.md): 32 GiB total, 4 GiB per file, 200000
+ * entries, 1 MiB PAX header, 1024-byte paths, depth 32, ratio 250 after
+ * 16 MiB, zstd windowLog 27 (128 MiB). */
+void tkm_archive_limits_default(struct tkm_archive_limits *l);
+
+enum tkm_compression {
+    TKM_COMPRESSION_AUTO = 0, /* by magic bytes: gzip, zstd, else plain tar */
+    TKM_COMPRESSION_NONE,
+    TKM_COMPRESSION_GZIP,
+    TKM_COMPRESSION_ZSTD,
+};
+/* "none", "gzip", "zstd", "auto" */
+const char *tkm_compression_name(enum tkm_compression c);
+
+struct tkm_archive_progress {
+    uint64_t blob_bytes; /* compressed bytes read so far */
+    uint64_t tar_bytes;  /* uncompressed bytes so far */
+    uint64_t entries;
+    uint64_t file_bytes; /* bytes written into files */
+};
+
+struct tkm_archive_opts {
+    struct tkm_archive_limits limits;
+    enum tkm_compression compression;
+    /* Borrowed, may be NULL: expected "sha256:<64 hex>" of the uncompressed
+     * stream (diff_id) / of the blob as stored (compressed digest). */
+    const char *diff_id;
+    const char *blob_digest;
+    /* Borrowed, may be NULL (= every entry): NULL-terminated list of name
+     * prefixes such as "io.triton.cache/"; other entries are still screened
+     * (a link or device anywhere rejects the archive) but not written. */
+    const char *const *include;
+    /* Borrowed, may be NULL: a prefix removed from every written name, e.g.
+     * "io.triton.cache/" to extract the cache tree itself. */
+    const char *strip;
+    int fsync; /* 1 (default): fsync every file and directory */
+    /* Borrowed, may be NULL: when it becomes non-zero the extraction stops
+     * with -ECANCELED. Checked between reads and entries. */
+    const atomic_int *cancel;
+    /* May be NULL: called on the extracting thread every 1 MiB or 64
+     * entries, and once at the end of a successful extraction. */
+    void (*progress)(void *ud, const struct tkm_archive_progress *p);
+    void *progress_ud; /* borrowed */
+};
+
+/* Fills o with the default limits, compression AUTO, fsync on, nothing else. */
+void tkm_archive_opts_init(struct tkm_archive_opts *o);
+
+struct tkm_archive_result {
+    uint64_t entries;                 /* entries seen (all, filtered or not) */
+    uint64_t files;                   /* regular files written */
+    uint64_t dirs;                    /* directories created */
+    uint64_t skipped;                 /* entries outside opts.include */
+    uint64_t file_bytes;              /* bytes written into files */
+    uint64_t tar_bytes;               /* uncompressed stream length */
+    uint64_t blob_bytes;              /* compressed (stored) length */
+    enum tkm_compression compression; /* what was found */
+    char diff_id[72];                 /* "sha256:<hex>" of the uncompressed stream */
+    char blob_digest[72];             /* "sha256:<hex>" of the blob */
+};
+
+/*
+ * Extracts the blob read from blob_fd (borrowed; read from its current
+ * offset to EOF) beneath dest_dirfd (borrowed; should be an empty private
+ * directory). On failure the directory may hold a partial tree: the caller
+ * removes it (tkm_archive_extract_path does). res (may be NULL) is filled on
+ * success. Returns 0, or -EINVAL (bad archive: err names the entry), -EBADMSG
+ * (digest mismatch), -EFBIG (a size cap), -ECANCELED, -EIO/-errno (I/O).
+ */
+int tkm_archive_extract_fd(int blob_fd, int dest_dirfd, const struct tkm_archive_opts *o,
+                           struct tkm_archive_result *res, struct tkm_err *err);
+
+/*
+ * Extracts blob_path into a new staging directory next to dest_path (same
+ * filesystem, ".<name>.staging-XXXXXX", mode 0700), fsyncs it and renames it
+ * to dest_path, which must not exist (-EEXIST). On any failure the staging
+ * directory is removed and dest_path is not created. Strings are borrowed.
+ */
+int tkm_archive_extract_path(const char *blob_path, const char *dest_path,
+                             const struct tkm_archive_opts *o, struct tkm_archive_result *res,
+                             struct tkm_err *err);
+
+/* Removes name (a file or a whole tree) beneath dirfd without following
+ * symlinks. 0, or 0 when it does not exist, or -errno. */
+int tkm_rmtree_at(int dirfd, const char *name);
+
+/* 1 when s is "sha256:" + 64 lower-case hex digits, else 0. */
+int tkm_digest_valid(const char *s);
+
+#endif
