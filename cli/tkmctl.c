@@ -23,16 +23,18 @@ void tkmctl_register(struct tkmctl_command *c)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "tkmctl %s - package, sign, inspect and check Triton kernel caches\n\n"
-               "Usage: tkmctl [-v|--verbose] COMMAND [ARGS]\n\n"
-               "Commands:\n",
+    fprintf(f,
+            "tkmctl %s - package, sign, inspect and check Triton kernel caches\n\n"
+            "Usage: tkmctl [-v|--verbose] COMMAND [ARGS]\n\n"
+            "Commands:\n",
             TKM_VERSION);
     for (struct tkmctl_command *c = commands; c; c = c->next)
         fprintf(f, "  %-16s %s\n", c->name, c->summary);
     fprintf(f, "  %-16s %s\n", "version", "print the version");
-    fprintf(f, "\nRun 'tkmctl COMMAND --help' for a command's flags and examples.\n"
-               "A Triton cache is the directory TRITON_CACHE_DIR points at (default ~/.triton/cache).\n"
-               "Exit status: 0 success, 1 failure (the message says why), 2 usage error.\n");
+    fprintf(
+        f, "\nRun 'tkmctl COMMAND --help' for a command's flags and examples.\n"
+           "A Triton cache is the directory TRITON_CACHE_DIR points at (default ~/.triton/cache).\n"
+           "Exit status: 0 success, 1 failure (the message says why), 2 usage error.\n");
 }
 
 int main(int argc, char **argv)

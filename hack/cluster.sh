@@ -158,11 +158,13 @@ start_apiserver() {
 }
 
 write_env() {
-  local port reg
+  local port reg kubectl_dir
+  kubectl_dir=$(dirname "$("$here/testbin/build.sh" --path kubectl)")
   port=$(cat "$dir/apiserver.port")
   reg=$(cat "$dir/registry/addr" 2>/dev/null || true)
   {
     echo "export KUBECONFIG=$dir/admin.kubeconfig"
+    echo "export PATH=$kubectl_dir:\$PATH"
     echo "export TKM_CLUSTER_DIR=$dir"
     echo "export TKM_APISERVER=https://127.0.0.1:$port"
     echo "export TKM_REGISTRY=$reg"
@@ -174,7 +176,9 @@ cmd_up() {
   local etcd kas
   etcd=$("$here/testbin/build.sh" --path etcd)
   kas=$("$here/testbin/build.sh" --path kube-apiserver)
-  command -v kubectl >/dev/null || die "kubectl is not installed"
+  # kubectl of the server's version (the preinstalled one may be outside the skew).
+  kubectl_dir=$(dirname "$("$here/testbin/build.sh" --path kubectl)")
+  export PATH="$kubectl_dir:$PATH"
   command -v openssl >/dev/null || die "openssl is not installed (run hack/deps.sh)"
   gen_pki
   local etcd_port peer_port kas_port

@@ -32,7 +32,10 @@ struct tkm_buf {
 };
 
 extern char tkm_buf_empty[1];
-#define TKM_BUF_INIT(maxlen) {.data = tkm_buf_empty, .len = 0, .cap = 0, .max = (maxlen)}
+#define TKM_BUF_INIT(maxlen)                                                                       \
+    {                                                                                              \
+        .data = tkm_buf_empty, .len = 0, .cap = 0, .max = (maxlen)                                 \
+    }
 
 void tkm_buf_init(struct tkm_buf *b, size_t max);
 /* Frees the storage and re-initialises with the same max. NULL is a no-op. */

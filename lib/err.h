@@ -24,7 +24,8 @@ struct tkm_err {
 int tkm_err_set(struct tkm_err *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Prepends "<context>: " to an existing message (no-op without one). */
-void tkm_err_prefix(struct tkm_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void tkm_err_prefix(struct tkm_err *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* The message, or strerror(-code) when no message was set. Borrowed from err. */
 const char *tkm_err_str(const struct tkm_err *err);
 void tkm_err_clear(struct tkm_err *err);

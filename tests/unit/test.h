@@ -87,16 +87,18 @@ _Noreturn void tkm_test_fail(const char *file, int line, const char *fmt, ...)
     do {                                                                                           \
         const char *sa_ = (a), *sb_ = (b);                                                         \
         if (!sa_ || !sb_ || strcmp(sa_, sb_) != 0)                                                 \
-            tkm_test_fail(__FILE__, __LINE__, "ASSERT_STREQ(%s, %s):\n  left:  \"%s\"\n  right: \"%s\"", \
-                          #a, #b, sa_ ? sa_ : "(null)", sb_ ? sb_ : "(null)");                     \
+            tkm_test_fail(__FILE__, __LINE__,                                                      \
+                          "ASSERT_STREQ(%s, %s):\n  left:  \"%s\"\n  right: \"%s\"", #a, #b,       \
+                          sa_ ? sa_ : "(null)", sb_ ? sb_ : "(null)");                             \
     } while (0)
 
 #define ASSERT_STRCONTAINS(h, n)                                                                   \
     do {                                                                                           \
         const char *sh_ = (h), *sn_ = (n);                                                         \
         if (!sh_ || !sn_ || !strstr(sh_, sn_))                                                     \
-            tkm_test_fail(__FILE__, __LINE__, "ASSERT_STRCONTAINS(%s, %s):\n  \"%s\"\n  lacks \"%s\"", \
-                          #h, #n, sh_ ? sh_ : "(null)", sn_ ? sn_ : "(null)");                     \
+            tkm_test_fail(__FILE__, __LINE__,                                                      \
+                          "ASSERT_STRCONTAINS(%s, %s):\n  \"%s\"\n  lacks \"%s\"", #h, #n,         \
+                          sh_ ? sh_ : "(null)", sn_ ? sn_ : "(null)");                             \
     } while (0)
 
 #define ASSERT_MEMEQ(a, b, n)                                                                      \

@@ -1,0 +1,57 @@
+# Thin wrapper over hack/ scripts and CMake; every target says what it does with `make help`.
+BUILD ?= build
+CMAKE_FLAGS ?=
+JOBS ?= 2
+
+.PHONY: help deps testbin build test unit e2e demo fuzz bench format format-check crds cluster-up cluster-down clean
+
+help: ## this list
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+
+deps: ## install the Debian packages (idempotent)
+	hack/deps.sh
+
+testbin: deps ## build etcd, kube-apiserver, kubectl, cosign, crane from Go modules (cached in ~/.cache/tkm)
+	hack/testbin/build.sh
+
+build: deps ## configure and build everything into $(BUILD)/
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+	ninja -C $(BUILD) -j $(JOBS)
+
+test: ## all tests: build, unit, e2e (real control plane), sanitizers, valgrind, fuzz; ends with "N passed, N failed"
+	hack/test.sh
+
+unit: build ## unit tests only
+	cd $(BUILD) && ctest -L unit -j $(JOBS) --output-on-failure
+
+e2e: build testbin ## end-to-end tests against a real kube-apiserver, etcd, registry
+	cd $(BUILD) && ctest -L e2e --output-on-failure
+
+demo: ## local control plane + registry + CRDs + samples, ending with `kubectl get tkm`
+	hack/demo.sh
+
+fuzz: deps ## build the libFuzzer targets with clang and run each for TKM_FUZZ_SECONDS (default 20)
+	cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DTKM_FUZZ=ON -DTKM_E2E=OFF -DTKM_FUZZ_SECONDS=$${TKM_FUZZ_SECONDS:-20}
+	ninja -C build-fuzz -j $(JOBS)
+	cd build-fuzz && ctest -L fuzz --output-on-failure
+
+bench: build testbin ## benchmarks, each side by side with its baseline (see bench/README.md)
+	@for b in bench/run-*.sh; do [ -x $$b ] && echo "== $$b" && $$b || true; done
+
+format: ## clang-format every C file in place
+	git ls-files '*.c' '*.h' | xargs clang-format -i
+
+format-check: ## fail if any C file is not clang-formatted
+	hack/lint.sh format
+
+crds: ## regenerate crds/ from hack/gen-crds.sh
+	hack/gen-crds.sh
+
+cluster-up: ## start the local control plane and registry (hack/cluster.sh up)
+	hack/cluster.sh up
+
+cluster-down: ## stop it
+	hack/cluster.sh down
+
+clean: ## remove build directories (not the Go-built binaries cache)
+	rm -rf build build-asan build-valgrind build-fuzz

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Lint checks run by ctest (lint.*) and `make format-check`.
+#   hack/lint.sh format   every C file in the repo is clang-formatted (.clang-format)
+#   hack/lint.sh banned   no banned function (lib/banned.h) in any C file, even ones built without it
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mapfile -t files < <(git ls-files --cached --others --exclude-standard -- '*.c' '*.h' | while read -r f; do [[ -e $f ]] && echo "$f"; done)
+case ${1:-} in
+  format)
+    command -v clang-format >/dev/null || { echo "clang-format not installed (hack/deps.sh)" >&2; exit 1; }
+    bad=0
+    for f in "${files[@]}"; do
+      if ! clang-format --dry-run --Werror "$f" >/dev/null 2>&1; then
+        echo "not clang-formatted: $f (run: clang-format -i $f, or make format)"
+        bad=$((bad + 1))
+      fi
+    done
+    echo "format: ${#files[@]} files checked, $bad not formatted"
+    [[ $bad -eq 0 ]]
+    ;;
+  banned)
+    # Comments and string literals may name them; calls may not.
+    if grep -nE '(^|[^_a-zA-Z0-9.>])(strcpy|strcat|strncpy|strncat|sprintf|vsprintf|strtok|atoi|atol|atoll|gmtime|localtime)[[:space:]]*\(' \
+      "${files[@]}" | grep -v 'lib/banned.h' | grep -vE '^\S+:[0-9]+:\s*(\*|//|/\*)'; then
+      echo "banned functions used (see lib/banned.h for what to use instead)"
+      exit 1
+    fi
+    echo "banned: ${#files[@]} files clean"
+    ;;
+  *) echo "usage: hack/lint.sh format|banned" >&2; exit 2 ;;
+esac

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Runs every test tkm has, the way CI does (`make test`, `.ci/run`):
+#
+#   1. Debian packages (hack/deps.sh) and the Go-built test binaries
+#      (hack/testbin/build.sh: etcd, kube-apiserver, kubectl, cosign, crane;
+#      cached in ${TKM_CACHE:-~/.cache/tkm}, built only the first time)
+#   2. build/          gcc, -Werror: unit tests, lint, and the end-to-end tests
+#                      against a real etcd + kube-apiserver + registry that the
+#                      ctest fixture starts and stops
+#   3. build-asan/     ASan + UBSan (no recovery): unit tests
+#   4. build-valgrind/ unit tests under valgrind memcheck (leaks are errors)
+#   5. build-fuzz/     clang libFuzzer targets, each for TKM_FUZZ_SECONDS (20)
+#
+# Ends with one line "N passed, N failed" summing every phase; exit 0 only if
+# nothing failed. TKM_TEST_PHASES limits the phases, e.g. "main asan".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+phases=${TKM_TEST_PHASES:-main asan valgrind fuzz}
+jobs=${JOBS:-2}
+total_pass=0 total_fail=0
+failed_phases=()
+t_start=$SECONDS
+
+say() { printf '\n===== %s (%ds)\n' "$*" $((SECONDS - t_start)); }
+
+# run_ctest PHASE BUILD_DIR CTEST_ARGS...: runs ctest, adds its counts to the totals.
+run_ctest() {
+  local phase=$1 dir=$2
+  shift 2
+  local log="$root/$dir/ctest-$phase.log"
+  (cd "$dir" && ctest --output-on-failure "$@") 2>&1 | tee "$log"
+  local line pass=0 fail=0 total
+  line=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -1)
+  if [[ -n $line ]]; then
+    fail=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
+    total=$(sed -E 's/.* failed out of ([0-9]+).*/\1/' <<<"$line")
+    pass=$((total - fail))
+  elif grep -q "No tests were found" "$log"; then
+    echo "test.sh: phase $phase found no tests" >&2
+    fail=1
+  else
+    echo "test.sh: phase $phase: ctest printed no summary" >&2
+    fail=1
+  fi
+  total_pass=$((total_pass + pass))
+  total_fail=$((total_fail + fail))
+  ((fail == 0)) || failed_phases+=("$phase")
+}
+
+# build_dir DIR CMAKE_ARGS...: configures and builds; a failure counts as one failed test.
+build_dir() {
+  local dir=$1
+  shift
+  if ! cmake -S . -B "$dir" -G Ninja "$@" >"/tmp/tkm-cmake-$$.log" 2>&1; then
+    cat "/tmp/tkm-cmake-$$.log"
+    echo "test.sh: cmake failed for $dir" >&2
+    return 1
+  fi
+  if ! ninja -C "$dir" -j "$jobs"; then
+    echo "test.sh: build failed in $dir" >&2
+    return 1
+  fi
+}
+
+phase_failed_to_build() {
+  total_fail=$((total_fail + 1))
+  failed_phases+=("$1(build)")
+}
+
+say "dependencies"
+if ! hack/deps.sh; then
+  echo "test.sh: hack/deps.sh failed" >&2
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+say "Go-built test binaries"
+if ! hack/testbin/build.sh; then
+  echo "test.sh: building the test binaries failed (see the log path above)" >&2
+  echo "0 passed, 1 failed"
+  exit 1
+fi
+
+for phase in $phases; do
+  case $phase in
+    main)
+      say "build/ (gcc -Werror): unit, lint, e2e"
+      if build_dir build -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
+        # A control plane left over from an interrupted run is stopped first.
+        TKM_CLUSTER_DIR=$root/build/e2e-cluster hack/cluster.sh down >/dev/null 2>&1 || true
+        run_ctest main build -j "$jobs"
+      else phase_failed_to_build main; fi
+      ;;
+    asan)
+      say "build-asan/ (ASan+UBSan): unit"
+      if build_dir build-asan -DCMAKE_BUILD_TYPE=Debug -DTKM_ASAN=ON -DTKM_UBSAN=ON -DTKM_E2E=OFF; then
+        ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+          run_ctest asan build-asan -L unit -j "$jobs"
+      else phase_failed_to_build asan; fi
+      ;;
+    valgrind)
+      say "build-valgrind/ (memcheck): unit"
+      if build_dir build-valgrind -DCMAKE_BUILD_TYPE=Debug -DTKM_VALGRIND=ON -DTKM_E2E=OFF; then
+        run_ctest valgrind build-valgrind -L unit -j "$jobs"
+      else phase_failed_to_build valgrind; fi
+      ;;
+    fuzz)
+      say "build-fuzz/ (clang libFuzzer): ${TKM_FUZZ_SECONDS:-20}s per target"
+      if build_dir build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKM_FUZZ=ON \
+        -DTKM_E2E=OFF -DTKM_FUZZ_SECONDS="${TKM_FUZZ_SECONDS:-20}"; then
+        run_ctest fuzz build-fuzz -L fuzz
+      else phase_failed_to_build fuzz; fi
+      ;;
+    *) echo "test.sh: unknown phase '$phase'" >&2; total_fail=$((total_fail + 1)) ;;
+  esac
+done
+
+say "summary"
+echo "phases: $phases; took $((SECONDS - t_start))s"
+[[ ${#failed_phases[@]} -eq 0 ]] || echo "failures in: ${failed_phases[*]}"
+echo "$total_pass passed, $total_fail failed"
+[[ $total_fail -eq 0 ]]
