@@ -1,0 +1,17 @@
+/* client-int.h - the client's internals shared by client.c, rest.c and events.c. */
+#ifndef K8S_CLIENT_INT_H
+#define K8S_CLIENT_INT_H
+
+#include "k8s/client.h"
+#include "k8s/status.h"
+
+/* Fills st with a client-side error (no request was sent): code 0,
+ * transport 0, rc and message. Returns rc. */
+int k8s__status_local(struct k8s_status *st, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Backoff before retry number attempt (1-based): 200 ms x2^(n-1), capped at
+ * 5 s, with +-25% jitter drawn from *seed. */
+uint64_t k8s__retry_backoff_ms(int attempt, uint64_t *seed);
+
+#endif
