@@ -1,0 +1,444 @@
+/* build.c - see build.h. */
+#include "oci/build.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "buf.h"
+#include "oci/digest.h"
+#include "oci/layout.h"
+#include "triton/cache.h"
+
+#define BUILD_OUT_CHUNK (256u << 10)
+#define BUILD_MAX_DEPTH 32
+#define BUILD_PATH_MAX  4096
+#define CACHE_PREFIX    "io.triton.cache"
+
+/* The tar stream: hashed (diff_id), gzipped, hashed again (digest), written. */
+struct layer_writer {
+    int fd;
+    z_stream z;
+    int z_ready;
+    struct tkm_oci_hasher diff, blob;
+    unsigned char *out;
+    uint64_t tar_bytes, blob_bytes, files;
+    int io_errno;
+    const char *path;
+};
+
+static int lw_drain(struct layer_writer *w, int flush)
+{
+    do {
+        w->z.next_out = w->out;
+        w->z.avail_out = BUILD_OUT_CHUNK;
+        int zr = deflate(&w->z, flush);
+        if (zr == Z_STREAM_ERROR)
+            return -EIO;
+        size_t have = BUILD_OUT_CHUNK - w->z.avail_out;
+        if (tkm_oci_hasher_update(&w->blob, w->out, have) != 0)
+            return -EIO;
+        for (size_t off = 0; off < have;) {
+            ssize_t n = write(w->fd, w->out + off, have - off);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0) {
+                w->io_errno = errno;
+                return -errno;
+            }
+            off += (size_t)n;
+        }
+        w->blob_bytes += have;
+        if (flush == Z_FINISH && zr == Z_STREAM_END)
+            return 0;
+    } while (w->z.avail_out == 0 || flush == Z_FINISH);
+    return 0;
+}
+
+static la_ssize_t lw_write(struct archive *a, void *ud, const void *buf, size_t n)
+{
+    struct layer_writer *w = ud;
+    (void)a;
+    if (tkm_oci_hasher_update(&w->diff, buf, n) != 0)
+        return -1;
+    w->tar_bytes += n;
+    w->z.next_in = (Bytef *)(uintptr_t)buf;
+    w->z.avail_in = (uInt)n;
+    if (lw_drain(w, Z_NO_FLUSH) != 0)
+        return -1;
+    return (la_ssize_t)n;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Names in dirfd, sorted bytewise; "." and ".." left out. */
+static int list_dir(int dirfd, char ***out, size_t *n, const char *what, struct tkm_err *err)
+{
+    int fd = dup(dirfd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    char **v = NULL;
+    size_t cnt = 0, cap = 0;
+    struct dirent *de;
+    int rc = 0;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return tkm_err_set(err, -errno, "read directory %s: %s", what, strerror(errno));
+    }
+    rewinddir(d);
+    while ((de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        if (cnt == cap) {
+            size_t ncap = cap ? cap * 2 : 32;
+            char **nv = reallocarray(NULL, ncap, sizeof *nv);
+            if (!nv) {
+                rc = -ENOMEM;
+                break;
+            }
+            if (cnt)
+                memcpy(nv, v, cnt * sizeof *nv);
+            free(v);
+            v = nv;
+            cap = ncap;
+        }
+        if (!(v[cnt] = strdup(de->d_name))) {
+            rc = -ENOMEM;
+            break;
+        }
+        cnt++;
+    }
+    closedir(d);
+    if (rc) {
+        for (size_t i = 0; i < cnt; i++)
+            free(v[i]);
+        free(v);
+        return rc;
+    }
+    if (cnt)
+        qsort(v, cnt, sizeof *v, name_cmp);
+    *out = v;
+    *n = cnt;
+    return 0;
+}
+
+static int write_header(struct archive *a, const char *name, mode_t type, int mode, uint64_t size,
+                        struct tkm_err *err)
+{
+    struct archive_entry *e = archive_entry_new();
+    int rc = 0;
+    if (!e)
+        return -ENOMEM;
+    archive_entry_set_pathname(e, name);
+    archive_entry_set_filetype(e, type);
+    archive_entry_set_perm(e, (mode_t)mode);
+    archive_entry_set_size(e, (la_int64_t)size);
+    archive_entry_set_mtime(e, 0, 0);
+    archive_entry_set_uid(e, 0);
+    archive_entry_set_gid(e, 0);
+    if (archive_write_header(a, e) != ARCHIVE_OK)
+        rc = tkm_err_set(err, -EIO, "tar header for %s: %s", name, archive_error_string(a));
+    archive_entry_free(e);
+    return rc;
+}
+
+static int write_file(struct archive *a, struct layer_writer *w, int dirfd, const char *name,
+                      const char *tarname, const struct stat *st, struct tkm_err *err)
+{
+    char buf[65536];
+    uint64_t left = (uint64_t)st->st_size;
+    int rc, fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return tkm_err_set(err, -errno, "open %s: %s", tarname, strerror(errno));
+    rc = write_header(a, tarname, AE_IFREG, (st->st_mode & 0111) ? 0755 : 0644, left, err);
+    while (rc == 0 && left > 0) {
+        ssize_t r = read(fd, buf, left < sizeof buf ? (size_t)left : sizeof buf);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            rc = tkm_err_set(err, r < 0 ? -errno : -EIO, "read %s: %s", tarname,
+                             r < 0 ? strerror(errno) : "file shrank while packing");
+            break;
+        }
+        if (archive_write_data(a, buf, (size_t)r) != r)
+            rc = tkm_err_set(err, -EIO, "tar data for %s: %s", tarname,
+                             w->io_errno ? strerror(w->io_errno) : archive_error_string(a));
+        left -= (uint64_t)r;
+    }
+    w->files++;
+    close(fd);
+    return rc;
+}
+
+/* Packs the directory dirfd as tar directory prefix (no trailing '/'). */
+static int walk(struct archive *a, struct layer_writer *w, int dirfd, const char *prefix, int depth,
+                struct tkm_err *err)
+{
+    char **names = NULL, path[BUILD_PATH_MAX];
+    size_t n = 0;
+    int rc;
+    if (depth > BUILD_MAX_DEPTH)
+        return tkm_err_set(err, -ELOOP, "%s: deeper than %d levels", prefix, BUILD_MAX_DEPTH);
+    if ((rc = list_dir(dirfd, &names, &n, prefix, err)) != 0)
+        return rc;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        struct stat st;
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", prefix, names[i]) >= sizeof path) {
+            rc = tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", prefix, names[i]);
+            break;
+        }
+        if (fstatat(dirfd, names[i], &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            rc = tkm_err_set(err, -errno, "stat %s: %s", path, strerror(errno));
+            break;
+        }
+        if (S_ISDIR(st.st_mode)) {
+            if (tkm_triton_is_tmp_name(names[i]))
+                continue;
+            int sub = openat(dirfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub < 0) {
+                rc = tkm_err_set(err, -errno, "open %s: %s", path, strerror(errno));
+                break;
+            }
+            rc = write_header(a, path, AE_IFDIR, 0755, 0, err);
+            if (rc == 0)
+                rc = walk(a, w, sub, path, depth + 1, err);
+            close(sub);
+        } else if (S_ISREG(st.st_mode)) {
+            rc = write_file(a, w, dirfd, names[i], path, &st, err);
+        } else {
+            rc = tkm_err_set(err, -EINVAL,
+                             "%s is a %s: a Triton cache holds only directories and regular files",
+                             path, S_ISLNK(st.st_mode) ? "symbolic link" : "special file");
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    return rc;
+}
+
+/* io.triton.manifest/manifest.json: one entry per kernel. */
+static int triton_manifest_json(const struct tkm_triton_cache *c, char **out)
+{
+    json_t *arr = json_array(), *root = json_pack("{s:o}", "triton", arr);
+    int rc = 0;
+    if (!root) {
+        json_decref(arr);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < c->n_kernels; i++) {
+        const struct tkm_triton_kernel *k = &c->kernels[i];
+        json_t *arch = k->arch_is_int ? json_integer(strtol(k->target.arch, NULL, 10))
+                                      : json_string(k->target.arch);
+        json_t *e = json_pack("{s:s}", "hash", k->hash);
+        if (!e || !arch) {
+            json_decref(e);
+            json_decref(arch);
+            rc = -ENOMEM;
+            goto out;
+        }
+        if (k->num_stages >= 0)
+            json_object_set_new(e, "num_stages", json_integer(k->num_stages));
+        if (k->num_warps >= 0)
+            json_object_set_new(e, "num_warps", json_integer(k->num_warps));
+        json_object_set_new(e, "debug",
+                            json_boolean(json_is_true(json_object_get(k->meta, "debug"))));
+        json_object_set_new(e, "backend", json_string(k->target.backend));
+        json_object_set_new(e, "arch", arch);
+        json_object_set_new(e, "warp_size", json_integer(k->target.warp_size));
+        if (k->meta_ptx_version >= 0)
+            json_object_set_new(e, "ptx_version", json_integer(k->meta_ptx_version));
+        json_array_append_new(arr, e);
+    }
+    *out = json_dumps(root, JSON_COMPACT);
+    rc = *out ? 0 : -ENOMEM;
+out:
+    json_decref(root);
+    return rc;
+}
+
+/* Writes the layer blob file into tmp_path; fills w's counters and digests. */
+static int write_layer(const char *cache_dir, const struct tkm_triton_cache *c, int level,
+                       const char *tmp_path, struct layer_writer *w, struct tkm_err *err)
+{
+    struct archive *a = NULL;
+    char *manifest = NULL;
+    int rc, dirfd = -1;
+    w->fd = -1;
+    if ((rc = triton_manifest_json(c, &manifest)) != 0)
+        goto out;
+    if ((rc = tkm_oci_hasher_init(&w->diff)) || (rc = tkm_oci_hasher_init(&w->blob)))
+        goto out;
+    if (!(w->out = malloc(BUILD_OUT_CHUNK))) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    /* windowBits 31: gzip wrapper; zlib writes no name and mtime 0. */
+    if (deflateInit2(&w->z, level, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    w->z_ready = 1;
+    if ((dirfd = open(cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        rc = tkm_err_set(err, -errno, "open cache directory %s: %s", cache_dir, strerror(errno));
+        goto out;
+    }
+    if ((w->fd = open(tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0) {
+        rc = tkm_err_set(err, -errno, "create %s: %s", tmp_path, strerror(errno));
+        goto out;
+    }
+    if (!(a = archive_write_new()) || archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
+        archive_write_open(a, w, NULL, lw_write, NULL) != ARCHIVE_OK) {
+        rc = tkm_err_set(err, -EIO, "tar writer: %s", a ? archive_error_string(a) : "no memory");
+        goto out;
+    }
+    if ((rc = write_header(a, CACHE_PREFIX, AE_IFDIR, 0755, 0, err)) != 0 ||
+        (rc = walk(a, w, dirfd, CACHE_PREFIX, 1, err)) != 0)
+        goto out;
+    size_t mlen = strlen(manifest);
+    if ((rc = write_header(a, "io.triton.manifest", AE_IFDIR, 0755, 0, err)) != 0 ||
+        (rc = write_header(a, "io.triton.manifest/manifest.json", AE_IFREG, 0644, mlen, err)) != 0)
+        goto out;
+    if (archive_write_data(a, manifest, mlen) != (la_ssize_t)mlen ||
+        archive_write_close(a) != ARCHIVE_OK) {
+        rc = tkm_err_set(err, -EIO, "tar writer: %s",
+                         w->io_errno ? strerror(w->io_errno) : archive_error_string(a));
+        goto out;
+    }
+    w->z.avail_in = 0;
+    if ((rc = lw_drain(w, Z_FINISH)) != 0) {
+        rc = tkm_err_set(err, rc, "write %s: %s", tmp_path, strerror(-rc));
+        goto out;
+    }
+    if (fsync(w->fd) != 0)
+        rc = tkm_err_set(err, -errno, "fsync %s: %s", tmp_path, strerror(errno));
+out:
+    if (a)
+        archive_write_free(a);
+    if (w->z_ready)
+        deflateEnd(&w->z);
+    w->z_ready = 0;
+    if (w->fd >= 0 && close(w->fd) != 0 && rc == 0)
+        rc = tkm_err_set(err, -errno, "close %s: %s", tmp_path, strerror(errno));
+    w->fd = -1;
+    if (dirfd >= 0)
+        close(dirfd);
+    free(w->out);
+    w->out = NULL;
+    free(manifest);
+    if (rc)
+        unlink(tmp_path);
+    return rc;
+}
+
+static json_t *config_json(const struct tkm_triton_cache *c, const char *summary, const char *title,
+                           const char *created, const char *diff_id)
+{
+    char count[32], size[32];
+    snprintf(count, sizeof count, "%zu", c->n_kernels);
+    snprintf(size, sizeof size, "%llu", (unsigned long long)c->size_bytes);
+    return json_pack("{s:s,s:s,s:s,s:{s:s,s:{s:s,s:s,s:s,s:s}},s:{s:s,s:[s]},s:[{s:s,s:s}]}",
+                     "created", created, "architecture", "amd64", "os", "linux", "config",
+                     "WorkingDir", "/", "Labels", "cache.triton.image/cache-size-bytes", size,
+                     "cache.triton.image/entry-count", count, "cache.triton.image/summary", summary,
+                     "org.opencontainers.image.title", title, "rootfs", "type", "layers",
+                     "diff_ids", diff_id, "history", "created", created, "created_by",
+                     "tkmctl build");
+}
+
+static int put_json(const char *layout, json_t *j, const char *mt, struct tkm_oci_desc *d,
+                    struct tkm_err *err)
+{
+    char *text = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    int rc;
+    if (!text)
+        return -ENOMEM;
+    memset(d, 0, sizeof *d);
+    snprintf(d->media_type, sizeof d->media_type, "%s", mt);
+    d->size = strlen(text);
+    rc = tkm_oci_layout_put_blob(layout, text, strlen(text), d->digest, err);
+    free(text);
+    return rc;
+}
+
+int tkm_oci_build_cache_image(const char *cache_dir, const char *layout_dir, const char *tag,
+                              const struct tkm_oci_build_opts *opts,
+                              struct tkm_oci_build_result *res, struct tkm_err *err)
+{
+    struct tkm_oci_build_opts none = {0};
+    const struct tkm_oci_build_opts *o = opts ? opts : &none;
+    struct tkm_triton_cache cache = {0};
+    struct layer_writer w;
+    struct tkm_oci_build_result r;
+    char tmp[BUILD_PATH_MAX], *summary = NULL;
+    json_t *cfg = NULL, *man = NULL;
+    int rc;
+    memset(&w, 0, sizeof w);
+    memset(&r, 0, sizeof r);
+    if ((rc = tkm_triton_cache_scan(&cache, cache_dir, err)) != 0)
+        goto out;
+    if (cache.n_kernels == 0) {
+        rc = tkm_err_set(err, -ENOENT,
+                         "%s holds no Triton kernel (no <name>.json with a \"hash\"): is it a "
+                         "TRITON_CACHE_DIR?",
+                         cache_dir);
+        goto out;
+    }
+    if ((rc = tkm_triton_summary_label(&cache.summary, &summary, err)) != 0)
+        goto out;
+    if ((rc = tkm_oci_layout_init(layout_dir, err)) != 0)
+        goto out;
+    snprintf(tmp, sizeof tmp, "%s/blobs/.layer-%d.tmp", layout_dir, (int)getpid());
+    int level = o->gzip_level >= 1 && o->gzip_level <= 9 ? o->gzip_level : 6;
+    if ((rc = write_layer(cache_dir, &cache, level, tmp, &w, err)) != 0)
+        goto out;
+    snprintf(r.layer.media_type, sizeof r.layer.media_type, "%s", TKM_OCI_MT_LAYER_GZIP);
+    r.layer.size = w.blob_bytes;
+    if ((rc = tkm_oci_hasher_final(&w.blob, r.layer.digest)) != 0 ||
+        (rc = tkm_oci_hasher_final(&w.diff, r.diff_id)) != 0)
+        goto out;
+    if ((rc = tkm_oci_layout_take_blob(layout_dir, tmp, r.layer.digest, err)) != 0) {
+        unlink(tmp);
+        goto out;
+    }
+    cfg = config_json(&cache, summary, o->title ? o->title : "triton-kernel-cache",
+                      o->created ? o->created : "1970-01-01T00:00:00Z", r.diff_id);
+    if ((rc = put_json(layout_dir, cfg, TKM_OCI_MT_CONFIG, &r.config, err)) != 0)
+        goto out;
+    man = json_pack("{s:i,s:s,s:{s:s,s:s,s:I},s:[{s:s,s:s,s:I}],s:{s:s,s:s}}", "schemaVersion", 2,
+                    "mediaType", TKM_OCI_MT_MANIFEST, "config", "mediaType", r.config.media_type,
+                    "digest", r.config.digest, "size", (json_int_t)r.config.size, "layers",
+                    "mediaType", r.layer.media_type, "digest", r.layer.digest, "size",
+                    (json_int_t)r.layer.size, "annotations", "cache.triton.image/variant", "compat",
+                    "org.opencontainers.image.title", o->title ? o->title : "triton-kernel-cache");
+    if ((rc = put_json(layout_dir, man, TKM_OCI_MT_MANIFEST, &r.manifest, err)) != 0)
+        goto out;
+    if ((rc = tkm_oci_layout_add_manifest(layout_dir, &r.manifest, tag, err)) != 0)
+        goto out;
+    r.entries = cache.n_kernels;
+    r.cache_bytes = cache.size_bytes;
+    r.tar_bytes = w.tar_bytes;
+    r.files = w.files;
+    if (res)
+        *res = r;
+out:
+    tkm_oci_hasher_release(&w.diff);
+    tkm_oci_hasher_release(&w.blob);
+    json_decref(cfg);
+    json_decref(man);
+    free(summary);
+    tkm_triton_cache_release(&cache);
+    return rc;
+}

@@ -1,0 +1,116 @@
+/*
+ * registry.h - a distribution v2 (OCI) registry client for one registry host.
+ *
+ * Built on lib/http. This is the synchronous client (tkm_http_do, a private
+ * loop per request): it serves tkmctl, tests and benchmarks. Daemons that run
+ * one libuv loop must not call it from the loop thread.
+ *
+ * What it does:
+ *   - picks the scheme: https, or plain http only for loopback hosts and the
+ *     hosts in opts.insecure (see ref.h);
+ *   - authenticates on demand: a 401 with WWW-Authenticate Basic gets the
+ *     credentials (if any) as Basic; Bearer runs the token flow against the
+ *     realm (GET with Basic or anonymously; POST with grant_type=refresh_token
+ *     for an identitytoken), tokens cached per scope with their expiry;
+ *     credentials come from opts (Secret bytes or a config file) or from the
+ *     default docker config locations; a 401 that remains names the host and
+ *     whether credentials were found;
+ *   - manifests: GET with an Accept for OCI and Docker manifests and indexes,
+ *     at most 4 MiB, the digest is the sha256 of the bytes received and must
+ *     equal the reference when it is a digest (tag pulls ignore
+ *     Docker-Content-Digest, which is only used by resolve() to avoid a body);
+ *   - blobs: GET following redirects (curl never forwards Authorization to
+ *     another host), streamed into a new file (O_EXCL) while hashing, with an
+ *     exact size limit; the file is removed unless digest and size match;
+ *   - push: HEAD to skip existing blobs, POST then PUT (monolithic) for small
+ *     blobs, PATCH chunks of 8 MiB then PUT for large ones; manifest PUT by
+ *     tag or digest;
+ *   - registry error bodies ({"errors":[{"code","message"}]}) are quoted in
+ *     messages, which always name the URL, and the digest where there is one.
+ *
+ * Ownership: tkm_oci_registry_new() returns an owned client; free it with
+ * tkm_oci_registry_free() (NULL is a no-op). Strings passed in are borrowed
+ * for the call (opts strings are copied by _new).
+ */
+#ifndef TKM_OCI_REGISTRY_H
+#define TKM_OCI_REGISTRY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "err.h"
+#include "oci/manifest.h"
+#include "oci/ref.h"
+
+/* Progress of a long transfer: done bytes of total (0 when unknown). Called
+ * on the calling thread, at most every 64 KiB and once at the end. */
+typedef void (*tkm_oci_progress_cb)(void *ud, uint64_t done, uint64_t total);
+
+struct tkm_oci_registry_opts {
+    const char *const *insecure; /* NULL-terminated "host[:port]" allowed plain HTTP, or NULL */
+    const char *auth_file;       /* a docker config.json to read instead of the defaults */
+    const void *auth_json;       /* bytes of a .dockerconfigjson/.dockercfg (wins over files) */
+    size_t auth_json_len;
+    int anonymous;            /* 1: never send credentials */
+    const char *ca_file;      /* extra CA bundle for https registries, or NULL */
+    uint64_t timeout_ms;      /* per manifest/token request; default 60 s */
+    uint64_t idle_timeout_ms; /* blob transfers: abort after this long without data; 60 s */
+    tkm_oci_progress_cb progress;
+    void *progress_ud;
+};
+
+struct tkm_oci_registry;
+
+int tkm_oci_registry_new(const char *host, const struct tkm_oci_registry_opts *opts,
+                         struct tkm_oci_registry **out, struct tkm_err *err);
+void tkm_oci_registry_free(struct tkm_oci_registry *r);
+/* "https" or "http" (borrowed). */
+const char *tkm_oci_registry_scheme(const struct tkm_oci_registry *r);
+
+/* GET /v2/<repo>/manifests/<reference>. body is caller-owned (any max; it is
+ * capped at 4 MiB here) and gets the raw bytes; content_type (ct_n bytes)
+ * the Content-Type; digest the sha256 of the bytes. -ENOENT when the
+ * registry says it does not exist, -EBADMSG on a digest mismatch. */
+int tkm_oci_registry_get_manifest(struct tkm_oci_registry *r, const char *repo,
+                                  const char *reference, struct tkm_buf *body, char *content_type,
+                                  size_t ct_n, char digest[TKM_OCI_DIGEST_LEN + 1],
+                                  struct tkm_err *err);
+
+/* Resolves a tag to a digest: HEAD and Docker-Content-Digest when the
+ * registry sends it, else GET and hash. Pin the result and re-verify it with
+ * get_manifest(digest). */
+int tkm_oci_registry_resolve(struct tkm_oci_registry *r, const char *repo, const char *reference,
+                             char digest[TKM_OCI_DIGEST_LEN + 1], struct tkm_err *err);
+
+/* Downloads blob d into path (created with O_EXCL, 0644), verifying size and
+ * digest while streaming. On failure path does not exist. -EBADMSG on a
+ * digest or size mismatch (err names the digest and the URL). */
+int tkm_oci_registry_fetch_blob(struct tkm_oci_registry *r, const char *repo,
+                                const struct tkm_oci_desc *d, const char *path,
+                                struct tkm_err *err);
+
+/* Downloads a small blob (config) into out (its max caps it), verified. */
+int tkm_oci_registry_fetch_blob_mem(struct tkm_oci_registry *r, const char *repo,
+                                    const struct tkm_oci_desc *d, struct tkm_buf *out,
+                                    struct tkm_err *err);
+
+/* 1 when the blob exists, 0 when not, < 0 on error. */
+int tkm_oci_registry_blob_exists(struct tkm_oci_registry *r, const char *repo, const char *digest,
+                                 struct tkm_err *err);
+
+/* Uploads the file at path whose digest and size the caller computed (the
+ * registry verifies). Skips the upload when the blob exists (*skipped = 1,
+ * optional). */
+int tkm_oci_registry_push_blob_file(struct tkm_oci_registry *r, const char *repo, const char *path,
+                                    const char *digest, uint64_t size, int *skipped,
+                                    struct tkm_err *err);
+int tkm_oci_registry_push_blob_mem(struct tkm_oci_registry *r, const char *repo, const void *p,
+                                   size_t n, const char *digest, int *skipped, struct tkm_err *err);
+
+/* PUT /v2/<repo>/manifests/<reference> (a tag or the digest). */
+int tkm_oci_registry_put_manifest(struct tkm_oci_registry *r, const char *repo,
+                                  const char *reference, const char *media_type, const void *p,
+                                  size_t n, struct tkm_err *err);
+
+#endif
