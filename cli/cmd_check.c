@@ -1,0 +1,280 @@
+/*
+ * cmd_check.c - `tkmctl check`: can the GPUs of this machine use a Triton cache?
+ */
+#include "tkmctl.h"
+
+#include "gpu/compat.h"
+#include "gpu/probe.h"
+#include "oci/layout.h"
+#include "triton/cache.h"
+#include "triton/image.h"
+#include "util.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void check_usage(FILE *f)
+{
+    fprintf(
+        f,
+        "Usage: tkmctl check [CACHE_DIR | --image-layout DIR [--tag TAG] | IMAGE_REF] [-o json]\n"
+        "                    [--sysfs-root DIR] [--procfs-root DIR] [--nvml-lib PATH] "
+        "[--no-nvml]\n\n"
+        "Probes this machine's GPUs (NVIDIA through NVML, AMD through the amdgpu KFD topology,\n"
+        "any other NVIDIA/AMD display device from the PCI bus) and says, for each GPU, whether\n"
+        "Triton there would hit the kernels of a cache, and why not.\n\n"
+        "A GPU is compatible when one of the cache's targets has its backend (cuda/hip), exactly\n"
+        "its arch (CUDA compute capability 9.0 = sm90; AMD gfx942), its warp size, and, for\n"
+        "CUDA, a PTX ISA version its driver supports (PTX ISA 8.7 needs CUDA 12.8+). A GPU whose\n"
+        "driver is not loaded is never compatible. See docs/compatibility.md.\n\n"
+        "The cache is one of:\n"
+        "  CACHE_DIR              a Triton cache directory (TRITON_CACHE_DIR); every kernel\n"
+        "                         JSON and .ptx is read\n"
+        "  --image-layout DIR     an OCI image layout written by 'tkmctl build' (the summary\n"
+        "                         label of its config); --tag picks a manifest\n"
+        "  IMAGE_REF              an image in a registry, e.g. quay.io/org/cache:v1 (only the\n"
+        "                         manifest and config are fetched)\n\n"
+        "Options:\n"
+        "  -o, --output json|text  output format (default text)\n"
+        "  --sysfs-root DIR        read /sys from DIR (default /sys)\n"
+        "  --procfs-root DIR       read /proc from DIR (default /proc)\n"
+        "  --nvml-lib PATH         the NVML library to dlopen (default libnvidia-ml.so.1)\n"
+        "  --no-nvml               do not load NVML (NVIDIA GPUs then show as unusable)\n\n"
+        "Exit status: 0 when at least one GPU is compatible, 1 when none is (or on an error),\n"
+        "2 on a usage error.\n\n"
+        "Examples:\n"
+        "  tkmctl check ~/.triton/cache\n"
+        "  tkmctl check --image-layout ./out -o json\n"
+        "  tkmctl check quay.io/gkm/cache-examples:vector-add-cache-cuda\n");
+}
+
+struct check_args {
+    const char *source, *layout, *tag;
+    int json;
+    struct tkm_gpu_probe_opts probe;
+};
+
+static int check_parse(int argc, char **argv, struct check_args *a)
+{
+    memset(a, 0, sizeof *a);
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+        int takes = !strcmp(s, "-o") || !strcmp(s, "--output") || !strcmp(s, "--image-layout") ||
+                    !strcmp(s, "--tag") || !strcmp(s, "--sysfs-root") ||
+                    !strcmp(s, "--procfs-root") || !strcmp(s, "--nvml-lib");
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+            check_usage(stdout);
+            return 1;
+        }
+        if (takes && !next) {
+            fprintf(stderr, "tkmctl check: %s needs a value\n\n", s);
+            return -1;
+        }
+        if (!strcmp(s, "-o") || !strcmp(s, "--output")) {
+            if (strcmp(next, "json") != 0 && strcmp(next, "text") != 0) {
+                fprintf(stderr, "tkmctl check: -o takes json or text, not '%s'\n\n", next);
+                return -1;
+            }
+            a->json = !strcmp(next, "json");
+        } else if (!strcmp(s, "--image-layout")) {
+            a->layout = next;
+        } else if (!strcmp(s, "--tag")) {
+            a->tag = next;
+        } else if (!strcmp(s, "--sysfs-root")) {
+            a->probe.sysfs_root = next;
+        } else if (!strcmp(s, "--procfs-root")) {
+            a->probe.procfs_root = next;
+        } else if (!strcmp(s, "--nvml-lib")) {
+            a->probe.nvml_lib = next;
+        } else if (!strcmp(s, "--no-nvml")) {
+            a->probe.no_nvml = 1;
+            continue;
+        } else if (s[0] == '-') {
+            fprintf(stderr, "tkmctl check: unknown flag '%s'\n\n", s);
+            return -1;
+        } else if (a->source) {
+            fprintf(stderr, "tkmctl check: more than one cache given ('%s', '%s')\n\n", a->source,
+                    s);
+            return -1;
+        } else {
+            a->source = s;
+            continue;
+        }
+        i++;
+    }
+    if (!a->source == !a->layout) {
+        fprintf(stderr, "tkmctl check: give exactly one of CACHE_DIR, --image-layout DIR or "
+                        "IMAGE_REF\n\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* The cache side: a scanned directory or an image's labels. */
+struct check_cache {
+    struct tkm_triton_cache dir;
+    struct tkm_triton_image image;
+    int is_dir;
+    const struct tkm_triton_summary *summary;
+};
+
+static int check_load(struct check_cache *c, const struct check_args *a, struct tkm_err *err)
+{
+    struct stat st;
+    memset(c, 0, sizeof *c);
+    if (a->layout)
+        return tkm_triton_image_load_layout(&c->image, a->layout, a->tag, err);
+    if (stat(a->source, &st) == 0 && S_ISDIR(st.st_mode)) {
+        if (tkm_oci_layout_is(a->source))
+            return tkm_triton_image_load_layout(&c->image, a->source, a->tag, err);
+        c->is_dir = 1;
+        return tkm_triton_cache_scan(&c->dir, a->source, err);
+    }
+    return tkm_triton_image_load_ref(&c->image, a->source, NULL, err);
+}
+
+static json_t *cache_json(const struct check_cache *c)
+{
+    char *label = NULL;
+    json_t *o, *summary = NULL;
+    if (c->is_dir && tkm_triton_summary_label(c->summary, &label, NULL) == 0) {
+        summary = json_loads(label, 0, NULL);
+        free(label);
+    } else if (!c->is_dir) {
+        summary = json_loads(c->image.summary_label, 0, NULL);
+    }
+    if (c->is_dir) {
+        o = json_pack("{s:s,s:s,s:I,s:I,s:o*}", "source", "directory", "path", c->dir.root,
+                      "entryCount", (json_int_t)c->dir.n_kernels, "cacheSizeBytes",
+                      (json_int_t)c->dir.size_bytes, "summary", summary);
+    } else {
+        o = json_pack("{s:s,s:s,s:s,s:s?,s:s?,s:o*}", "source", "image", "image", c->image.what,
+                      "manifestDigest", c->image.manifest_digest, "entryCount",
+                      c->image.entry_count, "cacheSizeBytes", c->image.size_bytes, "summary",
+                      summary);
+    }
+    return o;
+}
+
+static void print_text(const struct check_cache *c, const struct tkm_gpu_list *l,
+                       const struct tkm_compat_verdict *v, size_t ok)
+{
+    const struct tkm_triton_summary *s = c->summary;
+    if (c->is_dir)
+        printf("Cache %s: %zu kernels, %llu bytes\n", c->dir.root, c->dir.n_kernels,
+               (unsigned long long)c->dir.size_bytes);
+    else
+        printf("Image %s (%s): %s kernels, %s bytes\n", c->image.what, c->image.manifest_digest,
+               c->image.entry_count ? c->image.entry_count : "?",
+               c->image.size_bytes ? c->image.size_bytes : "?");
+    for (size_t i = 0; i < s->n_targets; i++) {
+        char pv[16];
+        printf("  target %s arch %s warp %d, PTX ISA %s\n", s->targets[i].target.backend,
+               s->targets[i].target.arch, s->targets[i].target.warp_size,
+               tkm_ptx_version_str(s->targets[i].ptx_max, pv, sizeof pv));
+    }
+    if (l->n == 0)
+        printf("No GPU found on this machine%s%s%s\n", l->nvml_error[0] ? " (NVML: " : "",
+               l->nvml_error[0] ? l->nvml_error : "", l->nvml_error[0] ? ")" : "");
+    for (size_t i = 0; i < l->n; i++) {
+        const struct tkm_gpu *g = &l->gpus[i];
+        printf("GPU %d  %s  [%s, %s, arch %s, warp %d, driver %s, CUDA %s]\n  %s %s\n", g->index,
+               g->name, g->gpu_type, g->pci_bus_id[0] ? g->pci_bus_id : "?",
+               g->arch[0] ? g->arch : "?", g->warp_size,
+               g->driver_version[0] ? g->driver_version : "?",
+               g->cuda_version[0] ? g->cuda_version : "-",
+               v[i].compatible ? "COMPATIBLE  " : "INCOMPATIBLE", v[i].reason);
+    }
+    printf("%zu of %zu GPUs compatible\n", ok, l->n);
+}
+
+static int print_json(const struct check_cache *c, const struct tkm_gpu_list *l,
+                      const struct tkm_compat_verdict *v, size_t ok)
+{
+    json_t *root = json_object(), *res = json_array(), *yes = json_array(), *no = json_array();
+    int rc = -ENOMEM;
+    if (!root || !res || !yes || !no)
+        goto out;
+    for (size_t i = 0; i < l->n; i++) {
+        json_t *vj = tkm_compat_verdict_json(c->summary, &l->gpus[i], &v[i]);
+        if (!vj || json_array_append_new(res, vj) ||
+            json_array_append_new(v[i].compatible ? yes : no, json_integer(l->gpus[i].index)))
+            goto out;
+    }
+    if (json_object_set_new(root, "cache", cache_json(c)) ||
+        (l->nvml_error[0] && json_object_set_new(root, "nvmlError", json_string(l->nvml_error))) ||
+        json_object_set(root, "results", res) || json_object_set(root, "compatibleGpus", yes) ||
+        json_object_set(root, "incompatibleGpus", no) ||
+        json_object_set_new(root, "compatible", json_boolean(ok > 0)))
+        goto out;
+    rc = json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 ? 0 : -EIO;
+    putchar('\n');
+out:
+    json_decref(root);
+    json_decref(res);
+    json_decref(yes);
+    json_decref(no);
+    return rc;
+}
+
+static int cmd_check(int argc, char **argv)
+{
+    struct check_args a;
+    struct check_cache c;
+    struct tkm_gpu_list l = {0};
+    struct tkm_compat_verdict *v = NULL;
+    struct tkm_err err = {0};
+    size_t ok = 0;
+    int rc = check_parse(argc, argv, &a), status = 1;
+    if (rc) {
+        if (rc < 0)
+            check_usage(stderr);
+        return rc < 0 ? 2 : 0;
+    }
+    if (check_load(&c, &a, &err) != 0) {
+        fprintf(stderr, "tkmctl check: %s\n", tkm_err_str(&err));
+        return 1;
+    }
+    c.summary = c.is_dir ? &c.dir.summary : &c.image.summary;
+    if (c.is_dir && c.dir.n_kernels == 0) {
+        fprintf(stderr,
+                "tkmctl check: %s holds no Triton kernel (no <name>.json with a \"hash\")\n",
+                a.source);
+        goto out;
+    }
+    if (tkm_gpu_probe(&l, &a.probe, &err) != 0) {
+        fprintf(stderr, "tkmctl check: probing GPUs: %s\n", tkm_err_str(&err));
+        goto out;
+    }
+    if (!(v = calloc(l.n ? l.n : 1, sizeof *v))) {
+        fprintf(stderr, "tkmctl check: out of memory\n");
+        goto out;
+    }
+    for (size_t i = 0; i < l.n; i++) {
+        tkm_compat_check(c.summary, &l.gpus[i], &v[i]);
+        ok += v[i].compatible ? 1 : 0;
+    }
+    if (a.json) {
+        if (print_json(&c, &l, v, ok) != 0) {
+            fprintf(stderr, "tkmctl check: cannot write the JSON output\n");
+            goto out;
+        }
+    } else {
+        print_text(&c, &l, v, ok);
+    }
+    status = ok > 0 ? 0 : 1;
+out:
+    free(v);
+    tkm_gpu_list_release(&l);
+    tkm_triton_cache_release(&c.dir);
+    tkm_triton_image_release(&c.image);
+    return status;
+}
+
+TKMCTL_COMMAND_ORDERED(check, "say which GPUs here can use a Triton cache, and why not", cmd_check,
+                       40)

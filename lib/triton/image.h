@@ -1,0 +1,39 @@
+/*
+ * triton/image.h - the Triton facts an image carries in its config labels
+ * (cache.triton.image/summary, entry-count, cache-size-bytes), read from an
+ * OCI image-layout directory or a registry, without pulling the layer.
+ *
+ * Ownership: struct tkm_triton_image is caller-owned; release it with
+ * tkm_triton_image_release(). Label pointers are borrowed from it.
+ */
+#ifndef TKM_TRITON_IMAGE_H
+#define TKM_TRITON_IMAGE_H
+
+#include "err.h"
+#include "oci/manifest.h"
+#include "oci/registry.h"
+#include "triton/cache.h"
+
+#define TKM_TRITON_LABEL_SUMMARY     "cache.triton.image/summary"
+#define TKM_TRITON_LABEL_ENTRY_COUNT "cache.triton.image/entry-count"
+#define TKM_TRITON_LABEL_SIZE        "cache.triton.image/cache-size-bytes"
+
+struct tkm_triton_image {
+    char what[600]; /* "layout DIR[:TAG]" or the canonical ref */
+    char manifest_digest[TKM_OCI_DIGEST_LEN + 1];
+    struct tkm_oci_config config;      /* owned */
+    const char *summary_label;         /* borrowed from config; never NULL on success */
+    const char *entry_count;           /* borrowed, or NULL */
+    const char *size_bytes;            /* borrowed, or NULL */
+    struct tkm_triton_summary summary; /* parsed summary_label */
+};
+
+/* tag NULL: the layout's only manifest. */
+int tkm_triton_image_load_layout(struct tkm_triton_image *im, const char *dir, const char *tag,
+                                 struct tkm_err *err);
+/* ref like "quay.io/org/cache:tag"; opts may be NULL. */
+int tkm_triton_image_load_ref(struct tkm_triton_image *im, const char *ref,
+                              const struct tkm_oci_registry_opts *opts, struct tkm_err *err);
+void tkm_triton_image_release(struct tkm_triton_image *im);
+
+#endif
