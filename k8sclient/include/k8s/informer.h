@@ -74,6 +74,8 @@ struct k8s_informer_handler {
      * last state this informer knew. */
     void (*on_delete)(const struct k8s_obj *obj, int final_state_unknown, void *data);
     void (*on_synced)(void *data);
+    /* The watch failed and backs off for delay_ms (msg borrowed): for logs. */
+    void (*on_error)(int rc, const char *msg, uint64_t delay_ms, void *data);
 };
 
 struct k8s_informer_opts {

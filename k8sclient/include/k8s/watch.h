@@ -35,7 +35,10 @@
  * Callback contract: if k8s_watch_start() fails no callback is ever called.
  * Otherwise callbacks run from the loop, never from inside k8s_watch_start()
  * or k8s_watch_stop(). A callback may call k8s_watch_stop() (nothing more is
- * delivered after it). Single-threaded: everything runs on the loop's thread.
+ * delivered after it). A handler that returns non-zero halts the watch (the
+ * request is cancelled, nothing more is delivered) but does not free it:
+ * the owner still calls k8s_watch_stop(). Single-threaded: everything runs
+ * on the loop's thread.
  */
 #ifndef K8S_WATCH_H
 #define K8S_WATCH_H
@@ -89,8 +92,7 @@ struct k8s_watch_event {
 
 /*
  * What the watch reports. Every member is optional. Returning non-zero from
- * list_item/list_end/event stops the watch as if k8s_watch_stop() had been
- * called (the handler's error is logged by the caller, not here).
+ * list_item/list_end/event halts the watch (see above).
  *   list_begin  a list (initial or relist) starts; items follow
  *   list_item   one item of that list (type ADDED)
  *   list_end    the list is complete; rv is its resourceVersion (borrowed)
