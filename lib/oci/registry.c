@@ -188,6 +188,8 @@ static int status_error(struct tkm_oci_registry *r, const struct tkm_http_resp *
                            : r->have_creds ? "the credentials were rejected"
                                            : "no credentials found for this registry: add them "
                                              "with docker login or --auth-file");
+    if (!detail[0] && resp->status == 404)
+        snprintf(detail, sizeof detail, "not found (no such repository, tag or digest)");
     return tkm_err_set(err, code, "%s: %s: HTTP %ld%s%s", what, resp->url, resp->status,
                        detail[0] ? ": " : "", detail);
 }

@@ -1,0 +1,131 @@
+/*
+ * cmd_pull.c - tkmctl pull: a registry image -> verified blobs in a layout.
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl_oci.h"
+#include "oci/image.h"
+#include "oci/ref.h"
+#include "tkmctl.h"
+
+static void usage(FILE *f)
+{
+    fprintf(
+        f,
+        "Usage: tkmctl pull REF --output DIR [flags]\n\n"
+        "Downloads an image into an OCI image layout at DIR. The tag is resolved to a\n"
+        "digest once; the manifest is fetched by that digest and hashed; an index is\n"
+        "followed to its linux/<this machine's arch> manifest; the config and every layer\n"
+        "are verified against their digests and sizes while they stream (a mismatch is an\n"
+        "error naming the digest, and nothing unverified is left in DIR). Prints the digest\n"
+        "and the Triton cache labels.\n\n"
+        "Flags:\n"
+        "  --output DIR       the layout to write (created, or added to)\n"
+        "  --tag TAG          tag in the layout (default: REF's tag)\n"
+        "  --config-only      fetch manifest and config only (inspect the labels)\n"
+        "  -o json            print the result as JSON\n\n"
+        "%s\n"
+        "Examples:\n"
+        "  tkmctl pull 127.0.0.1:5000/tkm/cache:sm90 --output ./img\n"
+        "  tkmctl pull quay.io/gkm/cache-examples:vector-add-cache-cuda --output ./img -o json\n",
+        ctl_oci_flags_help);
+}
+
+static const char *const labels[] = {
+    "cache.triton.image/entry-count", "cache.triton.image/cache-size-bytes",
+    "cache.triton.image/summary", "org.opencontainers.image.title"};
+
+static void print_result(const char *canon, const struct tkm_oci_pull_result *r, const char *output,
+                         int json)
+{
+    if (json) {
+        json_t *l = json_object();
+        for (size_t i = 0; i < sizeof labels / sizeof labels[0]; i++) {
+            const char *v = tkm_oci_config_label(&r->config, labels[i]);
+            if (v)
+                json_object_set_new(l, labels[i], json_string(v));
+        }
+        json_t *j =
+            json_pack("{s:s,s:s,s:s,s:o,s:I,s:I}", "reference", canon, "digest", r->manifest.digest,
+                      "layout", output, "labels", l, "layers", (json_int_t)r->parsed.n_descs,
+                      "bytes_fetched", (json_int_t)r->bytes_fetched);
+        if (j && r->index_digest[0])
+            json_object_set_new(j, "index", json_string(r->index_digest));
+        char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
+        if (s)
+            printf("%s\n", s);
+        free(s);
+        json_decref(j);
+        return;
+    }
+    printf("%s@%s -> %s\n", canon, r->manifest.digest, output);
+    for (size_t i = 0; i < sizeof labels / sizeof labels[0]; i++) {
+        const char *v = tkm_oci_config_label(&r->config, labels[i]);
+        if (v)
+            printf("  %s=%s\n", labels[i], v);
+    }
+}
+
+static int cmd_pull(int argc, char **argv)
+{
+    struct ctl_oci_flags f;
+    struct tkm_oci_ref ref;
+    struct tkm_oci_registry_opts ro;
+    struct tkm_oci_pull_result res;
+    struct tkm_err err = {0};
+    const char *refstr = NULL, *output = NULL, *tag = NULL;
+    char canon[600];
+    int layers = 1;
+    ctl_oci_flags_init(&f, "pull");
+    for (int i = 1; i < argc; i++) {
+        int k = ctl_oci_flag(&f, argc, argv, &i, "pull");
+        if (k < 0)
+            return 2;
+        if (k)
+            continue;
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--output") == 0 && i + 1 < argc)
+            output = argv[++i];
+        else if (strcmp(argv[i], "--tag") == 0 && i + 1 < argc)
+            tag = argv[++i];
+        else if (strcmp(argv[i], "--config-only") == 0)
+            layers = 0;
+        else if (argv[i][0] == '-') {
+            fprintf(stderr, "tkmctl pull: unknown flag or missing value: '%s' (see --help)\n",
+                    argv[i]);
+            return 2;
+        } else if (!refstr)
+            refstr = argv[i];
+        else {
+            fprintf(stderr, "tkmctl pull: unexpected argument '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!refstr || !output) {
+        fprintf(stderr, "tkmctl pull: need REF and --output DIR\n\n");
+        usage(stderr);
+        return 2;
+    }
+    if (tkm_oci_ref_parse(&ref, refstr, &err) != 0) {
+        fprintf(stderr, "tkmctl pull: %s\n", tkm_err_str(&err));
+        return 2;
+    }
+    ctl_oci_registry_opts(&f, &ro);
+    int rc = tkm_oci_pull(&ref, &ro, output, tag, layers, &res, &err);
+    ctl_progress_end(&f.progress);
+    if (rc != 0) {
+        fprintf(stderr, "tkmctl pull: %s\n", tkm_err_str(&err));
+        return 1;
+    }
+    tkm_oci_ref_format(&ref, canon, sizeof canon);
+    print_result(canon, &res, output, f.json);
+    tkm_oci_pull_result_release(&res);
+    return 0;
+}
+
+TKMCTL_COMMAND_ORDERED(pull, "download an image into a verified OCI layout", cmd_pull, 12);

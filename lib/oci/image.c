@@ -1,0 +1,202 @@
+/* image.c - see image.h. */
+#include "oci/image.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "oci/digest.h"
+#include "oci/layout.h"
+
+#define IMG_PATH_MAX 4096
+
+void tkm_oci_pull_result_release(struct tkm_oci_pull_result *res)
+{
+    if (!res)
+        return;
+    tkm_oci_manifest_release(&res->parsed);
+    tkm_oci_config_release(&res->config);
+    memset(res, 0, sizeof *res);
+}
+
+/* GET + verify + parse the manifest at reference (a digest or tag). */
+static int get_parsed(struct tkm_oci_registry *r, const struct tkm_oci_ref *ref,
+                      const char *reference, struct tkm_buf *body, struct tkm_oci_manifest *m,
+                      struct tkm_err *err)
+{
+    char ct[256], dg[TKM_OCI_DIGEST_LEN + 1], what[700];
+    int rc = tkm_oci_registry_get_manifest(r, ref->repo, reference, body, ct, sizeof ct, dg, err);
+    if (rc)
+        return rc;
+    snprintf(what, sizeof what, "%s/%s@%s", ref->host, ref->repo, dg);
+    return tkm_oci_manifest_parse(m, ct, body->data, body->len, what, err);
+}
+
+static int fetch_layers(struct tkm_oci_registry *r, const struct tkm_oci_ref *ref,
+                        const char *layout, struct tkm_oci_pull_result *res, struct tkm_err *err)
+{
+    char path[IMG_PATH_MAX], tmp[IMG_PATH_MAX];
+    int rc = 0;
+    for (size_t i = 0; i < res->parsed.n_descs && rc == 0; i++) {
+        const struct tkm_oci_desc *d = &res->parsed.descs[i];
+        struct tkm_err ignore = {0};
+        if (tkm_oci_layout_blob_path(layout, d->digest, path, sizeof path) != 0)
+            return tkm_err_set(err, -ENAMETOOLONG, "layout path too long: %.200s", layout);
+        if (access(path, F_OK) == 0 && tkm_oci_layout_verify_blob(layout, d, &ignore) == 0)
+            continue; /* already here and intact */
+        snprintf(tmp, sizeof tmp, "%s/blobs/.pull-%d-%.16s.tmp", layout, (int)getpid(),
+                 tkm_oci_digest_hex(d->digest));
+        unlink(tmp);
+        if ((rc = tkm_oci_registry_fetch_blob(r, ref->repo, d, tmp, err)) != 0)
+            break;
+        if ((rc = tkm_oci_layout_take_blob(layout, tmp, d->digest, err)) != 0)
+            unlink(tmp);
+        res->bytes_fetched += d->size;
+    }
+    return rc;
+}
+
+int tkm_oci_pull(const struct tkm_oci_ref *ref, const struct tkm_oci_registry_opts *ro,
+                 const char *layout_dir, const char *tag, int layers,
+                 struct tkm_oci_pull_result *res, struct tkm_err *err)
+{
+    struct tkm_oci_registry *r = NULL;
+    struct tkm_buf body = TKM_BUF_INIT(TKM_OCI_MANIFEST_MAX),
+                   cfg = TKM_BUF_INIT(TKM_OCI_MANIFEST_MAX);
+    char digest[TKM_OCI_DIGEST_LEN + 1], cdg[TKM_OCI_DIGEST_LEN + 1], what[700];
+    struct tkm_oci_manifest top = {0};
+    int rc;
+    memset(res, 0, sizeof *res);
+    if ((rc = tkm_oci_registry_new(ref->host, ro, &r, err)) != 0)
+        goto out;
+    if ((rc = tkm_oci_registry_resolve(r, ref->repo, tkm_oci_ref_reference(ref), digest, err)))
+        goto out;
+    if ((rc = get_parsed(r, ref, digest, &body, &top, err)) != 0)
+        goto out;
+    if (top.kind == TKM_OCI_KIND_INDEX) {
+        const struct tkm_oci_desc *d;
+        memcpy(res->index_digest, top.digest, sizeof res->index_digest);
+        if ((rc = tkm_oci_index_select(&top, "linux", tkm_oci_host_arch(), NULL, &d, err)) != 0)
+            goto out;
+        res->manifest = *d;
+        if ((rc = get_parsed(r, ref, d->digest, &body, &res->parsed, err)) != 0)
+            goto out;
+        if (res->parsed.kind != TKM_OCI_KIND_MANIFEST) {
+            rc = tkm_err_set(err, -EINVAL, "%s: index entry %s is not an image manifest", ref->repo,
+                             d->digest);
+            goto out;
+        }
+    } else {
+        res->parsed = top;
+        memset(&top, 0, sizeof top);
+        memset(&res->manifest, 0, sizeof res->manifest);
+        snprintf(res->manifest.media_type, sizeof res->manifest.media_type, "%s",
+                 res->parsed.media_type);
+        memcpy(res->manifest.digest, res->parsed.digest, sizeof res->manifest.digest);
+        res->manifest.size = res->parsed.size;
+    }
+    if ((rc = tkm_oci_registry_fetch_blob_mem(r, ref->repo, &res->parsed.config, &cfg, err)))
+        goto out;
+    snprintf(what, sizeof what, "config %s", res->parsed.config.digest);
+    if ((rc = tkm_oci_config_parse(&res->config, cfg.data, cfg.len, what, err)) != 0)
+        goto out;
+    if ((rc = tkm_oci_layout_init(layout_dir, err)) != 0 ||
+        (rc = tkm_oci_layout_put_blob(layout_dir, cfg.data, cfg.len, cdg, err)) != 0 ||
+        (rc = tkm_oci_layout_put_blob(layout_dir, body.data, body.len, digest, err)) != 0)
+        goto out;
+    if (layers && (rc = fetch_layers(r, ref, layout_dir, res, err)) != 0)
+        goto out;
+    rc = tkm_oci_layout_add_manifest(layout_dir, &res->manifest,
+                                     tag           ? tag
+                                     : ref->tag[0] ? ref->tag
+                                                   : "latest",
+                                     err);
+out:
+    if (rc)
+        tkm_oci_pull_result_release(res);
+    tkm_oci_manifest_release(&top);
+    tkm_oci_registry_free(r);
+    tkm_buf_release(&body);
+    tkm_buf_release(&cfg);
+    return rc;
+}
+
+int tkm_oci_layout_load(const char *layout_dir, const char *tag, struct tkm_oci_pull_result *res,
+                        struct tkm_err *err)
+{
+    struct tkm_buf b = TKM_BUF_INIT(TKM_OCI_MANIFEST_MAX);
+    char what[IMG_PATH_MAX + 80];
+    int rc;
+    memset(res, 0, sizeof *res);
+    if ((rc = tkm_oci_layout_find(layout_dir, tag, &res->manifest, err)) != 0 ||
+        (rc = tkm_oci_layout_read_blob(layout_dir, &res->manifest, &b, err)) != 0)
+        goto out;
+    snprintf(what, sizeof what, "layout %s manifest %s", layout_dir, res->manifest.digest);
+    if ((rc = tkm_oci_manifest_parse(&res->parsed, res->manifest.media_type, b.data, b.len, what,
+                                     err)) != 0)
+        goto out;
+    if (res->parsed.kind != TKM_OCI_KIND_MANIFEST) {
+        rc = tkm_err_set(err, -ENOTSUP, "%s: an index; tkm layouts hold image manifests", what);
+        goto out;
+    }
+    if ((rc = tkm_oci_layout_read_blob(layout_dir, &res->parsed.config, &b, err)) != 0)
+        goto out;
+    snprintf(what, sizeof what, "layout %s config %s", layout_dir, res->parsed.config.digest);
+    rc = tkm_oci_config_parse(&res->config, b.data, b.len, what, err);
+out:
+    if (rc)
+        tkm_oci_pull_result_release(res);
+    tkm_buf_release(&b);
+    return rc;
+}
+
+int tkm_oci_push(const char *layout_dir, const char *tag, const struct tkm_oci_ref *ref,
+                 const struct tkm_oci_registry_opts *ro, char digest[TKM_OCI_DIGEST_LEN + 1],
+                 int *uploaded, struct tkm_err *err)
+{
+    struct tkm_oci_pull_result img;
+    struct tkm_oci_registry *r = NULL;
+    struct tkm_buf b = TKM_BUF_INIT(TKM_OCI_MANIFEST_MAX);
+    char path[IMG_PATH_MAX];
+    int rc, skipped = 0, up = 0;
+    if ((rc = tkm_oci_layout_load(layout_dir, tag, &img, err)) != 0)
+        return rc;
+    if (ref->digest[0] && strcmp(ref->digest, img.manifest.digest) != 0) {
+        rc = tkm_err_set(err, -EINVAL,
+                         "push: the reference names %s but the layout's manifest is %s",
+                         ref->digest, img.manifest.digest);
+        goto out;
+    }
+    if ((rc = tkm_oci_registry_new(ref->host, ro, &r, err)) != 0)
+        goto out;
+    if ((rc = tkm_oci_layout_read_blob(layout_dir, &img.parsed.config, &b, err)) != 0 ||
+        (rc = tkm_oci_registry_push_blob_mem(r, ref->repo, b.data, b.len, img.parsed.config.digest,
+                                             &skipped, err)) != 0)
+        goto out;
+    up += !skipped;
+    for (size_t i = 0; i < img.parsed.n_descs; i++) {
+        const struct tkm_oci_desc *d = &img.parsed.descs[i];
+        if ((rc = tkm_oci_layout_verify_blob(layout_dir, d, err)) != 0)
+            goto out;
+        tkm_oci_layout_blob_path(layout_dir, d->digest, path, sizeof path);
+        if ((rc = tkm_oci_registry_push_blob_file(r, ref->repo, path, d->digest, d->size, &skipped,
+                                                  err)) != 0)
+            goto out;
+        up += !skipped;
+    }
+    if ((rc = tkm_oci_layout_read_blob(layout_dir, &img.manifest, &b, err)) != 0)
+        goto out;
+    rc = tkm_oci_registry_put_manifest(r, ref->repo, ref->tag[0] ? ref->tag : img.manifest.digest,
+                                       img.manifest.media_type, b.data, b.len, err);
+    if (rc == 0 && digest)
+        memcpy(digest, img.manifest.digest, TKM_OCI_DIGEST_LEN + 1);
+    if (rc == 0 && uploaded)
+        *uploaded = up;
+out:
+    tkm_oci_registry_free(r);
+    tkm_oci_pull_result_release(&img);
+    tkm_buf_release(&b);
+    return rc;
+}

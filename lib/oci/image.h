@@ -1,0 +1,51 @@
+/*
+ * image.h - whole-image transfers between a registry and an OCI layout.
+ *
+ * Pull: resolve the reference (HEAD for the digest, then GET by that digest
+ * and hash what arrives), follow an index to the linux/<host arch> manifest
+ * (attestations skipped; a single manifest is taken as is), fetch and verify
+ * the config and every layer into the layout (blobs already present are
+ * verified instead of fetched), then tag the manifest in index.json.
+ *
+ * Push: read the tagged manifest from a layout, verify each blob, upload
+ * config and layers (skipping those the registry has), then PUT the manifest
+ * under the reference's tag (or its digest).
+ *
+ * Both are synchronous (registry.h). Strings are borrowed.
+ */
+#ifndef TKM_OCI_IMAGE_H
+#define TKM_OCI_IMAGE_H
+
+#include "err.h"
+#include "oci/manifest.h"
+#include "oci/ref.h"
+#include "oci/registry.h"
+
+struct tkm_oci_pull_result {
+    char index_digest[TKM_OCI_DIGEST_LEN + 1]; /* "" unless the reference named an index */
+    struct tkm_oci_desc manifest;              /* the image manifest pulled */
+    struct tkm_oci_manifest parsed;            /* owned: release with _pull_result_release */
+    struct tkm_oci_config config;              /* owned */
+    uint64_t bytes_fetched;                    /* layer bytes downloaded (not reused) */
+};
+
+/* Pulls ref into layout_dir (created if needed) under tag (NULL: the
+ * reference's tag, else "latest"). layers = 0 fetches manifest and config
+ * only (inspection). */
+int tkm_oci_pull(const struct tkm_oci_ref *ref, const struct tkm_oci_registry_opts *ro,
+                 const char *layout_dir, const char *tag, int layers,
+                 struct tkm_oci_pull_result *res, struct tkm_err *err);
+void tkm_oci_pull_result_release(struct tkm_oci_pull_result *res);
+
+/* Pushes the manifest tagged tag (NULL: the only one) in layout_dir to ref.
+ * digest (optional) gets the manifest digest; *uploaded (optional) the
+ * number of blobs actually uploaded. */
+int tkm_oci_push(const char *layout_dir, const char *tag, const struct tkm_oci_ref *ref,
+                 const struct tkm_oci_registry_opts *ro, char digest[TKM_OCI_DIGEST_LEN + 1],
+                 int *uploaded, struct tkm_err *err);
+
+/* Reads and verifies the manifest and config tagged tag in a layout. */
+int tkm_oci_layout_load(const char *layout_dir, const char *tag, struct tkm_oci_pull_result *res,
+                        struct tkm_err *err);
+
+#endif
