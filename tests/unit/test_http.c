@@ -1,0 +1,401 @@
+/* test_http.c - lib/http against a canned server on 127.0.0.1. */
+#include "test.h"
+
+#include "http.h"
+#include "httpd-test.h"
+#include "util.h"
+
+struct got {
+    int done;
+    int code;
+    long status;
+    char body[65536];
+    size_t body_len;
+    char streamed[65536];
+    size_t streamed_len;
+    int data_calls;
+    char error[512];
+    char ctype[128];
+};
+
+static void on_done(struct tkm_http_req *req, struct tkm_http_resp *resp, void *data)
+{
+    (void)req;
+    struct got *g = data;
+    g->done++;
+    g->code = resp->code;
+    g->status = resp->status;
+    g->body_len = resp->body.len < sizeof g->body ? resp->body.len : sizeof g->body - 1;
+    memcpy(g->body, resp->body.data, g->body_len);
+    snprintf(g->error, sizeof g->error, "%s", resp->error);
+    tkm_http_resp_header(resp, "content-type", g->ctype, sizeof g->ctype);
+}
+
+static int on_data(struct tkm_http_req *req, const char *p, size_t n, void *data)
+{
+    (void)req;
+    struct got *g = data;
+    g->data_calls++;
+    if (g->streamed_len + n < sizeof g->streamed) {
+        memcpy(g->streamed + g->streamed_len, p, n);
+        g->streamed_len += n;
+    }
+    return 0;
+}
+
+static void url_of(char *out, size_t n, int port, const char *path)
+{
+    snprintf(out, n, "http://127.0.0.1:%d%s", port, path);
+}
+
+static void run_until(uv_loop_t *loop, struct got *g)
+{
+    while (!g->done)
+        uv_run(loop, UV_RUN_ONCE);
+}
+
+static void close_and_drain(uv_loop_t *loop, struct tkm_http *h)
+{
+    tkm_http_close(h, NULL, NULL);
+    uv_run(loop, UV_RUN_DEFAULT);
+    ASSERT_EQ(uv_loop_close(loop), 0);
+}
+
+TEST(sync_get_headers_and_body)
+{
+    struct tsrv s;
+    struct tsrv_reply r = {200, "Content-Type: application/json\r\n", "{\"a\":1}", 0, 0, 0};
+    int port = tsrv_start(&s, &r, 1);
+    ASSERT(port > 0);
+    char url[128];
+    url_of(url, sizeof url, port, "/x?y=1");
+    const char *hdrs[] = {"X-Test: yes", NULL};
+    struct tkm_http_req_opts o = {.url = url, .headers = hdrs};
+    struct tkm_http_resp resp;
+    struct tkm_err err = {0};
+    tkm_http_resp_init(&resp);
+    ASSERT_OK(tkm_http_do(&o, &resp, &err));
+    ASSERT_EQ(resp.status, 200);
+    ASSERT_STREQ(resp.body.data, "{\"a\":1}");
+    char ct[64];
+    ASSERT_EQ(tkm_http_resp_header(&resp, "Content-Type", ct, sizeof ct), 16);
+    ASSERT_STREQ(ct, "application/json");
+    ASSERT_EQ(tkm_http_resp_header(&resp, "Retry-After", ct, sizeof ct), -ENOENT);
+    const char *req = tsrv_req(&s, 0);
+    ASSERT_STRCONTAINS(req, "GET /x?y=1 HTTP/1.1\r\n");
+    ASSERT_STRCONTAINS(req, "X-Test: yes\r\n");
+    ASSERT_STRCONTAINS(req, "User-Agent: tkm/");
+    tkm_http_resp_release(&resp);
+}
+
+TEST(methods_and_bodies)
+{
+    struct tsrv s;
+    struct tsrv_reply r = {201, NULL, "ok", 0, 0, 0};
+    int port = tsrv_start(&s, &r, 1);
+    char url[128];
+    url_of(url, sizeof url, port, "/obj");
+    const char *methods[] = {"POST", "PUT", "PATCH", "DELETE"};
+    for (int i = 0; i < 4; i++) {
+        const char *hdrs[] = {"Content-Type: application/json", NULL};
+        struct tkm_http_req_opts o = {.method = methods[i],
+                                      .url = url,
+                                      .headers = hdrs,
+                                      .body = "{\"k\":\"v\"}",
+                                      .body_len = 9};
+        struct tkm_http_resp resp;
+        tkm_http_resp_init(&resp);
+        ASSERT_OK(tkm_http_do(&o, &resp, NULL));
+        ASSERT_EQ(resp.status, 201);
+        tkm_http_resp_release(&resp);
+        const char *req = tsrv_req(&s, i);
+        char line[64];
+        snprintf(line, sizeof line, "%s /obj HTTP/1.1\r\n", methods[i]);
+        ASSERT_STRCONTAINS(req, line);
+        ASSERT_STRCONTAINS(req, "Content-Length: 9\r\n");
+        ASSERT_STRCONTAINS(req, "Content-Type: application/json\r\n");
+        ASSERT_STRCONTAINS(req, "\r\n\r\n{\"k\":\"v\"}");
+    }
+}
+
+TEST(connection_reused_on_one_client)
+{
+    struct tsrv s;
+    struct tsrv_reply r = {200, NULL, "hello", 0, 0, 0};
+    int port = tsrv_start(&s, &r, 1);
+    char url[128];
+    url_of(url, sizeof url, port, "/");
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct tkm_http *h;
+    ASSERT_OK(tkm_http_new(&loop, NULL, &h, NULL));
+    for (int i = 0; i < 3; i++) {
+        struct got g = {0};
+        struct tkm_http_req_opts o = {.url = url, .done_cb = on_done, .data = &g};
+        ASSERT_OK(tkm_http_start(h, &o, NULL, NULL));
+        ASSERT_EQ(g.done, 0); /* never called from inside start */
+        run_until(&loop, &g);
+        ASSERT_EQ(g.code, 0);
+        ASSERT_STREQ(g.body, "hello");
+    }
+    ASSERT_EQ(tsrv_nreqs(&s), 3);
+    ASSERT_EQ(tsrv_conns(&s), 1);
+    ASSERT_EQ(tkm_http_inflight(h), 0);
+    close_and_drain(&loop, h);
+}
+
+TEST(streaming_any_split)
+{
+    struct tsrv s;
+    char body[3000];
+    for (size_t i = 0; i < sizeof body - 1; i++)
+        body[i] = (char)('a' + i % 26);
+    body[sizeof body - 1] = '\0';
+    struct tsrv_reply r[] = {{200, NULL, body, 0, 0, 7},
+                             {404, NULL, "{\"kind\":\"Status\"}", 0, 0, 0}};
+    int port = tsrv_start(&s, r, 2);
+    char url[128];
+    url_of(url, sizeof url, port, "/watch");
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct tkm_http *h;
+    ASSERT_OK(tkm_http_new(&loop, NULL, &h, NULL));
+    struct got g = {0};
+    struct tkm_http_req_opts o = {.url = url, .data_cb = on_data, .done_cb = on_done, .data = &g};
+    ASSERT_OK(tkm_http_start(h, &o, NULL, NULL));
+    run_until(&loop, &g);
+    ASSERT_EQ(g.code, 0);
+    ASSERT_UEQ(g.streamed_len, strlen(body));
+    ASSERT_MEMEQ(g.streamed, body, strlen(body));
+    ASSERT(g.data_calls >= 2);
+    ASSERT_UEQ(g.body_len, 0); /* streamed, not buffered */
+    /* A non-2xx reply is buffered for the caller to decode, not streamed. */
+    struct got g2 = {0};
+    o.data = &g2;
+    ASSERT_OK(tkm_http_start(h, &o, NULL, NULL));
+    run_until(&loop, &g2);
+    ASSERT_EQ(g2.status, 404);
+    ASSERT_EQ(g2.data_calls, 0);
+    ASSERT_STREQ(g2.body, "{\"kind\":\"Status\"}");
+    close_and_drain(&loop, h);
+}
+
+TEST(total_timeout)
+{
+    struct tsrv s;
+    struct tsrv_reply r = {200, NULL, "late", 0, 3000, 0};
+    int port = tsrv_start(&s, &r, 1);
+    char url[128];
+    url_of(url, sizeof url, port, "/slow");
+    struct tkm_http_req_opts o = {.url = url, .timeout_ms = 300};
+    struct tkm_http_resp resp;
+    struct tkm_err err = {0};
+    tkm_http_resp_init(&resp);
+    uint64_t t0 = tkm_now_ms();
+    ASSERT_EQ(tkm_http_do(&o, &resp, &err), -ETIMEDOUT);
+    ASSERT(tkm_now_ms() - t0 < 2500);
+    ASSERT_STRCONTAINS(err.msg, url);
+    ASSERT_EQ(resp.status, 0);
+    tkm_http_resp_release(&resp);
+}
+
+TEST(idle_timeout)
+{
+    struct tsrv s;
+    struct tsrv_reply r = {200, NULL, "late", 0, 4000, 0};
+    int port = tsrv_start(&s, &r, 1);
+    char url[128];
+    url_of(url, sizeof url, port, "/idle");
+    struct tkm_http_req_opts o = {.url = url, .idle_timeout_ms = 1000};
+    struct tkm_http_resp resp;
+    tkm_http_resp_init(&resp);
+    uint64_t t0 = tkm_now_ms();
+    ASSERT_EQ(tkm_http_do(&o, &resp, NULL), -ETIMEDOUT);
+    ASSERT(tkm_now_ms() - t0 < 3500);
+    tkm_http_resp_release(&resp);
+}
+
+TEST(body_cap)
+{
+    struct tsrv s;
+    char big[2000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    struct tsrv_reply r = {200, NULL, big, 0, 0, 0};
+    int port = tsrv_start(&s, &r, 1);
+    char url[128];
+    url_of(url, sizeof url, port, "/big");
+    struct tkm_http_req_opts o = {.url = url, .max_body = 100};
+    struct tkm_http_resp resp;
+    struct tkm_err err = {0};
+    tkm_http_resp_init(&resp);
+    ASSERT_EQ(tkm_http_do(&o, &resp, &err), -E2BIG);
+    ASSERT_STRCONTAINS(err.msg, "larger than the configured limit");
+    tkm_http_resp_release(&resp);
+}
+
+TEST(connection_refused)
+{
+    struct tsrv s;
+    struct tsrv_reply r = {200, NULL, "", 0, 0, 0};
+    int port = tsrv_start(&s, &r, 1);
+    close(s.fd); /* nothing listens any more */
+    char url[128];
+    url_of(url, sizeof url, port, "/");
+    struct tkm_http_req_opts o = {.url = url, .timeout_ms = 2000};
+    struct tkm_http_resp resp;
+    tkm_http_resp_init(&resp);
+    ASSERT_EQ(tkm_http_do(&o, &resp, NULL), -ECONNREFUSED);
+    tkm_http_resp_release(&resp);
+}
+
+static void cancel_cb(uv_timer_t *t)
+{
+    tkm_http_cancel(t->data);
+    uv_close((uv_handle_t *)t, NULL);
+}
+
+TEST(cancel_in_flight)
+{
+    struct tsrv s;
+    struct tsrv_reply r = {200, NULL, "late", 0, 3000, 0};
+    int port = tsrv_start(&s, &r, 1);
+    char url[128];
+    url_of(url, sizeof url, port, "/hang");
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct tkm_http *h;
+    ASSERT_OK(tkm_http_new(&loop, NULL, &h, NULL));
+    struct got g = {0};
+    struct tkm_http_req *req = NULL;
+    struct tkm_http_req_opts o = {.url = url, .done_cb = on_done, .data = &g};
+    ASSERT_OK(tkm_http_start(h, &o, &req, NULL));
+    uv_timer_t t;
+    uv_timer_init(&loop, &t);
+    t.data = req;
+    uv_timer_start(&t, cancel_cb, 100, 0);
+    uint64_t t0 = tkm_now_ms();
+    run_until(&loop, &g);
+    ASSERT(tkm_now_ms() - t0 < 2000);
+    ASSERT_EQ(g.done, 1);
+    ASSERT_EQ(g.code, -ECANCELED);
+    close_and_drain(&loop, h);
+    ASSERT_EQ(g.done, 1);
+}
+
+static void set_int(void *data)
+{
+    *(int *)data = 1;
+}
+
+TEST(close_cancels_inflight)
+{
+    struct tsrv s;
+    struct tsrv_reply r = {200, NULL, "late", 0, 3000, 0};
+    int port = tsrv_start(&s, &r, 1);
+    char url[128];
+    url_of(url, sizeof url, port, "/hang");
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct tkm_http *h;
+    ASSERT_OK(tkm_http_new(&loop, NULL, &h, NULL));
+    struct got g = {0};
+    struct tkm_http_req_opts o = {.url = url, .done_cb = on_done, .data = &g};
+    ASSERT_OK(tkm_http_start(h, &o, NULL, NULL));
+    uv_run(&loop, UV_RUN_NOWAIT);
+    int closed = 0;
+    tkm_http_close(h, set_int, &closed);
+    ASSERT_EQ(g.done, 0);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ASSERT_EQ(g.done, 1);
+    ASSERT_EQ(g.code, -ECANCELED);
+    ASSERT_EQ(closed, 1);
+    ASSERT_EQ(uv_loop_close(&loop), 0);
+}
+
+TEST(retry_after_parsing)
+{
+    struct tsrv s;
+    struct tsrv_reply r[] = {{429, "Retry-After: 7\r\n", "", 0, 0, 0},
+                             {503, "Retry-After: Wed, 21 Oct 2015 07:28:00 GMT\r\n", "", 0, 0, 0},
+                             {503, "Retry-After: 99999\r\n", "", 0, 0, 0},
+                             {503, NULL, "", 0, 0, 0}};
+    int port = tsrv_start(&s, r, 4);
+    char url[128];
+    url_of(url, sizeof url, port, "/");
+    long want[] = {7, 0, 30, -1};
+    for (int i = 0; i < 4; i++) {
+        struct tkm_http_req_opts o = {.url = url};
+        struct tkm_http_resp resp;
+        tkm_http_resp_init(&resp);
+        ASSERT_OK(tkm_http_do(&o, &resp, NULL));
+        ASSERT_EQ(tkm_http_retry_after(&resp, 30), want[i]);
+        tkm_http_resp_release(&resp);
+    }
+}
+
+TEST(redirects_drop_authorization_across_hosts)
+{
+    struct tsrv a, b;
+    struct tsrv_reply rb = {200, NULL, "blob", 0, 0, 0};
+    int pb = tsrv_start(&b, &rb, 1);
+    char loc[256];
+    /* "localhost" is another host name than 127.0.0.1 for curl. */
+    snprintf(loc, sizeof loc, "Location: http://localhost:%d/blob\r\n", pb);
+    struct tsrv_reply ra = {307, loc, "", 0, 0, 0};
+    int pa = tsrv_start(&a, &ra, 1);
+    char url[128];
+    url_of(url, sizeof url, pa, "/v2/x/blobs/sha256:1");
+    const char *hdrs[] = {"Authorization: Bearer secret-token", NULL};
+    struct tkm_http_req_opts o = {.url = url, .headers = hdrs};
+    struct tkm_http_resp resp;
+    tkm_http_resp_init(&resp);
+    /* Without follow_redirects the 307 itself comes back. */
+    ASSERT_OK(tkm_http_do(&o, &resp, NULL));
+    ASSERT_EQ(resp.status, 307);
+    ASSERT_EQ(tsrv_nreqs(&b), 0);
+    tkm_http_resp_release(&resp);
+    o.follow_redirects = 1;
+    tkm_http_resp_init(&resp);
+    ASSERT_OK(tkm_http_do(&o, &resp, NULL));
+    ASSERT_EQ(resp.status, 200);
+    ASSERT_STREQ(resp.body.data, "blob");
+    tkm_http_resp_release(&resp);
+    ASSERT_STRCONTAINS(tsrv_req(&a, 1), "Authorization: Bearer secret-token");
+    const char *breq = tsrv_req(&b, 0);
+    ASSERT_STRCONTAINS(breq, "GET /blob HTTP/1.1");
+    ASSERT(strstr(breq, "Authorization") == NULL);
+    ASSERT(strstr(breq, "secret-token") == NULL);
+}
+
+TEST(bad_url_rejected_without_callback)
+{
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct tkm_http *h;
+    ASSERT_OK(tkm_http_new(&loop, NULL, &h, NULL));
+    struct got g = {0};
+    struct tkm_err err = {0};
+    struct tkm_http_req_opts o = {.url = "ftp://127.0.0.1/x", .done_cb = on_done, .data = &g};
+    ASSERT_EQ(tkm_http_start(h, &o, NULL, &err), -EINVAL);
+    ASSERT_STRCONTAINS(err.msg, "ftp://127.0.0.1/x");
+    close_and_drain(&loop, h);
+    ASSERT_EQ(g.done, 0);
+}
+
+TEST(https_to_plain_server_fails_tls)
+{
+    struct tsrv s;
+    struct tsrv_reply r = {200, NULL, "plain", 0, 0, 0};
+    int port = tsrv_start(&s, &r, 1);
+    char url[128];
+    snprintf(url, sizeof url, "https://127.0.0.1:%d/", port);
+    struct tkm_http_req_opts o = {.url = url, .timeout_ms = 3000};
+    struct tkm_http_resp resp;
+    struct tkm_err err = {0};
+    tkm_http_resp_init(&resp);
+    int rc = tkm_http_do(&o, &resp, &err);
+    ASSERT(rc == -EPROTO || rc == -ECONNRESET);
+    ASSERT_STRCONTAINS(err.msg, url);
+    tkm_http_resp_release(&resp);
+}
