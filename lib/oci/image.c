@@ -3,12 +3,16 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "archive.h"
 #include "buf.h"
 #include "oci/digest.h"
 #include "oci/layout.h"
+#include "triton/cache.h"
+#include "util.h"
 
 #define IMG_PATH_MAX 4096
 
@@ -198,5 +202,77 @@ out:
     tkm_oci_registry_free(r);
     tkm_oci_pull_result_release(&img);
     tkm_buf_release(&b);
+    return rc;
+}
+
+static int pick_layer(const struct tkm_oci_pull_result *img, const char *layout,
+                      struct tkm_archive_opts *ao, struct tkm_err *err)
+{
+    const char *comp = NULL;
+    if (img->parsed.n_descs != 1)
+        return tkm_err_set(err, -ENOTSUP,
+                           "image %s has %zu layers; a Triton cache image has exactly one",
+                           img->manifest.digest, img->parsed.n_descs);
+    const struct tkm_oci_desc *d = &img->parsed.descs[0];
+    if (!tkm_oci_layer_supported(d->media_type, &comp))
+        return tkm_err_set(err, -ENOTSUP, "image %s: layer %s has media type '%s', not a tar layer",
+                           img->manifest.digest, d->digest, d->media_type);
+    ao->compression = strcmp(comp, "gzip") == 0   ? TKM_COMPRESSION_GZIP
+                      : strcmp(comp, "zstd") == 0 ? TKM_COMPRESSION_ZSTD
+                                                  : TKM_COMPRESSION_NONE;
+    ao->blob_digest = d->digest;
+    if (img->config.n_diff_ids == 1)
+        ao->diff_id = img->config.diff_ids[0];
+    else if (img->config.n_diff_ids != 0)
+        return tkm_err_set(err, -EINVAL, "layout %s: config lists %zu diff_ids for 1 layer", layout,
+                           img->config.n_diff_ids);
+    return 0;
+}
+
+int tkm_oci_extract_layout(const char *layout_dir, const char *tag, const char *dest,
+                           const char *mount_path, struct tkm_oci_extract_result *res,
+                           struct tkm_err *err)
+{
+    static const char *const include[] = {"io.triton.cache/", NULL};
+    struct tkm_oci_pull_result img;
+    struct tkm_oci_extract_result r;
+    struct tkm_archive_opts ao;
+    struct tkm_archive_result ar;
+    struct tkm_triton_rewrite_stats st = {0};
+    char blob[IMG_PATH_MAX], *abs = NULL;
+    int rc;
+    memset(&r, 0, sizeof r);
+    if ((rc = tkm_oci_layout_load(layout_dir, tag, &img, err)) != 0)
+        return rc;
+    tkm_archive_opts_init(&ao);
+    ao.include = include;
+    ao.strip = "io.triton.cache/";
+    if ((rc = pick_layer(&img, layout_dir, &ao, err)) != 0)
+        goto out;
+    memcpy(r.layer, img.parsed.descs[0].digest, sizeof r.layer);
+    if ((rc = tkm_oci_layout_blob_path(layout_dir, r.layer, blob, sizeof blob)) != 0)
+        goto out;
+    if ((rc = tkm_archive_extract_path(blob, dest, &ao, &ar, err)) != 0)
+        goto out;
+    r.files = ar.files;
+    r.dirs = ar.dirs;
+    r.file_bytes = ar.file_bytes;
+    const char *lb = tkm_oci_config_label(&img.config, "cache.triton.image/cache-size-bytes");
+    if (lb)
+        tkm_parse_u64(lb, UINT64_MAX, &r.label_bytes);
+    if (!mount_path && !(mount_path = abs = realpath(dest, NULL))) {
+        rc = tkm_err_set(err, -errno, "realpath %s: %s", dest, strerror(errno));
+        goto out;
+    }
+    if ((rc = tkm_triton_groups_rewrite(dest, mount_path, &st, err)) != 0)
+        goto out;
+    r.groups = st.groups;
+    r.children = st.children;
+    r.missing_children = st.missing_children;
+    if (res)
+        *res = r;
+out:
+    free(abs);
+    tkm_oci_pull_result_release(&img);
     return rc;
 }

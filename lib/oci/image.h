@@ -48,4 +48,22 @@ int tkm_oci_push(const char *layout_dir, const char *tag, const struct tkm_oci_r
 int tkm_oci_layout_load(const char *layout_dir, const char *tag, struct tkm_oci_pull_result *res,
                         struct tkm_err *err);
 
+struct tkm_oci_extract_result {
+    char layer[TKM_OCI_DIGEST_LEN + 1]; /* the layer extracted */
+    uint64_t files, dirs, file_bytes;   /* written under dest */
+    uint64_t label_bytes;               /* cache.triton.image/cache-size-bytes, 0 if absent */
+    uint64_t groups, children;          /* group files rewritten, child paths written */
+    uint64_t missing_children;          /* group children absent from the cache */
+};
+
+/* Extracts the Triton cache of the image tagged tag (NULL: the only one) in
+ * layout_dir into dest (must not exist; created through a staging dir and a
+ * rename, see archive.h): io.triton.cache/ becomes dest/, the layer's digest
+ * and diff_id are checked, and every __grp__*.json is rewritten to point at
+ * mount_path (NULL: dest's absolute path), where pods will see the cache.
+ * The image must have one tar layer (gzip, zstd or plain). */
+int tkm_oci_extract_layout(const char *layout_dir, const char *tag, const char *dest,
+                           const char *mount_path, struct tkm_oci_extract_result *res,
+                           struct tkm_err *err);
+
 #endif

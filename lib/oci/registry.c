@@ -181,6 +181,12 @@ static int status_error(struct tkm_oci_registry *r, const struct tkm_http_resp *
     default:
         code = -EIO;
     }
+    if (resp->status == 401 && r->have_creds && !r->anonymous)
+        return tkm_err_set(err, code,
+                           "%s: %s: 401 Unauthorized%s%s (the credentials for %s from %s were "
+                           "rejected)",
+                           what, resp->url, detail[0] ? ": " : "", detail, r->host,
+                           r->creds.source);
     if (resp->status == 401)
         return tkm_err_set(err, code, "%s: %s: 401 Unauthorized%s%s (%s)", what, resp->url,
                            detail[0] ? ": " : "", detail,
