@@ -307,3 +307,104 @@ TEST(missing_sysfs_root_is_an_error)
     ASSERT_EQ(tkm_gpu_probe(&l, &o, &e), -ENOENT);
     ASSERT_STRCONTAINS(e.msg, "nope");
 }
+
+/* The value of the first <tag>...</tag> in xml, into out. */
+static void xml_value(const char *xml, const char *tag, char *out, size_t size)
+{
+    char open[64];
+    snprintf(open, sizeof open, "<%s>", tag);
+    const char *p = strstr(xml, open);
+    ASSERT_NOT_NULL(p);
+    p += strlen(open);
+    const char *e = strstr(p, "</");
+    ASSERT_NOT_NULL(e);
+    snprintf(out, size, "%.*s", (int)(e - p), p);
+}
+
+static json_t *device_json(const char *file)
+{
+    char path[1024];
+    json_error_t je;
+    const char *src = getenv("TKM_SOURCE_DIR") ? getenv("TKM_SOURCE_DIR") : TKM_SOURCE_DIR;
+    snprintf(path, sizeof path, "%s/tests/fixtures/gpu/h200-device/%s", src, file);
+    json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!j)
+        tkm_test_fail(__FILE__, __LINE__, "%s: %s", path, je.text);
+    return j;
+}
+
+TEST(device_run_matches_nvidia_smi)
+{
+    char path[1024], name[128], drv[64], cuda[32], uuid[128], bus[64], mig[32], line[512];
+    const char *src = getenv("TKM_SOURCE_DIR") ? getenv("TKM_SOURCE_DIR") : TKM_SOURCE_DIR;
+    snprintf(path, sizeof path, "%s/tests/fixtures/gpu/h200-device/nvidia-smi.xml", src);
+    FILE *f = fopen(path, "r");
+    ASSERT_NOT_NULL(f);
+    char *xml = calloc(1, 1 << 20);
+    ASSERT_NOT_NULL(xml);
+    size_t n = fread(xml, 1, (1 << 20) - 1, f);
+    fclose(f);
+    ASSERT(n > 1000);
+    xml_value(xml, "product_name", name, sizeof name);
+    xml_value(xml, "driver_version", drv, sizeof drv);
+    xml_value(xml, "cuda_version", cuda, sizeof cuda);
+    xml_value(xml, "uuid", uuid, sizeof uuid);
+    xml_value(xml, "pci_bus_id", bus, sizeof bus);
+    xml_value(xml, "current_mig", mig, sizeof mig);
+    free(xml);
+    ASSERT_EQ(strncmp(drv, "580.", 4), 0);
+    ASSERT_STREQ(cuda, "13.0");
+    /* compute_cap is only in the --query-gpu output */
+    snprintf(path, sizeof path, "%s/tests/fixtures/gpu/h200-device/nvidia-smi-query.csv", src);
+    f = fopen(path, "r");
+    ASSERT_NOT_NULL(f);
+    ASSERT_NOT_NULL(fgets(line, sizeof line, f));
+    ASSERT_NOT_NULL(fgets(line, sizeof line, f));
+    fclose(f);
+    ASSERT_STRCONTAINS(line, ", 9.0, ");
+
+    json_t *j = device_json("check-sm90.json");
+    json_t *r = json_array_get(json_object_get(j, "results"), 0);
+    json_t *g = json_object_get(r, "gpu");
+    ASSERT_EQ(json_array_size(json_object_get(j, "results")), 1);
+    ASSERT_STREQ(json_string_value(json_object_get(g, "name")), name);
+    ASSERT_STREQ(json_string_value(json_object_get(g, "gpuType")), "nvidia-h200");
+    ASSERT_STREQ(json_string_value(json_object_get(g, "uuid")), uuid);
+    ASSERT_STREQ(json_string_value(json_object_get(g, "computeCapability")), "9.0");
+    ASSERT_STREQ(json_string_value(json_object_get(g, "arch")), "90");
+    ASSERT_EQ(json_integer_value(json_object_get(g, "warpSize")), 32);
+    ASSERT_STREQ(json_string_value(json_object_get(g, "driverVersion")), drv);
+    ASSERT_STREQ(json_string_value(json_object_get(g, "cudaVersion")), cuda);
+    ASSERT_STREQ(json_string_value(json_object_get(g, "migMode")), "disabled");
+    ASSERT_STREQ(mig, "Disabled");
+    char nb[32];
+    tkm_gpu_norm_bus_id(bus, nb, sizeof nb);
+    ASSERT_STREQ(json_string_value(json_object_get(g, "pciBusId")), nb);
+    ASSERT_STREQ(json_string_value(json_object_get(g, "source")), "nvml");
+    ASSERT(json_is_true(json_object_get(r, "compatible")));
+    ASSERT(json_is_true(json_object_get(j, "compatible")));
+    ASSERT_STRCONTAINS(json_string_value(json_object_get(r, "reason")),
+                       "PTX ISA 8.7 needs CUDA 12.8+, driver supports 13.0");
+    json_decref(j);
+
+    j = device_json("check-sm80.json");
+    r = json_array_get(json_object_get(j, "results"), 0);
+    ASSERT(json_is_false(json_object_get(r, "compatible")));
+    ASSERT(json_is_false(json_object_get(j, "compatible")));
+    ASSERT_STREQ(json_string_value(json_object_get(r, "reason")),
+                 "arch mismatch: cache built for sm80, GPU 0 (NVIDIA H200) is sm90");
+    ASSERT_EQ(json_array_size(json_object_get(j, "incompatibleGpus")), 1);
+    json_decref(j);
+
+    j = device_json("check-inductor.json");
+    r = json_array_get(json_object_get(j, "results"), 0);
+    ASSERT(json_is_true(json_object_get(r, "compatible")));
+    ASSERT_STRCONTAINS(json_string_value(json_object_get(r, "reason")), "PTX ISA 9.0");
+    json_decref(j);
+
+    j = device_json("check-sm90-no-nvml.json");
+    r = json_array_get(json_object_get(j, "results"), 0);
+    ASSERT(json_is_false(json_object_get(r, "compatible")));
+    ASSERT_STREQ(json_string_value(json_object_get(json_object_get(r, "gpu"), "source")), "pci");
+    json_decref(j);
+}
