@@ -27,7 +27,17 @@ void tkm_err_prefix(struct tkm_err *err, const char *fmt, ...)
     vsnprintf(pre, sizeof pre, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", pre, old[0] ? old : strerror(-err->code));
+    const char *rest = old[0] ? old : strerror(-err->code);
+    /* "<pre>: <rest>", truncated to fit; composed by hand so no format can truncate silently. */
+    size_t cap = sizeof err->msg - 1, n = 0;
+    for (const char *parts[] = {pre, ": ", rest}, **p = parts; p < parts + 3; p++) {
+        size_t l = strlen(*p);
+        if (l > cap - n)
+            l = cap - n;
+        memcpy(err->msg + n, *p, l);
+        n += l;
+    }
+    err->msg[n] = '\0';
 }
 
 const char *tkm_err_str(const struct tkm_err *err)
