@@ -129,13 +129,26 @@ static int check_load(struct check_cache *c, const struct check_args *a, struct 
     memset(c, 0, sizeof *c);
     if (a->layout)
         return tkm_triton_image_load_layout(&c->image, a->layout, a->tag, err);
-    if (stat(a->source, &st) == 0 && S_ISDIR(st.st_mode)) {
+    /* "/x", "./x", "../x" are paths (a missing one is reported as such); others refs */
+    if ((stat(a->source, &st) == 0 && S_ISDIR(st.st_mode)) || a->source[0] == '/' ||
+        a->source[0] == '.') {
         if (tkm_oci_layout_is(a->source))
             return tkm_triton_image_load_layout(&c->image, a->source, a->tag, err);
         c->is_dir = 1;
         return tkm_triton_cache_scan(&c->dir, a->source, err);
     }
     return tkm_triton_image_load_ref(&c->image, a->source, NULL, err);
+}
+
+/* A numeric label ("4") as a JSON integer; anything else as the string, or null. */
+static json_t *label_value(const char *s)
+{
+    uint64_t v;
+    if (!s)
+        return json_null();
+    if (tkm_parse_u64(s, INT64_MAX, &v) == 0)
+        return json_integer((json_int_t)v);
+    return json_string(s);
 }
 
 static json_t *cache_json(const struct check_cache *c)
@@ -153,10 +166,10 @@ static json_t *cache_json(const struct check_cache *c)
                       "entryCount", (json_int_t)c->dir.n_kernels, "cacheSizeBytes",
                       (json_int_t)c->dir.size_bytes, "summary", summary);
     } else {
-        o = json_pack("{s:s,s:s,s:s,s:s?,s:s?,s:o*}", "source", "image", "image", c->image.what,
+        o = json_pack("{s:s,s:s,s:s,s:o*,s:o*,s:o*}", "source", "image", "image", c->image.what,
                       "manifestDigest", c->image.manifest_digest, "entryCount",
-                      c->image.entry_count, "cacheSizeBytes", c->image.size_bytes, "summary",
-                      summary);
+                      label_value(c->image.entry_count), "cacheSizeBytes",
+                      label_value(c->image.size_bytes), "summary", summary);
     }
     return o;
 }

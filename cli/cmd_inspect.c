@@ -1,0 +1,211 @@
+/*
+ * cmd_inspect.c - `tkmctl inspect`: what a Triton cache (or cache image) holds.
+ */
+#include "tkmctl.h"
+
+#include "oci/layout.h"
+#include "triton/cache.h"
+#include "triton/image.h"
+#include "util.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void inspect_usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: tkmctl inspect CACHE_DIR | --image-layout DIR [--tag TAG] | IMAGE_REF "
+            "[-o json]\n\n"
+            "Shows what a Triton kernel cache holds. For a directory (TRITON_CACHE_DIR, or an\n"
+            "extracted image's io.triton.cache/): the summary an image built from it would carry\n"
+            "(targets = backend, arch, warp size; Triton and PTX ISA versions; entry count = the\n"
+            "kernel JSONs with a \"hash\"; cache size = the sum of regular file sizes, tmp.pid_*\n"
+            "skipped) and one line per kernel: directory, name, backend, arch, warps, stages,\n"
+            "Triton version, PTX ISA version, size. For an image (an OCI layout or a registry\n"
+            "reference): its cache.triton.image/* labels, read from the config without pulling\n"
+            "the layer.\n\n"
+            "Options:\n"
+            "  -o, --output json|text  output format (default text)\n"
+            "  --image-layout DIR      an OCI image layout (as written by 'tkmctl build')\n"
+            "  --tag TAG               the manifest to read from the layout (default: the only "
+            "one)\n\n"
+            "Exit status: 0 success, 1 the cache or image cannot be read (the message says why),\n"
+            "2 usage error.\n\n"
+            "Examples:\n"
+            "  tkmctl inspect ~/.triton/cache\n"
+            "  tkmctl inspect ~/.triton/cache -o json | jq '.kernels[].name'\n"
+            "  tkmctl inspect --image-layout ./out --tag v1\n");
+}
+
+static json_t *kernel_json(const struct tkm_triton_kernel *k)
+{
+    char pv[16];
+    json_t *o = json_pack("{s:s,s:s,s:s,s:s?,s:s,s:s,s:i,s:i,s:i,s:s?,s:s,s:s,s:s,s:O,s:I,s:s?}",
+                          "dir", k->dir, "json", k->json_name, "hash", k->hash, "name", k->name,
+                          "backend", k->target.backend, "arch", k->target.arch, "warpSize",
+                          k->target.warp_size, "numWarps", k->num_warps, "numStages", k->num_stages,
+                          "tritonVersion", k->triton_version, "ptxVersion",
+                          k->ptx.major >= 0 ? tkm_ptx_version_str(k->ptx, pv, sizeof pv) : "",
+                          "ptxTarget", k->ptx_target, "binaryArch", k->binary_arch, "env", k->env,
+                          "sizeBytes", (json_int_t)k->size_bytes, "group", k->group_name);
+    return o;
+}
+
+static int inspect_dir_json(const struct tkm_triton_cache *c)
+{
+    char *label = NULL;
+    json_t *root = NULL, *ks = json_array();
+    int rc = -ENOMEM;
+    if (!ks || tkm_triton_summary_label(&c->summary, &label, NULL) != 0)
+        goto out;
+    for (size_t i = 0; i < c->n_kernels; i++)
+        if (json_array_append_new(ks, kernel_json(&c->kernels[i])) != 0)
+            goto out;
+    root =
+        json_pack("{s:s,s:I,s:I,s:I,s:o*,s:O}", "path", c->root, "entryCount",
+                  (json_int_t)c->n_kernels, "directories", (json_int_t)c->n_dirs, "cacheSizeBytes",
+                  (json_int_t)c->size_bytes, "summary", json_loads(label, 0, NULL), "kernels", ks);
+    if (root && json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0) {
+        putchar('\n');
+        rc = 0;
+    }
+out:
+    free(label);
+    json_decref(ks);
+    json_decref(root);
+    return rc;
+}
+
+static void inspect_dir_text(const struct tkm_triton_cache *c)
+{
+    const struct tkm_triton_summary *s = &c->summary;
+    char pv[16];
+    printf("Cache:        %s\n", c->root);
+    printf("Entries:      %zu kernels in %zu directories\n", c->n_kernels, c->n_dirs);
+    printf("Size:         %llu bytes\n", (unsigned long long)c->size_bytes);
+    printf("Triton:       ");
+    for (size_t i = 0; i < s->n_triton_versions; i++)
+        printf("%s%s", i ? ", " : "", s->triton_versions[i]);
+    printf("%s\nPTX ISA:      ", s->n_triton_versions ? "" : "(not recorded)");
+    for (size_t i = 0; i < s->n_ptx_versions; i++)
+        printf("%s%s", i ? ", " : "", tkm_ptx_version_str(s->ptx_versions[i], pv, sizeof pv));
+    printf("%s\nTargets:\n", s->n_ptx_versions ? "" : "(no .ptx files)");
+    for (size_t i = 0; i < s->n_targets; i++)
+        printf("  %-5s arch %-8s warp %-3d %zu kernels%s\n", s->targets[i].target.backend,
+               s->targets[i].target.arch, s->targets[i].target.warp_size, s->targets[i].kernels,
+               s->targets[i].arch_specific ? " (arch-specific sm_NNa code)" : "");
+    printf("\n%-12s %-40s %-5s %-6s %5s %6s %-7s %-4s %10s\n", "DIR", "NAME", "BACK", "ARCH",
+           "WARPS", "STAGES", "TRITON", "PTX", "SIZE");
+    for (size_t i = 0; i < c->n_kernels; i++) {
+        const struct tkm_triton_kernel *k = &c->kernels[i];
+        printf("%-12.12s %-40.40s %-5s %-6s %5d %6d %-7s %-4s %10llu\n", k->dir,
+               k->name ? k->name : "?", k->target.backend, k->target.arch, k->num_warps,
+               k->num_stages, k->triton_version ? k->triton_version : "-",
+               tkm_ptx_version_str(k->ptx, pv, sizeof pv), (unsigned long long)k->size_bytes);
+    }
+}
+
+/* A numeric label ("4") as a JSON integer; anything else as the string, or null. */
+static json_t *label_num(const char *s)
+{
+    uint64_t v;
+    if (!s)
+        return json_null();
+    if (tkm_parse_u64(s, INT64_MAX, &v) == 0)
+        return json_integer((json_int_t)v);
+    return json_string(s);
+}
+
+static int inspect_image(const char *layout, const char *tag, const char *ref, int json)
+{
+    struct tkm_triton_image im;
+    struct tkm_err err = {0};
+    int rc = layout ? tkm_triton_image_load_layout(&im, layout, tag, &err)
+                    : tkm_triton_image_load_ref(&im, ref, NULL, &err);
+    if (rc) {
+        fprintf(stderr, "tkmctl inspect: %s\n", tkm_err_str(&err));
+        return 1;
+    }
+    if (json) {
+        json_t *o =
+            json_pack("{s:s,s:s,s:o*,s:o*,s:o*}", "image", im.what, "manifestDigest",
+                      im.manifest_digest, "entryCount", label_num(im.entry_count), "cacheSizeBytes",
+                      label_num(im.size_bytes), "summary", json_loads(im.summary_label, 0, NULL));
+        rc = o && json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 ? 0 : 1;
+        putchar('\n');
+        json_decref(o);
+    } else {
+        printf("Image:        %s\nManifest:     %s\nEntries:      %s\nSize:         %s bytes\n"
+               "Targets:\n",
+               im.what, im.manifest_digest, im.entry_count ? im.entry_count : "?",
+               im.size_bytes ? im.size_bytes : "?");
+        for (size_t i = 0; i < im.summary.n_targets; i++)
+            printf("  %-5s arch %-8s warp %d\n", im.summary.targets[i].target.backend,
+                   im.summary.targets[i].target.arch, im.summary.targets[i].target.warp_size);
+        printf("(per-kernel details need the layer: 'tkmctl extract' it, then inspect the "
+               "directory)\n");
+    }
+    tkm_triton_image_release(&im);
+    return rc;
+}
+
+static int cmd_inspect(int argc, char **argv)
+{
+    const char *src = NULL, *layout = NULL, *tag = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+            inspect_usage(stdout);
+            return 0;
+        } else if ((!strcmp(s, "-o") || !strcmp(s, "--output")) && next &&
+                   (!strcmp(next, "json") || !strcmp(next, "text"))) {
+            json = !strcmp(next, "json");
+            i++;
+        } else if (!strcmp(s, "--image-layout") && next) {
+            layout = argv[++i];
+        } else if (!strcmp(s, "--tag") && next) {
+            tag = argv[++i];
+        } else if (s[0] != '-' && !src) {
+            src = s;
+        } else {
+            fprintf(stderr, "tkmctl inspect: unexpected argument '%s'%s\n\n", s,
+                    s[0] == '-' ? " (or it is missing its value)" : "");
+            inspect_usage(stderr);
+            return 2;
+        }
+    }
+    if (!src == !layout) {
+        fprintf(stderr, "tkmctl inspect: give exactly one of CACHE_DIR, --image-layout DIR or "
+                        "IMAGE_REF\n\n");
+        inspect_usage(stderr);
+        return 2;
+    }
+    struct stat st;
+    if (layout || (stat(src, &st) == 0 && S_ISDIR(st.st_mode) && tkm_oci_layout_is(src)))
+        return inspect_image(layout ? layout : src, tag, NULL, json);
+    /* "/x", "./x", "../x" are paths (a missing one is reported as such); others refs */
+    if (src[0] != '/' && src[0] != '.' && (stat(src, &st) != 0 || !S_ISDIR(st.st_mode)))
+        return inspect_image(NULL, NULL, src, json);
+    struct tkm_triton_cache c;
+    struct tkm_err err = {0};
+    if (tkm_triton_cache_scan(&c, src, &err) != 0) {
+        fprintf(stderr, "tkmctl inspect: %s\n", tkm_err_str(&err));
+        return 1;
+    }
+    int rc = 0;
+    if (json)
+        rc = inspect_dir_json(&c) == 0 ? 0 : 1;
+    else
+        inspect_dir_text(&c);
+    tkm_triton_cache_release(&c);
+    return rc;
+}
+
+TKMCTL_COMMAND_ORDERED(inspect, "show a Triton cache's summary and kernels (dir or image)",
+                       cmd_inspect, 30)
