@@ -845,7 +845,7 @@ static int handle_entry(struct xctx *c, struct archive *a, struct archive_entry 
 static int fsync_tree(int dirfd, int depth)
 {
     int rc = 0;
-    int fd = dup(dirfd);
+    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     DIR *d = fdopendir(fd);

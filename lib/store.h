@@ -1,0 +1,72 @@
+/*
+ * store.h - the content-addressed store of extracted, verified layers.
+ *
+ * Layout under the root (all on one filesystem, so rename() is atomic):
+ *   sha256/<hex>/           the extracted tree of one layer blob
+ *   sha256/<hex>.complete   completion marker (JSON), written last: an entry
+ *                           exists only when its marker does
+ *   staging/                private (0700) extraction and removal dirs
+ *   locks/<hex>.lock        per-digest flock(2) locks, so two processes
+ *                           (or threads) never extract one digest at once
+ *
+ * A crash at any point leaves nothing visible: a tree without a marker and
+ * everything under staging/ is purged by the next tkm_store_open() (entries
+ * whose lock another live process holds are left alone).
+ *
+ * Digests are "sha256:<64 lower-case hex>". The key is the digest the caller
+ * verified (normally the layer blob's descriptor digest); ingest also checks
+ * it against the blob bytes.
+ *
+ * Thread safety: after open the struct is read-only; every call may run on
+ * any thread (they block: run them on a worker thread, not on a loop).
+ */
+#ifndef TKM_STORE_H
+#define TKM_STORE_H
+
+#include "archive.h"
+#include "err.h"
+
+#include <stddef.h>
+
+struct tkm_store;
+
+/* Opens (creating as needed, mode 0755) the store at root (borrowed) and
+ * purges leftovers of interrupted work. *out is owned: tkm_store_free(). */
+int tkm_store_open(const char *root, struct tkm_store **out, struct tkm_err *err);
+void tkm_store_free(struct tkm_store *s);
+/* The root path; borrowed from s. */
+const char *tkm_store_root(const struct tkm_store *s);
+
+/* *path (owned, free()) = the extracted tree of digest, only when its
+ * completion marker exists. -ENOENT when absent, -EINVAL for a bad digest. */
+int tkm_store_lookup(struct tkm_store *s, const char *digest, char **path, struct tkm_err *err);
+
+struct tkm_store_ingest_info {
+    int existed;                       /* 1: the entry was already complete; nothing was read */
+    struct tkm_archive_result archive; /* zero when existed */
+};
+
+/*
+ * Makes digest present: takes its lock (waiting while another process holds
+ * it; o->cancel ends the wait with -ECANCELED), returns at once if the entry
+ * is complete, else extracts blob_path (borrowed) with lib/archive into
+ * staging/ -- checking that the blob's sha256 is digest, plus o->diff_id when
+ * set -- fsyncs, renames it to sha256/<hex> and writes the marker last.
+ * o (borrowed) may be NULL for the defaults; its blob_digest is ignored (the
+ * digest argument is what is checked). *path (may be NULL) as for lookup.
+ * info (may be NULL) says what happened. On failure nothing becomes visible.
+ */
+int tkm_store_ingest(struct tkm_store *s, const char *digest, const char *blob_path,
+                     const struct tkm_archive_opts *o, char **path,
+                     struct tkm_store_ingest_info *info, struct tkm_err *err);
+
+/* Removes digest: the marker first (the entry disappears atomically), then
+ * the tree. -ENOENT when absent. Takes the digest's lock. */
+int tkm_store_remove(struct tkm_store *s, const char *digest, struct tkm_err *err);
+
+/* *digests: owned array of n owned strings, sorted; free with
+ * tkm_store_list_free(). Only complete entries are listed. */
+int tkm_store_list(struct tkm_store *s, char ***digests, size_t *n, struct tkm_err *err);
+void tkm_store_list_free(char **digests, size_t n);
+
+#endif
