@@ -306,6 +306,8 @@ static int get_bool(struct kc *k, const struct k8s__ynode *m, const char *key, i
 /* An absolute path: p itself, or p under the kubeconfig's directory. */
 static int resolve(struct kc *k, const char *p, char **out)
 {
+    while (p[0] == '.' && p[1] == '/')
+        p += 2;
     if (p[0] == '/' || !k->base_dir) {
         *out = strdup(p);
     } else {

@@ -236,16 +236,21 @@ TEST(body_cap)
 
 TEST(connection_refused)
 {
-    struct tsrv s;
-    struct tsrv_reply r = {200, NULL, "", 0, 0, 0};
-    int port = tsrv_start(&s, &r, 1);
-    close(s.fd); /* nothing listens any more */
+    /* A port that was bound and released: nothing listens there. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    ASSERT_OK(bind(fd, (struct sockaddr *)&a, sizeof a));
+    ASSERT_OK(getsockname(fd, (struct sockaddr *)&a, &al));
+    close(fd);
     char url[128];
-    url_of(url, sizeof url, port, "/");
+    url_of(url, sizeof url, ntohs(a.sin_port), "/");
     struct tkm_http_req_opts o = {.url = url, .timeout_ms = 2000};
     struct tkm_http_resp resp;
+    struct tkm_err err = {0};
     tkm_http_resp_init(&resp);
-    ASSERT_EQ(tkm_http_do(&o, &resp, NULL), -ECONNREFUSED);
+    ASSERT_EQ(tkm_http_do(&o, &resp, &err), -ECONNREFUSED);
+    ASSERT_STRCONTAINS(err.msg, url);
     tkm_http_resp_release(&resp);
 }
 
