@@ -244,8 +244,10 @@ static int realm_ok(const struct tkm_oci_registry *r, const char *realm)
     return tkm_oci_host_is_loopback(host) || strcmp(host, r->host) == 0;
 }
 
+/* Gets a token for scope (what the registry asked for) and caches it under
+ * key (the scope of our request, which is what the retry looks up). */
 static int fetch_token(struct tkm_oci_registry *r, const struct tkm_oci_challenge *c,
-                       const char *scope, struct tkm_err *err)
+                       const char *scope, const char *key, struct tkm_err *err)
 {
     struct tkm_buf url = TKM_BUF_INIT(REG_URL_MAX), form = TKM_BUF_INIT(REG_URL_MAX);
     struct tkm_http_resp resp;
@@ -303,7 +305,7 @@ static int fetch_token(struct tkm_oci_registry *r, const struct tkm_oci_challeng
     if ((rc = tkm_oci_token_parse(resp.body.data, resp.body.len, c->realm, tok, sizeof tok, &ttl,
                                   err)) != 0)
         goto out;
-    rc = token_store(r, scope, tok, ttl);
+    rc = token_store(r, key, tok, ttl);
 out:
     memset(basic, 0, sizeof basic);
     memset(authz, 0, sizeof authz);
@@ -339,7 +341,7 @@ static int authenticate(struct tkm_oci_registry *r, const struct tkm_http_resp *
         return 0;
     }
     /* Bearer: the scope the registry asks for wins over the one we guessed. */
-    return fetch_token(r, &c, c.scope[0] ? c.scope : scope, err);
+    return fetch_token(r, &c, c.scope[0] ? c.scope : scope, scope, err);
 }
 
 /* Performs q, retrying once after authenticating on a 401. resp is

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# oci_registry.sh - tkmctl build/push/pull/extract against real registries:
+#   1. build the real Triton 3.6.0 fixture cache, push it, pull it back: same digest, labels;
+#      extract it: every file equal to the source (group files rewritten to the mount path);
+#   2. a registry with htpasswd basic auth: works with a docker config.json, fails clearly
+#      without one and with wrong credentials;
+#   3. a bearer-token registry (token service in front of a real registry): token flow;
+#   4. tampered blob and manifest in the registry's storage: rejected naming the digest.
+source "$(dirname "$0")/lib.sh"
+
+T=$TKM_BUILD_DIR/cli/tkmctl
+[[ -x $T ]] || fail "tkmctl not built at $T"
+REG=$TKM_REGISTRY
+FIX=triton-3.6.0-cuda-sm90
+
+step "unpack the fixture cache"
+mkdir -p "$E2E_TMP/src"
+tar -xzf "$TKM_FIXTURES/triton-cache/$FIX.tar.gz" -C "$E2E_TMP/src"
+CACHE=$E2E_TMP/src/$(ls "$E2E_TMP/src")
+[[ -d $CACHE ]] || fail "fixture did not unpack to one directory"
+
+step "build + push"
+expect_ok "build the fixture into a layout" "$T" build "$CACHE" --output "$E2E_TMP/img" --tag sm90 -o json
+BUILT=$(jq -r .manifest <<<"$OUT")
+assert_eq 4 "$(jq -r .entries <<<"$OUT")" "entry count of the fixture"
+expect_ok "build again: same digest" "$T" build "$CACHE" --output "$E2E_TMP/img2" --tag sm90 -o json
+assert_eq "$BUILT" "$(jq -r .manifest <<<"$OUT")" "deterministic image digest"
+expect_ok "push the layout" "$T" push "$E2E_TMP/img" "$REG/e2e/oci-cache:sm90" --tag sm90 -o json
+assert_eq "$BUILT" "$(jq -r .digest <<<"$OUT")" "pushed digest"
+expect_ok "build --push in one go" "$T" build "$CACHE" --push "$REG/e2e/oci-cache2:v1" -o json
+assert_contains "$(jq -r .pushed <<<"$OUT")" "@$BUILT" "build --push reports the digest"
+
+step "pull"
+expect_ok "pull by tag" "$T" pull "$REG/e2e/oci-cache:sm90" --output "$E2E_TMP/pulled" -o json
+assert_eq "$BUILT" "$(jq -r .digest <<<"$OUT")" "pulled manifest digest"
+assert_eq 4 "$(jq -r '.labels["cache.triton.image/entry-count"]' <<<"$OUT")" "entry-count label"
+SIZE=$(find "$CACHE" -type f -printf '%s\n' | awk '{s+=$1} END {print s}')
+assert_eq "$SIZE" "$(jq -r '.labels["cache.triton.image/cache-size-bytes"]' <<<"$OUT")" "cache-size-bytes label"
+assert_eq '[{"backend":"cuda","arch":"90","warp_size":32}]' \
+  "$(jq -c '.labels["cache.triton.image/summary"] | fromjson | .targets' <<<"$OUT")" "summary targets"
+REGDIG=$(curl -sf -I -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+  "http://$REG/v2/e2e/oci-cache/manifests/sm90" | tr -d '\r' | awk -F': ' 'tolower($1)=="docker-content-digest"{print $2}')
+assert_eq "$BUILT" "$REGDIG" "registry's own digest for the tag"
+expect_ok "pull by digest" "$T" pull "$REG/e2e/oci-cache@$BUILT" --output "$E2E_TMP/pulled2" -o json
+assert_eq "$BUILT" "$(jq -r .digest <<<"$OUT")" "pull by digest"
+diff -r "$E2E_TMP/img/blobs" "$E2E_TMP/pulled/blobs" >/dev/null || fail "pulled blobs differ from the built ones"
+pass "pulled blobs equal the built blobs"
+
+step "extract"
+MOUNT=$(cd "$(dirname "$CACHE")" && pwd)/$(basename "$CACHE")
+expect_ok "extract from the registry" "$T" extract "$REG/e2e/oci-cache:sm90" --output "$E2E_TMP/x" \
+  --mount-path /tmp/tcache -o json
+assert_eq 36 "$(jq -r .files <<<"$OUT")" "files extracted"
+assert_eq 4 "$(jq -r .groups_rewritten <<<"$OUT")" "group files rewritten"
+diff -r -x '__grp__*' "$CACHE" "$E2E_TMP/x" || fail "extracted cache differs from the source"
+pass "every non-group file is byte-for-byte equal to the source"
+for g in "$CACHE"/*/__grp__*.json; do
+  rel=${g#"$CACHE"/}
+  [[ $(jq -S . "$g") == $(jq -S . "$E2E_TMP/x/$rel") ]] || fail "group $rel differs in content"
+done
+pass "group files (mount path = the producer's /tmp/tcache) have the same content"
+expect_ok "extract from the layout to its own path" "$T" extract "$E2E_TMP/img" --tag sm90 --output "$E2E_TMP/y" -o json
+Y=$(cd "$E2E_TMP/y" && pwd)
+grep -q "\"$Y/52YLWQSH5NKVBZHLAIWFDCXR4CYJL53TKUIEQ5AYQ4DTYQ45LZYQ/add_kernel.cubin\"" \
+  "$E2E_TMP/y/52YLWQSH5NKVBZHLAIWFDCXR4CYJL53TKUIEQ5AYQ4DTYQ45LZYQ/__grp__add_kernel.json" ||
+  fail "group file not rewritten to $Y"
+pass "group child paths point at the extraction dir"
+expect_fail "extract into an existing dir" "$T" extract "$E2E_TMP/img" --output "$E2E_TMP/y"
+assert_contains "$OUT" "exists" "existing output refused"
+
+step "basic auth registry"
+htpasswd -Bbn tkm e2e-pass >"$E2E_TMP/htpasswd"
+AREG=$("$TKM_SOURCE_DIR/hack/registry.sh" start "$E2E_TMP/areg" --htpasswd "$E2E_TMP/htpasswd")
+e2e_on_exit "'$TKM_SOURCE_DIR/hack/registry.sh' stop '$E2E_TMP/areg'"
+mkdir -p "$E2E_TMP/dc" "$E2E_TMP/nodc"
+printf '{"auths":{"http://%s/v1/":{"auth":"%s"}}}' "$AREG" "$(printf tkm:e2e-pass | base64)" >"$E2E_TMP/dc/config.json"
+printf '{"auths":{"%s":{"auth":"%s"}}}' "$AREG" "$(printf tkm:wrong | base64)" >"$E2E_TMP/bad.json"
+expect_fail "push without credentials" env DOCKER_CONFIG="$E2E_TMP/nodc" "$T" push "$E2E_TMP/img" "$AREG/e2e/c:v1"
+assert_contains "$OUT" "401 Unauthorized (no credentials found for this registry" "clear no-credentials error"
+expect_fail "push with wrong credentials" "$T" push "$E2E_TMP/img" "$AREG/e2e/c:v1" --auth-file "$E2E_TMP/bad.json"
+assert_contains "$OUT" "the credentials for $AREG from $E2E_TMP/bad.json were rejected" "clear bad-credentials error"
+expect_ok "push with DOCKER_CONFIG credentials" env DOCKER_CONFIG="$E2E_TMP/dc" "$T" push "$E2E_TMP/img" "$AREG/e2e/c:v1" -o json
+assert_eq "$BUILT" "$(jq -r .digest <<<"$OUT")" "digest through basic auth"
+expect_ok "pull with credentials" env DOCKER_CONFIG="$E2E_TMP/dc" "$T" pull "$AREG/e2e/c:v1" --output "$E2E_TMP/ap" -o json
+assert_eq "$BUILT" "$(jq -r .digest <<<"$OUT")" "pulled through basic auth"
+expect_fail "pull anonymously" env DOCKER_CONFIG="$E2E_TMP/dc" "$T" pull "$AREG/e2e/c:v1" --output "$E2E_TMP/ap2" --anonymous
+assert_contains "$OUT" "401" "anonymous pull refused"
+
+step "bearer token registry"
+BREG_UP=$("$TKM_SOURCE_DIR/hack/registry.sh" start "$E2E_TMP/breg")
+e2e_on_exit "'$TKM_SOURCE_DIR/hack/registry.sh' stop '$E2E_TMP/breg'"
+python3 "$TKM_SOURCE_DIR/tests/e2e/oci_bearer_proxy.py" "$BREG_UP" tok e2e-tok >"$E2E_TMP/proxy.addr" 2>"$E2E_TMP/proxy.log" &
+PROXY_PID=$!
+e2e_on_exit "kill $PROXY_PID"
+wait_for 10 "token proxy up" test -s "$E2E_TMP/proxy.addr"
+BREG=$(head -1 "$E2E_TMP/proxy.addr")
+printf '{"auths":{"%s":{"auth":"%s"}}}' "$BREG" "$(printf tok:e2e-tok | base64)" >"$E2E_TMP/tok.json"
+expect_fail "bearer push without credentials" env DOCKER_CONFIG="$E2E_TMP/nodc" "$T" push "$E2E_TMP/img" "$BREG/e2e/t:v1"
+assert_contains "$OUT" "token request" "token service refusal is named"
+expect_ok "bearer push with credentials" "$T" push "$E2E_TMP/img" "$BREG/e2e/t:v1" --auth-file "$E2E_TMP/tok.json" -o json
+assert_eq "$BUILT" "$(jq -r .digest <<<"$OUT")" "digest through the token flow"
+expect_ok "bearer extract" "$T" extract "$BREG/e2e/t:v1" --auth-file "$E2E_TMP/tok.json" --output "$E2E_TMP/bx" -o json
+diff -r -x '__grp__*' "$CACHE" "$E2E_TMP/bx" || fail "bearer-extracted cache differs"
+pass "bearer-pulled cache equals the source"
+
+step "tampered content"
+TREG=$BREG_UP
+BLOBS=$E2E_TMP/breg/data/docker/registry/v2/blobs/sha256
+LAYER=$(jq -r '.layers[0].digest' "$E2E_TMP/img/blobs/sha256/${BUILT#sha256:}")
+LHEX=${LAYER#sha256:}
+LF=$BLOBS/${LHEX:0:2}/$LHEX/data
+[[ -f $LF ]] || fail "layer data not found at $LF"
+cp "$LF" "$E2E_TMP/layer.orig"
+printf 'X' | dd of="$LF" bs=1 seek=1000 conv=notrunc 2>/dev/null
+expect_fail "pull of a tampered layer" "$T" pull "$TREG/e2e/t:v1" --output "$E2E_TMP/tp"
+assert_contains "$OUT" "blob $LAYER" "error names the layer digest"
+assert_contains "$OUT" "digest mismatch" "error says digest mismatch"
+[[ ! -e $E2E_TMP/tp/blobs/sha256/$LHEX ]] || fail "tampered blob left in the layout"
+pass "no unverified blob left behind"
+cp "$E2E_TMP/layer.orig" "$LF"
+MHEX=${BUILT#sha256:}
+MF=$BLOBS/${MHEX:0:2}/$MHEX/data
+cp "$MF" "$E2E_TMP/man.orig"
+sed -i 's/"schemaVersion":2/"schemaVersion":2 /' "$MF"
+expect_fail "pull of a tampered manifest" "$T" pull "$TREG/e2e/t:v1" --output "$E2E_TMP/tm"
+assert_contains "$OUT" "manifest" "error is about the manifest"
+assert_contains "$OUT" "digest mismatch: expected $BUILT" "error names the expected digest"
+cp "$E2E_TMP/man.orig" "$MF"
+expect_ok "pull after restoring" "$T" pull "$TREG/e2e/t:v1" --output "$E2E_TMP/tok"
+
+step "bad input"
+expect_fail "invalid reference" "$T" pull "$REG/E2E/Upper:v1" --output "$E2E_TMP/z"
+assert_contains "$OUT" "must be lower-case" "reference error"
+expect_fail "unknown tag" "$T" pull "$REG/e2e/oci-cache:nope" --output "$E2E_TMP/z"
+assert_contains "$OUT" "HTTP 404" "unknown tag named"
+
+e2e_done
