@@ -7,6 +7,9 @@
 
 #include "gpu/compat.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 static void scan_fixture(struct tkm_triton_cache *c, const char *tarball, const char *top)
 {
     char cmd[2048], root[1024];
@@ -217,4 +220,80 @@ TEST(arch_specific_targets_and_ptx_table)
     ASSERT_EQ(v.compatible, 0);
     ASSERT_STRCONTAINS(v.reason, "PTX ISA 9.9 is newer than tkm knows");
     tkm_triton_summary_release(&s);
+}
+
+/* <build>/cli/tkmctl, found from this test binary (<build>/tests/unit_compat). */
+static void tkmctl_path(char *out, size_t size)
+{
+    char self[1024];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    ASSERT(n > 0);
+    self[n] = '\0';
+    *strrchr(self, '/') = '\0';
+    *strrchr(self, '/') = '\0';
+    snprintf(out, size, "%s/cli/tkmctl", self);
+    ASSERT_OK(access(out, X_OK));
+}
+
+static int run_status(const char *cmd)
+{
+    int st = system(cmd);
+    ASSERT(WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+TEST_TIMEOUT(tkmctl_check_and_inspect_end_to_end, 60)
+{
+    char ctl[1024], cmd[8192], src[1024];
+    const char *t = tkm_test_tmpdir();
+    tkmctl_path(ctl, sizeof ctl);
+    snprintf(src, sizeof src, "%s",
+             getenv("TKM_SOURCE_DIR") ? getenv("TKM_SOURCE_DIR") : TKM_SOURCE_DIR);
+    /* the sm90 fixture, an sm80 copy (target.arch edited), a fake NVML reporting the H200 */
+    snprintf(cmd, sizeof cmd,
+             "set -e; cd '%s'; tar xzf '%s/triton-cache/triton-3.6.0-cuda-sm90.tar.gz'; "
+             "cp -r tcache sm80; sed -i 's/\"arch\": 90,/\"arch\": 80,/' sm80/*/*.json; "
+             "mkdir -p sys proc nvml; cc -shared -fPIC -o nvml/libnvidia-ml.so.1 "
+             "'%s/tests/fixtures/fakenvml/fakenvml.c'; "
+             "printf 'driver=580.159.04\\ncuda=13000\\n[gpu]\\nname=NVIDIA H200\\ncc=9.0\\n"
+             "busid=00000000:00:06.0\\npcidevid=0x233510de\\n' > nvml.conf",
+             t, tkm_test_fixtures(), src);
+    ASSERT_EQ(run_status(cmd), 0);
+    const char *probe = "--sysfs-root sys --procfs-root proc --nvml-lib ./nvml/libnvidia-ml.so.1";
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && TKM_FAKE_NVML=nvml.conf '%s' check ./tcache -o json %s > sm90.json", t,
+             ctl, probe);
+    ASSERT_EQ(run_status(cmd), 0);
+    snprintf(cmd, sizeof cmd, "cd '%s' && TKM_FAKE_NVML=nvml.conf '%s' check ./sm80 %s > sm80.txt",
+             t, ctl, probe);
+    ASSERT_EQ(run_status(cmd), 1);
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && grep -q 'arch mismatch: cache built for sm80, GPU 0 "
+             "(NVIDIA H200) is sm90' sm80.txt",
+             t);
+    ASSERT_EQ(run_status(cmd), 0);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' check --bogus 2>/dev/null", t, ctl);
+    ASSERT_EQ(run_status(cmd), 2);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' inspect ./tcache -o json > inspect.json", t, ctl);
+    ASSERT_EQ(run_status(cmd), 0);
+
+    char p[1200];
+    json_error_t je;
+    snprintf(p, sizeof p, "%s/sm90.json", t);
+    json_t *j = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
+    ASSERT_NOT_NULL(j);
+    ASSERT(json_is_true(json_object_get(j, "compatible")));
+    ASSERT_EQ(json_integer_value(json_object_get(json_object_get(j, "cache"), "entryCount")), 4);
+    json_t *g = json_object_get(json_array_get(json_object_get(j, "results"), 0), "gpu");
+    ASSERT_STREQ(json_string_value(json_object_get(g, "gpuType")), "nvidia-h200");
+    json_decref(j);
+    snprintf(p, sizeof p, "%s/inspect.json", t);
+    j = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
+    ASSERT_NOT_NULL(j);
+    ASSERT_EQ(json_integer_value(json_object_get(j, "cacheSizeBytes")), 758102);
+    ASSERT_EQ(json_array_size(json_object_get(j, "kernels")), 4);
+    ASSERT_STREQ(json_string_value(json_object_get(json_array_get(json_object_get(j, "kernels"), 0),
+                                                   "ptxVersion")),
+                 "8.7");
+    json_decref(j);
 }
