@@ -3,9 +3,9 @@
  * lib/http and libk8sclient (curl's tests/data idea: a canned reply, and the
  * exact request recorded for the test to check).
  *
- * One thread serves one connection at a time (keep-alive), answering request
- * n with replies[n] (the last reply repeats). Every request (head and body)
- * is recorded. Header-only: include it from one test file.
+ * Each connection is served by a thread of its own (keep-alive); request n
+ * (in arrival order) is answered with replies[n] (the last reply repeats). Every request (head and
+ * body) is recorded. Header-only: include it from one test file.
  */
 #ifndef TKM_HTTPD_TEST_H
 #define TKM_HTTPD_TEST_H
@@ -44,13 +44,13 @@ struct tsrv {
     volatile int stop;
 };
 
-static void tsrv_sleep_ms(int ms)
+static inline void tsrv_sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
 
-static int tsrv_write_all(int fd, const char *p, size_t n)
+static inline int tsrv_write_all(int fd, const char *p, size_t n)
 {
     while (n) {
         ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
@@ -63,7 +63,7 @@ static int tsrv_write_all(int fd, const char *p, size_t n)
 }
 
 /* Reads one request; returns its length in buf, 0 on EOF, -1 on error. */
-static int tsrv_read_req(int fd, char *buf, size_t cap)
+static inline int tsrv_read_req(int fd, char *buf, size_t cap)
 {
     size_t len = 0;
     char *eoh = NULL;
@@ -93,7 +93,7 @@ static int tsrv_read_req(int fd, char *buf, size_t cap)
     return (int)len;
 }
 
-static void tsrv_answer(int fd, const struct tsrv_reply *r)
+static inline void tsrv_answer(int fd, const struct tsrv_reply *r)
 {
     char head[4096];
     const char *body = r->body ? r->body : "";
@@ -127,40 +127,69 @@ static void tsrv_answer(int fd, const struct tsrv_reply *r)
     tsrv_write_all(fd, body, blen);
 }
 
-static void *tsrv_main(void *arg)
+struct tsrv_conn {
+    struct tsrv *s;
+    int fd;
+};
+
+static inline void *tsrv_conn_main(void *arg)
+{
+    struct tsrv_conn *cn = arg;
+    struct tsrv *s = cn->s;
+    char *buf = malloc(65536);
+    for (;;) {
+        int n = buf ? tsrv_read_req(cn->fd, buf, 65536) : -1;
+        if (n <= 0)
+            break;
+        pthread_mutex_lock(&s->mu);
+        int i = s->nreqs < TSRV_MAX ? s->nreqs : TSRV_MAX - 1;
+        size_t cl = (size_t)n < sizeof s->reqs[i] - 1 ? (size_t)n : sizeof s->reqs[i] - 1;
+        memcpy(s->reqs[i], buf, cl);
+        s->reqs[i][cl] = '\0';
+        s->nreqs++;
+        struct tsrv_reply r = s->replies[i < s->nreplies ? i : s->nreplies - 1];
+        pthread_mutex_unlock(&s->mu);
+        tsrv_answer(cn->fd, &r);
+        if (r.hang_ms)
+            break;
+    }
+    free(buf);
+    close(cn->fd);
+    free(cn);
+    return NULL;
+}
+
+/* Accepts connections; each is served by a thread of its own (keep-alive). */
+static inline void *tsrv_main(void *arg)
 {
     struct tsrv *s = arg;
-    static char buf[65536];
     while (!s->stop) {
         int c = accept(s->fd, NULL, NULL);
         if (c < 0)
             continue;
+        struct tsrv_conn *cn = malloc(sizeof *cn);
+        if (!cn) {
+            close(c);
+            continue;
+        }
+        cn->s = s;
+        cn->fd = c;
         pthread_mutex_lock(&s->mu);
         s->conns++;
         pthread_mutex_unlock(&s->mu);
-        for (;;) {
-            int n = tsrv_read_req(c, buf, sizeof buf);
-            if (n <= 0)
-                break;
-            pthread_mutex_lock(&s->mu);
-            int i = s->nreqs < TSRV_MAX ? s->nreqs : TSRV_MAX - 1;
-            size_t cl = (size_t)n < sizeof s->reqs[i] - 1 ? (size_t)n : sizeof s->reqs[i] - 1;
-            memcpy(s->reqs[i], buf, cl);
-            s->reqs[i][cl] = '\0';
-            s->nreqs++;
-            struct tsrv_reply r = s->replies[i < s->nreplies ? i : s->nreplies - 1];
-            pthread_mutex_unlock(&s->mu);
-            tsrv_answer(c, &r);
-            if (r.hang_ms)
-                break;
+        pthread_t th;
+        if (pthread_create(&th, NULL, tsrv_conn_main, cn) == 0)
+            pthread_detach(th);
+        else {
+            close(c);
+            free(cn);
         }
-        close(c);
     }
     return NULL;
 }
 
 /* Starts the server with the given replies (copied). Returns the port. */
-static int tsrv_start(struct tsrv *s, const struct tsrv_reply *replies, int n)
+static inline int tsrv_start(struct tsrv *s, const struct tsrv_reply *replies, int n)
 {
     memset(s, 0, sizeof *s);
     pthread_mutex_init(&s->mu, NULL);
@@ -180,7 +209,7 @@ static int tsrv_start(struct tsrv *s, const struct tsrv_reply *replies, int n)
 }
 
 /* A copy of request i (or "" when absent), for assertions. */
-static const char *tsrv_req(struct tsrv *s, int i)
+static inline const char *tsrv_req(struct tsrv *s, int i)
 {
     static char copy[16384];
     pthread_mutex_lock(&s->mu);
@@ -189,7 +218,7 @@ static const char *tsrv_req(struct tsrv *s, int i)
     return copy;
 }
 
-static int tsrv_nreqs(struct tsrv *s)
+static inline int tsrv_nreqs(struct tsrv *s)
 {
     pthread_mutex_lock(&s->mu);
     int n = s->nreqs;
@@ -197,7 +226,7 @@ static int tsrv_nreqs(struct tsrv *s)
     return n;
 }
 
-static int tsrv_conns(struct tsrv *s)
+static inline int tsrv_conns(struct tsrv *s)
 {
     pthread_mutex_lock(&s->mu);
     int n = s->conns;

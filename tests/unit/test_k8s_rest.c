@@ -1,0 +1,487 @@
+/* test_k8s_rest.c - paths, request building, retries, auth reload and events,
+ * checked against the exact requests a canned loopback server records. */
+#include "test.h"
+
+#include <unistd.h>
+
+#include "httpd-test.h"
+#include "k8s/client.h"
+#include "k8s/events.h"
+#include "util.h"
+
+static const char *path_of(const struct k8s_resource *r, const char *ns, const char *name,
+                           const char *sub, int *rc)
+{
+    static char out[1024];
+    struct tkm_buf b = TKM_BUF_INIT(1024);
+    struct tkm_err err = {0};
+    *rc = k8s_path(&b, r, ns, name, sub, &err);
+    snprintf(out, sizeof out, "%s", *rc ? err.msg : b.data);
+    tkm_buf_release(&b);
+    return out;
+}
+
+TEST(paths)
+{
+    int rc;
+    ASSERT_STREQ(path_of(&k8s_res_configmaps, "ns1", "a", NULL, &rc),
+                 "/api/v1/namespaces/ns1/configmaps/a");
+    ASSERT_STREQ(path_of(&k8s_res_configmaps, NULL, NULL, NULL, &rc), "/api/v1/configmaps");
+    ASSERT_STREQ(path_of(&k8s_res_nodes, "ignored", "n1", "status", &rc),
+                 "/api/v1/nodes/n1/status");
+    ASSERT_STREQ(path_of(&k8s_res_tkc, "ml", "cache-a", "status", &rc),
+                 "/apis/tkm.io/v1alpha1/namespaces/ml/tritonkernelcaches/cache-a/status");
+    ASSERT_STREQ(path_of(&k8s_res_tkcc, NULL, "c", NULL, &rc),
+                 "/apis/tkm.io/v1alpha1/tritonkernelcacheclusters/c");
+    ASSERT_STREQ(path_of(&k8s_res_leases, "kube-system", "tkm", NULL, &rc),
+                 "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/tkm");
+    ASSERT_STREQ(path_of(&k8s_res_nodes, NULL, "system:node x", NULL, &rc),
+                 "/api/v1/nodes/system%3Anode%20x");
+    path_of(&k8s_res_configmaps, "ns", "a/b", NULL, &rc);
+    ASSERT_EQ(rc, -EINVAL);
+    ASSERT_STRCONTAINS(path_of(&k8s_res_configmaps, "ns", "..", NULL, &rc), "name \"..\"");
+    ASSERT_EQ(rc, -EINVAL);
+    ASSERT_STRCONTAINS(path_of(&k8s_res_configmaps, "ns", "", NULL, &rc), "name is empty");
+    path_of(&k8s_res_configmaps, "ns", NULL, "status", &rc);
+    ASSERT_EQ(rc, -EINVAL);
+}
+
+TEST(query_escaping)
+{
+    struct tkm_buf b = TKM_BUF_INIT(1024);
+    ASSERT_OK(tkm_buf_puts(&b, "/api/v1/pods"));
+    ASSERT_OK(k8s_query_add(&b, "labelSelector", "app=x,tier!=y"));
+    ASSERT_OK(k8s_query_add(&b, "fieldSelector", NULL));
+    ASSERT_OK(k8s_query_add(&b, "continue", "a+b/c=="));
+    ASSERT_STREQ(b.data,
+                 "/api/v1/pods?labelSelector=app%3Dx%2Ctier%21%3Dy&continue=a%2Bb%2Fc%3D%3D");
+    tkm_buf_release(&b);
+}
+
+/* A client for the canned server at port, with a static token or a token file. */
+static struct k8s_client *client_for(uv_loop_t *loop, int port, const char *token,
+                                     const char *token_file, int max_retries)
+{
+    struct k8s_config cfg;
+    k8s_config_init(&cfg);
+    char server[64];
+    snprintf(server, sizeof server, "http://127.0.0.1:%d", port);
+    cfg.server = strdup(server);
+    cfg.namespace = strdup("ns1");
+    if (token) {
+        cfg.auth = K8S_AUTH_TOKEN;
+        cfg.token = strdup(token);
+    } else if (token_file) {
+        cfg.auth = K8S_AUTH_TOKEN_FILE;
+        cfg.token_file = strdup(token_file);
+    }
+    struct k8s_client_opts o = {.max_retries = max_retries, .timeout_ms = 5000};
+    struct k8s_client *c = NULL;
+    struct tkm_err err = {0};
+    int rc = k8s_client_new(loop, &cfg, &o, &c, &err);
+    k8s_config_release(&cfg);
+    if (rc)
+        tkm_test_fail(__FILE__, __LINE__, "k8s_client_new: %s", err.msg);
+    return c;
+}
+
+static void finish(uv_loop_t *loop, struct k8s_client *c)
+{
+    k8s_client_free(c);
+    uv_run(loop, UV_RUN_DEFAULT);
+    ASSERT_EQ(uv_loop_close(loop), 0);
+}
+
+#define CM_JSON                                                                                    \
+    "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"a\",\"namespace\":"    \
+    "\"ns1\",\"resourceVersion\":\"7\",\"uid\":\"u-1\"},\"data\":{\"k\":\"v\"}}"
+
+TEST(get_sends_token_and_decodes)
+{
+    struct tsrv s;
+    struct tsrv_reply r = {200, "Content-Type: application/json\r\n", CM_JSON, 0, 0, 0};
+    int port = tsrv_start(&s, &r, 1);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = client_for(&loop, port, "tok-1", NULL, -1);
+    json_t *obj = NULL;
+    struct k8s_status st = K8S_STATUS_INIT;
+    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, &obj, &st));
+    ASSERT_STREQ(k8s_obj_name(obj), "a");
+    ASSERT_STREQ(k8s_obj_resource_version(obj), "7");
+    ASSERT_STREQ(k8s_obj_uid(obj), "u-1");
+    ASSERT_STREQ(k8s_obj_namespace(obj), "ns1");
+    json_decref(obj);
+    const char *req = tsrv_req(&s, 0);
+    ASSERT_STRCONTAINS(req, "GET /api/v1/namespaces/ns1/configmaps/a HTTP/1.1\r\n");
+    ASSERT_STRCONTAINS(req, "Authorization: Bearer tok-1\r\n");
+    ASSERT_STRCONTAINS(req, "Accept: application/json\r\n");
+    ASSERT_EQ(st.rc, 0);
+    finish(&loop, c);
+}
+
+TEST(status_errors_surface)
+{
+    struct tsrv s;
+    struct tsrv_reply r[] = {
+        {404, NULL,
+         "{\"kind\":\"Status\",\"status\":\"Failure\",\"message\":\"configmaps \\\"zz\\\" not "
+         "found\",\"reason\":\"NotFound\",\"details\":{\"name\":\"zz\",\"kind\":\"configmaps\"},"
+         "\"code\":404}",
+         0, 0, 0},
+        {200, NULL, "not json", 0, 0, 0}};
+    int port = tsrv_start(&s, r, 2);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = client_for(&loop, port, NULL, NULL, -1);
+    json_t *obj = (json_t *)1;
+    struct k8s_status st = K8S_STATUS_INIT;
+    ASSERT_EQ(k8s_get(c, &k8s_res_configmaps, "other", "zz", NULL, &obj, &st), -ENOENT);
+    ASSERT_NULL(obj);
+    ASSERT_EQ(st.code, 404);
+    ASSERT_STREQ(st.reason, "NotFound");
+    ASSERT_STREQ(st.message, "configmaps \"zz\" not found");
+    ASSERT_STREQ(st.details_name, "zz");
+    ASSERT(strstr(tsrv_req(&s, 0), "Authorization") == NULL);
+    /* A 2xx that is not JSON is a protocol error, reported as such. */
+    ASSERT_EQ(k8s_get(c, &k8s_res_configmaps, "other", "zz", NULL, &obj, &st), -EPROTO);
+    ASSERT_STRCONTAINS(st.message, "not valid JSON");
+    k8s_status_release(&st);
+    finish(&loop, c);
+}
+
+TEST(apply_request_shape)
+{
+    struct tsrv s;
+    struct tsrv_reply r = {200, NULL, CM_JSON, 0, 0, 0};
+    int port = tsrv_start(&s, &r, 1);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = client_for(&loop, port, "t", NULL, -1);
+    json_t *obj = json_loads("{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"TritonKernelCache\","
+                             "\"metadata\":{\"name\":\"c1\"},\"status\":{\"x\":1}}",
+                             0, NULL);
+    struct k8s_apply_opts ao = {.field_manager = "tkm-agent", .force = 1, .subresource = "status"};
+    struct k8s_status st = K8S_STATUS_INIT;
+    ASSERT_OK(k8s_apply(c, &k8s_res_tkc, "ml", obj, &ao, NULL, &st));
+    const char *req = tsrv_req(&s, 0);
+    ASSERT_STRCONTAINS(req, "PATCH /apis/tkm.io/v1alpha1/namespaces/ml/tritonkernelcaches/c1/"
+                            "status?fieldManager=tkm-agent&force=true HTTP/1.1\r\n");
+    ASSERT_STRCONTAINS(req, "Content-Type: application/apply-patch+yaml\r\n");
+    ASSERT_STRCONTAINS(req, "\"status\":{\"x\":1}");
+    /* resourceVersion in an apply body is refused before sending. */
+    json_object_set_new(json_object_get(obj, "metadata"), "resourceVersion", json_string("5"));
+    ASSERT_EQ(k8s_apply(c, &k8s_res_tkc, "ml", obj, &ao, NULL, &st), -EINVAL);
+    ASSERT_STRCONTAINS(st.message, "remove metadata.resourceVersion");
+    ao.field_manager = NULL;
+    ASSERT_EQ(k8s_apply(c, &k8s_res_tkc, "ml", obj, &ao, NULL, &st), -EINVAL);
+    ASSERT_STRCONTAINS(st.message, "field manager is required");
+    ASSERT_EQ(tsrv_nreqs(&s), 1);
+    json_decref(obj);
+    k8s_status_release(&st);
+    finish(&loop, c);
+}
+
+TEST(list_delete_patch_shapes)
+{
+    struct tsrv s;
+    struct tsrv_reply r = {200, NULL, "{\"kind\":\"List\",\"items\":[]}", 0, 0, 0};
+    int port = tsrv_start(&s, &r, 1);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = client_for(&loop, port, "t", NULL, -1);
+    struct k8s_list_opts lo = {.label_selector = "app=x", .limit = 5, .continue_token = "abc"};
+    json_t *out = NULL;
+    ASSERT_OK(k8s_list(c, &k8s_res_configmaps, "", &lo, &out, NULL));
+    ASSERT(json_is_array(json_object_get(out, "items")));
+    json_decref(out);
+    ASSERT_STRCONTAINS(tsrv_req(&s, 0),
+                       "GET /api/v1/configmaps?labelSelector=app%3Dx&limit=5&continue=abc ");
+    struct k8s_delete_opts d = {.propagation = K8S_PROPAGATE_FOREGROUND,
+                                .precondition_uid = "u-1",
+                                .precondition_resource_version = "7"};
+    ASSERT_OK(k8s_delete(c, &k8s_res_configmaps, NULL, "a", &d, NULL, NULL));
+    const char *req = tsrv_req(&s, 1);
+    ASSERT_STRCONTAINS(req, "DELETE /api/v1/namespaces/ns1/configmaps/a HTTP/1.1");
+    ASSERT_STRCONTAINS(req, "\"propagationPolicy\":\"Foreground\"");
+    ASSERT_STRCONTAINS(req, "\"preconditions\":{\"uid\":\"u-1\",\"resourceVersion\":\"7\"}");
+    json_t *jp = json_loads("[{\"op\":\"add\",\"path\":\"/data/x\",\"value\":\"1\"}]", 0, NULL);
+    struct k8s_patch_opts po = {.type = K8S_PATCH_JSON, .field_manager = "me"};
+    ASSERT_OK(k8s_patch(c, &k8s_res_configmaps, NULL, "a", jp, &po, NULL, NULL));
+    req = tsrv_req(&s, 2);
+    ASSERT_STRCONTAINS(req, "PATCH /api/v1/namespaces/ns1/configmaps/a?fieldManager=me ");
+    ASSERT_STRCONTAINS(req, "Content-Type: application/json-patch+json");
+    /* A JSON patch must be an array; a merge patch an object. */
+    struct k8s_status st = K8S_STATUS_INIT;
+    po.type = K8S_PATCH_MERGE;
+    ASSERT_EQ(k8s_patch(c, &k8s_res_configmaps, NULL, "a", jp, &po, NULL, &st), -EINVAL);
+    ASSERT_STRCONTAINS(st.message, "must be a JSON object");
+    json_decref(jp);
+    k8s_status_release(&st);
+    finish(&loop, c);
+}
+
+TEST(retry_after_429_then_ok)
+{
+    struct tsrv s;
+    struct tsrv_reply r[] = {
+        {429, "Retry-After: 1\r\n",
+         "{\"kind\":\"Status\",\"reason\":\"TooManyRequests\",\"message\":\"slow\",\"code\":429}",
+         0, 0, 0},
+        {200, NULL, CM_JSON, 0, 0, 0}};
+    int port = tsrv_start(&s, r, 2);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = client_for(&loop, port, "t", NULL, 3);
+    uint64_t t0 = tkm_now_ms();
+    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, NULL));
+    ASSERT(tkm_now_ms() - t0 >= 900);
+    ASSERT_EQ(tsrv_nreqs(&s), 2);
+    finish(&loop, c);
+}
+
+TEST(post_not_retried_on_plain_5xx)
+{
+    struct tsrv s;
+    struct tsrv_reply r = {500, NULL, "{\"kind\":\"Status\",\"message\":\"boom\",\"code\":500}",
+                           0,   0,    0};
+    int port = tsrv_start(&s, &r, 1);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = client_for(&loop, port, "t", NULL, 3);
+    json_t *obj = json_loads(CM_JSON, 0, NULL);
+    struct k8s_status st = K8S_STATUS_INIT;
+    ASSERT_EQ(k8s_create(c, &k8s_res_configmaps, NULL, obj, NULL, &st), -EREMOTEIO);
+    ASSERT_STREQ(st.message, "boom");
+    ASSERT_EQ(tsrv_nreqs(&s), 1);
+    /* GET is idempotent: retried (3 more times) on 500. */
+    ASSERT_EQ(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st), -EREMOTEIO);
+    ASSERT_EQ(tsrv_nreqs(&s), 5);
+    json_decref(obj);
+    k8s_status_release(&st);
+    finish(&loop, c);
+}
+
+TEST(transport_error_distinguished)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    ASSERT_OK(bind(fd, (struct sockaddr *)&a, sizeof a));
+    ASSERT_OK(getsockname(fd, (struct sockaddr *)&a, &al));
+    close(fd);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = client_for(&loop, ntohs(a.sin_port), "t", NULL, -1);
+    struct k8s_status st = K8S_STATUS_INIT;
+    ASSERT_EQ(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st), -ECONNREFUSED);
+    ASSERT_EQ(st.transport, 1);
+    ASSERT_EQ(st.code, 0);
+    ASSERT_STRCONTAINS(st.message, "/api/v1/namespaces/ns1/configmaps/a");
+    k8s_status_release(&st);
+    finish(&loop, c);
+}
+
+TEST(token_file_reloaded_on_401)
+{
+    struct tsrv s;
+    struct tsrv_reply r[] = {
+        {401, NULL, "{\"kind\":\"Status\",\"reason\":\"Unauthorized\",\"code\":401}", 0, 0, 0},
+        {200, NULL, CM_JSON, 0, 0, 0}};
+    int port = tsrv_start(&s, r, 2);
+    char tf[512];
+    snprintf(tf, sizeof tf, "%s/token", tkm_test_tmpdir());
+    FILE *f = fopen(tf, "w");
+    fputs("token-A\n", f);
+    fclose(f);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = client_for(&loop, port, NULL, tf, -1);
+    f = fopen(tf, "w");
+    fputs("token-B\n", f);
+    fclose(f);
+    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, NULL));
+    ASSERT_STRCONTAINS(tsrv_req(&s, 0), "Authorization: Bearer token-A\r\n");
+    ASSERT_STRCONTAINS(tsrv_req(&s, 1), "Authorization: Bearer token-B\r\n");
+    finish(&loop, c);
+}
+
+static int mutate_calls;
+
+static int add_key(json_t *obj, void *data)
+{
+    mutate_calls++;
+    json_object_set_new(json_object_get(obj, "data"), "added", json_string(data));
+    return 0;
+}
+
+TEST(update_retry_on_conflict)
+{
+    struct tsrv s;
+    struct tsrv_reply r[] = {
+        {200, NULL, CM_JSON, 0, 0, 0},
+        {409, NULL,
+         "{\"kind\":\"Status\",\"reason\":\"Conflict\",\"message\":\"the object has been "
+         "modified\",\"code\":409}",
+         0, 0, 0},
+        {200, NULL, CM_JSON, 0, 0, 0},
+        {200, NULL, CM_JSON, 0, 0, 0}};
+    int port = tsrv_start(&s, r, 4);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = client_for(&loop, port, "t", NULL, -1);
+    json_t *out = NULL;
+    ASSERT_OK(
+        k8s_update_retry(c, &k8s_res_configmaps, NULL, "a", NULL, 3, add_key, "yes", &out, NULL));
+    ASSERT_NOT_NULL(out);
+    json_decref(out);
+    ASSERT_EQ(mutate_calls, 2);
+    ASSERT_EQ(tsrv_nreqs(&s), 4);
+    ASSERT_STRCONTAINS(tsrv_req(&s, 1), "PUT /api/v1/namespaces/ns1/configmaps/a HTTP/1.1");
+    ASSERT_STRCONTAINS(tsrv_req(&s, 1), "\"resourceVersion\":\"7\"");
+    ASSERT_STRCONTAINS(tsrv_req(&s, 3), "\"added\":\"yes\"");
+    finish(&loop, c);
+}
+
+TEST(update_retry_gives_up)
+{
+    struct tsrv s;
+    struct tsrv_reply r[] = {
+        {200, NULL, CM_JSON, 0, 0, 0},
+        {409, NULL, "{\"kind\":\"Status\",\"reason\":\"Conflict\",\"message\":\"m\",\"code\":409}",
+         0, 0, 0},
+        {200, NULL, CM_JSON, 0, 0, 0},
+        {409, NULL, "{\"kind\":\"Status\",\"reason\":\"Conflict\",\"message\":\"m\",\"code\":409}",
+         0, 0, 0}};
+    int port = tsrv_start(&s, r, 4);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = client_for(&loop, port, "t", NULL, -1);
+    struct k8s_status st = K8S_STATUS_INIT;
+    ASSERT_EQ(k8s_update_retry(c, &k8s_res_configmaps, NULL, "a", NULL, 2, add_key, "x", NULL, &st),
+              -ESTALE);
+    ASSERT_EQ(st.code, 409);
+    ASSERT_EQ(tsrv_nreqs(&s), 4);
+    k8s_status_release(&st);
+    finish(&loop, c);
+}
+
+struct stream_got {
+    int done, rc;
+    size_t bytes;
+};
+
+static int stream_data(struct k8s_req *req, const char *p, size_t n, void *data)
+{
+    (void)p;
+    struct stream_got *g = data;
+    g->bytes += n;
+    k8s_req_cancel(req); /* cancel from inside the data callback */
+    return 0;
+}
+
+static void stream_done(struct k8s_req *req, struct k8s_response *resp, void *data)
+{
+    (void)req;
+    struct stream_got *g = data;
+    g->done++;
+    g->rc = resp->rc;
+}
+
+TEST(stream_and_cancel_from_callback)
+{
+    struct tsrv s;
+    char body[4000];
+    memset(body, 'e', sizeof body - 1);
+    body[sizeof body - 1] = '\0';
+    struct tsrv_reply r = {200, NULL, body, 0, 0, 10};
+    int port = tsrv_start(&s, &r, 1);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = client_for(&loop, port, "t", NULL, -1);
+    struct stream_got g = {0};
+    struct k8s_request rq = {.method = "GET",
+                             .path = "/api/v1/configmaps?watch=1",
+                             .timeout_ms = UINT64_MAX,
+                             .no_retry = 1};
+    ASSERT_OK(k8s_request_start(c, &rq, stream_data, stream_done, &g, NULL, NULL));
+    ASSERT_EQ(g.done, 0);
+    while (!g.done)
+        uv_run(&loop, UV_RUN_ONCE);
+    ASSERT_EQ(g.done, 1);
+    ASSERT_EQ(g.rc, -ECANCELED);
+    ASSERT(g.bytes > 0 && g.bytes < strlen(body));
+    finish(&loop, c);
+}
+
+TEST(close_cancels_pending)
+{
+    struct tsrv s;
+    struct tsrv_reply r = {200, NULL, "{}", 0, 3000, 0};
+    int port = tsrv_start(&s, &r, 1);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = client_for(&loop, port, "t", NULL, -1);
+    struct stream_got g = {0};
+    struct k8s_request rq = {.method = "GET", .path = "/api/v1/configmaps"};
+    ASSERT_OK(k8s_request_start(c, &rq, NULL, stream_done, &g, NULL, NULL));
+    uv_run(&loop, UV_RUN_NOWAIT);
+    k8s_client_free(c);
+    ASSERT_EQ(g.done, 1);
+    ASSERT_EQ(g.rc, -ECANCELED);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ASSERT_EQ(uv_loop_close(&loop), 0);
+}
+
+TEST(events_aggregate_repeats)
+{
+    struct tsrv s;
+    struct tsrv_reply r = {201, NULL, "{\"kind\":\"Event\"}", 0, 0, 0};
+    int port = tsrv_start(&s, &r, 1);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = client_for(&loop, port, "t", NULL, -1);
+    struct k8s_recorder *rec;
+    struct k8s_recorder_opts ro = {.component = "tkm-controller", .host = "node-1"};
+    ASSERT_OK(k8s_recorder_new(c, &ro, &rec, NULL));
+    struct k8s_object_ref o = {.api_version = "tkm.io/v1alpha1",
+                               .kind = "TritonKernelCache",
+                               .namespace = "ml",
+                               .name = "cache-a",
+                               .uid = "u-9"};
+    struct k8s_recorder_stats stats;
+    ASSERT_OK(k8s_event_emit(rec, &o, "Warning", "VerifyFailed", "signature of %s", "sha256:1"));
+    /* A repeat while the create is in flight is folded in and patched after. */
+    ASSERT_OK(k8s_event_emit(rec, &o, "Warning", "VerifyFailed", "signature of %s", "sha256:1"));
+    do {
+        uv_run(&loop, UV_RUN_ONCE);
+        k8s_recorder_stats(rec, &stats);
+    } while (stats.inflight);
+    ASSERT_EQ(stats.created, 1);
+    ASSERT_EQ(stats.aggregated, 1);
+    ASSERT_OK(k8s_event_emit(rec, &o, "Warning", "VerifyFailed", "signature of %s", "sha256:1"));
+    ASSERT_OK(k8s_event_emit(rec, &o, "Normal", "Verified", "ok"));
+    do {
+        uv_run(&loop, UV_RUN_ONCE);
+        k8s_recorder_stats(rec, &stats);
+    } while (stats.inflight);
+    ASSERT_EQ(stats.created, 2);
+    ASSERT_EQ(stats.aggregated, 2);
+    ASSERT_EQ(stats.failed, 0);
+    const char *req = tsrv_req(&s, 0);
+    ASSERT_STRCONTAINS(req, "POST /api/v1/namespaces/ml/events HTTP/1.1");
+    ASSERT_STRCONTAINS(req, "\"reason\":\"VerifyFailed\"");
+    ASSERT_STRCONTAINS(req, "\"involvedObject\":{");
+    ASSERT_STRCONTAINS(req, "\"uid\":\"u-9\"");
+    ASSERT_STRCONTAINS(req, "\"count\":1");
+    ASSERT_STRCONTAINS(req, "\"name\":\"cache-a.");
+    req = tsrv_req(&s, 1);
+    ASSERT_STRCONTAINS(req, "PATCH /api/v1/namespaces/ml/events/cache-a.");
+    ASSERT_STRCONTAINS(req, "application/merge-patch+json");
+    ASSERT_STRCONTAINS(req, "\"count\":2");
+    ASSERT_STRCONTAINS(tsrv_req(&s, 2), "\"count\":3");
+    ASSERT_STRCONTAINS(tsrv_req(&s, 3), "POST /api/v1/namespaces/ml/events");
+    ASSERT_EQ(k8s_event_emit(rec, &o, "Odd", "X", "y"), -EINVAL);
+    k8s_recorder_free(rec);
+    finish(&loop, c);
+}
