@@ -21,6 +21,16 @@ watcher_start() {
     >"$W_OUT" 2>"$E2E_TMP/watch.err" &
   W_PID=$!
   e2e_on_exit "kill -9 $W_PID 2>/dev/null"
+  e2e_on_exit watcher_logs_on_failure
+}
+
+# Shows what the watcher printed when the scenario did not get to the end.
+watcher_logs_on_failure() {
+  [[ -e $E2E_TMP/watcher.ok ]] && return 0
+  echo "--- watcher stdout (last 40 lines)" >&2
+  tail -40 "$W_OUT" >&2 2>/dev/null || true
+  echo "--- watcher stderr (last 20 lines)" >&2
+  tail -20 "$E2E_TMP/watch.err" >&2 2>/dev/null || true
 }
 
 watcher_stop() {
@@ -32,6 +42,7 @@ watcher_stop() {
     tail -20 "$E2E_TMP/watch.err" >&2
     fail "watcher exited with $rc"
   fi
+  touch "$E2E_TMP/watcher.ok"
   pass "watcher exited 0 (valgrind clean when enabled)"
 }
 
