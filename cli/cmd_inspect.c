@@ -99,13 +99,21 @@ static void inspect_dir_text(const struct tkm_triton_cache *c)
         printf("  %-5s arch %-8s warp %-3d %zu kernels%s\n", s->targets[i].target.backend,
                s->targets[i].target.arch, s->targets[i].target.warp_size, s->targets[i].kernels,
                s->targets[i].arch_specific ? " (arch-specific sm_NNa code)" : "");
-    printf("\n%-12s %-40s %-5s %-6s %5s %6s %-7s %-4s %10s\n", "DIR", "NAME", "BACK", "ARCH",
-           "WARPS", "STAGES", "TRITON", "PTX", "SIZE");
+    for (size_t i = 0; i < s->n_targets; i++)
+        if (s->targets[i].binary_mismatch)
+            printf(
+                "  WARNING: %zu kernels of %s arch %s carry a cubin/hsaco built for another arch "
+                "(see BIN); 'tkmctl check' refuses this target\n",
+                s->targets[i].binary_mismatch, s->targets[i].target.backend,
+                s->targets[i].target.arch);
+    printf("\n%-12s %-40s %-5s %-6s %-6s %5s %6s %-7s %-4s %10s\n", "DIR", "NAME", "BACK", "ARCH",
+           "BIN", "WARPS", "STAGES", "TRITON", "PTX", "SIZE");
     for (size_t i = 0; i < c->n_kernels; i++) {
         const struct tkm_triton_kernel *k = &c->kernels[i];
-        printf("%-12.12s %-40.40s %-5s %-6s %5d %6d %-7s %-4s %10llu\n", k->dir,
-               k->name ? k->name : "?", k->target.backend, k->target.arch, k->num_warps,
-               k->num_stages, k->triton_version ? k->triton_version : "-",
+        printf("%-12.12s %-40.40s %-5s %-6s %-6s %5d %6d %-7s %-4s %10llu\n", k->dir,
+               k->name ? k->name : "?", k->target.backend, k->target.arch,
+               k->binary_arch[0] ? k->binary_arch : "-", k->num_warps, k->num_stages,
+               k->triton_version ? k->triton_version : "-",
                tkm_ptx_version_str(k->ptx, pv, sizeof pv), (unsigned long long)k->size_bytes);
     }
 }

@@ -137,6 +137,14 @@ void tkm_compat_check(const struct tkm_triton_summary *s, const struct tkm_gpu *
             continue;
         if (!ptx_ok(t, g, why, sizeof why))
             continue;
+        if (t->binary_mismatch) {
+            snprintf(v->reason, sizeof v->reason,
+                     "corrupt cache: %zu of the %zu kernels for %s %s carry a GPU binary (cubin/"
+                     "hsaco ELF header) built for another arch; Triton would load it on GPU %d "
+                     "(%s) and fail",
+                     t->binary_mismatch, t->kernels, g->backend, ga, g->index, g->name);
+            return;
+        }
         v->compatible = 1;
         v->target_index = (int)i;
         snprintf(v->reason, sizeof v->reason,

@@ -85,6 +85,7 @@ struct tkm_triton_summary_target {
     size_t kernels;                 /* entries with this target */
     struct tkm_ptx_version ptx_max; /* highest PTX ISA among them; major -1 if none */
     int arch_specific;              /* 1 if some .ptx targets sm_NNa (runs on that exact CC only) */
+    size_t binary_mismatch; /* kernels whose cubin/hsaco ELF arch differs from target.arch */
 };
 
 struct tkm_triton_summary {

@@ -68,6 +68,15 @@ static int summary_add(struct tkm_triton_summary *s, const struct tkm_triton_ker
     t->kernels++;
     if (k->ptx.major >= 0 && tkm_ptx_version_cmp(k->ptx, t->ptx_max) > 0)
         t->ptx_max = k->ptx;
+    if (k->binary_arch[0]) {
+        size_t al = strlen(k->target.arch);
+        /* "90a" (arch-specific) compares as "90" against the cubin's SM number */
+        if (al > 1 && isdigit((unsigned char)k->target.arch[0]) &&
+            isalpha((unsigned char)k->target.arch[al - 1]))
+            al--;
+        if (strlen(k->binary_arch) != al || strncmp(k->binary_arch, k->target.arch, al) != 0)
+            t->binary_mismatch++;
+    }
     size_t tl = strlen(k->ptx_target);
     if (tl > 0 && k->ptx_target[tl - 1] == 'a')
         t->arch_specific = 1;

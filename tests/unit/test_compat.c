@@ -297,3 +297,30 @@ TEST_TIMEOUT(tkmctl_check_and_inspect_end_to_end, 60)
                  "8.7");
     json_decref(j);
 }
+
+TEST(edited_arch_with_foreign_binaries_is_refused)
+{
+    struct tkm_triton_cache c;
+    struct tkm_compat_verdict v;
+    char cmd[2048];
+    /* the sm90 cache with target.arch rewritten to 80: the cubins are still sm_90 */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && tar xzf '%s/triton-cache/triton-3.6.0-cuda-sm90.tar.gz' && "
+             "sed -i 's/\"arch\": 90,/\"arch\": 80,/' tcache/*/*.json",
+             tkm_test_tmpdir(), tkm_test_fixtures());
+    ASSERT_EQ(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/tcache", tkm_test_tmpdir());
+    struct tkm_err e = {0};
+    ASSERT_OK(tkm_triton_cache_scan(&c, cmd, &e));
+    ASSERT_STREQ(c.summary.targets[0].target.arch, "80");
+    ASSERT_EQ(c.summary.targets[0].binary_mismatch, 4);
+    struct tkm_gpu g = nvidia("NVIDIA A100-SXM4-80GB", 8, 0, 13000);
+    tkm_compat_check(&c.summary, &g, &v);
+    ASSERT_EQ(v.compatible, 0);
+    ASSERT_STRCONTAINS(v.reason, "corrupt cache: 4 of the 4 kernels for cuda sm80");
+    tkm_triton_cache_release(&c);
+    /* the untouched cache has none */
+    scan_fixture(&c, "triton-3.6.0-cuda-sm90-inductor-block.tar.gz", "tcache-inductor");
+    ASSERT_EQ(c.summary.targets[0].binary_mismatch, 0);
+    tkm_triton_cache_release(&c);
+}
