@@ -3,6 +3,8 @@
  */
 #include "tkmctl.h"
 
+#include "ctl_oci.h"
+
 #include "gpu/compat.h"
 #include "gpu/probe.h"
 #include "oci/layout.h"
@@ -44,25 +46,36 @@ static void check_usage(FILE *f)
         "  --procfs-root DIR       read /proc from DIR (default /proc)\n"
         "  --nvml-lib PATH         the NVML library to dlopen (default libnvidia-ml.so.1)\n"
         "  --no-nvml               do not load NVML (NVIDIA GPUs then show as unusable)\n\n"
+        "%s\n"
         "Exit status: 0 when at least one GPU is compatible, 1 when none is (or on an error),\n"
         "2 on a usage error.\n\n"
         "Examples:\n"
         "  tkmctl check ~/.triton/cache\n"
         "  tkmctl check --image-layout ./out -o json\n"
-        "  tkmctl check quay.io/gkm/cache-examples:vector-add-cache-cuda\n");
+        "  tkmctl check quay.io/gkm/cache-examples:vector-add-cache-cuda\n",
+        ctl_oci_flags_help);
 }
 
 struct check_args {
     const char *source, *layout, *tag;
     int json;
     struct tkm_gpu_probe_opts probe;
+    struct ctl_oci_flags oci; /* registry flags, for IMAGE_REF */
 };
 
 static int check_parse(int argc, char **argv, struct check_args *a)
 {
     memset(a, 0, sizeof *a);
+    ctl_oci_flags_init(&a->oci, "config");
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
+        if (strcmp(s, "-o") != 0 && strcmp(s, "--output") != 0) {
+            int r = ctl_oci_flag(&a->oci, argc, argv, &i, "check");
+            if (r < 0)
+                return -1;
+            if (r > 0)
+                continue;
+        }
         const char *next = i + 1 < argc ? argv[i + 1] : NULL;
         int takes = !strcmp(s, "-o") || !strcmp(s, "--output") || !strcmp(s, "--image-layout") ||
                     !strcmp(s, "--tag") || !strcmp(s, "--sysfs-root") ||
@@ -137,7 +150,9 @@ static int check_load(struct check_cache *c, const struct check_args *a, struct 
         c->is_dir = 1;
         return tkm_triton_cache_scan(&c->dir, a->source, err);
     }
-    return tkm_triton_image_load_ref(&c->image, a->source, NULL, err);
+    struct tkm_oci_registry_opts ro;
+    ctl_oci_registry_opts((struct ctl_oci_flags *)&a->oci, &ro);
+    return tkm_triton_image_load_ref(&c->image, a->source, &ro, err);
 }
 
 /* A numeric label ("4") as a JSON integer; anything else as the string, or null. */

@@ -3,6 +3,8 @@
  */
 #include "tkmctl.h"
 
+#include "ctl_oci.h"
+
 #include "oci/layout.h"
 #include "triton/cache.h"
 #include "triton/image.h"
@@ -34,12 +36,14 @@ static void inspect_usage(FILE *f)
             "  --image-layout DIR      an OCI image layout (as written by 'tkmctl build')\n"
             "  --tag TAG               the manifest to read from the layout (default: the only "
             "one)\n\n"
+            "%s\n"
             "Exit status: 0 success, 1 the cache or image cannot be read (the message says why),\n"
             "2 usage error.\n\n"
             "Examples:\n"
             "  tkmctl inspect ~/.triton/cache\n"
             "  tkmctl inspect ~/.triton/cache -o json | jq '.kernels[].name'\n"
-            "  tkmctl inspect --image-layout ./out --tag v1\n");
+            "  tkmctl inspect --image-layout ./out --tag v1\n",
+            ctl_oci_flags_help);
 }
 
 static json_t *kernel_json(const struct tkm_triton_kernel *k)
@@ -129,12 +133,15 @@ static json_t *label_num(const char *s)
     return json_string(s);
 }
 
-static int inspect_image(const char *layout, const char *tag, const char *ref, int json)
+static int inspect_image(const char *layout, const char *tag, const char *ref, int json,
+                         struct ctl_oci_flags *oci)
 {
     struct tkm_triton_image im;
     struct tkm_err err = {0};
+    struct tkm_oci_registry_opts ro;
+    ctl_oci_registry_opts(oci, &ro);
     int rc = layout ? tkm_triton_image_load_layout(&im, layout, tag, &err)
-                    : tkm_triton_image_load_ref(&im, ref, NULL, &err);
+                    : tkm_triton_image_load_ref(&im, ref, &ro, &err);
     if (rc) {
         fprintf(stderr, "tkmctl inspect: %s\n", tkm_err_str(&err));
         return 1;
@@ -165,9 +172,17 @@ static int inspect_image(const char *layout, const char *tag, const char *ref, i
 static int cmd_inspect(int argc, char **argv)
 {
     const char *src = NULL, *layout = NULL, *tag = NULL;
-    int json = 0;
+    int json = 0, r;
+    struct ctl_oci_flags oci;
+    ctl_oci_flags_init(&oci, "config");
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(s, "-o") != 0 && strcmp(s, "--output") != 0 &&
+            (r = ctl_oci_flag(&oci, argc, argv, &i, "inspect")) != 0) {
+            if (r < 0)
+                return 2;
+            continue;
+        }
         if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
             inspect_usage(stdout);
             return 0;
@@ -196,10 +211,10 @@ static int cmd_inspect(int argc, char **argv)
     }
     struct stat st;
     if (layout || (stat(src, &st) == 0 && S_ISDIR(st.st_mode) && tkm_oci_layout_is(src)))
-        return inspect_image(layout ? layout : src, tag, NULL, json);
+        return inspect_image(layout ? layout : src, tag, NULL, json, &oci);
     /* "/x", "./x", "../x" are paths (a missing one is reported as such); others refs */
     if (src[0] != '/' && src[0] != '.' && (stat(src, &st) != 0 || !S_ISDIR(st.st_mode)))
-        return inspect_image(NULL, NULL, src, json);
+        return inspect_image(NULL, NULL, src, json, &oci);
     struct tkm_triton_cache c;
     struct tkm_err err = {0};
     if (tkm_triton_cache_scan(&c, src, &err) != 0) {
