@@ -34,6 +34,12 @@ int tkm_trust_load_pubkey(const char *pem, size_t len, EVP_PKEY **out, struct tk
     ERR_clear_error();
     *out = PEM_read_bio_PUBKEY(b, NULL, NULL, NULL);
     BIO_free(b);
+    if (!*out && memmem(pem, len, "PRIVATE KEY-----", 16)) {
+        ERR_clear_error();
+        return tkm_err_set(err, -EINVAL,
+                           "this is a private key; give the public key (-----BEGIN "
+                           "PUBLIC KEY-----)");
+    }
     if (!*out) {
         int rc = tkm_err_set(err, -EINVAL, "not a PEM public key (-----BEGIN PUBLIC KEY-----): %s",
                              ossl_reason());
