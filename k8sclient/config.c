@@ -605,6 +605,7 @@ int k8s_config_load_file(struct k8s_config *c, const char *path, const char *con
 {
     struct tkm_buf b = TKM_BUF_INIT(K8S_YAML_MAX_INPUT);
     char *abs = NULL, *dir = NULL;
+    k8s_config_release(c);
     int rc = k8s__read_file(path, K8S_YAML_MAX_INPUT, &b, "kubeconfig", err);
     if (rc)
         goto out;
