@@ -276,6 +276,18 @@ TEST_TIMEOUT(tkmctl_check_and_inspect_end_to_end, 60)
     ASSERT_EQ(run_status(cmd), 2);
     snprintf(cmd, sizeof cmd, "cd '%s' && '%s' inspect ./tcache -o json > inspect.json", t, ctl);
     ASSERT_EQ(run_status(cmd), 0);
+    /* the same cache as an image (tkmctl build): judged from its summary label */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && '%s' build ./tcache --output lay --tag sm90 >/dev/null && "
+             "TKM_FAKE_NVML=nvml.conf '%s' check --image-layout lay --tag sm90 -o json %s > "
+             "img.json",
+             t, ctl, ctl, probe);
+    ASSERT_EQ(run_status(cmd), 0);
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && grep -q '\"source\": \"image\"' img.json && "
+             "'%s' inspect --image-layout lay | grep -q 'cuda  arch 90'",
+             t, ctl);
+    ASSERT_EQ(run_status(cmd), 0);
 
     char p[1200];
     json_error_t je;
