@@ -46,11 +46,19 @@ void tkm_gpu_norm_bus_id(const char *in, char *out, size_t size)
         *p = (char)tolower((unsigned char)*p);
 }
 
+/* Series words that name no model on their own: "RTX 4090" -> "rtx-4090". */
+static int series_word(const char *w)
+{
+    return !strcmp(w, "rtx") || !strcmp(w, "gtx") || !strcmp(w, "rx") || !strcmp(w, "titan");
+}
+
 void tkm_gpu_type_from_name(const char *name, char *out, size_t size)
 {
-    /* lower case; vendor words kept ("nvidia", "amd"); "instinct", "tesla",
-     * "geforce", "radeon" dropped; the first model word ends at '-' or ' '. */
-    char vendor[16] = "", model[32] = "";
+    /* lower case; vendor words kept ("nvidia", "amd"); brand words ("tesla",
+     * "geforce", "instinct", "radeon") imply the vendor; the model is the first
+     * other word up to a '-', joined with the next word after a series word. */
+    char vendor[16] = "", model[48] = "";
+    int join_next = 0;
     const char *p = name;
     while (*p) {
         char w[32];
@@ -64,6 +72,7 @@ void tkm_gpu_type_from_name(const char *name, char *out, size_t size)
             p++;
         if (!n)
             break;
+        w[strcspn(w, "-")] = '\0'; /* "a100-sxm4-80gb" -> "a100" */
         if (!strcmp(w, "nvidia") || !strcmp(w, "amd")) {
             snprintf(vendor, sizeof vendor, "%s", w);
         } else if (!strcmp(w, "tesla") || !strcmp(w, "geforce") || !strcmp(w, "quadro")) {
@@ -73,10 +82,12 @@ void tkm_gpu_type_from_name(const char *name, char *out, size_t size)
             if (!vendor[0])
                 snprintf(vendor, sizeof vendor, "amd");
         } else if (!model[0]) {
-            w[strcspn(w, "-")] = '\0'; /* "a100-sxm4-80gb" -> "a100" */
             snprintf(model, sizeof model, "%s", w);
-        } else if (!strcmp(w, "nvl") || !strcmp(w, "pcie") || !strcmp(w, "sxm")) {
-            continue;
+            join_next = series_word(w);
+        } else if (join_next && w[0]) {
+            size_t ml = strlen(model);
+            snprintf(model + ml, sizeof model - ml, "-%.20s", w);
+            join_next = 0;
         }
     }
     if (!vendor[0] && model[0])

@@ -36,12 +36,10 @@ static int read_small_file(const char *path, size_t max, struct tkm_buf *b, stru
         goto out;
     }
     for (;;) {
-        if ((rc = tkm_buf_grow(b, 65536)) != 0) {
-            tkm_err_set(err, rc, "%s: larger than %zu bytes", path, max);
-            goto out;
-        }
-        ssize_t n =
-            read(fd, b->data + b->len, b->cap - b->len - 1 < 65536 ? b->cap - b->len - 1 : 65536);
+        char chunk[16384];
+        size_t room = max - b->len;
+        /* with no room left, one more byte tells "exactly max" from "too large" */
+        ssize_t n = read(fd, chunk, room == 0 ? 1 : room < sizeof chunk ? room : sizeof chunk);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
@@ -50,14 +48,41 @@ static int read_small_file(const char *path, size_t max, struct tkm_buf *b, stru
         }
         if (n == 0)
             break;
-        b->len += (size_t)n;
-        b->data[b->len] = '\0';
+        if ((rc = tkm_buf_append(b, chunk, (size_t)n)) != 0) {
+            tkm_err_set(err, rc, "%s: larger than %zu bytes", path, max);
+            goto out;
+        }
     }
 out:
     close(fd);
     if (rc)
         tkm_buf_release(b);
     return rc;
+}
+
+/* Reads at most n bytes from the start of a regular file (the PTX header). */
+static int read_head(const char *path, size_t n, struct tkm_buf *b)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rc = 0;
+    struct stat st;
+    tkm_buf_init(b, n);
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (rc = tkm_buf_grow(b, n)) != 0) {
+        close(fd);
+        return rc ? rc : -EINVAL;
+    }
+    while (b->len < n) {
+        ssize_t r = read(fd, b->data + b->len, n - b->len);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        b->len += (size_t)r;
+    }
+    b->data[b->len] = '\0';
+    close(fd);
+    return 0;
 }
 
 /* Sum of regular file sizes below path (tmp.pid_* skipped, links not followed). */
@@ -104,8 +129,7 @@ static void kernel_stage_files(struct tkm_triton_kernel *k, const char *kdir)
     struct stat st;
     snprintf(stem, sizeof stem, "%.*s", (int)(sl < sizeof stem ? sl : sizeof stem - 1),
              k->json_name);
-    if (tkm_pathf(p, sizeof p, "%s/%s.ptx", kdir, stem) == 0 &&
-        read_small_file(p, 64u << 20, &b, NULL) == 0) {
+    if (tkm_pathf(p, sizeof p, "%s/%s.ptx", kdir, stem) == 0 && read_head(p, 65536, &b) == 0) {
         tkm_ptx_header_parse(b.data, b.len, &k->ptx, k->ptx_target, sizeof k->ptx_target);
         tkm_buf_release(&b);
     }

@@ -286,6 +286,12 @@ TEST(gpu_type_and_gfx_names)
     ASSERT_STREQ(b, "nvidia-v100");
     tkm_gpu_type_from_name("AMD Instinct MI300X", b, sizeof b);
     ASSERT_STREQ(b, "amd-mi300x");
+    tkm_gpu_type_from_name("NVIDIA GeForce RTX 4090", b, sizeof b);
+    ASSERT_STREQ(b, "nvidia-rtx-4090");
+    tkm_gpu_type_from_name("NVIDIA RTX A6000", b, sizeof b);
+    ASSERT_STREQ(b, "nvidia-rtx-a6000");
+    tkm_gpu_type_from_name("NVIDIA RTX", b, sizeof b);
+    ASSERT_STREQ(b, "nvidia-rtx");
     tkm_gpu_type_from_name("", b, sizeof b);
     ASSERT_STREQ(b, "unknown");
     ASSERT_OK(tkm_gpu_gfx_name(90402, b, sizeof b));
