@@ -76,6 +76,7 @@ struct k8s_req {
     int attempts;
     int auth_retried;
     int waiting_exec; /* parked until the exec plugin returns */
+    int exec_fresh;   /* the plugin just ran for this request: send as is */
     int cancelled;
     int streamed; /* data_cb saw bytes: never retried */
     int delivered;
@@ -182,6 +183,7 @@ static void exec_after_cb(uv_work_t *w, int status)
         struct k8s_req *next = r->next;
         if (r->waiting_exec) {
             r->waiting_exec = 0;
+            r->exec_fresh = 1;
             if (c->exec_rc && !r->cancelled) {
                 k8s_status_set_transport(&r->st, c->exec_rc, tkm_err_str(&c->exec_err));
                 deliver(r, NULL, 0);
@@ -488,11 +490,12 @@ static void send_attempt(struct k8s_req *r)
     }
     if (c->cfg.auth == K8S_AUTH_TOKEN_FILE && tkm_now_ms() - c->token_read_ms >= c->token_reload_ms)
         reload_token_file(c);
-    if (c->cfg.auth == K8S_AUTH_EXEC && exec_expired(c) && exec_refresh(c) == 0) {
+    if (c->cfg.auth == K8S_AUTH_EXEC && !r->exec_fresh && exec_expired(c) && exec_refresh(c) == 0) {
         r->waiting_exec = 1;
         return;
     }
     r->attempts++;
+    r->exec_fresh = 0;
     char lines[4][8192];
     const char *hdrs[5];
     struct tkm_buf url = TKM_BUF_INIT(64 * 1024);

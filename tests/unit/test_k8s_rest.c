@@ -2,6 +2,7 @@
  * checked against the exact requests a canned loopback server records. */
 #include "test.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "httpd-test.h"
@@ -483,5 +484,54 @@ TEST(events_aggregate_repeats)
     ASSERT_STRCONTAINS(tsrv_req(&s, 3), "POST /api/v1/namespaces/ml/events");
     ASSERT_EQ(k8s_event_emit(rec, &o, "Odd", "X", "y"), -EINVAL);
     k8s_recorder_free(rec);
+    finish(&loop, c);
+}
+
+TEST(exec_plugin_refreshed_when_expired_and_on_401)
+{
+    struct tsrv s;
+    struct tsrv_reply r[] = {
+        {200, NULL, CM_JSON, 0, 0, 0},
+        {401, NULL, "{\"kind\":\"Status\",\"reason\":\"Unauthorized\",\"code\":401}", 0, 0, 0},
+        {200, NULL, CM_JSON, 0, 0, 0}};
+    int port = tsrv_start(&s, r, 3);
+    char script[512], count[512];
+    snprintf(script, sizeof script, "%s/plugin.sh", tkm_test_tmpdir());
+    snprintf(count, sizeof count, "%s/count", tkm_test_tmpdir());
+    FILE *f = fopen(script, "w");
+    /* Each run prints token exec-<n>; the credential expired long ago, so the
+     * client runs the plugin again before each request. */
+    fprintf(
+        f,
+        "#!/bin/sh\nn=$(cat %s 2>/dev/null || echo 0)\nn=$((n+1))\necho $n > %s\n"
+        "echo '{\"apiVersion\":\"client.authentication.k8s.io/v1\",\"kind\":\"ExecCredential\","
+        "\"status\":{\"token\":\"exec-'$n'\",\"expirationTimestamp\":\"2000-01-01T00:00:00Z\"}}'\n",
+        count, count);
+    fclose(f);
+    chmod(script, 0755);
+    char y[2048];
+    snprintf(
+        y, sizeof y,
+        "current-context: a\nclusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:%d'}\n"
+        "contexts:\n- name: a\n  context: {cluster: c, user: u}\n"
+        "users:\n- name: u\n  user:\n    exec:\n      command: %s\n"
+        "      apiVersion: client.authentication.k8s.io/v1\n      interactiveMode: Never\n",
+        port, script);
+    struct k8s_config cfg;
+    struct tkm_err err = {0};
+    k8s_config_init(&cfg);
+    ASSERT_OK(k8s_config_load_yaml(&cfg, y, strlen(y), "/", "kc", NULL, &err));
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c;
+    ASSERT_OK(k8s_client_new(&loop, &cfg, NULL, &c, &err)); /* run 1 */
+    k8s_config_release(&cfg);
+    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, "x", "a", NULL, NULL, NULL));
+    ASSERT_STRCONTAINS(tsrv_req(&s, 0), "Authorization: Bearer exec-2\r\n");
+    /* Request 2: refreshed (run 3), refused with 401, refreshed again (run 4). */
+    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, "x", "a", NULL, NULL, NULL));
+    ASSERT_STRCONTAINS(tsrv_req(&s, 1), "Authorization: Bearer exec-3\r\n");
+    ASSERT_STRCONTAINS(tsrv_req(&s, 2), "Authorization: Bearer exec-4\r\n");
+    ASSERT_EQ(tsrv_nreqs(&s), 3);
     finish(&loop, c);
 }

@@ -213,9 +213,9 @@ static int run(struct k8s_client *c, int argc, char **argv)
         rc = k8s_apply(c, r, ns, obj, &ao, &out, &st);
     } else if (strcmp(cmd, "patch") == 0 && argc >= 6) {
         obj = load_json(argv[5]);
-        struct k8s_patch_opts po = {
-            .type = strcmp(argv[4], "json") == 0 ? K8S_PATCH_JSON : K8S_PATCH_MERGE,
-            .subresource = argc > 6 ? argv[6] : NULL};
+        struct k8s_patch_opts po = {.type = strcmp(argv[4], "json") == 0 ? K8S_PATCH_JSON
+                                                                         : K8S_PATCH_MERGE,
+                                    .subresource = argc > 6 ? argv[6] : NULL};
         rc = k8s_patch(c, r, ns, argv[3], obj, &po, &out, &st);
     } else if (strcmp(cmd, "delete") == 0 && argc >= 4) {
         struct k8s_delete_opts d = {0};
