@@ -201,7 +201,7 @@ int tkm_gpu_probe(struct tkm_gpu_list *out, const struct tkm_gpu_probe_opts *opt
     if (stat(sysfs, &st) != 0 || !S_ISDIR(st.st_mode))
         return tkm_err_set(err, -ENOENT, "sysfs root %s is not a directory", sysfs);
     if (opts && opts->no_nvml)
-        snprintf(out->nvml_error, sizeof out->nvml_error, "NVML was not loaded (--no-nvml)");
+        snprintf(out->nvml_error, sizeof out->nvml_error, "not loaded: --no-nvml");
     else if ((rc = tkm_gpu_probe_nvml(out, lib, err)) != 0)
         goto out;
     if ((rc = tkm_gpu_probe_kfd(out, sysfs, err)) != 0)

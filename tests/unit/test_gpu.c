@@ -327,23 +327,25 @@ static void xml_value(const char *xml, const char *tag, char *out, size_t size)
     snprintf(out, size, "%.*s", (int)(e - p), p);
 }
 
-static json_t *device_json(const char *file)
+static json_t *device_json(const char *dir, const char *file)
 {
     char path[1024];
     json_error_t je;
     const char *src = getenv("TKM_SOURCE_DIR") ? getenv("TKM_SOURCE_DIR") : TKM_SOURCE_DIR;
-    snprintf(path, sizeof path, "%s/tests/fixtures/gpu/h200-device/%s", src, file);
+    snprintf(path, sizeof path, "%s/tests/fixtures/gpu/%s/%s", src, dir, file);
     json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!j)
         tkm_test_fail(__FILE__, __LINE__, "%s: %s", path, je.text);
     return j;
 }
 
-TEST(device_run_matches_nvidia_smi)
+/* tkmctl check on a real GPU (dir) against nvidia-smi of the same machine. */
+static void device_run(const char *dir, const char *gpu_type)
 {
     char path[1024], name[128], drv[64], cuda[32], uuid[128], bus[64], mig[32], line[512];
+    char want[512];
     const char *src = getenv("TKM_SOURCE_DIR") ? getenv("TKM_SOURCE_DIR") : TKM_SOURCE_DIR;
-    snprintf(path, sizeof path, "%s/tests/fixtures/gpu/h200-device/nvidia-smi.xml", src);
+    snprintf(path, sizeof path, "%s/tests/fixtures/gpu/%s/nvidia-smi.xml", src, dir);
     FILE *f = fopen(path, "r");
     ASSERT_NOT_NULL(f);
     char *xml = calloc(1, 1 << 20);
@@ -361,7 +363,7 @@ TEST(device_run_matches_nvidia_smi)
     ASSERT_EQ(strncmp(drv, "580.", 4), 0);
     ASSERT_STREQ(cuda, "13.0");
     /* compute_cap is only in the --query-gpu output */
-    snprintf(path, sizeof path, "%s/tests/fixtures/gpu/h200-device/nvidia-smi-query.csv", src);
+    snprintf(path, sizeof path, "%s/tests/fixtures/gpu/%s/nvidia-smi-query.csv", src, dir);
     f = fopen(path, "r");
     ASSERT_NOT_NULL(f);
     ASSERT_NOT_NULL(fgets(line, sizeof line, f));
@@ -369,12 +371,12 @@ TEST(device_run_matches_nvidia_smi)
     fclose(f);
     ASSERT_STRCONTAINS(line, ", 9.0, ");
 
-    json_t *j = device_json("check-sm90.json");
+    json_t *j = device_json(dir, "check-sm90.json");
     json_t *r = json_array_get(json_object_get(j, "results"), 0);
     json_t *g = json_object_get(r, "gpu");
     ASSERT_EQ(json_array_size(json_object_get(j, "results")), 1);
     ASSERT_STREQ(json_string_value(json_object_get(g, "name")), name);
-    ASSERT_STREQ(json_string_value(json_object_get(g, "gpuType")), "nvidia-h200");
+    ASSERT_STREQ(json_string_value(json_object_get(g, "gpuType")), gpu_type);
     ASSERT_STREQ(json_string_value(json_object_get(g, "uuid")), uuid);
     ASSERT_STREQ(json_string_value(json_object_get(g, "computeCapability")), "9.0");
     ASSERT_STREQ(json_string_value(json_object_get(g, "arch")), "90");
@@ -393,24 +395,34 @@ TEST(device_run_matches_nvidia_smi)
                        "PTX ISA 8.7 needs CUDA 12.8+, driver supports 13.0");
     json_decref(j);
 
-    j = device_json("check-sm80.json");
+    j = device_json(dir, "check-sm80.json");
     r = json_array_get(json_object_get(j, "results"), 0);
     ASSERT(json_is_false(json_object_get(r, "compatible")));
     ASSERT(json_is_false(json_object_get(j, "compatible")));
-    ASSERT_STREQ(json_string_value(json_object_get(r, "reason")),
-                 "arch mismatch: cache built for sm80, GPU 0 (NVIDIA H200) is sm90");
+    snprintf(want, sizeof want, "arch mismatch: cache built for sm80, GPU 0 (%s) is sm90", name);
+    ASSERT_STREQ(json_string_value(json_object_get(r, "reason")), want);
     ASSERT_EQ(json_array_size(json_object_get(j, "incompatibleGpus")), 1);
     json_decref(j);
 
-    j = device_json("check-inductor.json");
+    j = device_json(dir, "check-inductor.json");
     r = json_array_get(json_object_get(j, "results"), 0);
     ASSERT(json_is_true(json_object_get(r, "compatible")));
     ASSERT_STRCONTAINS(json_string_value(json_object_get(r, "reason")), "PTX ISA 9.0");
     json_decref(j);
 
-    j = device_json("check-sm90-no-nvml.json");
+    j = device_json(dir, "check-sm90-no-nvml.json");
     r = json_array_get(json_object_get(j, "results"), 0);
     ASSERT(json_is_false(json_object_get(r, "compatible")));
     ASSERT_STREQ(json_string_value(json_object_get(json_object_get(r, "gpu"), "source")), "pci");
     json_decref(j);
+}
+
+TEST(device_run_h200_matches_nvidia_smi)
+{
+    device_run("h200-device", "nvidia-h200");
+}
+
+TEST(device_run_h100_matches_nvidia_smi)
+{
+    device_run("h100-device", "nvidia-h100");
 }
