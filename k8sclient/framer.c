@@ -58,21 +58,48 @@ static int bad_byte(const struct k8s__framer *f, size_t i, const char *what, str
                        f->offset + i, c);
 }
 
+/* Enters a level opened by c ('{' or '['), remembering its kind. */
+static int open_level(struct k8s__framer *f, size_t i, char c, struct tkm_err *err)
+{
+    if (f->depth >= K8S__FRAME_MAX_DEPTH)
+        return bad_byte(f, i, "nesting deeper than 1000 levels", err);
+    unsigned d = f->depth++;
+    unsigned char bit = (unsigned char)(1u << (d % 8));
+    if (c == '[')
+        f->kinds[d / 8] |= bit;
+    else
+        f->kinds[d / 8] &= (unsigned char)~bit;
+    return 0;
+}
+
+/* Leaves a level closed by c, which must match the bracket that opened it. */
+static int close_level(struct k8s__framer *f, size_t i, char c, struct tkm_err *err)
+{
+    if (f->depth == 0)
+        return bad_byte(f, i, "unbalanced bracket", err);
+    unsigned d = f->depth - 1;
+    int was_array = (f->kinds[d / 8] >> (d % 8)) & 1;
+    if (was_array != (c == ']'))
+        return bad_byte(f, i, "mismatched bracket", err);
+    f->depth = d;
+    return 0;
+}
+
 /* Inside an object (event or list item) outside strings. Returns 1 when the
  * object closed at i, 0 to go on, < 0 on error. */
 static int step_nested(struct k8s__framer *f, size_t i, unsigned close_depth, struct tkm_err *err)
 {
     char c = f->buf.data[i];
+    int rc = 0;
     if (c == '"') {
         f->in_str = 1;
     } else if (c == '{' || c == '[') {
-        if (++f->depth > K8S__FRAME_MAX_DEPTH)
-            return bad_byte(f, i, "nesting deeper than 1000 levels", err);
+        rc = open_level(f, i, c, err);
     } else if (c == '}' || c == ']') {
-        if (--f->depth == close_depth)
+        if ((rc = close_level(f, i, c, err)) == 0 && f->depth == close_depth)
             return 1;
     }
-    return 0;
+    return rc;
 }
 
 static int scan_stream(struct k8s__framer *f, size_t from, k8s__frame_cb cb, void *data,
@@ -96,7 +123,8 @@ static int scan_stream(struct k8s__framer *f, size_t from, k8s__frame_cb cb, voi
                 return bad_byte(f, i, "expected '{' starting an event", err);
             f->in_obj = 1;
             f->start = i;
-            f->depth = 1;
+            f->depth = 0;
+            open_level(f, i, c, err);
             continue;
         }
         int rc = step_nested(f, i, 0, err);
@@ -141,7 +169,7 @@ static int step_list(struct k8s__framer *f, size_t i, struct tkm_err *err)
     if (f->depth == 0) {
         if (c != '{')
             return bad_byte(f, i, "expected '{' starting the list", err);
-        f->depth = 1;
+        open_level(f, i, c, err);
         f->expect_key = 1;
         return rest_put(f, c, err);
     }
@@ -151,8 +179,7 @@ static int step_list(struct k8s__framer *f, size_t i, struct tkm_err *err)
         if (c == '{') {
             f->in_obj = 1;
             f->start = i;
-            f->depth = 3;
-            return 0;
+            return open_level(f, i, c, err);
         }
         if (c != ']')
             return bad_byte(f, i, "list item that is not an object", err);
@@ -174,22 +201,25 @@ static int step_list(struct k8s__framer *f, size_t i, struct tkm_err *err)
             f->expect_key = 1;
         break;
     case '{':
-    case '[':
-        if (++f->depth > K8S__FRAME_MAX_DEPTH)
-            return bad_byte(f, i, "nesting deeper than 1000 levels", err);
+    case '[': {
+        int rc = open_level(f, i, c, err);
+        if (rc < 0)
+            return rc;
         if (c == '[' && f->depth == 2 && f->key_items)
             f->in_items = 1;
         break;
+    }
     case '}':
-    case ']':
-        if (f->depth == 0)
-            return bad_byte(f, i, "unbalanced bracket", err);
-        f->depth--;
+    case ']': {
+        int rc = close_level(f, i, c, err);
+        if (rc < 0)
+            return rc;
         if (f->depth == 1)
             f->in_items = 0;
         if (f->depth == 0)
             f->done = 1;
         break;
+    }
     default:
         break;
     }

@@ -44,6 +44,8 @@ struct k8s__framer {
     int in_obj;         /* an object (event or item) is in progress */
     unsigned depth;     /* nesting depth at the scan position */
     int in_str, esc;
+    /* bracket kinds of the open levels, one bit per depth (1 = '[') */
+    unsigned char kinds[K8S__FRAME_MAX_DEPTH / 8 + 1];
     uint64_t offset;  /* stream offset of buf.data[0] (for messages) */
     uint64_t emitted; /* objects emitted so far */
     /* LIST mode */

@@ -364,3 +364,25 @@ TEST(rand_range_stays_in_bounds)
     }
     ASSERT(seen_lo && seen_hi);
 }
+
+TEST(mismatched_brackets_rejected)
+{
+    struct k8s__framer f;
+    struct collected c = {0};
+    struct tkm_err err = {0};
+    const char *s = "{\"type\":\"ADDED\",\"object\":{\"a\":[1}]}\n";
+    k8s__framer_init(&f, K8S__FRAME_STREAM, 4096);
+    ASSERT_EQ(k8s__framer_feed(&f, s, strlen(s), collect_cb, &c, &err), -EPROTO);
+    ASSERT_STRCONTAINS(err.msg, "mismatched bracket");
+    ASSERT_EQ(c.n, 0);
+    k8s__framer_release(&f);
+
+    /* A list item closed by ']' instead of '}'. */
+    tkm_err_clear(&err);
+    k8s__framer_init(&f, K8S__FRAME_LIST, 4096);
+    s = "{\"items\":[{\"metadata\":{\"name\":\"a\":{\"nx\"}},{\"x\":1}]]}";
+    ASSERT_EQ(k8s__framer_feed(&f, s, strlen(s), collect_cb, &c, &err), -EPROTO);
+    ASSERT_STRCONTAINS(err.msg, "mismatched bracket");
+    ASSERT_EQ(c.n, 0);
+    k8s__framer_release(&f);
+}
