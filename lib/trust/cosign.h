@@ -81,4 +81,16 @@ int tkm_cosign_verify(const char *manifest, size_t manifest_len,
                       size_t pem_len, const char *image_digest, struct tkm_cosign_result *res,
                       struct tkm_err *err);
 
+/*
+ * The fetch glue (lib/oci's synchronous registry client, so not on a loop
+ * thread): GETs the manifest tagged tkm_cosign_sig_tag(image_digest) from
+ * repo, fetches each signature payload (<= 64 KiB, digest-checked while
+ * streaming) and runs tkm_cosign_verify(). -ENOENT (err names the tag) when
+ * the image has no signature manifest. r and strings are borrowed.
+ */
+struct tkm_oci_registry;
+int tkm_cosign_verify_registry(struct tkm_oci_registry *r, const char *repo,
+                               const char *image_digest, const char *pubkey_pem, size_t pem_len,
+                               struct tkm_cosign_result *res, struct tkm_err *err);
+
 #endif
