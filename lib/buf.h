@@ -48,7 +48,8 @@ int tkm_buf_append(struct tkm_buf *b, const void *p, size_t n);
 int tkm_buf_puts(struct tkm_buf *b, const char *s);
 int tkm_buf_putc(struct tkm_buf *b, char c);
 int tkm_buf_printf(struct tkm_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-int tkm_buf_vprintf(struct tkm_buf *b, const char *fmt, va_list ap);
+int tkm_buf_vprintf(struct tkm_buf *b, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 /* Drops the first n bytes (n > len drops all); used by stream framers. */
 void tkm_buf_consume(struct tkm_buf *b, size_t n);
 /* Hands the storage to the caller (free() it); *len (optional) gets the
