@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
@@ -121,6 +122,7 @@ struct xctx {
     int cache_fd;
     uint64_t entries, files, dirs, skipped, file_bytes;
     uint64_t prog_bytes, prog_entries;
+    uint64_t space_checked; /* file_bytes at the last free-space check */
 };
 
 static int xfail(struct xctx *c, int code, const char *fmt, ...)
@@ -736,6 +738,25 @@ static int write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
+/* Keeps limits.min_free_bytes free on the destination filesystem. */
+static int check_space(struct xctx *c, const char *entry, int force)
+{
+    uint64_t want = c->lim->min_free_bytes;
+    struct statvfs sv;
+    if (want == 0 || (!force && c->file_bytes - c->space_checked < (1 << 20)))
+        return 0;
+    c->space_checked = c->file_bytes;
+    if (fstatvfs(c->dirfd, &sv) < 0)
+        return xfail(c, -errno, "entry %s: statvfs: %s", entry, strerror(errno));
+    uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+    if (avail < want)
+        return xfail(c, -ENOSPC,
+                     "entry %s: the filesystem has %llu bytes free, less than the %llu-byte "
+                     "reserve (min_free_bytes)",
+                     entry, (unsigned long long)avail, (unsigned long long)want);
+    return 0;
+}
+
 static int copy_data(struct xctx *c, struct archive *a, int fd, const char *entry)
 {
     uint64_t written = 0;
@@ -759,7 +780,7 @@ static int copy_data(struct xctx *c, struct archive *a, int fd, const char *entr
             return xfail(c, rc, "entry %s: write: %s", entry, strerror(-rc));
         written += n;
         c->file_bytes += n;
-        if (cancelled(c) < 0)
+        if (cancelled(c) < 0 || check_space(c, entry, 0) < 0)
             return c->e.code;
     }
 }
@@ -772,6 +793,8 @@ static int write_file(struct xctx *c, struct archive *a, struct archive_entry *a
     int pfd = open_dir(c, entry, rel, slash ? (size_t)(slash - rel) : 0);
     if (pfd < 0)
         return pfd;
+    if (c->files == 0 && check_space(c, entry, 1) < 0)
+        return c->e.code;
     int fd = openat(pfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EEXIST)
         return xfail(c, -EINVAL, "entry %s: duplicate entry (%s already exists)", entry, rel);

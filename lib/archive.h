@@ -52,11 +52,14 @@ struct tkm_archive_limits {
     uint32_t max_ratio;         /* uncompressed / compressed bytes ... */
     uint64_t ratio_grace_bytes; /* ... checked once this many bytes came out */
     uint32_t zstd_window_log_max;
+    /* Free space the destination filesystem must keep: checked before the
+     * first write and every 1 MiB written (-ENOSPC below it). 0 = no check. */
+    uint64_t min_free_bytes;
 };
 
 /* The defaults (docs/security.md): 32 GiB total, 4 GiB per file, 200000
  * entries, 1 MiB PAX header, 1024-byte paths, depth 32, ratio 250 after
- * 16 MiB, zstd windowLog 27 (128 MiB). */
+ * 16 MiB, zstd windowLog 27 (128 MiB), no free-space reserve. */
 void tkm_archive_limits_default(struct tkm_archive_limits *l);
 
 enum tkm_compression {

@@ -821,3 +821,18 @@ TEST_TIMEOUT(fixture_as_zstd_same_diff_id, 60)
     snprintf(cmd, sizeof cmd, "diff -r '%s/g' '%s/z'", tkm_test_tmpdir(), tkm_test_tmpdir());
     ASSERT_OK(system(cmd));
 }
+
+TEST(free_space_reserve)
+{
+    struct tkm_buf t = TKM_BUF_INIT(1 << 20);
+    tb_file(&t, "io.triton.cache/K/k.cubin", "ELF", 3, 0644);
+    tb_end(&t);
+    struct tkm_archive_opts o;
+    tkm_archive_opts_init(&o);
+    o.limits.min_free_bytes = UINT64_MAX / 2; /* more than any filesystem has */
+    expect_reject_opts(&t, &o, "entry io.triton.cache/K/k.cubin: the filesystem has ");
+    o.limits.min_free_bytes = 4096; /* a reserve that is there */
+    struct tkm_err err = {0};
+    ASSERT_OK(extract_buf(&t, &o, NULL, &err));
+    tkm_buf_release(&t);
+}
