@@ -149,12 +149,19 @@ expect_fail "nothing listens" "$P" --kubeconfig "$T/dead.kubeconfig" get configm
 assert_contains "$OUT" "rc=ECONNREFUSED code=0 reason=- transport=1" "transport error marked as such"
 # A CA that did not sign the apiserver's certificate: verification fails.
 openssl req -x509 -newkey rsa:2048 -nodes -keyout "$T/other.key" -out "$T/other.crt" -days 1 -subj /CN=other 2>/dev/null
-kubectl config --kubeconfig="$T/admin-copy" view --raw >/dev/null 2>&1 || true
 cp "$TKM_CLUSTER_DIR/admin.kubeconfig" "$T/wrongca.kubeconfig"
 kubectl config --kubeconfig="$T/wrongca.kubeconfig" set-cluster tkm-dev --certificate-authority="$T/other.crt" --embed-certs=true >/dev/null
 expect_fail "wrong CA" "$P" --kubeconfig "$T/wrongca.kubeconfig" get configmaps "$NS" x
 assert_contains "$OUT" "rc=EPROTO" "TLS verification failure is EPROTO"
 assert_contains "$OUT" "transport=1" "and a transport error"
+
+step "tls-server-name verifies another name on the same address"
+cp "$TKM_CLUSTER_DIR/admin.kubeconfig" "$T/sni.kubeconfig"
+kubectl config --kubeconfig="$T/sni.kubeconfig" set clusters.tkm-dev.tls-server-name kubernetes.default >/dev/null
+expect_ok "tls-server-name in the certificate" "$P" --kubeconfig "$T/sni.kubeconfig" get namespaces - default
+kubectl config --kubeconfig="$T/sni.kubeconfig" set clusters.tkm-dev.tls-server-name wrong.example >/dev/null
+expect_fail "tls-server-name not in the certificate" "$P" --kubeconfig "$T/sni.kubeconfig" get namespaces - default
+assert_contains "$OUT" "wrong.example" "the rejected name is shown"
 
 step "events are aggregated"
 expect_ok "emit events" "$P" events "$NS" ConfigMap ssa1
