@@ -498,6 +498,9 @@ static int apply_tls(struct tkm_http_req *r, const struct tkm_http_tls *t, struc
             return tkm_err_set(err, -ENOTSUP, "%s: libcurl cannot take a CA from memory", r->url);
     } else if (t->ca_file) {
         curl_easy_setopt(e, CURLOPT_CAINFO, t->ca_file);
+        /* curl caches the parsed CA store (24 h by default); re-read a CA
+         * file at most a minute after it changes (rotated in-cluster CA). */
+        curl_easy_setopt(e, CURLOPT_CA_CACHE_TIMEOUT, 60L);
     }
     if (t->cert_pem && t->cert_pem_len) {
         struct curl_blob b = {(void *)t->cert_pem, t->cert_pem_len, CURL_BLOB_COPY};
