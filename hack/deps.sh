@@ -11,7 +11,7 @@ set -euo pipefail
 
 PKGS=(
   # toolchain
-  build-essential cmake ninja-build pkg-config clang clang-format llvm
+  build-essential cmake ninja-build pkg-config clang clang-format llvm libclang-rt-14-dev
   # libraries named in docs/ and ARCHITECTURE.md
   libcurl4-openssl-dev libjansson-dev libyaml-dev libssl-dev libuv1-dev
   libsqlite3-dev libarchive-dev libzstd-dev zlib1g-dev
