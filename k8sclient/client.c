@@ -163,7 +163,7 @@ static void exec_work_cb(uv_work_t *w)
     c->exec_rc = k8s_exec_run(&c->cfg, &c->exec_new, &c->exec_err);
 }
 
-static void deliver(struct k8s_req *r, struct tkm_buf *body, long code);
+static void deliver(struct k8s_req *r, struct tkm_buf *body, long code, long ver);
 
 static void exec_after_cb(uv_work_t *w, int status)
 {
@@ -186,7 +186,7 @@ static void exec_after_cb(uv_work_t *w, int status)
             r->exec_fresh = 1;
             if (c->exec_rc && !r->cancelled) {
                 k8s_status_set_transport(&r->st, c->exec_rc, tkm_err_str(&c->exec_err));
-                deliver(r, NULL, 0);
+                deliver(r, NULL, 0, 0);
             } else {
                 send_attempt(r); /* delivers -ECANCELED itself when cancelled */
             }
@@ -356,14 +356,17 @@ static void req_timer_closed(uv_handle_t *h)
 }
 
 /* Calls the user's callback once, then frees r (through its timer). */
-static void deliver(struct k8s_req *r, struct tkm_buf *body, long code)
+static void deliver(struct k8s_req *r, struct tkm_buf *body, long code, long ver)
 {
     struct k8s_client *c = r->c;
     struct tkm_buf empty = TKM_BUF_INIT(0);
     if (r->cancelled && code == 0 && !r->st.rc)
         k8s_status_set_transport(&r->st, -ECANCELED, "request cancelled");
-    struct k8s_response resp = {
-        .rc = r->st.rc, .code = code, .body = body ? body : &empty, .st = &r->st};
+    struct k8s_response resp = {.rc = r->st.rc,
+                                .code = code,
+                                .body = body ? body : &empty,
+                                .st = &r->st,
+                                .http_version = ver};
     r->delivered = 1;
     if (r->prev)
         r->prev->next = r->next;
@@ -383,7 +386,7 @@ static void on_timer(uv_timer_t *t)
     struct k8s_req *r = t->data;
     if (r->cancelled) {
         k8s_status_set_transport(&r->st, -ECANCELED, "request cancelled");
-        deliver(r, NULL, 0);
+        deliver(r, NULL, 0, 0);
         return;
     }
     send_attempt(r);
@@ -423,12 +426,12 @@ static void on_http_done(struct tkm_http_req *hreq, struct tkm_http_resp *hr, vo
         k8s_status_set_transport(&r->st, hr->code, hr->error);
         if (hr->code != -ECANCELED && schedule_retry(r, -1))
             return;
-        deliver(r, NULL, hr->status);
+        deliver(r, NULL, hr->status, hr->status ? hr->http_version : 0);
         return;
     }
     if (hr->status >= 200 && hr->status < 300) {
         k8s_status_release(&r->st);
-        deliver(r, &hr->body, hr->status);
+        deliver(r, &hr->body, hr->status, hr->http_version);
         return;
     }
     long ra = tkm_http_retry_after(hr, RETRY_AFTER_MAX_S);
@@ -452,7 +455,7 @@ static void on_http_done(struct tkm_http_req *hreq, struct tkm_http_resp *hr, vo
     }
     if (schedule_retry(r, r->st.retry_after_s))
         return;
-    deliver(r, NULL, hr->status);
+    deliver(r, NULL, hr->status, hr->status ? hr->http_version : 0);
 }
 
 static int build_headers(struct k8s_req *r, char lines[4][8192], const char *hdrs[5])
@@ -485,7 +488,7 @@ static void send_attempt(struct k8s_req *r)
     struct k8s_client *c = r->c;
     if (r->cancelled) {
         k8s_status_set_transport(&r->st, -ECANCELED, "request cancelled");
-        deliver(r, NULL, 0);
+        deliver(r, NULL, 0, 0);
         return;
     }
     if (c->cfg.auth == K8S_AUTH_TOKEN_FILE && tkm_now_ms() - c->token_read_ms >= c->token_reload_ms)
@@ -506,7 +509,7 @@ static void send_attempt(struct k8s_req *r)
     if (rc) {
         k8s_status_set_transport(&r->st, rc, "cannot build the request (token or path too long)");
         tkm_buf_release(&url);
-        deliver(r, NULL, 0);
+        deliver(r, NULL, 0, 0);
         return;
     }
     struct tkm_http_tls tls = {
@@ -541,7 +544,7 @@ static void send_attempt(struct k8s_req *r)
     tkm_buf_release(&url);
     if (rc) {
         k8s_status_set_transport(&r->st, rc, tkm_err_str(&err));
-        deliver(r, NULL, 0);
+        deliver(r, NULL, 0, 0);
     }
 }
 

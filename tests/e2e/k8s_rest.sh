@@ -15,6 +15,10 @@ NS=$(e2e_namespace)
 T=$E2E_TMP
 jf() { jq -r "$1"; } # jf FILTER < json
 
+step "raw requests over HTTP/2"
+expect_ok "GET /version twice" "$P" version
+assert_eq "$(grep -c '^http=2 git=v1\.' <<<"$OUT")" "2" "HTTP/2 negotiated with the apiserver"
+
 step "ConfigMap CRUD"
 cat >"$T/cm.json" <<EOF
 {"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm1","labels":{"app":"e2e"}},"data":{"a":"1"}}

@@ -263,6 +263,24 @@ TEST(post_not_retried_on_plain_5xx)
     finish(&loop, c);
 }
 
+TEST(post_retried_when_server_asks)
+{
+    struct tsrv s;
+    struct tsrv_reply r[] = {{503, "Retry-After: 0\r\n",
+                              "{\"kind\":\"Status\",\"message\":\"later\",\"code\":503}", 0, 0, 0},
+                             {201, NULL, CM_JSON, 0, 0, 0}};
+    int port = tsrv_start(&s, r, 2);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = client_for(&loop, port, "t", NULL, 3);
+    json_t *obj = json_loads(CM_JSON, 0, NULL);
+    ASSERT_OK(k8s_create(c, &k8s_res_configmaps, NULL, obj, NULL, NULL));
+    ASSERT_EQ(tsrv_nreqs(&s), 2);
+    ASSERT_STRCONTAINS(tsrv_req(&s, 1), "POST /api/v1/namespaces/ns1/configmaps HTTP/1.1");
+    json_decref(obj);
+    finish(&loop, c);
+}
+
 TEST(transport_error_distinguished)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -151,6 +151,7 @@ struct k8s_response {
     long code; /* HTTP status, 0 on transport errors */
     struct tkm_buf *body;
     struct k8s_status *st; /* always non-NULL; empty (rc 0) on success */
+    long http_version;     /* 1 or 2 (HTTP/2 negotiated); 0 when no response arrived */
 };
 
 typedef void (*k8s_response_cb)(struct k8s_req *req, struct k8s_response *resp, void *data);

@@ -12,6 +12,8 @@
  *     list RES NS [SELECTOR] [LIMIT] [CONTINUE]
  *     update-retry RES NS NAME KEY VALUE     set data.KEY=VALUE with k8s_update_retry
  *     events NS KIND NAME                    emit 3 identical Events and 1 other
+ *     version                                raw GET /version twice on one client:
+ *                                            prints "http=<1|2> git=<gitVersion>" each
  *     whoami-until USER TIMEOUT_S [RELOAD_MS] print the user (SelfSubjectReview) each
  *                                            time it changes, until it is USER
  *   RES: configmaps, tkc, tkcc, events, namespaces. NS "-" = the client's namespace.
@@ -181,12 +183,49 @@ static int cmd_whoami(struct k8s_client *c, const char *want, int timeout_s)
     return 2;
 }
 
+struct raw_ctx {
+    int done, rc;
+};
+
+static void raw_done(struct k8s_req *req, struct k8s_response *resp, void *data)
+{
+    (void)req;
+    struct raw_ctx *x = data;
+    json_t *v = resp->rc ? NULL : json_loadb(resp->body->data, resp->body->len, 0, NULL);
+    const char *git = json_string_value(json_object_get(v, "gitVersion"));
+    printf("http=%ld git=%s\n", resp->http_version, git ? git : "?");
+    json_decref(v);
+    x->done = 1;
+    x->rc = resp->rc;
+}
+
+/* The raw request API (what watches use): GET /version twice. */
+static int cmd_version(struct k8s_client *c)
+{
+    for (int i = 0; i < 2; i++) {
+        struct raw_ctx x = {0};
+        struct k8s_request rq = {.method = "GET", .path = "/version", .idempotent = K8S_IDEMPOTENT};
+        struct tkm_err err = {0};
+        if (k8s_request_start(c, &rq, NULL, raw_done, &x, NULL, &err)) {
+            fprintf(stderr, "%s\n", err.msg);
+            return 1;
+        }
+        while (!x.done)
+            uv_run(k8s_client_loop(c), UV_RUN_ONCE);
+        if (x.rc)
+            return 2;
+    }
+    return 0;
+}
+
 static int run(struct k8s_client *c, int argc, char **argv)
 {
     const char *cmd = argv[0];
     json_t *out = NULL, *obj = NULL;
     struct k8s_status st = K8S_STATUS_INIT;
     int rc;
+    if (strcmp(cmd, "version") == 0)
+        return cmd_version(c);
     if (strcmp(cmd, "events") == 0 && argc == 4)
         return cmd_events(c, argv[1], argv[2], argv[3]);
     if (strcmp(cmd, "whoami-until") == 0 && argc >= 3)
