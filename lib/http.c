@@ -49,6 +49,7 @@ struct tkm_http {
     char *user_agent;
     int verbose;
     int closing;
+    int cleaning; /* inside curl_multi_cleanup() */
     int torn_down;
     unsigned open_handles;
     void (*closed_cb)(void *data);
@@ -144,7 +145,8 @@ static int sock_cb(CURL *easy, curl_socket_t fd, int what, void *userp, void *so
     struct http_sock *s = socketp;
     if (what == CURL_POLL_REMOVE) {
         if (s) {
-            curl_multi_assign(h->multi, fd, NULL);
+            if (!h->cleaning)
+                curl_multi_assign(h->multi, fd, NULL);
             sock_unlink_close(h, s);
         }
         return 0;
@@ -364,6 +366,7 @@ static void teardown(struct tkm_http *h)
         h->reqs->cancelled = 1;
         req_finish(h->reqs, CURLE_ABORTED_BY_CALLBACK);
     }
+    h->cleaning = 1;
     curl_multi_cleanup(h->multi); /* closes cached connections: sock_cb REMOVE */
     h->multi = NULL;
     while (h->socks)
