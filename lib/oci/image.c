@@ -2,9 +2,11 @@
 #include "oci/image.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "archive.h"
@@ -229,6 +231,67 @@ static int pick_layer(const struct tkm_oci_pull_result *img, const char *layout,
     return 0;
 }
 
+/* Extracts blob into a staging dir beside dest, rewrites the group files
+ * there for mount_path, flushes the whole tree with one syncfs() (instead
+ * of an fsync per file) and renames it to dest (which must not exist). A
+ * crash leaves either no dest or a complete one. */
+static int extract_staged(const char *blob, const char *dest, struct tkm_archive_opts *ao,
+                          const char *mount_path, struct tkm_archive_result *ar,
+                          struct tkm_triton_rewrite_stats *st, struct tkm_err *err)
+{
+    char parent[IMG_PATH_MAX], staging[IMG_PATH_MAX], abs_dest[IMG_PATH_MAX];
+    char *pabs = NULL;
+    const char *slash = strrchr(dest, '/');
+    const char *base = slash ? slash + 1 : dest;
+    int rc = 0, dirfd = -1, blobfd = -1, pfd = -1, made = 0;
+    if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+        return tkm_err_set(err, -EINVAL, "extract: '%s' does not name a new directory", dest);
+    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - dest) : 1,
+             slash ? (slash == dest ? "/" : dest) : ".");
+    if (!(pabs = realpath(parent, NULL)))
+        return tkm_err_set(err, -errno, "extract: %s: %s", parent, strerror(errno));
+    snprintf(abs_dest, sizeof abs_dest, "%s/%s", strcmp(pabs, "/") == 0 ? "" : pabs, base);
+    snprintf(staging, sizeof staging, "%s/.%s.staging-XXXXXX", pabs, base);
+    if (!mkdtemp(staging)) {
+        rc = tkm_err_set(err, -errno, "extract: mkdtemp %s: %s", staging, strerror(errno));
+        goto out;
+    }
+    made = 1;
+    if ((dirfd = open(staging, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+        (blobfd = open(blob, O_RDONLY | O_CLOEXEC)) < 0 ||
+        (pfd = open(pabs, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        rc = tkm_err_set(err, -errno, "extract: open: %s", strerror(errno));
+        goto out;
+    }
+    ao->fsync = 0; /* one syncfs() below covers every file */
+    if ((rc = tkm_archive_extract_fd(blobfd, dirfd, ao, ar, err)) != 0 ||
+        (rc = tkm_triton_groups_rewrite(staging, mount_path ? mount_path : abs_dest, st, err)))
+        goto out;
+    if (fchmod(dirfd, 0755) != 0 || syncfs(dirfd) != 0) {
+        rc = tkm_err_set(err, -errno, "extract: sync %s: %s", staging, strerror(errno));
+        goto out;
+    }
+    if (renameat2(AT_FDCWD, staging, AT_FDCWD, abs_dest, RENAME_NOREPLACE) != 0) {
+        rc = tkm_err_set(err, -errno, "extract: rename %s to %s: %s", staging, abs_dest,
+                         strerror(errno));
+        goto out;
+    }
+    made = 0;
+    if (fsync(pfd) != 0)
+        rc = tkm_err_set(err, -errno, "extract: fsync %s: %s", pabs, strerror(errno));
+out:
+    if (made)
+        tkm_rmtree_at(AT_FDCWD, staging);
+    if (dirfd >= 0)
+        close(dirfd);
+    if (blobfd >= 0)
+        close(blobfd);
+    if (pfd >= 0)
+        close(pfd);
+    free(pabs);
+    return rc;
+}
+
 int tkm_oci_extract_layout(const char *layout_dir, const char *tag, const char *dest,
                            const char *mount_path, struct tkm_oci_extract_result *res,
                            struct tkm_err *err)
@@ -239,7 +302,7 @@ int tkm_oci_extract_layout(const char *layout_dir, const char *tag, const char *
     struct tkm_archive_opts ao;
     struct tkm_archive_result ar;
     struct tkm_triton_rewrite_stats st = {0};
-    char blob[IMG_PATH_MAX], *abs = NULL;
+    char blob[IMG_PATH_MAX];
     int rc;
     memset(&r, 0, sizeof r);
     if ((rc = tkm_oci_layout_load(layout_dir, tag, &img, err)) != 0)
@@ -252,7 +315,7 @@ int tkm_oci_extract_layout(const char *layout_dir, const char *tag, const char *
     memcpy(r.layer, img.parsed.descs[0].digest, sizeof r.layer);
     if ((rc = tkm_oci_layout_blob_path(layout_dir, r.layer, blob, sizeof blob)) != 0)
         goto out;
-    if ((rc = tkm_archive_extract_path(blob, dest, &ao, &ar, err)) != 0)
+    if ((rc = extract_staged(blob, dest, &ao, mount_path, &ar, &st, err)) != 0)
         goto out;
     r.files = ar.files;
     r.dirs = ar.dirs;
@@ -260,19 +323,12 @@ int tkm_oci_extract_layout(const char *layout_dir, const char *tag, const char *
     const char *lb = tkm_oci_config_label(&img.config, "cache.triton.image/cache-size-bytes");
     if (lb)
         tkm_parse_u64(lb, UINT64_MAX, &r.label_bytes);
-    if (!mount_path && !(mount_path = abs = realpath(dest, NULL))) {
-        rc = tkm_err_set(err, -errno, "realpath %s: %s", dest, strerror(errno));
-        goto out;
-    }
-    if ((rc = tkm_triton_groups_rewrite(dest, mount_path, &st, err)) != 0)
-        goto out;
     r.groups = st.groups;
     r.children = st.children;
     r.missing_children = st.missing_children;
     if (res)
         *res = r;
 out:
-    free(abs);
     tkm_oci_pull_result_release(&img);
     return rc;
 }

@@ -57,10 +57,13 @@ struct tkm_oci_extract_result {
 };
 
 /* Extracts the Triton cache of the image tagged tag (NULL: the only one) in
- * layout_dir into dest (must not exist; created through a staging dir and a
- * rename, see archive.h): io.triton.cache/ becomes dest/, the layer's digest
- * and diff_id are checked, and every __grp__*.json is rewritten to point at
- * mount_path (NULL: dest's absolute path), where pods will see the cache.
+ * layout_dir into dest (must not exist): io.triton.cache/ becomes dest/, the
+ * layer's digest and diff_id are checked while extracting (lib/archive:
+ * links, devices, '..', absolute names rejected) into a staging directory
+ * beside dest, every __grp__*.json there is rewritten to point at
+ * mount_path (NULL: dest's absolute path), where pods will see the cache,
+ * the tree is flushed with one syncfs() and renamed to dest. A failure or a
+ * crash leaves no dest, never a partial one.
  * The image must have one tar layer (gzip, zstd or plain). */
 int tkm_oci_extract_layout(const char *layout_dir, const char *tag, const char *dest,
                            const char *mount_path, struct tkm_oci_extract_result *res,
