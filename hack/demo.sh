@@ -1,28 +1,59 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine (`make demo`): installs what it needs, builds
 # tkm, starts a local control plane (etcd + kube-apiserver on loopback) and an
-# OCI registry, installs the CRDs and the samples, and shows them.
+# OCI registry, installs the CRDs, packs a real Triton cache (compiled on an
+# H200, from ../shared/fixtures) into an image with tkmctl and pushes it to the
+# local registry, declares it with a TritonKernelCache, and shows everything.
 #
 # Afterwards:  eval "$(hack/cluster.sh env)"; kubectl get tkm -A
 # Stop with:   hack/cluster.sh down
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source hack/lib.sh
-log "1/5 Debian packages"
+log "1/6 Debian packages"
 hack/deps.sh
-log "2/5 Go-built test binaries (etcd, kube-apiserver, kubectl, cosign, crane; first run only)"
+log "2/6 Go-built test binaries (etcd, kube-apiserver, kubectl, cosign, crane; first run only)"
 hack/testbin/build.sh
-log "3/5 build tkm"
+log "3/6 build tkm"
 cmake -S . -B build -G Ninja >/dev/null
 ninja -C build
-log "4/5 control plane and registry"
+log "4/6 control plane and registry"
 hack/cluster.sh up
 eval "$(hack/cluster.sh env)"
-log "5/5 CRDs and samples"
+log "5/6 CRDs and samples"
 kubectl apply --server-side -f crds/
 kubectl wait --for=condition=Established crd -l app.kubernetes.io/part-of=tkm --timeout=60s
 kubectl apply -f manifests/samples/namespace.yaml
 kubectl apply -f manifests/samples/
+log "6/6 a real kernel cache image"
+fixtures=${TKM_FIXTURES:-$(cd .. && pwd)/shared/fixtures}
+cache_tgz=$fixtures/triton-cache/triton-3.6.0-cuda-sm90.tar.gz
+image=$TKM_REGISTRY/kernels/vector-add:triton-3.6.0-sm90
+if [[ -f $cache_tgz ]]; then
+  work=$(mktemp -d)
+  tar -xzf "$cache_tgz" -C "$work"
+  src=$work
+  # The archive may hold the cache dir itself or its parent.
+  [[ $(find "$work" -mindepth 1 -maxdepth 1 | wc -l) -eq 1 && -d $(find "$work" -mindepth 1 -maxdepth 1) ]] &&
+    src=$(find "$work" -mindepth 1 -maxdepth 1)
+  build/cli/tkmctl build "$src" --push "$image"
+  echo "\$ tkmctl inspect $image"
+  build/cli/tkmctl inspect "$image" || true
+  echo "\$ tkmctl check $image   # this machine's GPUs (none here: it says why)"
+  build/cli/tkmctl check "$image" || true
+  rm -rf "$work"
+  kubectl apply -f - <<YAML
+apiVersion: tkm.io/v1alpha1
+kind: TritonKernelCache
+metadata:
+  name: vector-add-local
+  namespace: ml
+spec:
+  cacheImage: $image
+YAML
+else
+  echo "demo: $cache_tgz not found; skipping the real image (set TKM_FIXTURES)" >&2
+fi
 for _ in $(seq 1 30); do
   [[ $(kubectl api-resources --categories=tkm --no-headers 2>/dev/null | wc -l) -eq 4 ]] && break
   sleep 1

@@ -88,6 +88,8 @@ e2e_namespace() {
   local ns="e2e-$E2E_NAME-$RANDOM"
   ns=${ns//_/-}
   kubectl create namespace "$ns" >/dev/null
-  e2e_on_exit "kubectl delete namespace $ns --wait=false >/dev/null 2>&1"
+  # No kube-controller-manager runs here, so a deleted namespace stays Terminating
+  # with its objects: delete what tests put there first.
+  e2e_on_exit "kubectl -n $ns delete tkc,tkcns,configmaps,secrets,leases,events --all --wait=false >/dev/null 2>&1; kubectl delete namespace $ns --wait=false >/dev/null 2>&1"
   echo "$ns"
 }
