@@ -50,7 +50,9 @@ struct k8s_watch {
     struct k8s__backoff bo;
     uint64_t rng;
     int stopping, timer_closed;
-    int halted; /* a handler returned non-zero: no more requests or callbacks */
+    int halted;            /* a handler returned non-zero: no more requests or callbacks */
+    int watch_rv0;         /* watching from ""/"0": the RV is held through the synthetic ADDEDs */
+    const char *rv0_param; /* "0" or NULL (""), the watch's resourceVersion then */
     void (*closed_cb)(void *data);
     void *closed_data;
 };
@@ -148,7 +150,7 @@ static int build_path(struct k8s_watch *w, struct tkm_buf *path, int watch, stru
         unsigned secs = (unsigned)k8s__rand_range(&w->rng, w->o.timeout_min_s, w->o.timeout_max_s);
         snprintf(t, sizeof t, "%u", secs);
         if ((rc = k8s_query_add(path, "watch", "1")) < 0 ||
-            (rc = k8s_query_add(path, "resourceVersion", w->rv)) < 0 ||
+            (rc = k8s_query_add(path, "resourceVersion", *w->rv ? w->rv : w->rv0_param)) < 0 ||
             (rc = k8s_query_add(path, "allowWatchBookmarks", "true")) < 0 ||
             (rc = k8s_query_add(path, "timeoutSeconds", t)) < 0)
             return tkm_err_set(err, rc, "watch: cannot build the request path");
@@ -280,6 +282,7 @@ static void list_done(struct k8s_req *req, struct k8s_response *resp, void *data
         w->h.list_begin(w->data);
     w->list_begun = 0;
     w->list_rv = LIST_RV_LAST;
+    w->watch_rv0 = 0;
     if (w->h.list_end && w->h.list_end(w->rv, w->data) != 0 && !dead(w))
         halt(w);
     if (!dead(w))
@@ -312,6 +315,8 @@ static int event_cb(const char *p, size_t n, void *data)
         return 1;
     }
     w->watch_events++;
+    if (w->watch_rv0 && ev.type != K8S_WATCH_ADDED)
+        w->watch_rv0 = 0;
     if (ev.type == K8S_WATCH_BOOKMARK) {
         w->st.bookmarks++;
     } else {
@@ -319,7 +324,7 @@ static int event_cb(const char *p, size_t n, void *data)
         if (w->h.event && w->h.event(&ev, w->data) != 0 && !dead(w))
             halt(w);
     }
-    if (set_rv(w, ev.resource_version) < 0) {
+    if (!w->watch_rv0 && set_rv(w, ev.resource_version) < 0) {
         w->stream_rc = -ENOMEM;
         tkm_err_set(&w->stream_err, -ENOMEM, "watch: out of memory");
     }
@@ -413,7 +418,7 @@ static void start_next(struct k8s_watch *w)
 {
     struct tkm_buf path = TKM_BUF_INIT(8192);
     struct tkm_err err = {0};
-    int watch = w->next == STEP_WATCH && *w->rv;
+    int watch = w->next == STEP_WATCH && (*w->rv || w->watch_rv0);
     int rc = build_path(w, &path, watch, &err);
     if (rc < 0)
         goto out;
@@ -507,9 +512,19 @@ int k8s_watch_start(struct k8s_client *c, const struct k8s_watch_opts *opts,
     k8s__backoff_init(&w->bo, w->o.backoff_initial_ms, w->o.backoff_max_ms, w->o.backoff_reset_ms,
                       w->rng);
     k8s__framer_init(&w->fr, K8S__FRAME_LIST, w->o.max_event_bytes);
+    if (opts->start_resource_version) {
+        const char *srv = opts->start_resource_version;
+        w->watch_rv0 = !*srv || strcmp(srv, "0") == 0;
+        w->rv0_param = strcmp(srv, "0") == 0 ? "0" : NULL;
+        if (strcmp(srv, "0") != 0 && set_rv(w, srv) < 0) {
+            rc = tkm_err_set(err, -ENOMEM, "watch: out of memory");
+            goto fail;
+        }
+    }
+    w->o.start_resource_version = NULL;
     uv_timer_init(w->loop, &w->timer);
     w->timer.data = w;
-    schedule(w, STEP_LIST, 0);
+    schedule(w, opts->start_resource_version ? STEP_WATCH : STEP_LIST, 0);
     *out = w;
     return 0;
 fail:

@@ -129,6 +129,13 @@ struct k8s_watch_opts {
     uint64_t short_watch_ms;     /* a watch shorter than this with 0 events is
                                     an error; default 1,000 */
     long max_retry_after_s;      /* cap on a server's Retry-After; default 60 */
+    /* Non-NULL: skip the initial list and watch from this resourceVersion.
+     * "0" (start at any: the server first sends the current objects as
+     * synthetic ADDEDs, not in RV order) and "" (the same from a quorum
+     * read) hold the stored RV until the first non-ADDED event, so a
+     * reconnect in between starts over rather than skipping objects. A 410
+     * later falls back to list then watch as usual. */
+    const char *start_resource_version;
 };
 
 /* Counters for tests, metrics and logs. */
