@@ -32,6 +32,7 @@
 #define TAR_BLOCK      512
 #define PROGRESS_BYTES (1024 * 1024)
 #define PROGRESS_ENTS  64
+#define MAX_META_RUN   16 /* g, x, L, K before one entry: 4 are plenty */
 
 void tkm_archive_limits_default(struct tkm_archive_limits *l)
 {
@@ -97,6 +98,7 @@ struct screen {
     int64_t size_override; /* PAX size= for the next entry, -1 none */
     uint64_t offset;       /* bytes screened so far */
     uint64_t entries;
+    int meta_run; /* extended headers since the last entry */
 };
 
 struct xctx {
@@ -188,7 +190,7 @@ static void screen_name(struct xctx *c, char *out, size_t outlen)
     }
     field_str(h, 100, name);
     field_str(h + 345, 155, prefix);
-    if (memcmp(h + 257, "ustar", 5) == 0 && prefix[0])
+    if (memcmp(h + 257, "ustar\0", 6) == 0 && prefix[0]) /* POSIX only: old GNU uses 345.. */
         snprintf(out, outlen, "%s/%s", prefix, name);
     else
         snprintf(out, outlen, "%s", name);
@@ -336,6 +338,9 @@ static int screen_header(struct xctx *c)
             return xfail(c, -EFBIG, "%s header %s: %llu bytes exceeds the %llu-byte limit",
                          type == 'L' || type == 'K' ? "GNU long-name" : "PAX", c->sc.meta_name,
                          (unsigned long long)size, (unsigned long long)cap);
+        if (++c->sc.meta_run > MAX_META_RUN)
+            return xfail(c, -EINVAL, "header %s: more than %d extended headers in a row",
+                         c->sc.meta_name, MAX_META_RUN);
         c->sc.meta_type = type;
         c->sc.meta_left = size;
         c->sc.meta_pad = pad512(size);
@@ -344,6 +349,7 @@ static int screen_header(struct xctx *c)
             return screen_meta_done(c);
         return 0;
     }
+    c->sc.meta_run = 0;
     if (c->sc.size_override >= 0)
         size = (uint64_t)c->sc.size_override;
     if (++c->sc.entries > l->max_entries)

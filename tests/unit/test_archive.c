@@ -836,3 +836,39 @@ TEST(free_space_reserve)
     ASSERT_OK(extract_buf(&t, &o, NULL, &err));
     tkm_buf_release(&t);
 }
+
+TEST(gnu_tar_dot_slash_names)
+{
+    struct tkm_buf t = TKM_BUF_INIT(1 << 20);
+    tb_dir(&t, "./");
+    tb_dir(&t, "./io.triton.cache/");
+    tb_file(&t, "./io.triton.cache/K/./k.json", "{}", 2, 0644);
+    tb_file(&t, ".//io.triton.cache//K//k.cubin", "ELF", 3, 0644);
+    tb_end(&t);
+    static const char *const inc[] = {"io.triton.cache/", NULL};
+    struct tkm_archive_opts o;
+    tkm_archive_opts_init(&o);
+    o.include = inc;
+    struct tkm_archive_result r;
+    struct tkm_err err = {0};
+    ASSERT_OK(extract_buf(&t, &o, &r, &err));
+    ASSERT_EQ(r.files, 2);
+    ASSERT_EQ(r.skipped, 1); /* "./" is outside the filter */
+    char p[600];
+    outpath(p, sizeof p, "io.triton.cache/K/k.cubin");
+    ASSERT_OK(access(p, R_OK));
+    tkm_buf_release(&t);
+}
+
+TEST(rejects_endless_extended_headers)
+{
+    struct tkm_buf t = TKM_BUF_INIT(1 << 20);
+    for (int i = 0; i < 17; i++) {
+        const char *kv[] = {"comment=x"};
+        tb_pax(&t, kv, 1);
+    }
+    tb_file(&t, "f", "x", 1, 0644);
+    tb_end(&t);
+    expect_reject(&t, "more than 16 extended headers in a row");
+    tkm_buf_release(&t);
+}
