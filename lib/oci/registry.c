@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "http.h"
@@ -19,12 +20,15 @@
 #include "oci/digest.h"
 #include "util.h"
 
-#define REG_TOKENS        16
-#define REG_TOKEN_MAX     16384
-#define REG_CHUNK         (8u << 20)
-#define REG_ERR_BODY_MAX  (64u << 10)
-#define REG_DEFAULT_TO_MS 60000
-#define REG_URL_MAX       8192
+#define REG_TOKENS            16
+#define REG_TOKEN_MAX         16384
+#define REG_CHUNK             (8u << 20)
+#define REG_ERR_BODY_MAX      (64u << 10)
+#define REG_DEFAULT_TO_MS     60000
+#define REG_URL_MAX           8192
+#define REG_RETRIES           3
+#define REG_BACKOFF_MS        500u
+#define REG_RETRY_AFTER_MAX_S 30
 
 struct reg_token {
     char scope[1024];
@@ -45,6 +49,11 @@ struct tkm_oci_registry {
     void *progress_ud;
     struct reg_token tokens[REG_TOKENS];
     size_t next_token;
+    /* A private loop and client, so connections (and TLS sessions) are reused
+     * across the requests of one registry. */
+    uv_loop_t loop;
+    int loop_ready;
+    struct tkm_http *http;
 };
 
 /* One request as the registry layer sees it. */
@@ -62,6 +71,7 @@ struct reg_req {
     int streaming;
     tkm_http_data_cb data_cb;
     void *data;
+    int (*reset)(void *data); /* streaming: start the sink over before a retry */
 };
 
 const char *tkm_oci_registry_scheme(const struct tkm_oci_registry *r)
@@ -115,6 +125,14 @@ int tkm_oci_registry_new(const char *host, const struct tkm_oci_registry_opts *o
     }
     if ((rc = load_creds(r, o, err)) != 0)
         goto fail;
+    if ((rc = uv_loop_init(&r->loop)) != 0) {
+        rc = tkm_err_set(err, rc, "registry %s: cannot create an event loop: %s", host,
+                         uv_strerror(rc));
+        goto fail;
+    }
+    r->loop_ready = 1;
+    if ((rc = tkm_http_new(&r->loop, NULL, &r->http, err)) != 0)
+        goto fail;
     *out = r;
     return 0;
 fail:
@@ -132,6 +150,12 @@ void tkm_oci_registry_free(struct tkm_oci_registry *r)
             free(r->tokens[i].value);
         }
     tkm_oci_creds_wipe(&r->creds);
+    if (r->http)
+        tkm_http_close(r->http, NULL, NULL);
+    if (r->loop_ready) {
+        uv_run(&r->loop, UV_RUN_DEFAULT);
+        uv_loop_close(&r->loop);
+    }
     free(r->ca_file);
     free(r);
 }
@@ -198,6 +222,55 @@ static int status_error(struct tkm_oci_registry *r, const struct tkm_http_resp *
         snprintf(detail, sizeof detail, "not found (no such repository, tag or digest)");
     return tkm_err_set(err, code, "%s: %s: HTTP %ld%s%s", what, resp->url, resp->status,
                        detail[0] ? ": " : "", detail);
+}
+
+/* ---- transport ----------------------------------------------------------- */
+
+struct http_wait {
+    struct tkm_http_resp *resp;
+    tkm_http_data_cb data_cb;
+    void *data;
+    int done;
+};
+
+static void http_done(struct tkm_http_req *req, struct tkm_http_resp *resp, void *data)
+{
+    struct http_wait *w = data;
+    (void)req;
+    tkm_buf_release(&w->resp->body);
+    tkm_buf_release(&w->resp->headers);
+    *w->resp = *resp; /* takes the buffers */
+    tkm_buf_init(&resp->body, resp->body.max);
+    tkm_buf_init(&resp->headers, resp->headers.max);
+    w->done = 1;
+}
+
+static int http_data(struct tkm_http_req *req, const char *p, size_t n, void *data)
+{
+    struct http_wait *w = data;
+    return w->data_cb(req, p, n, w->data);
+}
+
+/* One request on the registry's own loop, run until it completes (the
+ * synchronous contract of tkm_http_do, with connection reuse). */
+static int reg_http(struct tkm_oci_registry *r, const struct tkm_http_req_opts *o,
+                    struct tkm_http_resp *resp, struct tkm_err *err)
+{
+    struct http_wait w = {.resp = resp, .data_cb = o->data_cb, .data = o->data};
+    struct tkm_http_req_opts ro = *o;
+    ro.done_cb = http_done;
+    ro.data = &w;
+    ro.data_cb = o->data_cb ? http_data : NULL;
+    int rc = tkm_http_start(r->http, &ro, NULL, err);
+    if (rc)
+        return rc;
+    while (!w.done)
+        uv_run(&r->loop, UV_RUN_ONCE);
+    resp->url = o->url;
+    rc = resp->code;
+    if (rc)
+        tkm_err_set(err, rc, "%s", resp->error);
+    return rc;
 }
 
 /* ---- authentication ------------------------------------------------------ */
@@ -296,7 +369,7 @@ static int fetch_token(struct tkm_oci_registry *r, const struct tkm_oci_challeng
     if (rc)
         goto out;
     o.url = url.data;
-    if ((rc = tkm_http_do(&o, &resp, err)) != 0)
+    if ((rc = reg_http(r, &o, &resp, err)) != 0)
         goto out;
     if (resp.status != 200) {
         rc = status_error(r, &resp, "token request", err);
@@ -344,42 +417,79 @@ static int authenticate(struct tkm_oci_registry *r, const struct tkm_http_resp *
     return fetch_token(r, &c, c.scope[0] ? c.scope : scope, scope, err);
 }
 
-/* Performs q, retrying once after authenticating on a 401. resp is
- * initialised here; the caller releases it in every case. */
+/* 1 when a failed attempt of q may be repeated: idempotent, and a transport
+ * error or a status that says "later" (429, 500, 502, 503, 504). */
+static int retryable(const struct reg_req *q, int rc, const struct tkm_http_resp *resp)
+{
+    if (strcmp(q->method, "GET") != 0 && strcmp(q->method, "HEAD") != 0)
+        return 0;
+    if (q->streaming && !q->reset)
+        return 0;
+    if (rc)
+        return rc == -ECONNREFUSED || rc == -ECONNRESET || rc == -ETIMEDOUT || rc == -EIO;
+    return resp->status == 429 || resp->status == 500 || resp->status == 502 ||
+           resp->status == 503 || resp->status == 504;
+}
+
+static void retry_wait(const struct tkm_http_resp *resp, int tries, const char *url)
+{
+    long ra = tkm_http_retry_after(resp, REG_RETRY_AFTER_MAX_S);
+    uint64_t ms = ra >= 0 ? (uint64_t)ra * 1000 : (REG_BACKOFF_MS << tries) + tkm_now_ms() % 250;
+    if (resp->status)
+        tkm_info("registry: %s: HTTP %ld, retrying in %llu ms", url, resp->status,
+                 (unsigned long long)ms);
+    else
+        tkm_info("registry: %s: %s, retrying in %llu ms", url, strerror(-resp->code),
+                 (unsigned long long)ms);
+    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Builds the header lines of q into hdrs (at most 5 + NULL). */
+static void build_headers(struct tkm_oci_registry *r, const struct reg_req *q, const char **hdrs,
+                          char *authz, size_t authz_n, char *accept, size_t accept_n, char *ctype,
+                          size_t ctype_n)
+{
+    char basic[2048];
+    size_t nh = 0;
+    if (r->use_basic && r->have_creds && !r->anonymous) {
+        if (tkm_oci_basic_header(&r->creds, basic, sizeof basic) == 0) {
+            snprintf(authz, authz_n, "Authorization: %s", basic);
+            hdrs[nh++] = authz;
+        }
+        memset(basic, 0, sizeof basic);
+    } else {
+        struct reg_token *t = token_find(r, q->scope);
+        if (t)
+            hdrs[nh++] = t->value;
+    }
+    if (q->accept) {
+        snprintf(accept, accept_n, "Accept: %s", q->accept);
+        hdrs[nh++] = accept;
+    }
+    if (q->content_type) {
+        snprintf(ctype, ctype_n, "Content-Type: %s", q->content_type);
+        hdrs[nh++] = ctype;
+    }
+    if (q->extra)
+        hdrs[nh++] = q->extra;
+    hdrs[nh] = NULL;
+}
+
+/* Performs q: once more after authenticating on a 401, and up to
+ * REG_RETRIES more times with backoff when retryable(). resp is initialised
+ * here; the caller releases it in every case. */
 static int reg_do(struct tkm_oci_registry *r, const struct reg_req *q, struct tkm_http_resp *resp,
                   struct tkm_err *err)
 {
-    char basic[2048], authz[2100], accept[512], ctype[256];
+    char authz[2100], accept[512], ctype[256];
     const char *hdrs[6];
-    int rc = 0;
+    int rc = 0, authed = 0, tries = 0;
     tkm_http_resp_init(resp);
-    for (int attempt = 0; attempt < 2; attempt++) {
-        size_t nh = 0;
-        if (attempt) {
-            tkm_http_resp_release(resp);
-            tkm_http_resp_init(resp);
-        }
-        if (r->use_basic && r->have_creds && !r->anonymous) {
-            if (tkm_oci_basic_header(&r->creds, basic, sizeof basic) == 0) {
-                snprintf(authz, sizeof authz, "Authorization: %s", basic);
-                hdrs[nh++] = authz;
-            }
-        } else {
-            struct reg_token *t = token_find(r, q->scope);
-            if (t)
-                hdrs[nh++] = t->value;
-        }
-        if (q->accept) {
-            snprintf(accept, sizeof accept, "Accept: %s", q->accept);
-            hdrs[nh++] = accept;
-        }
-        if (q->content_type) {
-            snprintf(ctype, sizeof ctype, "Content-Type: %s", q->content_type);
-            hdrs[nh++] = ctype;
-        }
-        if (q->extra)
-            hdrs[nh++] = q->extra;
-        hdrs[nh] = NULL;
+    for (;;) {
+        struct tkm_err e = {0};
+        build_headers(r, q, hdrs, authz, sizeof authz, accept, sizeof accept, ctype, sizeof ctype);
         struct tkm_http_req_opts o = {
             .method = q->method,
             .url = q->url,
@@ -396,17 +506,35 @@ static int reg_do(struct tkm_oci_registry *r, const struct reg_req *q, struct tk
         struct tkm_http_tls tls = {.ca_file = r->ca_file};
         if (r->ca_file)
             o.tls = &tls;
-        rc = tkm_http_do(&o, resp, err);
-        if (rc || resp->status != 401 || attempt == 1)
-            break;
-        rc = authenticate(r, resp, q->scope, err);
-        if (rc) {
-            rc = rc > 0 ? 0 : rc; /* > 0: leave the 401 for the caller to report */
+        rc = reg_http(r, &o, resp, &e);
+        memset(authz, 0, sizeof authz);
+        int again = 0;
+        if (rc == 0 && resp->status == 401 && !authed) {
+            authed = 1;
+            rc = authenticate(r, resp, q->scope, err);
+            if (rc) {
+                rc = rc > 0 ? 0 : rc; /* > 0: leave the 401 for the caller to report */
+                break;
+            }
+            again = 1;
+        } else if (tries < REG_RETRIES && retryable(q, rc, resp)) {
+            retry_wait(resp, tries++, q->url);
+            again = 1;
+        }
+        if (!again) {
+            if (rc && tries)
+                tkm_err_set(err, rc, "%s (gave up after %d attempts)", e.msg, tries + 1);
+            else if (rc)
+                tkm_err_set(err, rc, "%s", e.msg);
             break;
         }
+        if (q->reset && (rc = q->reset(q->data)) != 0) {
+            tkm_err_set(err, rc, "%s: cannot restart the transfer: %s", q->url, strerror(-rc));
+            break;
+        }
+        tkm_http_resp_release(resp);
+        tkm_http_resp_init(resp);
     }
-    memset(basic, 0, sizeof basic);
-    memset(authz, 0, sizeof authz);
     return rc;
 }
 
@@ -591,6 +719,19 @@ static int blob_data(struct tkm_http_req *req, const char *p, size_t n, void *da
     return 0;
 }
 
+/* Starts the sink over (a retried download). */
+static int blob_reset(void *data)
+{
+    struct blob_sink *s = data;
+    tkm_oci_hasher_release(&s->h);
+    if (s->mem)
+        tkm_buf_reset(s->mem);
+    else if (ftruncate(s->fd, 0) != 0 || lseek(s->fd, 0, SEEK_SET) != 0)
+        return -errno;
+    s->next_progress = 0;
+    return tkm_oci_hasher_init(&s->h);
+}
+
 /* Streams blob d into the sink and checks size and digest. */
 static int blob_get(struct tkm_oci_registry *r, const char *repo, const struct tkm_oci_desc *d,
                     struct blob_sink *s, const char *where, struct tkm_err *err)
@@ -614,6 +755,7 @@ static int blob_get(struct tkm_oci_registry *r, const char *repo, const struct t
                         .follow = 1,
                         .streaming = 1,
                         .data_cb = blob_data,
+                        .reset = blob_reset,
                         .data = s};
     tkm_http_resp_release(&resp);
     rc = reg_do(r, &q, &resp, err);

@@ -6,7 +6,10 @@ endpoint at /token that checks Basic credentials (user:pass from argv) and
 returns {"token": ...}, and proxies every /v2/ request to the upstream
 registry only when it carries "Authorization: Bearer <that token>"; otherwise
 it answers 401 with a Bearer challenge (realm, service, scope), as Docker Hub
-and quay do. Usage: oci_bearer_proxy.py UPSTREAM_HOST:PORT USER PASS
+and quay do. With a 4th argument "flaky", the first GET of every manifest
+answers 503 (Retry-After: 0) and the first GET of every blob is cut off
+halfway, so clients must retry and restart a partial download.
+Usage: oci_bearer_proxy.py UPSTREAM_HOST:PORT USER PASS [flaky]
 """
 import base64
 import http.client
@@ -15,6 +18,8 @@ import json
 import sys
 
 UPSTREAM, USER, PASS = sys.argv[1], sys.argv[2], sys.argv[3]
+FLAKY = len(sys.argv) > 4 and sys.argv[4] == "flaky"
+SEEN = set()
 TOKEN = "tkm-e2e-token-" + base64.b16encode(USER.encode()).decode()
 
 
@@ -55,6 +60,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 ch += ',scope="%s"' % scope
             body = b'{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}'
             return self.reply(401, body, [("WWW-Authenticate", ch), ("Content-Type", "application/json")])
+        if FLAKY and self.command == "GET" and self.path not in SEEN:
+            SEEN.add(self.path)
+            if "/manifests/" in self.path:
+                return self.reply(503, b"", [("Retry-After", "0")])
+            if "/blobs/" in self.path:
+                c = http.client.HTTPConnection(UPSTREAM, timeout=60)
+                c.request("GET", self.path)
+                body = c.getresponse().read()
+                c.close()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[: len(body) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                return
         n = int(self.headers.get("Content-Length") or 0)
         data = self.rfile.read(n) if n else None
         hdrs = {k: v for k, v in self.headers.items() if k.lower() != "authorization"}

@@ -103,6 +103,19 @@ expect_ok "bearer extract" "$T" extract "$BREG/e2e/t:v1" --auth-file "$E2E_TMP/t
 diff -r -x '__grp__*' "$CACHE" "$E2E_TMP/bx" || fail "bearer-extracted cache differs"
 pass "bearer-pulled cache equals the source"
 
+step "flaky registry: 503 on manifests, blobs cut off halfway (first time each)"
+python3 "$TKM_SOURCE_DIR/tests/e2e/oci_bearer_proxy.py" "$BREG_UP" tok e2e-tok flaky >"$E2E_TMP/flaky.addr" 2>"$E2E_TMP/flaky.log" &
+FLAKY_PID=$!
+e2e_on_exit "kill $FLAKY_PID"
+wait_for 10 "flaky proxy up" test -s "$E2E_TMP/flaky.addr"
+FREG=$(head -1 "$E2E_TMP/flaky.addr")
+printf '{"auths":{"%s":{"auth":"%s"}}}' "$FREG" "$(printf tok:e2e-tok | base64)" >"$E2E_TMP/flaky.json"
+expect_ok "pull retries and restarts partial blobs" "$T" -v pull "$FREG/e2e/t:v1" --auth-file "$E2E_TMP/flaky.json" --output "$E2E_TMP/fp"
+assert_contains "$OUT" "HTTP 503, retrying" "503 retried"
+assert_contains "$OUT" "retrying in" "cut-off blob retried"
+diff -r "$E2E_TMP/img/blobs" "$E2E_TMP/fp/blobs" >/dev/null || fail "blobs pulled through the flaky registry differ"
+pass "blobs pulled through the flaky registry are intact"
+
 step "tampered content"
 TREG=$BREG_UP
 BLOBS=$E2E_TMP/breg/data/docker/registry/v2/blobs/sha256
