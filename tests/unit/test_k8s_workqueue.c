@@ -208,13 +208,15 @@ TEST(token_bucket_limits_rate)
     }
     ASSERT_UEQ(d[0], 1); /* per-item 1 ms, bucket has tokens */
     ASSERT_UEQ(d[1], 1);
-    ASSERT(d[2] >= 95 && d[2] <= 100); /* then 10/s */
-    ASSERT(d[3] >= 195 && d[3] <= 200);
-    ASSERT(d[4] >= 295 && d[4] <= 300);
+    /* Then 10/s: each key waits about 100 ms more than the previous one
+     * (a little less when time passed between the adds, e.g. valgrind). */
+    ASSERT(d[2] > 50 && d[2] <= 100);
+    ASSERT(d[3] > d[2] + 50 && d[3] <= 200);
+    ASSERT(d[4] > d[3] + 50 && d[4] <= 300);
     uint64_t t0 = tkm_now_ms();
     uv_run(&loop, UV_RUN_DEFAULT);
     ASSERT_EQ(r.calls, 5);
-    ASSERT(r.at[4] - t0 >= 290);
+    ASSERT(r.at[4] - t0 >= d[4] - 5);
     finish(&loop, q);
 }
 
