@@ -32,6 +32,12 @@ void k8s__framer_release(struct k8s__framer *f)
     tkm_buf_release(&f->rest);
 }
 
+/* Names the stream in messages. */
+static const char *kind(const struct k8s__framer *f)
+{
+    return f->mode == K8S__FRAME_LIST ? "list body" : "watch stream";
+}
+
 static int is_ws(char c)
 {
     return c == ' ' || c == '\n' || c == '\r' || c == '\t';
@@ -43,9 +49,9 @@ static int emit(struct k8s__framer *f, size_t end, k8s__frame_cb cb, void *data,
     size_t n = end - f->start;
     if (n > f->max_event)
         return tkm_err_set(err, -E2BIG,
-                           "watch stream: object at byte %" PRIu64 " is %zu bytes, over the "
+                           "%s: object at byte %" PRIu64 " is %zu bytes, over the "
                            "limit of %zu",
-                           f->offset + f->start, n, f->max_event);
+                           kind(f), f->offset + f->start, n, f->max_event);
     f->in_obj = 0;
     f->emitted++;
     return cb(f->buf.data + f->start, n, data);
@@ -54,7 +60,7 @@ static int emit(struct k8s__framer *f, size_t end, k8s__frame_cb cb, void *data,
 static int bad_byte(const struct k8s__framer *f, size_t i, const char *what, struct tkm_err *err)
 {
     unsigned char c = (unsigned char)f->buf.data[i];
-    return tkm_err_set(err, -EPROTO, "watch stream: %s at byte %" PRIu64 " (0x%02x)", what,
+    return tkm_err_set(err, -EPROTO, "%s: %s at byte %" PRIu64 " (0x%02x)", kind(f), what,
                        f->offset + i, c);
 }
 
@@ -276,7 +282,7 @@ int k8s__framer_feed(struct k8s__framer *f, const char *p, size_t n, k8s__frame_
         size_t from = f->buf.len;
         int rc = tkm_buf_append(&f->buf, p, take);
         if (rc < 0)
-            return tkm_err_set(err, rc, "watch stream: cannot buffer %zu bytes: %s", take,
+            return tkm_err_set(err, rc, "%s: cannot buffer %zu bytes: %s", kind(f), take,
                                strerror(-rc));
         if (f->mode == K8S__FRAME_STREAM)
             rc = scan_stream(f, from, cb, data, err);
@@ -286,9 +292,9 @@ int k8s__framer_feed(struct k8s__framer *f, const char *p, size_t n, k8s__frame_
             return rc;
         if (f->in_obj && f->buf.len - f->start > f->max_event)
             return tkm_err_set(err, -E2BIG,
-                               "watch stream: object at byte %" PRIu64 " exceeds the limit of "
+                               "%s: object at byte %" PRIu64 " exceeds the limit of "
                                "%zu bytes",
-                               f->offset + f->start, f->max_event);
+                               kind(f), f->offset + f->start, f->max_event);
         compact(f);
         p += take;
         n -= take;
@@ -300,9 +306,9 @@ int k8s__framer_finish(struct k8s__framer *f, struct tkm_err *err)
 {
     if (f->in_obj)
         return tkm_err_set(err, -EPROTO,
-                           "watch stream: truncated object at byte %" PRIu64 " (%zu bytes "
+                           "%s: truncated object at byte %" PRIu64 " (%zu bytes "
                            "received, stream ended)",
-                           f->offset + f->start, f->buf.len - f->start);
+                           kind(f), f->offset + f->start, f->buf.len - f->start);
     if (f->mode == K8S__FRAME_LIST && !f->done)
         return tkm_err_set(err, -EPROTO, "list body: truncated after %" PRIu64 " bytes",
                            f->offset + f->buf.len);

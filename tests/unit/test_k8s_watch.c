@@ -386,3 +386,330 @@ TEST(mismatched_brackets_rejected)
     ASSERT_EQ(c.n, 0);
     k8s__framer_release(&f);
 }
+
+/* ---- the watch state machine against a scripted HTTP server ----------------
+ * A thread on 127.0.0.1 answers connection i with step i of a script (one
+ * request per connection) and records each request line and its time; once
+ * the script is exhausted it holds connections open without answering. The
+ * watch runs on a uv loop in the test's thread and is stopped when the
+ * server has seen `stop_after` requests. */
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "k8s/client.h"
+#include "k8s/config.h"
+
+struct step {
+    int status;
+    const char *headers; /* extra header lines, each ending in \r\n */
+    const char *body;
+};
+
+struct fake {
+    int lfd, port;
+    pthread_t th;
+    const struct step *steps;
+    size_t nsteps;
+    pthread_mutex_t mu;
+    size_t nreq;
+    char req[16][512];
+    uint64_t at[16];
+    int held[16];
+    size_t nheld;
+    int stop;
+};
+
+static void *fake_main(void *arg)
+{
+    struct fake *f = arg;
+    for (;;) {
+        struct pollfd p = {.fd = f->lfd, .events = POLLIN};
+        pthread_mutex_lock(&f->mu);
+        int stop = f->stop;
+        pthread_mutex_unlock(&f->mu);
+        if (stop)
+            break;
+        if (poll(&p, 1, 50) <= 0)
+            continue;
+        int fd = accept(f->lfd, NULL, NULL);
+        if (fd < 0)
+            continue;
+        char head[4096];
+        size_t len = 0;
+        while (len < sizeof head - 1) {
+            ssize_t r = recv(fd, head + len, sizeof head - 1 - len, 0);
+            if (r <= 0)
+                break;
+            len += (size_t)r;
+            head[len] = '\0';
+            if (strstr(head, "\r\n\r\n"))
+                break;
+        }
+        head[len] = '\0';
+        char *eol = strstr(head, "\r\n");
+        if (eol)
+            *eol = '\0';
+        pthread_mutex_lock(&f->mu);
+        size_t i = f->nreq;
+        if (i < 16) {
+            snprintf(f->req[i], sizeof f->req[i], "%s", head);
+            f->at[i] = tkm_now_ms();
+            f->nreq++;
+        }
+        pthread_mutex_unlock(&f->mu);
+        if (i < f->nsteps) {
+            const struct step *s = &f->steps[i];
+            char h[1024];
+            int n = snprintf(h, sizeof h,
+                             "HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
+                             "Content-Length: %zu\r\n%sConnection: close\r\n\r\n",
+                             s->status, strlen(s->body), s->headers ? s->headers : "");
+            if (send(fd, h, (size_t)n, MSG_NOSIGNAL) == n)
+                send(fd, s->body, strlen(s->body), MSG_NOSIGNAL);
+            close(fd);
+        } else if (f->nheld < 16) {
+            f->held[f->nheld++] = fd;
+        } else {
+            close(fd);
+        }
+    }
+    for (size_t i = 0; i < f->nheld; i++)
+        close(f->held[i]);
+    return NULL;
+}
+
+static void fake_start(struct fake *f, const struct step *steps, size_t n)
+{
+    memset(f, 0, sizeof *f);
+    f->steps = steps;
+    f->nsteps = n;
+    pthread_mutex_init(&f->mu, NULL);
+    f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    ASSERT(f->lfd >= 0);
+    ASSERT_OK(bind(f->lfd, (struct sockaddr *)&a, sizeof a));
+    ASSERT_OK(listen(f->lfd, 16));
+    ASSERT_OK(getsockname(f->lfd, (struct sockaddr *)&a, &al));
+    f->port = ntohs(a.sin_port);
+    ASSERT_OK(pthread_create(&f->th, NULL, fake_main, f));
+}
+
+static void fake_stop(struct fake *f)
+{
+    pthread_mutex_lock(&f->mu);
+    f->stop = 1;
+    pthread_mutex_unlock(&f->mu);
+    pthread_join(f->th, NULL);
+    close(f->lfd);
+    pthread_mutex_destroy(&f->mu);
+}
+
+struct wrun {
+    struct fake *f;
+    struct k8s_client *c;
+    struct k8s_watch *w;
+    size_t stop_after;
+    int list_begins, items, list_ends, aborts, events;
+    char last_list_rv[32];
+    struct k8s_watch_stats st;
+    char rv[32];
+};
+
+static void h_begin(void *d)
+{
+    ((struct wrun *)d)->list_begins++;
+}
+
+static int h_item(const struct k8s_watch_event *ev, void *d)
+{
+    (void)ev;
+    ((struct wrun *)d)->items++;
+    return 0;
+}
+
+static int h_end(const char *rv, void *d)
+{
+    struct wrun *r = d;
+    r->list_ends++;
+    snprintf(r->last_list_rv, sizeof r->last_list_rv, "%s", rv);
+    return 0;
+}
+
+static void h_abort(void *d)
+{
+    ((struct wrun *)d)->aborts++;
+}
+
+static int h_event(const struct k8s_watch_event *ev, void *d)
+{
+    (void)ev;
+    ((struct wrun *)d)->events++;
+    return 0;
+}
+
+static void poll_cb(uv_timer_t *t)
+{
+    struct wrun *r = t->data;
+    pthread_mutex_lock(&r->f->mu);
+    size_t n = r->f->nreq;
+    pthread_mutex_unlock(&r->f->mu);
+    if (n < r->stop_after)
+        return;
+    r->st = *k8s_watch_get_stats(r->w);
+    snprintf(r->rv, sizeof r->rv, "%s", k8s_watch_resource_version(r->w));
+    k8s_watch_stop(r->w, NULL, NULL);
+    k8s_client_close(r->c, NULL, NULL);
+    uv_close((uv_handle_t *)t, NULL);
+}
+
+static void run_watch(struct fake *f, struct wrun *r, size_t stop_after)
+{
+    char kc[512];
+    uv_loop_t loop;
+    uv_timer_t t;
+    struct k8s_config cfg;
+    struct tkm_err err = {0};
+    static const struct k8s_watch_handler h = {h_begin, h_item, h_end, h_abort, h_event, NULL};
+    struct k8s_watch_opts o = {
+        .res = &k8s_res_configmaps, .ns = "t", .backoff_initial_ms = 200, .backoff_max_ms = 1000};
+    snprintf(kc, sizeof kc,
+             "apiVersion: v1\nkind: Config\nclusters:\n- name: f\n  cluster: {server: "
+             "\"http://127.0.0.1:%d\"}\nusers:\n- name: u\n  user: {}\ncontexts:\n- name: f\n"
+             "  context: {cluster: f, user: u}\ncurrent-context: f\n",
+             f->port);
+    ASSERT_OK(uv_loop_init(&loop));
+    k8s_config_init(&cfg);
+    ASSERT_OK(k8s_config_load_yaml(&cfg, kc, strlen(kc), "/", "test", NULL, &err));
+    ASSERT_OK(k8s_client_new(&loop, &cfg, NULL, &r->c, &err));
+    k8s_config_release(&cfg);
+    r->f = f;
+    r->stop_after = stop_after;
+    ASSERT_OK(k8s_watch_start(r->c, &o, &h, r, &r->w, &err));
+    uv_timer_init(&loop, &t);
+    t.data = r;
+    uv_timer_start(&t, poll_cb, 20, 20);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ASSERT_OK(uv_loop_close(&loop));
+}
+
+#define LIST_10                                                                                    \
+    "{\"kind\":\"ConfigMapList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":"         \
+    "\"10\"},\"items\":[{\"metadata\":{\"name\":\"a\",\"namespace\":\"t\",\"resourceVersion\":"    \
+    "\"5\"}}]}"
+
+static long query_timeout(const char *req)
+{
+    const char *s = strstr(req, "timeoutSeconds=");
+    return s ? strtol(s + 15, NULL, 10) : -1;
+}
+
+TEST(watch_resumes_from_bookmark_without_list)
+{
+    static const struct step steps[] = {
+        {200, NULL, LIST_10},
+        {200, NULL,
+         "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"ConfigMap\",\"apiVersion\":\"v1\","
+         "\"metadata\":{\"resourceVersion\":\"20\"}}}\n"},
+    };
+    struct fake f;
+    struct wrun r = {0};
+    fake_start(&f, steps, 2);
+    run_watch(&f, &r, 3);
+    fake_stop(&f);
+    ASSERT_STRCONTAINS(f.req[0], "GET /api/v1/namespaces/t/configmaps?resourceVersion=0 ");
+    ASSERT_STRCONTAINS(f.req[1], "?watch=1&resourceVersion=10&allowWatchBookmarks=true");
+    long t1 = query_timeout(f.req[1]), t2 = query_timeout(f.req[2]);
+    ASSERT(t1 >= 300 && t1 <= 600);
+    ASSERT(t2 >= 300 && t2 <= 600);
+    /* The normal end of the watch: at once, from the bookmark's RV, no list. */
+    ASSERT_STRCONTAINS(f.req[2], "?watch=1&resourceVersion=20&");
+    ASSERT(f.at[2] - f.at[1] < 200);
+    ASSERT_EQ(r.list_ends, 1);
+    ASSERT_EQ(r.items, 1);
+    ASSERT_STREQ(r.last_list_rv, "10");
+    ASSERT_EQ(r.st.bookmarks, 1);
+    ASSERT_EQ(r.st.lists, 1);
+    ASSERT_STREQ(r.rv, "20");
+}
+
+TEST(watch_410_relists_at_last_rv_then_quorum)
+{
+    static const struct step steps[] = {
+        {200, NULL, LIST_10},
+        {200, NULL,
+         "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"b\",\"namespace\":\"t\","
+         "\"resourceVersion\":\"11\"}}}\n{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\","
+         "\"apiVersion\":\"v1\",\"status\":\"Failure\",\"message\":\"too old resource version\","
+         "\"reason\":\"Expired\",\"code\":410}}\n"},
+        {410, NULL,
+         "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\",\"message\":\"too "
+         "old\",\"reason\":\"Expired\",\"code\":410}"},
+        {200, NULL,
+         "{\"kind\":\"ConfigMapList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":"
+         "\"30\"},\"items\":[{\"metadata\":{\"name\":\"b\",\"namespace\":\"t\","
+         "\"resourceVersion\":\"11\"}},{\"metadata\":{\"name\":\"c\",\"namespace\":\"t\","
+         "\"resourceVersion\":\"29\"}}]}"},
+    };
+    struct fake f;
+    struct wrun r = {0};
+    fake_start(&f, steps, 4);
+    run_watch(&f, &r, 5);
+    fake_stop(&f);
+    ASSERT_STRCONTAINS(f.req[2], "?resourceVersion=11&resourceVersionMatch=NotOlderThan ");
+    ASSERT_STRCONTAINS(f.req[3], "GET /api/v1/namespaces/t/configmaps HTTP");
+    ASSERT_STRCONTAINS(f.req[4], "?watch=1&resourceVersion=30&");
+    ASSERT_EQ(r.events, 1);
+    ASSERT_EQ(r.list_ends, 2);
+    ASSERT_EQ(r.items, 3);
+    ASSERT_EQ(r.st.relists_410, 1);
+    ASSERT_EQ(r.st.lists, 2);
+    ASSERT_EQ(r.st.list_failures, 1);
+}
+
+TEST(very_short_watch_backs_off_and_429_waits_retry_after)
+{
+    static const struct step steps[] = {
+        {200, NULL, LIST_10},
+        {200, NULL, ""}, /* closes at once with no event */
+        {429, "Retry-After: 1\r\n",
+         "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\",\"message\":\"slow "
+         "down\",\"reason\":\"TooManyRequests\",\"code\":429}"},
+        {500, NULL, "not json"},
+    };
+    struct fake f;
+    struct wrun r = {0};
+    fake_start(&f, steps, 4);
+    run_watch(&f, &r, 5);
+    fake_stop(&f);
+    for (int i = 1; i <= 4; i++)
+        ASSERT_STRCONTAINS(f.req[i], "?watch=1&resourceVersion=10&");
+    ASSERT(f.at[2] - f.at[1] >= 200);  /* backoff after the very short watch */
+    ASSERT(f.at[3] - f.at[2] >= 1000); /* Retry-After: 1 */
+    ASSERT(f.at[4] - f.at[3] >= 200);  /* 500: backoff, re-watch, no list */
+    ASSERT_EQ(r.st.lists, 1);
+    ASSERT_EQ(r.st.throttled, 1);
+    ASSERT_EQ(r.st.last_retry_after_ms, 1000);
+    ASSERT_EQ(r.st.watch_failures, 3);
+}
+
+TEST(truncated_list_is_aborted_and_retried)
+{
+    static const struct step steps[] = {
+        {200, NULL, "{\"kind\":\"ConfigMapList\",\"items\":[{\"metadata\":{\"name\":\"a\"}},{"},
+        {200, NULL, LIST_10},
+    };
+    struct fake f;
+    struct wrun r = {0};
+    fake_start(&f, steps, 2);
+    run_watch(&f, &r, 3);
+    fake_stop(&f);
+    ASSERT_EQ(r.list_begins, 2);
+    ASSERT_EQ(r.aborts, 1);
+    ASSERT_EQ(r.list_ends, 1);
+    ASSERT(f.at[1] - f.at[0] >= 200);
+    ASSERT_STRCONTAINS(f.req[2], "?watch=1&resourceVersion=10&");
+}
