@@ -90,7 +90,8 @@ struct tkm_archive_opts {
      * (a link or device anywhere rejects the archive) but not written. */
     const char *const *include;
     /* Borrowed, may be NULL: a prefix removed from every written name, e.g.
-     * "io.triton.cache/" to extract the cache tree itself. */
+     * "io.triton.cache/" to extract the cache tree itself; entries not under
+     * it are skipped (still screened). */
     const char *strip;
     int fsync; /* 1 (default): fsync every file and directory */
     /* Borrowed, may be NULL: when it becomes non-zero the extraction stops

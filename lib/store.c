@@ -235,9 +235,10 @@ static int write_marker(struct tkm_store *s, const char *hex, const struct tkm_a
                         (long long)time(NULL));
     if (rc < 0)
         goto out;
+    errno = 0;
     fd = openat(s->stgfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0 || write(fd, body.data, body.len) != (ssize_t)body.len || fsync(fd) < 0) {
-        rc = -errno ? -errno : -EIO;
+        rc = errno ? -errno : -EIO;
         goto out;
     }
     if (renameat(s->stgfd, tmp, s->shafd, name) < 0 || fsync(s->shafd) < 0)

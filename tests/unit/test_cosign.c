@@ -412,3 +412,59 @@ TEST(second_layer_verifies)
     EVP_PKEY_free(other);
     fx_release(&f);
 }
+
+/* ---- a real signature: made by cosign v2.6.5 (generate-key-pair; sign --key
+ * --tlog-upload=false) on an image in a local registry; the .sig manifest,
+ * payload blob and public key were saved in tests/unit/data/cosign/. */
+
+static char *read_data(const char *name, size_t *len)
+{
+    char p[1024];
+    snprintf(p, sizeof p, "%s/tests/unit/data/cosign/%s", TKM_SOURCE_DIR, name);
+    FILE *f = fopen(p, "rb");
+    ASSERT_NOT_NULL(f);
+    char *buf = calloc(1, 65536);
+    ASSERT_NOT_NULL(buf);
+    *len = fread(buf, 1, 65535, f);
+    fclose(f);
+    return buf;
+}
+
+static void trim(char *s)
+{
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == '\n' || s[n - 1] == ' '))
+        s[--n] = '\0';
+}
+
+TEST(real_cosign_signature)
+{
+    size_t ml, pl, kl, dl, pdl;
+    char *man = read_data("sig.json", &ml), *pay = read_data("payload.json", &pl);
+    char *pub = read_data("cosign.pub", &kl), *img = read_data("image-digest", &dl);
+    char *pdg = read_data("payload-digest", &pdl);
+    trim(img);
+    trim(pdg);
+    struct tkm_cosign_blob b = {pdg, (unsigned char *)pay, pl};
+    struct tkm_cosign_result r;
+    struct tkm_err err = {0};
+    int rc = tkm_cosign_verify(man, ml, &b, 1, pub, kl, img, &r, &err);
+    if (rc)
+        tkm_test_fail(__FILE__, __LINE__, "real cosign signature: %s", err.msg);
+    ASSERT_STRCONTAINS(r.docker_reference, "/t/img");
+    /* the same signature for another digest */
+    ASSERT_EQ(tkm_cosign_verify(man, ml, &b, 1, pub, kl, IMG, &r, &err), -EBADMSG);
+    ASSERT_STRCONTAINS(err.msg, "signature is for sha256:ca5028e4");
+    /* one payload byte changed: it no longer matches its descriptor */
+    tkm_err_clear(&err);
+    char *p2 = strstr(pay, "\"optional\":null");
+    ASSERT_NOT_NULL(p2);
+    memcpy(p2 + 12, "nul ", 4);
+    ASSERT_EQ(tkm_cosign_verify(man, ml, &b, 1, pub, kl, img, &r, &err), -EBADMSG);
+    ASSERT_STRCONTAINS(err.msg, "payload does not match its descriptor");
+    free(man);
+    free(pay);
+    free(pub);
+    free(img);
+    free(pdg);
+}
