@@ -64,22 +64,19 @@ static int fetch_layers(struct tkm_oci_registry *r, const struct tkm_oci_ref *re
     return rc;
 }
 
-int tkm_oci_pull(const struct tkm_oci_ref *ref, const struct tkm_oci_registry_opts *ro,
-                 const char *layout_dir, const char *tag, int layers,
-                 struct tkm_oci_pull_result *res, struct tkm_err *err)
+/* Resolves ref, follows an index, fetches and verifies manifest and config
+ * (their bytes are left in body and cfg). res is filled; the caller
+ * releases it in every case. */
+static int inspect_with(struct tkm_oci_registry *r, const struct tkm_oci_ref *ref,
+                        struct tkm_oci_pull_result *res, struct tkm_buf *body, struct tkm_buf *cfg,
+                        struct tkm_err *err)
 {
-    struct tkm_oci_registry *r = NULL;
-    struct tkm_buf body = TKM_BUF_INIT(TKM_OCI_MANIFEST_MAX),
-                   cfg = TKM_BUF_INIT(TKM_OCI_MANIFEST_MAX);
-    char digest[TKM_OCI_DIGEST_LEN + 1], cdg[TKM_OCI_DIGEST_LEN + 1], what[700];
+    char digest[TKM_OCI_DIGEST_LEN + 1], what[700];
     struct tkm_oci_manifest top = {0};
     int rc;
-    memset(res, 0, sizeof *res);
-    if ((rc = tkm_oci_registry_new(ref->host, ro, &r, err)) != 0)
-        goto out;
     if ((rc = tkm_oci_registry_resolve(r, ref->repo, tkm_oci_ref_reference(ref), digest, err)))
         goto out;
-    if ((rc = get_parsed(r, ref, digest, &body, &top, err)) != 0)
+    if ((rc = get_parsed(r, ref, digest, body, &top, err)) != 0)
         goto out;
     if (top.kind == TKM_OCI_KIND_INDEX) {
         const struct tkm_oci_desc *d;
@@ -87,7 +84,7 @@ int tkm_oci_pull(const struct tkm_oci_ref *ref, const struct tkm_oci_registry_op
         if ((rc = tkm_oci_index_select(&top, "linux", tkm_oci_host_arch(), NULL, &d, err)) != 0)
             goto out;
         res->manifest = *d;
-        if ((rc = get_parsed(r, ref, d->digest, &body, &res->parsed, err)) != 0)
+        if ((rc = get_parsed(r, ref, d->digest, body, &res->parsed, err)) != 0)
             goto out;
         if (res->parsed.kind != TKM_OCI_KIND_MANIFEST) {
             rc = tkm_err_set(err, -EINVAL, "%s: index entry %s is not an image manifest", ref->repo,
@@ -103,14 +100,49 @@ int tkm_oci_pull(const struct tkm_oci_ref *ref, const struct tkm_oci_registry_op
         memcpy(res->manifest.digest, res->parsed.digest, sizeof res->manifest.digest);
         res->manifest.size = res->parsed.size;
     }
-    if ((rc = tkm_oci_registry_fetch_blob_mem(r, ref->repo, &res->parsed.config, &cfg, err)))
+    if ((rc = tkm_oci_registry_fetch_blob_mem(r, ref->repo, &res->parsed.config, cfg, err)))
         goto out;
     snprintf(what, sizeof what, "config %s", res->parsed.config.digest);
-    if ((rc = tkm_oci_config_parse(&res->config, cfg.data, cfg.len, what, err)) != 0)
+    rc = tkm_oci_config_parse(&res->config, cfg->data, cfg->len, what, err);
+out:
+    tkm_oci_manifest_release(&top);
+    return rc;
+}
+
+int tkm_oci_inspect(const struct tkm_oci_ref *ref, const struct tkm_oci_registry_opts *ro,
+                    struct tkm_oci_pull_result *res, struct tkm_err *err)
+{
+    struct tkm_oci_registry *r = NULL;
+    struct tkm_buf body = TKM_BUF_INIT(TKM_OCI_MANIFEST_MAX),
+                   cfg = TKM_BUF_INIT(TKM_OCI_MANIFEST_MAX);
+    int rc;
+    memset(res, 0, sizeof *res);
+    if ((rc = tkm_oci_registry_new(ref->host, ro, &r, err)) == 0)
+        rc = inspect_with(r, ref, res, &body, &cfg, err);
+    if (rc)
+        tkm_oci_pull_result_release(res);
+    tkm_oci_registry_free(r);
+    tkm_buf_release(&body);
+    tkm_buf_release(&cfg);
+    return rc;
+}
+
+int tkm_oci_pull(const struct tkm_oci_ref *ref, const struct tkm_oci_registry_opts *ro,
+                 const char *layout_dir, const char *tag, int layers,
+                 struct tkm_oci_pull_result *res, struct tkm_err *err)
+{
+    struct tkm_oci_registry *r = NULL;
+    struct tkm_buf body = TKM_BUF_INIT(TKM_OCI_MANIFEST_MAX),
+                   cfg = TKM_BUF_INIT(TKM_OCI_MANIFEST_MAX);
+    char dg[TKM_OCI_DIGEST_LEN + 1];
+    int rc;
+    memset(res, 0, sizeof *res);
+    if ((rc = tkm_oci_registry_new(ref->host, ro, &r, err)) != 0 ||
+        (rc = inspect_with(r, ref, res, &body, &cfg, err)) != 0)
         goto out;
     if ((rc = tkm_oci_layout_init(layout_dir, err)) != 0 ||
-        (rc = tkm_oci_layout_put_blob(layout_dir, cfg.data, cfg.len, cdg, err)) != 0 ||
-        (rc = tkm_oci_layout_put_blob(layout_dir, body.data, body.len, digest, err)) != 0)
+        (rc = tkm_oci_layout_put_blob(layout_dir, cfg.data, cfg.len, dg, err)) != 0 ||
+        (rc = tkm_oci_layout_put_blob(layout_dir, body.data, body.len, dg, err)) != 0)
         goto out;
     if (layers && (rc = fetch_layers(r, ref, layout_dir, res, err)) != 0)
         goto out;
@@ -122,7 +154,6 @@ int tkm_oci_pull(const struct tkm_oci_ref *ref, const struct tkm_oci_registry_op
 out:
     if (rc)
         tkm_oci_pull_result_release(res);
-    tkm_oci_manifest_release(&top);
     tkm_oci_registry_free(r);
     tkm_buf_release(&body);
     tkm_buf_release(&cfg);

@@ -37,6 +37,11 @@ int tkm_oci_pull(const struct tkm_oci_ref *ref, const struct tkm_oci_registry_op
                  struct tkm_oci_pull_result *res, struct tkm_err *err);
 void tkm_oci_pull_result_release(struct tkm_oci_pull_result *res);
 
+/* Like tkm_oci_pull without a layout: resolves ref and fetches and verifies
+ * its manifest and config only (labels, layer descriptors, digest pinning). */
+int tkm_oci_inspect(const struct tkm_oci_ref *ref, const struct tkm_oci_registry_opts *ro,
+                    struct tkm_oci_pull_result *res, struct tkm_err *err);
+
 /* Pushes the manifest tagged tag (NULL: the only one) in layout_dir to ref.
  * digest (optional) gets the manifest digest; *uploaded (optional) the
  * number of blobs actually uploaded. */
