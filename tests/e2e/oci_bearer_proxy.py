@@ -3,7 +3,8 @@
 
 Listens on 127.0.0.1 (a free port, printed on stdout), serves a token
 endpoint at /token that checks Basic credentials (user:pass from argv) and
-returns {"token": ...}, and proxies every /v2/ request to the upstream
+returns {"token": ...} (POST /token: the refresh_token grant, with PASS as the
+refresh token, returns {"access_token": ...}), and proxies every /v2/ request to the upstream
 registry only when it carries "Authorization: Bearer <that token>"; otherwise
 it answers 401 with a Bearer challenge (realm, service, scope), as Docker Hub
 and quay do. With a 4th argument "flaky", the first GET of every manifest
@@ -47,6 +48,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.reply(400, b'{"details":"missing scope or service"}')
         body = json.dumps({"token": TOKEN, "expires_in": 300}).encode()
         self.reply(200, body, [("Content-Type", "application/json")])
+
+    def refresh(self):
+        # OAuth2 refresh-token grant (docker config "identitytoken"); PASS is the refresh token.
+        import urllib.parse
+        n = int(self.headers.get("Content-Length") or 0)
+        form = urllib.parse.parse_qs(self.rfile.read(n).decode())
+        if form.get("grant_type") != ["refresh_token"] or form.get("refresh_token") != [PASS] \
+                or form.get("service") != ["tkm-e2e"] or not form.get("scope"):
+            return self.reply(401, b'{"error":"invalid_grant"}', [("Content-Type", "application/json")])
+        body = json.dumps({"access_token": TOKEN, "expires_in": 300}).encode()
+        self.reply(200, body, [("Content-Type", "application/json")])
+
+    def do_POST(self):
+        if self.path.startswith("/token"):
+            return self.refresh()
+        self.proxy()
 
     def proxy(self):
         if self.headers.get("Authorization", "") != "Bearer " + TOKEN:
@@ -92,7 +109,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.token()
         self.proxy()
 
-    do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = proxy
+    do_HEAD = do_PUT = do_PATCH = do_DELETE = proxy
 
 
 srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)

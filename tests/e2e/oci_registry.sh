@@ -103,6 +103,13 @@ expect_ok "bearer extract" "$T" extract "$BREG/e2e/t:v1" --auth-file "$E2E_TMP/t
 diff -r -x '__grp__*' "$CACHE" "$E2E_TMP/bx" || fail "bearer-extracted cache differs"
 pass "bearer-pulled cache equals the source"
 
+printf '{"auths":{"%s":{"identitytoken":"e2e-tok"}}}' "$BREG" >"$E2E_TMP/idt.json"
+printf '{"auths":{"%s":{"identitytoken":"stale"}}}' "$BREG" >"$E2E_TMP/idt-bad.json"
+expect_ok "pull with an identitytoken (refresh_token grant)" "$T" pull "$BREG/e2e/t:v1" --auth-file "$E2E_TMP/idt.json" --output "$E2E_TMP/ip" -o json
+assert_eq "$BUILT" "$(jq -r .digest <<<"$OUT")" "digest through the refresh-token flow"
+expect_fail "pull with a stale identitytoken" "$T" pull "$BREG/e2e/t:v1" --auth-file "$E2E_TMP/idt-bad.json" --output "$E2E_TMP/ip2"
+assert_contains "$OUT" "token request" "refused refresh token named"
+
 step "flaky registry: 503 on manifests, blobs cut off halfway (first time each)"
 python3 "$TKM_SOURCE_DIR/tests/e2e/oci_bearer_proxy.py" "$BREG_UP" tok e2e-tok flaky >"$E2E_TMP/flaky.addr" 2>"$E2E_TMP/flaky.log" &
 FLAKY_PID=$!
