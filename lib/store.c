@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <uv.h>
 
 #define HEXLEN 64
 
@@ -439,4 +440,120 @@ void tkm_store_list_free(char **digests, size_t n)
     for (size_t i = 0; i < n; i++)
         free(digests[i]);
     free(digests);
+}
+
+/* ---- the libuv thread-pool form ------------------------------------------ */
+
+struct tkm_store_job {
+    uv_work_t work;
+    struct tkm_store *s;
+    char *digest, *blob, *diff_id, *strip, *path;
+    char **include;
+    struct tkm_archive_opts opts;
+    atomic_int cancel;
+    tkm_store_ingest_cb cb;
+    void *data;
+    int rc;
+    struct tkm_store_ingest_info info;
+    struct tkm_err err;
+};
+
+static void job_free(struct tkm_store_job *j)
+{
+    for (size_t i = 0; j->include && j->include[i]; i++)
+        free(j->include[i]);
+    free(j->include);
+    free(j->digest);
+    free(j->blob);
+    free(j->diff_id);
+    free(j->strip);
+    free(j->path);
+    free(j);
+}
+
+static void job_work(uv_work_t *w)
+{
+    struct tkm_store_job *j = w->data;
+    j->rc = tkm_store_ingest(j->s, j->digest, j->blob, &j->opts, &j->path, &j->info, &j->err);
+}
+
+static void job_after(uv_work_t *w, int status)
+{
+    struct tkm_store_job *j = w->data;
+    if (status == UV_ECANCELED) {
+        tkm_err_clear(&j->err);
+        j->rc =
+            tkm_err_set(&j->err, -ECANCELED, "ingest of %s cancelled before it started", j->digest);
+    }
+    j->cb(j->rc, j->rc == 0 ? j->path : NULL, &j->info, &j->err, j->data);
+    job_free(j);
+}
+
+/* Deep copy of the strings of o into j. */
+static int job_copy_opts(struct tkm_store_job *j, const struct tkm_archive_opts *o)
+{
+    size_t n = 0;
+    j->opts = *o;
+    j->opts.cancel = &j->cancel;
+    j->opts.blob_digest = NULL;
+    if (o->diff_id && !(j->opts.diff_id = j->diff_id = strdup(o->diff_id)))
+        return -ENOMEM;
+    if (o->strip && !(j->opts.strip = j->strip = strdup(o->strip)))
+        return -ENOMEM;
+    if (!o->include)
+        return 0;
+    while (o->include[n])
+        n++;
+    if (!(j->include = calloc(n + 1, sizeof(char *))))
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        if (!(j->include[i] = strdup(o->include[i])))
+            return -ENOMEM;
+    j->opts.include = (const char *const *)j->include;
+    return 0;
+}
+
+int tkm_store_ingest_start(struct uv_loop_s *loop, struct tkm_store *s, const char *digest,
+                           const char *blob_path, const struct tkm_archive_opts *o,
+                           tkm_store_ingest_cb cb, void *data, struct tkm_store_job **job,
+                           struct tkm_err *err)
+{
+    struct tkm_archive_opts defaults;
+    struct tkm_store_job *j = NULL;
+    int rc = check_digest(digest, err);
+    if (job)
+        *job = NULL;
+    if (rc < 0)
+        return rc;
+    if (!o) {
+        tkm_archive_opts_init(&defaults);
+        o = &defaults;
+    }
+    if (!(j = calloc(1, sizeof(*j))) || !(j->digest = strdup(digest)) ||
+        !(j->blob = strdup(blob_path)) || job_copy_opts(j, o) < 0) {
+        rc = tkm_err_set(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    atomic_init(&j->cancel, 0);
+    j->s = s;
+    j->cb = cb;
+    j->data = data;
+    j->work.data = j;
+    if ((rc = uv_queue_work(loop, &j->work, job_work, job_after)) != 0) {
+        rc = tkm_err_set(err, rc, "ingest of %s: uv_queue_work: %s", digest, uv_strerror(rc));
+        goto fail;
+    }
+    if (job)
+        *job = j;
+    return 0;
+fail:
+    if (j)
+        job_free(j);
+    return rc;
+}
+
+void tkm_store_job_cancel(struct tkm_store_job *job)
+{
+    if (job)
+        atomic_store(&job->cancel, 1);
 }

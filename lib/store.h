@@ -60,6 +60,35 @@ int tkm_store_ingest(struct tkm_store *s, const char *digest, const char *blob_p
                      const struct tkm_archive_opts *o, char **path,
                      struct tkm_store_ingest_info *info, struct tkm_err *err);
 
+/*
+ * The same ingest for a daemon that owns one libuv loop: the work runs on the
+ * libuv thread pool (uv_queue_work), cb on the loop thread.
+ *
+ * Everything passed in is copied (digest, blob_path, and opts with its
+ * strings and include list), so the caller may free its copies on return;
+ * opts->cancel is replaced by the job's own flag (tkm_store_job_cancel) and
+ * opts->progress, if set, is called on the worker thread. s must stay open
+ * until cb has run.
+ *
+ * Callback contract: if _start fails (< 0), cb is never called. Otherwise cb
+ * runs exactly once, with rc 0, path (borrowed for the call) and info, or rc
+ * < 0 and err saying why (-ECANCELED after tkm_store_job_cancel or when the
+ * loop closed before the work started). *job (may be NULL) is borrowed: valid
+ * until cb runs, for tkm_store_job_cancel only.
+ */
+struct tkm_store_job;
+typedef void (*tkm_store_ingest_cb)(int rc, const char *path,
+                                    const struct tkm_store_ingest_info *info,
+                                    const struct tkm_err *err, void *data);
+struct uv_loop_s;
+int tkm_store_ingest_start(struct uv_loop_s *loop, struct tkm_store *s, const char *digest,
+                           const char *blob_path, const struct tkm_archive_opts *o,
+                           tkm_store_ingest_cb cb, void *data, struct tkm_store_job **job,
+                           struct tkm_err *err);
+/* Asks a running job to stop (loop thread; the extraction notices within one
+ * buffer). Its cb still runs, with -ECANCELED unless the work had finished. */
+void tkm_store_job_cancel(struct tkm_store_job *job);
+
 /* Removes digest: the marker first (the entry disappears atomically), then
  * the tree. -ENOENT when absent. Takes the digest's lock. */
 int tkm_store_remove(struct tkm_store *s, const char *digest, struct tkm_err *err);

@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <uv.h>
 
 static void path_in_tmp(char *p, size_t n, const char *rel)
 {
@@ -356,5 +357,85 @@ TEST(fixture_into_store)
     ASSERT_STRCONTAINS(line, dg);
     ASSERT_STRCONTAINS(line, info.archive.diff_id);
     free(path);
+    tkm_store_free(s);
+}
+
+struct async_out {
+    int calls, rc;
+    char path[700];
+    uint64_t files;
+    char msg[1024];
+};
+
+static void on_ingest(int rc, const char *path, const struct tkm_store_ingest_info *info,
+                      const struct tkm_err *err, void *data)
+{
+    struct async_out *o = data;
+    o->calls++;
+    o->rc = rc;
+    if (path)
+        snprintf(o->path, sizeof o->path, "%s", path);
+    o->files = info->archive.files;
+    snprintf(o->msg, sizeof o->msg, "%s", rc ? err->msg : "");
+}
+
+TEST_TIMEOUT(ingest_on_the_libuv_thread_pool, 60)
+{
+    char root[512], blob[512], dg[72];
+    path_in_tmp(root, sizeof root, "store");
+    path_in_tmp(blob, sizeof blob, "blob.tgz");
+    make_blob("blob.tgz", 50, dg);
+    struct tkm_store *s = NULL;
+    struct tkm_err err = {0};
+    ASSERT_OK(tkm_store_open(root, &s, &err));
+    uv_loop_t loop;
+    ASSERT_OK(uv_loop_init(&loop));
+    /* copies: the caller's strings may go away at once */
+    char *dcopy = strdup(dg), *bcopy = strdup(blob), *inc0 = strdup("io.triton.cache/");
+    const char *inc[] = {inc0, NULL};
+    struct tkm_archive_opts o;
+    tkm_archive_opts_init(&o);
+    o.include = inc;
+    struct async_out out = {0};
+    struct tkm_store_job *job = NULL;
+    ASSERT_OK(tkm_store_ingest_start(&loop, s, dcopy, bcopy, &o, on_ingest, &out, &job, &err));
+    ASSERT_NOT_NULL(job);
+    memset(dcopy, 'x', strlen(dcopy));
+    memset(bcopy, 'x', strlen(bcopy));
+    memset(inc0, 'x', strlen(inc0));
+    free(dcopy);
+    free(bcopy);
+    free(inc0);
+    ASSERT_EQ(out.calls, 0); /* never called before the loop runs */
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT_EQ(out.calls, 1);
+    if (out.rc)
+        tkm_test_fail(__FILE__, __LINE__, "%s", out.msg);
+    ASSERT_EQ(out.files, 50);
+    ASSERT_STRCONTAINS(out.path, dg + 7);
+    /* a cancelled job reports -ECANCELED and leaves nothing */
+    char blob2[512], dg2[72];
+    path_in_tmp(blob2, sizeof blob2, "blob2.tgz");
+    make_blob("blob2.tgz", 600, dg2);
+    memset(&out, 0, sizeof out);
+    ASSERT_OK(tkm_store_ingest_start(&loop, s, dg2, blob2, NULL, on_ingest, &out, &job, &err));
+    tkm_store_job_cancel(job);
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT_EQ(out.calls, 1);
+    ASSERT_EQ(out.rc, -ECANCELED);
+    ASSERT_STRCONTAINS(out.msg, "cancelled");
+    ASSERT_EQ(tkm_store_lookup(s, dg2, NULL, &err), -ENOENT);
+    char p[700];
+    snprintf(p, sizeof p, "%s/staging", root);
+    ASSERT_EQ(count_dir(p), 0);
+    /* a bad digest fails at once, and cb is never called */
+    memset(&out, 0, sizeof out);
+    tkm_err_clear(&err);
+    ASSERT_EQ(
+        tkm_store_ingest_start(&loop, s, "sha256:nope", blob, NULL, on_ingest, &out, NULL, &err),
+        -EINVAL);
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT_EQ(out.calls, 0);
+    ASSERT_OK(uv_loop_close(&loop));
     tkm_store_free(s);
 }
