@@ -3,10 +3,11 @@
  *
  * Usage: e2e_k8s_watch --resource configmaps|tkc|nodes [--namespace NS]
  *                      [--kubeconfig FILE] [--metadata-only] [--dump FILE]
- *                      [--quiet]
+ *                      [--quiet] [--show-json]
  * Prints one line per change on stdout (flushed):
  *   SYNCED <n>                        the first list is in the store
  *   ADD <key> <rv>
+ *   JSON <key> <json>                 with --show-json: the stored JSON of an add
  *   UPDATE <key> <old-rv> <new-rv>
  *   DELETE <key> <rv> unknown=<0|1>   unknown=1: synthesized by a relist
  *   DUP <key> <rv>                    an update that did not change the RV:
@@ -37,7 +38,7 @@ struct app {
     struct k8s_informer *inf;
     uv_signal_t sig_usr1, sig_term, sig_int;
     const char *dump;
-    int quiet;
+    int quiet, show_json;
 };
 
 static void on_add(const struct k8s_obj *o, void *data)
@@ -45,6 +46,8 @@ static void on_add(const struct k8s_obj *o, void *data)
     struct app *a = data;
     if (!a->quiet)
         printf("ADD %s %s\n", o->key, o->resource_version);
+    if (a->show_json)
+        printf("JSON %s %s\n", o->key, o->json);
 }
 
 static void on_update(const struct k8s_obj *old, const struct k8s_obj *cur, void *data)
@@ -188,13 +191,11 @@ static const struct k8s_resource *pick(const char *name)
 
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {{"resource", required_argument, NULL, 'r'},
-                                       {"namespace", required_argument, NULL, 'n'},
-                                       {"kubeconfig", required_argument, NULL, 'k'},
-                                       {"metadata-only", no_argument, NULL, 'm'},
-                                       {"dump", required_argument, NULL, 'd'},
-                                       {"quiet", no_argument, NULL, 'q'},
-                                       {NULL, 0, NULL, 0}};
+    static const struct option lo[] = {
+        {"resource", required_argument, NULL, 'r'},   {"namespace", required_argument, NULL, 'n'},
+        {"kubeconfig", required_argument, NULL, 'k'}, {"metadata-only", no_argument, NULL, 'm'},
+        {"dump", required_argument, NULL, 'd'},       {"quiet", no_argument, NULL, 'q'},
+        {"show-json", no_argument, NULL, 'j'},        {NULL, 0, NULL, 0}};
     struct app a = {0};
     struct k8s_config cfg;
     struct tkm_err err = {0};
@@ -225,6 +226,9 @@ int main(int argc, char **argv)
             break;
         case 'q':
             a.quiet = 1;
+            break;
+        case 'j':
+            a.show_json = 1;
             break;
         default:
             return 2;
