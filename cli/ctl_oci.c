@@ -71,7 +71,7 @@ void ctl_oci_registry_opts(struct ctl_oci_flags *f, struct tkm_oci_registry_opts
 
 const char *ctl_human_bytes(uint64_t n, char *out, size_t len)
 {
-    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double v = (double)n;
     size_t u = 0;
     while (v >= 1024 && u + 1 < TKM_ARRAY_SIZE(units)) {
