@@ -299,8 +299,9 @@ static int token_store(struct tkm_oci_registry *r, const char *scope, const char
     return t->value ? 0 : -ENOMEM;
 }
 
-/* 1 when the token realm may be contacted (https, or plain http to a host
- * that is allowed plain http, i.e. loopback or the same http registry). */
+/* 1 when credentials may go to the token realm: https, or plain http to a
+ * loopback host or to the registry itself when that is already plain http
+ * (loopback or named --insecure). */
 static int realm_ok(const struct tkm_oci_registry *r, const char *realm)
 {
     if (strncasecmp(realm, "https://", 8) == 0)
@@ -314,7 +315,8 @@ static int realm_ok(const struct tkm_oci_registry *r, const char *realm)
         return 0;
     memcpy(host, h, n);
     host[n] = '\0';
-    return tkm_oci_host_is_loopback(host) || strcmp(host, r->host) == 0;
+    return tkm_oci_host_is_loopback(host) ||
+           (strcmp(r->scheme, "http") == 0 && strcasecmp(host, r->host) == 0);
 }
 
 /* Gets a token for scope (what the registry asked for) and caches it under
