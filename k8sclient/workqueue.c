@@ -42,7 +42,7 @@ struct k8s_workqueue {
     size_t heap_len, heap_cap;
     double tokens;
     uint64_t tokens_ms;
-    int closing, handles_open, dispatching;
+    int closing, handles_open, handles_closing, dispatching;
     void (*closed_cb)(void *data);
     void *closed_data;
 };
@@ -435,17 +435,22 @@ static void free_queue(struct k8s_workqueue *q)
         cb(d);
 }
 
-static void maybe_finish_close(struct k8s_workqueue *q)
-{
-    if (q->closing && q->handles_open == 0 && q->active == 0)
-        free_queue(q);
-}
-
 static void on_handle_closed(uv_handle_t *h)
 {
     struct k8s_workqueue *q = h->data;
-    q->handles_open--;
-    maybe_finish_close(q);
+    if (--q->handles_open == 0)
+        free_queue(q);
+}
+
+/* Closes the uv handles once nothing is in processing; the memory is freed
+ * (and closed_cb called) from the last close callback, i.e. from the loop. */
+static void maybe_finish_close(struct k8s_workqueue *q)
+{
+    if (!q->closing || q->active > 0 || q->handles_closing)
+        return;
+    q->handles_closing = 1;
+    uv_close((uv_handle_t *)&q->kick, on_handle_closed);
+    uv_close((uv_handle_t *)&q->delay, on_handle_closed);
 }
 
 void k8s_workqueue_shutdown(struct k8s_workqueue *q, void (*closed_cb)(void *data), void *data)
@@ -455,6 +460,7 @@ void k8s_workqueue_shutdown(struct k8s_workqueue *q, void (*closed_cb)(void *dat
     q->closing = 1;
     q->closed_cb = closed_cb;
     q->closed_data = data;
-    uv_close((uv_handle_t *)&q->kick, on_handle_closed);
-    uv_close((uv_handle_t *)&q->delay, on_handle_closed);
+    uv_timer_stop(&q->kick);
+    uv_timer_stop(&q->delay);
+    maybe_finish_close(q);
 }

@@ -261,6 +261,8 @@ TEST(done_after_shutdown_frees_later)
     ASSERT_EQ(closed, 0); /* "a" still processing */
     ASSERT_EQ(r.calls, 1);
     release_held(&r);
+    ASSERT_EQ(closed, 0); /* never from inside done() */
+    uv_run(&loop, UV_RUN_DEFAULT);
     ASSERT_EQ(closed, 1);
     ASSERT_OK(uv_loop_close(&loop));
 }

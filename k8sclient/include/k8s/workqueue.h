@@ -22,9 +22,10 @@
  *
  * Lifecycle: k8s_workqueue_new(loop, ...) ... k8s_workqueue_shutdown(q,
  * closed_cb, data): no handler call happens after shutdown; keys still in
- * processing may (and should) still be passed to done(); the queue is freed
- * once its uv handles are closed and no key is in processing, then closed_cb
- * runs. Single-threaded: call everything on the loop's thread.
+ * processing may (and should) still be passed to done(); once no key is in
+ * processing the queue closes its uv handles and is freed from the loop,
+ * then closed_cb runs (never from inside shutdown() or done()). The loop
+ * must run until then. Single-threaded: call everything on the loop's thread.
  *
  * Errors: 0 or -ENOMEM / -EINVAL / -ESHUTDOWN (after shutdown).
  */
