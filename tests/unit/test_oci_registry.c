@@ -331,3 +331,25 @@ TEST(async_inspect_reports_on_the_loop)
     ASSERT_STRCONTAINS(bad.err, "HTTP 404");
     ASSERT_OK(uv_loop_close(&loop));
 }
+
+/* A Bearer challenge pointing at a plain-http, non-loopback realm: no credentials are sent. */
+TEST(bearer_realm_must_be_https)
+{
+    struct route routes[] = {{"GET", "/v2/a/b/manifests/v1", 401,
+                              "WWW-Authenticate: Bearer realm=\"http://auth.example.com/token\","
+                              "service=\"s\"\r\n",
+                              NULL, 0, 0}};
+    struct server s;
+    server_start(&s, routes, 1);
+    char auth[256];
+    snprintf(auth, sizeof auth, "{\"auths\":{\"127.0.0.1:%d\":{\"auth\":\"dXNlcjpwYXNz\"}}}",
+             s.port);
+    struct tkm_oci_registry *r = client(s.port, auth);
+    struct tkm_buf body = TKM_BUF_INIT(1024);
+    char got[TKM_OCI_DIGEST_LEN + 1];
+    struct tkm_err e = {0};
+    ASSERT_EQ(tkm_oci_registry_get_manifest(r, "a/b", "v1", &body, NULL, 0, got, &e), -EPERM);
+    ASSERT_STRCONTAINS(e.msg, "token realm 'http://auth.example.com/token' is not https");
+    tkm_buf_release(&body);
+    tkm_oci_registry_free(r);
+}
