@@ -93,4 +93,19 @@ int tkm_cosign_verify_registry(struct tkm_oci_registry *r, const char *repo,
                                const char *image_digest, const char *pubkey_pem, size_t pem_len,
                                struct tkm_cosign_result *res, struct tkm_err *err);
 
+/*
+ * tkm_cosign_verify_registry on the libuv thread pool, for daemons with one
+ * loop. repo, image_digest and the key are copied. r is borrowed and used on
+ * the worker thread: do not use it anywhere else until cb has run. If _start
+ * fails (< 0) cb is never called; otherwise it runs exactly once on the loop
+ * thread with the result (res and err borrowed for the call; -ECANCELED when
+ * the loop closed before the work started).
+ */
+struct uv_loop_s;
+typedef void (*tkm_cosign_verify_cb)(int rc, const struct tkm_cosign_result *res,
+                                     const struct tkm_err *err, void *data);
+int tkm_cosign_verify_start(struct uv_loop_s *loop, struct tkm_oci_registry *r, const char *repo,
+                            const char *image_digest, const char *pubkey_pem, size_t pem_len,
+                            tkm_cosign_verify_cb cb, void *data, struct tkm_err *err);
+
 #endif

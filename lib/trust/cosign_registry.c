@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <uv.h>
 
 int tkm_cosign_verify_registry(struct tkm_oci_registry *r, const char *repo,
                                const char *image_digest, const char *pubkey_pem, size_t pem_len,
@@ -65,5 +66,73 @@ out:
     free(blobs);
     free(layers);
     tkm_buf_release(&man);
+    return rc;
+}
+
+struct verify_job {
+    uv_work_t work;
+    struct tkm_oci_registry *r;
+    char *repo, *digest, *pem;
+    size_t pem_len;
+    tkm_cosign_verify_cb cb;
+    void *data;
+    int rc;
+    struct tkm_cosign_result res;
+    struct tkm_err err;
+};
+
+static void verify_job_free(struct verify_job *j)
+{
+    free(j->repo);
+    free(j->digest);
+    free(j->pem);
+    free(j);
+}
+
+static void verify_work(uv_work_t *w)
+{
+    struct verify_job *j = w->data;
+    j->rc =
+        tkm_cosign_verify_registry(j->r, j->repo, j->digest, j->pem, j->pem_len, &j->res, &j->err);
+}
+
+static void verify_after(uv_work_t *w, int status)
+{
+    struct verify_job *j = w->data;
+    if (status == UV_ECANCELED) {
+        tkm_err_clear(&j->err);
+        j->rc = tkm_err_set(&j->err, -ECANCELED, "verification of %s cancelled", j->digest);
+    }
+    j->cb(j->rc, j->rc == 0 ? &j->res : NULL, &j->err, j->data);
+    verify_job_free(j);
+}
+
+int tkm_cosign_verify_start(struct uv_loop_s *loop, struct tkm_oci_registry *r, const char *repo,
+                            const char *image_digest, const char *pubkey_pem, size_t pem_len,
+                            tkm_cosign_verify_cb cb, void *data, struct tkm_err *err)
+{
+    struct verify_job *j = calloc(1, sizeof(*j));
+    int rc;
+    if (!j || !(j->repo = strdup(repo)) || !(j->digest = strdup(image_digest)) ||
+        !(j->pem = malloc(pem_len + 1))) {
+        rc = tkm_err_set(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    memcpy(j->pem, pubkey_pem, pem_len);
+    j->pem[pem_len] = '\0';
+    j->pem_len = pem_len;
+    j->r = r;
+    j->cb = cb;
+    j->data = data;
+    j->work.data = j;
+    if ((rc = uv_queue_work(loop, &j->work, verify_work, verify_after)) != 0) {
+        rc = tkm_err_set(err, rc, "verification of %s: uv_queue_work: %s", image_digest,
+                         uv_strerror(rc));
+        goto fail;
+    }
+    return 0;
+fail:
+    if (j)
+        verify_job_free(j);
     return rc;
 }

@@ -6,11 +6,15 @@
 #include "test.h"
 
 #include "buf.h"
+#include "http.h"
+#include "httpd-test.h"
+#include "oci/registry.h"
 #include "trust/cosign.h"
 #include "util.h"
 
 #include <openssl/evp.h>
 #include <openssl/pem.h>
+#include <uv.h>
 
 #define IMG  "sha256:1111111111111111111111111111111111111111111111111111111111111111"
 #define IMG2 "sha256:2222222222222222222222222222222222222222222222222222222222222222"
@@ -467,4 +471,76 @@ TEST(real_cosign_signature)
     free(pub);
     free(img);
     free(pdg);
+}
+
+/* ---- the registry glue, on the libuv thread pool, against a canned registry */
+
+struct vout {
+    int calls, rc;
+    size_t layer;
+    char msg[1024];
+};
+
+static void on_verified(int rc, const struct tkm_cosign_result *res, const struct tkm_err *err,
+                        void *data)
+{
+    struct vout *o = data;
+    o->calls++;
+    o->rc = rc;
+    if (res)
+        o->layer = res->layer;
+    snprintf(o->msg, sizeof o->msg, "%s", rc ? err->msg : "");
+}
+
+TEST(verify_start_fetches_sig_and_payload)
+{
+    struct fx f;
+    fx_init(&f, "EC", "P-256");
+    payload_for(&f.payload[0], IMG);
+    add_layer(&f, f.key, NULL);
+    struct tkm_buf man = TKM_BUF_INIT(1 << 20);
+    ASSERT_OK(tkm_buf_printf(&man, "%s]}", f.manifest.data));
+    struct tsrv_reply replies[] = {
+        {200, "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n", man.data, 0, 0, 0},
+        {200, "Content-Type: application/octet-stream\r\n", f.payload[0].data, 0, 0, 0},
+        {200, "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n", man.data, 0, 0, 0},
+        {200, "Content-Type: application/octet-stream\r\n", f.payload[0].data, 0, 0, 0},
+    };
+    struct tsrv srv;
+    int port = tsrv_start(&srv, replies, 4);
+    ASSERT(port > 0);
+    struct tkm_err err = {0};
+    ASSERT_OK(tkm_http_global_init(&err));
+    char host[64];
+    snprintf(host, sizeof host, "127.0.0.1:%d", port);
+    struct tkm_oci_registry_opts ro = {.anonymous = 1, .timeout_ms = 5000};
+    struct tkm_oci_registry *reg = NULL;
+    ASSERT_OK(tkm_oci_registry_new(host, &ro, &reg, &err));
+    uv_loop_t loop;
+    ASSERT_OK(uv_loop_init(&loop));
+    struct vout out = {0};
+    ASSERT_OK(tkm_cosign_verify_start(&loop, reg, "t/img", IMG, f.pem, strlen(f.pem), on_verified,
+                                      &out, &err));
+    ASSERT_EQ(out.calls, 0);
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT_EQ(out.calls, 1);
+    if (out.rc)
+        tkm_test_fail(__FILE__, __LINE__, "%s", out.msg);
+    ASSERT_STRCONTAINS(tsrv_req(&srv, 0),
+                       "GET /v2/t/img/manifests/sha256-"
+                       "1111111111111111111111111111111111111111111111111111111111111111.sig");
+    char want[128];
+    snprintf(want, sizeof want, "GET /v2/t/img/blobs/%s", f.digest[0]);
+    ASSERT_STRCONTAINS(tsrv_req(&srv, 1), want);
+    /* a registry serving the same signature for another image's tag: rejected */
+    ASSERT_OK(tkm_cosign_verify_start(&loop, reg, "t/img", IMG2, f.pem, strlen(f.pem), on_verified,
+                                      &out, &err));
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT_EQ(out.calls, 2);
+    ASSERT_EQ(out.rc, -EBADMSG);
+    ASSERT_STRCONTAINS(out.msg, "signature is for " IMG ", image is " IMG2);
+    ASSERT_OK(uv_loop_close(&loop));
+    tkm_oci_registry_free(reg);
+    tkm_buf_release(&man);
+    fx_release(&f);
 }
