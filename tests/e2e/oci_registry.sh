@@ -46,6 +46,28 @@ assert_eq "$BUILT" "$(jq -r .digest <<<"$OUT")" "pull by digest"
 diff -r "$E2E_TMP/img/blobs" "$E2E_TMP/pulled/blobs" >/dev/null || fail "pulled blobs differ from the built ones"
 pass "pulled blobs equal the built blobs"
 
+step "index: linux/amd64 is picked, attestations and other platforms skipped"
+mkdir -p "$E2E_TMP/src2"
+tar -xzf "$TKM_FIXTURES/triton-cache/triton-3.6.0-cuda-sm90-binary-only.tar.gz" -C "$E2E_TMP/src2"
+expect_ok "push a second image" "$T" build "$E2E_TMP/src2/$(ls "$E2E_TMP/src2")" --push "$REG/e2e/oci-cache:other" -o json
+OTHER=$(jq -r .manifest <<<"$OUT")
+OSIZE=$(curl -sf -H 'Accept: application/vnd.oci.image.manifest.v1+json' "http://$REG/v2/e2e/oci-cache/manifests/$OTHER" | wc -c)
+BSIZE=$(stat -c %s "$E2E_TMP/img/blobs/sha256/${BUILT#sha256:}")
+MT=application/vnd.oci.image.manifest.v1+json
+IDX=$(jq -nc --arg o "$OTHER" --arg b "$BUILT" --argjson os "$OSIZE" --argjson bs "$BSIZE" --arg mt "$MT" \
+  '{schemaVersion:2,mediaType:"application/vnd.oci.image.index.v1+json",manifests:[
+    {mediaType:$mt,digest:$o,size:$os,platform:{os:"unknown",architecture:"unknown"},
+     annotations:{"vnd.docker.reference.type":"attestation-manifest"}},
+    {mediaType:$mt,digest:$o,size:$os,platform:{os:"linux",architecture:"arm64",variant:"v8"}},
+    {mediaType:$mt,digest:$b,size:$bs,platform:{os:"linux",architecture:"amd64"}}]}')
+curl -sf -X PUT -H 'Content-Type: application/vnd.oci.image.index.v1+json' --data-binary "$IDX" \
+  "http://$REG/v2/e2e/oci-cache/manifests/multi" >/dev/null || fail "could not push the index"
+expect_ok "pull through an index" "$T" pull "$REG/e2e/oci-cache:multi" --output "$E2E_TMP/ipull" -o json
+WANT=$BUILT
+[[ $(uname -m) == aarch64 ]] && WANT=$OTHER
+assert_eq "$WANT" "$(jq -r .digest <<<"$OUT")" "index resolved to this machine's linux manifest"
+assert_contains "$(jq -r .index <<<"$OUT")" "sha256:" "index digest reported"
+
 step "extract"
 MOUNT=$(cd "$(dirname "$CACHE")" && pwd)/$(basename "$CACHE")
 expect_ok "extract from the registry" "$T" extract "$REG/e2e/oci-cache:sm90" --output "$E2E_TMP/x" \
