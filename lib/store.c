@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -475,6 +476,7 @@ static void job_work(uv_work_t *w)
 {
     struct tkm_store_job *j = w->data;
     j->rc = tkm_store_ingest(j->s, j->digest, j->blob, &j->opts, &j->path, &j->info, &j->err);
+    OPENSSL_thread_stop(); /* per-thread OpenSSL state of a pool thread that never exits */
 }
 
 static void job_after(uv_work_t *w, int status)

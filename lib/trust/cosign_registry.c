@@ -8,6 +8,7 @@
 #include "oci/registry.h"
 
 #include <errno.h>
+#include <openssl/crypto.h>
 #include <string.h>
 #include <uv.h>
 
@@ -94,6 +95,9 @@ static void verify_work(uv_work_t *w)
     struct verify_job *j = w->data;
     j->rc =
         tkm_cosign_verify_registry(j->r, j->repo, j->digest, j->pem, j->pem_len, &j->res, &j->err);
+    /* OpenSSL keeps per-thread state (the error queue); pool threads never
+     * exit while the loop lives, so release it after each job. */
+    OPENSSL_thread_stop();
 }
 
 static void verify_after(uv_work_t *w, int status)
