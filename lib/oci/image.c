@@ -270,15 +270,26 @@ static int extract_staged(const char *blob, const char *dest, struct tkm_archive
                           const char *mount_path, struct tkm_archive_result *ar,
                           struct tkm_triton_rewrite_stats *st, struct tkm_err *err)
 {
-    char parent[IMG_PATH_MAX], staging[IMG_PATH_MAX], abs_dest[IMG_PATH_MAX];
+    char parent[IMG_PATH_MAX], staging[IMG_PATH_MAX], abs_dest[IMG_PATH_MAX], d[IMG_PATH_MAX];
     char *pabs = NULL;
-    const char *slash = strrchr(dest, '/');
-    const char *base = slash ? slash + 1 : dest;
     int rc = 0, dirfd = -1, blobfd = -1, pfd = -1, made = 0;
+    size_t n = strlen(dest);
+    while (n > 1 && dest[n - 1] == '/') /* "out/" names "out" */
+        n--;
+    if (n >= sizeof d)
+        return tkm_err_set(err, -ENAMETOOLONG, "extract: path too long: %.200s", dest);
+    memcpy(d, dest, n);
+    d[n] = '\0';
+    const char *slash = strrchr(d, '/');
+    const char *base = slash ? slash + 1 : d;
     if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
         return tkm_err_set(err, -EINVAL, "extract: '%s' does not name a new directory", dest);
-    snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - dest) : 1,
-             slash ? (slash == dest ? "/" : dest) : ".");
+    if (!slash)
+        snprintf(parent, sizeof parent, ".");
+    else if (slash == d)
+        snprintf(parent, sizeof parent, "/");
+    else
+        snprintf(parent, sizeof parent, "%.*s", (int)(slash - d), d);
     if (!(pabs = realpath(parent, NULL)))
         return tkm_err_set(err, -errno, "extract: %s: %s", parent, strerror(errno));
     snprintf(abs_dest, sizeof abs_dest, "%s/%s", strcmp(pabs, "/") == 0 ? "" : pabs, base);
@@ -346,8 +357,11 @@ int tkm_oci_extract_layout(const char *layout_dir, const char *tag, const char *
     memcpy(r.layer, img.parsed.descs[0].digest, sizeof r.layer);
     if ((rc = tkm_oci_layout_blob_path(layout_dir, r.layer, blob, sizeof blob)) != 0)
         goto out;
-    if ((rc = extract_staged(blob, dest, &ao, mount_path, &ar, &st, err)) != 0)
+    if ((rc = extract_staged(blob, dest, &ao, mount_path, &ar, &st, err)) != 0) {
+        if (!strstr(err ? err->msg : "", r.layer))
+            tkm_err_prefix(err, "layer %s", r.layer);
         goto out;
+    }
     r.files = ar.files;
     r.dirs = ar.dirs;
     r.file_bytes = ar.file_bytes;

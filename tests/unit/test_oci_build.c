@@ -9,6 +9,7 @@
 
 #include "buf.h"
 #include "oci/build.h"
+#include "oci/image.h"
 #include "oci/layout.h"
 #include "oci/manifest.h"
 
@@ -160,4 +161,49 @@ TEST(layout_detects_tampered_blob)
     ASSERT_EQ(tkm_oci_layout_verify_blob(layout, &d, &e), -EBADMSG);
     ASSERT_STRCONTAINS(e.msg, d.digest);
     ASSERT_STRCONTAINS(e.msg, "digest mismatch");
+}
+
+TEST_TIMEOUT(extract_layout_round_trip_and_failure_leaves_nothing, 60)
+{
+    char src[1024], cache[1200], layout[1024], out[1024], cmd[4096];
+    struct tkm_oci_build_result br;
+    struct tkm_oci_extract_result xr;
+    struct tkm_err e = {0};
+    snprintf(src, sizeof src, "%s/src", tkm_test_tmpdir());
+    untar_fixture("triton-3.6.0-cuda-sm90", src);
+    cache_root(src, cache, sizeof cache);
+    snprintf(layout, sizeof layout, "%s/l", tkm_test_tmpdir());
+    snprintf(out, sizeof out, "%s/out", tkm_test_tmpdir());
+    ASSERT_OK(tkm_oci_build_cache_image(cache, layout, "v1", NULL, &br, &e));
+    int rc = tkm_oci_extract_layout(layout, "v1", out, "/tmp/tcache", &xr, &e);
+    if (rc)
+        fprintf(stderr, "%s\n", e.msg);
+    ASSERT_OK(rc);
+    ASSERT_EQ(xr.files, 36);
+    ASSERT_UEQ(xr.file_bytes, 758102);
+    ASSERT_UEQ(xr.label_bytes, 758102);
+    ASSERT_EQ(xr.groups, 4);
+    ASSERT_EQ(xr.missing_children, 0);
+    ASSERT_STREQ(xr.layer, br.layer.digest);
+    /* every file but the (re-serialised) group files is byte-identical */
+    snprintf(cmd, sizeof cmd, "diff -r -x '__grp__*' '%s' '%s'", cache, out);
+    ASSERT_EQ(system(cmd), 0);
+    /* extracting again onto the same path is refused, the first tree untouched */
+    tkm_err_clear(&e);
+    ASSERT(tkm_oci_extract_layout(layout, "v1", out, NULL, &xr, &e) < 0);
+    /* a corrupted layer: error names the digest; no output and no staging dir remain */
+    char blob[1400], out2[1100];
+    ASSERT_OK(tkm_oci_layout_blob_path(layout, br.layer.digest, blob, sizeof blob));
+    FILE *f = fopen(blob, "r+");
+    ASSERT_NOT_NULL(f);
+    fseek(f, 2000, SEEK_SET);
+    fputc('Z', f);
+    fclose(f);
+    snprintf(out2, sizeof out2, "%s/out2", tkm_test_tmpdir());
+    tkm_err_clear(&e);
+    ASSERT(tkm_oci_extract_layout(layout, "v1", out2, NULL, &xr, &e) < 0);
+    ASSERT_EQ(access(out2, F_OK), -1);
+    snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -q staging", tkm_test_tmpdir());
+    ASSERT(system(cmd) != 0);
+    ASSERT_STRCONTAINS(e.msg, br.layer.digest);
 }
