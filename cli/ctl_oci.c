@@ -87,10 +87,11 @@ void ctl_progress_cb(void *ud, uint64_t done, uint64_t total)
     struct ctl_progress *p = ud;
     uint64_t now = tkm_now_ms();
     char a[32], b[32], c[32];
-    if (!p || !p->tty)
-        return;
-    if (!p->start_ms || done == 0)
-        p->start_ms = now;
+    if (!p || !p->tty || (total && total < (1u << 20)))
+        return; /* small blobs (configs, manifests) need no progress line */
+    if (!p->start_ms || done < p->last_done)
+        p->start_ms = now; /* a new transfer */
+    p->last_done = done;
     if (done != total && now - p->last_ms < 100)
         return;
     p->last_ms = now;

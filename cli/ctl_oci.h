@@ -15,7 +15,7 @@
 struct ctl_progress {
     const char *label; /* borrowed */
     int tty;           /* stderr is a terminal: draw the line */
-    uint64_t start_ms, last_ms;
+    uint64_t start_ms, last_ms, last_done;
     int drawn;
 };
 
