@@ -401,6 +401,7 @@ TEST(mismatched_brackets_rejected)
 
 #include "k8s/client.h"
 #include "k8s/config.h"
+#include "k8s/informer.h"
 
 struct step {
     int status;
@@ -517,6 +518,12 @@ struct wrun {
     char last_list_rv[32];
     struct k8s_watch_stats st;
     char rv[32];
+    const char *start_rv; /* watch only, from this RV */
+    int use_informer;     /* run an informer instead of a bare watch */
+    struct k8s_informer *inf;
+    int adds, updates, deletes, unknown, synced, replays;
+    size_t count_at_stop;
+    char b_rv[32]; /* resourceVersion of t/b in the store at stop */
 };
 
 static void h_begin(void *d)
@@ -559,11 +566,48 @@ static void poll_cb(uv_timer_t *t)
     pthread_mutex_unlock(&r->f->mu);
     if (n < r->stop_after)
         return;
-    r->st = *k8s_watch_get_stats(r->w);
-    snprintf(r->rv, sizeof r->rv, "%s", k8s_watch_resource_version(r->w));
-    k8s_watch_stop(r->w, NULL, NULL);
+    if (r->inf) {
+        const struct k8s_obj *b = k8s_informer_get(r->inf, "t", "b");
+        r->st = *k8s_watch_get_stats(k8s_informer_watch(r->inf));
+        r->count_at_stop = k8s_informer_count(r->inf);
+        snprintf(r->b_rv, sizeof r->b_rv, "%s", b ? b->resource_version : "");
+        k8s_informer_resync(r->inf);
+        k8s_informer_stop(r->inf, NULL, NULL);
+    } else {
+        r->st = *k8s_watch_get_stats(r->w);
+        snprintf(r->rv, sizeof r->rv, "%s", k8s_watch_resource_version(r->w));
+        k8s_watch_stop(r->w, NULL, NULL);
+    }
     k8s_client_close(r->c, NULL, NULL);
     uv_close((uv_handle_t *)t, NULL);
+}
+
+static void i_add(const struct k8s_obj *o, void *d)
+{
+    (void)o;
+    ((struct wrun *)d)->adds++;
+}
+
+static void i_update(const struct k8s_obj *old, const struct k8s_obj *cur, void *d)
+{
+    struct wrun *r = d;
+    if (old == cur)
+        r->replays++;
+    else
+        r->updates++;
+}
+
+static void i_delete(const struct k8s_obj *o, int unknown, void *d)
+{
+    struct wrun *r = d;
+    (void)o;
+    r->deletes++;
+    r->unknown += unknown;
+}
+
+static void i_synced(void *d)
+{
+    ((struct wrun *)d)->synced++;
 }
 
 static void run_watch(struct fake *f, struct wrun *r, size_t stop_after)
@@ -574,8 +618,11 @@ static void run_watch(struct fake *f, struct wrun *r, size_t stop_after)
     struct k8s_config cfg;
     struct tkm_err err = {0};
     static const struct k8s_watch_handler h = {h_begin, h_item, h_end, h_abort, h_event, NULL};
-    struct k8s_watch_opts o = {
-        .res = &k8s_res_configmaps, .ns = "t", .backoff_initial_ms = 200, .backoff_max_ms = 1000};
+    struct k8s_watch_opts o = {.res = &k8s_res_configmaps,
+                               .ns = "t",
+                               .backoff_initial_ms = 200,
+                               .backoff_max_ms = 1000,
+                               .start_resource_version = r->start_rv};
     snprintf(kc, sizeof kc,
              "apiVersion: v1\nkind: Config\nclusters:\n- name: f\n  cluster: {server: "
              "\"http://127.0.0.1:%d\"}\nusers:\n- name: u\n  user: {}\ncontexts:\n- name: f\n"
@@ -588,7 +635,13 @@ static void run_watch(struct fake *f, struct wrun *r, size_t stop_after)
     k8s_config_release(&cfg);
     r->f = f;
     r->stop_after = stop_after;
-    ASSERT_OK(k8s_watch_start(r->c, &o, &h, r, &r->w, &err));
+    if (r->use_informer) {
+        struct k8s_informer_opts io = {
+            .watch = o, .handler = {i_add, i_update, i_delete, i_synced, NULL}, .data = r};
+        ASSERT_OK(k8s_informer_start(r->c, &io, &r->inf, &err));
+    } else {
+        ASSERT_OK(k8s_watch_start(r->c, &o, &h, r, &r->w, &err));
+    }
     uv_timer_init(&loop, &t);
     t.data = r;
     uv_timer_start(&t, poll_cb, 20, 20);
@@ -712,4 +765,76 @@ TEST(truncated_list_is_aborted_and_retried)
     ASSERT_EQ(r.list_ends, 1);
     ASSERT(f.at[1] - f.at[0] >= 200);
     ASSERT_STRCONTAINS(f.req[2], "?watch=1&resourceVersion=10&");
+}
+
+/* Checklist 4: a watch from "0" keeps resourceVersion=0 through the
+ * synthetic ADDEDs (they are not in RV order) and moves on at the first
+ * MODIFIED. */
+TEST(watch_from_rv0_holds_rv_through_synthetic_adds)
+{
+    static const struct step steps[] = {
+        {200, NULL,
+         "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\",\"namespace\":\"t\","
+         "\"resourceVersion\":\"8\"}}}\n{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":"
+         "\"b\",\"namespace\":\"t\",\"resourceVersion\":\"3\"}}}\n"},
+        {200, NULL,
+         "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\",\"namespace\":\"t\","
+         "\"resourceVersion\":\"8\"}}}\n{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{"
+         "\"name\":\"a\",\"namespace\":\"t\",\"resourceVersion\":\"12\"}}}\n"},
+    };
+    struct fake f;
+    struct wrun r = {.start_rv = "0"};
+    fake_start(&f, steps, 2);
+    run_watch(&f, &r, 3);
+    fake_stop(&f);
+    ASSERT_STRCONTAINS(f.req[0], "?watch=1&resourceVersion=0&");
+    ASSERT_STRCONTAINS(f.req[1], "?watch=1&resourceVersion=0&"); /* held */
+    ASSERT_STRCONTAINS(f.req[2], "?watch=1&resourceVersion=12&");
+    ASSERT_EQ(r.list_begins, 0);
+    ASSERT_EQ(r.events, 4);
+    ASSERT_STREQ(r.rv, "12");
+}
+
+/* The informer on the scripted server: list of a, b; watch: b modified,
+ * a deleted, c added, then 410; the relist (a vanished meanwhile came back,
+ * c vanished) replaces the store with delete synthesis; resync replays it. */
+TEST(informer_events_relist_and_resync)
+{
+    static const struct step steps[] = {
+        {200, NULL,
+         "{\"kind\":\"ConfigMapList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":"
+         "\"10\"},\"items\":[{\"metadata\":{\"name\":\"a\",\"namespace\":\"t\","
+         "\"resourceVersion\":\"5\"}},{\"metadata\":{\"name\":\"b\",\"namespace\":\"t\","
+         "\"resourceVersion\":\"6\"}}]}"},
+        {200, NULL,
+         "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"b\",\"namespace\":"
+         "\"t\",\"resourceVersion\":\"11\"}}}\n{\"type\":\"DELETED\",\"object\":{\"metadata\":"
+         "{\"name\":\"a\",\"namespace\":\"t\",\"resourceVersion\":\"12\"}}}\n{\"type\":"
+         "\"ADDED\",\"object\":{\"metadata\":{\"name\":\"c\",\"namespace\":\"t\","
+         "\"resourceVersion\":\"13\"}}}\n{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\","
+         "\"code\":410,\"reason\":\"Expired\",\"message\":\"too old\"}}\n"},
+        {200, NULL,
+         "{\"kind\":\"ConfigMapList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":"
+         "\"20\"},\"items\":[{\"metadata\":{\"name\":\"b\",\"namespace\":\"t\","
+         "\"resourceVersion\":\"11\"}},{\"metadata\":{\"name\":\"d\",\"namespace\":\"t\","
+         "\"resourceVersion\":\"19\"}}]}"},
+    };
+    struct fake f;
+    struct wrun r = {.use_informer = 1};
+    fake_start(&f, steps, 3);
+    run_watch(&f, &r, 4);
+    fake_stop(&f);
+    ASSERT_STRCONTAINS(f.req[2], "?resourceVersion=13&resourceVersionMatch=NotOlderThan ");
+    ASSERT_EQ(r.synced, 1);
+    /* adds: a, b (list), c (watch), d (relist) */
+    ASSERT_EQ(r.adds, 4);
+    /* updates: b 6 -> 11 (watch); the relist sees b unchanged: no update */
+    ASSERT_EQ(r.updates, 1);
+    /* deletes: a (watch, known state), c (relist, final state unknown) */
+    ASSERT_EQ(r.deletes, 2);
+    ASSERT_EQ(r.unknown, 1);
+    ASSERT_EQ(r.count_at_stop, 2);
+    ASSERT_STREQ(r.b_rv, "11");
+    ASSERT_EQ(r.replays, 2); /* resync replays b and d, no API call */
+    ASSERT_EQ(f.nreq, 4);
 }
