@@ -42,9 +42,12 @@ struct k8s__store_delta {
     void (*del)(const struct k8s_obj *obj, int final_state_unknown, void *data);
 };
 
-/* Replaces s's contents with fresh's (fresh is left empty), calling add for
- * new keys, update for keys whose resourceVersion differs, del(obj, 1) for
- * keys missing from fresh. Old objects stay valid during the callbacks. */
+/* Replaces s's contents with fresh's (fresh is left empty), then calls add
+ * for new keys, update for keys whose resourceVersion differs, del(obj, 1)
+ * for keys missing from fresh. Callbacks run with s already holding the new
+ * contents (a lookup sees them); the replaced objects they receive stay
+ * valid until the last callback has returned. The callbacks must not modify
+ * s. */
 void k8s__store_replace(struct k8s__store *s, struct k8s__store *fresh,
                         const struct k8s__store_delta *d, void *data);
 

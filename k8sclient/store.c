@@ -148,25 +148,28 @@ size_t k8s__store_count(const struct k8s__store *s)
 void k8s__store_replace(struct k8s__store *s, struct k8s__store *fresh,
                         const struct k8s__store_delta *d, void *data)
 {
+    /* Swap first, so callbacks that read the store see the new contents;
+     * the old objects stay alive until every callback has run. */
+    struct k8s__store old = *s;
+    *s = *fresh;
+    k8s__store_init(fresh);
     size_t pos = 0;
     void *v;
-    while (k8s__strmap_next(&fresh->map, &pos, NULL, &v)) {
-        const struct k8s_obj *cur = v, *old = k8s__strmap_get(&s->map, cur->key);
-        if (!old) {
+    while (k8s__strmap_next(&s->map, &pos, NULL, &v)) {
+        const struct k8s_obj *cur = v, *prev = k8s__strmap_get(&old.map, cur->key);
+        if (!prev) {
             if (d && d->add)
                 d->add(cur, data);
-        } else if (strcmp(old->resource_version, cur->resource_version) != 0) {
+        } else if (strcmp(prev->resource_version, cur->resource_version) != 0) {
             if (d && d->update)
-                d->update(old, cur, data);
+                d->update(prev, cur, data);
         }
     }
     pos = 0;
-    while (k8s__strmap_next(&s->map, &pos, NULL, &v)) {
-        const struct k8s_obj *old = v;
-        if (!k8s__strmap_get(&fresh->map, old->key) && d && d->del)
-            d->del(old, 1, data);
+    while (k8s__strmap_next(&old.map, &pos, NULL, &v)) {
+        const struct k8s_obj *prev = v;
+        if (!k8s__strmap_get(&s->map, prev->key) && d && d->del)
+            d->del(prev, 1, data);
     }
-    k8s__store_release(s);
-    *s = *fresh;
-    k8s__store_init(fresh);
+    k8s__store_release(&old);
 }

@@ -18,7 +18,8 @@ static struct k8s_obj *mk(const char *ns, const char *name, const char *rv)
 }
 
 struct delta_log {
-    int adds, updates, dels, unknown;
+    const struct k8s__store *s; /* the store being replaced, if checked */
+    int adds, updates, dels, unknown, saw_new;
     char last_del[64];
     char last_upd_old[16], last_upd_new[16];
 };
@@ -26,14 +27,17 @@ struct delta_log {
 static void d_add(const struct k8s_obj *o, void *data)
 {
     struct delta_log *l = data;
-    (void)o;
     l->adds++;
+    if (l->s && k8s__store_get(l->s, o->key) == o)
+        l->saw_new++;
 }
 
 static void d_update(const struct k8s_obj *old, const struct k8s_obj *cur, void *data)
 {
     struct delta_log *l = data;
     l->updates++;
+    if (l->s && k8s__store_get(l->s, cur->key) == cur)
+        l->saw_new++;
     snprintf(l->last_upd_old, sizeof l->last_upd_old, "%s", old->resource_version);
     snprintf(l->last_upd_new, sizeof l->last_upd_new, "%s", cur->resource_version);
 }
@@ -117,7 +121,9 @@ TEST(replace_synthesizes_adds_updates_and_deletes)
     ASSERT_OK(k8s__store_put_take(&fresh, mk("n", "a", "1"), NULL));
     ASSERT_OK(k8s__store_put_take(&fresh, mk("n", "b", "7"), NULL));
     ASSERT_OK(k8s__store_put_take(&fresh, mk("n", "d", "8"), NULL));
+    l.s = &s;
     k8s__store_replace(&s, &fresh, &d, &l);
+    ASSERT_EQ(l.saw_new, 2); /* callbacks already see the new contents */
     ASSERT_EQ(l.adds, 1);
     ASSERT_EQ(l.updates, 1);
     ASSERT_STREQ(l.last_upd_old, "1");
