@@ -404,6 +404,8 @@ TEST(mismatched_brackets_rejected)
 #include "k8s/informer.h"
 
 struct step {
+    /* HTTP status; negative: that status with no Content-Length, the body
+     * sent and the connection then held open (a stream that stalls) */
     int status;
     const char *headers; /* extra header lines, each ending in \r\n */
     const char *body;
@@ -461,7 +463,19 @@ static void *fake_main(void *arg)
             f->nreq++;
         }
         pthread_mutex_unlock(&f->mu);
-        if (i < f->nsteps) {
+        if (i < f->nsteps && f->steps[i].status < 0) {
+            const struct step *s = &f->steps[i];
+            char h[512];
+            int n = snprintf(h, sizeof h,
+                             "HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
+                             "Connection: close\r\n\r\n%s",
+                             -s->status, s->body);
+            send(fd, h, (size_t)n, MSG_NOSIGNAL);
+            if (f->nheld < 16)
+                f->held[f->nheld++] = fd;
+            else
+                close(fd);
+        } else if (i < f->nsteps) {
             const struct step *s = &f->steps[i];
             char h[1024];
             int n = snprintf(h, sizeof h,
@@ -519,6 +533,8 @@ struct wrun {
     struct k8s_watch_stats st;
     char rv[32];
     const char *start_rv; /* watch only, from this RV */
+    int streaming;        /* streaming_list */
+    uint64_t initial_ms;  /* initial_events_timeout_ms (0: default) */
     int use_informer;     /* run an informer instead of a bare watch */
     struct k8s_informer *inf;
     int adds, updates, deletes, unknown, synced, replays;
@@ -622,7 +638,9 @@ static void run_watch(struct fake *f, struct wrun *r, size_t stop_after)
                                .ns = "t",
                                .backoff_initial_ms = 200,
                                .backoff_max_ms = 1000,
-                               .start_resource_version = r->start_rv};
+                               .start_resource_version = r->start_rv,
+                               .streaming_list = r->streaming,
+                               .initial_events_timeout_ms = r->initial_ms};
     snprintf(kc, sizeof kc,
              "apiVersion: v1\nkind: Config\nclusters:\n- name: f\n  cluster: {server: "
              "\"http://127.0.0.1:%d\"}\nusers:\n- name: u\n  user: {}\ncontexts:\n- name: f\n"
@@ -837,4 +855,83 @@ TEST(informer_events_relist_and_resync)
     ASSERT_STREQ(r.b_rv, "11");
     ASSERT_EQ(r.replays, 2); /* resync replays b and d, no API call */
     ASSERT_EQ(f.nreq, 4);
+}
+
+#define EV_ADDED(name, rv)                                                                         \
+    "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"" name "\",\"namespace\":\"t\","     \
+    "\"resourceVersion\":\"" rv "\"}}}\n"
+#define EV_INITIAL_END(rv)                                                                         \
+    "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"ConfigMap\",\"apiVersion\":\"v1\","             \
+    "\"metadata\":{\"resourceVersion\":\"" rv "\",\"annotations\":{"                               \
+    "\"k8s.io/initial-events-end\":\"true\"}}}}\n"
+
+TEST(streaming_list_initial_events_then_watch)
+{
+    static const struct step steps[] = {
+        {200, NULL,
+         EV_ADDED("a", "9") EV_ADDED("b", "4") EV_INITIAL_END(
+             "20") "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"a\",\"namespace\":"
+                   "\"t\",\"resourceVersion\":\"21\"}}}\n"},
+    };
+    struct fake f;
+    struct wrun r = {.streaming = 1};
+    fake_start(&f, steps, 1);
+    run_watch(&f, &r, 2);
+    fake_stop(&f);
+    ASSERT_STRCONTAINS(f.req[0], "?watch=1&sendInitialEvents=true&resourceVersionMatch="
+                                 "NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=");
+    /* The stream ended normally after the list: a plain watch from the last
+     * event's RV, no LIST at all. */
+    ASSERT_STRCONTAINS(f.req[1], "?watch=1&resourceVersion=21&");
+    ASSERT_EQ(r.list_begins, 1);
+    ASSERT_EQ(r.items, 2);
+    ASSERT_EQ(r.list_ends, 1);
+    ASSERT_STREQ(r.last_list_rv, "20");
+    ASSERT_EQ(r.events, 1);
+    ASSERT_EQ(r.st.lists, 1);
+    ASSERT_EQ(r.st.streaming_fallbacks, 0);
+}
+
+TEST(streaming_list_rejected_falls_back_to_list)
+{
+    static const struct step steps[] = {
+        {422, NULL,
+         "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\",\"message\":"
+         "\"sendInitialEvents is forbidden\",\"reason\":\"Invalid\",\"code\":422}"},
+        {200, NULL, LIST_10},
+    };
+    struct fake f;
+    struct wrun r = {.streaming = 1};
+    fake_start(&f, steps, 2);
+    run_watch(&f, &r, 3);
+    fake_stop(&f);
+    ASSERT_STRCONTAINS(f.req[0], "sendInitialEvents=true");
+    ASSERT_STRCONTAINS(f.req[1], "GET /api/v1/namespaces/t/configmaps?resourceVersion=0 ");
+    ASSERT_STRCONTAINS(f.req[2], "?watch=1&resourceVersion=10&");
+    ASSERT_EQ(r.st.list_failures, 0); /* a fallback, not a failure to back off from */
+    ASSERT_EQ(r.st.streaming_fallbacks, 1);
+    ASSERT_EQ(r.list_ends, 1);
+}
+
+/* Checklist 6: initial events but no initial-events-end: not synced; the
+ * LIST fallback after the timeout (1 s here; it runs from the request's
+ * start, so the server sees the gap a little shorter). */
+TEST(streaming_list_without_end_bookmark_falls_back_after_timeout)
+{
+    static const struct step steps[] = {
+        {-200, NULL, EV_ADDED("a", "9")},
+        {200, NULL, LIST_10},
+    };
+    struct fake f;
+    struct wrun r = {.streaming = 1, .initial_ms = 1000};
+    fake_start(&f, steps, 2);
+    run_watch(&f, &r, 3);
+    fake_stop(&f);
+    ASSERT_STRCONTAINS(f.req[0], "sendInitialEvents=true");
+    ASSERT_STRCONTAINS(f.req[1], "GET /api/v1/namespaces/t/configmaps?resourceVersion=0 ");
+    ASSERT(f.at[1] - f.at[0] >= 500);
+    ASSERT_EQ(r.aborts, 1); /* the item streamed before the timeout was discarded */
+    ASSERT_EQ(r.list_ends, 1);
+    ASSERT_EQ(r.items, 2);
+    ASSERT_EQ(r.st.streaming_fallbacks, 1);
 }
