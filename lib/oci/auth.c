@@ -356,6 +356,31 @@ out:
     return rc;
 }
 
+/* The credential helper a docker config names for host: credHelpers[key
+ * matching host], else credsStore. 0 and name in out, or -ENOENT. */
+static int helper_for(const char *data, size_t n, const char *host, char *out, size_t out_n)
+{
+    json_t *root = json_loadb(data, n, 0, NULL);
+    const char *name = NULL, *key;
+    json_t *v;
+    int rc = -ENOENT;
+    json_object_foreach(json_object_get(root, "credHelpers"), key, v)
+    {
+        if (host_matches(key, host) && json_string_value(v)) {
+            name = json_string_value(v);
+            break;
+        }
+    }
+    if (!name)
+        name = json_string_value(json_object_get(root, "credsStore"));
+    if (name && *name && strlen(name) < out_n) {
+        memcpy(out, name, strlen(name) + 1);
+        rc = 0;
+    }
+    json_decref(root);
+    return rc;
+}
+
 int tkm_oci_creds_load_file(const char *path, const char *host, struct tkm_oci_creds *out,
                             struct tkm_err *err)
 {
@@ -381,6 +406,14 @@ int tkm_oci_creds_load_file(const char *path, const char *host, struct tkm_oci_c
         }
     }
     rc = tkm_oci_creds_from_config(b.data, b.len, host, path, out, err);
+    if (rc == -ENOENT) {
+        char helper[80];
+        if (helper_for(b.data, b.len, host, helper, sizeof helper) == 0) {
+            rc = tkm_oci_creds_from_helper(helper, host, out, err);
+            if (rc && rc != -ENOENT)
+                tkm_err_prefix(err, "%s", path);
+        }
+    }
 out:
     close(fd);
     OPENSSL_cleanse(b.data, b.len);

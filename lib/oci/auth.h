@@ -15,7 +15,8 @@
  * - Token replies ({"token"|"access_token", "expires_in"}).
  *
  * All structs are plain values owned by the caller; no heap inside.
- * Credentials are secrets: nothing here logs them; clear them with
+ * Files (not Secret bytes) may name credential helpers (credHelpers, credsStore),
+ * which are run as docker does. Credentials are secrets: nothing here logs them; clear them with
  * tkm_oci_creds_wipe() when done.
  */
 #ifndef TKM_OCI_AUTH_H
@@ -66,6 +67,16 @@ int tkm_oci_creds_load(const char *host, struct tkm_oci_creds *out, struct tkm_e
 /* Reads the file at path and looks host up in it (as above). */
 int tkm_oci_creds_load_file(const char *path, const char *host, struct tkm_oci_creds *out,
                             struct tkm_err *err);
+
+/* Runs the docker credential helper docker-credential-<helper> (on PATH)
+ * with "get", the server URL for host on stdin ("https://index.docker.io/v1/"
+ * for Docker Hub, else host), and reads {"Username","Secret"} ("<token>" as
+ * the user means an identity token). 10 s timeout. Returns 0, -ENOENT when
+ * the helper has nothing for host, or an error naming the helper.
+ * tkm_oci_creds_load[_file] use it for credHelpers/credsStore entries when
+ * "auths" has none for host; Secret bytes never run programs. */
+int tkm_oci_creds_from_helper(const char *helper, const char *host, struct tkm_oci_creds *out,
+                              struct tkm_err *err);
 
 void tkm_oci_creds_wipe(struct tkm_oci_creds *c);
 

@@ -2,6 +2,7 @@
 #include "test.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "oci/auth.h"
 
@@ -186,4 +187,62 @@ TEST(token_reply)
     ASSERT_EQ(ex, 60);
     ASSERT_EQ(tkm_oci_token_parse("{}", 2, "https://a/t", tok, sizeof tok, &ex, &e), -EINVAL);
     ASSERT_STRCONTAINS(e.msg, "https://a/t: token reply has neither");
+}
+
+static void write_file(const char *path, const char *text, int mode)
+{
+    FILE *f = fopen(path, "w");
+    ASSERT_NOT_NULL(f);
+    fputs(text, f);
+    fclose(f);
+    ASSERT_EQ(chmod(path, (mode_t)mode), 0);
+}
+
+TEST(credential_helpers_from_config_files)
+{
+    char path[1200], bin[1024], env[4096];
+    struct tkm_oci_creds c;
+    struct tkm_err e = {0};
+    snprintf(bin, sizeof bin, "%s/bin", tkm_test_tmpdir());
+    ASSERT_EQ(mkdir(bin, 0755), 0);
+    snprintf(path, sizeof path, "%s/docker-credential-tkmfake", bin);
+    write_file(
+        path,
+        "#!/bin/sh\n"
+        "[ \"$1\" = get ] || exit 2\n"
+        "read -r url\n"
+        "case $url in\n"
+        "quay.io) echo '{\"ServerURL\":\"quay.io\",\"Username\":\"hu\",\"Secret\":\"hs\"}';;\n"
+        "https://index.docker.io/v1/) echo '{\"Username\":\"<token>\",\"Secret\":\"idt\"}';;\n"
+        "*) echo 'credentials not found in native keychain'; exit 1;;\n"
+        "esac\n",
+        0755);
+    snprintf(env, sizeof env, "%s:%s", bin, getenv("PATH") ? getenv("PATH") : "/usr/bin:/bin");
+    setenv("PATH", env, 1);
+    snprintf(path, sizeof path, "%s/config.json", tkm_test_tmpdir());
+    write_file(path,
+               "{\"auths\":{\"ghcr.io\":{}},\"credHelpers\":{\"https://quay.io\":\"tkmfake\"},"
+               "\"credsStore\":\"tkmfake\"}",
+               0644);
+    ASSERT_OK(tkm_oci_creds_load_file(path, "quay.io", &c, &e));
+    ASSERT_STREQ(c.username, "hu");
+    ASSERT_STREQ(c.password, "hs");
+    ASSERT_STREQ(c.source, "credential helper docker-credential-tkmfake");
+    ASSERT_OK(tkm_oci_creds_load_file(path, "registry-1.docker.io", &c, &e));
+    ASSERT_STREQ(c.identity_token, "idt");
+    ASSERT_STREQ(c.username, "");
+    ASSERT_EQ(tkm_oci_creds_load_file(path, "example.com", &c, &e), -ENOENT);
+    ASSERT_EQ(e.code, 0);
+    /* a helper that is not installed is named */
+    write_file(path, "{\"credsStore\":\"not-installed-xyz\"}", 0644);
+    ASSERT(tkm_oci_creds_load_file(path, "quay.io", &c, &e) < 0);
+    ASSERT_STRCONTAINS(e.msg, "docker-credential-not-installed-xyz");
+    ASSERT_STRCONTAINS(e.msg, path);
+    /* helper names cannot be paths */
+    tkm_err_clear(&e);
+    ASSERT_EQ(tkm_oci_creds_from_helper("../x", "quay.io", &c, &e), -EINVAL);
+    ASSERT_STRCONTAINS(e.msg, "is not [A-Za-z0-9._-]+");
+    /* Secret bytes never run helpers */
+    const char *sec = "{\"credsStore\":\"tkmfake\"}";
+    ASSERT_EQ(tkm_oci_creds_from_config(sec, strlen(sec), "quay.io", "secret", &c, NULL), -ENOENT);
 }
