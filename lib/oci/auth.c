@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "buf.h"
+#include "log.h"
 #include "oci/ref.h"
 
 #define CONFIG_MAX (4u << 20)
@@ -408,10 +409,17 @@ int tkm_oci_creds_load_file(const char *path, const char *host, struct tkm_oci_c
     rc = tkm_oci_creds_from_config(b.data, b.len, host, path, out, err);
     if (rc == -ENOENT) {
         char helper[80];
+        struct tkm_err he = {0};
         if (helper_for(b.data, b.len, host, helper, sizeof helper) == 0) {
-            rc = tkm_oci_creds_from_helper(helper, host, out, err);
-            if (rc && rc != -ENOENT)
-                tkm_err_prefix(err, "%s", path);
+            rc = tkm_oci_creds_from_helper(helper, host, out, &he);
+            if (rc == -ENOEXEC) {
+                /* Not installed (a config copied from another machine): like a
+                 * missing entry, so public images still pull; say so. */
+                tkm_warn("%s: %s; going on without credentials for %s", path, he.msg, host);
+                rc = -ENOENT;
+            } else if (rc && rc != -ENOENT) {
+                rc = tkm_err_set(err, rc, "%s: %s", path, he.msg);
+            }
         }
     }
 out:

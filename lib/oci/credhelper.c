@@ -153,8 +153,11 @@ int tkm_oci_creds_from_helper(const char *helper, const char *host, struct tkm_o
     close(in[0]);
     close(outp[1]);
     in[0] = outp[1] = -1;
-    if ((rc = write_nosigpipe(in[1], url, strlen(url))) != 0)
+    /* EPIPE: the helper exited without reading (e.g. exec failed: status 127 below). */
+    if ((rc = write_nosigpipe(in[1], url, strlen(url))) != 0 && rc != -EPIPE)
         rc = tkm_err_set(err, rc, "%s: write: %s", prog, strerror(-rc));
+    else
+        rc = 0;
     close(in[1]);
     in[1] = -1;
     if (rc == 0 && (rc = read_output(outp[0], &reply, tkm_now_ms() + HELPER_TIMEOUT_MS)) != 0)
@@ -166,7 +169,13 @@ out:
             kill(pid, SIGKILL);
         while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
             ;
-        if (rc == 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+        while (reply.len > 0 && isspace((unsigned char)reply.data[reply.len - 1]))
+            reply.data[--reply.len] = '\0';
+        if (rc == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 127)
+            rc = tkm_err_set(err, -ENOEXEC,
+                             "%s (credsStore/credHelpers in the docker config): not found on PATH",
+                             prog);
+        else if (rc == 0 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
             rc = strstr(reply.data, "not found")
                      ? -ENOENT
                      : tkm_err_set(err, -EIO, "%s get %s failed: %.200s", prog, url, reply.data);

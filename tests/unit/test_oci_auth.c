@@ -233,10 +233,19 @@ TEST(credential_helpers_from_config_files)
     ASSERT_STREQ(c.username, "");
     ASSERT_EQ(tkm_oci_creds_load_file(path, "example.com", &c, &e), -ENOENT);
     ASSERT_EQ(e.code, 0);
-    /* a helper that is not installed is named */
+    /* a helper that is not installed: no credentials (with a warning), as for no entry */
     write_file(path, "{\"credsStore\":\"not-installed-xyz\"}", 0644);
-    ASSERT(tkm_oci_creds_load_file(path, "quay.io", &c, &e) < 0);
+    ASSERT_EQ(tkm_oci_creds_load_file(path, "quay.io", &c, &e), -ENOENT);
+    ASSERT_EQ(tkm_oci_creds_from_helper("not-installed-xyz", "quay.io", &c, &e), -ENOEXEC);
     ASSERT_STRCONTAINS(e.msg, "docker-credential-not-installed-xyz");
+    /* a helper that fails for another reason is an error naming the config file */
+    snprintf(path, sizeof path, "%s/docker-credential-tkmbroken", bin);
+    write_file(path, "#!/bin/sh\necho 'keychain locked'\nexit 3\n", 0755);
+    snprintf(path, sizeof path, "%s/config.json", tkm_test_tmpdir());
+    write_file(path, "{\"credsStore\":\"tkmbroken\"}", 0644);
+    tkm_err_clear(&e);
+    ASSERT_EQ(tkm_oci_creds_load_file(path, "quay.io", &c, &e), -EIO);
+    ASSERT_STRCONTAINS(e.msg, "docker-credential-tkmbroken get quay.io failed: keychain locked");
     ASSERT_STRCONTAINS(e.msg, path);
     /* helper names cannot be paths */
     tkm_err_clear(&e);
