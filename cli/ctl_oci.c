@@ -13,7 +13,8 @@ const char ctl_oci_flags_help[] =
     "  --anonymous        never send credentials\n"
     "  --insecure HOST    allow plain HTTP to HOST[:PORT] (repeatable); loopback registries\n"
     "                     (127.0.0.0/8, ::1, localhost) always use plain HTTP\n"
-    "  --ca-file FILE     extra CA bundle for the registry's TLS certificate\n";
+    "  --ca-file FILE     CA bundle for the registry's TLS certificate (implies https, also\n"
+    "                     for loopback registries)\n";
 
 void ctl_oci_flags_init(struct ctl_oci_flags *f, const char *label)
 {

@@ -113,7 +113,9 @@ int tkm_oci_registry_new(const char *host, const struct tkm_oci_registry_opts *o
         goto fail;
     }
     memcpy(r->host, host, strlen(host) + 1);
-    memcpy(r->scheme, tkm_oci_host_plain_http(host, o->insecure) ? "http" : "https", 6);
+    /* A CA bundle means the registry speaks TLS, loopback or not. */
+    memcpy(r->scheme, !o->ca_file && tkm_oci_host_plain_http(host, o->insecure) ? "http" : "https",
+           6);
     r->anonymous = o->anonymous;
     r->timeout_ms = o->timeout_ms ? o->timeout_ms : REG_DEFAULT_TO_MS;
     r->idle_timeout_ms = o->idle_timeout_ms ? o->idle_timeout_ms : REG_DEFAULT_TO_MS;

@@ -7,7 +7,7 @@
  *
  * What it does:
  *   - picks the scheme: https, or plain http only for loopback hosts and the
- *     hosts in opts.insecure (see ref.h);
+ *     hosts in opts.insecure (see ref.h) unless opts.ca_file is given;
  *   - authenticates on demand: a 401 with WWW-Authenticate Basic gets the
  *     credentials (if any) as Basic; Bearer runs the token flow against the
  *     realm (GET with Basic or anonymously; POST with grant_type=refresh_token
@@ -53,7 +53,8 @@ struct tkm_oci_registry_opts {
     const void *auth_json;       /* bytes of a .dockerconfigjson/.dockercfg (wins over files) */
     size_t auth_json_len;
     int anonymous;            /* 1: never send credentials */
-    const char *ca_file;      /* extra CA bundle for https registries, or NULL */
+    const char *ca_file;      /* CA bundle for the registry's TLS certificate, or NULL;
+                                 when set, https is used even for loopback hosts */
     uint64_t timeout_ms;      /* per manifest/token request; default 60 s */
     uint64_t idle_timeout_ms; /* blob transfers: abort after this long without data; 60 s */
     tkm_oci_progress_cb progress;

@@ -170,6 +170,34 @@ assert_contains "$OUT" "digest mismatch: expected $BUILT" "error names the expec
 cp "$E2E_TMP/man.orig" "$MF"
 expect_ok "pull after restoring" "$T" pull "$TREG/e2e/t:v1" --output "$E2E_TMP/tok"
 
+step "TLS registry (self-signed CA, certificate for IP 127.0.0.1)"
+mkdir -p "$E2E_TMP/tls/data"
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=tkm-e2e-ca -keyout "$E2E_TMP/tls/ca.key" \
+  -out "$E2E_TMP/tls/ca.crt" -addext basicConstraints=critical,CA:TRUE -addext keyUsage=keyCertSign 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout "$E2E_TMP/tls/srv.key" -out "$E2E_TMP/tls/srv.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1\n' >"$E2E_TMP/tls/ext"
+openssl x509 -req -in "$E2E_TMP/tls/srv.csr" -CA "$E2E_TMP/tls/ca.crt" -CAkey "$E2E_TMP/tls/ca.key" \
+  -CAcreateserial -days 1 -extfile "$E2E_TMP/tls/ext" -out "$E2E_TMP/tls/srv.crt" 2>/dev/null
+TPORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat >"$E2E_TMP/tls/config.yml" <<YML
+version: 0.1
+log: {level: warn, accesslog: {disabled: true}}
+storage: {filesystem: {rootdirectory: $E2E_TMP/tls/data}}
+http:
+  addr: 127.0.0.1:$TPORT
+  tls: {certificate: $E2E_TMP/tls/srv.crt, key: $E2E_TMP/tls/srv.key}
+YML
+setsid docker-registry serve "$E2E_TMP/tls/config.yml" >"$E2E_TMP/tls/log" 2>&1 </dev/null &
+TLS_PID=$!
+e2e_on_exit "kill $TLS_PID"
+wait_for 20 "TLS registry answers" curl -sf --cacert "$E2E_TMP/tls/ca.crt" "https://127.0.0.1:$TPORT/v2/"
+expect_ok "push over TLS with --ca-file" "$T" push "$E2E_TMP/img" "127.0.0.1:$TPORT/e2e/tls:v1" --ca-file "$E2E_TMP/tls/ca.crt" -o json
+assert_eq "$BUILT" "$(jq -r .digest <<<"$OUT")" "digest over TLS"
+expect_ok "pull over TLS" "$T" pull "127.0.0.1:$TPORT/e2e/tls:v1" --ca-file "$E2E_TMP/tls/ca.crt" --output "$E2E_TMP/tlsp" -o json
+assert_eq "$BUILT" "$(jq -r .digest <<<"$OUT")" "pulled over TLS"
+expect_fail "TLS with the system CAs only" "$T" pull "127.0.0.1:$TPORT/e2e/tls:v1" --ca-file /etc/ssl/certs/ca-certificates.crt --output "$E2E_TMP/tlsq"
+assert_contains "$OUT" "https://127.0.0.1:$TPORT/v2/e2e/tls/manifests/v1" "certificate failure names the URL"
+
 step "bad input"
 expect_fail "invalid reference" "$T" pull "$REG/E2E/Upper:v1" --output "$E2E_TMP/z"
 assert_contains "$OUT" "must be lower-case" "reference error"
