@@ -114,8 +114,8 @@ int tkm_oci_registry_new(const char *host, const struct tkm_oci_registry_opts *o
     }
     memcpy(r->host, host, strlen(host) + 1);
     /* A CA bundle means the registry speaks TLS, loopback or not. */
-    memcpy(r->scheme, !o->ca_file && tkm_oci_host_plain_http(host, o->insecure) ? "http" : "https",
-           6);
+    snprintf(r->scheme, sizeof r->scheme, "%s",
+             !o->ca_file && tkm_oci_host_plain_http(host, o->insecure) ? "http" : "https");
     r->anonymous = o->anonymous;
     r->timeout_ms = o->timeout_ms ? o->timeout_ms : REG_DEFAULT_TO_MS;
     r->idle_timeout_ms = o->idle_timeout_ms ? o->idle_timeout_ms : REG_DEFAULT_TO_MS;
