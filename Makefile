@@ -35,8 +35,10 @@ fuzz: deps ## build the libFuzzer targets with clang and run each for TKM_FUZZ_S
 	ninja -C build-fuzz -j $(JOBS)
 	cd build-fuzz && ctest -L fuzz --output-on-failure
 
-bench: build testbin ## benchmarks, each side by side with its baseline (see bench/README.md)
-	@for b in bench/run-*.sh; do [ -x $$b ] && echo "== $$b" && $$b || true; done
+bench: build testbin ## benchmarks, each side by side with its baseline (numbers in bench/README.md)
+	hack/cluster.sh up
+	TKM_BUILD_DIR=$(CURDIR)/$(BUILD) bash bench/run-watch.sh
+	bash bench/pull_extract.sh $(CURDIR)/$(BUILD) 200 3
 
 format: ## clang-format every C file in place
 	git ls-files '*.c' '*.h' | xargs clang-format -i
