@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "archive.h"
+#include "tkm_archive.h"
 #include "http.h"
 #include "oci/image.h"
 #include "oci/ref.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "archive.h"
+#include "tkm_archive.h"
 #include "ctl_oci.h"
 #include "oci/image.h"
 #include "oci/layout.h"

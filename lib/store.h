@@ -23,7 +23,7 @@
 #ifndef TKM_STORE_H
 #define TKM_STORE_H
 
-#include "archive.h"
+#include "tkm_archive.h"
 #include "err.h"
 
 #include <stddef.h>
@@ -49,7 +49,7 @@ struct tkm_store_ingest_info {
 /*
  * Makes digest present: takes its lock (waiting while another process holds
  * it; o->cancel ends the wait with -ECANCELED), returns at once if the entry
- * is complete, else extracts blob_path (borrowed) with lib/archive into
+ * is complete, else extracts blob_path (borrowed) with lib/tkm_archive into
  * staging/ -- checking that the blob's sha256 is digest, plus o->diff_id when
  * set -- fsyncs, renames it to sha256/<hex> and writes the marker last.
  * o (borrowed) may be NULL for the defaults; its blob_digest is ignored (the

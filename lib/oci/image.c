@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "archive.h"
+#include "tkm_archive.h"
 #include "buf.h"
 #include "oci/digest.h"
 #include "oci/layout.h"

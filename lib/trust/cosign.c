@@ -4,7 +4,7 @@
  */
 #include "trust/cosign.h"
 
-#include "archive.h" /* tkm_digest_valid */
+#include "tkm_archive.h" /* tkm_digest_valid */
 #include "trust/keys.h"
 #include "util.h"
 

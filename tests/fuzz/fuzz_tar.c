@@ -5,7 +5,7 @@
  * leak or sanitizer report is a bug; so is a file written outside the root
  * (checked: the root's parent must hold nothing new).
  */
-#include "archive.h"
+#include "tkm_archive.h"
 
 #include <errno.h>
 #include <fcntl.h>

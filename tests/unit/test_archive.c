@@ -5,7 +5,7 @@
  */
 #include "test.h"
 
-#include "archive.h"
+#include "tkm_archive.h"
 #include "buf.h"
 #include "tarbuild.h"
 

@@ -5,7 +5,7 @@
  */
 #include "test.h"
 
-#include "archive.h"
+#include "tkm_archive.h"
 #include "store.h"
 #include "tarbuild.h"
 

@@ -34,11 +34,6 @@
 
 #include "err.h"
 
-/* This file shadows libarchive's <archive.h> on tkm's include path (-I lib): it includes
- * libarchive's header by its full path (TKM_LIBARCHIVE_H, set by lib/CMakeLists.txt), so a file
- * that includes <archive.h> for libarchive still gets libarchive's API, next to tkm's. */
-#include TKM_LIBARCHIVE_H
-
 #include <stdatomic.h>
 #include <stdint.h>
 

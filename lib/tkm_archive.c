@@ -6,12 +6,13 @@
  *   ratio] -> [sha256 = diff_id] -> [header screen] -> libarchive (tar formats
  *   only, via archive_read_open2) -> entry checks -> openat()-relative writes.
  */
-#include "archive.h"
+#include "tkm_archive.h"
 
 #include "buf.h"
 #include "log.h"
 #include "util.h"
 
+#include <archive.h>
 #include <archive_entry.h>
 #include <dirent.h>
 #include <errno.h>
