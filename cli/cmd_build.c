@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "tkm_archive.h"
+#include "ctl_args.h"
 #include "ctl_oci.h"
 #include "oci/build.h"
 #include "oci/image.h"
@@ -89,41 +90,22 @@ static int cmd_build(int argc, char **argv)
     char tmpl[] = "/tmp/tkmctl-build-XXXXXX", layout_tmp[64] = "", pushed[800] = "";
     int rc = 1;
     ctl_oci_flags_init(&f, "push");
-    for (int i = 1; i < argc; i++) {
-        int k = ctl_oci_flag(&f, argc, argv, &i, "build");
-        if (k < 0)
-            return 2;
-        if (k)
-            continue;
-        const char *a = argv[i];
-        int has_val = i + 1 < argc;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--output") == 0 && has_val)
-            output = argv[++i];
-        else if (strcmp(a, "--tag") == 0 && has_val)
-            tag = argv[++i];
-        else if (strcmp(a, "--push") == 0 && has_val)
-            push = argv[++i];
-        else if (strcmp(a, "--title") == 0 && has_val)
-            bo.title = argv[++i];
-        else if (strcmp(a, "--level") == 0 && has_val) {
-            int64_t v;
-            if (tkm_parse_i64(argv[++i], 1, 9, &v) != 0) {
-                fprintf(stderr, "tkmctl build: --level takes 1..9, not '%s'\n", argv[i]);
-                return 2;
-            }
-            bo.gzip_level = (int)v;
-        } else if (a[0] == '-') {
-            fprintf(stderr, "tkmctl build: unknown flag or missing value: '%s' (see --help)\n", a);
-            return 2;
-        } else if (!cache)
-            cache = a;
-        else {
-            fprintf(stderr, "tkmctl build: one cache directory only ('%s' is extra)\n", a);
+    const char *level = NULL, *pos[1];
+    const struct ctl_arg args[] = {{"--output", &output, NULL}, {"--tag", &tag, NULL},
+                                   {"--push", &push, NULL},     {"--title", &bo.title, NULL},
+                                   {"--level", &level, NULL},   {0}};
+    const struct ctl_args_spec spec = {"build", args, pos, 1, usage, &f};
+    int st = ctl_args_parse(&spec, argc, argv);
+    if (st >= 0)
+        return st;
+    cache = pos[0];
+    if (level) {
+        int64_t v;
+        if (tkm_parse_i64(level, 1, 9, &v) != 0) {
+            fprintf(stderr, "tkmctl build: --level takes 1..9, not '%s'\n", level);
             return 2;
         }
+        bo.gzip_level = (int)v;
     }
     if (!cache || (!output && !push)) {
         fprintf(stderr, "tkmctl build: need CACHE_DIR and --output DIR and/or --push REF\n\n");

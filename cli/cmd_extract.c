@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "tkm_archive.h"
+#include "ctl_args.h"
 #include "ctl_oci.h"
 #include "oci/image.h"
 #include "oci/layout.h"
@@ -102,32 +103,12 @@ static int cmd_extract(int argc, char **argv)
     struct tkm_err err = {0};
     const char *src = NULL, *output = NULL, *tag = NULL, *mount = NULL;
     ctl_oci_flags_init(&f, "pull");
-    for (int i = 1; i < argc; i++) {
-        int k = ctl_oci_flag(&f, argc, argv, &i, "extract");
-        if (k < 0)
-            return 2;
-        if (k)
-            continue;
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--output") == 0 && i + 1 < argc)
-            output = argv[++i];
-        else if (strcmp(argv[i], "--tag") == 0 && i + 1 < argc)
-            tag = argv[++i];
-        else if (strcmp(argv[i], "--mount-path") == 0 && i + 1 < argc)
-            mount = argv[++i];
-        else if (argv[i][0] == '-') {
-            fprintf(stderr, "tkmctl extract: unknown flag or missing value: '%s' (see --help)\n",
-                    argv[i]);
-            return 2;
-        } else if (!src)
-            src = argv[i];
-        else {
-            fprintf(stderr, "tkmctl extract: unexpected argument '%s'\n", argv[i]);
-            return 2;
-        }
-    }
+    const struct ctl_arg args[] = {
+        {"--output", &output, NULL}, {"--tag", &tag, NULL}, {"--mount-path", &mount, NULL}, {0}};
+    const struct ctl_args_spec spec = {"extract", args, &src, 1, usage, &f};
+    int st = ctl_args_parse(&spec, argc, argv);
+    if (st >= 0)
+        return st;
     if (!src || !output) {
         fprintf(stderr, "tkmctl extract: need REF or LAYOUT_DIR, and --output DIR\n\n");
         usage(stderr);

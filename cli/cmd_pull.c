@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctl_args.h"
 #include "ctl_oci.h"
 #include "oci/image.h"
 #include "oci/ref.h"
@@ -80,32 +81,16 @@ static int cmd_pull(int argc, char **argv)
     char canon[600];
     int layers = 1;
     ctl_oci_flags_init(&f, "pull");
-    for (int i = 1; i < argc; i++) {
-        int k = ctl_oci_flag(&f, argc, argv, &i, "pull");
-        if (k < 0)
-            return 2;
-        if (k)
-            continue;
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--output") == 0 && i + 1 < argc)
-            output = argv[++i];
-        else if (strcmp(argv[i], "--tag") == 0 && i + 1 < argc)
-            tag = argv[++i];
-        else if (strcmp(argv[i], "--config-only") == 0)
-            layers = 0;
-        else if (argv[i][0] == '-') {
-            fprintf(stderr, "tkmctl pull: unknown flag or missing value: '%s' (see --help)\n",
-                    argv[i]);
-            return 2;
-        } else if (!refstr)
-            refstr = argv[i];
-        else {
-            fprintf(stderr, "tkmctl pull: unexpected argument '%s'\n", argv[i]);
-            return 2;
-        }
-    }
+    int config_only = 0;
+    const struct ctl_arg args[] = {{"--output", &output, NULL},
+                                   {"--tag", &tag, NULL},
+                                   {"--config-only", NULL, &config_only},
+                                   {0}};
+    const struct ctl_args_spec spec = {"pull", args, &refstr, 1, usage, &f};
+    int st = ctl_args_parse(&spec, argc, argv);
+    if (st >= 0)
+        return st;
+    layers = !config_only;
     if (!refstr || !output) {
         fprintf(stderr, "tkmctl pull: need REF and --output DIR\n\n");
         usage(stderr);

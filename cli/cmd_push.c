@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ctl_args.h"
 #include "ctl_oci.h"
 #include "oci/image.h"
 #include "oci/ref.h"
@@ -39,30 +40,14 @@ static int cmd_push(int argc, char **argv)
     char digest[TKM_OCI_DIGEST_LEN + 1], canon[600];
     int uploaded = 0;
     ctl_oci_flags_init(&f, "push");
-    for (int i = 1; i < argc; i++) {
-        int k = ctl_oci_flag(&f, argc, argv, &i, "push");
-        if (k < 0)
-            return 2;
-        if (k)
-            continue;
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--tag") == 0 && i + 1 < argc)
-            tag = argv[++i];
-        else if (argv[i][0] == '-') {
-            fprintf(stderr, "tkmctl push: unknown flag or missing value: '%s' (see --help)\n",
-                    argv[i]);
-            return 2;
-        } else if (!layout)
-            layout = argv[i];
-        else if (!refstr)
-            refstr = argv[i];
-        else {
-            fprintf(stderr, "tkmctl push: unexpected argument '%s'\n", argv[i]);
-            return 2;
-        }
-    }
+    const char *pos[2];
+    const struct ctl_arg args[] = {{"--tag", &tag, NULL}, {0}};
+    const struct ctl_args_spec spec = {"push", args, pos, 2, usage, &f};
+    int st = ctl_args_parse(&spec, argc, argv);
+    if (st >= 0)
+        return st;
+    layout = pos[0];
+    refstr = pos[1];
     if (!layout || !refstr) {
         fprintf(stderr, "tkmctl push: need LAYOUT_DIR and REF\n\n");
         usage(stderr);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ctl_tce.h"
+#include "ctl_args.h"
 #include "tkmctl.h"
 #include "trust/keys.h"
 #include "trust/tce.h"
@@ -40,32 +41,28 @@ static void usage(FILE *f, int verify)
                    "  tkmctl verify-entries --key tce.pub ./cache/io.triton.cache\n");
 }
 
+static void usage_sign(FILE *f)
+{
+    usage(f, 0);
+}
+
+static void usage_verify(FILE *f)
+{
+    usage(f, 1);
+}
+
 int ctl_tce_run(int argc, char **argv, int verify)
 {
     const char *cmd = verify ? "verify-entries" : "sign-entries";
     const char *key = NULL, *dir = NULL;
     int quiet = 0, list = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            usage(stdout, verify);
-            return 0;
-        } else if (strcmp(argv[i], "--key") == 0 && i + 1 < argc) {
-            key = argv[++i];
-        } else if (!verify && strcmp(argv[i], "--quiet") == 0) {
-            quiet = 1;
-        } else if (verify && strcmp(argv[i], "--list") == 0) {
-            list = 1;
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr, "tkmctl %s: unknown flag or missing value: '%s' (see --help)\n", cmd,
-                    argv[i]);
-            return 2;
-        } else if (!dir) {
-            dir = argv[i];
-        } else {
-            fprintf(stderr, "tkmctl %s: unexpected argument '%s'\n", cmd, argv[i]);
-            return 2;
-        }
-    }
+    const struct ctl_arg sign_args[] = {{"--key", &key, NULL}, {"--quiet", NULL, &quiet}, {0}};
+    const struct ctl_arg verify_args[] = {{"--key", &key, NULL}, {"--list", NULL, &list}, {0}};
+    const struct ctl_args_spec spec = {cmd, verify ? verify_args : sign_args,   &dir,
+                                       1,   verify ? usage_verify : usage_sign, NULL};
+    int st = ctl_args_parse(&spec, argc, argv);
+    if (st >= 0)
+        return st;
     if (!key || !dir) {
         fprintf(stderr, "tkmctl %s: need --key FILE and CACHE_DIR\n\n", cmd);
         usage(stderr, verify);

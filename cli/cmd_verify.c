@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ctl_args.h"
 #include "ctl_oci.h"
 #include "oci/ref.h"
 #include "oci/registry.h"
@@ -74,28 +75,11 @@ static int resolve(struct tkm_oci_registry *reg, const struct tkm_oci_ref *ref,
 static int parse_args(int argc, char **argv, struct ctl_oci_flags *f, const char **refstr,
                       const char **key)
 {
-    for (int i = 1; i < argc; i++) {
-        int k = ctl_oci_flag(f, argc, argv, &i, "verify");
-        if (k < 0)
-            return 2;
-        if (k)
-            continue;
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--key") == 0 && i + 1 < argc) {
-            *key = argv[++i];
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr, "tkmctl verify: unknown flag or missing value: '%s' (see --help)\n",
-                    argv[i]);
-            return 2;
-        } else if (!*refstr) {
-            *refstr = argv[i];
-        } else {
-            fprintf(stderr, "tkmctl verify: unexpected argument '%s'\n", argv[i]);
-            return 2;
-        }
-    }
+    const struct ctl_arg args[] = {{"--key", key, NULL}, {0}};
+    const struct ctl_args_spec spec = {"verify", args, refstr, 1, usage, f};
+    int st = ctl_args_parse(&spec, argc, argv);
+    if (st >= 0)
+        return st;
     if (!*refstr || !*key) {
         fprintf(stderr, "tkmctl verify: need REF and --key FILE\n\n");
         usage(stderr);
