@@ -12,9 +12,6 @@
 int k8s__read_file(const char *path, size_t max, struct tkm_buf *out, const char *what,
                    struct tkm_err *err);
 
-/* Standard base64 (padding optional, whitespace ignored) into out. */
-int k8s__b64_decode(const char *in, size_t len, struct tkm_buf *out);
-
 /* Trims surrounding whitespace of a token read from a file, in place. */
 void k8s__trim(struct tkm_buf *b);
 

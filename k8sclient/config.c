@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "config-int.h"
+#include "util.h"
 #include "yaml-int.h"
 
 #define PEM_MAX   (1u << 20)
@@ -58,50 +59,6 @@ int k8s__read_file(const char *path, size_t max, struct tkm_buf *out, const char
     }
     close(fd);
     return rc;
-}
-
-static int b64_val(int c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+')
-        return 62;
-    if (c == '/')
-        return 63;
-    return -1;
-}
-
-int k8s__b64_decode(const char *in, size_t len, struct tkm_buf *out)
-{
-    unsigned acc = 0;
-    int bits = 0, pad = 0, rc;
-    tkm_buf_reset(out);
-    for (size_t i = 0; i < len; i++) {
-        int c = (unsigned char)in[i];
-        if (isspace(c))
-            continue;
-        if (c == '=') {
-            pad++;
-            continue;
-        }
-        int v = b64_val(c);
-        if (v < 0 || pad)
-            return -EINVAL;
-        acc = (acc << 6) | (unsigned)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            if ((rc = tkm_buf_putc(out, (char)((acc >> bits) & 0xff))))
-                return rc;
-        }
-    }
-    if (pad > 2 || bits >= 6)
-        return -EINVAL;
-    return 0;
 }
 
 void k8s__trim(struct tkm_buf *b)
@@ -336,7 +293,7 @@ static int file_field(struct kc *k, const char *field, const char *p, char **out
 static int data_field(struct kc *k, const char *field, const char *b64, char **out, size_t *len)
 {
     struct tkm_buf b = TKM_BUF_INIT(PEM_MAX);
-    int rc = k8s__b64_decode(b64, strlen(b64), &b);
+    int rc = tkm_base64_decode(b64, strlen(b64), &b);
     if (rc == 0 && b.len == 0)
         rc = -EINVAL;
     if (rc) {

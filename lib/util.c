@@ -1,6 +1,8 @@
 /* util.c - see util.h. */
 #include "util.h"
 
+#include "buf.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -51,4 +53,48 @@ void tkm_hex(const unsigned char *in, size_t n, char *out)
         out[2 * i + 1] = digits[in[i] & 15];
     }
     out[2 * n] = '\0';
+}
+
+static int b64_val(int c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+')
+        return 62;
+    if (c == '/')
+        return 63;
+    return -1;
+}
+
+int tkm_base64_decode(const char *in, size_t n, struct tkm_buf *out)
+{
+    unsigned acc = 0;
+    int bits = 0, pad = 0, rc;
+    tkm_buf_reset(out);
+    for (size_t i = 0; i < n; i++) {
+        int c = (unsigned char)in[i];
+        if (isspace(c))
+            continue;
+        if (c == '=') {
+            pad++;
+            continue;
+        }
+        int v = b64_val(c);
+        if (v < 0 || pad)
+            return -EINVAL;
+        acc = (acc << 6) | (unsigned)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if ((rc = tkm_buf_putc(out, (char)((acc >> bits) & 0xff))))
+                return rc;
+        }
+    }
+    if (pad > 2 || bits >= 6)
+        return -EINVAL;
+    return 0;
 }

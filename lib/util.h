@@ -21,6 +21,12 @@ uint64_t tkm_now_ms(void);
 /* Lower-case hex of n bytes into out, which must hold 2n+1 bytes. */
 void tkm_hex(const unsigned char *in, size_t n, char *out);
 
+struct tkm_buf;
+/* Decodes standard base64 (RFC 4648 alphabet; whitespace ignored; '=' padding
+ * only at the end) into out, which is reset first. Returns 0, -EINVAL for
+ * malformed input, or the buffer's error (-E2BIG past its max, -ENOMEM). */
+int tkm_base64_decode(const char *in, size_t n, struct tkm_buf *out);
+
 #define TKM_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif

@@ -10,10 +10,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "buf.h"
+#include "util.h"
 #include <strings.h>
 #include <unistd.h>
 
 #include "buf.h"
+#include "util.h"
 #include "log.h"
 #include "oci/ref.h"
 
@@ -159,45 +163,16 @@ bad:
 
 /* ---- base64 -------------------------------------------------------------- */
 
-static int b64val(char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '+')
-        return 62;
-    if (c == '/')
-        return 63;
-    return -1;
-}
-
 int tkm_oci_base64_decode(const char *in, size_t n, unsigned char *out, size_t out_n, size_t *len)
 {
-    uint32_t acc = 0;
-    int bits = 0;
-    size_t o = 0;
-    while (n > 0 && in[n - 1] == '=')
-        n--;
-    if (n % 4 == 1)
-        return -EINVAL;
-    for (size_t i = 0; i < n; i++) {
-        int v = b64val(in[i]);
-        if (v < 0)
-            return -EINVAL;
-        acc = (acc << 6) | (uint32_t)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            if (o >= out_n)
-                return -ENOSPC;
-            out[o++] = (unsigned char)(acc >> bits);
-        }
+    struct tkm_buf b = TKM_BUF_INIT(out_n);
+    int rc = tkm_base64_decode(in, n, &b);
+    if (rc == 0) {
+        memcpy(out, b.data, b.len);
+        *len = b.len;
     }
-    *len = o;
-    return 0;
+    tkm_buf_release(&b);
+    return rc == -E2BIG ? -ENOSPC : rc;
 }
 
 int tkm_oci_basic_header(const struct tkm_oci_creds *c, char *out, size_t n)

@@ -493,10 +493,10 @@ TEST(copy_is_deep)
 TEST(helpers_base64_and_time)
 {
     struct tkm_buf b = TKM_BUF_INIT(64);
-    ASSERT_OK(k8s__b64_decode("aGVs\nbG8=", 9, &b));
+    ASSERT_OK(tkm_base64_decode("aGVs\nbG8=", 9, &b));
     ASSERT_STREQ(b.data, "hello");
-    ASSERT_EQ(k8s__b64_decode("a=b", 3, &b), -EINVAL);
-    ASSERT_EQ(k8s__b64_decode("a", 1, &b), -EINVAL);
+    ASSERT_EQ(tkm_base64_decode("a=b", 3, &b), -EINVAL);
+    ASSERT_EQ(tkm_base64_decode("a", 1, &b), -EINVAL);
     tkm_buf_release(&b);
     long long t;
     ASSERT_OK(k8s__parse_time("1970-01-01T00:01:00Z", &t));
