@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "client-int.h"
+#include "fs.h"
 #include "config-int.h"
 #include "http.h"
 #include "log.h"
@@ -137,7 +138,7 @@ static void reload_token_file(struct k8s_client *c)
     struct tkm_buf b = TKM_BUF_INIT(64 * 1024);
     struct tkm_err e = {0};
     c->token_read_ms = tkm_now_ms();
-    if (k8s__read_file(c->cfg.token_file, b.max, &b, "tokenFile", &e) == 0) {
+    if (tkm_read_file(c->cfg.token_file, b.max, &b, "tokenFile", &e) == 0) {
         k8s__trim(&b);
         if (b.len == 0)
             tkm_warn("k8s: tokenFile \"%s\" is empty; keeping the previous token",
@@ -216,7 +217,7 @@ static int client_creds_init(struct k8s_client *c, struct tkm_err *err)
         return set_token(c, c->cfg.token);
     if (c->cfg.auth == K8S_AUTH_TOKEN_FILE) {
         struct tkm_buf b = TKM_BUF_INIT(64 * 1024);
-        int rc = k8s__read_file(c->cfg.token_file, b.max, &b, "tokenFile", err);
+        int rc = tkm_read_file(c->cfg.token_file, b.max, &b, "tokenFile", err);
         if (rc == 0) {
             k8s__trim(&b);
             rc = set_token(c, b.data);

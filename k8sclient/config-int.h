@@ -7,11 +7,6 @@
 #include "buf.h"
 #include "err.h"
 
-/* Reads a whole file (at most max bytes, else -E2BIG) into out (reset
- * first). what names the file's role in errors ("tokenFile"). */
-int k8s__read_file(const char *path, size_t max, struct tkm_buf *out, const char *what,
-                   struct tkm_err *err);
-
 /* Trims surrounding whitespace of a token read from a file, in place. */
 void k8s__trim(struct tkm_buf *b);
 

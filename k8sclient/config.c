@@ -20,6 +20,7 @@
 
 #include "config-int.h"
 #include "util.h"
+#include "fs.h"
 #include "yaml-int.h"
 
 #define PEM_MAX   (1u << 20)
@@ -28,38 +29,6 @@
 #define SA_DIR "var/run/secrets/kubernetes.io/serviceaccount"
 
 /* ---- small helpers -------------------------------------------------------- */
-
-int k8s__read_file(const char *path, size_t max, struct tkm_buf *out, const char *what,
-                   struct tkm_err *err)
-{
-    tkm_buf_reset(out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return tkm_err_set(err, -errno, "%s \"%s\": %s", what, path, strerror(errno));
-    int rc = 0;
-    char chunk[8192];
-    for (;;) {
-        ssize_t n = read(fd, chunk, sizeof chunk);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            rc = tkm_err_set(err, -errno, "%s \"%s\": %s", what, path, strerror(errno));
-            break;
-        }
-        if (n == 0)
-            break;
-        if (out->len + (size_t)n > max) {
-            rc = tkm_err_set(err, -E2BIG, "%s \"%s\": larger than %zu bytes", what, path, max);
-            break;
-        }
-        if ((rc = tkm_buf_append(out, chunk, (size_t)n))) {
-            tkm_err_set(err, rc, "%s \"%s\": %s", what, path, strerror(-rc));
-            break;
-        }
-    }
-    close(fd);
-    return rc;
-}
 
 void k8s__trim(struct tkm_buf *b)
 {
@@ -283,7 +252,7 @@ static int file_field(struct kc *k, const char *field, const char *p, char **out
         return rc;
     struct tkm_buf b = TKM_BUF_INIT(PEM_MAX);
     struct tkm_err e = {0};
-    rc = k8s__read_file(*out, PEM_MAX, &b, field, &e);
+    rc = tkm_read_file(*out, PEM_MAX, &b, field, &e);
     tkm_buf_release(&b);
     if (rc)
         return tkm_err_set(k->err, rc, "%s: %s: %s", k->source, k->where, e.msg);
@@ -563,7 +532,7 @@ int k8s_config_load_file(struct k8s_config *c, const char *path, const char *con
     struct tkm_buf b = TKM_BUF_INIT(K8S_YAML_MAX_INPUT);
     char *abs = NULL, *dir = NULL;
     k8s_config_release(c);
-    int rc = k8s__read_file(path, K8S_YAML_MAX_INPUT, &b, "kubeconfig", err);
+    int rc = tkm_read_file(path, K8S_YAML_MAX_INPUT, &b, "kubeconfig", err);
     if (rc)
         goto out;
     if (path[0] == '/') {
@@ -612,7 +581,7 @@ int k8s_config_load_incluster(struct k8s_config *c, const char *root, struct tkm
     snprintf(server, sizeof server, strchr(host, ':') ? "https://[%s]:%s" : "https://%s:%s", host,
              port);
     snprintf(path, sizeof path, "%s/%s/token", root, SA_DIR);
-    if ((rc = k8s__read_file(path, TOKEN_MAX, &b, "in-cluster service-account token", err)))
+    if ((rc = tkm_read_file(path, TOKEN_MAX, &b, "in-cluster service-account token", err)))
         goto out;
     k8s__trim(&b);
     if (b.len == 0) {
@@ -624,13 +593,13 @@ int k8s_config_load_incluster(struct k8s_config *c, const char *root, struct tkm
         dup_opt(&c->server, server) || dup_opt(&c->source, "in-cluster"))
         goto nomem;
     snprintf(path, sizeof path, "%s/%s/ca.crt", root, SA_DIR);
-    if ((rc = k8s__read_file(path, PEM_MAX, &b, "in-cluster CA", err)))
+    if ((rc = tkm_read_file(path, PEM_MAX, &b, "in-cluster CA", err)))
         goto out;
     tkm_buf_release(&b);
     if (dup_opt(&c->ca_file, path))
         goto nomem;
     snprintf(path, sizeof path, "%s/%s/namespace", root, SA_DIR);
-    if (k8s__read_file(path, 256, &b, "namespace", NULL) == 0) {
+    if (tkm_read_file(path, 256, &b, "namespace", NULL) == 0) {
         k8s__trim(&b);
         if (b.len && !(c->namespace = tkm_buf_detach(&b, NULL)))
             goto nomem;

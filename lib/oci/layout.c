@@ -1,5 +1,6 @@
 /* layout.c - see layout.h. */
 #include "oci/layout.h"
+#include "fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -131,32 +132,6 @@ int tkm_oci_layout_verify_blob(const char *dir, const struct tkm_oci_desc *d, st
     return 0;
 }
 
-static int read_file(const char *path, struct tkm_buf *out, struct tkm_err *err)
-{
-    char chunk[65536];
-    int rc = 0, fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return tkm_err_set(err, -errno, "open %s: %s", path, strerror(errno));
-    tkm_buf_reset(out);
-    for (;;) {
-        ssize_t r = read(fd, chunk, sizeof chunk);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0) {
-            rc = tkm_err_set(err, -errno, "read %s: %s", path, strerror(errno));
-            break;
-        }
-        if (r == 0)
-            break;
-        if ((rc = tkm_buf_append(out, chunk, (size_t)r)) != 0) {
-            rc = tkm_err_set(err, rc, "read %s: larger than %zu bytes", path, out->max);
-            break;
-        }
-    }
-    close(fd);
-    return rc;
-}
-
 int tkm_oci_layout_read_blob(const char *dir, const struct tkm_oci_desc *d, struct tkm_buf *out,
                              struct tkm_err *err)
 {
@@ -167,7 +142,7 @@ int tkm_oci_layout_read_blob(const char *dir, const struct tkm_oci_desc *d, stru
     if (d->size > out->max)
         return tkm_err_set(err, -E2BIG, "layout blob %s: %llu bytes exceed the %zu byte limit",
                            d->digest, (unsigned long long)d->size, out->max);
-    if ((rc = read_file(path, out, err)) != 0)
+    if ((rc = tkm_read_file(path, SIZE_MAX, out, "layout file", err)) != 0)
         return rc;
     if ((rc = tkm_oci_digest_bytes(out->data, out->len, got)) != 0)
         return rc;
@@ -187,7 +162,7 @@ static int load_index(const char *dir, json_t **out, struct tkm_err *err)
     json_error_t je;
     int rc;
     snprintf(path, sizeof path, "%s/index.json", dir);
-    rc = read_file(path, &b, err);
+    rc = tkm_read_file(path, SIZE_MAX, &b, "layout file", err);
     if (rc == -ENOENT) {
         tkm_err_clear(err);
         *out = json_pack("{s:i,s:s,s:[]}", "schemaVersion", 2, "mediaType", TKM_OCI_MT_INDEX,
@@ -259,7 +234,7 @@ int tkm_oci_layout_find(const char *dir, const char *tag, struct tkm_oci_desc *o
     if (!tkm_oci_layout_is(dir))
         return tkm_err_set(err, -ENOENT, "%s is not an OCI image layout (no oci-layout file)", dir);
     snprintf(path, sizeof path, "%s/index.json", dir);
-    if ((rc = read_file(path, &b, err)) != 0)
+    if ((rc = tkm_read_file(path, SIZE_MAX, &b, "layout file", err)) != 0)
         goto out;
     if ((rc = tkm_oci_manifest_parse(&idx, NULL, b.data, b.len, path, err)) != 0)
         goto out;

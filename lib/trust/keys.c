@@ -3,6 +3,9 @@
  */
 #include "trust/keys.h"
 
+#include "buf.h"
+#include "fs.h"
+
 #include "util.h"
 
 #include <errno.h>
@@ -71,46 +74,13 @@ int tkm_trust_load_privkey(const char *pem, size_t len, EVP_PKEY **out, struct t
 
 int tkm_trust_read_file(const char *path, size_t max, char **data, size_t *len, struct tkm_err *err)
 {
-    int rc = 0, fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    char *p = NULL;
+    struct tkm_buf b = TKM_BUF_INIT(max);
     *data = NULL;
     *len = 0;
-    if (fd < 0)
-        return tkm_err_set(err, -errno, "cannot open %s: %s", path, strerror(errno));
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        rc = tkm_err_set(err, -EINVAL, "%s is not a regular file", path);
-        goto out;
-    }
-    if ((uint64_t)st.st_size > max) {
-        rc = tkm_err_set(err, -EFBIG, "%s: %lld bytes, more than the %zu allowed", path,
-                         (long long)st.st_size, max);
-        goto out;
-    }
-    p = malloc((size_t)st.st_size + 1);
-    if (!p) {
+    int rc = tkm_read_file(path, max, &b, "key", err);
+    if (rc == 0 && !(*data = tkm_buf_detach(&b, len)))
         rc = tkm_err_set(err, -ENOMEM, "out of memory reading %s", path);
-        goto out;
-    }
-    size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t r = read(fd, p + got, (size_t)st.st_size - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0) {
-            rc = tkm_err_set(err, r < 0 ? -errno : -EIO, "reading %s: %s", path,
-                             r < 0 ? strerror(errno) : "file shrank");
-            goto out;
-        }
-        got += (size_t)r;
-    }
-    p[got] = '\0';
-    *data = p;
-    *len = got;
-    p = NULL;
-out:
-    free(p);
-    close(fd);
+    tkm_buf_release(&b);
     return rc;
 }
 

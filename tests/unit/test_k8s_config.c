@@ -1,5 +1,6 @@
 /* test_k8s_config.c - kubeconfig, in-cluster config and exec plugins. */
 #include "test.h"
+#include "fs.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -320,7 +321,7 @@ TEST(exec_plugin_token)
     ASSERT_EQ(r.expires_unix, 1893553445LL);
     ASSERT_NULL(r.cert_pem);
     struct tkm_buf b = TKM_BUF_INIT(65536);
-    ASSERT_OK(k8s__read_file(envf, b.max, &b, "env", NULL));
+    ASSERT_OK(tkm_read_file(envf, b.max, &b, "env", NULL));
     ASSERT_STRCONTAINS(b.data, "\"kind\":\"ExecCredential\"");
     ASSERT_STRCONTAINS(b.data, "\"interactive\":false");
     ASSERT_STRCONTAINS(b.data, "client.authentication.k8s.io/v1");

@@ -1,0 +1,21 @@
+/*
+ * fs.h - reading small files whole, with a size cap and an error that names them.
+ */
+#ifndef TKM_FS_H
+#define TKM_FS_H
+
+#include <stddef.h>
+
+struct tkm_buf;
+struct tkm_err;
+
+/* Reads the regular file at path (borrowed) into out (reset first), at most
+ * max bytes (and never past out->max). what (borrowed, may be NULL) names the
+ * file's role in errors: `kubeconfig "/x/config": No such file or directory`.
+ * Returns 0; -errno when it cannot be opened or read; -EINVAL when it is not a
+ * regular file (a FIFO or a device would block or never end); -E2BIG when it is
+ * larger than max. */
+int tkm_read_file(const char *path, size_t max, struct tkm_buf *out, const char *what,
+                  struct tkm_err *err);
+
+#endif
