@@ -4,8 +4,10 @@
 #include "buf.h"
 #include "err.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -48,4 +50,82 @@ int tkm_read_file(const char *path, size_t max, struct tkm_buf *out, const char 
 out:
     close(fd);
     return rc;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+void tkm_names_free(char **names, size_t n)
+{
+    for (size_t i = 0; names && i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+static int keep(int dirfd, const char *name, enum tkm_list_filter filter)
+{
+    if (filter == TKM_LIST_ALL)
+        return 1;
+    struct stat st;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return 0; /* vanished meanwhile */
+    return !!S_ISDIR(st.st_mode) == (filter == TKM_LIST_DIRS);
+}
+
+int tkm_list_dir(int dirfd, enum tkm_list_filter filter, size_t max, char ***names, size_t *n)
+{
+    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    char **v = NULL;
+    size_t cnt = 0, cap = 0;
+    int rc = 0;
+    *names = NULL;
+    *n = 0;
+    if (!d) {
+        rc = -errno;
+        if (fd >= 0)
+            close(fd);
+        return rc;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        if (!keep(dirfd, de->d_name, filter))
+            continue;
+        if (cnt >= max) {
+            rc = -E2BIG;
+            break;
+        }
+        if (cnt == cap) {
+            size_t ncap = cap ? cap * 2 : 32;
+            char **nv = reallocarray(NULL, ncap, sizeof *nv);
+            if (!nv) {
+                rc = -ENOMEM;
+                break;
+            }
+            if (cnt)
+                memcpy(nv, v, cnt * sizeof *nv);
+            free(v);
+            v = nv;
+            cap = ncap;
+        }
+        if (!(v[cnt] = strdup(de->d_name))) {
+            rc = -ENOMEM;
+            break;
+        }
+        cnt++;
+    }
+    closedir(d);
+    if (rc) {
+        tkm_names_free(v, cnt);
+        return rc;
+    }
+    if (cnt > 1)
+        qsort(v, cnt, sizeof *v, name_cmp);
+    *names = v;
+    *n = cnt;
+    return 0;
 }

@@ -18,4 +18,14 @@ struct tkm_err;
 int tkm_read_file(const char *path, size_t max, struct tkm_buf *out, const char *what,
                   struct tkm_err *err);
 
+/* Which entries tkm_list_dir returns ("." and ".." never). Links are not
+ * followed: a symlink to a directory counts as a non-directory. */
+enum tkm_list_filter { TKM_LIST_ALL, TKM_LIST_DIRS, TKM_LIST_NONDIRS };
+
+/* The names in the directory dirfd (borrowed; its offset is not moved),
+ * sorted bytewise. *names is owned by the caller: free with tkm_names_free.
+ * Returns 0, -errno, or -E2BIG when there are more than max entries. */
+int tkm_list_dir(int dirfd, enum tkm_list_filter filter, size_t max, char ***names, size_t *n);
+void tkm_names_free(char **names, size_t n);
+
 #endif

@@ -1,5 +1,6 @@
 /* build.c - see build.h. */
 #include "oci/build.h"
+#include "fs.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -78,59 +79,12 @@ static la_ssize_t lw_write(struct archive *a, void *ud, const void *buf, size_t 
     return (la_ssize_t)n;
 }
 
-static int name_cmp(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* Names in dirfd, sorted bytewise; "." and ".." left out. */
 static int list_dir(int dirfd, char ***out, size_t *n, const char *what, struct tkm_err *err)
 {
-    int fd = dup(dirfd);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    char **v = NULL;
-    size_t cnt = 0, cap = 0;
-    struct dirent *de;
-    int rc = 0;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
-        return tkm_err_set(err, -errno, "read directory %s: %s", what, strerror(errno));
-    }
-    rewinddir(d);
-    while ((de = readdir(d))) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        if (cnt == cap) {
-            size_t ncap = cap ? cap * 2 : 32;
-            char **nv = reallocarray(NULL, ncap, sizeof *nv);
-            if (!nv) {
-                rc = -ENOMEM;
-                break;
-            }
-            if (cnt)
-                memcpy(nv, v, cnt * sizeof *nv);
-            free(v);
-            v = nv;
-            cap = ncap;
-        }
-        if (!(v[cnt] = strdup(de->d_name))) {
-            rc = -ENOMEM;
-            break;
-        }
-        cnt++;
-    }
-    closedir(d);
-    if (rc) {
-        for (size_t i = 0; i < cnt; i++)
-            free(v[i]);
-        free(v);
-        return rc;
-    }
-    if (cnt)
-        qsort(v, cnt, sizeof *v, name_cmp);
-    *out = v;
-    *n = cnt;
+    int rc = tkm_list_dir(dirfd, TKM_LIST_ALL, SIZE_MAX, out, n);
+    if (rc)
+        return tkm_err_set(err, rc, "read directory %s: %s", what, strerror(-rc));
     return 0;
 }
 
@@ -223,9 +177,7 @@ static int walk(struct archive *a, struct layer_writer *w, int dirfd, const char
                              path, S_ISLNK(st.st_mode) ? "symbolic link" : "special file");
         }
     }
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
+    tkm_names_free(names, n);
     return rc;
 }
 

@@ -2,6 +2,7 @@
  * tce.c - TCE per-entry signatures: RSA PKCS#1 v1.5 over SHA-384 (tce.h).
  */
 #include "trust/tce.h"
+#include "fs.h"
 
 #include "buf.h"
 #include "trust/keys.h"
@@ -86,71 +87,10 @@ static int eligible(const char *name)
     return 1;
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* Sorted names in dirfd; want_dirs selects directories or everything else. */
 static int list_names(int dirfd, int want_dirs, char ***out, size_t *n)
 {
-    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    char **v = NULL;
-    size_t cnt = 0, cap = 0;
-    int rc = 0;
-    *out = NULL;
-    *n = 0;
-    if (!d) {
-        rc = -errno;
-        if (fd >= 0)
-            close(fd);
-        return rc;
-    }
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        struct stat st;
-        if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-            continue;
-        if (!!S_ISDIR(st.st_mode) != !!want_dirs)
-            continue;
-        if (cnt == cap) {
-            size_t ncap = cap ? cap * 2 : 32;
-            char **nv = cnt < MAX_NAMES ? realloc(v, ncap * sizeof(*nv)) : NULL;
-            if (!nv) {
-                rc = cnt < MAX_NAMES ? -ENOMEM : -E2BIG;
-                break;
-            }
-            v = nv;
-            cap = ncap;
-        }
-        if (!(v[cnt] = strdup(de->d_name))) {
-            rc = -ENOMEM;
-            break;
-        }
-        cnt++;
-    }
-    closedir(d);
-    if (rc < 0) {
-        for (size_t i = 0; i < cnt; i++)
-            free(v[i]);
-        free(v);
-        return rc;
-    }
-    if (cnt > 1)
-        qsort(v, cnt, sizeof(*v), cmp_str);
-    *out = v;
-    *n = cnt;
-    return 0;
-}
-
-static void free_names(char **v, size_t n)
-{
-    for (size_t i = 0; v && i < n; i++)
-        free(v[i]);
-    free(v);
+    return tkm_list_dir(dirfd, want_dirs ? TKM_LIST_DIRS : TKM_LIST_NONDIRS, MAX_NAMES, out, n);
 }
 
 /* Feeds the file into ctx (DigestSign/VerifyUpdate). msg gets a reason. */
@@ -313,11 +253,11 @@ static int walk(const char *cache_dir, EVP_PKEY *k, int verify, struct tkm_tce_r
             if (report_add(rep, dirs[i], files[j], st, st == TKM_TCE_OK ? NULL : msg) < 0)
                 rc = tkm_err_set(err, -ENOMEM, "out of memory");
         }
-        free_names(files, nf);
+        tkm_names_free(files, nf);
         close(dfd);
     }
 out:
-    free_names(dirs, nd);
+    tkm_names_free(dirs, nd);
     close(root);
     return rc;
 }
