@@ -5,8 +5,9 @@
 # 401.
 source "$(dirname "$0")/lib.sh"
 
-P=$TKM_BUILD_DIR/tests/e2e_k8s_rest
-[[ -x $P ]] || fail "missing $P (build first)"
+PBIN=$TKM_BUILD_DIR/tests/e2e_k8s_rest
+[[ -x $PBIN ]] || fail "missing $PBIN (build first)"
+P() { e2e_valgrind "$PBIN" "$@"; } # every client run is checked by valgrind
 T=$E2E_TMP
 TOK_ADMIN=$(sed -n 2p "$TKM_CLUSTER_DIR/tokens.csv" | cut -d, -f1)
 TOK_ALICE=$(grep ',alice,' "$TKM_CLUSTER_DIR/tokens.csv" | cut -d, -f1)
@@ -32,7 +33,7 @@ wait_line() { # FILE PATTERN SECONDS
 
 step "periodic re-read: token A (tkm-admin) replaced by token B (alice)"
 printf '%s\n' "$TOK_ADMIN" >"$T/token"
-E2E_TOKEN_RELOAD_MS=1000 "$P" --kubeconfig "$T/kc" whoami-until alice 30 >"$T/out1" 2>&1 &
+E2E_TOKEN_RELOAD_MS=1000 P --kubeconfig "$T/kc" whoami-until alice 30 >"$T/out1" 2>&1 &
 PID=$!
 e2e_on_exit "kill $PID 2>/dev/null"
 wait_line "$T/out1" "user=tkm-admin" 15
@@ -46,7 +47,7 @@ make_kubeconfig "$T/kc2"
 sed -i "s#tokenFile: token#tokenFile: token2#" "$T/kc2"
 printf 'not-a-valid-token\n' >"$T/token2"
 # Default re-read period (60 s): only the 401 makes the client look again.
-"$P" --kubeconfig "$T/kc2" whoami-until tkm-admin 30 >"$T/out2" 2>&1 &
+P --kubeconfig "$T/kc2" whoami-until tkm-admin 30 >"$T/out2" 2>&1 &
 PID2=$!
 e2e_on_exit "kill $PID2 2>/dev/null"
 wait_line "$T/out2" "ERROR code=401" 15

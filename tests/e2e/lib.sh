@@ -27,10 +27,31 @@ e2e_on_exit() { e2e_cleanup_hooks+=("$1"); }
 e2e_exit() {
   local rc=$?
   for h in "${e2e_cleanup_hooks[@]}"; do eval "$h" || true; done
+  if [[ -d $E2E_TMP/valgrind ]] && [[ -n $(find "$E2E_TMP/valgrind" -type f -size +0 2>/dev/null) ]]; then
+    echo "FAIL [$E2E_NAME]: valgrind reported errors or leaks:" >&2
+    find "$E2E_TMP/valgrind" -type f -size +0 -exec cat {} + >&2
+    rc=1
+  fi
   rm -rf "$E2E_TMP"
   exit $rc
 }
 trap e2e_exit EXIT
+
+# e2e_valgrind CMD...: runs a C client program under valgrind memcheck (quiet,
+# definite/indirect leaks count) unless TKM_E2E_VALGRIND=0 or valgrind is
+# missing. Its exit status is the program's own, so expect_fail still works;
+# any report fails the scenario when it exits.
+e2e_valgrind() {
+  if [[ ${TKM_E2E_VALGRIND:-1} != 0 ]] && command -v valgrind >/dev/null; then
+    mkdir -p "$E2E_TMP/valgrind"
+    valgrind -q --leak-check=full --show-leak-kinds=definite,indirect \
+      --errors-for-leak-kinds=definite,indirect --track-fds=no \
+      --suppressions="$TKM_SOURCE_DIR/tests/valgrind.supp" \
+      --log-file="$E2E_TMP/valgrind/%p.log" "$@"
+  else
+    "$@"
+  fi
+}
 
 fail() {
   echo "FAIL [$E2E_NAME]: $*" >&2
