@@ -11,6 +11,17 @@
  */
 #include "test.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TKM_HAVE_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TKM_HAVE_LSAN 1
+#endif
+#endif
+#ifdef TKM_HAVE_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
+
 #include <ftw.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -105,9 +116,15 @@ static int run_one(struct tkm_test *t, int num)
         snprintf(tmpdir_path, sizeof tmpdir_path, "%s", dir);
         alarm(t->timeout_s * scale);
         t->fn();
-        /* exit(), not _exit(): LeakSanitizer (ASan builds) reports from an
-         * atexit hook, so a passing test is still failed by its leaks. */
-        exit(0);
+        fflush(NULL);
+#ifdef TKM_HAVE_LSAN
+        /* A passing test is still failed by its leaks. Checked here, because
+         * _exit() skips LeakSanitizer's atexit hook, and exit() would run
+         * while helper threads of the test (loopback servers) still use its
+         * stack. Valgrind checks leaks at _exit() by itself. */
+        __lsan_do_leak_check();
+#endif
+        _exit(0);
     }
     int st = 0;
     while (waitpid(pid, &st, 0) < 0)
