@@ -67,7 +67,7 @@ build_one() {
   dir=$(dirname "$out")
   mkdir -p "$dir" "$cache/logs"
   local log="$cache/logs/$tool.log"
-  echo "testbin: building $tool $ver from Go modules (first time only; kube-apiserver takes 10-20 min on 2 cores)..." >&2
+  echo "testbin: building $tool $ver from Go modules into $dir (first run only; 1-6 min each on 2 cores)..." >&2
   local t0=$SECONDS
   if ! (cd "$here/$mod" && GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 \
         go build -trimpath -o "$out.tmp" -ldflags "${ldflags[*]}" "$pkg") >"$log" 2>&1; then
