@@ -42,6 +42,8 @@ struct tsrv {
     int nreqs;
     int conns;
     volatile int stop;
+    int short_by; /* >0: every reply announces this many more body bytes than it sends, then
+                     the connection closes (set after tsrv_start, before the first request) */
 };
 
 static inline void tsrv_sleep_ms(int ms)
@@ -93,7 +95,7 @@ static inline int tsrv_read_req(int fd, char *buf, size_t cap)
     return (int)len;
 }
 
-static inline void tsrv_answer(int fd, const struct tsrv_reply *r)
+static inline void tsrv_answer(int fd, const struct tsrv_reply *r, int short_by)
 {
     char head[4096];
     const char *body = r->body ? r->body : "";
@@ -121,8 +123,8 @@ static inline void tsrv_answer(int fd, const struct tsrv_reply *r)
         tsrv_write_all(fd, "0\r\n\r\n", 5);
         return;
     }
-    snprintf(head, sizeof head, "HTTP/1.1 %d X\r\nContent-Length: %zu\r\n%s\r\n", r->status, blen,
-             r->headers ? r->headers : "");
+    snprintf(head, sizeof head, "HTTP/1.1 %d X\r\nContent-Length: %zu\r\n%s\r\n", r->status,
+             blen + (size_t)(short_by > 0 ? short_by : 0), r->headers ? r->headers : "");
     tsrv_write_all(fd, head, strlen(head));
     tsrv_write_all(fd, body, blen);
 }
@@ -149,8 +151,8 @@ static inline void *tsrv_conn_main(void *arg)
         s->nreqs++;
         struct tsrv_reply r = s->replies[i < s->nreplies ? i : s->nreplies - 1];
         pthread_mutex_unlock(&s->mu);
-        tsrv_answer(cn->fd, &r);
-        if (r.hang_ms)
+        tsrv_answer(cn->fd, &r, s->short_by);
+        if (r.hang_ms || s->short_by)
             break;
     }
     free(buf);

@@ -405,3 +405,31 @@ TEST(https_to_plain_server_fails_tls)
     ASSERT_STRCONTAINS(err.msg, url);
     tkm_http_resp_release(&resp);
 }
+
+/* A server that answers with an error status and then ends the exchange early
+ * (an HTTP/2 reset after a 401 to a slow upload, a short error body): the
+ * status is the answer, not a transport error. A 2xx cut short stays an error. */
+TEST(error_status_then_cut_is_the_answer)
+{
+    struct tsrv s;
+    struct tsrv_reply r[2] = {{401, NULL, "{\"kind\":\"Status\",\"code\":401", 0, 0, 0},
+                              {200, NULL, "partial", 0, 0, 0}};
+    int port = tsrv_start(&s, r, 2);
+    s.short_by = 50;
+    char url[128];
+    url_of(url, sizeof url, port, "/apis/x");
+    struct tkm_http_req_opts o = {.url = url, .timeout_ms = 20000};
+    struct tkm_http_resp resp;
+    struct tkm_err err = {0};
+    tkm_http_resp_init(&resp);
+    ASSERT_OK(tkm_http_do(&o, &resp, &err));
+    ASSERT_EQ(resp.status, 401);
+    ASSERT_STRCONTAINS(resp.body.data, "\"code\":401");
+    tkm_http_resp_release(&resp);
+    tkm_http_resp_init(&resp);
+    int rc = tkm_http_do(&o, &resp, &err);
+    ASSERT(rc < 0);
+    ASSERT_EQ(resp.status, 200);
+    ASSERT_STRCONTAINS(err.msg, url);
+    tkm_http_resp_release(&resp);
+}
