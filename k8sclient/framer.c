@@ -108,20 +108,28 @@ static int step_nested(struct k8s__framer *f, size_t i, unsigned close_depth, st
     return rc;
 }
 
+/* Inside a JSON string: consumes c (tracking escapes and the closing quote)
+ * and returns 1; outside one returns 0 and leaves c to the caller. */
+static int in_string(struct k8s__framer *f, char c)
+{
+    if (!f->in_str)
+        return 0;
+    if (f->esc)
+        f->esc = 0;
+    else if (c == '\\')
+        f->esc = 1;
+    else if (c == '"')
+        f->in_str = 0;
+    return 1;
+}
+
 static int scan_stream(struct k8s__framer *f, size_t from, k8s__frame_cb cb, void *data,
                        struct tkm_err *err)
 {
     for (size_t i = from; i < f->buf.len; i++) {
         char c = f->buf.data[i];
-        if (f->in_str) {
-            if (f->esc)
-                f->esc = 0;
-            else if (c == '\\')
-                f->esc = 1;
-            else if (c == '"')
-                f->in_str = 0;
+        if (in_string(f, c))
             continue;
-        }
         if (!f->in_obj) {
             if (is_ws(c))
                 continue;
@@ -243,15 +251,8 @@ static int scan_list(struct k8s__framer *f, size_t from, k8s__frame_cb cb, void 
             continue;
         }
         char c = f->buf.data[i];
-        if (f->in_str) {
-            if (f->esc)
-                f->esc = 0;
-            else if (c == '\\')
-                f->esc = 1;
-            else if (c == '"')
-                f->in_str = 0;
+        if (in_string(f, c))
             continue;
-        }
         rc = step_nested(f, i, 2, err);
         if (rc < 0)
             return rc;
