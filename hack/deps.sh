@@ -18,7 +18,7 @@ PKGS=(
   libprotobuf-c-dev protobuf-c-compiler libnghttp2-dev libmicrohttpd-dev
   # test tools: valgrind, a real OCI registry, htpasswd, openssl, curl, jq
   valgrind docker-registry apache2-utils openssl curl jq ca-certificates
-  git procps psmisc iproute2 python3 xxd time
+  git procps psmisc iproute2 python3 xxd time zstd gzip tar coreutils util-linux
 )
 
 missing=()
