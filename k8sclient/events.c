@@ -239,10 +239,10 @@ static json_t *event_body(struct k8s_recorder *rec, const struct k8s_object_ref 
 {
     char now[32];
     rfc3339_now(now);
-    json_t *inv = json_pack("{s:s?,s:s,s:s?,s:s,s:s?,s:s?}", "apiVersion", o->api_version, "kind",
+    json_t *inv = json_pack("{s:s*,s:s,s:s*,s:s,s:s*,s:s*}", "apiVersion", o->api_version, "kind",
                             o->kind, "namespace", o->namespace, "name", o->name, "uid", o->uid,
                             "resourceVersion", o->resource_version);
-    json_t *src = json_pack("{s:s,s:s?}", "component", rec->component, "host", rec->host);
+    json_t *src = json_pack("{s:s,s:s*}", "component", rec->component, "host", rec->host);
     if (!inv || !src) {
         json_decref(inv);
         json_decref(src);
