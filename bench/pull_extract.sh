@@ -18,7 +18,7 @@ mkdir -p "$work/fx" "$work/cache"
 tar -xzf "$fixtures/triton-cache/triton-3.6.0-cuda-sm90.tar.gz" -C "$work/fx"
 fx=$work/fx/$(ls "$work/fx")
 kdirs=()
-for d in "$fx"/*/; do ls "$d" | grep -q '\.cubin$' && kdirs+=("$d"); done
+for d in "$fx"/*/; do compgen -G "$d*.cubin" >/dev/null && kdirs+=("$d"); done
 i=0
 while (( $(du -sm "$work/cache" | cut -f1) < size_mb )); do
   for d in "${kdirs[@]}"; do

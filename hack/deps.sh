@@ -23,7 +23,7 @@ PKGS=(
 
 missing=()
 for p in "${PKGS[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed'; then
+  if [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) != *'ok installed'* ]]; then
     missing+=("$p")
   fi
 done

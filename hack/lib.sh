@@ -34,7 +34,7 @@ pid_alive() {
   pid=$(cat "$pf")
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   [[ -r /proc/$pid/cmdline ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$name"
+  [[ $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) == *"$name"* ]]
 }
 
 # stop_pidfile PIDFILE NAME: stops the process PIDFILE names if it is ours

@@ -114,13 +114,15 @@ for kind in tritonkernelcache.tkm.io/vector-add-h200 "tritonkernelcachecluster.t
   "tritonkernelcachenodestatus.tkm.io/$node" "tritonkernelcachenodestatuscluster.tkm.io/$node"; do
   assert_contains "$out" "$kind" "get tkm lists $kind"
 done
-hdr=$(kubectl get tkc -n "$ns" | head -1)
+hdr=$(kubectl get tkc -n "$ns")
+hdr=${hdr%%$'\n'*} # first line; not `| head -1`, whose early exit fails kubectl under pipefail
 for col in NAME READY VERIFIED DIGEST NODES COMPATIBLE FAILED AGE; do
   assert_contains "$hdr" "$col" "tkc column $col"
 done
 row=$(kubectl get tkc -n "$ns" vector-add-h200 --no-headers | tr -s ' ')
 assert_contains "$row" "vector-add-h200 True True $digest 3 2 0 " "tkc row shows Ready/Verified/digest/counts"
-hdr=$(kubectl get tkcns -n "$ns" | head -1)
+hdr=$(kubectl get tkcns -n "$ns")
+hdr=${hdr%%$'\n'*}
 for col in NODE GPUS "GPU TYPE" CACHES AGE; do
   assert_contains "$hdr" "$col" "tkcns column $col"
 done

@@ -36,6 +36,8 @@ e2e_exit() {
   exit $rc
 }
 trap e2e_exit EXIT
+# A command that fails outside an assertion ends the scenario under set -e; say which.
+trap 'echo "FAIL [$E2E_NAME]: line $LINENO: \"$BASH_COMMAND\" exited $?" >&2' ERR
 
 # e2e_valgrind CMD...: runs a C client program under valgrind memcheck (quiet,
 # definite/indirect leaks count) unless TKM_E2E_VALGRIND=0 or valgrind is
