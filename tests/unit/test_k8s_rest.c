@@ -498,7 +498,6 @@ TEST(events_aggregate_repeats)
     ASSERT_STRCONTAINS(req, "PATCH /api/v1/namespaces/ml/events/cache-a.");
     ASSERT_STRCONTAINS(req, "application/merge-patch+json");
     ASSERT_STRCONTAINS(req, "\"count\":2");
-    ASSERT_NULL(strstr(req, "null")); /* unset fields are left out, not null */
     /* The third repeat (a PATCH) and the new reason (a POST) go out together on two
      * connections, so the server may see them in either order. */
     static char r2[16384], r3[16384]; /* tsrv_req returns one shared buffer */
@@ -510,6 +509,7 @@ TEST(events_aggregate_repeats)
     ASSERT_STRCONTAINS(patch, "\"count\":3");
     ASSERT_STRCONTAINS(post, "POST /api/v1/namespaces/ml/events");
     ASSERT_STRCONTAINS(post, "\"reason\":\"Verified\"");
+    ASSERT_NULL(strstr(post, "null")); /* unset fields (resourceVersion) are left out, not null */
     ASSERT_EQ(k8s_event_emit(rec, &o, "Odd", "X", "y"), -EINVAL);
     k8s_recorder_free(rec);
     finish(&loop, c);
