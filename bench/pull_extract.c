@@ -18,11 +18,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tkm_archive.h"
-#include "http.h"
-#include "oci/image.h"
-#include "oci/ref.h"
-#include "util.h"
+#include <tkm/archive.h>
+#include <tkm/http.h>
+#include <tkm/oci/image.h>
+#include <tkm/oci/ref.h>
+#include <tkm/util.h>
 
 #define ROUNDS_MAX 9
 

@@ -16,16 +16,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <uv.h>
 
-#include "http.h"
-#include "k8s/client.h"
-#include "k8s/config.h"
-#include "k8s/informer.h"
-#include "k8s/watch.h"
-#include "log.h"
-#include "util.h"
+#include <tkm/http.h>
+#include <k8s/client.h>
+#include <k8s/config.h>
+#include <k8s/informer.h>
+#include <k8s/watch.h>
+#include <tkm/log.h>
+#include <tkm/util.h>
 
 /* The store and decoder are private to libk8sclient; the bench includes them
  * from the source tree (k8sclient/) to measure decoding without a network. */

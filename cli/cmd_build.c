@@ -9,14 +9,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tkm_archive.h"
+#include <tkm/archive.h>
+#include <tkm/oci/build.h>
+#include <tkm/oci/image.h>
+#include <tkm/oci/ref.h>
+#include <tkm/util.h>
+
 #include "ctl_args.h"
 #include "ctl_oci.h"
-#include "oci/build.h"
-#include "oci/image.h"
-#include "oci/ref.h"
 #include "tkmctl.h"
-#include "util.h"
 
 static void usage(FILE *f)
 {

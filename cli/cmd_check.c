@@ -1,23 +1,22 @@
 /*
  * cmd_check.c - `tkmctl check`: can the GPUs of this machine use a Triton cache?
  */
-#include "tkmctl.h"
-
-#include "ctl_oci.h"
-
-#include "gpu/compat.h"
-#include "gpu/probe.h"
-#include "oci/layout.h"
-#include "triton/cache.h"
-#include "triton/image.h"
-#include "util.h"
-
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include <tkm/gpu/compat.h>
+#include <tkm/gpu/probe.h>
+#include <tkm/oci/layout.h>
+#include <tkm/triton/cache.h>
+#include <tkm/triton/image.h>
+#include <tkm/util.h>
+
+#include "tkmctl.h"
+#include "ctl_oci.h"
 
 static void check_usage(FILE *f)
 {

@@ -9,12 +9,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tkm_archive.h"
+#include <tkm/archive.h>
+#include <tkm/oci/image.h>
+#include <tkm/oci/layout.h>
+#include <tkm/oci/ref.h>
+
 #include "ctl_args.h"
 #include "ctl_oci.h"
-#include "oci/image.h"
-#include "oci/layout.h"
-#include "oci/ref.h"
 #include "tkmctl.h"
 
 static void usage(FILE *f)

@@ -1,15 +1,6 @@
 /*
  * cmd_inspect.c - `tkmctl inspect`: what a Triton cache (or cache image) holds.
  */
-#include "tkmctl.h"
-
-#include "ctl_oci.h"
-
-#include "oci/layout.h"
-#include "triton/cache.h"
-#include "triton/image.h"
-#include "util.h"
-
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -17,6 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include <tkm/oci/layout.h>
+#include <tkm/triton/cache.h>
+#include <tkm/triton/image.h>
+#include <tkm/util.h>
+
+#include "tkmctl.h"
+#include "ctl_oci.h"
 
 static void inspect_usage(FILE *f)
 {

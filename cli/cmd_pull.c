@@ -6,10 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <tkm/oci/image.h>
+#include <tkm/oci/ref.h>
+
 #include "ctl_args.h"
 #include "ctl_oci.h"
-#include "oci/image.h"
-#include "oci/ref.h"
 #include "tkmctl.h"
 
 static void usage(FILE *f)

@@ -1,16 +1,17 @@
 /*
  * cmd_sign_entries.c - tkmctl sign-entries / verify-entries: the TCE
- * per-entry signatures (lib/trust/tce.h) of a Triton cache directory.
+ * per-entry signatures (<tkm/trust/tce.h>) of a Triton cache directory.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
+#include <tkm/trust/keys.h>
+#include <tkm/trust/tce.h>
+
 #include "ctl_tce.h"
 #include "ctl_args.h"
 #include "tkmctl.h"
-#include "trust/keys.h"
-#include "trust/tce.h"
 
 static void usage(FILE *f, int verify)
 {

@@ -8,13 +8,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <tkm/oci/ref.h>
+#include <tkm/oci/registry.h>
+#include <tkm/trust/cosign.h>
+#include <tkm/trust/keys.h>
+
 #include "ctl_args.h"
 #include "ctl_oci.h"
-#include "oci/ref.h"
-#include "oci/registry.h"
 #include "tkmctl.h"
-#include "trust/cosign.h"
-#include "trust/keys.h"
 
 static void usage(FILE *f)
 {

@@ -1,9 +1,9 @@
 /* ctl_args.c - see ctl_args.h. */
 #include "ctl_args.h"
 
-#include "ctl_oci.h"
-
 #include <string.h>
+
+#include "ctl_oci.h"
 
 static const struct ctl_arg *find(const struct ctl_arg *args, const char *a,
                                   const char **inline_val)

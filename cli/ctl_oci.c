@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "util.h"
+#include <tkm/util.h>
 
 const char ctl_oci_flags_help[] =
     "Registry flags:\n"

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "oci/registry.h"
+#include <tkm/oci/registry.h>
 
 #define CTL_OCI_INSECURE_MAX 16
 

@@ -3,11 +3,11 @@
  */
 #include "tkmctl.h"
 
-#include "log.h"
-
 #include <curl/curl.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <tkm/log.h>
 
 static struct tkmctl_command *commands;
 

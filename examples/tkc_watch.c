@@ -19,15 +19,14 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
-
 #include <uv.h>
 
-#include "http.h"
-#include "k8s/client.h"
-#include "k8s/config.h"
-#include "k8s/informer.h"
-#include "k8s/workqueue.h"
-#include "log.h"
+#include <tkm/http.h>
+#include <k8s/client.h>
+#include <k8s/config.h>
+#include <k8s/informer.h>
+#include <k8s/workqueue.h>
+#include <tkm/log.h>
 
 struct app {
     struct k8s_client *c;

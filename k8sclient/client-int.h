@@ -2,8 +2,8 @@
 #ifndef K8S_CLIENT_INT_H
 #define K8S_CLIENT_INT_H
 
-#include "k8s/client.h"
-#include "k8s/status.h"
+#include <k8s/client.h>
+#include <k8s/status.h>
 
 /* Fills st with a client-side error (no request was sent): code 0,
  * transport 0, rc and message. Returns rc. */

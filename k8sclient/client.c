@@ -9,7 +9,7 @@
  * freed once every request is gone, no exec plugin runs in the thread pool and
  * the transport has closed.
  */
-#include "k8s/client.h"
+#include <k8s/client.h>
 
 #include <errno.h>
 #include <stdarg.h>
@@ -18,12 +18,13 @@
 #include <string.h>
 #include <time.h>
 
+#include <tkm/fs.h>
+#include <tkm/http.h>
+#include <tkm/log.h>
+#include <tkm/util.h>
+
 #include "client-int.h"
-#include "fs.h"
 #include "config-int.h"
-#include "http.h"
-#include "log.h"
-#include "util.h"
 
 #define DEFAULT_TIMEOUT_MS   30000
 #define DEFAULT_MAX_BODY     (64u * 1024 * 1024)
@@ -332,11 +333,17 @@ void k8s_client_free(struct k8s_client *c)
 {
     if (!c)
         return;
-    int done = 0;
+    /* The flag outlives this frame as far as the compiler can tell (it is
+     * stored in c, which the close frees), so it lives on the heap: GCC 12's
+     * -Wdangling-pointer rejects a local here at -O2. */
+    int *done = calloc(1, sizeof *done);
+    if (!done)
+        abort();
     uv_loop_t *loop = c->loop;
-    k8s_client_close(c, set_flag, &done);
-    while (!done)
+    k8s_client_close(c, set_flag, done);
+    while (!*done)
         uv_run(loop, UV_RUN_ONCE);
+    free(done);
 }
 
 /* ---- requests ---------------------------------------------------------------- */

@@ -4,8 +4,8 @@
 
 #include <stddef.h>
 
-#include "buf.h"
-#include "err.h"
+#include <tkm/buf.h>
+#include <tkm/err.h>
 
 /* Trims surrounding whitespace of a token read from a file, in place. */
 void k8s__trim(struct tkm_buf *b);

@@ -4,7 +4,7 @@
  * Every error names the source file and the place inside it, e.g.
  *   /x/kubeconfig: users[0] "dev": client-certificate "/x/dev.crt": No such file or directory
  */
-#include "k8s/config.h"
+#include <k8s/config.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -18,9 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <tkm/util.h>
+#include <tkm/fs.h>
+
 #include "config-int.h"
-#include "util.h"
-#include "fs.h"
 #include "yaml-int.h"
 
 #define PEM_MAX   (1u << 20)

@@ -9,7 +9,7 @@
  * never evicted, and in-flight completions find their entry again by key, so
  * eviction and k8s_recorder_free() cannot leave dangling pointers.
  */
-#include "k8s/events.h"
+#include <k8s/events.h>
 
 #include <errno.h>
 #include <stdarg.h>
@@ -18,8 +18,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "log.h"
-#include "util.h"
+#include <tkm/log.h>
+#include <tkm/util.h>
 
 #define DEFAULT_WINDOW_MS (10u * 60 * 1000)
 #define DEFAULT_MAX       4096

@@ -5,8 +5,6 @@
  * stderr captured through pipes (each capped), KUBERNETES_EXEC_INFO set, and
  * is killed (SIGKILL) when it outlives its timeout. Blocking: see k8s/config.h.
  */
-#include "k8s/config.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -17,12 +15,13 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
 #include <jansson.h>
 
-#include "buf.h"
+#include <k8s/config.h>
+#include <tkm/buf.h>
+#include <tkm/util.h>
+
 #include "config-int.h"
-#include "util.h"
 
 extern char **environ;
 

@@ -8,8 +8,9 @@
 
 #include <stddef.h>
 
-#include "k8s/informer.h"
-#include "k8s/watch.h"
+#include <k8s/informer.h>
+#include <k8s/watch.h>
+
 #include "strmap-int.h"
 
 struct k8s__store {

@@ -10,8 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <tkm/log.h>
+
 #include "informer-int.h"
-#include "log.h"
 
 struct k8s_informer {
     struct k8s_informer_handler h;

@@ -12,12 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
 #include <jansson.h>
 
-#include "k8s/lease.h"
-#include "log.h"
-#include "util.h"
+#include <k8s/lease.h>
+#include <tkm/log.h>
+#include <tkm/util.h>
+
 #include "watch-int.h"
 
 enum pending_op { OP_NONE = 0, OP_GET, OP_CREATE, OP_UPDATE, OP_RELEASE };

@@ -3,15 +3,15 @@
  * patch, server-side apply, update-with-retry-on-conflict) on top of
  * k8s_request_start(). See k8s/client.h.
  */
-#include "k8s/client.h"
-
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <k8s/client.h>
+#include <tkm/log.h>
+
 #include "client-int.h"
-#include "log.h"
 
 #define PATH_MAXLEN (16u * 1024)
 

@@ -1,15 +1,14 @@
 /* status.c - decoding the apiserver's metav1.Status error replies. See k8s/status.h. */
-#include "k8s/status.h"
+#include <k8s/status.h>
 
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <jansson.h>
 
-#include "buf.h"
+#include <tkm/buf.h>
 
 #define STATUS_RAW_MAX   1024 /* bytes of a non-Status body kept in message */
 #define STATUS_MAX_CAUSE 64   /* causes kept (the apiserver caps its own lists too) */

@@ -24,12 +24,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
 #include <jansson.h>
 
-#include "buf.h"
-#include "err.h"
-#include "k8s/watch.h"
+#include <tkm/buf.h>
+#include <tkm/err.h>
+#include <k8s/watch.h>
 
 enum k8s__frame_mode { K8S__FRAME_STREAM = 0, K8S__FRAME_LIST };
 

@@ -17,8 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "util.h"
+#include <tkm/log.h>
+#include <tkm/util.h>
+
 #include "watch-int.h"
 
 #define ACCEPT_META_LIST  "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"

@@ -14,9 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "k8s/workqueue.h"
+#include <k8s/workqueue.h>
+#include <tkm/util.h>
+
 #include "strmap-int.h"
-#include "util.h"
 
 #define NOT_WAITING SIZE_MAX
 

@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 
-#include "err.h"
+#include <tkm/err.h>
 
 #define K8S_YAML_MAX_INPUT   (1u << 20)
 #define K8S_YAML_MAX_NODES   20000

@@ -1,11 +1,10 @@
 /* yaml.c - bounded YAML tree from libyaml events. See yaml-int.h. */
-#include "yaml-int.h"
-
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <yaml.h>
+
+#include "yaml-int.h"
 
 struct anchor {
     char *name;

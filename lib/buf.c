@@ -1,5 +1,5 @@
 /* buf.c - see buf.h for the invariants. */
-#include "buf.h"
+#include <tkm/buf.h>
 
 #include <errno.h>
 #include <stdint.h>

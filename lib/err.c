@@ -1,5 +1,5 @@
 /* err.c - see err.h. */
-#include "err.h"
+#include <tkm/err.h>
 
 #include <stdarg.h>
 #include <stdio.h>

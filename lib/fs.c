@@ -1,8 +1,5 @@
 /* fs.c - see fs.h. */
-#include "fs.h"
-
-#include "buf.h"
-#include "err.h"
+#include <tkm/fs.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -11,6 +8,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <tkm/buf.h>
+#include <tkm/err.h>
 
 int tkm_read_file(const char *path, size_t max, struct tkm_buf *out, const char *what,
                   struct tkm_err *err)

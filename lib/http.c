@@ -15,7 +15,7 @@
  *   - uv handles are freed only from their close callbacks; the client itself
  *     is freed when its last handle has closed.
  */
-#include "http.h"
+#include <tkm/http.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -24,10 +24,9 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
-
 #include <curl/curl.h>
 
-#include "util.h"
+#include <tkm/util.h>
 
 #define HTTP_DEFAULT_MAX_BODY   (16u * 1024 * 1024)
 #define HTTP_MAX_HEADERS        (256u * 1024)

@@ -1,11 +1,7 @@
 /*
  * store.c - content-addressed store of extracted layers (see store.h).
  */
-#include "store.h"
-
-#include "buf.h"
-#include "log.h"
-#include "util.h"
+#include <tkm/store.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -19,6 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 #include <uv.h>
+
+#include <tkm/buf.h>
+#include <tkm/log.h>
+#include <tkm/util.h>
 
 #define HEXLEN 64
 

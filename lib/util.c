@@ -1,12 +1,12 @@
 /* util.c - see util.h. */
-#include "util.h"
-
-#include "buf.h"
+#include <tkm/util.h>
 
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <time.h>
+
+#include <tkm/buf.h>
 
 int tkm_parse_i64(const char *s, int64_t min, int64_t max, int64_t *out)
 {

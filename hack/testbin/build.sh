@@ -7,7 +7,7 @@
 # Each tool has a wrapper module of ours beside this script (go.mod + go.sum,
 # committed), so builds are reproducible and need only the Go module proxy:
 #   k8s/     kube-apiserver, kubectl (k8s.io/kubernetes with every staging module replaced
-#                             by its published v0.X.Y; see docs/internals/testbin.md)
+#                             by its published v0.X.Y; see docs/development.md)
 #   etcd/    etcd            (go.etcd.io/etcd/server/v3)
 #   cosign/  cosign, crane   (sigstore/cosign v2, go-containerregistry)
 #

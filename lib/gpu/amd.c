@@ -8,16 +8,16 @@
  * comes from that number, not from a product-name table (upstream's table
  * maps MI300 to gfx90c, which is wrong: it is gfx942).
  */
-#include "gpu/probe.h"
-
-#include "triton/pathf.h"
-#include "util.h"
-
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <tkm/gpu/probe.h>
+#include <tkm/util.h>
+
+#include "triton/pathf-int.h"
 
 struct kfd_props {
     unsigned long gfx, wave, vendor, device, domain, location;

@@ -1,15 +1,15 @@
 /*
  * gpu/compat.c - per-GPU compatibility of a Triton cache summary.
  */
-#include "gpu/compat.h"
-
-#include "util.h"
+#include <tkm/gpu/compat.h>
 
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <tkm/util.h>
 
 /* PTX ISA version -> first CUDA release that supports it.
  * Source: NVIDIA, "Parallel Thread Execution ISA", section "Release Notes"

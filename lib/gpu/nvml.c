@@ -4,12 +4,12 @@
  * Only the handful of entry points below are resolved; the types are the
  * stable NVML ABI (nvml.h): every call returns nvmlReturn_t (0 = success).
  */
-#include "gpu/probe.h"
-
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <tkm/gpu/probe.h>
 
 typedef void *nvml_device;
 struct nvml_memory {

@@ -7,11 +7,6 @@
  * different driver bound (vfio-pci, nouveau), or the right driver bound but
  * its user-space interface (NVML, KFD) unavailable.
  */
-#include "gpu/probe.h"
-
-#include "triton/pathf.h"
-#include "util.h"
-
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -20,6 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <tkm/gpu/probe.h>
+#include <tkm/util.h>
+
+#include "triton/pathf-int.h"
 
 static int read_hex(const char *dir, const char *file, unsigned long *out)
 {

@@ -1,9 +1,7 @@
 /*
  * gpu/probe.c - merging the GPU sources, naming GPUs, and their JSON form.
  */
-#include "gpu/probe.h"
-
-#include "util.h"
+#include <tkm/gpu/probe.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -11,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include <tkm/util.h>
 
 void tkm_gpu_list_release(struct tkm_gpu_list *l)
 {

@@ -1,5 +1,5 @@
 /* async.c - see async.h. */
-#include "oci/async.h"
+#include <tkm/oci/async.h>
 
 #include <errno.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* auth.c - see auth.h. */
-#include "oci/auth.h"
+#include <tkm/oci/auth.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -10,16 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "buf.h"
-#include "util.h"
 #include <strings.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "util.h"
-#include "log.h"
-#include "oci/ref.h"
+#include <tkm/buf.h>
+#include <tkm/util.h>
+#include <tkm/buf.h>
+#include <tkm/util.h>
+#include <tkm/log.h>
+#include <tkm/oci/ref.h>
 
 #define CONFIG_MAX (4u << 20)
 

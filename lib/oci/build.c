@@ -1,6 +1,5 @@
 /* build.c - see build.h. */
-#include "oci/build.h"
-#include "fs.h"
+#include <tkm/oci/build.h>
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -15,10 +14,11 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "buf.h"
-#include "oci/digest.h"
-#include "oci/layout.h"
-#include "triton/cache.h"
+#include <tkm/fs.h>
+#include <tkm/buf.h>
+#include <tkm/oci/digest.h>
+#include <tkm/oci/layout.h>
+#include <tkm/triton/cache.h>
 
 #define BUILD_OUT_CHUNK (256u << 10)
 #define BUILD_MAX_DEPTH 32

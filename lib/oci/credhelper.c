@@ -14,10 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "oci/auth.h"
-#include "oci/ref.h"
-#include "util.h"
+#include <tkm/buf.h>
+#include <tkm/oci/auth.h>
+#include <tkm/oci/ref.h>
+#include <tkm/util.h>
 
 #define HELPER_OUT_MAX    (64u << 10)
 #define HELPER_TIMEOUT_MS 10000

@@ -1,5 +1,5 @@
 /* digest.c - see digest.h. */
-#include "oci/digest.h"
+#include <tkm/oci/digest.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "util.h"
+#include <tkm/util.h>
 
 int tkm_oci_hasher_init(struct tkm_oci_hasher *h)
 {

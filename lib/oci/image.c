@@ -1,5 +1,5 @@
 /* image.c - see image.h. */
-#include "oci/image.h"
+#include <tkm/oci/image.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,12 +9,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tkm_archive.h"
-#include "buf.h"
-#include "oci/digest.h"
-#include "oci/layout.h"
-#include "triton/cache.h"
-#include "util.h"
+#include <tkm/archive.h>
+#include <tkm/buf.h>
+#include <tkm/oci/digest.h>
+#include <tkm/oci/layout.h>
+#include <tkm/triton/cache.h>
+#include <tkm/util.h>
 
 #define IMG_PATH_MAX 4096
 

@@ -1,6 +1,5 @@
 /* layout.c - see layout.h. */
-#include "oci/layout.h"
-#include "fs.h"
+#include <tkm/oci/layout.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,7 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "oci/digest.h"
+#include <tkm/fs.h>
+#include <tkm/oci/digest.h>
 
 #define LAYOUT_INDEX_MAX (4u << 20)
 #define PATH_MAX_LEN     4096

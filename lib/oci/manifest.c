@@ -1,5 +1,5 @@
 /* manifest.c - see manifest.h. */
-#include "oci/manifest.h"
+#include <tkm/oci/manifest.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -9,8 +9,8 @@
 #include <string.h>
 #include <sys/utsname.h>
 
-#include "buf.h"
-#include "oci/digest.h"
+#include <tkm/buf.h>
+#include <tkm/oci/digest.h>
 
 enum tkm_oci_kind tkm_oci_media_kind(const char *mt)
 {

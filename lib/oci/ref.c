@@ -1,5 +1,5 @@
 /* ref.c - see ref.h. */
-#include "oci/ref.h"
+#include <tkm/oci/ref.h>
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "util.h"
+#include <tkm/util.h>
 
 #define REF_INPUT_MAX 1024
 

@@ -1,5 +1,5 @@
 /* registry.c - see registry.h. */
-#include "oci/registry.h"
+#include <tkm/oci/registry.h>
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -14,11 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "http.h"
-#include "log.h"
-#include "oci/auth.h"
-#include "oci/digest.h"
-#include "util.h"
+#include <tkm/http.h>
+#include <tkm/log.h>
+#include <tkm/oci/auth.h>
+#include <tkm/oci/digest.h>
+#include <tkm/util.h>
 
 #define REG_TOKENS            16
 #define REG_TOKEN_MAX         16384

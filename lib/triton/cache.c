@@ -1,11 +1,7 @@
 /*
  * triton/cache.c - scanning a Triton cache directory and its summary.
  */
-#include "triton/cache.h"
-
-#include "buf.h"
-#include "triton/pathf.h"
-#include "util.h"
+#include <tkm/triton/cache.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -16,6 +12,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <tkm/buf.h>
+#include <tkm/util.h>
+
+#include "triton/pathf-int.h"
 
 /* Reads a whole regular file (not a symlink) of at most max bytes into b. */
 static int read_small_file(const char *path, size_t max, struct tkm_buf *b, struct tkm_err *err)

@@ -1,15 +1,15 @@
 /*
  * triton/image.c - Triton labels of an image, from a layout or a registry.
  */
-#include "triton/image.h"
-
-#include "buf.h"
-#include "oci/layout.h"
-#include "oci/ref.h"
+#include <tkm/triton/image.h>
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+
+#include <tkm/buf.h>
+#include <tkm/oci/layout.h>
+#include <tkm/oci/ref.h>
 
 #define MAX_SMALL_BLOB (4u << 20)
 

@@ -3,15 +3,14 @@
  * <name>.json metadata, __grp__<name>.json groups, the PTX header and the
  * ELF header of a cubin or hsaco.
  */
-#include "triton/cache.h"
-
-#include "util.h"
-
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <tkm/triton/cache.h>
+#include <tkm/util.h>
 
 int tkm_triton_is_tmp_name(const char *name)
 {

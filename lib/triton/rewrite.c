@@ -6,11 +6,6 @@
  * compile() treats a group without its .json as a miss, so a cache moved to a
  * new root must have its child_paths rewritten or it never hits.
  */
-#include "triton/cache.h"
-
-#include "buf.h"
-#include "triton/pathf.h"
-
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -20,6 +15,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <tkm/triton/cache.h>
+#include <tkm/buf.h>
+
+#include "triton/pathf-int.h"
 
 static int write_all(int fd, const char *p, size_t n)
 {

@@ -2,13 +2,13 @@
  * triton/summary.c - the de-duplicated targets of a cache, and the
  * cache.triton.image/summary label that carries them in an image config.
  */
-#include "triton/cache.h"
-
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <tkm/triton/cache.h>
 
 void tkm_triton_summary_release(struct tkm_triton_summary *s)
 {

@@ -2,16 +2,16 @@
  * cosign.c - key-based verification of cosign "sha256-<hex>.sig" signatures
  * (see cosign.h and docs/security.md).
  */
-#include "trust/cosign.h"
-
-#include "tkm_archive.h" /* tkm_digest_valid */
-#include "trust/keys.h"
-#include "util.h"
+#include <tkm/trust/cosign.h>
 
 #include <errno.h>
 #include <jansson.h>
 #include <openssl/evp.h>
 #include <strings.h>
+
+#include <tkm/archive.h> /* tkm_digest_valid */
+#include <tkm/trust/keys.h>
+#include <tkm/util.h>
 
 #define MAX_SIG_B64 8192
 #define MAX_KEYS    512

@@ -2,15 +2,14 @@
  * cosign_registry.c - fetches a cosign .sig manifest and its payloads from a
  * registry and verifies them (tkm_cosign_verify_registry, see cosign.h).
  */
-#include "trust/cosign.h"
-
-#include "buf.h"
-#include "oci/registry.h"
-
 #include <errno.h>
 #include <openssl/crypto.h>
 #include <string.h>
 #include <uv.h>
+
+#include <tkm/trust/cosign.h>
+#include <tkm/buf.h>
+#include <tkm/oci/registry.h>
 
 int tkm_cosign_verify_registry(struct tkm_oci_registry *r, const char *repo,
                                const char *image_digest, const char *pubkey_pem, size_t pem_len,

@@ -1,12 +1,7 @@
 /*
  * keys.c - OpenSSL key helpers for lib/trust (see keys.h).
  */
-#include "trust/keys.h"
-
-#include "buf.h"
-#include "fs.h"
-
-#include "util.h"
+#include <tkm/trust/keys.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +13,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <tkm/buf.h>
+#include <tkm/fs.h>
+#include <tkm/util.h>
 
 static const char *ossl_reason(void)
 {

@@ -1,11 +1,7 @@
 /*
  * tce.c - TCE per-entry signatures: RSA PKCS#1 v1.5 over SHA-384 (tce.h).
  */
-#include "trust/tce.h"
-#include "fs.h"
-
-#include "buf.h"
-#include "trust/keys.h"
+#include <tkm/trust/tce.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -15,6 +11,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <tkm/fs.h>
+#include <tkm/buf.h>
+#include <tkm/trust/keys.h>
 
 #define MAX_SIG   2048
 #define READ_BUF  (64 * 1024)

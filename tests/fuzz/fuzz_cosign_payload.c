@@ -5,9 +5,6 @@
  *      made once per process), so the claim parser behind the signature check
  *      is reached too.
  */
-#include "trust/cosign.h"
-#include "util.h"
-
 #include <errno.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -15,6 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <tkm/trust/cosign.h>
+#include <tkm/util.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

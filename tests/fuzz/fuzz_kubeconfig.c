@@ -2,7 +2,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "k8s/config.h"
+#include <k8s/config.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

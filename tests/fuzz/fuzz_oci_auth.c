@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "oci/auth.h"
+#include <tkm/oci/auth.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "oci/manifest.h"
+#include <tkm/oci/manifest.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

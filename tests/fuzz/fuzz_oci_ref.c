@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "oci/ref.h"
+#include <tkm/oci/ref.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -5,8 +5,6 @@
  * leak or sanitizer report is a bug; so is a file written outside the root
  * (checked: the root's parent must hold nothing new).
  */
-#include "tkm_archive.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -17,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
+
+#include <tkm/archive.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -4,14 +4,14 @@
  * the PTX header, the cubin/hsaco ELF header and the summary label.
  * The first byte picks the parser; the rest is the input.
  */
-#include "gpu/compat.h"
-#include "triton/cache.h"
-
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <tkm/gpu/compat.h>
+#include <tkm/triton/cache.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -7,14 +7,15 @@
 #ifndef TKM_TARBUILD_H
 #define TKM_TARBUILD_H
 
-#include "buf.h"
-#include "test.h"
-
 #include <fcntl.h>
 #include <stdint.h>
 #include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
+
+#include <tkm/buf.h>
+
+#include "test.h"
 
 /* A header with the size field given as raw bytes (12 of them), e.g. base-256. */
 static inline void tb_header_raw(struct tkm_buf *b, const char *name, char type,

@@ -3,15 +3,15 @@
  * byte (reliability.md checklist 9-15), and the real Triton fixtures compared
  * with what `tar -xzf` makes of them.
  */
-#include "test.h"
-
-#include "tkm_archive.h"
-#include "buf.h"
-#include "tarbuild.h"
-
 #include <dirent.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+
+#include <tkm/archive.h>
+#include <tkm/buf.h>
+
+#include "test.h"
+#include "tarbuild.h"
 
 /* The parent directory (tkm_test_tmpdir) holds only the blob afterwards. */
 static void assert_only_blob(const char *dir)

@@ -1,8 +1,8 @@
 /* Unit tests for lib/buf and lib/util. */
-#include "test.h"
+#include <tkm/buf.h>
+#include <tkm/util.h>
 
-#include "buf.h"
-#include "util.h"
+#include "test.h"
 
 TEST(buf_starts_empty_and_terminated)
 {
@@ -92,7 +92,7 @@ TEST(hex_encodes_lowercase)
     ASSERT_STREQ(out, "00abff10");
 }
 
-#include "err.h"
+#include <tkm/err.h>
 
 TEST(err_first_wins_and_prefix)
 {

@@ -3,12 +3,12 @@
  * Triton 3.6.0 caches (PTX ISA 8.7 and 9.0) against H200, A100, MI300X and
  * driver-less GPUs, with the reasons a person reads.
  */
-#include "test.h"
-
-#include "gpu/compat.h"
-
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <tkm/gpu/compat.h>
+
+#include "test.h"
 
 static void scan_fixture(struct tkm_triton_cache *c, const char *tarball, const char *top)
 {

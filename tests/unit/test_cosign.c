@@ -3,18 +3,18 @@
  * cosign's format (the e2e test trust_cosign.sh uses the real cosign), and
  * reliability.md checklist 16-20.
  */
-#include "test.h"
-
-#include "buf.h"
-#include "http.h"
-#include "httpd-test.h"
-#include "oci/registry.h"
-#include "trust/cosign.h"
-#include "util.h"
-
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <uv.h>
+
+#include <tkm/buf.h>
+#include <tkm/http.h>
+#include <tkm/oci/registry.h>
+#include <tkm/trust/cosign.h>
+#include <tkm/util.h>
+
+#include "test.h"
+#include "httpd-test.h"
 
 #define IMG  "sha256:1111111111111111111111111111111111111111111111111111111111111111"
 #define IMG2 "sha256:2222222222222222222222222222222222222222222222222222222222222222"

@@ -7,14 +7,14 @@
  *   - an A100 (fake NVML) and an MI300X (KFD topology + PCI) tree built here;
  *   - GPUs without a driver (PCI scan fallback).
  */
-#include "test.h"
-
-#include "gpu/compat.h"
-#include "gpu/probe.h"
-
 #include <jansson.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <tkm/gpu/compat.h>
+#include <tkm/gpu/probe.h>
+
+#include "test.h"
 
 static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void sh(const char *fmt, ...)

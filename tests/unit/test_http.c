@@ -1,9 +1,9 @@
 /* test_http.c - lib/http against a canned server on 127.0.0.1. */
-#include "test.h"
+#include <tkm/http.h>
+#include <tkm/util.h>
 
-#include "http.h"
+#include "test.h"
 #include "httpd-test.h"
-#include "util.h"
 
 struct got {
     int done;

@@ -1,13 +1,13 @@
 /* test_k8s_config.c - kubeconfig, in-cluster config and exec plugins. */
-#include "test.h"
-#include "fs.h"
-
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <tkm/fs.h>
+#include <k8s/config.h>
+#include <tkm/util.h>
+
+#include "test.h"
 #include "config-int.h"
-#include "k8s/config.h"
-#include "util.h"
 
 static void write_file(const char *path, const char *text, int mode)
 {

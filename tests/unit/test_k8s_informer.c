@@ -1,7 +1,6 @@
 /* Unit tests for the informer store (k8sclient/store.c) and the string map
  * (k8sclient/strmap.c). */
 #include "test.h"
-
 #include "informer-int.h"
 #include "strmap-int.h"
 

@@ -2,14 +2,14 @@
  * and an elector facing an address where nothing listens (it must keep
  * trying at its retry period, never lead, and stop cleanly). The behaviour
  * against a real apiserver is tested by tests/e2e/k8s_lease.sh. */
-#include "test.h"
-
 #include <uv.h>
 
-#include "k8s/client.h"
-#include "k8s/config.h"
-#include "k8s/lease.h"
-#include "util.h"
+#include <k8s/client.h>
+#include <k8s/config.h>
+#include <k8s/lease.h>
+#include <tkm/util.h>
+
+#include "test.h"
 
 static const char kubeconfig[] = "apiVersion: v1\n"
                                  "kind: Config\n"

@@ -1,14 +1,14 @@
 /* test_k8s_rest.c - paths, request building, retries, auth reload and events,
  * checked against the exact requests a canned loopback server records. */
-#include "test.h"
-
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <k8s/client.h>
+#include <k8s/events.h>
+#include <tkm/util.h>
+
+#include "test.h"
 #include "httpd-test.h"
-#include "k8s/client.h"
-#include "k8s/events.h"
-#include "util.h"
 
 static const char *path_of(const struct k8s_resource *r, const char *ns, const char *name,
                            const char *sub, int *rc)

@@ -1,9 +1,9 @@
 /* test_k8s_status.c - decoding apiserver Status replies. */
-#include "test.h"
-
 #include <jansson.h>
 
-#include "k8s/status.h"
+#include <k8s/status.h>
+
+#include "test.h"
 
 TEST(conflict_with_causes)
 {

@@ -1,8 +1,8 @@
 /* Unit tests for the watch framer, the event decoder and the backoff
  * (k8sclient/framer.c). */
-#include "test.h"
+#include <tkm/util.h>
 
-#include "util.h"
+#include "test.h"
 #include "watch-int.h"
 
 struct collected {
@@ -399,9 +399,9 @@ TEST(mismatched_brackets_rejected)
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "k8s/client.h"
-#include "k8s/config.h"
-#include "k8s/informer.h"
+#include <k8s/client.h>
+#include <k8s/config.h>
+#include <k8s/informer.h>
 
 struct step {
     /* HTTP status; negative: that status with no Content-Length, the body

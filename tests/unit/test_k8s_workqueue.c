@@ -1,10 +1,10 @@
 /* Unit tests for k8sclient/workqueue.c on a real libuv loop. */
-#include "test.h"
-
 #include <uv.h>
 
-#include "k8s/workqueue.h"
-#include "util.h"
+#include <k8s/workqueue.h>
+#include <tkm/util.h>
+
+#include "test.h"
 
 struct rec {
     struct k8s_workqueue *q;

@@ -1,10 +1,10 @@
 /* test_oci_auth.c - WWW-Authenticate, docker config matching, Secret bytes, tokens. */
-#include "test.h"
-
 #include <stdlib.h>
 #include <sys/stat.h>
 
-#include "oci/auth.h"
+#include <tkm/oci/auth.h>
+
+#include "test.h"
 
 TEST(challenge_bearer_docker_hub)
 {

@@ -1,17 +1,17 @@
 /* test_oci_build.c - packing the real Triton 3.6.0 fixture into an image layout. */
-#include "test.h"
-
 #include <archive.h>
 #include <archive_entry.h>
 #include <jansson.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "oci/build.h"
-#include "oci/image.h"
-#include "oci/layout.h"
-#include "oci/manifest.h"
+#include <tkm/buf.h>
+#include <tkm/oci/build.h>
+#include <tkm/oci/image.h>
+#include <tkm/oci/layout.h>
+#include <tkm/oci/manifest.h>
+
+#include "test.h"
 
 static void untar_fixture(const char *name, const char *dest)
 {

@@ -1,8 +1,8 @@
 /* test_oci_manifest.c - manifest/index/config parsing, media types, platform selection. */
-#include "test.h"
+#include <tkm/oci/digest.h>
+#include <tkm/oci/manifest.h>
 
-#include "oci/digest.h"
-#include "oci/manifest.h"
+#include "test.h"
 
 #define D1 "sha256:1111111111111111111111111111111111111111111111111111111111111111"
 #define D2 "sha256:2222222222222222222222222222222222222222222222222222222222222222"

@@ -1,7 +1,7 @@
 /* test_oci_ref.c - reference parsing, normalization and the plain-HTTP rule. */
-#include "test.h"
+#include <tkm/oci/ref.h>
 
-#include "oci/ref.h"
+#include "test.h"
 
 struct good {
     const char *in, *host, *repo, *tag, *digest, *canonical;

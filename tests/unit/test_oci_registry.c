@@ -1,19 +1,19 @@
 /* test_oci_registry.c - the registry client against scripted loopback HTTP servers:
  * redirects drop Authorization across hosts, exact blob size limits, digest checks,
  * manifest size cap, Basic auth from Secret bytes. */
-#include "test.h"
-
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "http.h"
-#include "oci/async.h"
-#include "oci/digest.h"
-#include "oci/registry.h"
+#include <tkm/buf.h>
+#include <tkm/http.h>
+#include <tkm/oci/async.h>
+#include <tkm/oci/digest.h>
+#include <tkm/oci/registry.h>
+
+#include "test.h"
 
 struct route {
     const char *method, *path; /* exact match */

@@ -3,17 +3,17 @@
  * per-digest lock across processes, and crash safety (a child killed in the
  * middle of an extraction leaves nothing visible after the next open).
  */
-#include "test.h"
-
-#include "tkm_archive.h"
-#include "store.h"
-#include "tarbuild.h"
-
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <uv.h>
+
+#include <tkm/archive.h>
+#include <tkm/store.h>
+
+#include "test.h"
+#include "tarbuild.h"
 
 static void path_in_tmp(char *p, size_t n, const char *rel)
 {

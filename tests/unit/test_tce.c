@@ -3,14 +3,14 @@
  * (RSA PKCS#1 v1.5 over SHA-384, one <file>.sig per file except group files),
  * interoperability with `openssl dgst -sha384 -verify`, and failures.
  */
-#include "test.h"
-
-#include "trust/tce.h"
-
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <tkm/trust/tce.h>
+
+#include "test.h"
 
 static char *pem_of(EVP_PKEY *k, int priv)
 {

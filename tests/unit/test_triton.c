@@ -1,10 +1,10 @@
 /* Unit tests for lib/triton on the real Triton 3.6.0 caches in ../shared/fixtures. */
-#include "test.h"
-
-#include "triton/cache.h"
-
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <tkm/triton/cache.h>
+
+#include "test.h"
 
 /* Untars fixture triton-cache/<tarball> into the test dir; returns <tmp>/<top>. */
 static const char *untar(const char *tarball, const char *top)

@@ -42,14 +42,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
 #include <jansson.h>
 #include <uv.h>
 
-#include "buf.h"
-#include "err.h"
-#include "k8s/config.h"
-#include "k8s/status.h"
+#include <tkm/buf.h>
+#include <tkm/err.h>
+#include <k8s/config.h>
+#include <k8s/status.h>
 
 struct k8s_client;
 struct k8s_req;
@@ -155,7 +154,7 @@ struct k8s_response {
 };
 
 typedef void (*k8s_response_cb)(struct k8s_req *req, struct k8s_response *resp, void *data);
-/* Streaming body bytes of a 2xx response, any split (see lib/http.h).
+/* Streaming body bytes of a 2xx response, any split (see <tkm/http.h>).
  * Return 0 to go on, non-zero to stop (the callback then gets rc -EINTR). */
 typedef int (*k8s_data_cb)(struct k8s_req *req, const char *p, size_t n, void *data);
 

@@ -32,7 +32,7 @@
 
 #include <stddef.h>
 
-#include "err.h"
+#include <tkm/err.h>
 
 enum k8s_auth_kind {
     K8S_AUTH_NONE = 0,   /* anonymous (or insecure test setups) */

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "k8s/client.h"
+#include <k8s/client.h>
 
 struct k8s_recorder;
 

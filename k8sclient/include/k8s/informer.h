@@ -38,12 +38,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
 #include <jansson.h>
 
-#include "err.h"
-#include "k8s/client.h"
-#include "k8s/watch.h"
+#include <tkm/err.h>
+#include <k8s/client.h>
+#include <k8s/watch.h>
 
 struct k8s_informer;
 

@@ -36,8 +36,8 @@
 
 #include <stdint.h>
 
-#include "err.h"
-#include "k8s/client.h"
+#include <tkm/err.h>
+#include <k8s/client.h>
 
 struct k8s_lease;
 

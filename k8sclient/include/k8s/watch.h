@@ -45,11 +45,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
 #include <jansson.h>
 
-#include "err.h"
-#include "k8s/client.h"
+#include <tkm/err.h>
+#include <k8s/client.h>
 
 struct k8s_watch;
 

@@ -34,10 +34,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
 #include <uv.h>
 
-#include "err.h"
+#include <tkm/err.h>
 
 struct k8s_workqueue;
 

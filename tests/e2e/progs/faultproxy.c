@@ -38,10 +38,9 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-
 #include <curl/curl.h>
 
-#include "util.h"
+#include <tkm/util.h>
 
 struct proxy {
     const char *upstream, *cacert, *cert, *key;

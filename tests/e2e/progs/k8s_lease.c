@@ -18,15 +18,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
 #include <uv.h>
 
-#include "http.h"
-#include "k8s/client.h"
-#include "k8s/config.h"
-#include "k8s/lease.h"
-#include "log.h"
-#include "util.h"
+#include <tkm/http.h>
+#include <k8s/client.h>
+#include <k8s/config.h>
+#include <k8s/lease.h>
+#include <tkm/log.h>
+#include <tkm/util.h>
 
 struct app {
     uv_loop_t *loop;

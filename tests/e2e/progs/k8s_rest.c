@@ -28,14 +28,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
 #include <curl/curl.h>
 #include <jansson.h>
 
-#include "http.h"
-#include "k8s/client.h"
-#include "k8s/events.h"
-#include "util.h"
+#include <tkm/http.h>
+#include <k8s/client.h>
+#include <k8s/events.h>
+#include <tkm/util.h>
 
 static const struct k8s_resource res_ssr = {"authentication.k8s.io", "v1", "selfsubjectreviews",
                                             "SelfSubjectReview", 0};

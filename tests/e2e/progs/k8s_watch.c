@@ -23,14 +23,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <uv.h>
 
-#include "k8s/client.h"
-#include "k8s/config.h"
-#include "http.h"
-#include "k8s/informer.h"
-#include "log.h"
+#include <k8s/client.h>
+#include <k8s/config.h>
+#include <tkm/http.h>
+#include <k8s/informer.h>
+#include <tkm/log.h>
 
 struct app {
     uv_loop_t *loop;

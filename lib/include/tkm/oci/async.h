@@ -22,8 +22,8 @@
 
 #include <uv.h>
 
-#include "err.h"
-#include "oci/image.h"
+#include <tkm/err.h>
+#include <tkm/oci/image.h>
 
 typedef void (*tkm_oci_job_cb)(int rc, struct tkm_oci_pull_result *res, const struct tkm_err *err,
                                void *data);

@@ -27,10 +27,10 @@
 #ifndef TKM_TRUST_COSIGN_H
 #define TKM_TRUST_COSIGN_H
 
-#include "err.h"
-
 #include <stddef.h>
 #include <stdint.h>
+
+#include <tkm/err.h>
 
 #define TKM_COSIGN_MEDIA_TYPE     "application/vnd.dev.cosign.simplesigning.v1+json"
 #define TKM_COSIGN_SIG_ANNOTATION "dev.cosignproject.cosign/signature"

@@ -8,10 +8,10 @@
 #ifndef TKM_TRUST_KEYS_H
 #define TKM_TRUST_KEYS_H
 
-#include "err.h"
-
 #include <openssl/evp.h>
 #include <stddef.h>
+
+#include <tkm/err.h>
 
 /* A public key from PEM ("PUBLIC KEY", SubjectPublicKeyInfo); -EINVAL if none. */
 int tkm_trust_load_pubkey(const char *pem, size_t len, EVP_PKEY **out, struct tkm_err *err);

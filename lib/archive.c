@@ -6,11 +6,7 @@
  *   ratio] -> [sha256 = diff_id] -> [header screen] -> libarchive (tar formats
  *   only, via archive_read_open2) -> entry checks -> openat()-relative writes.
  */
-#include "tkm_archive.h"
-
-#include "buf.h"
-#include "log.h"
-#include "util.h"
+#include <tkm/archive.h>
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -27,6 +23,10 @@
 #include <unistd.h>
 #include <zlib.h>
 #include <zstd.h>
+
+#include <tkm/buf.h>
+#include <tkm/log.h>
+#include <tkm/util.h>
 
 #define IN_CHUNK       (64 * 1024)
 #define OUT_CHUNK      (128 * 1024)

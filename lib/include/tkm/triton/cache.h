@@ -31,11 +31,11 @@
 #ifndef TKM_TRITON_CACHE_H
 #define TKM_TRITON_CACHE_H
 
-#include "err.h"
-
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <tkm/err.h>
 
 /* Limits that keep a hostile cache from exhausting memory. */
 #define TKM_TRITON_MAX_META_BYTES (4u << 20) /* one <name>.json or __grp__ file */

@@ -63,11 +63,10 @@
 
 #include <stddef.h>
 #include <stdint.h>
-
 #include <uv.h>
 
-#include "buf.h"
-#include "err.h"
+#include <tkm/buf.h>
+#include <tkm/err.h>
 
 struct tkm_http;
 struct tkm_http_req;

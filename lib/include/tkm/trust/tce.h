@@ -17,9 +17,9 @@
 #ifndef TKM_TRUST_TCE_H
 #define TKM_TRUST_TCE_H
 
-#include "err.h"
-
 #include <stddef.h>
+
+#include <tkm/err.h>
 
 enum tkm_tce_status {
     TKM_TCE_OK = 0,      /* signed (sign) or signature valid (verify) */

@@ -22,11 +22,11 @@
 #ifndef TKM_GPU_PROBE_H
 #define TKM_GPU_PROBE_H
 
-#include "err.h"
-
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <tkm/err.h>
 
 struct tkm_gpu {
     int index;               /* position in the list (NVML index order first) */

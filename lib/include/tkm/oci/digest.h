@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
-#include "oci/ref.h"
+#include <tkm/err.h>
+#include <tkm/oci/ref.h>
 
 struct tkm_oci_hasher {
     void *ctx;      /* EVP_MD_CTX, owned */

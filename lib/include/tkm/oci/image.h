@@ -16,10 +16,10 @@
 #ifndef TKM_OCI_IMAGE_H
 #define TKM_OCI_IMAGE_H
 
-#include "err.h"
-#include "oci/manifest.h"
-#include "oci/ref.h"
-#include "oci/registry.h"
+#include <tkm/err.h>
+#include <tkm/oci/manifest.h>
+#include <tkm/oci/ref.h>
+#include <tkm/oci/registry.h>
 
 struct tkm_oci_pull_result {
     char index_digest[TKM_OCI_DIGEST_LEN + 1]; /* "" unless the reference named an index */

@@ -18,10 +18,10 @@
 #ifndef TKM_GPU_COMPAT_H
 #define TKM_GPU_COMPAT_H
 
-#include "gpu/probe.h"
-#include "triton/cache.h"
-
 #include <jansson.h>
+
+#include <tkm/gpu/probe.h>
+#include <tkm/triton/cache.h>
 
 struct tkm_compat_verdict {
     int gpu_index;

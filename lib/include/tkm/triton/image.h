@@ -9,10 +9,10 @@
 #ifndef TKM_TRITON_IMAGE_H
 #define TKM_TRITON_IMAGE_H
 
-#include "err.h"
-#include "oci/manifest.h"
-#include "oci/registry.h"
-#include "triton/cache.h"
+#include <tkm/err.h>
+#include <tkm/oci/manifest.h>
+#include <tkm/oci/registry.h>
+#include <tkm/triton/cache.h>
 
 #define TKM_TRITON_LABEL_SUMMARY     "cache.triton.image/summary"
 #define TKM_TRITON_LABEL_ENTRY_COUNT "cache.triton.image/entry-count"

@@ -21,8 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
-#include "oci/ref.h"
+#include <tkm/err.h>
+#include <tkm/oci/ref.h>
 
 #define TKM_OCI_MANIFEST_MAX (4u << 20) /* 4 MiB, as containerd */
 #define TKM_OCI_DESCS_MAX    4096

@@ -32,10 +32,10 @@
 #ifndef TKM_ARCHIVE_H
 #define TKM_ARCHIVE_H
 
-#include "err.h"
-
 #include <stdatomic.h>
 #include <stdint.h>
+
+#include <tkm/err.h>
 
 struct tkm_archive_limits {
     uint64_t max_total_bytes;   /* uncompressed tar stream bytes */

@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
+#include <tkm/err.h>
 
 enum tkm_oci_auth_scheme { TKM_OCI_AUTH_NONE = 0, TKM_OCI_AUTH_BASIC, TKM_OCI_AUTH_BEARER };
 

@@ -16,9 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
-#include "err.h"
-#include "oci/manifest.h"
+#include <tkm/buf.h>
+#include <tkm/err.h>
+#include <tkm/oci/manifest.h>
 
 /* Creates dir (and parents' last level), blobs/sha256 and oci-layout; an
  * existing layout is reused. */

@@ -38,10 +38,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
-#include "err.h"
-#include "oci/manifest.h"
-#include "oci/ref.h"
+#include <tkm/buf.h>
+#include <tkm/err.h>
+#include <tkm/oci/manifest.h>
+#include <tkm/oci/ref.h>
 
 /* Progress of a long transfer: done bytes of total (0 when unknown). Called
  * on the calling thread, at most every 64 KiB and once at the end. */

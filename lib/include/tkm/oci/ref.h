@@ -23,7 +23,7 @@
 
 #include <stddef.h>
 
-#include "err.h"
+#include <tkm/err.h>
 
 #define TKM_OCI_NAME_MAX   255
 #define TKM_OCI_TAG_MAX    128

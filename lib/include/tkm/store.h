@@ -23,10 +23,10 @@
 #ifndef TKM_STORE_H
 #define TKM_STORE_H
 
-#include "tkm_archive.h"
-#include "err.h"
-
 #include <stddef.h>
+
+#include <tkm/archive.h>
+#include <tkm/err.h>
 
 struct tkm_store;
 

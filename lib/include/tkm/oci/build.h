@@ -25,8 +25,8 @@
 
 #include <stdint.h>
 
-#include "err.h"
-#include "oci/manifest.h"
+#include <tkm/err.h>
+#include <tkm/oci/manifest.h>
 
 struct tkm_oci_build_opts {
     const char *title;   /* org.opencontainers.image.title; default "triton-kernel-cache" */
