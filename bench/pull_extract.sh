@@ -9,7 +9,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build}
 size_mb=${2:-200}
 rounds=${3:-3}
-fixtures=${TKM_FIXTURES:-$(cd "$src/.." && pwd)/shared/fixtures}
+fixtures=${TKM_FIXTURES:-$src/tests/fixtures}
 work=$(mktemp -d "${TMPDIR:-/tmp}/tkm-bench-pull-XXXXXX")
 cleanup() { "$src/hack/registry.sh" stop "$work/reg" >/dev/null 2>&1 || true; rm -rf "$work"; }
 trap cleanup EXIT

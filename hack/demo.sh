@@ -2,7 +2,7 @@
 # The main job on a fresh machine (`make demo`): installs what it needs, builds
 # tkm, starts a local control plane (etcd + kube-apiserver on loopback) and an
 # OCI registry, installs the CRDs, packs a real Triton cache (compiled on an
-# H200, from ../shared/fixtures) into an image with tkmctl and pushes it to the
+# H200, from tests/fixtures) into an image with tkmctl and pushes it to the
 # local registry, declares it with a TritonKernelCache, and shows everything.
 #
 # Afterwards:  eval "$(hack/cluster.sh env)"; kubectl get tkm -A
@@ -26,34 +26,33 @@ kubectl wait --for=condition=Established crd -l app.kubernetes.io/part-of=tkm --
 kubectl apply -f manifests/samples/namespace.yaml
 kubectl apply -f manifests/samples/
 log "6/6 a real kernel cache image"
-fixtures=${TKM_FIXTURES:-$(cd .. && pwd)/shared/fixtures}
+fixtures=${TKM_FIXTURES:-tests/fixtures}
 cache_tgz=$fixtures/triton-cache/triton-3.6.0-cuda-sm90.tar.gz
 image=$TKM_REGISTRY/kernels/vector-add:triton-3.6.0-sm90
-if [[ -f $cache_tgz ]]; then
-  work=$(mktemp -d)
-  tar -xzf "$cache_tgz" -C "$work"
-  src=$work
-  # The archive may hold the cache dir itself or its parent.
-  [[ $(find "$work" -mindepth 1 -maxdepth 1 | wc -l) -eq 1 && -d $(find "$work" -mindepth 1 -maxdepth 1) ]] &&
-    src=$(find "$work" -mindepth 1 -maxdepth 1)
-  build/cli/tkmctl build "$src" --push "$image"
-  echo "\$ tkmctl inspect $image"
-  build/cli/tkmctl inspect "$image" || true
-  echo "\$ tkmctl check $image   # this machine's GPUs (none here: it says why)"
-  build/cli/tkmctl check "$image" || true
-  rm -rf "$work"
-  kubectl apply -f - <<YAML
+[[ -f $cache_tgz ]] || die "$cache_tgz is missing: the fixtures ship with the repository (tests/fixtures); is this a full clone?"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+tar -xzf "$cache_tgz" -C "$work"
+src=$work
+# The archive may hold the cache dir itself or its parent.
+[[ $(find "$work" -mindepth 1 -maxdepth 1 | wc -l) -eq 1 && -d $(find "$work" -mindepth 1 -maxdepth 1) ]] &&
+  src=$(find "$work" -mindepth 1 -maxdepth 1)
+build/cli/tkmctl build "$src" --push "$image"
+echo "\$ tkmctl inspect $image"
+build/cli/tkmctl inspect "$image"
+digest=$(build/cli/tkmctl inspect "$image" -o json | python3 -c 'import json,sys; print(json.load(sys.stdin)["manifestDigest"])')
+[[ $digest == sha256:* ]] || die "tkmctl inspect printed no digest for $image"
+echo "\$ tkmctl check $image   # this machine's GPUs (none here: it says why)"
+build/cli/tkmctl check "$image" || true
+kubectl apply -f - <<YAML
 apiVersion: tkm.io/v1alpha1
 kind: TritonKernelCache
 metadata:
   name: vector-add-local
   namespace: ml
 spec:
-  cacheImage: $image
+  cacheImage: ${image%%:triton-*}@$digest
 YAML
-else
-  echo "demo: $cache_tgz not found; skipping the real image (set TKM_FIXTURES)" >&2
-fi
 for _ in $(seq 1 30); do
   [[ $(kubectl api-resources --categories=tkm --no-headers 2>/dev/null | wc -l) -eq 4 ]] && break
   sleep 1

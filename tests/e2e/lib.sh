@@ -9,7 +9,7 @@ set -euo pipefail
 
 TKM_SOURCE_DIR=${TKM_SOURCE_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 TKM_BUILD_DIR=${TKM_BUILD_DIR:-$TKM_SOURCE_DIR/build}
-TKM_FIXTURES=${TKM_FIXTURES:-$(cd "$TKM_SOURCE_DIR/.." && pwd)/shared/fixtures}
+TKM_FIXTURES=${TKM_FIXTURES:-$TKM_SOURCE_DIR/tests/fixtures}
 TKM_CLUSTER_DIR=${TKM_CLUSTER_DIR:-$TKM_SOURCE_DIR/.tkm/cluster}
 if [[ -s $TKM_CLUSTER_DIR/env ]]; then
   # shellcheck disable=SC1091

@@ -59,7 +59,7 @@ const char *tkm_test_fixtures(void)
 #ifdef TKM_FIXTURES_DIR
     return e && *e ? e : TKM_FIXTURES_DIR;
 #else
-    return e && *e ? e : "../shared/fixtures";
+    return e && *e ? e : "tests/fixtures";
 #endif
 }
 

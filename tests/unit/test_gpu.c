@@ -1,6 +1,6 @@
 /*
  * Unit tests for lib/gpu probing over fixture trees:
- *   - the real H200 facts (../shared/fixtures/gpu/h200: gpu-facts.json is what
+ *   - the real H200 facts (tests/fixtures/gpu/h200: gpu-facts.json is what
  *     NVML said there, gpu-probe.txt what /sys and /proc held), served by a fake
  *     libnvidia-ml.so.1 (tests/fixtures/fakenvml) and a sysfs/procfs tree built
  *     from those files;

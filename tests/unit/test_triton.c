@@ -1,4 +1,4 @@
-/* Unit tests for lib/triton on the real Triton 3.6.0 caches in ../shared/fixtures. */
+/* Unit tests for lib/triton on the real Triton 3.6.0 caches in tests/fixtures. */
 #include <sys/stat.h>
 #include <unistd.h>
 
