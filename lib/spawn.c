@@ -226,8 +226,8 @@ out:
     return rc;
 }
 
-/* Creates the pipes: fds[0..2] the parent ends (stdin write, stdout read,
- * stderr read), kids[0..2] the child ends. */
+/* Creates the pipes, all close-on-exec: s->in/out/err get the parent's ends
+ * (stdin's only with stdin_data, non-blocking), kids[0..2] the child's. */
 static int make_pipes(struct run *s, int kids[3], struct tkm_err *err)
 {
     int p[2];

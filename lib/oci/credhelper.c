@@ -83,7 +83,7 @@ int tkm_oci_creds_from_helper(const char *helper, const char *host, struct tkm_o
                                 .stderr_max = HELPER_ERR_MAX,
                                 .timeout_ms = HELPER_TIMEOUT_MS};
     rc = tkm_spawn_run(&so, &res, &se);
-    if (rc == -ENOENT || (rc == 0 && res.exited && res.exit_status == 127)) {
+    if (rc == -ENOENT) {
         /* Not -ENOENT: that would read as "no credentials" and go on anonymously. */
         rc = tkm_err_set(err, -ENOEXEC,
                          "%s (credsStore/credHelpers in the docker config): not found on PATH",
