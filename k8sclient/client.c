@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <tkm/bug.h>
 #include <tkm/fs.h>
 #include <tkm/http.h>
 #include <tkm/log.h>
@@ -314,7 +315,7 @@ static void maybe_closed(struct k8s_client *c)
 
 void k8s_client_close(struct k8s_client *c, void (*closed_cb)(void *data), void *data)
 {
-    if (!c || c->closing)
+    if (!c || TKM_BUG(c->closing)) /* a second close would wait forever */
         return;
     c->closing = 1;
     c->closed_cb = closed_cb;

@@ -1,25 +1,20 @@
 /*
  * exec.c - client.authentication.k8s.io exec credential plugins.
  *
- * The plugin runs with stdin from /dev/null (never interactive), stdout and
- * stderr captured through pipes (each capped), KUBERNETES_EXEC_INFO set, and
- * is killed (SIGKILL) when it outlives its timeout. Blocking: see k8s/config.h.
+ * The plugin runs through tkm_spawn_run() (<tkm/spawn.h>) with stdin from
+ * /dev/null (never interactive), stdout and stderr captured (each capped),
+ * KUBERNETES_EXEC_INFO set, and is killed with its whole process group when it
+ * outlives its timeout. Blocking: see k8s/config.h.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <jansson.h>
 
 #include <k8s/config.h>
 #include <tkm/buf.h>
-#include <tkm/util.h>
+#include <tkm/spawn.h>
 
 #include "config-int.h"
 
@@ -111,47 +106,6 @@ static int build_env(const struct k8s_config *c, char **info, char ***envp)
     return 0;
 }
 
-/* Reads both pipes until EOF or the deadline. Returns 0 or -ETIMEDOUT. */
-static int collect(int ofd, int efd, uint64_t deadline, struct tkm_buf *out, struct tkm_buf *errb,
-                   int *overflow)
-{
-    struct pollfd p[2] = {{.fd = ofd, .events = POLLIN}, {.fd = efd, .events = POLLIN}};
-    int open_fds = 2;
-    char chunk[4096];
-    while (open_fds) {
-        uint64_t now = tkm_now_ms();
-        if (now >= deadline)
-            return -ETIMEDOUT;
-        int r = poll(p, 2, (int)(deadline - now));
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r < 0)
-            return -errno;
-        for (int i = 0; i < 2; i++) {
-            if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
-            ssize_t n = read(p[i].fd, chunk, sizeof chunk);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                p[i].fd = -1;
-                open_fds--;
-                continue;
-            }
-            struct tkm_buf *b = i == 0 ? out : errb;
-            size_t room = b->max - b->len;
-            if ((size_t)n > room) {
-                if (i == 0)
-                    *overflow = 1;
-                n = (ssize_t)room;
-            }
-            if (n > 0 && tkm_buf_append(b, chunk, (size_t)n))
-                return -ENOMEM;
-        }
-    }
-    return 0;
-}
-
 static int parse_reply(const struct k8s_config *c, const struct tkm_buf *out,
                        struct k8s_exec_result *res, struct tkm_err *err)
 {
@@ -213,25 +167,15 @@ out:
 
 int k8s_exec_run(const struct k8s_config *c, struct k8s_exec_result *res, struct tkm_err *err)
 {
-    int opipe[2] = {-1, -1}, epipe[2] = {-1, -1}, rc, status = 0, overflow = 0, spawned = 0;
-    char *info = NULL, **envp = NULL, **argv = NULL;
-    pid_t pid = -1;
-    struct tkm_buf out = TKM_BUF_INIT(EXEC_OUT_MAX), errb = TKM_BUF_INIT(EXEC_ERR_MAX);
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
+    char *info = NULL, **envp = NULL, **argv = NULL, name[512], what[64];
+    struct tkm_spawn_result out;
+    struct tkm_err se = {0};
+    int rc, ran = 0;
     memset(res, 0, sizeof *res);
     if (!c->exec || !c->exec->command)
         return tkm_err_set(err, -EINVAL, "%s: no exec plugin configured", c->source);
     const char *cmd = c->exec->command;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawnattr_init(&attr);
-    /* Its own process group, so a timeout kills what it started too. */
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-    posix_spawnattr_setpgroup(&attr, 0);
-    if (pipe2(opipe, O_CLOEXEC) || pipe2(epipe, O_CLOEXEC)) {
-        rc = tkm_err_set(err, -errno, "exec plugin \"%s\": pipe: %s", cmd, strerror(errno));
-        goto out;
-    }
+    snprintf(name, sizeof name, "%s: exec plugin \"%s\"", c->source, cmd);
     argv = calloc(c->exec->nargs + 2, sizeof *argv);
     if (!argv || build_env(c, &info, &envp)) {
         rc = tkm_err_set(err, -ENOMEM, "exec plugin: out of memory");
@@ -240,66 +184,32 @@ int k8s_exec_run(const struct k8s_config *c, struct k8s_exec_result *res, struct
     argv[0] = (char *)cmd;
     for (size_t i = 0; i < c->exec->nargs; i++)
         argv[i + 1] = c->exec->args[i];
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&fa, opipe[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, epipe[1], 2);
-    rc = strchr(cmd, '/') ? posix_spawn(&pid, cmd, &fa, &attr, argv, envp)
-                          : posix_spawnp(&pid, cmd, &fa, &attr, argv, envp);
+    /* stdin is /dev/null: never interactive. */
+    struct tkm_spawn_opts so = {.argv = argv,
+                                .envp = envp,
+                                .name = name,
+                                .stdout_max = EXEC_OUT_MAX,
+                                .stderr_max = EXEC_ERR_MAX,
+                                .timeout_ms = c->exec->timeout_ms ? c->exec->timeout_ms : 10000};
+    rc = tkm_spawn_run(&so, &out, &se);
+    ran = 1;
     if (rc) {
-        rc = tkm_err_set(err, -rc, "%s: exec plugin \"%s\": cannot run: %s", c->source, cmd,
-                         strerror(rc));
+        rc = tkm_err_set(err, rc, "%s", se.msg);
         goto out;
     }
-    spawned = 1;
-    close(opipe[1]);
-    close(epipe[1]);
-    opipe[1] = epipe[1] = -1;
-    uint64_t tmo = c->exec->timeout_ms ? c->exec->timeout_ms : 10000;
-    rc = collect(opipe[0], epipe[0], tkm_now_ms() + tmo, &out, &errb, &overflow);
-    if (rc == -ETIMEDOUT) {
-        kill(-pid, SIGKILL);
-        tkm_err_set(err, rc, "%s: exec plugin \"%s\" did not finish within %llu ms (killed)",
-                    c->source, cmd, (unsigned long long)tmo);
-    } else if (rc) {
-        kill(-pid, SIGKILL);
-        tkm_err_set(err, rc, "%s: exec plugin \"%s\": %s", c->source, cmd, strerror(-rc));
-    }
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    spawned = 0;
-    if (rc)
-        goto out;
-    k8s__trim(&errb);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        rc = tkm_err_set(err, -EIO, "%s: exec plugin \"%s\" %s %d%s%s", c->source, cmd,
-                         WIFEXITED(status) ? "exited with status" : "was killed by signal",
-                         WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status),
-                         errb.len ? ": " : "", errb.data);
+    k8s__trim(&out.err);
+    if (!out.exited || out.exit_status != 0) {
+        rc =
+            tkm_err_set(err, -EIO, "%s %s%s%s", name, tkm_spawn_status_str(&out, what, sizeof what),
+                        out.err.len ? ": " : "", out.err.data);
         goto out;
     }
-    if (overflow) {
-        rc = tkm_err_set(err, -E2BIG, "%s: exec plugin \"%s\": output larger than %u bytes",
-                         c->source, cmd, EXEC_OUT_MAX);
-        goto out;
-    }
-    rc = parse_reply(c, &out, res, err);
+    rc = parse_reply(c, &out.out, res, err);
 out:
-    if (spawned) {
-        kill(-pid, SIGKILL);
-        waitpid(pid, &status, 0);
-    }
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
-    for (int i = 0; i < 2; i++) {
-        if (opipe[i] >= 0)
-            close(opipe[i]);
-        if (epipe[i] >= 0)
-            close(epipe[i]);
-    }
+    if (ran)
+        tkm_spawn_result_release(&out);
     free(argv);
     free(envp);
     free(info);
-    tkm_buf_release(&out);
-    tkm_buf_release(&errb);
     return rc;
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <tkm/bug.h>
 #include <tkm/log.h>
 
 #include "informer-int.h"
@@ -215,7 +216,7 @@ static void on_resync_closed(uv_handle_t *h)
 
 void k8s_informer_stop(struct k8s_informer *inf, void (*closed_cb)(void *data), void *data)
 {
-    if (!inf || inf->stopping)
+    if (!inf || TKM_BUG(inf->stopping)) /* a second stop would wait forever */
         return;
     inf->stopping = 1;
     inf->closed_cb = closed_cb;

@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include <k8s/lease.h>
+#include <tkm/bug.h>
 #include <tkm/log.h>
 #include <tkm/util.h>
 
@@ -424,7 +425,7 @@ static void on_stop_timer(uv_timer_t *t)
 
 void k8s_lease_stop(struct k8s_lease *l, void (*closed_cb)(void *data), void *data)
 {
-    if (!l || l->stopping)
+    if (!l || TKM_BUG(l->stopping)) /* a second stop would wait forever */
         return;
     l->stopping = 1;
     l->closed_cb = closed_cb;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <tkm/bug.h>
 #include <tkm/log.h>
 #include <tkm/util.h>
 
@@ -664,7 +665,9 @@ static void on_timer_closed(uv_handle_t *h)
 
 void k8s_watch_stop(struct k8s_watch *w, void (*closed_cb)(void *data), void *data)
 {
-    if (!w || w->stopping)
+    /* A second stop would wait forever for a closed_cb that never comes; the
+     * first caller's callback is kept (see k8s/watch.h). */
+    if (!w || TKM_BUG(w->stopping))
         return;
     w->stopping = 1;
     w->closed_cb = closed_cb;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include <k8s/workqueue.h>
+#include <tkm/bug.h>
 #include <tkm/util.h>
 
 #include "strmap-int.h"
@@ -456,7 +457,7 @@ static void maybe_finish_close(struct k8s_workqueue *q)
 
 void k8s_workqueue_shutdown(struct k8s_workqueue *q, void (*closed_cb)(void *data), void *data)
 {
-    if (!q || q->closing)
+    if (!q || TKM_BUG(q->closing)) /* a second shutdown would wait forever */
         return;
     q->closing = 1;
     q->closed_cb = closed_cb;

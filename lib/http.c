@@ -26,6 +26,7 @@
 #include <time.h>
 #include <curl/curl.h>
 
+#include <tkm/bug.h>
 #include <tkm/util.h>
 
 #define HTTP_DEFAULT_MAX_BODY   (16u * 1024 * 1024)
@@ -693,7 +694,7 @@ void tkm_http_cancel(struct tkm_http_req *req)
 
 void tkm_http_close(struct tkm_http *h, void (*closed_cb)(void *data), void *data)
 {
-    if (!h || h->closing)
+    if (!h || TKM_BUG(h->closing)) /* a second close would wait forever */
         return;
     h->closing = 1;
     h->closed_cb = closed_cb;

@@ -1,7 +1,9 @@
-/* log.c - see log.h. */
+/* log.c - see log.h and bug.h. */
+#include <tkm/bug.h>
 #include <tkm/log.h>
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/time.h>
@@ -79,4 +81,21 @@ void tkm_log(enum tkm_log_level level, const char *fmt, ...)
             *p = (char)(*p - 32);
         fprintf(stderr, "%s %-5s %s: %s\n", ts, lv, log_prog, msg);
     }
+}
+
+int tkm_bug_aborts(void)
+{
+    return TKM_BUG_ABORT;
+}
+
+int tkm_bug_report(const char *file, int line, const char *func, const char *cond, int *once)
+{
+    if (TKM_BUG_ABORT || !__atomic_exchange_n(once, 1, __ATOMIC_RELAXED))
+        tkm_log(TKM_LOG_ERROR, "BUG: %s:%d: %s: %s%s", file, line, func, cond,
+                TKM_BUG_ABORT ? " (aborting)" : " (logged once; going on)");
+    if (TKM_BUG_ABORT) {
+        fflush(stderr);
+        abort();
+    }
+    return 1;
 }

@@ -244,22 +244,24 @@ static int run_status(const char *cmd)
 
 TEST_TIMEOUT(tkmctl_check_and_inspect_end_to_end, 60)
 {
-    char ctl[1024], cmd[8192], src[1024];
+    char ctl[1024], cmd[8192], probe[1200];
     const char *t = tkm_test_tmpdir();
     tkmctl_path(ctl, sizeof ctl);
-    snprintf(src, sizeof src, "%s",
-             getenv("TKM_SOURCE_DIR") ? getenv("TKM_SOURCE_DIR") : TKM_SOURCE_DIR);
-    /* the sm90 fixture, an sm80 copy (target.arch edited), a fake NVML reporting the H200 */
+    /* the sm90 fixture, an sm80 copy (target.arch edited), the fake NVML (built by CMake)
+     * reporting the H200 */
+    snprintf(probe, sizeof probe, "%s/libnvidia-ml.so.1", TKM_FAKE_NVML_DIR);
+    ASSERT_OK(access(probe, R_OK));
     snprintf(cmd, sizeof cmd,
              "set -e; cd '%s'; tar xzf '%s/triton-cache/triton-3.6.0-cuda-sm90.tar.gz'; "
              "cp -r tcache sm80; sed -i 's/\"arch\": 90,/\"arch\": 80,/' sm80/*/*.json; "
-             "mkdir -p sys proc nvml; cc -shared -fPIC -o nvml/libnvidia-ml.so.1 "
-             "'%s/tests/fixtures/fakenvml/fakenvml.c'; "
+             "mkdir -p sys proc; "
              "printf 'driver=580.159.04\\ncuda=13000\\n[gpu]\\nname=NVIDIA H200\\ncc=9.0\\n"
              "busid=00000000:00:06.0\\npcidevid=0x233510de\\n' > nvml.conf",
-             t, tkm_test_fixtures(), src);
+             t, tkm_test_fixtures());
     ASSERT_EQ(run_status(cmd), 0);
-    const char *probe = "--sysfs-root sys --procfs-root proc --nvml-lib ./nvml/libnvidia-ml.so.1";
+    snprintf(probe, sizeof probe,
+             "--sysfs-root sys --procfs-root proc --nvml-lib '%s/libnvidia-ml.so.1'",
+             TKM_FAKE_NVML_DIR);
     snprintf(cmd, sizeof cmd,
              "cd '%s' && TKM_FAKE_NVML=nvml.conf '%s' check ./tcache -o json %s > sm90.json", t,
              ctl, probe);

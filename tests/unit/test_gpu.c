@@ -5,7 +5,10 @@
  *     libnvidia-ml.so.1 (tests/fixtures/fakenvml) and a sysfs/procfs tree built
  *     from those files;
  *   - an A100 (fake NVML) and an MI300X (KFD topology + PCI) tree built here;
- *   - GPUs without a driver (PCI scan fallback).
+ *   - GPUs without a driver (PCI scan fallback);
+ *   - the real-GPU runs of tkmctl check (tests/fixtures/gpu/h200-device,
+ *     h100-device) replayed through the probe and compat code (see below).
+ * The fake NVML is the CMake target fakenvml (TKM_FAKE_NVML_DIR).
  */
 #include <jansson.h>
 #include <sys/stat.h>
@@ -37,13 +40,15 @@ static char *tmp_path(const char *rel)
     return b;
 }
 
-/* Builds the fake NVML into <tmp>/nvml/libnvidia-ml.so.1 and returns its path. */
-static const char *build_fake_nvml(void)
+/* The fake NVML that CMake built (target fakenvml in tests/CMakeLists.txt). */
+static const char *fake_nvml(void)
 {
-    const char *src = getenv("TKM_SOURCE_DIR") ? getenv("TKM_SOURCE_DIR") : TKM_SOURCE_DIR;
-    sh("mkdir -p '%s' && cc -shared -fPIC -o '%s' '%s/tests/fixtures/fakenvml/fakenvml.c'",
-       tmp_path("nvml"), tmp_path("nvml/libnvidia-ml.so.1"), src);
-    return tmp_path("nvml/libnvidia-ml.so.1");
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/libnvidia-ml.so.1", TKM_FAKE_NVML_DIR);
+    if (access(path, R_OK) != 0)
+        tkm_test_fail(__FILE__, __LINE__, "%s: %s (build the fakenvml target)", path,
+                      strerror(errno));
+    return path;
 }
 
 /* A PCI device dir under sysfs; driver "" leaves it unbound. */
@@ -114,7 +119,7 @@ TEST(h200_through_fake_nvml)
     const char *sysfs = tmp_path("sys"), *procfs = tmp_path("proc");
     h200_tree(sysfs, procfs, tmp_path("nvml.conf"));
     setenv("TKM_FAKE_NVML", tmp_path("nvml.conf"), 1);
-    struct tkm_gpu_probe_opts o = {sysfs, procfs, build_fake_nvml(), 0};
+    struct tkm_gpu_probe_opts o = {sysfs, procfs, fake_nvml(), 0};
     ASSERT_OK(tkm_gpu_probe(&l, &o, &e));
     ASSERT_STREQ(l.nvml_error, "");
     ASSERT_EQ(l.n, 1); /* the PCI scan does not add the same GPU twice */
@@ -204,7 +209,7 @@ TEST(a100_through_fake_nvml)
                "pcidevid=0x20b210de\nmig=1\n");
     fclose(c);
     setenv("TKM_FAKE_NVML", tmp_path("a100.conf"), 1);
-    struct tkm_gpu_probe_opts o = {sysfs, tmp_path("proc"), build_fake_nvml(), 0};
+    struct tkm_gpu_probe_opts o = {sysfs, tmp_path("proc"), fake_nvml(), 0};
     ASSERT_OK(tkm_gpu_probe(&l, &o, &e));
     ASSERT_EQ(l.n, 1);
     ASSERT_STREQ(l.gpus[0].gpu_type, "nvidia-a100");
@@ -224,7 +229,7 @@ TEST(nvml_init_failure_is_explained)
     fclose(c);
     setenv("TKM_FAKE_NVML", tmp_path("bad.conf"), 1);
     sh("mkdir -p '%s'", tmp_path("sys"));
-    struct tkm_gpu_probe_opts o = {tmp_path("sys"), tmp_path("proc"), build_fake_nvml(), 0};
+    struct tkm_gpu_probe_opts o = {tmp_path("sys"), tmp_path("proc"), fake_nvml(), 0};
     ASSERT_OK(tkm_gpu_probe(&l, &o, &e));
     ASSERT_EQ(l.n, 0);
     ASSERT_STREQ(l.nvml_error, "nvmlInit_v2 failed: Driver Not Loaded");
@@ -314,115 +319,384 @@ TEST(missing_sysfs_root_is_an_error)
     ASSERT_STRCONTAINS(e.msg, "nope");
 }
 
-/* The value of the first <tag>...</tag> in xml, into out. */
-static void xml_value(const char *xml, const char *tag, char *out, size_t size)
+/*
+ * The real-GPU runs (tests/fixtures/gpu/h200-device, h100-device; see its
+ * README.md) reproduced through the code: the fake NVML answers what
+ * nvidia-smi recorded on that machine, the sysfs/procfs trees are rebuilt
+ * from its pci.txt and /proc/driver/nvidia/version, the real probe and
+ * compat code judge the fixture caches, and each verdict must equal what
+ * tkmctl printed on the real GPU (check-*.json), field by field.
+ */
+
+/* A whole fixture file, NUL-terminated (owned: free()); missing fails. */
+static char *fixture_text(const char *dir, const char *file)
 {
-    char open[64];
-    snprintf(open, sizeof open, "<%s>", tag);
-    const char *p = strstr(xml, open);
-    ASSERT_NOT_NULL(p);
-    p += strlen(open);
-    const char *e = strstr(p, "</");
-    ASSERT_NOT_NULL(e);
-    snprintf(out, size, "%.*s", (int)(e - p), p);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/gpu/%s/%s", tkm_test_fixtures(), dir, file);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        tkm_test_fail(__FILE__, __LINE__, "fixture %s: %s", path, strerror(errno));
+    char *b = calloc(1, 1 << 20);
+    ASSERT_NOT_NULL(b);
+    size_t n = fread(b, 1, (1 << 20) - 1, f);
+    fclose(f);
+    b[n] = '\0';
+    return b;
 }
 
 static json_t *device_json(const char *dir, const char *file)
 {
     char path[1024];
     json_error_t je;
-    const char *src = getenv("TKM_SOURCE_DIR") ? getenv("TKM_SOURCE_DIR") : TKM_SOURCE_DIR;
-    snprintf(path, sizeof path, "%s/tests/fixtures/gpu/%s/%s", src, dir, file);
+    snprintf(path, sizeof path, "%s/gpu/%s/%s", tkm_test_fixtures(), dir, file);
     json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!j)
-        tkm_test_fail(__FILE__, __LINE__, "%s: %s", path, je.text);
+        tkm_test_fail(__FILE__, __LINE__, "fixture %s: %s", path, je.text);
     return j;
 }
 
-/* tkmctl check on a real GPU (dir) against nvidia-smi of the same machine. */
-static void device_run(const char *dir, const char *gpu_type)
+/* The value of the first <tag>...</tag> in xml, into out. */
+static void xml_value(const char *xml, const char *tag, char *out, size_t size)
 {
-    char path[1024], name[128], drv[64], cuda[32], uuid[128], bus[64], mig[32], line[512];
-    char want[512];
-    const char *src = getenv("TKM_SOURCE_DIR") ? getenv("TKM_SOURCE_DIR") : TKM_SOURCE_DIR;
-    snprintf(path, sizeof path, "%s/tests/fixtures/gpu/%s/nvidia-smi.xml", src, dir);
-    FILE *f = fopen(path, "r");
-    ASSERT_NOT_NULL(f);
-    char *xml = calloc(1, 1 << 20);
-    ASSERT_NOT_NULL(xml);
-    size_t n = fread(xml, 1, (1 << 20) - 1, f);
-    fclose(f);
-    ASSERT(n > 1000);
-    xml_value(xml, "product_name", name, sizeof name);
-    xml_value(xml, "driver_version", drv, sizeof drv);
-    xml_value(xml, "cuda_version", cuda, sizeof cuda);
-    xml_value(xml, "uuid", uuid, sizeof uuid);
-    xml_value(xml, "pci_bus_id", bus, sizeof bus);
-    xml_value(xml, "current_mig", mig, sizeof mig);
+    char open[64];
+    snprintf(open, sizeof open, "<%s>", tag);
+    const char *p = strstr(xml, open);
+    if (!p)
+        tkm_test_fail(__FILE__, __LINE__, "nvidia-smi.xml has no <%s>", tag);
+    p += strlen(open);
+    const char *e = strstr(p, "</");
+    ASSERT_NOT_NULL(e);
+    snprintf(out, size, "%.*s", (int)(e - p), p);
+}
+
+/* Splits a CSV line at ',' (fields trimmed) into f[]; returns the count. */
+static int csv_split(char *line, char **f, int max)
+{
+    int n = 0;
+    line[strcspn(line, "\r\n")] = '\0';
+    for (char *p = line; p && n < max;) {
+        char *c = strchr(p, ',');
+        if (c)
+            *c = '\0';
+        while (*p == ' ')
+            p++;
+        for (char *e = p + strlen(p); e > p && e[-1] == ' ';)
+            *--e = '\0';
+        f[n++] = p;
+        p = c ? c + 1 : NULL;
+    }
+    return n;
+}
+
+/* What nvidia-smi recorded on the machine. */
+struct smi {
+    char name[128], uuid[128], driver[64], cuda[32], bus[64], cc[16], devid[32], mig[32];
+    unsigned long long mem_mib;
+};
+
+static void smi_read(const char *dir, struct smi *s)
+{
+    char x[128], *hdr[16], *row[16];
+    char *xml = fixture_text(dir, "nvidia-smi.xml");
+    memset(s, 0, sizeof *s);
+    xml_value(xml, "driver_version", s->driver, sizeof s->driver);
+    xml_value(xml, "cuda_version", s->cuda, sizeof s->cuda);
+    xml_value(xml, "product_name", s->name, sizeof s->name);
+    xml_value(xml, "uuid", s->uuid, sizeof s->uuid);
+    xml_value(xml, "pci_bus_id", s->bus, sizeof s->bus);
+    xml_value(xml, "current_mig", s->mig, sizeof s->mig);
     free(xml);
-    ASSERT_EQ(strncmp(drv, "580.", 4), 0);
-    ASSERT_STREQ(cuda, "13.0");
-    /* compute_cap is only in the --query-gpu output */
-    snprintf(path, sizeof path, "%s/tests/fixtures/gpu/%s/nvidia-smi-query.csv", src, dir);
-    f = fopen(path, "r");
-    ASSERT_NOT_NULL(f);
-    ASSERT_NOT_NULL(fgets(line, sizeof line, f));
-    ASSERT_NOT_NULL(fgets(line, sizeof line, f));
-    fclose(f);
-    ASSERT_STRCONTAINS(line, ", 9.0, ");
-
-    json_t *j = device_json(dir, "check-sm90.json");
-    json_t *r = json_array_get(json_object_get(j, "results"), 0);
-    json_t *g = json_object_get(r, "gpu");
-    ASSERT_EQ(json_array_size(json_object_get(j, "results")), 1);
-    ASSERT_STREQ(json_string_value(json_object_get(g, "name")), name);
-    ASSERT_STREQ(json_string_value(json_object_get(g, "gpuType")), gpu_type);
-    ASSERT_STREQ(json_string_value(json_object_get(g, "uuid")), uuid);
-    ASSERT_STREQ(json_string_value(json_object_get(g, "computeCapability")), "9.0");
-    ASSERT_STREQ(json_string_value(json_object_get(g, "arch")), "90");
-    ASSERT_EQ(json_integer_value(json_object_get(g, "warpSize")), 32);
-    ASSERT_STREQ(json_string_value(json_object_get(g, "driverVersion")), drv);
-    ASSERT_STREQ(json_string_value(json_object_get(g, "cudaVersion")), cuda);
-    ASSERT_STREQ(json_string_value(json_object_get(g, "migMode")), "disabled");
-    ASSERT_STREQ(mig, "Disabled");
-    char nb[32];
-    tkm_gpu_norm_bus_id(bus, nb, sizeof nb);
-    ASSERT_STREQ(json_string_value(json_object_get(g, "pciBusId")), nb);
-    ASSERT_STREQ(json_string_value(json_object_get(g, "source")), "nvml");
-    ASSERT(json_is_true(json_object_get(r, "compatible")));
-    ASSERT(json_is_true(json_object_get(j, "compatible")));
-    ASSERT_STRCONTAINS(json_string_value(json_object_get(r, "reason")),
-                       "PTX ISA 8.7 needs CUDA 12.8+, driver supports 13.0");
-    json_decref(j);
-
-    j = device_json(dir, "check-sm80.json");
-    r = json_array_get(json_object_get(j, "results"), 0);
-    ASSERT(json_is_false(json_object_get(r, "compatible")));
-    ASSERT(json_is_false(json_object_get(j, "compatible")));
-    snprintf(want, sizeof want, "arch mismatch: cache built for sm80, GPU 0 (%s) is sm90", name);
-    ASSERT_STREQ(json_string_value(json_object_get(r, "reason")), want);
-    ASSERT_EQ(json_array_size(json_object_get(j, "incompatibleGpus")), 1);
-    json_decref(j);
-
-    j = device_json(dir, "check-inductor.json");
-    r = json_array_get(json_object_get(j, "results"), 0);
-    ASSERT(json_is_true(json_object_get(r, "compatible")));
-    ASSERT_STRCONTAINS(json_string_value(json_object_get(r, "reason")), "PTX ISA 9.0");
-    json_decref(j);
-
-    j = device_json(dir, "check-sm90-no-nvml.json");
-    r = json_array_get(json_object_get(j, "results"), 0);
-    ASSERT(json_is_false(json_object_get(r, "compatible")));
-    ASSERT_STREQ(json_string_value(json_object_get(json_object_get(r, "gpu"), "source")), "pci");
-    json_decref(j);
+    /* compute capability, memory and the PCI device id: --query-gpu */
+    char *csv = fixture_text(dir, "nvidia-smi-query.csv");
+    char *nl = strchr(csv, '\n');
+    ASSERT_NOT_NULL(nl);
+    *nl = '\0';
+    int nh = csv_split(csv, hdr, 16), nr = csv_split(nl + 1, row, 16);
+    ASSERT_EQ(nh, nr);
+    for (int i = 0; i < nh; i++) {
+        const char *k = hdr[i], *v = row[i];
+        if (!strcmp(k, "name"))
+            ASSERT_STREQ(v, s->name);
+        else if (!strcmp(k, "uuid"))
+            ASSERT_STREQ(v, s->uuid);
+        else if (!strcmp(k, "driver_version"))
+            ASSERT_STREQ(v, s->driver);
+        else if (!strcmp(k, "pci.bus_id"))
+            ASSERT_STREQ(v, s->bus);
+        else if (!strcmp(k, "mig.mode.current"))
+            ASSERT_STREQ(v, s->mig);
+        else if (!strcmp(k, "compute_cap"))
+            snprintf(s->cc, sizeof s->cc, "%s", v);
+        else if (!strcmp(k, "pci.device_id"))
+            snprintf(s->devid, sizeof s->devid, "%s", v);
+        else if (!strcmp(k, "memory.total [MiB]"))
+            ASSERT_EQ(sscanf(v, "%llu MiB%127s", &s->mem_mib, x), 1);
+    }
+    free(csv);
+    ASSERT(s->cc[0] && s->devid[0] && s->mem_mib > 0);
 }
 
-TEST(device_run_h200_matches_nvidia_smi)
+/* The machine: fake NVML config from nvidia-smi, sysfs from pci.txt, procfs
+ * from proc-nvidia-version.txt. */
+static void device_tree(const char *dir, const struct smi *s, const char *sysfs, const char *procfs,
+                        const char *conf)
 {
-    device_run("h200-device", "nvidia-h200");
+    int maj = 0, min = 0, pcis = 0, gpus = 0;
+    ASSERT_EQ(sscanf(s->cuda, "%d.%d", &maj, &min), 2);
+    FILE *c = fopen(conf, "w");
+    ASSERT_NOT_NULL(c);
+    fprintf(c, "driver=%s\ncuda=%d\n[gpu]\nname=%s\nuuid=%s\ncc=%s\nmem=%llu\nbusid=%s\n",
+            s->driver, maj * 1000 + min * 10, s->name, s->uuid, s->cc, s->mem_mib << 20, s->bus);
+    fprintf(c, "pcidevid=%s\nmig=%d\n", s->devid, strcmp(s->mig, "Enabled") == 0);
+    fclose(c);
+    char *pci = fixture_text(dir, "pci.txt");
+    for (char *line = pci, *next; line && *line; line = next) {
+        char bdf[64], v[16], d[16], k[16], drv[64] = "";
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        int n = sscanf(line, "/sys/bus/pci/devices/%63s %15s %15s %15s %63s", bdf, v, d, k, drv);
+        if (n < 4)
+            tkm_test_fail(__FILE__, __LINE__, "%s/pci.txt: bad line \"%s\"", dir, line);
+        pci_dev(sysfs, bdf, v, d, k, n == 5 ? drv : "");
+        pcis++;
+        gpus += strcmp(v, "0x10de") == 0;
+    }
+    free(pci);
+    ASSERT(pcis > 1);
+    ASSERT_EQ(gpus, 1);
+    char *ver = fixture_text(dir, "proc-nvidia-version.txt");
+    char path[1024];
+    sh("mkdir -p '%s/driver/nvidia'", procfs);
+    snprintf(path, sizeof path, "%s/driver/nvidia/version", procfs);
+    FILE *o = fopen(path, "w");
+    ASSERT_NOT_NULL(o);
+    fputs(ver, o);
+    fclose(o);
+    free(ver);
 }
 
-TEST(device_run_h100_matches_nvidia_smi)
+/* Probes the rebuilt machine, with NVML or without (--no-nvml). */
+static void device_probe(const char *dir, const struct smi *s, int no_nvml, struct tkm_gpu_list *l)
 {
-    device_run("h100-device", "nvidia-h100");
+    struct tkm_err e = {0};
+    const char *sysfs = tmp_path("sys"), *procfs = tmp_path("proc");
+    device_tree(dir, s, sysfs, procfs, tmp_path("nvml.conf"));
+    setenv("TKM_FAKE_NVML", tmp_path("nvml.conf"), 1);
+    struct tkm_gpu_probe_opts o = {sysfs, procfs, fake_nvml(), no_nvml};
+    ASSERT_OK(tkm_gpu_probe(l, &o, &e));
+}
+
+/* The probe's facts are nvidia-smi's. */
+static void assert_facts(const struct tkm_gpu_list *l, const struct smi *s, const char *type)
+{
+    char bus[32];
+    ASSERT_STREQ(l->nvml_error, "");
+    ASSERT_EQ(l->n, 1); /* NVML's GPU, not again from the PCI scan */
+    const struct tkm_gpu *g = &l->gpus[0];
+    tkm_gpu_norm_bus_id(s->bus, bus, sizeof bus);
+    ASSERT_STREQ(g->name, s->name);
+    ASSERT_STREQ(g->gpu_type, type);
+    ASSERT_STREQ(g->uuid, s->uuid);
+    ASSERT_STREQ(s->cc, "9.0");
+    ASSERT_EQ(g->cc_major, 9);
+    ASSERT_EQ(g->cc_minor, 0);
+    ASSERT_STREQ(g->arch, "90");
+    ASSERT_STREQ(s->driver, "580.159.04");
+    ASSERT_STREQ(g->driver_version, s->driver);
+    ASSERT_STREQ(s->cuda, "13.0");
+    ASSERT_STREQ(g->cuda_version, s->cuda);
+    ASSERT_EQ(g->cuda_driver_version, 13000);
+    ASSERT_UEQ(g->memory_bytes, s->mem_mib << 20);
+    ASSERT_STREQ(g->pci_bus_id, bus);
+    ASSERT_UEQ(g->pci_device_id, strtoul(s->devid, NULL, 16) >> 16);
+    ASSERT_EQ(g->mig_mode, 0);
+    ASSERT_STREQ(s->mig, "Disabled");
+    ASSERT_STREQ(g->source, "nvml");
+    ASSERT_EQ(g->usable, 1);
+}
+
+/* Extracts a fixture cache into <tmp>/<top> and scans it; sm80: the copy
+ * that the device run made (every target.arch 80, `.target sm_80` in the
+ * PTX). */
+static void device_cache(const char *tarball, const char *top, int sm80, struct tkm_triton_cache *c)
+{
+    struct tkm_err e = {0};
+    sh("cd '%s' && tar xzf '%s/triton-cache/%s'", tkm_test_tmpdir(), tkm_test_fixtures(), tarball);
+    if (sm80)
+        sh("cd '%s' && mv %s tcache-sm80 && sed -i 's/\"arch\": 90,/\"arch\": 80,/' "
+           "tcache-sm80/*/*.json && sed -i 's/^\\.target sm_90a$/.target sm_80/' "
+           "tcache-sm80/*/*.ptx",
+           tkm_test_tmpdir(), top);
+    ASSERT_OK(tkm_triton_cache_scan(c, tmp_path(sm80 ? "tcache-sm80" : top), &e));
+}
+
+/* A copy of v with the text after `marker` in o[key] removed. */
+static void cut_after(json_t *o, const char *key, const char *marker)
+{
+    const char *v = json_string_value(json_object_get(o, key));
+    ASSERT_NOT_NULL(v);
+    const char *m = strstr(v, marker);
+    if (!m)
+        tkm_test_fail(__FILE__, __LINE__, "%s \"%s\" lacks \"%s\"", key, v, marker);
+    char cut[1024];
+    snprintf(cut, sizeof cut, "%.*s", (int)(m - v + strlen(marker)), v);
+    json_object_set_new(o, key, json_string(cut));
+}
+
+static void assert_json_equal(json_t *got, json_t *want, const char *what)
+{
+    if (json_equal(got, want))
+        return;
+    char *g = json_dumps(got, JSON_INDENT(1) | JSON_SORT_KEYS);
+    char *w = json_dumps(want, JSON_INDENT(1) | JSON_SORT_KEYS);
+    tkm_test_fail(__FILE__, __LINE__, "%s differs:\n code: %s\n recorded: %s", what, g, w);
+}
+
+/* The code's verdicts on c equal tkmctl's recorded file, field by field. */
+static void assert_check(const char *dir, const char *file, const struct tkm_triton_cache *c,
+                         const struct tkm_gpu_list *l, int no_nvml)
+{
+    json_t *rec = device_json(dir, file);
+    json_t *rc = json_object_get(rec, "cache"), *res = json_object_get(rec, "results");
+    char *label = NULL;
+    struct tkm_err e = {0};
+    ASSERT_UEQ(json_integer_value(json_object_get(rc, "entryCount")), c->n_kernels);
+    ASSERT_UEQ(json_integer_value(json_object_get(rc, "cacheSizeBytes")), c->size_bytes);
+    ASSERT_OK(tkm_triton_summary_label(&c->summary, &label, &e));
+    json_t *sum = json_loads(label, JSON_REJECT_DUPLICATES, NULL);
+    free(label);
+    assert_json_equal(sum, json_object_get(rc, "summary"), "cache summary");
+    json_decref(sum);
+    ASSERT_EQ(json_array_size(res), l->n);
+    size_t ok = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        struct tkm_compat_verdict v;
+        tkm_compat_check(&c->summary, &l->gpus[i], &v);
+        json_t *got = tkm_compat_verdict_json(&c->summary, &l->gpus[i], &v);
+        json_t *want = json_deep_copy(json_array_get(res, i));
+        ASSERT_NOT_NULL(got);
+        ASSERT_NOT_NULL(want);
+        if (no_nvml) {
+            /* The recordings predate the wording of --no-nvml's NVML error
+             * (h200: none, h100: "NVML was not loaded (--no-nvml)"); the rest
+             * of each reason must match, and the code's ends in its own. */
+            char tail[300];
+            snprintf(tail, sizeof tail, "(%s)", l->nvml_error);
+            ASSERT(strlen(v.reason) > strlen(tail));
+            ASSERT_STREQ(v.reason + strlen(v.reason) - strlen(tail), tail);
+            cut_after(json_object_get(got, "gpu"), "reason", "NVML is unavailable");
+            cut_after(json_object_get(want, "gpu"), "reason", "NVML is unavailable");
+            cut_after(got, "reason", "NVML is unavailable");
+            cut_after(want, "reason", "NVML is unavailable");
+        }
+        assert_json_equal(got, want, file);
+        ok += (size_t)v.compatible;
+        ASSERT_EQ(
+            json_integer_value(json_array_get(
+                json_object_get(rec, v.compatible ? "compatibleGpus" : "incompatibleGpus"), 0)),
+            l->gpus[i].index);
+        json_decref(got);
+        json_decref(want);
+    }
+    ASSERT_EQ(json_array_size(json_object_get(rec, "compatibleGpus")), ok);
+    ASSERT_EQ(json_array_size(json_object_get(rec, "incompatibleGpus")), l->n - ok);
+    ASSERT_EQ(json_is_true(json_object_get(rec, "compatible")), ok > 0);
+    if (!no_nvml) /* NVML answered on the machine, and here */
+        ASSERT_NULL(json_object_get(rec, "nvmlError"));
+    json_decref(rec);
+}
+
+enum device_case { DEV_SM90, DEV_SM80, DEV_INDUCTOR, DEV_NO_NVML };
+
+static void device_run(const char *dir, const char *type, enum device_case k)
+{
+    struct smi s;
+    struct tkm_gpu_list l;
+    struct tkm_triton_cache c;
+    smi_read(dir, &s);
+    device_probe(dir, &s, k == DEV_NO_NVML, &l);
+    if (k == DEV_NO_NVML) {
+        ASSERT_STREQ(l.nvml_error, "not loaded: --no-nvml");
+        ASSERT_EQ(l.n, 1); /* found on the PCI bus only */
+        ASSERT_STREQ(l.gpus[0].source, "pci");
+        ASSERT_EQ(l.gpus[0].usable, 0);
+        ASSERT_STREQ(l.gpus[0].driver_version, s.driver); /* /proc/driver/nvidia/version */
+    } else {
+        assert_facts(&l, &s, type);
+    }
+    if (k == DEV_INDUCTOR)
+        device_cache("triton-3.6.0-cuda-sm90-inductor-block.tar.gz", "tcache-inductor", 0, &c);
+    else
+        device_cache("triton-3.6.0-cuda-sm90.tar.gz", "tcache", k == DEV_SM80, &c);
+    struct tkm_compat_verdict v;
+    tkm_compat_check(&c.summary, &l.gpus[0], &v);
+    char want[512];
+    switch (k) {
+    case DEV_SM90:
+        ASSERT_EQ(v.compatible, 1);
+        ASSERT_STRCONTAINS(v.reason, "PTX ISA 8.7 needs CUDA 12.8+, driver supports 13.0");
+        assert_check(dir, "check-sm90.json", &c, &l, 0);
+        break;
+    case DEV_SM80:
+        ASSERT_EQ(v.compatible, 0);
+        snprintf(want, sizeof want, "arch mismatch: cache built for sm80, GPU 0 (%s) is sm90",
+                 s.name);
+        ASSERT_STREQ(v.reason, want);
+        assert_check(dir, "check-sm80.json", &c, &l, 0);
+        break;
+    case DEV_INDUCTOR:
+        ASSERT_EQ(v.compatible, 1);
+        ASSERT_STRCONTAINS(v.reason, "PTX ISA 9.0 needs CUDA 13.0+, driver supports 13.0");
+        assert_check(dir, "check-inductor.json", &c, &l, 0);
+        break;
+    case DEV_NO_NVML:
+        ASSERT_EQ(v.compatible, 0); /* fail closed */
+        ASSERT_STRCONTAINS(v.reason, "cannot be used: the nvidia driver is loaded but NVML is "
+                                     "unavailable (not loaded: --no-nvml)");
+        assert_check(dir, "check-sm90-no-nvml.json", &c, &l, 1);
+        break;
+    }
+    tkm_triton_cache_release(&c);
+    tkm_gpu_list_release(&l);
+}
+
+TEST_TIMEOUT(device_h200_sm90_compatible, 60)
+{
+    device_run("h200-device", "nvidia-h200", DEV_SM90);
+}
+
+TEST_TIMEOUT(device_h200_sm80_arch_mismatch, 60)
+{
+    device_run("h200-device", "nvidia-h200", DEV_SM80);
+}
+
+TEST_TIMEOUT(device_h200_inductor_needs_cuda_13, 60)
+{
+    device_run("h200-device", "nvidia-h200", DEV_INDUCTOR);
+}
+
+TEST_TIMEOUT(device_h200_without_nvml_fails_closed, 60)
+{
+    device_run("h200-device", "nvidia-h200", DEV_NO_NVML);
+}
+
+TEST_TIMEOUT(device_h100_sm90_compatible, 60)
+{
+    device_run("h100-device", "nvidia-h100", DEV_SM90);
+}
+
+TEST_TIMEOUT(device_h100_sm80_arch_mismatch, 60)
+{
+    device_run("h100-device", "nvidia-h100", DEV_SM80);
+}
+
+TEST_TIMEOUT(device_h100_inductor_needs_cuda_13, 60)
+{
+    device_run("h100-device", "nvidia-h100", DEV_INDUCTOR);
+}
+
+TEST_TIMEOUT(device_h100_without_nvml_fails_closed, 60)
+{
+    device_run("h100-device", "nvidia-h100", DEV_NO_NVML);
 }

@@ -170,7 +170,9 @@ int k8s_watch_start(struct k8s_client *c, const struct k8s_watch_opts *opts,
 
 /* Cancels everything and frees the watch from the loop; closed_cb (optional)
  * runs afterwards. No handler callback runs after this call. NULL is a
- * no-op. */
+ * no-op. Calling it twice is a bug (TKM_BUG, <tkm/bug.h>): Debug and
+ * sanitizer builds abort; other builds log it and ignore the second call
+ * (the first call's closed_cb still runs; the second's never does). */
 void k8s_watch_stop(struct k8s_watch *w, void (*closed_cb)(void *data), void *data);
 
 /* The last resourceVersion seen ("" before the first list). Borrowed: valid
