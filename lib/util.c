@@ -133,43 +133,53 @@ static size_t utf8_printable(const unsigned char *p, size_t n)
     return len;
 }
 
-char *tkm_escape(const char *s, size_t n, char *out, size_t outlen)
+/* The escape of the text at p (n > 0 bytes left) into e (8 bytes); *take
+ * gets the input bytes it covers. Returns the escape's length. */
+static size_t escape_one(const unsigned char *p, size_t n, char e[8], size_t *take)
 {
     static const char digits[] = "0123456789abcdef";
+    unsigned char b = p[0];
+    size_t u = b >= 0x80 ? utf8_printable(p, n) : 0;
+    *take = 1;
+    if (b == '\\' || b == '\n' || b == '\t' || b == '\r') {
+        e[0] = '\\';
+        e[1] = b == '\\' ? '\\' : b == '\n' ? 'n' : b == '\t' ? 't' : 'r';
+        return 2;
+    }
+    if (b < 0x20 || b == 0x7f || (b >= 0x80 && u == 0)) {
+        e[0] = '\\';
+        e[1] = 'x';
+        e[2] = digits[b >> 4];
+        e[3] = digits[b & 15];
+        return 4;
+    }
+    *take = u ? u : 1;
+    memcpy(e, p, *take);
+    return *take;
+}
+
+char *tkm_escape(const char *s, size_t n, char *out, size_t outlen)
+{
     const unsigned char *p = (const unsigned char *)s;
-    size_t o = 0;
+    size_t o = 0, total = 0, take;
+    char e[8];
     if (outlen == 0)
         return out;
-    for (size_t i = 0; i < n;) {
-        char e[8];
-        size_t el = 0, take = 1;
-        unsigned char b = p[i];
-        if (b == '\\' || b == '\n' || b == '\t' || b == '\r') {
-            e[0] = '\\';
-            e[1] = b == '\\' ? '\\' : b == '\n' ? 'n' : b == '\t' ? 't' : 'r';
-            el = 2;
-        } else if (b < 0x20 || b == 0x7f || (b >= 0x80 && !(take = utf8_printable(p + i, n - i)))) {
-            take = 1;
-            e[0] = '\\';
-            e[1] = 'x';
-            e[2] = digits[b >> 4];
-            e[3] = digits[b & 15];
-            el = 4;
-        } else {
-            memcpy(e, p + i, take);
-            el = take;
-        }
-        if (o + el + 1 > outlen || (i + take < n && o + el + 4 > outlen)) {
-            size_t keep = outlen - 1 < 3 ? outlen - 1 : 3;
-            while (o + keep + 1 > outlen && o > 0)
-                o--;
-            memcpy(out + o, "...", keep);
-            o += keep;
+    for (size_t i = 0; i < n; i += take)
+        total += escape_one(p + i, n - i, e, &take);
+    /* All of it when it fits, else whole escapes up to a "..." mark. */
+    size_t room = total < outlen ? outlen - 1 : (outlen > 4 ? outlen - 4 : 0);
+    for (size_t i = 0; i < n; i += take) {
+        size_t el = escape_one(p + i, n - i, e, &take);
+        if (o + el > room)
             break;
-        }
         memcpy(out + o, e, el);
         o += el;
-        i += take;
+    }
+    if (total >= outlen) {
+        size_t dots = outlen - 1 - o < 3 ? outlen - 1 - o : 3;
+        memcpy(out + o, "...", dots);
+        o += dots;
     }
     out[o] = '\0';
     return out;
