@@ -98,4 +98,37 @@ assert_eq "$(printf '%s\n' .not-ours-staging ".tkm-staging-$SPID-$start-aaaa" c3
   "$(ls -A "$W/out" | sort)" "refusals leave nothing"
 expect_ok "generous caps" "$TKMCTL" extract "$W/img-small" --output "$W/out/c5" --max-bytes 1Gi --max-file-bytes 64MiB
 
+step "from a registry: caps checked from the manifest, before any layer is fetched"
+REG=$TKM_REGISTRY
+expect_ok "push the big layout" "$TKMCTL" push "$W/img-big" "$REG/e2e/extract-signals:big"
+expect_fail "pull --max-bytes below the image" "$TKMCTL" pull "$REG/e2e/extract-signals:big" --output "$W/pulled" --max-bytes 100Mi
+assert_contains "$OUT" "over the 104857600-byte cap (--max-bytes)" "pull names the total cap"
+expect_fail "pull --max-file-bytes below the layer" "$TKMCTL" pull "$REG/e2e/extract-signals:big" --output "$W/pulled" --max-file-bytes 1M
+assert_contains "$OUT" "over the 1000000-byte cap (--max-file-bytes)" "pull names the per-blob cap"
+[[ ! -e $W/pulled ]] || fail "a refused pull created $W/pulled"
+pass "a refused pull created no layout"
+expect_ok "pull within the caps" "$TKMCTL" pull "$REG/e2e/extract-signals:big" --output "$W/pulled" --max-bytes 1Gi --max-file-bytes 400Mi
+rm -rf "$W/pulled"
+mkdir -p "$W/rout"
+expect_fail "extract REF --max-bytes below the download" "$TKMCTL" extract "$REG/e2e/extract-signals:big" --output "$W/rout/c" --max-bytes 200Mi
+assert_contains "$OUT" "(--max-bytes)" "extract REF names the cap"
+assert_eq "" "$(ls -A "$W/rout")" "a refused extract REF leaves nothing"
+
+step "SIGINT while extract REF downloads"
+"$TKMCTL" extract "$REG/e2e/extract-signals:big" --output "$W/rout/c" >"$W/x.log" 2>&1 &
+XPID=$!
+t0=$SECONDS
+until [[ -n $(find "$W/rout" -path '*/.tkm-staging-*/layout/blobs/*' -name '.pull-*' -size +0 2>/dev/null | head -1) ]]; do
+  kill -0 "$XPID" 2>/dev/null || fail "extract REF ended before the download was seen: $(cat "$W/x.log")"
+  ((SECONDS - t0 < 120)) || fail "no download in progress after 120 s"
+  sleep 0.01
+done
+kill -INT "$XPID"
+rc=0
+wait "$XPID" || rc=$?
+assert_eq 130 "$rc" "exit status after SIGINT during the download"
+assert_eq "" "$(ls -A "$W/rout")" "nothing left beside --output after SIGINT during the download"
+expect_ok "extract REF completes" "$TKMCTL" extract "$REG/e2e/extract-signals:big" --output "$W/rout/c"
+assert_eq "c" "$(ls -A "$W/rout")" "only the output, the pull layout removed"
+
 e2e_done

@@ -25,7 +25,13 @@
  *     gives any execute bit, else 0644 (setuid/setgid/sticky are masked, not
  *     rejected); owners, times and xattrs (e.g. security.capability) are
  *     never applied.
- * Every rejection names the entry. The extraction is blocking: run it on a
+ *   - a NUL in a PAX path/linkpath or inside a GNU long name, and any
+ *     non-zero byte after the end-of-archive marker, are rejected;
+ *   - with opts.blob_size, a blob of another size is rejected.
+ * Every rejection names the entry, escaped with tkm_escape() (<tkm/util.h>)
+ * so control characters cannot forge terminal output or log lines. A failed
+ * extraction leaves nothing of the layer on disk (see _extract_fd and
+ * _extract_path). The extraction is blocking: run it on a
  * worker thread (the agent uses the libuv thread pool); progress callbacks
  * are made on that thread.
  */
