@@ -735,7 +735,7 @@ static int open_dir(struct xctx *c, const char *entry, const char *rel, size_t r
     int fd = dup(c->dirfd);
     if (fd < 0)
         return xfail(c, -errno, "entry %s: dup: %s", entry, strerror(errno));
-    char comp[NAME_MAX + 1];
+    char comp[NAME_MAX + 1], shown[1100]; /* shown: rel escaped for messages */
     for (size_t i = 0; i < rlen;) {
         size_t j = i;
         while (j < rlen && rel[j] != '/')
@@ -748,22 +748,23 @@ static int open_dir(struct xctx *c, const char *entry, const char *rel, size_t r
         else if (errno != EEXIST) {
             int e = errno;
             close(fd);
-            return xfail(c, -e, "entry %s: cannot create directory %.*s: %s", entry, (int)j, rel,
-                         strerror(e));
+            return xfail(c, -e, "entry %s: cannot create directory %s: %s", entry,
+                         tkm_escape(rel, j, shown, sizeof shown), strerror(e));
         }
         int nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         int e = errno;
         close(fd);
         if (nfd < 0)
             return xfail(c, e == ENOTDIR || e == ELOOP ? -EINVAL : -e,
-                         "entry %s: %.*s is not a directory beneath the extraction root (%s)",
-                         entry, (int)j, rel, strerror(e));
+                         "entry %s: %s is not a directory beneath the extraction root (%s)", entry,
+                         tkm_escape(rel, j, shown, sizeof shown), strerror(e));
         if (created) {
             c->dirs++;
             if (fchmod(nfd, 0755) < 0) {
                 e = errno;
                 close(nfd);
-                return xfail(c, -e, "entry %s: chmod %.*s: %s", entry, (int)j, rel, strerror(e));
+                return xfail(c, -e, "entry %s: chmod %s: %s", entry,
+                             tkm_escape(rel, j, shown, sizeof shown), strerror(e));
             }
         }
         fd = nfd;
@@ -853,11 +854,15 @@ static int write_file(struct xctx *c, struct archive *a, struct archive_entry *a
         return pfd;
     if (c->files == 0 && check_space(c, entry, 1) < 0)
         return c->e.code;
+    char shown[1100];
     int fd = openat(pfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0 && errno == EEXIST)
-        return xfail(c, -EINVAL, "entry %s: duplicate entry (%s already exists)", entry, rel);
+    int e = errno;
+    if (fd < 0 && e == EEXIST)
+        return xfail(c, -EINVAL, "entry %s: duplicate entry (%s already exists)", entry,
+                     tkm_escape(rel, strlen(rel), shown, sizeof shown));
     if (fd < 0)
-        return xfail(c, -errno, "entry %s: cannot create %s: %s", entry, rel, strerror(errno));
+        return xfail(c, -e, "entry %s: cannot create %s: %s", entry,
+                     tkm_escape(rel, strlen(rel), shown, sizeof shown), strerror(e));
     int rc = copy_data(c, a, fd, entry);
     mode_t mode = (archive_entry_perm(ae) & 0111) ? 0755 : 0644;
     if (rc == 0 && fchmod(fd, mode) < 0)
