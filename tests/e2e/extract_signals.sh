@@ -94,6 +94,11 @@ expect_fail "--max-bytes below the layer" "$TKMCTL" extract "$W/img-big" --outpu
 assert_contains "$OUT" "max_total_bytes" "the total cap names the limit"
 expect_fail "bad size" "$TKMCTL" extract "$W/img-big" --output "$W/out/c4" --max-bytes 12Q
 assert_contains "$OUT" "'12Q': not a positive size" "a bad size is explained"
+for bad in 0 -5 1.5G 99999999999999999999 16EiB ""; do
+  rc=0
+  "$TKMCTL" extract "$W/img-big" --output "$W/out/c4" --max-file-bytes="$bad" 2>/dev/null || rc=$?
+  assert_eq 2 "$rc" "--max-file-bytes='$bad' is a usage error"
+done
 assert_eq "$(printf '%s\n' .not-ours-staging ".tkm-staging-$SPID-$start-aaaa" c3 | sort)" \
   "$(ls -A "$W/out" | sort)" "refusals leave nothing"
 expect_ok "generous caps" "$TKMCTL" extract "$W/img-small" --output "$W/out/c5" --max-bytes 1Gi --max-file-bytes 64MiB
