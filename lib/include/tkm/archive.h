@@ -162,7 +162,7 @@ int tkm_archive_extract_path(const char *blob_path, const char *dest_path,
 /* Creates a new staging directory (mode 0700) beneath parent_fd (borrowed);
  * name (namelen >= TKM_STAGING_NAME_MAX) gets its name. Returns an owned
  * O_DIRECTORY fd holding the flock (close it after the rename or removal),
- * or a negative errno (-ENOENT without /proc). */
+ * or a negative errno. Without /proc the start time is written as 0. */
 int tkm_staging_create(int parent_fd, char *name, size_t namelen, struct tkm_err *err);
 
 /* 1 when name (borrowed) beneath parent_fd is a staging directory whose
