@@ -15,7 +15,9 @@
 #include <tkm/oci/ref.h>
 
 #include "ctl_args.h"
+#include "ctl_limits.h"
 #include "ctl_oci.h"
+#include "ctl_signal.h"
 #include "tkmctl.h"
 
 static void usage(FILE *f)
@@ -25,21 +27,31 @@ static void usage(FILE *f)
         "Usage: tkmctl extract (REF | LAYOUT_DIR) --output DIR [flags]\n\n"
         "Writes the Triton cache held by an image to DIR, ready for TRITON_CACHE_DIR:\n"
         "pulls REF (verifying every digest) or reads an OCI image layout, checks the layer\n"
-        "digest and diff_id, extracts io.triton.cache/ safely (no links, devices, '..' or\n"
-        "absolute names; modes normalised) into a staging dir that is renamed to DIR only\n"
+        "digest, size and diff_id, extracts io.triton.cache/ safely (no links, devices, '..'\n"
+        "or absolute names; modes normalised) into a staging dir that is renamed to DIR only\n"
         "when complete, then rewrites every __grp__*.json so its child paths point at the\n"
         "path where Triton will see the cache (Triton ignores entries whose paths do not\n"
         "exist, so an unrewritten cache recompiles).\n\n"
+        "Work happens in .tkm-staging-<pid>-<start>-<random> beside DIR. SIGINT or SIGTERM\n"
+        "stops it, removes the staging dir and exits 128+signal (130, 143); a second one\n"
+        "kills at once. What a killed run left is removed by the next run into the same\n"
+        "parent directory (never a live run's).\n\n"
         "Flags:\n"
         "  --output DIR       where to extract (must not exist)\n"
         "  --mount-path P     the absolute path Triton will use (default: DIR's own path),\n"
         "                     e.g. the mountPath of a pod volume\n"
         "  --tag TAG          the image in a layout (default: the only one)\n"
+        "  --max-bytes N      cap on the uncompressed layer (default 32Gi); for REF also on\n"
+        "                     the bytes downloaded (manifest sizes checked before any layer)\n"
+        "  --max-file-bytes N cap on one extracted file (default 4Gi)\n"
+        "                     N: bytes, or K/M/G/T (x1000) or Ki/Mi/Gi/Ti (x1024): 512Mi\n"
         "  -o json            print the result as JSON\n\n"
         "%s\n"
+        "Exit status: 0 done, 1 failed (nothing left at DIR), 2 usage, 130/143 interrupted.\n\n"
         "Examples:\n"
         "  tkmctl extract 127.0.0.1:5000/tkm/cache:sm90 --output ~/.triton/cache-sm90\n"
-        "  tkmctl extract ./img --tag sm90 --output /srv/cache --mount-path /root/.triton/cache\n",
+        "  tkmctl extract ./img --tag sm90 --output /srv/cache --mount-path /root/.triton/cache\n"
+        "  tkmctl extract ./img --output /srv/cache --max-bytes 2Gi --max-file-bytes 256Mi\n",
         ctl_oci_flags_help);
 }
 
@@ -64,36 +76,91 @@ static void print_result(const struct tkm_oci_extract_result *r, const char *out
            (unsigned long long)r->groups);
 }
 
-static int extract_ref(const char *src, const char *output, const char *tag, const char *mount,
-                       struct ctl_oci_flags *f, struct tkm_oci_extract_result *r,
-                       struct tkm_err *err)
+/* What one extraction needs. */
+struct xjob {
+    const char *src, *output, *tag, *mount;
+    struct ctl_oci_flags *f;
+    struct tkm_archive_opts ao; /* limits and the cancel flag */
+    struct ctl_pull_caps caps;  /* for REF */
+    int pfd;                    /* the parent of output */
+    char parent[4200];          /* its path */
+    char stg[TKM_STAGING_NAME_MAX];
+};
+
+/* The pull cannot be cancelled from inside: its progress callback is where a
+ * signal is noticed during a download. The pull writes only inside our own
+ * staging directory, so removing it and exiting leaves nothing behind. */
+static void pull_progress(void *ud, uint64_t done, uint64_t total)
+{
+    struct xjob *j = ud;
+    int st = ctl_signal_status();
+    if (st) {
+        ctl_progress_end(&j->f->progress);
+        tkm_rmtree_at(j->pfd, j->stg);
+        fprintf(stderr, "tkmctl extract: interrupted by signal %d while pulling; removed %s\n",
+                st - 128, j->stg);
+        fflush(stderr);
+        _exit(st);
+    }
+    ctl_progress_cb(&j->f->progress, done, total);
+}
+
+/* Opens the directory that will hold j->output; j->parent gets its path. */
+static int open_parent(struct xjob *j, struct tkm_err *err)
+{
+    size_t n = strlen(j->output);
+    while (n > 1 && j->output[n - 1] == '/')
+        n--;
+    if (n >= sizeof j->parent)
+        return tkm_err_set(err, -ENAMETOOLONG, "--output is too long");
+    memcpy(j->parent, j->output, n);
+    j->parent[n] = '\0';
+    char *slash = strrchr(j->parent, '/');
+    if (!slash)
+        snprintf(j->parent, sizeof j->parent, ".");
+    else if (slash == j->parent)
+        j->parent[1] = '\0';
+    else
+        *slash = '\0';
+    j->pfd = open(j->parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (j->pfd < 0)
+        return tkm_err_set(err, -errno, "cannot open %s, the directory for %s: %s", j->parent,
+                           j->output, strerror(errno));
+    return 0;
+}
+
+static int extract_ref(struct xjob *j, struct tkm_oci_extract_result *r, struct tkm_err *err)
 {
     struct tkm_oci_ref ref;
     struct tkm_oci_registry_opts ro;
     struct tkm_oci_pull_result pr;
-    char tmpl[4200], layout[4300];
-    int rc;
-    if (tkm_oci_layout_is(src))
-        return tkm_oci_extract_layout(src, tag, output, mount, r, err);
-    if ((rc = tkm_oci_ref_parse(&ref, src, err)) != 0) {
-        tkm_err_prefix(err, "'%s' is neither an OCI layout directory nor a reference", src);
+    char layout[4400];
+    int rc, sfd;
+    if (tkm_oci_layout_is(j->src))
+        return tkm_oci_extract_layout_with(j->src, j->tag, j->output, j->mount, &j->ao, r, err);
+    if ((rc = tkm_oci_ref_parse(&ref, j->src, err)) != 0) {
+        tkm_err_prefix(err, "'%s' is neither an OCI layout directory nor a reference", j->src);
         return rc;
     }
     /* Pull into a private layout beside the output (same filesystem), removed after. */
-    snprintf(tmpl, sizeof tmpl, "%s.pull-XXXXXX", output);
-    if (!mkdtemp(tmpl))
-        return tkm_err_set(err, -errno, "mkdtemp %s: %s", tmpl, strerror(errno));
-    snprintf(layout, sizeof layout, "%s/layout", tmpl);
-    ctl_oci_registry_opts(f, &ro);
-    rc = tkm_oci_pull(&ref, &ro, layout, "pulled", 1, &pr, err);
-    ctl_progress_end(&f->progress);
+    tkm_staging_purge(j->pfd, j->parent);
+    if ((sfd = tkm_staging_create(j->pfd, j->stg, sizeof j->stg, err)) < 0)
+        return sfd;
+    snprintf(layout, sizeof layout, "%s/%s/layout", j->parent, j->stg);
+    ctl_oci_registry_opts(j->f, &ro);
+    ro.progress = pull_progress;
+    ro.progress_ud = j;
+    rc = ctl_pull_capped(&ref, &ro, layout, "pulled", 1, &j->caps, &pr, err);
+    ctl_progress_end(&j->f->progress);
     if (rc == 0) {
         tkm_oci_pull_result_release(&pr);
-        rc = tkm_oci_extract_layout(layout, "pulled", output, mount, r, err);
+        rc = tkm_oci_extract_layout_with(layout, "pulled", j->output, j->mount, &j->ao, r, err);
     }
-    int rrc = tkm_rmtree_at(AT_FDCWD, tmpl);
+    int rrc = tkm_rmtree_at(j->pfd, j->stg);
     if (rrc != 0)
-        fprintf(stderr, "tkmctl extract: could not remove %s: %s\n", tmpl, strerror(-rrc));
+        fprintf(stderr, "tkmctl extract: could not remove %s/%s: %s\n", j->parent, j->stg,
+                strerror(-rrc));
+    close(sfd);
     return rc;
 }
 
@@ -102,28 +169,51 @@ static int cmd_extract(int argc, char **argv)
     struct ctl_oci_flags f;
     struct tkm_oci_extract_result r;
     struct tkm_err err = {0};
-    const char *src = NULL, *output = NULL, *tag = NULL, *mount = NULL;
+    struct xjob j;
+    const char *max_bytes = NULL, *max_file = NULL;
+    memset(&j, 0, sizeof j);
+    j.pfd = -1;
+    tkm_archive_opts_init(&j.ao);
     ctl_oci_flags_init(&f, "pull");
+    j.f = &f;
     const struct ctl_arg args[] = {
-        {"--output", &output, NULL}, {"--tag", &tag, NULL}, {"--mount-path", &mount, NULL}, {0}};
-    const struct ctl_args_spec spec = {"extract", args, &src, 1, usage, &f};
+        {"--output", &j.output, NULL},         {"--tag", &j.tag, NULL},
+        {"--mount-path", &j.mount, NULL},      {"--max-bytes", &max_bytes, NULL},
+        {"--max-file-bytes", &max_file, NULL}, {0}};
+    const struct ctl_args_spec spec = {"extract", args, &j.src, 1, usage, &f};
     int st = ctl_args_parse(&spec, argc, argv);
     if (st >= 0)
         return st;
-    if (!src || !output) {
+    if (!j.src || !j.output) {
         fprintf(stderr, "tkmctl extract: need REF or LAYOUT_DIR, and --output DIR\n\n");
         usage(stderr);
         return 2;
     }
-    if (mount && mount[0] != '/') {
-        fprintf(stderr, "tkmctl extract: --mount-path must be absolute, not '%s'\n", mount);
+    if (ctl_size_flag("extract", "--max-bytes", max_bytes, &j.ao.limits.max_total_bytes) ||
+        ctl_size_flag("extract", "--max-file-bytes", max_file, &j.ao.limits.max_file_bytes))
+        return 2;
+    if (max_bytes)
+        j.caps.max_bytes = j.ao.limits.max_total_bytes;
+    if (j.mount && j.mount[0] != '/') {
+        fprintf(stderr, "tkmctl extract: --mount-path must be absolute, not '%s'\n", j.mount);
         return 2;
     }
-    if (access(output, F_OK) == 0) {
-        fprintf(stderr, "tkmctl extract: %s exists; extract into a new directory\n", output);
+    if (access(j.output, F_OK) == 0) {
+        fprintf(stderr, "tkmctl extract: %s exists; extract into a new directory\n", j.output);
         return 1;
     }
-    if (extract_ref(src, output, tag, mount, &f, &r, &err) != 0) {
+    if (ctl_signal_install() < 0)
+        fprintf(stderr, "tkmctl extract: warning: cannot catch SIGINT/SIGTERM\n");
+    j.ao.cancel = ctl_signal_flag();
+    st = open_parent(&j, &err) == 0 && extract_ref(&j, &r, &err) == 0 ? 0 : 1;
+    if (j.pfd >= 0)
+        close(j.pfd);
+    if (st != 0 && ctl_signal_status()) {
+        fprintf(stderr, "tkmctl extract: interrupted by signal %d; nothing was left beside %s\n",
+                ctl_signal_status() - 128, j.output);
+        return ctl_signal_status();
+    }
+    if (st != 0) {
         fprintf(stderr, "tkmctl extract: %s\n", tkm_err_str(&err));
         return 1;
     }
@@ -132,7 +222,7 @@ static int cmd_extract(int argc, char **argv)
                 "tkmctl extract: warning: the image label cache-size-bytes says %llu, extracted "
                 "%llu\n",
                 (unsigned long long)r.label_bytes, (unsigned long long)r.file_bytes);
-    print_result(&r, output, f.json);
+    print_result(&r, j.output, f.json);
     return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <tkm/oci/ref.h>
 
 #include "ctl_args.h"
+#include "ctl_limits.h"
 #include "ctl_oci.h"
 #include "tkmctl.h"
 
@@ -28,6 +29,12 @@ static void usage(FILE *f)
         "  --output DIR       the layout to write (created, or added to)\n"
         "  --tag TAG          tag in the layout (default: REF's tag)\n"
         "  --config-only      fetch manifest and config only (inspect the labels)\n"
+        "  --max-bytes N      refuse an image whose config and layers add up to more than N\n"
+        "                     bytes (default: no cap beyond each descriptor's exact size)\n"
+        "  --max-file-bytes N refuse an image with a layer blob over N bytes (default: none)\n"
+        "                     With either cap the manifest is read and the sizes checked\n"
+        "                     before any layer is downloaded; then that digest is pulled.\n"
+        "                     N: bytes, or K/M/G/T (x1000) or Ki/Mi/Gi/Ti (x1024): 512Mi\n"
         "  -o json            print the result as JSON\n\n"
         "%s\n"
         "Examples:\n"
@@ -83,15 +90,20 @@ static int cmd_pull(int argc, char **argv)
     int layers = 1;
     ctl_oci_flags_init(&f, "pull");
     int config_only = 0;
-    const struct ctl_arg args[] = {{"--output", &output, NULL},
-                                   {"--tag", &tag, NULL},
-                                   {"--config-only", NULL, &config_only},
-                                   {0}};
+    const char *max_bytes = NULL, *max_file = NULL;
+    struct ctl_pull_caps caps = {0, 0};
+    const struct ctl_arg args[] = {
+        {"--output", &output, NULL},           {"--tag", &tag, NULL},
+        {"--config-only", NULL, &config_only}, {"--max-bytes", &max_bytes, NULL},
+        {"--max-file-bytes", &max_file, NULL}, {0}};
     const struct ctl_args_spec spec = {"pull", args, &refstr, 1, usage, &f};
     int st = ctl_args_parse(&spec, argc, argv);
     if (st >= 0)
         return st;
     layers = !config_only;
+    if (ctl_size_flag("pull", "--max-bytes", max_bytes, &caps.max_bytes) ||
+        ctl_size_flag("pull", "--max-file-bytes", max_file, &caps.max_blob_bytes))
+        return 2;
     if (!refstr || !output) {
         fprintf(stderr, "tkmctl pull: need REF and --output DIR\n\n");
         usage(stderr);
@@ -102,7 +114,7 @@ static int cmd_pull(int argc, char **argv)
         return 2;
     }
     ctl_oci_registry_opts(&f, &ro);
-    int rc = tkm_oci_pull(&ref, &ro, output, tag, layers, &res, &err);
+    int rc = ctl_pull_capped(&ref, &ro, output, tag, layers, &caps, &res, &err);
     ctl_progress_end(&f.progress);
     if (rc != 0) {
         fprintf(stderr, "tkmctl pull: %s\n", tkm_err_str(&err));

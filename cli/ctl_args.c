@@ -1,7 +1,10 @@
 /* ctl_args.c - see ctl_args.h. */
 #include "ctl_args.h"
 
+#include <errno.h>
 #include <string.h>
+
+#include <tkm/util.h>
 
 #include "ctl_oci.h"
 
@@ -70,4 +73,69 @@ int ctl_args_parse(const struct ctl_args_spec *s, int argc, char **argv)
         s->pos[npos++] = a;
     }
     return -1;
+}
+
+int ctl_parse_size(const char *s, uint64_t *out)
+{
+    static const struct {
+        const char *sfx;
+        uint64_t mul;
+    } units[] = {{"", 1},
+                 {"B", 1},
+                 {"K", 1000ULL},
+                 {"KB", 1000ULL},
+                 {"M", 1000000ULL},
+                 {"MB", 1000000ULL},
+                 {"G", 1000000000ULL},
+                 {"GB", 1000000000ULL},
+                 {"T", 1000000000000ULL},
+                 {"TB", 1000000000000ULL},
+                 {"Ki", 1ULL << 10},
+                 {"KiB", 1ULL << 10},
+                 {"Mi", 1ULL << 20},
+                 {"MiB", 1ULL << 20},
+                 {"Gi", 1ULL << 30},
+                 {"GiB", 1ULL << 30},
+                 {"Ti", 1ULL << 40},
+                 {"TiB", 1ULL << 40}};
+    char num[32];
+    size_t n = 0;
+    uint64_t v;
+    if (!s)
+        return -EINVAL;
+    while (s[n] >= '0' && s[n] <= '9')
+        n++;
+    if (n == 0 || n >= sizeof num)
+        return n == 0 ? -EINVAL : -ERANGE;
+    memcpy(num, s, n);
+    num[n] = '\0';
+    int rc = tkm_parse_u64(num, INT64_MAX, &v);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(s + n, units[i].sfx) != 0)
+            continue;
+        if (v == 0)
+            return -EINVAL;
+        if (v > (uint64_t)INT64_MAX / units[i].mul)
+            return -ERANGE;
+        *out = v * units[i].mul;
+        return 0;
+    }
+    return -EINVAL;
+}
+
+int ctl_size_flag(const char *cmd, const char *flag, const char *v, uint64_t *out)
+{
+    if (!v)
+        return 0;
+    int rc = ctl_parse_size(v, out);
+    if (rc == 0)
+        return 0;
+    fprintf(stderr,
+            "tkmctl %s: %s '%s': %s; give bytes, or a number with K, M, G, T (powers of 1000) or "
+            "Ki, Mi, Gi, Ti (powers of 1024), e.g. 512Mi\n",
+            cmd, flag, v,
+            rc == -ERANGE ? "too large (the maximum is 2^63-1 bytes)" : "not a positive size");
+    return 2;
 }

@@ -23,6 +23,7 @@
 #define CTL_ARGS_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 struct ctl_oci_flags;
@@ -45,5 +46,16 @@ struct ctl_args_spec {
 /* Returns -1 when the caller should go on, 0 after printing help (exit 0),
  * 2 after printing a usage error (exit 2). */
 int ctl_args_parse(const struct ctl_args_spec *s, int argc, char **argv);
+
+/* Parses a byte count: plain bytes ("1048576") or a number with a suffix,
+ * K/M/G/T (powers of 1000) or Ki/Mi/Gi/Ti (powers of 1024), optionally
+ * followed by "B" ("10M", "512MiB", "4Gi"). Zero is refused. Returns 0, or
+ * -EINVAL (not a size) / -ERANGE (over 2^63). *out is written on success. */
+int ctl_parse_size(const char *s, uint64_t *out);
+
+/* ctl_parse_size for a flag: prints "tkmctl <cmd>: <flag> 'v': ..." and
+ * returns 2 (the usage-error exit status) on a bad value, else 0. A NULL v
+ * leaves *out alone. */
+int ctl_size_flag(const char *cmd, const char *flag, const char *v, uint64_t *out);
 
 #endif

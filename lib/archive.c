@@ -18,6 +18,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -92,7 +95,7 @@ struct screen {
     char meta_type;        /* 'x', 'g', 'L', 'K' while collecting a body */
     uint64_t meta_left;    /* body bytes still to collect */
     uint64_t meta_pad;     /* padding after the body */
-    char meta_name[101];   /* the ustar name of the meta header, for messages */
+    char meta_name[404];   /* the ustar name of the meta header, escaped, for messages */
     struct tkm_buf meta;   /* the body */
     struct tkm_buf path;   /* PAX path= / GNU 'L' for the next entry */
     struct tkm_buf link;   /* PAX linkpath= / GNU 'K' for the next entry */
@@ -180,21 +183,42 @@ static uint64_t pad512(uint64_t n)
     return (TAR_BLOCK - (n % TAR_BLOCK)) % TAR_BLOCK;
 }
 
-/* The name the next entry will have, for messages. */
+/* The name the next entry will have, escaped (tkm_escape), for messages. */
 static void screen_name(struct xctx *c, char *out, size_t outlen)
 {
     const unsigned char *h = c->sc.hdr;
-    char name[101], prefix[156];
+    char name[101], prefix[156], raw[260];
     if (c->sc.path.len) {
-        snprintf(out, outlen, "%s", c->sc.path.data);
+        tkm_escape(c->sc.path.data, c->sc.path.len, out, outlen);
         return;
     }
     field_str(h, 100, name);
     field_str(h + 345, 155, prefix);
     if (memcmp(h + 257, "ustar\0", 6) == 0 && prefix[0]) /* POSIX only: old GNU uses 345.. */
-        snprintf(out, outlen, "%s/%s", prefix, name);
+        snprintf(raw, sizeof raw, "%s/%s", prefix, name);
     else
-        snprintf(out, outlen, "%s", name);
+        snprintf(raw, sizeof raw, "%s", name);
+    tkm_escape(raw, strlen(raw), out, outlen);
+}
+
+/* A PAX path or linkpath value: a NUL would cut the name short in libarchive
+ * (the entry would be written under a shorter name than the one screened). */
+static int screen_pax_name(struct xctx *c, struct tkm_buf *dst, const char *key, const char *val,
+                           size_t vlen)
+{
+    char shown[400];
+    const char *nul = memchr(val, '\0', vlen);
+    if (nul)
+        return xfail(c, -EINVAL, "PAX header %s: %s '%s' contains a NUL byte at offset %zu",
+                     c->sc.meta_name, key, tkm_escape(val, vlen, shown, sizeof shown),
+                     (size_t)(nul - val));
+    if (!dst) /* a global ('g') record: checked, not applied */
+        return 0;
+    tkm_buf_reset(dst);
+    if (tkm_buf_append(dst, val, vlen) < 0)
+        return xfail(c, -EINVAL, "PAX header %s: %s of %zu bytes is too long", c->sc.meta_name, key,
+                     vlen);
+    return 0;
 }
 
 /* Parses the records of a PAX body: "<len> <key>=<value>\n". */
@@ -216,18 +240,14 @@ static int screen_pax(struct xctx *c, int global)
             return xfail(c, -EINVAL, "PAX header %s: record without key=value", c->sc.meta_name);
         size_t klen = (size_t)(eq - key), vlen = (size_t)(rend - eq - 1);
         const char *val = eq + 1;
-        if (!global && klen == 4 && memcmp(key, "path", 4) == 0) {
-            tkm_buf_reset(&c->sc.path);
-            if (tkm_buf_append(&c->sc.path, val, vlen) < 0)
-                return xfail(c, -EINVAL, "PAX header %s: path of %zu bytes is too long",
-                             c->sc.meta_name, vlen);
-        } else if (!global && klen == 8 && memcmp(key, "linkpath", 8) == 0) {
-            tkm_buf_reset(&c->sc.link);
-            if (tkm_buf_append(&c->sc.link, val, vlen) < 0)
-                return xfail(c, -EINVAL, "PAX header %s: linkpath of %zu bytes is too long",
-                             c->sc.meta_name, vlen);
+        if (klen == 4 && memcmp(key, "path", 4) == 0) {
+            if (screen_pax_name(c, global ? NULL : &c->sc.path, "path", val, vlen) < 0)
+                return c->e.code;
+        } else if (klen == 8 && memcmp(key, "linkpath", 8) == 0) {
+            if (screen_pax_name(c, global ? NULL : &c->sc.link, "linkpath", val, vlen) < 0)
+                return c->e.code;
         } else if (klen == 4 && memcmp(key, "size", 4) == 0) {
-            char num[24];
+            char num[24], shown[100];
             uint64_t v;
             if (vlen == 0 || vlen >= sizeof(num))
                 return xfail(c, -EINVAL, "PAX header %s: bad size record", c->sc.meta_name);
@@ -235,7 +255,7 @@ static int screen_pax(struct xctx *c, int global)
             num[vlen] = '\0';
             if (num[0] == '-' || tkm_parse_u64(num, INT64_MAX, &v) < 0)
                 return xfail(c, -EINVAL, "PAX header %s: size '%s' is not a non-negative number",
-                             c->sc.meta_name, num);
+                             c->sc.meta_name, tkm_escape(num, vlen, shown, sizeof shown));
             if (!global)
                 c->sc.size_override = (int64_t)v;
         } else if (klen >= 11 && memcmp(key, "GNU.sparse.", 11) == 0) {
@@ -255,8 +275,13 @@ static int screen_meta_done(struct xctx *c)
     } else {
         struct tkm_buf *dst = c->sc.meta_type == 'L' ? &c->sc.path : &c->sc.link;
         size_t n = strnlen(c->sc.meta.data, c->sc.meta.len);
+        char shown[400];
         tkm_buf_reset(dst);
-        if (tkm_buf_append(dst, c->sc.meta.data, n) < 0)
+        for (size_t i = n; i < c->sc.meta.len && rc == 0; i++)
+            if (c->sc.meta.data[i] != '\0') /* a name the reader would cut at the NUL */
+                rc = xfail(c, -EINVAL, "GNU long name '%s' contains a NUL byte at offset %zu",
+                           tkm_escape(c->sc.meta.data, c->sc.meta.len, shown, sizeof shown), n);
+        if (rc == 0 && tkm_buf_append(dst, c->sc.meta.data, n) < 0)
             rc = xfail(c, -EINVAL, "GNU long name of %zu bytes is too long", n);
     }
     tkm_buf_reset(&c->sc.meta);
@@ -267,11 +292,13 @@ static int screen_meta_done(struct xctx *c)
 
 static int screen_reject_type(struct xctx *c, const char *name, char type)
 {
-    char link[1025];
-    if (c->sc.link.len)
-        snprintf(link, sizeof(link), "%s", c->sc.link.data);
-    else
-        field_str(c->sc.hdr + 157, 100, link);
+    char raw[101], link[1100];
+    if (c->sc.link.len) {
+        tkm_escape(c->sc.link.data, c->sc.link.len, link, sizeof link);
+    } else {
+        field_str(c->sc.hdr + 157, 100, raw);
+        tkm_escape(raw, strlen(raw), link, sizeof link);
+    }
     switch (type) {
     case '1':
         return xfail(c, -EINVAL, "entry %s: hard links are not allowed (link to %s)", name, link);
@@ -314,7 +341,7 @@ static int screen_header(struct xctx *c)
 {
     const unsigned char *h = c->sc.hdr;
     const struct tkm_archive_limits *l = c->lim;
-    char name[1200];
+    char name[1100], raw[101];
     uint64_t size;
     int zero = 1;
     for (int i = 0; i < TAR_BLOCK && zero; i++)
@@ -333,7 +360,8 @@ static int screen_header(struct xctx *c)
     if (rc < 0)
         return xfail(c, -EINVAL, "entry %s: malformed size field", name);
     if (type == 'x' || type == 'g' || type == 'L' || type == 'K') {
-        field_str(h, 100, c->sc.meta_name);
+        field_str(h, 100, raw);
+        tkm_escape(raw, strlen(raw), c->sc.meta_name, sizeof c->sc.meta_name);
         uint64_t cap = (type == 'x' || type == 'g') ? l->max_pax_bytes : l->max_path_len + 1ULL;
         if (size > cap)
             return xfail(c, -EFBIG, "%s header %s: %llu bytes exceeds the %llu-byte limit",
@@ -377,10 +405,26 @@ static int screen_header(struct xctx *c)
     return 0;
 }
 
+/* After the first zero block only zeros may follow: the rest of the
+ * end-of-archive marker and padding to the record size. */
+static int screen_trailer(struct xctx *c, const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != 0)
+            return xfail(c, -EINVAL,
+                         "data after the end-of-archive marker: byte 0x%02x at offset %llu of the "
+                         "tar stream (only zero padding may follow)",
+                         p[i], (unsigned long long)(c->sc.offset + i));
+    c->sc.offset += n;
+    return 0;
+}
+
 static int screen_feed(struct xctx *c, const unsigned char *p, size_t n)
 {
     struct screen *s = &c->sc;
-    while (n > 0 && s->st != SC_END) {
+    while (n > 0) {
+        if (s->st == SC_END)
+            return screen_trailer(c, p, n);
         size_t k;
         if (s->st == SC_SKIP) {
             k = s->skip < n ? (size_t)s->skip : n;
@@ -432,9 +476,15 @@ static int fill_input(struct xctx *c)
     c->in_pos = 0;
     if (n == 0) {
         c->in_eof = 1;
+        if (c->o->blob_size && c->blob_bytes != c->o->blob_size)
+            return xfail(c, -EINVAL, "layer blob has %llu bytes, its descriptor says %llu",
+                         (unsigned long long)c->blob_bytes, (unsigned long long)c->o->blob_size);
         return 0;
     }
     c->blob_bytes += (uint64_t)n;
+    if (c->o->blob_size && c->blob_bytes > c->o->blob_size)
+        return xfail(c, -EFBIG, "layer blob is larger than the %llu bytes its descriptor says",
+                     (unsigned long long)c->o->blob_size);
     if (EVP_DigestUpdate(c->h_blob, c->in, (size_t)n) != 1)
         return xfail(c, -EIO, "sha256 of the layer blob failed");
     return 0;
@@ -603,10 +653,11 @@ static void progress(struct xctx *c, int force)
 
 /* Checks an entry name and writes its normalised form ("a/b/c", "" for the
  * root) into out: no absolute path, "..", control character, whiteout or
- * over-long component; depth and length within the limits. */
-static int check_name(struct xctx *c, const char *name, struct tkm_buf *out)
+ * over-long component; depth and length within the limits. Messages quote
+ * name, the escaped form of raw. */
+static int check_name(struct xctx *c, const char *raw, const char *name, struct tkm_buf *out)
 {
-    size_t len = strlen(name);
+    size_t len = strlen(raw);
     uint32_t depth = 0;
     tkm_buf_reset(out);
     if (len == 0)
@@ -614,13 +665,13 @@ static int check_name(struct xctx *c, const char *name, struct tkm_buf *out)
     if (len > c->lim->max_path_len)
         return xfail(c, -EINVAL, "entry %.200s...: name of %zu bytes exceeds the %u-byte limit",
                      name, len, c->lim->max_path_len);
-    if (name[0] == '/')
+    if (raw[0] == '/')
         return xfail(c, -EINVAL, "entry %s: absolute paths are not allowed", name);
-    for (const char *p = name; *p; p++)
+    for (const char *p = raw; *p; p++)
         if ((unsigned char)*p < 0x20 || *p == 0x7f)
             return xfail(c, -EINVAL, "entry %s: control character 0x%02x in the name", name,
                          (unsigned char)*p);
-    for (const char *p = name; *p;) {
+    for (const char *p = raw; *p;) {
         const char *s = strchr(p, '/');
         size_t n = s ? (size_t)(s - p) : strlen(p);
         if (n == 2 && p[0] == '.' && p[1] == '.')
@@ -684,7 +735,7 @@ static int open_dir(struct xctx *c, const char *entry, const char *rel, size_t r
     int fd = dup(c->dirfd);
     if (fd < 0)
         return xfail(c, -errno, "entry %s: dup: %s", entry, strerror(errno));
-    char comp[NAME_MAX + 1];
+    char comp[NAME_MAX + 1], shown[1100]; /* shown: rel escaped for messages */
     for (size_t i = 0; i < rlen;) {
         size_t j = i;
         while (j < rlen && rel[j] != '/')
@@ -697,22 +748,23 @@ static int open_dir(struct xctx *c, const char *entry, const char *rel, size_t r
         else if (errno != EEXIST) {
             int e = errno;
             close(fd);
-            return xfail(c, -e, "entry %s: cannot create directory %.*s: %s", entry, (int)j, rel,
-                         strerror(e));
+            return xfail(c, -e, "entry %s: cannot create directory %s: %s", entry,
+                         tkm_escape(rel, j, shown, sizeof shown), strerror(e));
         }
         int nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         int e = errno;
         close(fd);
         if (nfd < 0)
             return xfail(c, e == ENOTDIR || e == ELOOP ? -EINVAL : -e,
-                         "entry %s: %.*s is not a directory beneath the extraction root (%s)",
-                         entry, (int)j, rel, strerror(e));
+                         "entry %s: %s is not a directory beneath the extraction root (%s)", entry,
+                         tkm_escape(rel, j, shown, sizeof shown), strerror(e));
         if (created) {
             c->dirs++;
             if (fchmod(nfd, 0755) < 0) {
                 e = errno;
                 close(nfd);
-                return xfail(c, -e, "entry %s: chmod %.*s: %s", entry, (int)j, rel, strerror(e));
+                return xfail(c, -e, "entry %s: chmod %s: %s", entry,
+                             tkm_escape(rel, j, shown, sizeof shown), strerror(e));
             }
         }
         fd = nfd;
@@ -802,11 +854,15 @@ static int write_file(struct xctx *c, struct archive *a, struct archive_entry *a
         return pfd;
     if (c->files == 0 && check_space(c, entry, 1) < 0)
         return c->e.code;
+    char shown[1100];
     int fd = openat(pfd, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0 && errno == EEXIST)
-        return xfail(c, -EINVAL, "entry %s: duplicate entry (%s already exists)", entry, rel);
+    int e = errno;
+    if (fd < 0 && e == EEXIST)
+        return xfail(c, -EINVAL, "entry %s: duplicate entry (%s already exists)", entry,
+                     tkm_escape(rel, strlen(rel), shown, sizeof shown));
     if (fd < 0)
-        return xfail(c, -errno, "entry %s: cannot create %s: %s", entry, rel, strerror(errno));
+        return xfail(c, -e, "entry %s: cannot create %s: %s", entry,
+                     tkm_escape(rel, strlen(rel), shown, sizeof shown), strerror(e));
     int rc = copy_data(c, a, fd, entry);
     mode_t mode = (archive_entry_perm(ae) & 0111) ? 0755 : 0644;
     if (rc == 0 && fchmod(fd, mode) < 0)
@@ -823,21 +879,24 @@ static int write_file(struct xctx *c, struct archive *a, struct archive_entry *a
 static int handle_entry(struct xctx *c, struct archive *a, struct archive_entry *ae,
                         struct tkm_buf *norm)
 {
-    const char *name = archive_entry_pathname(ae);
-    if (!name)
-        name = archive_entry_pathname_utf8(ae);
-    if (!name)
+    const char *raw = archive_entry_pathname(ae);
+    char name[1100], target[1100];
+    if (!raw)
+        raw = archive_entry_pathname_utf8(ae);
+    if (!raw)
         return xfail(c, -EINVAL, "entry #%llu: the name cannot be read",
                      (unsigned long long)c->entries + 1);
+    tkm_escape(raw, strlen(raw), name, sizeof name); /* what messages quote */
     if (++c->entries > c->lim->max_entries)
         return xfail(c, -EFBIG, "entry %s: more than %llu entries", name,
                      (unsigned long long)c->lim->max_entries);
-    if (archive_entry_hardlink(ae))
+    const char *hl = archive_entry_hardlink(ae), *sl = archive_entry_symlink(ae);
+    if (hl)
         return xfail(c, -EINVAL, "entry %s: hard links are not allowed (link to %s)", name,
-                     archive_entry_hardlink(ae));
-    if (archive_entry_symlink(ae))
+                     tkm_escape(hl, strlen(hl), target, sizeof target));
+    if (sl)
         return xfail(c, -EINVAL, "entry %s: symbolic links are not allowed (-> %s)", name,
-                     archive_entry_symlink(ae));
+                     tkm_escape(sl, strlen(sl), target, sizeof target));
     mode_t type = archive_entry_filetype(ae);
     if (type != AE_IFREG && type != AE_IFDIR)
         return xfail(c, -EINVAL,
@@ -851,7 +910,7 @@ static int handle_entry(struct xctx *c, struct archive *a, struct archive_entry 
     if (type == AE_IFREG && (uint64_t)archive_entry_size(ae) > c->lim->max_file_bytes)
         return xfail(c, -EFBIG, "entry %s: %lld bytes exceeds the %llu-byte per-file limit", name,
                      (long long)archive_entry_size(ae), (unsigned long long)c->lim->max_file_bytes);
-    if (check_name(c, name, norm) < 0)
+    if (check_name(c, raw, name, norm) < 0)
         return c->e.code;
     const char *rel;
     if (!filter_name(c->o, norm->data, &rel)) {
@@ -913,6 +972,15 @@ static void digest_final(EVP_MD_CTX *h, char out[72])
 static int check_expected(struct xctx *c)
 {
     const struct tkm_archive_opts *o = c->o;
+    struct stat st;
+    if (o->blob_size && fstat(c->fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        off_t pos = lseek(c->fd, 0, SEEK_CUR);
+        uint64_t left = (uint64_t)st.st_size - (uint64_t)(pos > 0 ? pos : 0);
+        if (left != o->blob_size)
+            return xfail(c, left > o->blob_size ? -EFBIG : -EINVAL,
+                         "layer blob has %llu bytes, its descriptor says %llu",
+                         (unsigned long long)left, (unsigned long long)o->blob_size);
+    }
     if (o->blob_digest && !tkm_digest_valid(o->blob_digest))
         return xfail(c, -EINVAL, "expected blob digest '%s' is not sha256:<64 hex>",
                      o->blob_digest);
@@ -961,12 +1029,46 @@ out:
     return rc;
 }
 
+/* 1 when dirfd holds no entry, 0 when it does or cannot be read. */
+static int dir_is_empty(int dirfd)
+{
+    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), empty = 1;
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    struct dirent *de;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    while (empty && (de = readdir(d)))
+        empty = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
+    closedir(d);
+    return empty;
+}
+
+/* Removes everything beneath dirfd (not dirfd itself). */
+static void clear_dir(int dirfd)
+{
+    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    struct dirent *de;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    while ((de = readdir(d)))
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            tkm_rmtree_at(dirfd, de->d_name);
+    closedir(d);
+}
+
 int tkm_archive_extract_fd(int blob_fd, int dest_dirfd, const struct tkm_archive_opts *o,
                            struct tkm_archive_result *res, struct tkm_err *err)
 {
     struct xctx *c = calloc(1, sizeof(*c));
     struct tkm_buf norm = TKM_BUF_INIT(8192);
-    int rc;
+    int rc, was_empty = dir_is_empty(dest_dirfd);
     if (!c)
         return tkm_err_set(err, -ENOMEM, "out of memory");
     c->o = o;
@@ -1023,6 +1125,8 @@ out:
         tkm_err_set(err, c->e.code ? c->e.code : rc, "%s", c->e.code ? c->e.msg : strerror(-rc));
     if (c->cache_fd >= 0)
         close(c->cache_fd);
+    if (rc < 0 && was_empty)
+        clear_dir(dest_dirfd); /* leave the directory as it was: empty */
     if (c->zs_init)
         inflateEnd(&c->zs);
     ZSTD_freeDStream(c->zd);
@@ -1109,14 +1213,155 @@ static int publish(int pfd, const char *stg, const char *base, const char *dest,
     return 0;
 }
 
+/* ---- staging directories ------------------------------------------------ */
+
+/* The start time of pid (field 22 of /proc/<pid>/stat, clock ticks since
+ * boot): 0, -ENOENT when there is no such process, or -errno. */
+static int proc_start_time(pid_t pid, unsigned long long *out)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ESRCH ? -ENOENT : -errno;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    int e = errno;
+    close(fd);
+    if (n <= 0)
+        return n == 0 || e == ESRCH ? -ENOENT : -e;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces and ')' */
+    if (!p)
+        return -EIO;
+    for (int field = 2; field < 22 && p; field++) /* p is at the end of field 2 */
+        p = strchr(p + 1, ' ');
+    if (!p)
+        return -EIO;
+    char *end = NULL;
+    errno = 0;
+    *out = strtoull(p + 1, &end, 10);
+    return errno || end == p + 1 ? -EIO : 0;
+}
+
+int tkm_staging_create(int parent_fd, char *name, size_t namelen, struct tkm_err *err)
+{
+    unsigned long long start = 0;
+    unsigned char rnd[6];
+    char hex[13];
+    int rc;
+    if (proc_start_time(getpid(), &start) < 0)
+        start = 0; /* no /proc: the flock alone keeps the directory ours */
+    for (int attempt = 0; attempt < 16; attempt++) {
+        if (getentropy(rnd, sizeof rnd) < 0)
+            return tkm_err_set(err, -errno, "getentropy: %s", strerror(errno));
+        tkm_hex(rnd, sizeof rnd, hex);
+        if (snprintf(name, namelen, TKM_STAGING_PREFIX "%d-%llu-%s", (int)getpid(), start, hex) >=
+            (int)namelen)
+            return tkm_err_set(err, -ENAMETOOLONG, "staging name buffer too small");
+        if (mkdirat(parent_fd, name, 0700) < 0) {
+            if (errno == EEXIST)
+                continue;
+            return tkm_err_set(err, -errno, "cannot create a staging directory %s: %s", name,
+                               strerror(errno));
+        }
+        int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) < 0) {
+            rc = tkm_err_set(err, -errno, "cannot open and lock staging directory %s: %s", name,
+                             strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            tkm_rmtree_at(parent_fd, name);
+            return rc;
+        }
+        return fd;
+    }
+    return tkm_err_set(err, -EEXIST, "cannot find a free staging directory name");
+}
+
+/* Parses ".tkm-staging-<pid>-<start>-<hex>"; 0 or -EINVAL. */
+static int staging_parse(const char *name, pid_t *pid, unsigned long long *start)
+{
+    size_t pl = strlen(TKM_STAGING_PREFIX);
+    uint64_t v;
+    char num[24];
+    if (strncmp(name, TKM_STAGING_PREFIX, pl) != 0)
+        return -EINVAL;
+    const char *p = name + pl, *d1 = strchr(p, '-'), *d2 = d1 ? strchr(d1 + 1, '-') : NULL;
+    if (!d2 || d1 - p >= (ptrdiff_t)sizeof num || d2 - d1 - 1 >= (ptrdiff_t)sizeof num ||
+        d2[1] == '\0')
+        return -EINVAL;
+    snprintf(num, sizeof num, "%.*s", (int)(d1 - p), p);
+    if (tkm_parse_u64(num, INT32_MAX, &v) < 0 || v == 0)
+        return -EINVAL;
+    *pid = (pid_t)v;
+    snprintf(num, sizeof num, "%.*s", (int)(d2 - d1 - 1), d1 + 1);
+    if (tkm_parse_u64(num, UINT64_MAX, &v) < 0)
+        return -EINVAL;
+    *start = v;
+    return 0;
+}
+
+int tkm_staging_live(int parent_fd, const char *name)
+{
+    pid_t pid;
+    unsigned long long start, now;
+    if (staging_parse(name, &pid, &start) < 0)
+        return -EINVAL;
+    int rc = proc_start_time(pid, &now);
+    if (rc == 0 && now == start)
+        return 1; /* its creator runs */
+    if (rc < 0 && rc != -ENOENT)
+        return 1; /* cannot tell: keep it */
+    /* The creator is gone here (or the pid was reused). A process of another
+     * PID namespace sharing this directory still holds the flock. */
+    int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : 1;
+    int held = flock(fd, LOCK_EX | LOCK_NB) < 0;
+    close(fd);
+    return held;
+}
+
+int tkm_staging_purge(int parent_fd, const char *where)
+{
+    unsigned long long self;
+    int removed = 0, fd;
+    DIR *d;
+    struct dirent *de;
+    if (proc_start_time(getpid(), &self) < 0)
+        return 0; /* no /proc: nothing can be attributed, nothing is removed */
+    fd = openat(parent_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return -e;
+    }
+    while ((de = readdir(d))) {
+        if (tkm_staging_live(parent_fd, de->d_name) != 0)
+            continue; /* not ours, or its process lives */
+        int rc = tkm_rmtree_at(parent_fd, de->d_name);
+        if (rc < 0)
+            tkm_warn("cannot remove the stale staging directory %s/%s: %s", where ? where : ".",
+                     de->d_name, strerror(-rc));
+        else
+            removed++;
+        if (rc == 0)
+            tkm_info("removed the staging directory %s/%s of a process that is gone",
+                     where ? where : ".", de->d_name);
+    }
+    closedir(d);
+    return removed;
+}
+
 int tkm_archive_extract_path(const char *blob_path, const char *dest_path,
                              const struct tkm_archive_opts *o, struct tkm_archive_result *res,
                              struct tkm_err *err)
 {
     struct tkm_buf parent = TKM_BUF_INIT(PATH_MAX), base = TKM_BUF_INIT(NAME_MAX);
-    struct tkm_buf stg = TKM_BUF_INIT(PATH_MAX + NAME_MAX + 32);
+    char stg[TKM_STAGING_NAME_MAX];
     int pfd = -1, bfd = -1, sfd = -1, rc;
-    const char *stgname = NULL;
     struct stat st;
     if ((rc = split_dest(dest_path, &parent, &base, err)) < 0)
         goto out;
@@ -1125,6 +1370,7 @@ int tkm_archive_extract_path(const char *blob_path, const char *dest_path,
         rc = tkm_err_set(err, -errno, "cannot open %s: %s", parent.data, strerror(errno));
         goto out;
     }
+    tkm_staging_purge(pfd, parent.data);
     if (fstatat(pfd, base.data, &st, AT_SYMLINK_NOFOLLOW) == 0) {
         rc = tkm_err_set(err, -EEXIST, "destination %s already exists", dest_path);
         goto out;
@@ -1134,19 +1380,8 @@ int tkm_archive_extract_path(const char *blob_path, const char *dest_path,
         rc = tkm_err_set(err, -errno, "cannot open layer blob %s: %s", blob_path, strerror(errno));
         goto out;
     }
-    if ((rc = tkm_buf_printf(&stg, "%s/.%s.staging-XXXXXX", parent.data, base.data)) < 0) {
-        tkm_err_set(err, rc, "destination %s: path too long", dest_path);
-        goto out;
-    }
-    if (!mkdtemp(stg.data)) {
-        rc = tkm_err_set(err, -errno, "cannot create a staging directory beside %s: %s", dest_path,
-                         strerror(errno));
-        goto out;
-    }
-    stgname = strrchr(stg.data, '/') + 1;
-    sfd = openat(pfd, stgname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (sfd < 0) {
-        rc = tkm_err_set(err, -errno, "cannot open staging %s: %s", stg.data, strerror(errno));
+    if ((sfd = rc = tkm_staging_create(pfd, stg, sizeof stg, err)) < 0) {
+        tkm_err_prefix(err, "beside %s", dest_path);
         goto out;
     }
     if ((rc = tkm_archive_extract_fd(bfd, sfd, o, res, err)) < 0) {
@@ -1154,13 +1389,13 @@ int tkm_archive_extract_path(const char *blob_path, const char *dest_path,
         goto out;
     }
     if (fchmod(sfd, 0755) < 0) {
-        rc = tkm_err_set(err, -errno, "chmod %s: %s", stg.data, strerror(errno));
+        rc = tkm_err_set(err, -errno, "chmod %s/%s: %s", parent.data, stg, strerror(errno));
         goto out;
     }
-    rc = publish(pfd, stgname, base.data, dest_path, err);
+    rc = publish(pfd, stg, base.data, dest_path, err);
 out:
-    if (rc < 0 && stgname)
-        tkm_rmtree_at(pfd, stgname);
+    if (rc < 0 && sfd >= 0)
+        tkm_rmtree_at(pfd, stg);
     if (sfd >= 0)
         close(sfd);
     if (bfd >= 0)
@@ -1169,6 +1404,5 @@ out:
         close(pfd);
     tkm_buf_release(&parent);
     tkm_buf_release(&base);
-    tkm_buf_release(&stg);
     return rc;
 }

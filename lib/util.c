@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <tkm/buf.h>
@@ -97,4 +98,89 @@ int tkm_base64_decode(const char *in, size_t n, struct tkm_buf *out)
     if (pad > 2 || bits >= 6)
         return -EINVAL;
     return 0;
+}
+
+/* Length of the valid UTF-8 sequence at p (< n bytes left) that is safe to
+ * print, else 0: overlong forms, surrogates, C1 controls and bidi overrides
+ * are not. */
+static size_t utf8_printable(const unsigned char *p, size_t n)
+{
+    size_t len;
+    uint32_t cp;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf) {
+        len = 2;
+        cp = p[0] & 0x1fu;
+    } else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+        len = 3;
+        cp = p[0] & 0x0fu;
+    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+        len = 4;
+        cp = p[0] & 0x07u;
+    } else {
+        return 0;
+    }
+    if (len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (p[i] & 0x3fu);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff) || cp < 0xa0 || (cp >= 0x202a && cp <= 0x202e) ||
+        (cp >= 0x2066 && cp <= 0x2069))
+        return 0;
+    return len;
+}
+
+/* The escape of the text at p (n > 0 bytes left) into e (8 bytes); *take
+ * gets the input bytes it covers. Returns the escape's length. */
+static size_t escape_one(const unsigned char *p, size_t n, char e[8], size_t *take)
+{
+    static const char digits[] = "0123456789abcdef";
+    unsigned char b = p[0];
+    size_t u = b >= 0x80 ? utf8_printable(p, n) : 0;
+    *take = 1;
+    if (b == '\\' || b == '\n' || b == '\t' || b == '\r') {
+        e[0] = '\\';
+        e[1] = b == '\\' ? '\\' : b == '\n' ? 'n' : b == '\t' ? 't' : 'r';
+        return 2;
+    }
+    if (b < 0x20 || b == 0x7f || (b >= 0x80 && u == 0)) {
+        e[0] = '\\';
+        e[1] = 'x';
+        e[2] = digits[b >> 4];
+        e[3] = digits[b & 15];
+        return 4;
+    }
+    *take = u ? u : 1;
+    memcpy(e, p, *take);
+    return *take;
+}
+
+char *tkm_escape(const char *s, size_t n, char *out, size_t outlen)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t o = 0, total = 0, take;
+    char e[8];
+    if (outlen == 0)
+        return out;
+    for (size_t i = 0; i < n; i += take)
+        total += escape_one(p + i, n - i, e, &take);
+    /* All of it when it fits, else whole escapes up to a "..." mark. */
+    size_t room = total < outlen ? outlen - 1 : (outlen > 4 ? outlen - 4 : 0);
+    for (size_t i = 0; i < n; i += take) {
+        size_t el = escape_one(p + i, n - i, e, &take);
+        if (o + el > room)
+            break;
+        memcpy(out + o, e, el);
+        o += el;
+    }
+    if (total >= outlen) {
+        size_t dots = outlen - 1 - o < 3 ? outlen - 1 - o : 3;
+        memcpy(out + o, "...", dots);
+        o += dots;
+    }
+    out[o] = '\0';
+    return out;
 }

@@ -254,11 +254,16 @@ static int pick_layer(const struct tkm_oci_pull_result *img, const char *layout,
                       : strcmp(comp, "zstd") == 0 ? TKM_COMPRESSION_ZSTD
                                                   : TKM_COMPRESSION_NONE;
     ao->blob_digest = d->digest;
-    if (img->config.n_diff_ids == 1)
-        ao->diff_id = img->config.diff_ids[0];
-    else if (img->config.n_diff_ids != 0)
-        return tkm_err_set(err, -EINVAL, "layout %s: config lists %zu diff_ids for 1 layer", layout,
-                           img->config.n_diff_ids);
+    ao->blob_size = d->size; /* the exact size, as the registry path enforces it */
+    if (d->size == 0)
+        return tkm_err_set(err, -EINVAL, "image %s: layer %s has size 0 in its descriptor",
+                           img->manifest.digest, d->digest);
+    if (img->config.n_diff_ids != 1) /* none is not "unchecked": it is refused */
+        return tkm_err_set(err, -EINVAL,
+                           "layout %s: config %s lists %zu rootfs.diff_ids for 1 layer (the "
+                           "uncompressed layer cannot be verified)",
+                           layout, img->parsed.config.digest, img->config.n_diff_ids);
+    ao->diff_id = img->config.diff_ids[0];
     return 0;
 }
 
@@ -271,6 +276,7 @@ static int extract_staged(const char *blob, const char *dest, struct tkm_archive
                           struct tkm_triton_rewrite_stats *st, struct tkm_err *err)
 {
     char parent[IMG_PATH_MAX], staging[IMG_PATH_MAX], abs_dest[IMG_PATH_MAX], d[IMG_PATH_MAX];
+    char stgname[TKM_STAGING_NAME_MAX];
     char *pabs = NULL;
     int rc = 0, dirfd = -1, blobfd = -1, pfd = -1, made = 0;
     size_t n = strlen(dest);
@@ -293,18 +299,20 @@ static int extract_staged(const char *blob, const char *dest, struct tkm_archive
     if (!(pabs = realpath(parent, NULL)))
         return tkm_err_set(err, -errno, "extract: %s: %s", parent, strerror(errno));
     snprintf(abs_dest, sizeof abs_dest, "%s/%s", strcmp(pabs, "/") == 0 ? "" : pabs, base);
-    snprintf(staging, sizeof staging, "%s/.%s.staging-XXXXXX", pabs, base);
-    if (!mkdtemp(staging)) {
-        rc = tkm_err_set(err, -errno, "extract: mkdtemp %s: %s", staging, strerror(errno));
+    if ((pfd = open(pabs, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+        (blobfd = open(blob, O_RDONLY | O_CLOEXEC)) < 0) {
+        rc = tkm_err_set(err, -errno, "extract: open %s: %s", pfd < 0 ? pabs : blob,
+                         strerror(errno));
         goto out;
     }
+    tkm_staging_purge(pfd, pabs); /* what killed extractions left here */
+    if ((dirfd = tkm_staging_create(pfd, stgname, sizeof stgname, err)) < 0) {
+        rc = dirfd;
+        tkm_err_prefix(err, "extract: beside %s", abs_dest);
+        goto out;
+    }
+    snprintf(staging, sizeof staging, "%s/%s", strcmp(pabs, "/") == 0 ? "" : pabs, stgname);
     made = 1;
-    if ((dirfd = open(staging, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
-        (blobfd = open(blob, O_RDONLY | O_CLOEXEC)) < 0 ||
-        (pfd = open(pabs, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-        rc = tkm_err_set(err, -errno, "extract: open: %s", strerror(errno));
-        goto out;
-    }
     ao->fsync = 0; /* one syncfs() below covers every file */
     if ((rc = tkm_archive_extract_fd(blobfd, dirfd, ao, ar, err)) != 0 ||
         (rc = tkm_triton_groups_rewrite(staging, mount_path ? mount_path : abs_dest, st, err)))
@@ -338,6 +346,13 @@ int tkm_oci_extract_layout(const char *layout_dir, const char *tag, const char *
                            const char *mount_path, struct tkm_oci_extract_result *res,
                            struct tkm_err *err)
 {
+    return tkm_oci_extract_layout_with(layout_dir, tag, dest, mount_path, NULL, res, err);
+}
+
+int tkm_oci_extract_layout_with(const char *layout_dir, const char *tag, const char *dest,
+                                const char *mount_path, const struct tkm_archive_opts *base,
+                                struct tkm_oci_extract_result *res, struct tkm_err *err)
+{
     static const char *const include[] = {"io.triton.cache/", NULL};
     struct tkm_oci_pull_result img;
     struct tkm_oci_extract_result r;
@@ -350,6 +365,12 @@ int tkm_oci_extract_layout(const char *layout_dir, const char *tag, const char *
     if ((rc = tkm_oci_layout_load(layout_dir, tag, &img, err)) != 0)
         return rc;
     tkm_archive_opts_init(&ao);
+    if (base) {
+        ao.limits = base->limits;
+        ao.cancel = base->cancel;
+        ao.progress = base->progress;
+        ao.progress_ud = base->progress_ud;
+    }
     ao.include = include;
     ao.strip = "io.triton.cache/";
     if ((rc = pick_layer(&img, layout_dir, &ao, err)) != 0)

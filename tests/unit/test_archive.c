@@ -4,7 +4,10 @@
  * with what `tar -xzf` makes of them.
  */
 #include <dirent.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 
 #include <tkm/archive.h>
@@ -870,5 +873,408 @@ TEST(rejects_endless_extended_headers)
     tb_file(&t, "f", "x", 1, 0644);
     tb_end(&t);
     expect_reject(&t, "more than 16 extended headers in a row");
+    tkm_buf_release(&t);
+}
+
+/* ---- the issue "extraction leaves nothing behind": tightened promises ------- */
+
+/* A PAX 'x' header whose body is given as raw bytes (may hold NULs). */
+static void tb_pax_raw(struct tkm_buf *b, const char *body, size_t n)
+{
+    tb_header(b, "PaxHeaders/x", 'x', n, 0644, NULL);
+    ASSERT_OK(tkm_buf_append(b, body, n));
+    tb_pad(b);
+}
+
+TEST(rejects_nul_in_pax_path)
+{
+    struct tkm_buf t = TKM_BUF_INIT(1 << 20);
+    /* "path=ok\0../../evil": a reader that stops at the NUL writes "ok". */
+    static const char rec[] = "26 path=ok\0../../evil\n"; /* 22 bytes: fix the length */
+    char body[64];
+    size_t n = sizeof rec - 1;
+    ASSERT_EQ(n, 22);
+    memcpy(body, "22", 2);
+    memcpy(body + 2, rec + 2, n - 2);
+    tb_pax_raw(&t, body, n);
+    tb_file(&t, "innocent", "evil", 4, 0644);
+    tb_end(&t);
+    expect_reject(&t, "path 'ok\\x00../../evil' contains a NUL byte at offset 2");
+    /* linkpath too, and in a global header */
+    static const char rec2[] = "26 linkpath=a\0/etc/x\n";
+    memcpy(body, "21", 2);
+    memcpy(body + 2, rec2 + 2, sizeof rec2 - 3);
+    tkm_buf_reset(&t);
+    tb_pax_raw(&t, body, sizeof rec2 - 1);
+    tb_file(&t, "innocent", "x", 1, 0644);
+    tb_end(&t);
+    expect_reject(&t, "linkpath 'a\\x00/etc/x' contains a NUL byte");
+    tkm_buf_release(&t);
+}
+
+TEST(rejects_nul_inside_gnu_long_name)
+{
+    struct tkm_buf t = TKM_BUF_INIT(1 << 20);
+    static const char name[] = "ok\0../../evil"; /* + the terminating NUL: 14 bytes */
+    tb_header(&t, "././@LongLink", 'L', sizeof name, 0644, NULL);
+    ASSERT_OK(tkm_buf_append(&t, name, sizeof name));
+    tb_pad(&t);
+    tb_file(&t, "innocent", "evil", 4, 0644);
+    tb_end(&t);
+    expect_reject(&t, "GNU long name 'ok\\x00../../evil\\x00' contains a NUL byte at offset 2");
+    tkm_buf_release(&t);
+}
+
+TEST(rejects_data_after_end_of_archive)
+{
+    struct tkm_buf t = TKM_BUF_INIT(1 << 20);
+    tb_file(&t, "f", "data", 4, 0644);
+    tb_end(&t);
+    size_t end = t.len;
+    /* zero padding to the 10240-byte record, and more zeros, are fine */
+    static const char zero[10240];
+    ASSERT_OK(tkm_buf_append(&t, zero, 10240 - end % 10240));
+    ASSERT_OK(tkm_buf_append(&t, zero, 4096));
+    struct tkm_archive_opts o;
+    tkm_archive_opts_init(&o);
+    o.fsync = 0;
+    struct tkm_archive_result r;
+    struct tkm_err err = {0};
+    ASSERT_OK(extract_buf(&t, &o, &r, &err));
+    ASSERT_EQ(r.files, 1);
+    char out[512];
+    snprintf(out, sizeof out, "%s/out", tkm_test_tmpdir());
+    ASSERT_OK(tkm_rmtree_at(AT_FDCWD, out));
+    /* a hidden entry after the marker (other readers go on reading) */
+    t.len = end;
+    tb_file(&t, "hidden", "evil", 4, 0644);
+    tb_end(&t);
+    char needle[120];
+    snprintf(needle, sizeof needle, "data after the end-of-archive marker: byte 0x68 at offset %zu",
+             end);
+    expect_reject(&t, needle);
+    /* one stray byte deep in the padding, also through gzip */
+    t.len = end;
+    ASSERT_OK(tkm_buf_append(&t, zero, 8000));
+    t.data[end + 7000] = 1;
+    struct tkm_buf gz = TKM_BUF_INIT(1 << 20);
+    tb_gzip(&t, &gz);
+    snprintf(needle, sizeof needle, "byte 0x01 at offset %zu", end + 7000);
+    expect_reject(&gz, needle);
+    /* the second block of the marker is not zero */
+    t.len = end - 512;
+    tb_file(&t, "after-one-zero-block", "x", 1, 0644);
+    tb_end(&t);
+    expect_reject(&t, "data after the end-of-archive marker");
+    tkm_buf_release(&t);
+    tkm_buf_release(&gz);
+}
+
+/* Counts the entries under dir (recursively) into *(uint64_t *)ud[1]. */
+struct seen {
+    char dir[512];
+    uint64_t max_entries_on_disk;
+};
+
+static uint64_t count_tree(const char *dir)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "find '%s' -mindepth 1 | wc -l", dir);
+    FILE *p = popen(cmd, "r");
+    ASSERT_NOT_NULL(p);
+    unsigned long long n = 0;
+    ASSERT_EQ(fscanf(p, "%llu", &n), 1);
+    pclose(p);
+    return n;
+}
+
+static void watch_disk(void *ud, const struct tkm_archive_progress *p)
+{
+    struct seen *s = ud;
+    (void)p;
+    uint64_t n = count_tree(s->dir);
+    if (n > s->max_entries_on_disk)
+        s->max_entries_on_disk = n;
+}
+
+/* A tar far larger than the read-ahead of the screen, so entries are written
+ * before the cap trips: what was written goes again. */
+static void entries_tar(struct tkm_buf *t, int n)
+{
+    static char data[3000];
+    memset(data, 'x', sizeof data);
+    tb_dir(t, "d/");
+    for (int i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "d/e%04d/f", i);
+        tb_file(t, name, data, sizeof data, 0644);
+    }
+    tb_end(t);
+}
+
+TEST(entry_cap_leaves_destination_empty)
+{
+    struct tkm_buf t = TKM_BUF_INIT(16 << 20);
+    entries_tar(&t, 1001);
+    struct tkm_archive_opts o;
+    tkm_archive_opts_init(&o);
+    o.fsync = 0;
+    o.limits.max_entries = 1000;
+    struct seen s = {{0}, 0};
+    snprintf(s.dir, sizeof s.dir, "%s/dest", tkm_test_tmpdir());
+    ASSERT_OK(mkdir(s.dir, 0700));
+    o.progress = watch_disk;
+    o.progress_ud = &s;
+    char bp[512];
+    snprintf(bp, sizeof bp, "%s/blob", tkm_test_tmpdir());
+    tb_write(bp, t.data, t.len);
+    int bfd = open(bp, O_RDONLY | O_CLOEXEC), dfd = open(s.dir, O_RDONLY | O_DIRECTORY);
+    ASSERT(bfd >= 0 && dfd >= 0);
+    struct tkm_err err = {0};
+    ASSERT_EQ(tkm_archive_extract_fd(bfd, dfd, &o, NULL, &err), -EFBIG);
+    ASSERT_STRCONTAINS(err.msg, "more than 1000 entries");
+    ASSERT(s.max_entries_on_disk > 10); /* entries were on disk while it ran ... */
+    ASSERT_EQ(count_tree(s.dir), 0);    /* ... and none is left */
+    close(bfd);
+    close(dfd);
+    ASSERT_OK(rmdir(s.dir));
+    /* through the path API: no destination, no staging directory */
+    o.progress = NULL;
+    expect_reject_opts(&t, &o, "more than 1000 entries");
+    tkm_buf_release(&t);
+}
+
+TEST(control_characters_in_names_are_escaped)
+{
+    struct tkm_buf t = TKM_BUF_INIT(1 << 20);
+    /* the screen's messages: a symlink whose name and target hold ESC and newlines */
+    tb_header(&t, "a\x1b[31mred\nFAKE LOG LINE", '2', 0, 0777, "\x1b]0;title\x07");
+    tb_end(&t);
+    struct tkm_archive_opts o;
+    tkm_archive_opts_init(&o);
+    o.fsync = 0;
+    struct tkm_err err = {0};
+    ASSERT(extract_buf(&t, &o, NULL, &err) < 0);
+    ASSERT_STRCONTAINS(err.msg, "entry a\\x1b[31mred\\nFAKE LOG LINE: symbolic links are not "
+                                "allowed (-> \\x1b]0;title\\x07)");
+    for (const char *p = err.msg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            tkm_test_fail(__FILE__, __LINE__, "raw control byte 0x%02x in: %s", *p, err.msg);
+    assert_only_blob(tkm_test_tmpdir());
+    /* the entry checks after libarchive: a control character in a file name */
+    tkm_buf_reset(&t);
+    tb_file(&t, "dir/x\ty\rz\x7f", "1", 1, 0644);
+    tb_end(&t);
+    expect_reject(&t, "entry dir/x\\ty\\rz\\x7f: control character 0x09 in the name");
+    /* a PAX header's own name, and invalid UTF-8 / C1 controls in a PAX path */
+    tkm_buf_reset(&t);
+    const char *kv[] = {"path=\xc2\x9b"
+                        "31m/\xff/x"};
+    tb_pax(&t, kv, 1);
+    tb_header(&t, "ignored", '3', 0, 0644, NULL);
+    tb_end(&t);
+    expect_reject(&t, "entry \\xc2\\x9b31m/\\xff/x: device nodes are not allowed");
+    tkm_buf_release(&t);
+}
+
+static void expect_blob_size(const struct tkm_buf *blob, uint64_t size, int code,
+                             const char *needle)
+{
+    struct tkm_archive_opts o;
+    tkm_archive_opts_init(&o);
+    o.fsync = 0;
+    o.blob_size = size;
+    struct tkm_err err = {0};
+    ASSERT_EQ(extract_buf(blob, &o, NULL, &err), code);
+    ASSERT_STRCONTAINS(err.msg, needle);
+    assert_only_blob(tkm_test_tmpdir());
+}
+
+TEST(blob_size_must_match_the_descriptor)
+{
+    struct tkm_buf t = TKM_BUF_INIT(1 << 20), gz = TKM_BUF_INIT(1 << 20);
+    tb_file(&t, "f", "data", 4, 0644);
+    tb_end(&t);
+    tb_gzip(&t, &gz);
+    char needle[120];
+    snprintf(needle, sizeof needle, "layer blob has %zu bytes, its descriptor says %zu", gz.len,
+             gz.len - 1);
+    expect_blob_size(&gz, gz.len - 1, -EFBIG, needle);
+    snprintf(needle, sizeof needle, "layer blob has %zu bytes, its descriptor says %zu", gz.len,
+             gz.len + 1);
+    expect_blob_size(&gz, gz.len + 1, -EINVAL, needle);
+    struct tkm_archive_opts o;
+    tkm_archive_opts_init(&o);
+    o.fsync = 0;
+    o.blob_size = gz.len;
+    ASSERT_OK(extract_buf(&gz, &o, NULL, NULL));
+    tkm_buf_release(&t);
+    tkm_buf_release(&gz);
+}
+
+TEST(blob_size_is_enforced_while_reading_a_pipe)
+{
+    struct tkm_buf t = TKM_BUF_INIT(1 << 20);
+    char d[200000];
+    for (size_t i = 0; i < sizeof d; i++)
+        d[i] = (char)(i * 31 + i / 7);
+    tb_file(&t, "f", d, sizeof d, 0644);
+    tb_end(&t);
+    int p[2];
+    ASSERT_OK(pipe(p));
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        const char *c = t.data;
+        size_t n = t.len;
+        while (n > 0) {
+            ssize_t w = write(p[1], c, n);
+            if (w <= 0)
+                _exit(0);
+            c += w;
+            n -= (size_t)w;
+        }
+        _exit(0);
+    }
+    close(p[1]);
+    char dest[512];
+    snprintf(dest, sizeof dest, "%s/dest", tkm_test_tmpdir());
+    ASSERT_OK(mkdir(dest, 0700));
+    int dfd = open(dest, O_RDONLY | O_DIRECTORY);
+    struct tkm_archive_opts o;
+    tkm_archive_opts_init(&o);
+    o.fsync = 0;
+    o.blob_size = 100000; /* the descriptor says less than the pipe carries */
+    struct tkm_err err = {0};
+    ASSERT_EQ(tkm_archive_extract_fd(p[0], dfd, &o, NULL, &err), -EFBIG);
+    ASSERT_STRCONTAINS(err.msg, "larger than the 100000 bytes its descriptor says");
+    ASSERT_EQ(count_tree(dest), 0);
+    close(p[0]);
+    close(dfd);
+    waitpid(pid, NULL, 0);
+    tkm_buf_release(&t);
+}
+
+/* ---- staging directories ------------------------------------------------- */
+
+static unsigned long long start_of(pid_t pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    ASSERT_NOT_NULL(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    ASSERT_NOT_NULL(p);
+    unsigned long long v = 0;
+    /* state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
+     * cutime cstime priority nice threads itrealvalue starttime */
+    ASSERT_EQ(sscanf(p + 2,
+                     "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+                     "%*d %*d %llu",
+                     &v),
+              1);
+    return v;
+}
+
+static int exists_at(int dfd, const char *name)
+{
+    struct stat st;
+    return fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
+TEST(staging_names_are_attributable_and_purged_only_when_dead)
+{
+    int dfd = open(tkm_test_tmpdir(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ASSERT(dfd >= 0);
+    char mine[TKM_STAGING_NAME_MAX], want[64];
+    struct tkm_err err = {0};
+    int sfd = tkm_staging_create(dfd, mine, sizeof mine, &err);
+    ASSERT(sfd >= 0);
+    snprintf(want, sizeof want, ".tkm-staging-%d-%llu-", (int)getpid(), start_of(getpid()));
+    ASSERT_EQ(strncmp(mine, want, strlen(want)), 0);
+    ASSERT_EQ(strlen(mine), strlen(want) + 12);
+    struct stat st;
+    ASSERT_OK(fstatat(dfd, mine, &st, 0));
+    ASSERT_EQ(st.st_mode & 0777, 0700);
+    ASSERT_EQ(tkm_staging_live(dfd, mine), 1);
+    /* a dead pid (a child that exited), the same pid with another start time
+     * (pid reuse), a live child, a dead pid whose dir someone still flocks
+     * (another PID namespace), and names that are not ours */
+    pid_t dead = fork();
+    if (dead == 0)
+        _exit(0);
+    ASSERT(dead > 0);
+    waitpid(dead, NULL, 0);
+    pid_t live = fork();
+    if (live == 0) {
+        pause();
+        _exit(0);
+    }
+    ASSERT(live > 0);
+    unsigned long long ls = start_of(live);
+    char n_dead[96], n_reused[96], n_live[96], n_locked[96];
+    snprintf(n_dead, sizeof n_dead, ".tkm-staging-%d-%llu-aaaa", (int)dead, ls);
+    snprintf(n_reused, sizeof n_reused, ".tkm-staging-%d-%llu-bbbb", (int)live, ls + 1);
+    snprintf(n_live, sizeof n_live, ".tkm-staging-%d-%llu-cccc", (int)live, ls);
+    snprintf(n_locked, sizeof n_locked, ".tkm-staging-%d-%llu-dddd", (int)dead, ls);
+    const char *all[] = {n_dead, n_reused, n_live, n_locked, ".tkm-staging-junk", ".x.staging-1"};
+    for (size_t i = 0; i < 6; i++) {
+        ASSERT_OK(mkdirat(dfd, all[i], 0700));
+        int f = openat(dfd, all[i], O_RDONLY | O_DIRECTORY);
+        ASSERT(f >= 0);
+        ASSERT_OK(mkdirat(f, "sub", 0700));
+        close(f);
+    }
+    int lk = openat(dfd, n_locked, O_RDONLY | O_DIRECTORY);
+    ASSERT_OK(flock(lk, LOCK_EX));
+    ASSERT_EQ(tkm_staging_live(dfd, n_dead), 0);
+    ASSERT_EQ(tkm_staging_live(dfd, n_reused), 0);
+    ASSERT_EQ(tkm_staging_live(dfd, ".x.staging-1"), -EINVAL);
+    ASSERT_EQ(tkm_staging_purge(dfd, tkm_test_tmpdir()), 2);
+    ASSERT(!exists_at(dfd, n_dead));
+    ASSERT(!exists_at(dfd, n_reused));
+    ASSERT(exists_at(dfd, n_live));
+    ASSERT(exists_at(dfd, n_locked));
+    ASSERT(exists_at(dfd, mine));
+    ASSERT(exists_at(dfd, ".tkm-staging-junk"));
+    ASSERT(exists_at(dfd, ".x.staging-1"));
+    /* the lock goes, then the process: both are purged */
+    close(lk);
+    kill(live, SIGKILL);
+    waitpid(live, NULL, 0);
+    ASSERT_EQ(tkm_staging_purge(dfd, NULL), 2);
+    ASSERT(!exists_at(dfd, n_live));
+    ASSERT(!exists_at(dfd, n_locked));
+    ASSERT(exists_at(dfd, mine)); /* ours, alive */
+    close(sfd);
+    close(dfd);
+}
+
+TEST(extract_path_purges_a_dead_staging_dir_beside_it)
+{
+    struct tkm_buf t = TKM_BUF_INIT(1 << 20);
+    tb_file(&t, "f", "1", 1, 0644);
+    tb_end(&t);
+    pid_t dead = fork();
+    if (dead == 0)
+        _exit(0);
+    waitpid(dead, NULL, 0);
+    char stale[700];
+    snprintf(stale, sizeof stale, "%s/.tkm-staging-%d-1-0123456789ab", tkm_test_tmpdir(),
+             (int)dead);
+    ASSERT_OK(mkdir(stale, 0700));
+    struct tkm_archive_opts o;
+    tkm_archive_opts_init(&o);
+    o.fsync = 0;
+    ASSERT_OK(extract_buf(&t, &o, NULL, NULL));
+    ASSERT(access(stale, F_OK) != 0);
+    char out[600];
+    snprintf(out, sizeof out, "%s/out", tkm_test_tmpdir());
+    ASSERT_OK(tkm_rmtree_at(AT_FDCWD, out));
+    assert_only_blob(tkm_test_tmpdir());
     tkm_buf_release(&t);
 }

@@ -439,3 +439,60 @@ TEST_TIMEOUT(ingest_on_the_libuv_thread_pool, 60)
     ASSERT_OK(uv_loop_close(&loop));
     tkm_store_free(s);
 }
+
+/* The cancel path a daemon uses instead of signals: the flag is raised from
+ * the progress callback once entries are on disk in staging/. */
+struct cancel_probe {
+    atomic_int flag;
+    char staging[600];
+    int seen_in_staging;
+};
+
+static void cancel_after_entries(void *ud, const struct tkm_archive_progress *p)
+{
+    struct cancel_probe *c = ud;
+    if (p->entries < 64)
+        return;
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "find '%s' -name kernel.json | grep -q .", c->staging);
+    c->seen_in_staging = system(cmd) == 0;
+    atomic_store(&c->flag, 1);
+}
+
+TEST(ingest_cancelled_mid_way_leaves_nothing)
+{
+    char root[512], blob[512], dg[72], p[700];
+    path_in_tmp(root, sizeof root, "store");
+    path_in_tmp(blob, sizeof blob, "blob.tgz");
+    make_blob("blob.tgz", 400, dg);
+    struct tkm_store *s = NULL;
+    struct tkm_err err = {0};
+    ASSERT_OK(tkm_store_open(root, &s, &err));
+    struct cancel_probe c;
+    memset(&c, 0, sizeof c);
+    atomic_init(&c.flag, 0);
+    snprintf(c.staging, sizeof c.staging, "%s/staging", root);
+    struct tkm_archive_opts o;
+    tkm_archive_opts_init(&o);
+    o.fsync = 0;
+    o.cancel = &c.flag;
+    o.progress = cancel_after_entries;
+    o.progress_ud = &c;
+    struct tkm_store_ingest_info info;
+    ASSERT_EQ(tkm_store_ingest(s, dg, blob, &o, NULL, &info, &err), -ECANCELED);
+    ASSERT_STRCONTAINS(err.msg, "extraction cancelled");
+    ASSERT_EQ(c.seen_in_staging, 1);    /* it was stopped mid-way ... */
+    ASSERT_EQ(count_dir(c.staging), 0); /* ... and staging/ is empty again */
+    snprintf(p, sizeof p, "%s/sha256", root);
+    ASSERT_EQ(count_dir(p), 0);
+    tkm_err_clear(&err);
+    ASSERT_EQ(tkm_store_lookup(s, dg, NULL, &err), -ENOENT);
+    /* the same ingest without the flag completes */
+    atomic_store(&c.flag, 0);
+    o.cancel = NULL;
+    o.progress = NULL;
+    tkm_err_clear(&err);
+    ASSERT_OK(tkm_store_ingest(s, dg, blob, &o, NULL, &info, &err));
+    ASSERT_EQ(info.archive.files, 400);
+    tkm_store_free(s);
+}

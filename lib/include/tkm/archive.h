@@ -25,7 +25,13 @@
  *     gives any execute bit, else 0644 (setuid/setgid/sticky are masked, not
  *     rejected); owners, times and xattrs (e.g. security.capability) are
  *     never applied.
- * Every rejection names the entry. The extraction is blocking: run it on a
+ *   - a NUL in a PAX path/linkpath or inside a GNU long name, and any
+ *     non-zero byte after the end-of-archive marker, are rejected;
+ *   - with opts.blob_size, a blob of another size is rejected.
+ * Every rejection names the entry, escaped with tkm_escape() (<tkm/util.h>)
+ * so control characters cannot forge terminal output or log lines. A failed
+ * extraction leaves nothing of the layer on disk (see _extract_fd and
+ * _extract_path). The extraction is blocking: run it on a
  * worker thread (the agent uses the libuv thread pool); progress callbacks
  * are made on that thread.
  */
@@ -80,6 +86,10 @@ struct tkm_archive_opts {
      * stream (diff_id) / of the blob as stored (compressed digest). */
     const char *diff_id;
     const char *blob_digest;
+    /* The blob's size from its descriptor, 0 = unchecked: a blob file of
+     * another size is refused before it is read (-EINVAL, -EFBIG when larger),
+     * and reading more than this many bytes stops with -EFBIG. */
+    uint64_t blob_size;
     /* Borrowed, may be NULL (= every entry): NULL-terminated list of name
      * prefixes such as "io.triton.cache/"; other entries are still screened
      * (a link or device anywhere rejects the archive) but not written. */
@@ -117,8 +127,9 @@ struct tkm_archive_result {
 /*
  * Extracts the blob read from blob_fd (borrowed; read from its current
  * offset to EOF) beneath dest_dirfd (borrowed; should be an empty private
- * directory). On failure the directory may hold a partial tree: the caller
- * removes it (tkm_archive_extract_path does). res (may be NULL) is filled on
+ * directory). On failure, when the directory was empty at the start, what
+ * was written beneath it is removed again (it is left empty); a directory
+ * that was not empty may keep a partial tree. res (may be NULL) is filled on
  * success. Returns 0, or -EINVAL (bad archive: err names the entry), -EBADMSG
  * (digest mismatch), -EFBIG (a size cap), -ECANCELED, -EIO/-errno (I/O).
  */
@@ -127,13 +138,45 @@ int tkm_archive_extract_fd(int blob_fd, int dest_dirfd, const struct tkm_archive
 
 /*
  * Extracts blob_path into a new staging directory next to dest_path (same
- * filesystem, ".<name>.staging-XXXXXX", mode 0700), fsyncs it and renames it
- * to dest_path, which must not exist (-EEXIST). On any failure the staging
- * directory is removed and dest_path is not created. Strings are borrowed.
+ * filesystem, tkm_staging_create), fsyncs it and renames it to dest_path,
+ * which must not exist (-EEXIST). Stale staging directories of dead
+ * processes beside dest_path are purged first (tkm_staging_purge). On any
+ * failure, -ECANCELED included, the staging directory is removed and
+ * dest_path is not created. Strings are borrowed.
  */
 int tkm_archive_extract_path(const char *blob_path, const char *dest_path,
                              const struct tkm_archive_opts *o, struct tkm_archive_result *res,
                              struct tkm_err *err);
+
+/*
+ * Staging directories: ".tkm-staging-<pid>-<start>-<random>", where <start>
+ * is the creator's start time (field 22 of /proc/<pid>/stat), so a later
+ * process can tell whether the creator still runs even after its pid was
+ * reused. The creator also holds a flock(2) on the directory while it has it
+ * open, which protects it from a process of another PID namespace sharing
+ * the directory.
+ */
+#define TKM_STAGING_PREFIX   ".tkm-staging-"
+#define TKM_STAGING_NAME_MAX 80
+
+/* Creates a new staging directory (mode 0700) beneath parent_fd (borrowed);
+ * name (namelen >= TKM_STAGING_NAME_MAX) gets its name. Returns an owned
+ * O_DIRECTORY fd holding the flock (close it after the rename or removal),
+ * or a negative errno. Without /proc the start time is written as 0. */
+int tkm_staging_create(int parent_fd, char *name, size_t namelen, struct tkm_err *err);
+
+/* 1 when name (borrowed) beneath parent_fd is a staging directory whose
+ * creator runs (or whose state cannot be told: it is kept), 0 when its
+ * creator is gone and nobody holds its flock, -EINVAL when name is not a
+ * staging name. */
+int tkm_staging_live(int parent_fd, const char *name);
+
+/* Removes the staging directories beneath parent_fd whose creator is gone
+ * (tkm_staging_live() == 0); other names, and directories of live
+ * processes, are left alone; nothing is removed where /proc cannot be read.
+ * where (borrowed, may be NULL) names the directory in log lines. Returns the
+ * number removed, or -errno when parent_fd cannot be listed. */
+int tkm_staging_purge(int parent_fd, const char *where);
 
 /* Removes name (a file or a whole tree) beneath dirfd without following
  * symlinks. 0, or 0 when it does not exist, or -errno. */

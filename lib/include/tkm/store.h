@@ -55,6 +55,12 @@ struct tkm_store_ingest_info {
  * o (borrowed) may be NULL for the defaults; its blob_digest is ignored (the
  * digest argument is what is checked). *path (may be NULL) as for lookup.
  * info (may be NULL) says what happened. On failure nothing becomes visible.
+ *
+ * Cancelling: the library installs no signal handlers (in a daemon signals
+ * belong to the daemon). A caller that must stop an ingest -- on SIGTERM, on
+ * shutdown, when the pod went away -- sets *o->cancel non-zero from any
+ * thread: the extraction notices between reads and entries, removes its
+ * staging directory and returns -ECANCELED; the entry stays absent.
  */
 int tkm_store_ingest(struct tkm_store *s, const char *digest, const char *blob_path,
                      const struct tkm_archive_opts *o, char **path,

@@ -27,6 +27,18 @@ struct tkm_buf;
  * malformed input, or the buffer's error (-E2BIG past its max, -ENOMEM). */
 int tkm_base64_decode(const char *in, size_t n, struct tkm_buf *out);
 
+/*
+ * Escapes n bytes of s (borrowed; may hold NULs) into out (outlen bytes,
+ * borrowed) for quoting untrusted names in messages and logs: C0 controls and
+ * DEL as \n, \t, \r or \xHH, a backslash as \\, bytes that are not valid UTF-8
+ * and the UTF-8 encodings of C1 controls (U+0080-U+009F) and of bidi
+ * overrides (U+202A-U+202E, U+2066-U+2069) as \xHH each; other text is
+ * copied. Output that does not fit is cut at a whole escape and ends in
+ * "...". Always NUL-terminates (outlen > 0) and returns out, so it can be a
+ * printf argument. At most 4 output bytes per input byte.
+ */
+char *tkm_escape(const char *s, size_t n, char *out, size_t outlen);
+
 #define TKM_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif

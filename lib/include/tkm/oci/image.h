@@ -74,4 +74,16 @@ int tkm_oci_extract_layout(const char *layout_dir, const char *tag, const char *
                            const char *mount_path, struct tkm_oci_extract_result *res,
                            struct tkm_err *err);
 
+/* The same with the limits, cancel flag and progress callback of base
+ * (borrowed, may be NULL for the defaults; its other fields are ignored):
+ * once *base->cancel is non-zero the extraction stops with -ECANCELED and the
+ * staging directory is removed. The staging directory is a
+ * tkm_staging_create() one; stale ones of dead processes beside dest are
+ * purged first. The layer blob must have its descriptor's exact size and the
+ * config exactly one rootfs.diff_id. */
+struct tkm_archive_opts;
+int tkm_oci_extract_layout_with(const char *layout_dir, const char *tag, const char *dest,
+                                const char *mount_path, const struct tkm_archive_opts *base,
+                                struct tkm_oci_extract_result *res, struct tkm_err *err);
+
 #endif
