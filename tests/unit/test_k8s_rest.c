@@ -22,6 +22,13 @@ static const char *path_of(const struct k8s_resource *r, const char *ns, const c
     return out;
 }
 
+/* A custom resource's descriptor, as a CRD's module declares it. */
+static const struct k8s_resource res_crd = {"tkm.io", "v1alpha1", "tritonkernelcaches",
+                                            "TritonKernelCache", 1};
+static const struct k8s_resource res_crd_cluster = {"tkm.io", "v1alpha1",
+                                                    "tritonkernelcacheclusters",
+                                                    "TritonKernelCacheCluster", 0};
+
 TEST(paths)
 {
     int rc;
@@ -30,9 +37,9 @@ TEST(paths)
     ASSERT_STREQ(path_of(&k8s_res_configmaps, NULL, NULL, NULL, &rc), "/api/v1/configmaps");
     ASSERT_STREQ(path_of(&k8s_res_nodes, "ignored", "n1", "status", &rc),
                  "/api/v1/nodes/n1/status");
-    ASSERT_STREQ(path_of(&k8s_res_tkc, "ml", "cache-a", "status", &rc),
+    ASSERT_STREQ(path_of(&res_crd, "ml", "cache-a", "status", &rc),
                  "/apis/tkm.io/v1alpha1/namespaces/ml/tritonkernelcaches/cache-a/status");
-    ASSERT_STREQ(path_of(&k8s_res_tkcc, NULL, "c", NULL, &rc),
+    ASSERT_STREQ(path_of(&res_crd_cluster, NULL, "c", NULL, &rc),
                  "/apis/tkm.io/v1alpha1/tritonkernelcacheclusters/c");
     ASSERT_STREQ(path_of(&k8s_res_leases, "kube-system", "tkm", NULL, &rc),
                  "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/tkm");
@@ -164,7 +171,7 @@ TEST(apply_request_shape)
                              0, NULL);
     struct k8s_apply_opts ao = {.field_manager = "tkm-agent", .force = 1, .subresource = "status"};
     struct k8s_status st = K8S_STATUS_INIT;
-    ASSERT_OK(k8s_apply(c, &k8s_res_tkc, "ml", obj, &ao, NULL, &st));
+    ASSERT_OK(k8s_apply(c, &res_crd, "ml", obj, &ao, NULL, &st));
     const char *req = tsrv_req(&s, 0);
     ASSERT_STRCONTAINS(req, "PATCH /apis/tkm.io/v1alpha1/namespaces/ml/tritonkernelcaches/c1/"
                             "status?fieldManager=tkm-agent&force=true HTTP/1.1\r\n");
@@ -172,10 +179,10 @@ TEST(apply_request_shape)
     ASSERT_STRCONTAINS(req, "\"status\":{\"x\":1}");
     /* resourceVersion in an apply body is refused before sending. */
     json_object_set_new(json_object_get(obj, "metadata"), "resourceVersion", json_string("5"));
-    ASSERT_EQ(k8s_apply(c, &k8s_res_tkc, "ml", obj, &ao, NULL, &st), -EINVAL);
+    ASSERT_EQ(k8s_apply(c, &res_crd, "ml", obj, &ao, NULL, &st), -EINVAL);
     ASSERT_STRCONTAINS(st.message, "remove metadata.resourceVersion");
     ao.field_manager = NULL;
-    ASSERT_EQ(k8s_apply(c, &k8s_res_tkc, "ml", obj, &ao, NULL, &st), -EINVAL);
+    ASSERT_EQ(k8s_apply(c, &res_crd, "ml", obj, &ao, NULL, &st), -EINVAL);
     ASSERT_STRCONTAINS(st.message, "field manager is required");
     ASSERT_EQ(tsrv_nreqs(&s), 1);
     json_decref(obj);

@@ -83,7 +83,8 @@ const char *k8s_client_server(const struct k8s_client *c);
 /* ---- resources and paths ------------------------------------------------ */
 
 /* What a request addresses. Strings are borrowed; descriptors are normally
- * static const. group "" (or NULL) is the core group (/api/v1). */
+ * static const. group "" (or NULL) is the core group (/api/v1). Custom
+ * resources are described by their own modules (tkm.io/v1alpha1: <tkm/api/v1alpha1.h>). */
 struct k8s_resource {
     const char *group;
     const char *version;
@@ -100,10 +101,6 @@ extern const struct k8s_resource k8s_res_namespaces;
 extern const struct k8s_resource k8s_res_events;    /* core/v1 Event */
 extern const struct k8s_resource k8s_res_events_v1; /* events.k8s.io/v1 Event */
 extern const struct k8s_resource k8s_res_leases;    /* coordination.k8s.io/v1 */
-extern const struct k8s_resource k8s_res_tkc;       /* tkm.io/v1alpha1 TritonKernelCache */
-extern const struct k8s_resource k8s_res_tkcc;      /* ...Cluster */
-extern const struct k8s_resource k8s_res_tkcns;     /* ...NodeStatus */
-extern const struct k8s_resource k8s_res_tkcnsc;    /* ...NodeStatusCluster */
 
 /*
  * Appends the path of a resource to out:
