@@ -1,5 +1,8 @@
 /* test_k8s_rest.c - paths, request building, retries, auth reload and events,
  * checked against the exact requests a canned loopback server records. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,7 +11,7 @@
 #include <tkm/util.h>
 
 #include "test.h"
-#include "httpd-test.h"
+#include "tsrv.h"
 
 static const char *path_of(const struct k8s_resource *r, const char *ns, const char *name,
                            const char *sub, int *rc)
@@ -25,9 +28,8 @@ static const char *path_of(const struct k8s_resource *r, const char *ns, const c
 /* A custom resource's descriptor, as a CRD's module declares it. */
 static const struct k8s_resource res_crd = {"tkm.io", "v1alpha1", "tritonkernelcaches",
                                             "TritonKernelCache", 1};
-static const struct k8s_resource res_crd_cluster = {"tkm.io", "v1alpha1",
-                                                    "tritonkernelcacheclusters",
-                                                    "TritonKernelCacheCluster", 0};
+static const struct k8s_resource res_crd_cluster = {
+    "tkm.io", "v1alpha1", "tritonkernelcacheclusters", "TritonKernelCacheCluster", 0};
 
 TEST(paths)
 {
@@ -569,4 +571,104 @@ TEST(exec_plugin_refreshed_when_expired_and_on_401)
     ASSERT_STRCONTAINS(tsrv_req(&s, 2), "Authorization: Bearer exec-4\r\n");
     ASSERT_EQ(tsrv_nreqs(&s), 3);
     finish(&loop, c);
+}
+
+/* reliability.md section 3/6: 429 + Retry-After is honoured on merge and
+ * JSON patches (retried only because the server asked) and on server-side
+ * apply (idempotent); the same body goes out again after the wait. */
+#define TOO_MANY                                                                                   \
+    "{\"kind\":\"Status\",\"reason\":\"TooManyRequests\",\"message\":\"slow down\",\"code\":429}"
+
+static void check_retried_after(struct tsrv *s, int first, int wait_ms)
+{
+    struct tsrv_request a, b;
+    ASSERT_OK(tsrv_get(s, first, &a));
+    ASSERT_OK(tsrv_get(s, first + 1, &b));
+    ASSERT_STREQ(a.method, "PATCH");
+    ASSERT_STREQ(a.target, b.target);
+    ASSERT_UEQ(a.body_len, b.body_len);
+    ASSERT_STREQ(a.body, b.body);
+    ASSERT(b.at_ms - a.at_ms >= (uint64_t)wait_ms - 100);
+}
+
+TEST_TIMEOUT(patch_and_apply_honour_429_retry_after, 60)
+{
+    static const struct tsrv_reply merge[] = {{429, "Retry-After: 1\r\n", TOO_MANY},
+                                              {200, NULL, CM_JSON}};
+    static const struct tsrv_reply jsonp[] = {{429, "Retry-After: 2\r\n", TOO_MANY},
+                                              {200, NULL, CM_JSON}};
+    static const struct tsrv_reply apply[] = {{429, "Retry-After: 1\r\n", TOO_MANY},
+                                              {429, "Retry-After: 1\r\n", TOO_MANY},
+                                              {200, NULL, CM_JSON}};
+    struct tsrv s;
+    tsrv_init(&s);
+    ASSERT_OK(
+        tsrv_route(&s, "PATCH", "/api/v1/namespaces/ns1/configmaps/m", TSRV_EXACT, NULL, merge, 2));
+    ASSERT_OK(
+        tsrv_route(&s, "PATCH", "/api/v1/namespaces/ns1/configmaps/j", TSRV_EXACT, NULL, jsonp, 2));
+    ASSERT_OK(tsrv_route(&s, "PATCH", "/api/v1/namespaces/ns1/configmaps/a/status", TSRV_PREFIX,
+                         "fieldManager=tkm-agent", apply, 3));
+    int port = tsrv_listen(&s);
+    ASSERT(port > 0);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = client_for(&loop, port, "t", NULL, 3);
+    struct k8s_status st = K8S_STATUS_INIT;
+
+    json_t *mp = json_pack("{s:{s:s}}", "data", "k", "v2");
+    struct k8s_patch_opts po = {.type = K8S_PATCH_MERGE};
+    ASSERT_OK(k8s_patch(c, &k8s_res_configmaps, NULL, "m", mp, &po, NULL, &st));
+    ASSERT_EQ(tsrv_nreqs(&s), 2);
+    check_retried_after(&s, 0, 1000);
+    ASSERT_STRCONTAINS(tsrv_req(&s, 1), "Content-Type: application/merge-patch+json\r\n");
+
+    json_t *jp = json_pack("[{s:s,s:s,s:s}]", "op", "replace", "path", "/data/k", "value", "v3");
+    po.type = K8S_PATCH_JSON;
+    ASSERT_OK(k8s_patch(c, &k8s_res_configmaps, NULL, "j", jp, &po, NULL, &st));
+    ASSERT_EQ(tsrv_nreqs(&s), 4);
+    check_retried_after(&s, 2, 2000);
+    ASSERT_STRCONTAINS(tsrv_req(&s, 3), "Content-Type: application/json-patch+json\r\n");
+
+    json_t *obj = json_pack("{s:s,s:s,s:{s:s},s:{s:s}}", "apiVersion", "v1", "kind", "ConfigMap",
+                            "metadata", "name", "a", "data", "k", "v");
+    struct k8s_apply_opts ao = {.field_manager = "tkm-agent", .subresource = "status"};
+    json_t *out = NULL;
+    ASSERT_OK(k8s_apply(c, &k8s_res_configmaps, NULL, obj, &ao, &out, &st));
+    ASSERT_STREQ(k8s_obj_name(out), "a");
+    ASSERT_EQ(tsrv_nreqs(&s), 7);
+    check_retried_after(&s, 4, 1000);
+    check_retried_after(&s, 5, 1000);
+    ASSERT_STRCONTAINS(tsrv_req(&s, 6), "Content-Type: application/apply-patch+yaml\r\n");
+    json_decref(out);
+    json_decref(mp);
+    json_decref(jp);
+    json_decref(obj);
+    k8s_status_release(&st);
+    finish(&loop, c);
+    tsrv_stop(&s);
+}
+
+/* A server that keeps answering 429: the client gives up after max_retries
+ * and reports the 429, its Retry-After and the message. */
+TEST_TIMEOUT(apply_429_gives_up_after_max_retries, 60)
+{
+    static const struct tsrv_reply busy[] = {{429, "Retry-After: 0\r\n", TOO_MANY}};
+    struct tsrv s;
+    int port = tsrv_start(&s, busy, 1);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = client_for(&loop, port, "t", NULL, 2);
+    struct k8s_status st = K8S_STATUS_INIT;
+    json_t *obj = json_pack("{s:s,s:s,s:{s:s}}", "apiVersion", "v1", "kind", "ConfigMap",
+                            "metadata", "name", "a");
+    struct k8s_apply_opts ao = {.field_manager = "tkm-agent"};
+    ASSERT(k8s_apply(c, &k8s_res_configmaps, NULL, obj, &ao, NULL, &st) < 0);
+    ASSERT_EQ(st.code, 429);
+    ASSERT_EQ(st.retry_after_s, 0);
+    ASSERT_STREQ(st.message, "slow down");
+    ASSERT_EQ(tsrv_nreqs(&s), 3); /* the first try and 2 retries */
+    json_decref(obj);
+    k8s_status_release(&st);
+    finish(&loop, c);
+    tsrv_stop(&s);
 }
