@@ -8,9 +8,11 @@
 
 #include <k8s/client.h>
 #include <k8s/events.h>
+#include <tkm/fs.h>
 #include <tkm/util.h>
 
 #include "test.h"
+#include "client-int.h"
 #include "tsrv.h"
 
 static const char *path_of(const struct k8s_resource *r, const char *ns, const char *name,
@@ -668,6 +670,153 @@ TEST_TIMEOUT(apply_429_gives_up_after_max_retries, 60)
     ASSERT_STREQ(st.message, "slow down");
     ASSERT_EQ(tsrv_nreqs(&s), 3); /* the first try and 2 retries */
     json_decref(obj);
+    k8s_status_release(&st);
+    finish(&loop, c);
+    tsrv_stop(&s);
+}
+
+/* ---- CA bundle rotation (reliability.md section 6) ------------------------- */
+
+static void copy_file(const char *from, const char *to, int by_rename)
+{
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s.tmp", to);
+    struct tkm_buf b = TKM_BUF_INIT(1 << 20);
+    struct tkm_err err = {0};
+    ASSERT_OK(tkm_read_file(from, b.max, &b, "test", &err));
+    FILE *f = fopen(by_rename ? tmp : to, "w");
+    ASSERT_NOT_NULL(f);
+    ASSERT_UEQ(fwrite(b.data, 1, b.len, f), b.len);
+    ASSERT_OK(fclose(f));
+    if (by_rename)
+        ASSERT_OK(rename(tmp, to));
+    tkm_buf_release(&b);
+}
+
+struct pki {
+    char dir[512], ca[600], ca1[600], ca2[600], crt1[600], key1[600], crt2[600], key2[600];
+};
+
+static void pki_make(struct pki *p)
+{
+    snprintf(p->dir, sizeof p->dir, "%s", tkm_test_tmpdir());
+    ASSERT_OK(tsrv_make_pki(p->dir, "one"));
+    ASSERT_OK(tsrv_make_pki(p->dir, "two"));
+    snprintf(p->ca, sizeof p->ca, "%s/ca.crt", p->dir);
+    snprintf(p->ca1, sizeof p->ca1, "%s/one-ca.crt", p->dir);
+    snprintf(p->ca2, sizeof p->ca2, "%s/two-ca.crt", p->dir);
+    snprintf(p->crt1, sizeof p->crt1, "%s/one.crt", p->dir);
+    snprintf(p->key1, sizeof p->key1, "%s/one.key", p->dir);
+    snprintf(p->crt2, sizeof p->crt2, "%s/two.crt", p->dir);
+    snprintf(p->key2, sizeof p->key2, "%s/two.key", p->dir);
+    copy_file(p->ca1, p->ca, 0);
+}
+
+static struct k8s_client *tls_client_for(uv_loop_t *loop, int port, const char *ca_file,
+                                         uint64_t ca_reload_ms)
+{
+    struct k8s_config cfg;
+    k8s_config_init(&cfg);
+    char server[64];
+    snprintf(server, sizeof server, "https://127.0.0.1:%d", port);
+    cfg.server = strdup(server);
+    cfg.namespace = strdup("ns1");
+    cfg.ca_file = strdup(ca_file);
+    cfg.auth = K8S_AUTH_TOKEN;
+    cfg.token = strdup("t");
+    struct k8s_client_opts o = {
+        .max_retries = -1, .timeout_ms = 20000, .ca_reload_ms = ca_reload_ms};
+    struct k8s_client *c = NULL;
+    struct tkm_err err = {0};
+    int rc = k8s_client_new(loop, &cfg, &o, &c, &err);
+    k8s_config_release(&cfg);
+    if (rc)
+        tkm_test_fail(__FILE__, __LINE__, "k8s_client_new: %s", err.msg);
+    return c;
+}
+
+/* The apiserver's certificate and the CA file rotate together (the file is
+ * replaced by a rename, as the kubelet's atomic writer does): the TLS
+ * failure on the next new connection re-reads the file and the request
+ * goes through without a restart. A server that goes back to the old
+ * certificate is refused: the old CA is no longer trusted. */
+TEST_TIMEOUT(ca_rotation_picked_up_after_tls_failure, 60)
+{
+    static const struct tsrv_reply ok[] = {{200, NULL, CM_JSON}};
+    struct pki p;
+    pki_make(&p);
+    struct tsrv s;
+    tsrv_init(&s);
+    ASSERT_OK(
+        tsrv_route(&s, "GET", "/api/v1/namespaces/ns1/configmaps/a", TSRV_EXACT, NULL, ok, 1));
+    ASSERT_OK(tsrv_tls(&s, p.crt1, p.key1));
+    int port = tsrv_listen(&s);
+    ASSERT(port > 0);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = tls_client_for(&loop, port, p.ca, 0);
+    struct k8s_status st = K8S_STATUS_INIT;
+    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
+    ASSERT_EQ(k8s__client_ca_reloads(c), 0);
+
+    ASSERT_OK(tsrv_tls(&s, p.crt2, p.key2));
+    tsrv_drop_conns(&s);
+    copy_file(p.ca2, p.ca, 1);
+    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
+    ASSERT_EQ(k8s__client_ca_reloads(c), 1);
+    ASSERT_EQ(tsrv_nreqs(&s), 2);
+
+    ASSERT_OK(tsrv_tls(&s, p.crt1, p.key1));
+    tsrv_drop_conns(&s);
+    ASSERT_EQ(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st), -EPROTO);
+    ASSERT_EQ(k8s__client_ca_reloads(c), 1);
+    ASSERT_EQ(tsrv_nreqs(&s), 2);
+    k8s_status_release(&st);
+    finish(&loop, c);
+    tsrv_stop(&s);
+}
+
+/* The periodic check: the CA file rewritten in place (same inode, new
+ * mtime) is taken before the next request, so a server still presenting
+ * the old chain is refused, and one presenting the new chain is accepted. A
+ * CA file that turns into garbage keeps the last good bundle. */
+TEST_TIMEOUT(ca_file_checked_periodically, 60)
+{
+    static const struct tsrv_reply ok[] = {{200, NULL, CM_JSON}};
+    struct pki p;
+    pki_make(&p);
+    struct tsrv s;
+    tsrv_init(&s);
+    ASSERT_OK(
+        tsrv_route(&s, "GET", "/api/v1/namespaces/ns1/configmaps/a", TSRV_EXACT, NULL, ok, 1));
+    ASSERT_OK(tsrv_tls(&s, p.crt1, p.key1));
+    int port = tsrv_listen(&s);
+    ASSERT(port > 0);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = tls_client_for(&loop, port, p.ca, 50);
+    struct k8s_status st = K8S_STATUS_INIT;
+    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
+
+    copy_file(p.ca2, p.ca, 0);
+    struct timespec ts = {0, 120 * 1000000L};
+    nanosleep(&ts, NULL);
+    tsrv_drop_conns(&s);
+    ASSERT_EQ(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st), -EPROTO);
+    ASSERT_EQ(k8s__client_ca_reloads(c), 1);
+
+    ASSERT_OK(tsrv_tls(&s, p.crt2, p.key2));
+    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
+
+    FILE *f = fopen(p.ca, "w");
+    ASSERT_NOT_NULL(f);
+    fputs("not a certificate\n", f);
+    fclose(f);
+    nanosleep(&ts, NULL);
+    tsrv_drop_conns(&s);
+    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
+    ASSERT_EQ(k8s__client_ca_reloads(c), 1);
+    ASSERT_EQ(tsrv_nreqs(&s), 3);
     k8s_status_release(&st);
     finish(&loop, c);
     tsrv_stop(&s);

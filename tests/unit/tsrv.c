@@ -497,6 +497,14 @@ int tsrv_start(struct tsrv *s, const struct tsrv_reply *replies, int n)
     return rc ? rc : tsrv_listen(s);
 }
 
+void tsrv_drop_conns(struct tsrv *s)
+{
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->nfds; i++)
+        shutdown(s->fds[i], SHUT_RDWR);
+    pthread_mutex_unlock(&s->mu);
+}
+
 void tsrv_stop(struct tsrv *s)
 {
     pthread_mutex_lock(&s->mu);

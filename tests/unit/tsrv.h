@@ -118,6 +118,9 @@ int tsrv_tls(struct tsrv *s, const char *cert_file, const char *key_file);
 int tsrv_listen(struct tsrv *s);
 /* tsrv_init + one catch-all route + tsrv_listen. Returns the port or -errno. */
 int tsrv_start(struct tsrv *s, const struct tsrv_reply *replies, int n);
+/* Shuts down the connections open now (keep-alive ones included); the
+ * server goes on accepting. For tests that need the client to reconnect. */
+void tsrv_drop_conns(struct tsrv *s);
 /* Closes every connection, joins every thread, frees everything. */
 void tsrv_stop(struct tsrv *s);
 
