@@ -86,6 +86,7 @@ TEST(sync_get_headers_and_body)
     ASSERT_STRCONTAINS(req, "X-Test: yes\r\n");
     ASSERT_STRCONTAINS(req, "User-Agent: tkm/");
     tkm_http_resp_release(&resp);
+    tsrv_stop(&s);
 }
 
 TEST(methods_and_bodies)
@@ -116,6 +117,7 @@ TEST(methods_and_bodies)
         ASSERT_STRCONTAINS(req, "Content-Type: application/json\r\n");
         ASSERT_STRCONTAINS(req, "\r\n\r\n{\"k\":\"v\"}");
     }
+    tsrv_stop(&s);
 }
 
 TEST(connection_reused_on_one_client)
@@ -142,6 +144,7 @@ TEST(connection_reused_on_one_client)
     ASSERT_EQ(tsrv_conns(&s), 1);
     ASSERT_EQ(tkm_http_inflight(h), 0);
     close_and_drain(&loop, h);
+    tsrv_stop(&s);
 }
 
 TEST(streaming_any_split)
@@ -178,6 +181,7 @@ TEST(streaming_any_split)
     ASSERT_EQ(g2.data_calls, 0);
     ASSERT_STREQ(g2.body, "{\"kind\":\"Status\"}");
     close_and_drain(&loop, h);
+    tsrv_stop(&s);
 }
 
 TEST(total_timeout)
@@ -197,6 +201,7 @@ TEST(total_timeout)
     ASSERT_STRCONTAINS(err.msg, url);
     ASSERT_EQ(resp.status, 0);
     tkm_http_resp_release(&resp);
+    tsrv_stop(&s);
 }
 
 TEST(idle_timeout)
@@ -213,6 +218,7 @@ TEST(idle_timeout)
     ASSERT_EQ(tkm_http_do(&o, &resp, NULL), -ETIMEDOUT);
     ASSERT(tkm_now_ms() - t0 < 3500);
     tkm_http_resp_release(&resp);
+    tsrv_stop(&s);
 }
 
 TEST(body_cap)
@@ -232,6 +238,7 @@ TEST(body_cap)
     ASSERT_EQ(tkm_http_do(&o, &resp, &err), -E2BIG);
     ASSERT_STRCONTAINS(err.msg, "larger than the configured limit");
     tkm_http_resp_release(&resp);
+    tsrv_stop(&s);
 }
 
 TEST(connection_refused)
@@ -286,6 +293,7 @@ TEST(cancel_in_flight)
     ASSERT_EQ(g.code, -ECANCELED);
     close_and_drain(&loop, h);
     ASSERT_EQ(g.done, 1);
+    tsrv_stop(&s);
 }
 
 static void set_int(void *data)
@@ -316,6 +324,7 @@ TEST(close_cancels_inflight)
     ASSERT_EQ(g.code, -ECANCELED);
     ASSERT_EQ(closed, 1);
     ASSERT_EQ(uv_loop_close(&loop), 0);
+    tsrv_stop(&s);
 }
 
 TEST(retry_after_parsing)
@@ -337,6 +346,7 @@ TEST(retry_after_parsing)
         ASSERT_EQ(tkm_http_retry_after(&resp, 30), want[i]);
         tkm_http_resp_release(&resp);
     }
+    tsrv_stop(&s);
 }
 
 TEST(redirects_drop_authorization_across_hosts)
@@ -371,6 +381,8 @@ TEST(redirects_drop_authorization_across_hosts)
     ASSERT_STRCONTAINS(breq, "GET /blob HTTP/1.1");
     ASSERT(strstr(breq, "Authorization") == NULL);
     ASSERT(strstr(breq, "secret-token") == NULL);
+    tsrv_stop(&a);
+    tsrv_stop(&b);
 }
 
 TEST(bad_url_rejected_without_callback)
@@ -404,6 +416,7 @@ TEST(https_to_plain_server_fails_tls)
     ASSERT(rc == -EPROTO || rc == -ECONNRESET);
     ASSERT_STRCONTAINS(err.msg, url);
     tkm_http_resp_release(&resp);
+    tsrv_stop(&s);
 }
 
 /* A server that answers with an error status and then ends the exchange early
@@ -432,6 +445,7 @@ TEST(error_status_then_cut_is_the_answer)
     ASSERT_EQ(resp.status, 200);
     ASSERT_STRCONTAINS(err.msg, url);
     tkm_http_resp_release(&resp);
+    tsrv_stop(&s);
 }
 
 /* TLS through tsrv: the right CA verifies, another CA is refused, and the

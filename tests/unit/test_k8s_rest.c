@@ -130,6 +130,7 @@ TEST(get_sends_token_and_decodes)
     ASSERT_STRCONTAINS(req, "Accept: application/json\r\n");
     ASSERT_EQ(st.rc, 0);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(status_errors_surface)
@@ -160,6 +161,7 @@ TEST(status_errors_surface)
     ASSERT_STRCONTAINS(st.message, "not valid JSON");
     k8s_status_release(&st);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(apply_request_shape)
@@ -192,6 +194,7 @@ TEST(apply_request_shape)
     json_decref(obj);
     k8s_status_release(&st);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(list_delete_patch_shapes)
@@ -231,6 +234,7 @@ TEST(list_delete_patch_shapes)
     json_decref(jp);
     k8s_status_release(&st);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(retry_after_429_then_ok)
@@ -250,6 +254,7 @@ TEST(retry_after_429_then_ok)
     ASSERT(tkm_now_ms() - t0 >= 900);
     ASSERT_EQ(tsrv_nreqs(&s), 2);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(post_not_retried_on_plain_5xx)
@@ -272,6 +277,7 @@ TEST(post_not_retried_on_plain_5xx)
     json_decref(obj);
     k8s_status_release(&st);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(post_retried_when_server_asks)
@@ -290,6 +296,7 @@ TEST(post_retried_when_server_asks)
     ASSERT_STRCONTAINS(tsrv_req(&s, 1), "POST /api/v1/namespaces/ns1/configmaps HTTP/1.1");
     json_decref(obj);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(transport_error_distinguished)
@@ -334,6 +341,7 @@ TEST(token_file_reloaded_on_401)
     ASSERT_STRCONTAINS(tsrv_req(&s, 0), "Authorization: Bearer token-A\r\n");
     ASSERT_STRCONTAINS(tsrv_req(&s, 1), "Authorization: Bearer token-B\r\n");
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 static int mutate_calls;
@@ -371,6 +379,7 @@ TEST(update_retry_on_conflict)
     ASSERT_STRCONTAINS(tsrv_req(&s, 1), "\"resourceVersion\":\"7\"");
     ASSERT_STRCONTAINS(tsrv_req(&s, 3), "\"added\":\"yes\"");
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(update_retry_gives_up)
@@ -394,6 +403,7 @@ TEST(update_retry_gives_up)
     ASSERT_EQ(tsrv_nreqs(&s), 4);
     k8s_status_release(&st);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 struct stream_got {
@@ -442,6 +452,7 @@ TEST(stream_and_cancel_from_callback)
     ASSERT_EQ(g.rc, -ECANCELED);
     ASSERT(g.bytes > 0 && g.bytes < strlen(body));
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(close_cancels_pending)
@@ -461,6 +472,7 @@ TEST(close_cancels_pending)
     ASSERT_EQ(g.rc, -ECANCELED);
     uv_run(&loop, UV_RUN_DEFAULT);
     ASSERT_EQ(uv_loop_close(&loop), 0);
+    tsrv_stop(&s);
 }
 
 TEST(events_aggregate_repeats)
@@ -524,6 +536,7 @@ TEST(events_aggregate_repeats)
     ASSERT_EQ(k8s_event_emit(rec, &o, "Odd", "X", "y"), -EINVAL);
     k8s_recorder_free(rec);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(exec_plugin_refreshed_when_expired_and_on_401)
@@ -573,6 +586,7 @@ TEST(exec_plugin_refreshed_when_expired_and_on_401)
     ASSERT_STRCONTAINS(tsrv_req(&s, 2), "Authorization: Bearer exec-4\r\n");
     ASSERT_EQ(tsrv_nreqs(&s), 3);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 /* reliability.md section 3/6: 429 + Retry-After is honoured on merge and
