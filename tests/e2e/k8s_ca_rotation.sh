@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # k8s_ca_rotation: a kubeconfig whose certificate-authority is a file; the file
 # is replaced (by a rename, as the kubelet's atomic writer does) while one
-# client keeps running, and the client trusts the new CA without a restart:
-# through the re-read after a TLS failure (default 60 s period) and through
-# the periodic check.
+# client keeps running, and the client trusts the new CA without a restart.
+# "failure": the default 60 s check period, so only the re-read after the TLS
+# failure can pick the file up; "periodic": a 500 ms period as well (which of
+# the two wins is not observable here; the unit test
+# ca_file_checked_periodically isolates the periodic check).
 source "$(dirname "$0")/lib.sh"
 
 PBIN=$TKM_BUILD_DIR/tests/e2e_k8s_ca_reload

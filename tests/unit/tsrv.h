@@ -28,7 +28,15 @@
  * with "Expect: 100-continue" gets its 100 first.
  *
  * tsrv_start(&s, replies, n) is the short form of the old httpd-test.h: one
- * catch-all route, listening at once.
+ * catch-all route, listening at once; tsrv_req(&s, i) and tsrv_nreqs() keep
+ * their meaning (tsrv_req's text now stays valid until tsrv_stop()).
+ *
+ * Porting a table of {method, exact path (query included), status, headers,
+ * body, body_len} routes: one tsrv_route(&s, method, path, TSRV_EXACT, NULL,
+ * &reply, 1) per entry (.body_len for binary bodies; a redirect is a 30x with
+ * a "Location: ...\r\n" header). Per-request logic (a 401 unless the request
+ * carries Authorization) is a tsrv_route_fn() handler; "the last request" is
+ * tsrv_req(&s, tsrv_nreqs(&s) - 1).
  *
  * Ownership: route, reply and header strings are borrowed and must outlive
  * the server (use static or test-scope storage); tsrv_get() results are
