@@ -557,3 +557,44 @@ TEST(tsrv_routes_sequences_and_records)
     ASSERT_EQ(tsrv_get(&s, 7, &rq), -ENOENT);
     tsrv_stop(&s);
 }
+
+/* tsrv serves overlapping requests on several connections at once (a thread
+ * each) and records every one exactly once. */
+TEST(tsrv_concurrent_connections_recorded_once)
+{
+    static const struct tsrv_reply slow[] = {{200, NULL, "slow", 200}};
+    struct tsrv s;
+    tsrv_init(&s);
+    ASSERT_OK(tsrv_route(&s, "GET", "/c/", TSRV_PREFIX, NULL, slow, 1));
+    int port = tsrv_listen(&s);
+    ASSERT(port > 0);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct tkm_http *h;
+    ASSERT_OK(tkm_http_new(&loop, NULL, &h, NULL));
+    struct got g[6];
+    char url[6][128];
+    memset(g, 0, sizeof g);
+    for (int i = 0; i < 6; i++) {
+        char path[32];
+        snprintf(path, sizeof path, "/c/%d", i);
+        url_of(url[i], sizeof url[i], port, path);
+        struct tkm_http_req_opts o = {.url = url[i], .done_cb = on_done, .data = &g[i]};
+        ASSERT_OK(tkm_http_start(h, &o, NULL, NULL));
+    }
+    for (int i = 0; i < 6; i++)
+        run_until(&loop, &g[i]);
+    ASSERT_EQ(tsrv_nreqs(&s), 6);
+    ASSERT(tsrv_conns(&s) >= 2); /* served side by side, not one after another */
+    int seen = 0;
+    for (int i = 0; i < 6; i++) {
+        struct tsrv_request rq;
+        ASSERT_OK(tsrv_get(&s, i, &rq));
+        ASSERT_EQ(strncmp(rq.path, "/c/", 3), 0);
+        seen |= 1 << (rq.path[3] - '0');
+        ASSERT_STREQ(g[i].body, "slow");
+    }
+    ASSERT_EQ(seen, 0x3f);
+    close_and_drain(&loop, h);
+    tsrv_stop(&s);
+}
