@@ -25,6 +25,7 @@
 #include <k8s/watch.h>
 #include <tkm/log.h>
 #include <tkm/util.h>
+#include <tkm/api/v1alpha1.h>
 
 /* The store and decoder are private to libk8sclient; the bench includes them
  * from the source tree (k8sclient/) to measure decoding without a network. */
@@ -99,7 +100,7 @@ static void create_next(struct bench *b)
                       "tkm.io/v1alpha1", "kind", "TritonKernelCache", "metadata", "name", name,
                       "labels", "app", "bench", "gpu", "h200", "annotations", "bench.tkm.io/note",
                       note, "spec", "cacheImage", image, "mountPath", "/var/cache/triton");
-        if (!o || k8s_create_async(b->c, &k8s_res_tkc, b->ns, o, created_cb, b) < 0) {
+        if (!o || k8s_create_async(b->c, &tkm_api_res_tkc, b->ns, o, created_cb, b) < 0) {
             json_decref(o);
             b->failed++;
             break;
@@ -234,7 +235,7 @@ static int start_mode(struct bench *b, const char *mode, struct tkm_err *err)
     }
     if (strcmp(mode, "informer") == 0) {
         struct k8s_informer_opts io = {0};
-        io.watch.res = &k8s_res_tkc;
+        io.watch.res = &tkm_api_res_tkc;
         io.watch.ns = b->ns;
         io.handler.on_synced = inf_synced;
         io.data = b;
@@ -242,7 +243,7 @@ static int start_mode(struct bench *b, const char *mode, struct tkm_err *err)
     }
     if (strcmp(mode, "watch") == 0) {
         struct k8s_watch_opts wo = {
-            .res = &k8s_res_tkc, .ns = b->ns, .start_resource_version = "0"};
+            .res = &tkm_api_res_tkc, .ns = b->ns, .start_resource_version = "0"};
         static const struct k8s_watch_handler h = {.event = w_event};
         return k8s_watch_start(b->c, &wo, &h, b, &b->w, err);
     }

@@ -27,6 +27,7 @@
 #include <k8s/informer.h>
 #include <k8s/workqueue.h>
 #include <tkm/log.h>
+#include <tkm/api/v1alpha1.h>
 
 struct app {
     struct k8s_client *c;
@@ -140,7 +141,7 @@ int main(int argc, char **argv)
         goto out;
     }
     struct k8s_informer_opts io = {
-        .watch = {.res = &k8s_res_tkc, .ns = all ? NULL : ns},
+        .watch = {.res = &tkm_api_res_tkc, .ns = all ? NULL : ns},
         .handler = {.on_add = on_add,
                     .on_update = on_update,
                     .on_delete = on_delete,

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <tkm/bug.h>
@@ -33,6 +34,8 @@
 #define DEFAULT_TOKEN_RELOAD 60000
 #define RETRY_AFTER_MAX_S    30
 #define EXEC_EXPIRY_SKEW_S   10
+#define DEFAULT_CA_RELOAD    60000
+#define CA_MAX_BYTES         (1024u * 1024u)
 
 struct k8s_client {
     uv_loop_t *loop;
@@ -48,6 +51,13 @@ struct k8s_client {
     char *token;
     uint64_t token_read_ms;
     struct k8s_exec_result exec;
+    /* The CA bundle of cfg.ca_file, read by the client and handed to curl
+     * as a blob so a rotated file is used for new connections. */
+    char *ca_pem;
+    size_t ca_pem_len;
+    struct k8s__file_stamp ca_stamp;
+    uint64_t ca_checked_ms, ca_reload_ms;
+    unsigned ca_reloads;
     /* An exec plugin running in the thread pool. */
     int exec_running;
     uv_work_t exec_work;
@@ -78,6 +88,7 @@ struct k8s_req {
     uv_timer_t timer;
     int attempts;
     int auth_retried;
+    int ca_retried;   /* a TLS failure was retried once with a re-read CA */
     int waiting_exec; /* parked until the exec plugin returns */
     int exec_fresh;   /* the plugin just ran for this request: send as is */
     int cancelled;
@@ -151,6 +162,71 @@ static void reload_token_file(struct k8s_client *c)
         tkm_warn("k8s: %s; keeping the previous token", e.msg);
     }
     tkm_buf_release(&b);
+}
+
+/* ---- CA bundle rotation ------------------------------------------------------ */
+
+int k8s__file_stamp_get(const char *path, struct k8s__file_stamp *out)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -errno;
+    out->dev = (uint64_t)st.st_dev;
+    out->ino = (uint64_t)st.st_ino;
+    out->size = (int64_t)st.st_size;
+    out->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    return 0;
+}
+
+int k8s__file_stamp_eq(const struct k8s__file_stamp *a, const struct k8s__file_stamp *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime_ns == b->mtime_ns;
+}
+
+/* Reads cfg.ca_file when its stamp (inode, size, mtime) changed. A stat or
+ * read is small and local: done on the loop, like the token file. A file
+ * that cannot be read, or holds no certificate, leaves the previous bundle
+ * in use. Returns 1 when a new bundle was taken. */
+static int ca_reload(struct k8s_client *c)
+{
+    struct k8s__file_stamp now;
+    struct tkm_buf b = TKM_BUF_INIT(CA_MAX_BYTES);
+    struct tkm_err e = {0};
+    int taken = 0;
+    c->ca_checked_ms = tkm_now_ms();
+    if (k8s__file_stamp_get(c->cfg.ca_file, &now) != 0 ||
+        (c->ca_pem && k8s__file_stamp_eq(&now, &c->ca_stamp)))
+        return 0;
+    if (tkm_read_file(c->cfg.ca_file, b.max, &b, "certificate-authority", &e) != 0) {
+        tkm_warn("k8s: %s; keeping the previous CA bundle", e.msg);
+    } else if (!b.len || !strstr(b.data, "-----BEGIN CERTIFICATE-----")) {
+        tkm_warn("k8s: certificate-authority \"%s\" holds no PEM certificate; keeping the "
+                 "previous CA bundle",
+                 c->cfg.ca_file);
+    } else if (!c->ca_pem || b.len != c->ca_pem_len || memcmp(b.data, c->ca_pem, b.len) != 0) {
+        size_t len = 0;
+        char *p = tkm_buf_detach(&b, &len);
+        if (p) {
+            if (c->ca_pem) {
+                c->ca_reloads++;
+                tkm_info("k8s: certificate-authority \"%s\" changed; new connections use it",
+                         c->cfg.ca_file);
+            }
+            free(c->ca_pem);
+            c->ca_pem = p;
+            c->ca_pem_len = len;
+            taken = 1;
+        }
+    }
+    if (taken || c->ca_pem)
+        c->ca_stamp = now;
+    tkm_buf_release(&b);
+    return taken;
+}
+
+unsigned k8s__client_ca_reloads(const struct k8s_client *c)
+{
+    return c->ca_reloads;
 }
 
 static int exec_expired(const struct k8s_client *c)
@@ -253,6 +329,7 @@ int k8s_client_new(uv_loop_t *loop, const struct k8s_config *cfg,
     c->max_body = o.max_body ? o.max_body : DEFAULT_MAX_BODY;
     c->max_retries = o.max_retries < 0 ? 0 : (o.max_retries ? o.max_retries : DEFAULT_RETRIES);
     c->token_reload_ms = o.token_reload_ms ? o.token_reload_ms : DEFAULT_TOKEN_RELOAD;
+    c->ca_reload_ms = o.ca_reload_ms ? o.ca_reload_ms : DEFAULT_CA_RELOAD;
     c->seed = tkm_now_ms() ^ (uint64_t)(uintptr_t)c;
     c->user_agent = strdup(o.user_agent ? o.user_agent : "tkm/" TKM_VERSION);
     if (!c->user_agent || k8s_config_copy(&c->cfg, cfg)) {
@@ -261,6 +338,10 @@ int k8s_client_new(uv_loop_t *loop, const struct k8s_config *cfg,
     }
     if ((rc = client_creds_init(c, err)))
         goto fail;
+    /* A CA file is read here and re-read when it changes; an unreadable one
+     * is left to curl, which reports it on the first request. */
+    if (c->cfg.ca_file && !c->cfg.ca_pem)
+        ca_reload(c);
     struct tkm_http_opts ho = {.user_agent = c->user_agent};
     if ((rc = tkm_http_new(loop, &ho, &c->http, err)))
         goto fail;
@@ -269,6 +350,7 @@ int k8s_client_new(uv_loop_t *loop, const struct k8s_config *cfg,
 fail:
     k8s_config_release(&c->cfg);
     k8s_exec_result_release(&c->exec);
+    free(c->ca_pem);
     free(c->token);
     free(c->user_agent);
     free(c);
@@ -298,6 +380,7 @@ static void http_closed(void *data)
     k8s_config_release(&c->cfg);
     k8s_exec_result_release(&c->exec);
     k8s_exec_result_release(&c->exec_new);
+    free(c->ca_pem);
     free(c->token);
     free(c->user_agent);
     free(c);
@@ -433,6 +516,14 @@ static void on_http_done(struct tkm_http_req *hreq, struct tkm_http_resp *hr, vo
     r->hreq = NULL;
     if (hr->code) {
         k8s_status_set_transport(&r->st, hr->code, hr->error);
+        /* A TLS failure after the CA bundle rotated: the handshake sent
+         * nothing, so any request may go again once with the new bundle. */
+        if (hr->code == -EPROTO && c->ca_pem && !r->ca_retried && !r->cancelled && !c->closing &&
+            ca_reload(c)) {
+            r->ca_retried = 1;
+            uv_timer_start(&r->timer, on_timer, 0, 0);
+            return;
+        }
         if (hr->code != -ECANCELED && schedule_retry(r, -1))
             return;
         deliver(r, NULL, hr->status, hr->status ? hr->http_version : 0);
@@ -506,6 +597,8 @@ static void send_attempt(struct k8s_req *r)
         r->waiting_exec = 1;
         return;
     }
+    if (c->ca_pem && tkm_now_ms() - c->ca_checked_ms >= c->ca_reload_ms)
+        ca_reload(c);
     r->attempts++;
     r->exec_fresh = 0;
     char lines[4][8192];
@@ -522,9 +615,9 @@ static void send_attempt(struct k8s_req *r)
         return;
     }
     struct tkm_http_tls tls = {
-        .ca_file = c->cfg.ca_file,
-        .ca_pem = c->cfg.ca_pem,
-        .ca_pem_len = c->cfg.ca_pem_len,
+        .ca_file = c->ca_pem ? NULL : c->cfg.ca_file,
+        .ca_pem = c->ca_pem ? c->ca_pem : c->cfg.ca_pem,
+        .ca_pem_len = c->ca_pem ? c->ca_pem_len : c->cfg.ca_pem_len,
         .cert_file = c->cfg.cert_file,
         .cert_pem = c->exec.cert_pem ? c->exec.cert_pem : c->cfg.cert_pem,
         .cert_pem_len = c->exec.cert_pem ? c->exec.cert_pem_len : c->cfg.cert_pem_len,

@@ -23,15 +23,6 @@ const struct k8s_resource k8s_res_namespaces = {"", "v1", "namespaces", "Namespa
 const struct k8s_resource k8s_res_events = {"", "v1", "events", "Event", 1};
 const struct k8s_resource k8s_res_events_v1 = {"events.k8s.io", "v1", "events", "Event", 1};
 const struct k8s_resource k8s_res_leases = {"coordination.k8s.io", "v1", "leases", "Lease", 1};
-const struct k8s_resource k8s_res_tkc = {"tkm.io", "v1alpha1", "tritonkernelcaches",
-                                         "TritonKernelCache", 1};
-const struct k8s_resource k8s_res_tkcc = {"tkm.io", "v1alpha1", "tritonkernelcacheclusters",
-                                          "TritonKernelCacheCluster", 0};
-const struct k8s_resource k8s_res_tkcns = {"tkm.io", "v1alpha1", "tritonkernelcachenodestatuses",
-                                           "TritonKernelCacheNodeStatus", 1};
-const struct k8s_resource k8s_res_tkcnsc = {"tkm.io", "v1alpha1",
-                                            "tritonkernelcachenodestatusclusters",
-                                            "TritonKernelCacheNodeStatusCluster", 0};
 
 /* ---- paths ------------------------------------------------------------------ */
 

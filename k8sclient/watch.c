@@ -500,7 +500,12 @@ static void watch_done(struct k8s_req *req, struct k8s_response *resp, void *dat
         return;
     }
     if (w->stream_rc) {
+        /* An oversized or undecodable event: everything before it was
+         * delivered and w->rv is the last good RV; watch again from there
+         * (no relist: the cache is still consistent up to that RV). */
         w->st.watch_failures++;
+        if (w->stream_rc == -E2BIG)
+            w->st.oversized_events++;
         fail_and_retry(w, STEP_WATCH, w->stream_rc, -1, w->stream_err.msg);
         return;
     }

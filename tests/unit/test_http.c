@@ -1,9 +1,9 @@
-/* test_http.c - lib/http against a canned server on 127.0.0.1. */
+/* test_http.c - lib/http against the route-table fake server (tsrv.h) on 127.0.0.1. */
 #include <tkm/http.h>
 #include <tkm/util.h>
 
 #include "test.h"
-#include "httpd-test.h"
+#include "tsrv.h"
 
 struct got {
     int done;
@@ -86,6 +86,7 @@ TEST(sync_get_headers_and_body)
     ASSERT_STRCONTAINS(req, "X-Test: yes\r\n");
     ASSERT_STRCONTAINS(req, "User-Agent: tkm/");
     tkm_http_resp_release(&resp);
+    tsrv_stop(&s);
 }
 
 TEST(methods_and_bodies)
@@ -116,6 +117,7 @@ TEST(methods_and_bodies)
         ASSERT_STRCONTAINS(req, "Content-Type: application/json\r\n");
         ASSERT_STRCONTAINS(req, "\r\n\r\n{\"k\":\"v\"}");
     }
+    tsrv_stop(&s);
 }
 
 TEST(connection_reused_on_one_client)
@@ -142,6 +144,7 @@ TEST(connection_reused_on_one_client)
     ASSERT_EQ(tsrv_conns(&s), 1);
     ASSERT_EQ(tkm_http_inflight(h), 0);
     close_and_drain(&loop, h);
+    tsrv_stop(&s);
 }
 
 TEST(streaming_any_split)
@@ -178,6 +181,7 @@ TEST(streaming_any_split)
     ASSERT_EQ(g2.data_calls, 0);
     ASSERT_STREQ(g2.body, "{\"kind\":\"Status\"}");
     close_and_drain(&loop, h);
+    tsrv_stop(&s);
 }
 
 TEST(total_timeout)
@@ -197,6 +201,7 @@ TEST(total_timeout)
     ASSERT_STRCONTAINS(err.msg, url);
     ASSERT_EQ(resp.status, 0);
     tkm_http_resp_release(&resp);
+    tsrv_stop(&s);
 }
 
 TEST(idle_timeout)
@@ -213,6 +218,7 @@ TEST(idle_timeout)
     ASSERT_EQ(tkm_http_do(&o, &resp, NULL), -ETIMEDOUT);
     ASSERT(tkm_now_ms() - t0 < 3500);
     tkm_http_resp_release(&resp);
+    tsrv_stop(&s);
 }
 
 TEST(body_cap)
@@ -232,6 +238,7 @@ TEST(body_cap)
     ASSERT_EQ(tkm_http_do(&o, &resp, &err), -E2BIG);
     ASSERT_STRCONTAINS(err.msg, "larger than the configured limit");
     tkm_http_resp_release(&resp);
+    tsrv_stop(&s);
 }
 
 TEST(connection_refused)
@@ -286,6 +293,7 @@ TEST(cancel_in_flight)
     ASSERT_EQ(g.code, -ECANCELED);
     close_and_drain(&loop, h);
     ASSERT_EQ(g.done, 1);
+    tsrv_stop(&s);
 }
 
 static void set_int(void *data)
@@ -316,6 +324,7 @@ TEST(close_cancels_inflight)
     ASSERT_EQ(g.code, -ECANCELED);
     ASSERT_EQ(closed, 1);
     ASSERT_EQ(uv_loop_close(&loop), 0);
+    tsrv_stop(&s);
 }
 
 TEST(retry_after_parsing)
@@ -337,6 +346,7 @@ TEST(retry_after_parsing)
         ASSERT_EQ(tkm_http_retry_after(&resp, 30), want[i]);
         tkm_http_resp_release(&resp);
     }
+    tsrv_stop(&s);
 }
 
 TEST(redirects_drop_authorization_across_hosts)
@@ -371,6 +381,8 @@ TEST(redirects_drop_authorization_across_hosts)
     ASSERT_STRCONTAINS(breq, "GET /blob HTTP/1.1");
     ASSERT(strstr(breq, "Authorization") == NULL);
     ASSERT(strstr(breq, "secret-token") == NULL);
+    tsrv_stop(&a);
+    tsrv_stop(&b);
 }
 
 TEST(bad_url_rejected_without_callback)
@@ -404,6 +416,7 @@ TEST(https_to_plain_server_fails_tls)
     ASSERT(rc == -EPROTO || rc == -ECONNRESET);
     ASSERT_STRCONTAINS(err.msg, url);
     tkm_http_resp_release(&resp);
+    tsrv_stop(&s);
 }
 
 /* A server that answers with an error status and then ends the exchange early
@@ -412,10 +425,10 @@ TEST(https_to_plain_server_fails_tls)
 TEST(error_status_then_cut_is_the_answer)
 {
     struct tsrv s;
-    struct tsrv_reply r[2] = {{401, NULL, "{\"kind\":\"Status\",\"code\":401", 0, 0, 0},
-                              {200, NULL, "partial", 0, 0, 0}};
+    struct tsrv_reply r[2] = {
+        {401, NULL, "{\"kind\":\"Status\",\"code\":401", 0, 0, 0, .short_by = 50},
+        {200, NULL, "partial", 0, 0, 0, .short_by = 50}};
     int port = tsrv_start(&s, r, 2);
-    s.short_by = 50;
     char url[128];
     url_of(url, sizeof url, port, "/apis/x");
     struct tkm_http_req_opts o = {.url = url, .timeout_ms = 20000};
@@ -432,4 +445,156 @@ TEST(error_status_then_cut_is_the_answer)
     ASSERT_EQ(resp.status, 200);
     ASSERT_STRCONTAINS(err.msg, url);
     tkm_http_resp_release(&resp);
+    tsrv_stop(&s);
+}
+
+/* TLS through tsrv: the right CA verifies, another CA is refused, and the
+ * server's certificate can be switched while it runs. */
+TEST(tls_verifies_against_the_given_ca)
+{
+    const char *dir = tkm_test_tmpdir();
+    char ca1[512], ca2[512], crt1[512], key1[512], crt2[512], key2[512];
+    ASSERT_OK(tsrv_make_pki(dir, "one"));
+    ASSERT_OK(tsrv_make_pki(dir, "two"));
+    snprintf(ca1, sizeof ca1, "%s/one-ca.crt", dir);
+    snprintf(ca2, sizeof ca2, "%s/two-ca.crt", dir);
+    snprintf(crt1, sizeof crt1, "%s/one.crt", dir);
+    snprintf(key1, sizeof key1, "%s/one.key", dir);
+    snprintf(crt2, sizeof crt2, "%s/two.crt", dir);
+    snprintf(key2, sizeof key2, "%s/two.key", dir);
+    struct tsrv s;
+    static const struct tsrv_reply r = {200, NULL, "secure"};
+    tsrv_init(&s);
+    ASSERT_OK(tsrv_route(&s, "GET", "/", TSRV_EXACT, NULL, &r, 1));
+    ASSERT_OK(tsrv_tls(&s, crt1, key1));
+    int port = tsrv_listen(&s);
+    ASSERT(port > 0);
+    char url[128];
+    snprintf(url, sizeof url, "https://127.0.0.1:%d/", port);
+    struct tkm_http_tls tls = {.ca_file = ca1};
+    struct tkm_http_req_opts o = {.url = url, .tls = &tls, .timeout_ms = 20000};
+    struct tkm_http_resp resp;
+    struct tkm_err err = {0};
+    tkm_http_resp_init(&resp);
+    ASSERT_OK(tkm_http_do(&o, &resp, &err));
+    ASSERT_EQ(resp.status, 200);
+    ASSERT_STREQ(resp.body.data, "secure");
+    tkm_http_resp_release(&resp);
+    tls.ca_file = ca2;
+    tkm_http_resp_init(&resp);
+    ASSERT_EQ(tkm_http_do(&o, &resp, &err), -EPROTO);
+    tkm_http_resp_release(&resp);
+    /* The server now presents the second chain. */
+    ASSERT_OK(tsrv_tls(&s, crt2, key2));
+    tkm_http_resp_init(&resp);
+    ASSERT_OK(tkm_http_do(&o, &resp, &err));
+    ASSERT_STREQ(resp.body.data, "secure");
+    tkm_http_resp_release(&resp);
+    ASSERT_EQ(tsrv_nreqs(&s), 2); /* the refused handshake sent no request */
+    tsrv_stop(&s);
+}
+
+static int echo_handler(const struct tsrv_request *req, struct tsrv_reply *out, char *scratch,
+                        size_t n, void *data)
+{
+    (void)data;
+    snprintf(scratch, n, "%s %s q=%s len=%zu", req->method, req->path, req->query, req->body_len);
+    out->status = 200;
+    out->body = scratch;
+    return 0;
+}
+
+/* Routes by method, exact or prefix path and query; sequences repeat their
+ * last reply; records are stable copies. */
+TEST(tsrv_routes_sequences_and_records)
+{
+    static const struct tsrv_reply seq[] = {{503, "Retry-After: 0\r\n", "busy"},
+                                            {200, NULL, "exact"}};
+    static const struct tsrv_reply pre[] = {{200, NULL, "prefix"}};
+    static const struct tsrv_reply q[] = {{200, NULL, "query"}};
+    struct tsrv s;
+    tsrv_init(&s);
+    ASSERT_OK(tsrv_route(&s, "GET", "/a", TSRV_EXACT, NULL, seq, 2));
+    ASSERT_OK(tsrv_route(&s, "GET", "/a", TSRV_PREFIX, "watch=1", q, 1));
+    ASSERT_OK(tsrv_route(&s, "GET", "/a", TSRV_PREFIX, NULL, pre, 1));
+    ASSERT_OK(tsrv_route_fn(&s, "POST", NULL, TSRV_PREFIX, NULL, echo_handler, NULL));
+    int port = tsrv_listen(&s);
+    ASSERT(port > 0);
+    const char *paths[] = {"/a", "/a", "/a", "/a/b", "/a/b?x=1&watch=1", "/zz"};
+    const long want_status[] = {503, 200, 200, 200, 200, 404};
+    const char *want_body[] = {"busy", "exact", "exact", "prefix", "query", "no route"};
+    for (int i = 0; i < 6; i++) {
+        char url[128];
+        url_of(url, sizeof url, port, paths[i]);
+        struct tkm_http_req_opts o = {.url = url};
+        struct tkm_http_resp resp;
+        tkm_http_resp_init(&resp);
+        ASSERT_OK(tkm_http_do(&o, &resp, NULL));
+        ASSERT_EQ(resp.status, want_status[i]);
+        ASSERT_STREQ(resp.body.data, want_body[i]);
+        tkm_http_resp_release(&resp);
+    }
+    char url[128];
+    url_of(url, sizeof url, port, "/p?k=v");
+    struct tkm_http_req_opts o = {.method = "POST", .url = url, .body = "12345", .body_len = 5};
+    struct tkm_http_resp resp;
+    tkm_http_resp_init(&resp);
+    ASSERT_OK(tkm_http_do(&o, &resp, NULL));
+    ASSERT_STREQ(resp.body.data, "POST /p q=k=v len=5");
+    tkm_http_resp_release(&resp);
+    struct tsrv_request rq;
+    ASSERT_OK(tsrv_get(&s, 4, &rq));
+    const char *held = rq.query;
+    ASSERT_STREQ(rq.path, "/a/b");
+    ASSERT_STREQ(rq.target, "/a/b?x=1&watch=1");
+    ASSERT_OK(tsrv_get(&s, 6, &rq));
+    ASSERT_STREQ(rq.method, "POST");
+    ASSERT_STREQ(rq.body, "12345");
+    ASSERT_STREQ(held, "x=1&watch=1"); /* still valid after later requests */
+    char ua[64];
+    ASSERT(tsrv_header(&s, 0, "user-agent", ua, sizeof ua) > 0);
+    ASSERT_STRCONTAINS(ua, "tkm/");
+    ASSERT_EQ(tsrv_get(&s, 7, &rq), -ENOENT);
+    tsrv_stop(&s);
+}
+
+/* tsrv serves overlapping requests on several connections at once (a thread
+ * each) and records every one exactly once. */
+TEST(tsrv_concurrent_connections_recorded_once)
+{
+    static const struct tsrv_reply slow[] = {{200, NULL, "slow", 200}};
+    struct tsrv s;
+    tsrv_init(&s);
+    ASSERT_OK(tsrv_route(&s, "GET", "/c/", TSRV_PREFIX, NULL, slow, 1));
+    int port = tsrv_listen(&s);
+    ASSERT(port > 0);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct tkm_http *h;
+    ASSERT_OK(tkm_http_new(&loop, NULL, &h, NULL));
+    struct got g[6];
+    char url[6][128];
+    memset(g, 0, sizeof g);
+    for (int i = 0; i < 6; i++) {
+        char path[32];
+        snprintf(path, sizeof path, "/c/%d", i);
+        url_of(url[i], sizeof url[i], port, path);
+        struct tkm_http_req_opts o = {.url = url[i], .done_cb = on_done, .data = &g[i]};
+        ASSERT_OK(tkm_http_start(h, &o, NULL, NULL));
+    }
+    for (int i = 0; i < 6; i++)
+        run_until(&loop, &g[i]);
+    ASSERT_EQ(tsrv_nreqs(&s), 6);
+    ASSERT(tsrv_conns(&s) >= 2); /* served side by side, not one after another */
+    int seen = 0;
+    for (int i = 0; i < 6; i++) {
+        struct tsrv_request rq;
+        ASSERT_OK(tsrv_get(&s, i, &rq));
+        ASSERT_EQ(strncmp(rq.path, "/c/", 3), 0);
+        seen |= 1 << (rq.path[3] - '0');
+        ASSERT_STREQ(g[i].body, "slow");
+    }
+    ASSERT_EQ(seen, 0x3f);
+    close_and_drain(&loop, h);
+    tsrv_stop(&s);
 }

@@ -1,14 +1,19 @@
 /* test_k8s_rest.c - paths, request building, retries, auth reload and events,
  * checked against the exact requests a canned loopback server records. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <k8s/client.h>
 #include <k8s/events.h>
+#include <tkm/fs.h>
 #include <tkm/util.h>
 
 #include "test.h"
-#include "httpd-test.h"
+#include "client-int.h"
+#include "tsrv.h"
 
 static const char *path_of(const struct k8s_resource *r, const char *ns, const char *name,
                            const char *sub, int *rc)
@@ -22,6 +27,12 @@ static const char *path_of(const struct k8s_resource *r, const char *ns, const c
     return out;
 }
 
+/* A custom resource's descriptor, as a CRD's module declares it. */
+static const struct k8s_resource res_crd = {"tkm.io", "v1alpha1", "tritonkernelcaches",
+                                            "TritonKernelCache", 1};
+static const struct k8s_resource res_crd_cluster = {
+    "tkm.io", "v1alpha1", "tritonkernelcacheclusters", "TritonKernelCacheCluster", 0};
+
 TEST(paths)
 {
     int rc;
@@ -30,9 +41,9 @@ TEST(paths)
     ASSERT_STREQ(path_of(&k8s_res_configmaps, NULL, NULL, NULL, &rc), "/api/v1/configmaps");
     ASSERT_STREQ(path_of(&k8s_res_nodes, "ignored", "n1", "status", &rc),
                  "/api/v1/nodes/n1/status");
-    ASSERT_STREQ(path_of(&k8s_res_tkc, "ml", "cache-a", "status", &rc),
+    ASSERT_STREQ(path_of(&res_crd, "ml", "cache-a", "status", &rc),
                  "/apis/tkm.io/v1alpha1/namespaces/ml/tritonkernelcaches/cache-a/status");
-    ASSERT_STREQ(path_of(&k8s_res_tkcc, NULL, "c", NULL, &rc),
+    ASSERT_STREQ(path_of(&res_crd_cluster, NULL, "c", NULL, &rc),
                  "/apis/tkm.io/v1alpha1/tritonkernelcacheclusters/c");
     ASSERT_STREQ(path_of(&k8s_res_leases, "kube-system", "tkm", NULL, &rc),
                  "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/tkm");
@@ -119,6 +130,7 @@ TEST(get_sends_token_and_decodes)
     ASSERT_STRCONTAINS(req, "Accept: application/json\r\n");
     ASSERT_EQ(st.rc, 0);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(status_errors_surface)
@@ -149,6 +161,7 @@ TEST(status_errors_surface)
     ASSERT_STRCONTAINS(st.message, "not valid JSON");
     k8s_status_release(&st);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(apply_request_shape)
@@ -164,7 +177,7 @@ TEST(apply_request_shape)
                              0, NULL);
     struct k8s_apply_opts ao = {.field_manager = "tkm-agent", .force = 1, .subresource = "status"};
     struct k8s_status st = K8S_STATUS_INIT;
-    ASSERT_OK(k8s_apply(c, &k8s_res_tkc, "ml", obj, &ao, NULL, &st));
+    ASSERT_OK(k8s_apply(c, &res_crd, "ml", obj, &ao, NULL, &st));
     const char *req = tsrv_req(&s, 0);
     ASSERT_STRCONTAINS(req, "PATCH /apis/tkm.io/v1alpha1/namespaces/ml/tritonkernelcaches/c1/"
                             "status?fieldManager=tkm-agent&force=true HTTP/1.1\r\n");
@@ -172,15 +185,16 @@ TEST(apply_request_shape)
     ASSERT_STRCONTAINS(req, "\"status\":{\"x\":1}");
     /* resourceVersion in an apply body is refused before sending. */
     json_object_set_new(json_object_get(obj, "metadata"), "resourceVersion", json_string("5"));
-    ASSERT_EQ(k8s_apply(c, &k8s_res_tkc, "ml", obj, &ao, NULL, &st), -EINVAL);
+    ASSERT_EQ(k8s_apply(c, &res_crd, "ml", obj, &ao, NULL, &st), -EINVAL);
     ASSERT_STRCONTAINS(st.message, "remove metadata.resourceVersion");
     ao.field_manager = NULL;
-    ASSERT_EQ(k8s_apply(c, &k8s_res_tkc, "ml", obj, &ao, NULL, &st), -EINVAL);
+    ASSERT_EQ(k8s_apply(c, &res_crd, "ml", obj, &ao, NULL, &st), -EINVAL);
     ASSERT_STRCONTAINS(st.message, "field manager is required");
     ASSERT_EQ(tsrv_nreqs(&s), 1);
     json_decref(obj);
     k8s_status_release(&st);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(list_delete_patch_shapes)
@@ -220,6 +234,7 @@ TEST(list_delete_patch_shapes)
     json_decref(jp);
     k8s_status_release(&st);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(retry_after_429_then_ok)
@@ -239,6 +254,7 @@ TEST(retry_after_429_then_ok)
     ASSERT(tkm_now_ms() - t0 >= 900);
     ASSERT_EQ(tsrv_nreqs(&s), 2);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(post_not_retried_on_plain_5xx)
@@ -261,6 +277,7 @@ TEST(post_not_retried_on_plain_5xx)
     json_decref(obj);
     k8s_status_release(&st);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(post_retried_when_server_asks)
@@ -279,6 +296,7 @@ TEST(post_retried_when_server_asks)
     ASSERT_STRCONTAINS(tsrv_req(&s, 1), "POST /api/v1/namespaces/ns1/configmaps HTTP/1.1");
     json_decref(obj);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(transport_error_distinguished)
@@ -323,6 +341,7 @@ TEST(token_file_reloaded_on_401)
     ASSERT_STRCONTAINS(tsrv_req(&s, 0), "Authorization: Bearer token-A\r\n");
     ASSERT_STRCONTAINS(tsrv_req(&s, 1), "Authorization: Bearer token-B\r\n");
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 static int mutate_calls;
@@ -360,6 +379,7 @@ TEST(update_retry_on_conflict)
     ASSERT_STRCONTAINS(tsrv_req(&s, 1), "\"resourceVersion\":\"7\"");
     ASSERT_STRCONTAINS(tsrv_req(&s, 3), "\"added\":\"yes\"");
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(update_retry_gives_up)
@@ -383,6 +403,7 @@ TEST(update_retry_gives_up)
     ASSERT_EQ(tsrv_nreqs(&s), 4);
     k8s_status_release(&st);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 struct stream_got {
@@ -431,6 +452,7 @@ TEST(stream_and_cancel_from_callback)
     ASSERT_EQ(g.rc, -ECANCELED);
     ASSERT(g.bytes > 0 && g.bytes < strlen(body));
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(close_cancels_pending)
@@ -450,6 +472,7 @@ TEST(close_cancels_pending)
     ASSERT_EQ(g.rc, -ECANCELED);
     uv_run(&loop, UV_RUN_DEFAULT);
     ASSERT_EQ(uv_loop_close(&loop), 0);
+    tsrv_stop(&s);
 }
 
 TEST(events_aggregate_repeats)
@@ -513,6 +536,7 @@ TEST(events_aggregate_repeats)
     ASSERT_EQ(k8s_event_emit(rec, &o, "Odd", "X", "y"), -EINVAL);
     k8s_recorder_free(rec);
     finish(&loop, c);
+    tsrv_stop(&s);
 }
 
 TEST(exec_plugin_refreshed_when_expired_and_on_401)
@@ -562,4 +586,252 @@ TEST(exec_plugin_refreshed_when_expired_and_on_401)
     ASSERT_STRCONTAINS(tsrv_req(&s, 2), "Authorization: Bearer exec-4\r\n");
     ASSERT_EQ(tsrv_nreqs(&s), 3);
     finish(&loop, c);
+    tsrv_stop(&s);
+}
+
+/* reliability.md section 3/6: 429 + Retry-After is honoured on merge and
+ * JSON patches (retried only because the server asked) and on server-side
+ * apply (idempotent); the same body goes out again after the wait. */
+#define TOO_MANY                                                                                   \
+    "{\"kind\":\"Status\",\"reason\":\"TooManyRequests\",\"message\":\"slow down\",\"code\":429}"
+
+static void check_retried_after(struct tsrv *s, int first, int wait_ms)
+{
+    struct tsrv_request a, b;
+    ASSERT_OK(tsrv_get(s, first, &a));
+    ASSERT_OK(tsrv_get(s, first + 1, &b));
+    ASSERT_STREQ(a.method, "PATCH");
+    ASSERT_STREQ(a.target, b.target);
+    ASSERT_UEQ(a.body_len, b.body_len);
+    ASSERT_STREQ(a.body, b.body);
+    ASSERT(b.at_ms - a.at_ms >= (uint64_t)wait_ms - 100);
+}
+
+TEST_TIMEOUT(patch_and_apply_honour_429_retry_after, 60)
+{
+    static const struct tsrv_reply merge[] = {{429, "Retry-After: 1\r\n", TOO_MANY},
+                                              {200, NULL, CM_JSON}};
+    static const struct tsrv_reply jsonp[] = {{429, "Retry-After: 2\r\n", TOO_MANY},
+                                              {200, NULL, CM_JSON}};
+    static const struct tsrv_reply apply[] = {{429, "Retry-After: 1\r\n", TOO_MANY},
+                                              {429, "Retry-After: 1\r\n", TOO_MANY},
+                                              {200, NULL, CM_JSON}};
+    struct tsrv s;
+    tsrv_init(&s);
+    ASSERT_OK(
+        tsrv_route(&s, "PATCH", "/api/v1/namespaces/ns1/configmaps/m", TSRV_EXACT, NULL, merge, 2));
+    ASSERT_OK(
+        tsrv_route(&s, "PATCH", "/api/v1/namespaces/ns1/configmaps/j", TSRV_EXACT, NULL, jsonp, 2));
+    ASSERT_OK(tsrv_route(&s, "PATCH", "/api/v1/namespaces/ns1/configmaps/a/status", TSRV_PREFIX,
+                         "fieldManager=tkm-agent", apply, 3));
+    int port = tsrv_listen(&s);
+    ASSERT(port > 0);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = client_for(&loop, port, "t", NULL, 3);
+    struct k8s_status st = K8S_STATUS_INIT;
+
+    json_t *mp = json_pack("{s:{s:s}}", "data", "k", "v2");
+    struct k8s_patch_opts po = {.type = K8S_PATCH_MERGE};
+    ASSERT_OK(k8s_patch(c, &k8s_res_configmaps, NULL, "m", mp, &po, NULL, &st));
+    ASSERT_EQ(tsrv_nreqs(&s), 2);
+    check_retried_after(&s, 0, 1000);
+    ASSERT_STRCONTAINS(tsrv_req(&s, 1), "Content-Type: application/merge-patch+json\r\n");
+
+    json_t *jp = json_pack("[{s:s,s:s,s:s}]", "op", "replace", "path", "/data/k", "value", "v3");
+    po.type = K8S_PATCH_JSON;
+    ASSERT_OK(k8s_patch(c, &k8s_res_configmaps, NULL, "j", jp, &po, NULL, &st));
+    ASSERT_EQ(tsrv_nreqs(&s), 4);
+    check_retried_after(&s, 2, 2000);
+    ASSERT_STRCONTAINS(tsrv_req(&s, 3), "Content-Type: application/json-patch+json\r\n");
+
+    json_t *obj = json_pack("{s:s,s:s,s:{s:s},s:{s:s}}", "apiVersion", "v1", "kind", "ConfigMap",
+                            "metadata", "name", "a", "data", "k", "v");
+    struct k8s_apply_opts ao = {.field_manager = "tkm-agent", .subresource = "status"};
+    json_t *out = NULL;
+    ASSERT_OK(k8s_apply(c, &k8s_res_configmaps, NULL, obj, &ao, &out, &st));
+    ASSERT_STREQ(k8s_obj_name(out), "a");
+    ASSERT_EQ(tsrv_nreqs(&s), 7);
+    check_retried_after(&s, 4, 1000);
+    check_retried_after(&s, 5, 1000);
+    ASSERT_STRCONTAINS(tsrv_req(&s, 6), "Content-Type: application/apply-patch+yaml\r\n");
+    json_decref(out);
+    json_decref(mp);
+    json_decref(jp);
+    json_decref(obj);
+    k8s_status_release(&st);
+    finish(&loop, c);
+    tsrv_stop(&s);
+}
+
+/* A server that keeps answering 429: the client gives up after max_retries
+ * and reports the 429, its Retry-After and the message. */
+TEST_TIMEOUT(apply_429_gives_up_after_max_retries, 60)
+{
+    static const struct tsrv_reply busy[] = {{429, "Retry-After: 0\r\n", TOO_MANY}};
+    struct tsrv s;
+    int port = tsrv_start(&s, busy, 1);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = client_for(&loop, port, "t", NULL, 2);
+    struct k8s_status st = K8S_STATUS_INIT;
+    json_t *obj = json_pack("{s:s,s:s,s:{s:s}}", "apiVersion", "v1", "kind", "ConfigMap",
+                            "metadata", "name", "a");
+    struct k8s_apply_opts ao = {.field_manager = "tkm-agent"};
+    ASSERT(k8s_apply(c, &k8s_res_configmaps, NULL, obj, &ao, NULL, &st) < 0);
+    ASSERT_EQ(st.code, 429);
+    ASSERT_EQ(st.retry_after_s, 0);
+    ASSERT_STREQ(st.message, "slow down");
+    ASSERT_EQ(tsrv_nreqs(&s), 3); /* the first try and 2 retries */
+    json_decref(obj);
+    k8s_status_release(&st);
+    finish(&loop, c);
+    tsrv_stop(&s);
+}
+
+/* ---- CA bundle rotation (reliability.md section 6) ------------------------- */
+
+static void copy_file(const char *from, const char *to, int by_rename)
+{
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s.tmp", to);
+    struct tkm_buf b = TKM_BUF_INIT(1 << 20);
+    struct tkm_err err = {0};
+    ASSERT_OK(tkm_read_file(from, b.max, &b, "test", &err));
+    FILE *f = fopen(by_rename ? tmp : to, "w");
+    ASSERT_NOT_NULL(f);
+    ASSERT_UEQ(fwrite(b.data, 1, b.len, f), b.len);
+    ASSERT_OK(fclose(f));
+    if (by_rename)
+        ASSERT_OK(rename(tmp, to));
+    tkm_buf_release(&b);
+}
+
+struct pki {
+    char dir[512], ca[600], ca1[600], ca2[600], crt1[600], key1[600], crt2[600], key2[600];
+};
+
+static void pki_make(struct pki *p)
+{
+    snprintf(p->dir, sizeof p->dir, "%s", tkm_test_tmpdir());
+    ASSERT_OK(tsrv_make_pki(p->dir, "one"));
+    ASSERT_OK(tsrv_make_pki(p->dir, "two"));
+    snprintf(p->ca, sizeof p->ca, "%s/ca.crt", p->dir);
+    snprintf(p->ca1, sizeof p->ca1, "%s/one-ca.crt", p->dir);
+    snprintf(p->ca2, sizeof p->ca2, "%s/two-ca.crt", p->dir);
+    snprintf(p->crt1, sizeof p->crt1, "%s/one.crt", p->dir);
+    snprintf(p->key1, sizeof p->key1, "%s/one.key", p->dir);
+    snprintf(p->crt2, sizeof p->crt2, "%s/two.crt", p->dir);
+    snprintf(p->key2, sizeof p->key2, "%s/two.key", p->dir);
+    copy_file(p->ca1, p->ca, 0);
+}
+
+static struct k8s_client *tls_client_for(uv_loop_t *loop, int port, const char *ca_file,
+                                         uint64_t ca_reload_ms)
+{
+    struct k8s_config cfg;
+    k8s_config_init(&cfg);
+    char server[64];
+    snprintf(server, sizeof server, "https://127.0.0.1:%d", port);
+    cfg.server = strdup(server);
+    cfg.namespace = strdup("ns1");
+    cfg.ca_file = strdup(ca_file);
+    cfg.auth = K8S_AUTH_TOKEN;
+    cfg.token = strdup("t");
+    struct k8s_client_opts o = {
+        .max_retries = -1, .timeout_ms = 20000, .ca_reload_ms = ca_reload_ms};
+    struct k8s_client *c = NULL;
+    struct tkm_err err = {0};
+    int rc = k8s_client_new(loop, &cfg, &o, &c, &err);
+    k8s_config_release(&cfg);
+    if (rc)
+        tkm_test_fail(__FILE__, __LINE__, "k8s_client_new: %s", err.msg);
+    return c;
+}
+
+/* The apiserver's certificate and the CA file rotate together (the file is
+ * replaced by a rename, as the kubelet's atomic writer does): the TLS
+ * failure on the next new connection re-reads the file and the request
+ * goes through without a restart. A server that goes back to the old
+ * certificate is refused: the old CA is no longer trusted. */
+TEST_TIMEOUT(ca_rotation_picked_up_after_tls_failure, 60)
+{
+    static const struct tsrv_reply ok[] = {{200, NULL, CM_JSON}};
+    struct pki p;
+    pki_make(&p);
+    struct tsrv s;
+    tsrv_init(&s);
+    ASSERT_OK(
+        tsrv_route(&s, "GET", "/api/v1/namespaces/ns1/configmaps/a", TSRV_EXACT, NULL, ok, 1));
+    ASSERT_OK(tsrv_tls(&s, p.crt1, p.key1));
+    int port = tsrv_listen(&s);
+    ASSERT(port > 0);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = tls_client_for(&loop, port, p.ca, 0);
+    struct k8s_status st = K8S_STATUS_INIT;
+    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
+    ASSERT_EQ(k8s__client_ca_reloads(c), 0);
+
+    ASSERT_OK(tsrv_tls(&s, p.crt2, p.key2));
+    tsrv_drop_conns(&s);
+    copy_file(p.ca2, p.ca, 1);
+    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
+    ASSERT_EQ(k8s__client_ca_reloads(c), 1);
+    ASSERT_EQ(tsrv_nreqs(&s), 2);
+
+    ASSERT_OK(tsrv_tls(&s, p.crt1, p.key1));
+    tsrv_drop_conns(&s);
+    ASSERT_EQ(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st), -EPROTO);
+    ASSERT_EQ(k8s__client_ca_reloads(c), 1);
+    ASSERT_EQ(tsrv_nreqs(&s), 2);
+    k8s_status_release(&st);
+    finish(&loop, c);
+    tsrv_stop(&s);
+}
+
+/* The periodic check: the CA file rewritten in place (same inode, new
+ * mtime) is taken before the next request, so a server still presenting
+ * the old chain is refused, and one presenting the new chain is accepted. A
+ * CA file that turns into garbage keeps the last good bundle. */
+TEST_TIMEOUT(ca_file_checked_periodically, 60)
+{
+    static const struct tsrv_reply ok[] = {{200, NULL, CM_JSON}};
+    struct pki p;
+    pki_make(&p);
+    struct tsrv s;
+    tsrv_init(&s);
+    ASSERT_OK(
+        tsrv_route(&s, "GET", "/api/v1/namespaces/ns1/configmaps/a", TSRV_EXACT, NULL, ok, 1));
+    ASSERT_OK(tsrv_tls(&s, p.crt1, p.key1));
+    int port = tsrv_listen(&s);
+    ASSERT(port > 0);
+    uv_loop_t loop;
+    uv_loop_init(&loop);
+    struct k8s_client *c = tls_client_for(&loop, port, p.ca, 50);
+    struct k8s_status st = K8S_STATUS_INIT;
+    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
+
+    copy_file(p.ca2, p.ca, 0);
+    struct timespec ts = {0, 120 * 1000000L};
+    nanosleep(&ts, NULL);
+    tsrv_drop_conns(&s);
+    ASSERT_EQ(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st), -EPROTO);
+    ASSERT_EQ(k8s__client_ca_reloads(c), 1);
+
+    ASSERT_OK(tsrv_tls(&s, p.crt2, p.key2));
+    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
+
+    FILE *f = fopen(p.ca, "w");
+    ASSERT_NOT_NULL(f);
+    fputs("not a certificate\n", f);
+    fclose(f);
+    nanosleep(&ts, NULL);
+    tsrv_drop_conns(&s);
+    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
+    ASSERT_EQ(k8s__client_ca_reloads(c), 1);
+    ASSERT_EQ(tsrv_nreqs(&s), 3);
+    k8s_status_release(&st);
+    finish(&loop, c);
+    tsrv_stop(&s);
 }

@@ -388,139 +388,57 @@ TEST(mismatched_brackets_rejected)
 }
 
 /* ---- the watch state machine against a scripted HTTP server ----------------
- * A thread on 127.0.0.1 answers connection i with step i of a script (one
- * request per connection) and records each request line and its time; once
- * the script is exhausted it holds connections open without answering. The
- * watch runs on a uv loop in the test's thread and is stopped when the
- * server has seen `stop_after` requests. */
-#include <netinet/in.h>
-#include <poll.h>
-#include <pthread.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
+ * tsrv (tsrv.h) answers request i with step i of a script, each reply
+ * closing its connection (one request per connection); once the script is
+ * exhausted it holds requests without answering. A step with .hold sends its
+ * body without Content-Length and holds the connection open (a stream that
+ * stalls). The watch runs on a uv loop in the test's thread and is stopped
+ * when the server has seen `stop_after` requests. */
 #include <k8s/client.h>
 #include <k8s/config.h>
 #include <k8s/informer.h>
 
-struct step {
-    /* HTTP status; negative: that status with no Content-Length, the body
-     * sent and the connection then held open (a stream that stalls) */
-    int status;
-    const char *headers; /* extra header lines, each ending in \r\n */
-    const char *body;
-};
+#include "tsrv.h"
 
 struct fake {
-    int lfd, port;
-    pthread_t th;
-    const struct step *steps;
-    size_t nsteps;
-    pthread_mutex_t mu;
+    struct tsrv s;
+    struct tsrv_reply r[16];
+    char hdrs[16][256];
+    int port;
+    /* Filled by fake_stop(): the request heads and arrival times. */
     size_t nreq;
     char req[16][512];
     uint64_t at[16];
-    int held[16];
-    size_t nheld;
-    int stop;
 };
 
-static void *fake_main(void *arg)
-{
-    struct fake *f = arg;
-    for (;;) {
-        struct pollfd p = {.fd = f->lfd, .events = POLLIN};
-        pthread_mutex_lock(&f->mu);
-        int stop = f->stop;
-        pthread_mutex_unlock(&f->mu);
-        if (stop)
-            break;
-        if (poll(&p, 1, 50) <= 0)
-            continue;
-        int fd = accept(f->lfd, NULL, NULL);
-        if (fd < 0)
-            continue;
-        char head[4096];
-        size_t len = 0;
-        while (len < sizeof head - 1) {
-            ssize_t r = recv(fd, head + len, sizeof head - 1 - len, 0);
-            if (r <= 0)
-                break;
-            len += (size_t)r;
-            head[len] = '\0';
-            if (strstr(head, "\r\n\r\n"))
-                break;
-        }
-        head[len] = '\0';
-        char *eol = strstr(head, "\r\n");
-        if (eol)
-            *eol = '\0';
-        pthread_mutex_lock(&f->mu);
-        size_t i = f->nreq;
-        if (i < 16) {
-            snprintf(f->req[i], sizeof f->req[i], "%s", head);
-            f->at[i] = tkm_now_ms();
-            f->nreq++;
-        }
-        pthread_mutex_unlock(&f->mu);
-        if (i < f->nsteps && f->steps[i].status < 0) {
-            const struct step *s = &f->steps[i];
-            char h[512];
-            int n = snprintf(h, sizeof h,
-                             "HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
-                             "Connection: close\r\n\r\n%s",
-                             -s->status, s->body);
-            send(fd, h, (size_t)n, MSG_NOSIGNAL);
-            if (f->nheld < 16)
-                f->held[f->nheld++] = fd;
-            else
-                close(fd);
-        } else if (i < f->nsteps) {
-            const struct step *s = &f->steps[i];
-            char h[1024];
-            int n = snprintf(h, sizeof h,
-                             "HTTP/1.1 %d X\r\nContent-Type: application/json\r\n"
-                             "Content-Length: %zu\r\n%sConnection: close\r\n\r\n",
-                             s->status, strlen(s->body), s->headers ? s->headers : "");
-            if (send(fd, h, (size_t)n, MSG_NOSIGNAL) == n)
-                send(fd, s->body, strlen(s->body), MSG_NOSIGNAL);
-            close(fd);
-        } else if (f->nheld < 16) {
-            f->held[f->nheld++] = fd;
-        } else {
-            close(fd);
-        }
-    }
-    for (size_t i = 0; i < f->nheld; i++)
-        close(f->held[i]);
-    return NULL;
-}
-
-static void fake_start(struct fake *f, const struct step *steps, size_t n)
+static void fake_start(struct fake *f, const struct tsrv_reply *steps, size_t n)
 {
     memset(f, 0, sizeof *f);
-    f->steps = steps;
-    f->nsteps = n;
-    pthread_mutex_init(&f->mu, NULL);
-    f->lfd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof a;
-    ASSERT(f->lfd >= 0);
-    ASSERT_OK(bind(f->lfd, (struct sockaddr *)&a, sizeof a));
-    ASSERT_OK(listen(f->lfd, 16));
-    ASSERT_OK(getsockname(f->lfd, (struct sockaddr *)&a, &al));
-    f->port = ntohs(a.sin_port);
-    ASSERT_OK(pthread_create(&f->th, NULL, fake_main, f));
+    ASSERT(n < 16);
+    for (size_t i = 0; i < n; i++) {
+        f->r[i] = steps[i];
+        snprintf(f->hdrs[i], sizeof f->hdrs[i], "Content-Type: application/json\r\n%s",
+                 steps[i].headers ? steps[i].headers : "");
+        f->r[i].headers = f->hdrs[i];
+        f->r[i].close = 1;
+    }
+    f->r[n].hang_ms = -1; /* the script is over: hold every further request */
+    tsrv_init(&f->s);
+    ASSERT_OK(tsrv_route(&f->s, NULL, NULL, TSRV_PREFIX, NULL, f->r, (int)n + 1));
+    f->port = tsrv_listen(&f->s);
+    ASSERT(f->port > 0);
 }
 
 static void fake_stop(struct fake *f)
 {
-    pthread_mutex_lock(&f->mu);
-    f->stop = 1;
-    pthread_mutex_unlock(&f->mu);
-    pthread_join(f->th, NULL);
-    close(f->lfd);
-    pthread_mutex_destroy(&f->mu);
+    struct tsrv_request rq;
+    for (f->nreq = 0; f->nreq < 16 && tsrv_get(&f->s, (int)f->nreq, &rq) == 0; f->nreq++) {
+        const char *eol = strstr(rq.head, "\r\n");
+        snprintf(f->req[f->nreq], sizeof f->req[f->nreq], "%.*s", (int)(eol ? eol - rq.head : 0),
+                 rq.head);
+        f->at[f->nreq] = rq.at_ms;
+    }
+    tsrv_stop(&f->s);
 }
 
 struct wrun {
@@ -535,6 +453,7 @@ struct wrun {
     const char *start_rv; /* watch only, from this RV */
     int streaming;        /* streaming_list */
     uint64_t initial_ms;  /* initial_events_timeout_ms (0: default) */
+    size_t max_event;     /* max_event_bytes (0: default) */
     int use_informer;     /* run an informer instead of a bare watch */
     struct k8s_informer *inf;
     int adds, updates, deletes, unknown, synced, replays;
@@ -577,9 +496,7 @@ static int h_event(const struct k8s_watch_event *ev, void *d)
 static void poll_cb(uv_timer_t *t)
 {
     struct wrun *r = t->data;
-    pthread_mutex_lock(&r->f->mu);
-    size_t n = r->f->nreq;
-    pthread_mutex_unlock(&r->f->mu);
+    size_t n = (size_t)tsrv_nreqs(&r->f->s);
     if (n < r->stop_after)
         return;
     if (r->inf) {
@@ -640,7 +557,8 @@ static void run_watch(struct fake *f, struct wrun *r, size_t stop_after)
                                .backoff_max_ms = 1000,
                                .start_resource_version = r->start_rv,
                                .streaming_list = r->streaming,
-                               .initial_events_timeout_ms = r->initial_ms};
+                               .initial_events_timeout_ms = r->initial_ms,
+                               .max_event_bytes = r->max_event};
     snprintf(kc, sizeof kc,
              "apiVersion: v1\nkind: Config\nclusters:\n- name: f\n  cluster: {server: "
              "\"http://127.0.0.1:%d\"}\nusers:\n- name: u\n  user: {}\ncontexts:\n- name: f\n"
@@ -680,7 +598,7 @@ static long query_timeout(const char *req)
 
 TEST(watch_resumes_from_bookmark_without_list)
 {
-    static const struct step steps[] = {
+    static const struct tsrv_reply steps[] = {
         {200, NULL, LIST_10},
         {200, NULL,
          "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"ConfigMap\",\"apiVersion\":\"v1\","
@@ -709,7 +627,7 @@ TEST(watch_resumes_from_bookmark_without_list)
 
 TEST(watch_410_relists_at_last_rv_then_quorum)
 {
-    static const struct step steps[] = {
+    static const struct tsrv_reply steps[] = {
         {200, NULL, LIST_10},
         {200, NULL,
          "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"b\",\"namespace\":\"t\","
@@ -743,7 +661,7 @@ TEST(watch_410_relists_at_last_rv_then_quorum)
 
 TEST(very_short_watch_backs_off_and_429_waits_retry_after)
 {
-    static const struct step steps[] = {
+    static const struct tsrv_reply steps[] = {
         {200, NULL, LIST_10},
         {200, NULL, ""}, /* closes at once with no event */
         {429, "Retry-After: 1\r\n",
@@ -769,7 +687,7 @@ TEST(very_short_watch_backs_off_and_429_waits_retry_after)
 
 TEST(truncated_list_is_aborted_and_retried)
 {
-    static const struct step steps[] = {
+    static const struct tsrv_reply steps[] = {
         {200, NULL, "{\"kind\":\"ConfigMapList\",\"items\":[{\"metadata\":{\"name\":\"a\"}},{"},
         {200, NULL, LIST_10},
     };
@@ -790,7 +708,7 @@ TEST(truncated_list_is_aborted_and_retried)
  * MODIFIED. */
 TEST(watch_from_rv0_holds_rv_through_synthetic_adds)
 {
-    static const struct step steps[] = {
+    static const struct tsrv_reply steps[] = {
         {200, NULL,
          "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\",\"namespace\":\"t\","
          "\"resourceVersion\":\"8\"}}}\n{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":"
@@ -818,7 +736,7 @@ TEST(watch_from_rv0_holds_rv_through_synthetic_adds)
  * c vanished) replaces the store with delete synthesis; resync replays it. */
 TEST(informer_events_relist_and_resync)
 {
-    static const struct step steps[] = {
+    static const struct tsrv_reply steps[] = {
         {200, NULL,
          "{\"kind\":\"ConfigMapList\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":"
          "\"10\"},\"items\":[{\"metadata\":{\"name\":\"a\",\"namespace\":\"t\","
@@ -867,7 +785,7 @@ TEST(informer_events_relist_and_resync)
 
 TEST(streaming_list_initial_events_then_watch)
 {
-    static const struct step steps[] = {
+    static const struct tsrv_reply steps[] = {
         {200, NULL,
          EV_ADDED("a", "9") EV_ADDED("b", "4") EV_INITIAL_END(
              "20") "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"a\",\"namespace\":"
@@ -894,7 +812,7 @@ TEST(streaming_list_initial_events_then_watch)
 
 TEST(streaming_list_rejected_falls_back_to_list)
 {
-    static const struct step steps[] = {
+    static const struct tsrv_reply steps[] = {
         {422, NULL,
          "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\",\"message\":"
          "\"sendInitialEvents is forbidden\",\"reason\":\"Invalid\",\"code\":422}"},
@@ -918,8 +836,8 @@ TEST(streaming_list_rejected_falls_back_to_list)
  * start, so the server sees the gap a little shorter). */
 TEST(streaming_list_without_end_bookmark_falls_back_after_timeout)
 {
-    static const struct step steps[] = {
-        {-200, NULL, EV_ADDED("a", "9")},
+    static const struct tsrv_reply steps[] = {
+        {200, NULL, EV_ADDED("a", "9"), .hold = 1},
         {200, NULL, LIST_10},
     };
     struct fake f;
@@ -934,4 +852,37 @@ TEST(streaming_list_without_end_bookmark_falls_back_after_timeout)
     ASSERT_EQ(r.list_ends, 1);
     ASSERT_EQ(r.items, 2);
     ASSERT_EQ(r.st.streaming_fallbacks, 1);
+}
+
+/* reliability.md section 1: an event over max_event_bytes ends that watch and
+ * the next one starts from the last event delivered (11), not from the
+ * list's RV, with no relist; the events after the big one arrive then. */
+#define BIG_PAD                                                                                    \
+    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" \
+    "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+TEST(oversized_event_rewatches_from_last_good_rv)
+{
+    static const struct tsrv_reply steps[] = {
+        {200, NULL, LIST_10},
+        {200, NULL,
+         EV_ADDED("b", "11") "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"big\","
+                             "\"namespace\":\"t\",\"resourceVersion\":\"12\"},\"data\":{\"p\":"
+                             "\"" BIG_PAD "\"}}}\n" EV_ADDED("c", "13"),
+         .chunks = 6},
+        {200, NULL, EV_ADDED("c", "13") EV_ADDED("d", "14")},
+    };
+    struct fake f;
+    struct wrun r = {.max_event = 160};
+    fake_start(&f, steps, 3);
+    run_watch(&f, &r, 4);
+    fake_stop(&f);
+    ASSERT_STRCONTAINS(f.req[1], "?watch=1&resourceVersion=10&");
+    ASSERT_STRCONTAINS(f.req[2], "?watch=1&resourceVersion=11&");
+    ASSERT_STRCONTAINS(f.req[3], "?watch=1&resourceVersion=14&");
+    ASSERT_EQ(r.st.lists, 1);
+    ASSERT_EQ(r.list_begins, 1);
+    ASSERT_EQ(r.events, 3); /* b, c, d: the big one was never delivered */
+    ASSERT_EQ(r.st.oversized_events, 1);
+    ASSERT_EQ(r.st.watch_failures, 1);
+    ASSERT_STREQ(r.rv, "14");
 }

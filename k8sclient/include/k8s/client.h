@@ -21,6 +21,15 @@
  * before the loop is busy) and again, in the libuv thread pool, when their
  * credential expires or a 401 arrives.
  *
+ * CA rotation: a CA bundle given as a file (kubeconfig certificate-authority,
+ * the in-cluster ca.crt) is read by the client and handed to the transport as
+ * data. Its stat (inode, size, mtime) is checked every opts.ca_reload_ms and
+ * after a TLS failure; a changed file is re-read and used for new
+ * connections (connections already open stay up), and a request whose TLS
+ * handshake failed is tried once more with the new bundle (nothing was sent).
+ * A file that vanished, cannot be read or holds no certificate leaves the
+ * previous bundle in use.
+ *
  * Callback contract: if a function that takes a callback returns < 0, the
  * callback is never called. Otherwise it is called exactly once, from the
  * loop, never from inside the starting call.
@@ -61,6 +70,7 @@ struct k8s_client_opts {
     size_t max_body;          /* cap on a buffered response body; default 64 MiB */
     int max_retries;          /* see "Retries" above; default 3, -1 = none */
     uint64_t token_reload_ms; /* tokenFile re-read period; default 60 s */
+    uint64_t ca_reload_ms;    /* CA file change check period; default 60 s */
 };
 
 /* loop and cfg are borrowed (cfg is copied); opts may be NULL. *out is owned:
@@ -83,7 +93,8 @@ const char *k8s_client_server(const struct k8s_client *c);
 /* ---- resources and paths ------------------------------------------------ */
 
 /* What a request addresses. Strings are borrowed; descriptors are normally
- * static const. group "" (or NULL) is the core group (/api/v1). */
+ * static const. group "" (or NULL) is the core group (/api/v1). Custom
+ * resources are described by their own modules (tkm.io/v1alpha1: <tkm/api/v1alpha1.h>). */
 struct k8s_resource {
     const char *group;
     const char *version;
@@ -100,10 +111,6 @@ extern const struct k8s_resource k8s_res_namespaces;
 extern const struct k8s_resource k8s_res_events;    /* core/v1 Event */
 extern const struct k8s_resource k8s_res_events_v1; /* events.k8s.io/v1 Event */
 extern const struct k8s_resource k8s_res_leases;    /* coordination.k8s.io/v1 */
-extern const struct k8s_resource k8s_res_tkc;       /* tkm.io/v1alpha1 TritonKernelCache */
-extern const struct k8s_resource k8s_res_tkcc;      /* ...Cluster */
-extern const struct k8s_resource k8s_res_tkcns;     /* ...NodeStatus */
-extern const struct k8s_resource k8s_res_tkcnsc;    /* ...NodeStatusCluster */
 
 /*
  * Appends the path of a resource to out:

@@ -158,6 +158,7 @@ struct k8s_watch_stats {
     uint64_t throttled;           /* 429 answers */
     uint64_t last_retry_after_ms; /* the last server-requested wait honoured */
     uint64_t streaming_fallbacks; /* streaming lists given up for LIST + WATCH */
+    uint64_t oversized_events;    /* events over max_event_bytes (the watch resumed after them) */
 };
 
 /* Starts listing on c's loop. c, res and the handler are borrowed (they must

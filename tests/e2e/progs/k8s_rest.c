@@ -35,6 +35,7 @@
 #include <k8s/client.h>
 #include <k8s/events.h>
 #include <tkm/util.h>
+#include <tkm/api/v1alpha1.h>
 
 static const struct k8s_resource res_ssr = {"authentication.k8s.io", "v1", "selfsubjectreviews",
                                             "SelfSubjectReview", 0};
@@ -44,9 +45,9 @@ static const struct k8s_resource *resource(const char *n)
     if (strcmp(n, "configmaps") == 0)
         return &k8s_res_configmaps;
     if (strcmp(n, "tkc") == 0)
-        return &k8s_res_tkc;
+        return &tkm_api_res_tkc;
     if (strcmp(n, "tkcc") == 0)
-        return &k8s_res_tkcc;
+        return &tkm_api_res_tkcc;
     if (strcmp(n, "events") == 0)
         return &k8s_res_events;
     if (strcmp(n, "namespaces") == 0)

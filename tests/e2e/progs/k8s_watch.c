@@ -30,6 +30,7 @@
 #include <tkm/http.h>
 #include <k8s/informer.h>
 #include <tkm/log.h>
+#include <tkm/api/v1alpha1.h>
 
 struct app {
     uv_loop_t *loop;
@@ -181,7 +182,7 @@ static const struct k8s_resource *pick(const char *name)
     if (strcmp(name, "configmaps") == 0)
         return &k8s_res_configmaps;
     if (strcmp(name, "tkc") == 0)
-        return &k8s_res_tkc;
+        return &tkm_api_res_tkc;
     if (strcmp(name, "nodes") == 0)
         return &k8s_res_nodes;
     if (strcmp(name, "leases") == 0)

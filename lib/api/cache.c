@@ -1,0 +1,363 @@
+/* cache.c - TritonKernelCache / TritonKernelCacheCluster: decode, status apply. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api-int.h"
+
+#define KIND         "TritonKernelCache"
+#define KIND_CLUSTER "TritonKernelCacheCluster"
+
+/* ---- signaturePolicy ------------------------------------------------------- */
+
+void tkm_api_signature_policy_release(struct tkm_api_signature_policy *p)
+{
+    free(p->public_key);
+    free(p->public_key_ref_name);
+    free(p->public_key_ref_key);
+    memset(p, 0, sizeof *p);
+}
+
+static int sig_mode(const char *m, const char *field, enum tkm_api_sig_mode *out,
+                    struct tkm_err *err)
+{
+    static const char *const names[] = {"Enforce", "Audit", "Disabled"};
+    *out = TKM_API_SIG_UNSET;
+    if (!m)
+        return 0;
+    for (int i = 0; i < 3; i++)
+        if (strcmp(m, names[i]) == 0) {
+            *out = (enum tkm_api_sig_mode)(i + 1);
+            return 0;
+        }
+    return tkm_err_set(err, -EPROTO, "%s.mode: \"%s\", expected Enforce, Audit or Disabled", field,
+                       m);
+}
+
+int tkm_api_signature_policy_decode(const json_t *v, const char *field,
+                                    struct tkm_api_signature_policy *out, struct tkm_err *err)
+{
+    char *mode = NULL, refpath[256];
+    const json_t *ref = NULL;
+    int rc = 0;
+    memset(out, 0, sizeof *out);
+    if (!v)
+        return 0;
+    if (!json_is_object(v))
+        return tkm_err_set(err, -EPROTO, "%s: expected an object", field);
+    out->present = 1;
+    snprintf(refpath, sizeof refpath, "%s.publicKeySecretRef", field);
+    if ((rc = tkm__api_str(v, field, "mode", &mode, err)) ||
+        (rc = sig_mode(mode, field, &out->mode, err)) ||
+        (rc = tkm__api_str(v, field, "publicKey", &out->public_key, err)) ||
+        (rc = tkm__api_obj(v, field, "publicKeySecretRef", &ref, err)) ||
+        (rc = tkm__api_str(ref, refpath, "name", &out->public_key_ref_name, err)) ||
+        (rc = tkm__api_str(ref, refpath, "key", &out->public_key_ref_key, err)))
+        goto out;
+    if (ref && !out->public_key_ref_name)
+        rc = tkm_err_set(err, -EPROTO, "%s.name: missing", refpath);
+out:
+    free(mode);
+    if (rc)
+        tkm_api_signature_policy_release(out);
+    return rc;
+}
+
+/* ---- spec ------------------------------------------------------------------ */
+
+static void spec_release(struct tkm_api_cache_spec *s)
+{
+    free(s->cache_image);
+    free(s->mount_path);
+    tkm_api_signature_policy_release(&s->signature_policy);
+    for (size_t i = 0; i < s->n_image_pull_secrets; i++)
+        free(s->image_pull_secrets[i]);
+    free(s->image_pull_secrets);
+    memset(s, 0, sizeof *s);
+}
+
+static int spec_decode(const json_t *root, struct tkm_api_cache_spec *s, struct tkm_err *err)
+{
+    const json_t *spec, *pol, *ips;
+    size_t n;
+    char p[64];
+    int rc;
+    if ((rc = tkm__api_obj(root, "", "spec", &spec, err)))
+        return rc;
+    if (!spec)
+        return tkm_err_set(err, -EPROTO, "spec: missing");
+    if ((rc = tkm__api_str(spec, "spec", "cacheImage", &s->cache_image, err)) ||
+        (rc = tkm__api_str(spec, "spec", "mountPath", &s->mount_path, err)) ||
+        (rc = tkm__api_obj(spec, "spec", "signaturePolicy", &pol, err)) ||
+        (rc = tkm_api_signature_policy_decode(pol, "spec.signaturePolicy", &s->signature_policy,
+                                              err)) ||
+        (rc = tkm__api_arr(spec, "spec", "imagePullSecrets", 8, &ips, &n, err)) ||
+        (rc = tkm__api_alloc(n, sizeof(char *), (void **)&s->image_pull_secrets, err)))
+        return rc;
+    if (!s->cache_image)
+        return tkm_err_set(err, -EPROTO, "spec.cacheImage: missing");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(ips, i);
+        snprintf(p, sizeof p, "spec.imagePullSecrets[%zu]", i);
+        if (!json_is_object(e))
+            return tkm_err_set(err, -EPROTO, "%s: expected an object", p);
+        s->n_image_pull_secrets = i + 1;
+        if ((rc = tkm__api_str(e, p, "name", &s->image_pull_secrets[i], err)))
+            return rc;
+        if (!s->image_pull_secrets[i])
+            return tkm_err_set(err, -EPROTO, "%s.name: missing", p);
+    }
+    return 0;
+}
+
+/* ---- status ---------------------------------------------------------------- */
+
+void tkm_api_cache_status_release(struct tkm_api_cache_status *st)
+{
+    free(st->resolved_digest);
+    for (size_t i = 0; i < st->summary.n_targets; i++) {
+        struct tkm_api_target *t = &st->summary.targets[i];
+        free(t->backend);
+        free(t->arch);
+        free(t->triton_version);
+        free(t->ptx_version);
+    }
+    free(st->summary.targets);
+    for (size_t i = 0; i < st->n_failed_nodes; i++) {
+        free(st->failed_nodes[i].node);
+        free(st->failed_nodes[i].reason);
+        free(st->failed_nodes[i].message);
+    }
+    free(st->failed_nodes);
+    tkm__api_conditions_release(st->conditions, st->n_conditions);
+    free(st->last_updated);
+    memset(st, 0, sizeof *st);
+}
+
+static int summary_decode(const json_t *sum, struct tkm_api_summary *s, struct tkm_err *err)
+{
+    const json_t *arr;
+    size_t n;
+    char p[64];
+    int rc;
+    if ((rc = tkm__api_int(sum, "status.summary", "entryCount", 0, INT64_MAX, &s->entry_count,
+                           err)) ||
+        (rc = tkm__api_int(sum, "status.summary", "cacheSizeBytes", 0, INT64_MAX,
+                           &s->cache_size_bytes, err)) ||
+        (rc = tkm__api_arr(sum, "status.summary", "targets", 64, &arr, &n, err)) ||
+        (rc = tkm__api_alloc(n, sizeof *s->targets, (void **)&s->targets, err)))
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(arr, i);
+        struct tkm_api_target *t = &s->targets[i];
+        snprintf(p, sizeof p, "status.summary.targets[%zu]", i);
+        s->n_targets = i + 1;
+        if (!json_is_object(e))
+            return tkm_err_set(err, -EPROTO, "%s: expected an object", p);
+        if ((rc = tkm__api_str(e, p, "backend", &t->backend, err)) ||
+            (rc = tkm__api_str(e, p, "arch", &t->arch, err)) ||
+            (rc = tkm__api_int(e, p, "warpSize", 0, INT32_MAX, &t->warp_size, err)) ||
+            (rc = tkm__api_str(e, p, "tritonVersion", &t->triton_version, err)) ||
+            (rc = tkm__api_str(e, p, "ptxVersion", &t->ptx_version, err)))
+            return rc;
+    }
+    return 0;
+}
+
+static int counts_decode(const json_t *c, struct tkm_api_counts *o, struct tkm_err *err)
+{
+    const char *p = "status.counts";
+    int rc;
+    if ((rc = tkm__api_i32(c, p, "nodes", &o->nodes, err)) ||
+        (rc = tkm__api_i32(c, p, "compatible", &o->compatible, err)) ||
+        (rc = tkm__api_i32(c, p, "incompatible", &o->incompatible, err)) ||
+        (rc = tkm__api_i32(c, p, "failed", &o->failed, err)) ||
+        (rc = tkm__api_i32(c, p, "inUse", &o->in_use, err)))
+        return rc;
+    return 0;
+}
+
+static int failed_decode(const json_t *status, struct tkm_api_cache_status *st, struct tkm_err *err)
+{
+    const json_t *arr;
+    size_t n;
+    char p[64];
+    int rc;
+    if ((rc = tkm__api_arr(status, "status", "failedNodes", 16, &arr, &n, err)) ||
+        (rc = tkm__api_alloc(n, sizeof *st->failed_nodes, (void **)&st->failed_nodes, err)))
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(arr, i);
+        struct tkm_api_failed_node *f = &st->failed_nodes[i];
+        snprintf(p, sizeof p, "status.failedNodes[%zu]", i);
+        st->n_failed_nodes = i + 1;
+        if (!json_is_object(e))
+            return tkm_err_set(err, -EPROTO, "%s: expected an object", p);
+        if ((rc = tkm__api_str(e, p, "node", &f->node, err)) ||
+            (rc = tkm__api_str(e, p, "reason", &f->reason, err)) ||
+            (rc = tkm__api_str(e, p, "message", &f->message, err)))
+            return rc;
+        if (!f->node)
+            return tkm_err_set(err, -EPROTO, "%s.node: missing", p);
+    }
+    return 0;
+}
+
+static int status_decode(const json_t *root, struct tkm_api_cache_status *st, struct tkm_err *err)
+{
+    const json_t *status, *sum, *cnt;
+    int rc;
+    if ((rc = tkm__api_obj(root, "", "status", &status, err)) || !status)
+        return rc;
+    if ((rc = tkm__api_int(status, "status", "observedGeneration", 0, INT64_MAX,
+                           &st->observed_generation, err)) ||
+        (rc = tkm__api_str(status, "status", "resolvedDigest", &st->resolved_digest, err)) ||
+        (rc = tkm__api_obj(status, "status", "summary", &sum, err)) ||
+        (rc = tkm__api_obj(status, "status", "counts", &cnt, err)) ||
+        (rc = summary_decode(sum, &st->summary, err)) ||
+        (rc = counts_decode(cnt, &st->counts, err)) || (rc = failed_decode(status, st, err)) ||
+        (rc = tkm__api_conditions_decode(status, "status", &st->conditions, &st->n_conditions,
+                                         err)) ||
+        (rc = tkm__api_str(status, "status", "lastUpdated", &st->last_updated, err)))
+        return rc;
+    st->has_summary = sum != NULL;
+    st->has_counts = cnt != NULL;
+    return 0;
+}
+
+void tkm_api_cache_release(struct tkm_api_cache *c)
+{
+    tkm__api_meta_release(&c->meta);
+    spec_release(&c->spec);
+    tkm_api_cache_status_release(&c->status);
+    c->cluster = 0;
+}
+
+int tkm_api_cache_decode(const char *json, size_t len, struct tkm_api_cache *out,
+                         struct tkm_err *err)
+{
+    json_t *root = NULL;
+    memset(out, 0, sizeof *out);
+    int rc = tkm__api_parse(json, len, KIND, KIND_CLUSTER, &root, &out->cluster, &out->meta, err);
+    if (rc == 0)
+        rc = spec_decode(root, &out->spec, err);
+    if (rc == 0)
+        rc = status_decode(root, &out->status, err);
+    if (rc) {
+        tkm_err_prefix(err, "%s %s", out->cluster ? KIND_CLUSTER : KIND,
+                       out->meta.name ? out->meta.name : "(unnamed)");
+        tkm_api_cache_release(out);
+    }
+    json_decref(root);
+    return rc;
+}
+
+/* ---- status apply ---------------------------------------------------------- */
+
+static json_t *summary_encode(const struct tkm_api_summary *s)
+{
+    json_t *o = json_object(), *arr = json_array();
+    int bad = !o || !arr || tkm__api_set_int(o, "entryCount", s->entry_count) ||
+              tkm__api_set_int(o, "cacheSizeBytes", s->cache_size_bytes);
+    for (size_t i = 0; !bad && i < s->n_targets; i++) {
+        const struct tkm_api_target *t = &s->targets[i];
+        json_t *e = json_object();
+        if (!e || tkm__api_set_str(e, "backend", t->backend) ||
+            tkm__api_set_str(e, "arch", t->arch) || tkm__api_set_int(e, "warpSize", t->warp_size) ||
+            tkm__api_set_str(e, "tritonVersion", t->triton_version) ||
+            tkm__api_set_str(e, "ptxVersion", t->ptx_version)) {
+            json_decref(e);
+            bad = 1;
+        } else {
+            bad = json_array_append_new(arr, e) != 0;
+        }
+    }
+    if (!bad && s->n_targets)
+        bad = json_object_set(o, "targets", arr) != 0;
+    json_decref(arr);
+    if (bad) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+static json_t *counts_encode(const struct tkm_api_counts *c)
+{
+    return json_pack("{s:i,s:i,s:i,s:i,s:i}", "nodes", (int)c->nodes, "compatible",
+                     (int)c->compatible, "incompatible", (int)c->incompatible, "failed",
+                     (int)c->failed, "inUse", (int)c->in_use);
+}
+
+static json_t *failed_encode(const struct tkm_api_cache_status *st, struct tkm_err *err)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < st->n_failed_nodes; i++) {
+        const struct tkm_api_failed_node *f = &st->failed_nodes[i];
+        if (!f->node) {
+            tkm_err_set(err, -EINVAL, "status.failedNodes[%zu].node is required", i);
+            json_decref(arr);
+            return NULL;
+        }
+        json_t *e = json_object();
+        if (!e || tkm__api_set_str(e, "node", f->node) ||
+            tkm__api_set_str(e, "reason", f->reason) ||
+            tkm__api_set_str(e, "message", f->message)) {
+            json_decref(e);
+            e = NULL;
+        }
+        if (!e || json_array_append_new(arr, e)) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    if (!arr && !err->code)
+        tkm_err_set(err, -ENOMEM, "status.failedNodes: out of memory");
+    return arr;
+}
+
+static int status_fill(json_t *s, const struct tkm_api_cache_status *st, struct tkm_err *err)
+{
+    if (tkm__api_set_int(s, "observedGeneration", st->observed_generation) ||
+        tkm__api_set_str(s, "resolvedDigest", st->resolved_digest) ||
+        (st->has_summary && tkm__api_set_new(s, "summary", summary_encode(&st->summary))) ||
+        (st->has_counts && tkm__api_set_new(s, "counts", counts_encode(&st->counts))))
+        return tkm_err_set(err, -ENOMEM, "status: out of memory");
+    if (st->n_failed_nodes) {
+        json_t *f = failed_encode(st, err);
+        if (!f || tkm__api_set_new(s, "failedNodes", f))
+            return err->code ? err->code : tkm_err_set(err, -ENOMEM, "out of memory");
+    }
+    if (st->n_conditions) {
+        json_t *c = tkm__api_conditions_encode(st->conditions, st->n_conditions, err);
+        if (!c || tkm__api_set_new(s, "conditions", c))
+            return err->code ? err->code : tkm_err_set(err, -ENOMEM, "out of memory");
+    }
+    if (tkm__api_set_str(s, "lastUpdated", st->last_updated))
+        return tkm_err_set(err, -ENOMEM, "status: out of memory");
+    return 0;
+}
+
+int tkm_api_cache_status_apply(const struct tkm_api_cache_status *st, const char *name,
+                               const char *ns, json_t **out, struct tkm_err *err)
+{
+    struct tkm_err local = {0};
+    json_t *o = NULL, *s = json_object();
+    if (!err)
+        err = &local;
+    int rc = tkm__api_object(ns ? KIND : KIND_CLUSTER, name, ns, &o, err);
+    if (rc == 0 && !s)
+        rc = tkm_err_set(err, -ENOMEM, "status: out of memory");
+    if (rc == 0)
+        rc = status_fill(s, st, err);
+    if (rc == 0 && json_object_set(o, "status", s))
+        rc = tkm_err_set(err, -ENOMEM, "status: out of memory");
+    json_decref(s);
+    if (rc) {
+        json_decref(o);
+        o = NULL;
+    }
+    *out = o;
+    return rc;
+}

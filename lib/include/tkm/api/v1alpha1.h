@@ -1,0 +1,251 @@
+/*
+ * tkm/api/v1alpha1.h - the tkm.io/v1alpha1 API in C: resource descriptors for
+ * k8sclient, typed decoding of the objects the daemons read, and the
+ * server-side-apply bodies of the status they write (docs/api.md).
+ *
+ * Built as its own library, libtkmapi (lib/api/), on top of libk8sclient and
+ * libtkm: k8sclient itself knows nothing of tkm.io.
+ *
+ * Decoding: from the raw JSON bytes of an object (a struct k8s_obj's json in
+ * the informer store, a GET body). Duplicate keys are rejected, unknown
+ * fields are ignored, a field of the wrong type or out of range is -EPROTO
+ * with err naming the field ("status.caches[\"a\"].compatibleGPUs[0].ids[1]:
+ * expected an integer, got a string"). Absent strings are NULL, absent
+ * numbers 0, absent lists empty. Every decoded struct owns its strings and
+ * arrays: free with the matching _release(); _release() of a zeroed struct
+ * is a no-op, and so is a second one.
+ *
+ * Encoding: the *_apply() functions build the object to give to k8s_apply()
+ * (with .subresource = "status"; the same body applied without the
+ * subresource creates the object): apiVersion, kind, metadata.name (and
+ * namespace), ownerReferences for node statuses, and only the status fields
+ * the writer owns. Never metadata.resourceVersion. Keys come out in a fixed
+ * order and lists in the order given (caches sorted by name), so an identical
+ * status gives a byte-identical body (k8s_apply() serialises in insertion
+ * order) and the apiserver treats the re-apply as a no-op.
+ *
+ * Timestamps are RFC 3339 strings in UTC ("2026-01-02T03:04:05Z"), as the
+ * apiserver stores them; tkm_api_now() formats the current time.
+ */
+#ifndef TKM_API_V1ALPHA1_H
+#define TKM_API_V1ALPHA1_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include <tkm/buf.h>
+#include <tkm/err.h>
+#include <k8s/client.h>
+
+#define TKM_API_GROUP         "tkm.io"
+#define TKM_API_VERSION       "v1alpha1"
+#define TKM_API_GROUP_VERSION "tkm.io/v1alpha1"
+
+/* Resource descriptors for k8sclient (static, never freed). */
+extern const struct k8s_resource tkm_api_res_tkc;    /* TritonKernelCache (namespaced) */
+extern const struct k8s_resource tkm_api_res_tkcc;   /* TritonKernelCacheCluster */
+extern const struct k8s_resource tkm_api_res_tkcns;  /* TritonKernelCacheNodeStatus (namespaced) */
+extern const struct k8s_resource tkm_api_res_tkcnsc; /* TritonKernelCacheNodeStatusCluster */
+
+/* Writes the current UTC time as RFC 3339 ("...Z") into out (>= 21 bytes). */
+void tkm_api_now(char *out, size_t n);
+
+/* ---- common ------------------------------------------------------------------ */
+
+/* The metadata the daemons read. Owned strings. */
+struct tkm_api_meta {
+    char *name;
+    char *ns; /* NULL for cluster-scoped kinds */
+    char *uid;
+    char *resource_version;
+    int64_t generation;
+};
+
+enum tkm_api_cond_status {
+    TKM_API_COND_UNKNOWN = 0,
+    TKM_API_COND_TRUE,
+    TKM_API_COND_FALSE,
+};
+
+/* A status condition (metav1.Condition). Owned strings. */
+struct tkm_api_condition {
+    char *type; /* "Verified", "Ready", "Progressing", "Degraded" */
+    enum tkm_api_cond_status status;
+    int64_t observed_generation;
+    char *last_transition_time; /* RFC 3339; required by the schema */
+    char *reason;               /* CamelCase; required by the schema */
+    char *message;
+};
+
+/* ---- TritonKernelCache / TritonKernelCacheCluster ---------------------------- */
+
+enum tkm_api_sig_mode {
+    TKM_API_SIG_UNSET = 0, /* no mode: the controller's default applies */
+    TKM_API_SIG_ENFORCE,
+    TKM_API_SIG_AUDIT,
+    TKM_API_SIG_DISABLED,
+};
+
+/* spec.signaturePolicy. Decoded by tkm_api_signature_policy_decode() so new
+ * fields (keyless identities, a trusted root) are added in one place. */
+struct tkm_api_signature_policy {
+    int present; /* the field was in the spec */
+    enum tkm_api_sig_mode mode;
+    char *public_key;          /* PEM, or NULL */
+    char *public_key_ref_name; /* publicKeySecretRef.name, or NULL */
+    char *public_key_ref_key;  /* publicKeySecretRef.key, or NULL (the default key) */
+};
+
+struct tkm_api_cache_spec {
+    char *cache_image; /* required */
+    char *mount_path;  /* NULL: the default */
+    struct tkm_api_signature_policy signature_policy;
+    char **image_pull_secrets; /* names */
+    size_t n_image_pull_secrets;
+};
+
+struct tkm_api_target {
+    char *backend, *arch, *triton_version, *ptx_version;
+    int64_t warp_size;
+};
+
+struct tkm_api_summary {
+    int64_t entry_count, cache_size_bytes;
+    struct tkm_api_target *targets;
+    size_t n_targets;
+};
+
+struct tkm_api_counts {
+    int32_t nodes, compatible, incompatible, failed, in_use;
+};
+
+struct tkm_api_failed_node {
+    char *node, *reason, *message;
+};
+
+/* The status the controller writes. */
+struct tkm_api_cache_status {
+    int64_t observed_generation;
+    char *resolved_digest; /* "sha256:<64 hex>" or NULL */
+    int has_summary;
+    struct tkm_api_summary summary;
+    int has_counts;
+    struct tkm_api_counts counts;
+    struct tkm_api_failed_node *failed_nodes;
+    size_t n_failed_nodes;
+    struct tkm_api_condition *conditions;
+    size_t n_conditions;
+    char *last_updated;
+};
+
+struct tkm_api_cache {
+    int cluster; /* 1: TritonKernelCacheCluster */
+    struct tkm_api_meta meta;
+    struct tkm_api_cache_spec spec;
+    struct tkm_api_cache_status status;
+};
+
+/* Decodes a TritonKernelCache or TritonKernelCacheCluster (kind checked).
+ * json is borrowed; *out is owned: tkm_api_cache_release(). On failure *out
+ * is released and err names the field. 0, -EPROTO, -ENOMEM. */
+int tkm_api_cache_decode(const char *json, size_t len, struct tkm_api_cache *out,
+                         struct tkm_err *err);
+void tkm_api_cache_release(struct tkm_api_cache *c);
+
+/* Decodes spec.signaturePolicy (v: the policy object, NULL = absent; field:
+ * the path for messages). *out is owned. 0, -EPROTO, -ENOMEM. */
+int tkm_api_signature_policy_decode(const json_t *v, const char *field,
+                                    struct tkm_api_signature_policy *out, struct tkm_err *err);
+void tkm_api_signature_policy_release(struct tkm_api_signature_policy *p);
+
+void tkm_api_cache_status_release(struct tkm_api_cache_status *st);
+
+/* The server-side-apply body for a cache's status: ns NULL for the cluster
+ * kind. st and strings are borrowed; *out is owned (json_decref()). Only the
+ * fields set are written (has_summary/has_counts, non-NULL strings,
+ * non-empty lists). 0, -EINVAL (err says which field), -ENOMEM. */
+int tkm_api_cache_status_apply(const struct tkm_api_cache_status *st, const char *name,
+                               const char *ns, json_t **out, struct tkm_err *err);
+
+/* ---- TritonKernelCacheNodeStatus / ...Cluster --------------------------------- */
+
+struct tkm_api_gpu {
+    int32_t id;
+    char *gpu_type; /* "nvidia-h200" */
+    char *vendor;   /* "nvidia", "amd", "unknown" */
+    char *product_name;
+    char *arch; /* as Triton's key spells it: "90", "gfx942" */
+    char *compute_capability;
+    int32_t warp_size;
+    char *driver_version, *cuda_driver_version, *rocm_version;
+    int64_t memory_bytes;
+    char *uuid, *pci_bus_id;
+    int mig_mode;
+};
+
+/* compatibleGPUs[] / incompatibleGPUs[] entry: a set of GPU ids of one type
+ * (reason and message only for incompatible ones). */
+struct tkm_api_gpu_group {
+    int32_t *ids;
+    size_t n_ids;
+    char *gpu_type;
+    char *reason, *message;
+};
+
+struct tkm_api_pod_ref {
+    char *ns, *name, *uid, *volume_id;
+};
+
+/* status.caches.<name> */
+struct tkm_api_node_cache {
+    char *name; /* the map key: the cache's name */
+    char *digest;
+    int verified, extracted;
+    struct tkm_api_gpu_group *compatible;
+    size_t n_compatible;
+    struct tkm_api_gpu_group *incompatible;
+    size_t n_incompatible;
+    struct tkm_api_pod_ref *pods;
+    size_t n_pods;
+    char *error;
+    char *last_updated;
+};
+
+/* The status a node's agent writes. gpuCount, gpuTypes and cacheCount (the
+ * printer columns) are derived from gpus and caches when encoding. */
+struct tkm_api_node_status {
+    char *node_name;
+    struct tkm_api_gpu *gpus;
+    size_t n_gpus;
+    struct tkm_api_node_cache *caches;
+    size_t n_caches;
+    char *last_updated;
+};
+
+struct tkm_api_nodestatus {
+    int cluster; /* 1: TritonKernelCacheNodeStatusCluster */
+    struct tkm_api_meta meta;
+    struct tkm_api_node_status status;
+};
+
+/* Decodes a TritonKernelCacheNodeStatus or ...Cluster (kind checked). As
+ * tkm_api_cache_decode(); caches come out sorted by name. */
+int tkm_api_nodestatus_decode(const char *json, size_t len, struct tkm_api_nodestatus *out,
+                              struct tkm_err *err);
+void tkm_api_nodestatus_release(struct tkm_api_nodestatus *n);
+void tkm_api_node_status_release(struct tkm_api_node_status *st);
+
+/* The server-side-apply body of a node's status, named after the node
+ * (st->node_name, required) and owned by the Node object (node_uid,
+ * required: ownerReferences need it). ns NULL for the cluster kind. Caches
+ * are written sorted by name (duplicates: -EINVAL). *out is owned. 0,
+ * -EINVAL, -ENOMEM. */
+int tkm_api_node_status_apply(const struct tkm_api_node_status *st, const char *ns,
+                              const char *node_uid, json_t **out, struct tkm_err *err);
+
+/* Serialises an apply body as k8s_apply() sends it (compact, insertion
+ * order), for comparisons and logs. out is appended to. */
+int tkm_api_dump(const json_t *obj, struct tkm_buf *out);
+
+#endif

@@ -1,0 +1,332 @@
+/* test_api.c - lib/api: tkm.io/v1alpha1 decoding (from the bytes the apiserver
+ * and the informer store hold) and the server-side-apply status bodies. */
+#include <tkm/api/v1alpha1.h>
+#include <tkm/buf.h>
+#include <tkm/util.h>
+
+#include "test.h"
+
+#define DIGEST "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+/* A TritonKernelCache as the apiserver returns it (managedFields and all). */
+static const char *const TKC_JSON =
+    "{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"TritonKernelCache\",\"metadata\":{"
+    "\"name\":\"vector-add\",\"namespace\":\"ml\",\"uid\":\"u-1\",\"resourceVersion\":\"42\","
+    "\"generation\":3,\"creationTimestamp\":\"2026-01-01T00:00:00Z\",\"managedFields\":[{"
+    "\"manager\":\"kubectl\",\"operation\":\"Apply\"}]},\"spec\":{\"cacheImage\":"
+    "\"registry.example.com:5000/kernels/vector-add:v1\",\"mountPath\":\"/home/ml/.triton/cache\","
+    "\"signaturePolicy\":{\"mode\":\"Enforce\",\"publicKeySecretRef\":{\"name\":\"sig\","
+    "\"key\":\"cosign.pub\"},\"futureField\":{\"x\":1}},\"imagePullSecrets\":[{\"name\":\"a\"},"
+    "{\"name\":\"b\"}]},\"status\":{\"observedGeneration\":3,\"resolvedDigest\":\"" DIGEST "\","
+    "\"summary\":{\"entryCount\":7,\"cacheSizeBytes\":123456,\"targets\":[{\"backend\":\"cuda\","
+    "\"arch\":\"90\",\"warpSize\":32,\"tritonVersion\":\"3.6.0\",\"ptxVersion\":\"8.7\"}]},"
+    "\"counts\":{\"nodes\":4,\"compatible\":3,\"incompatible\":1,\"failed\":1,\"inUse\":2},"
+    "\"failedNodes\":[{\"node\":\"n9\",\"reason\":\"PullFailed\",\"message\":\"timeout\"}],"
+    "\"conditions\":[{\"type\":\"Verified\",\"status\":\"True\",\"observedGeneration\":3,"
+    "\"lastTransitionTime\":\"2026-01-01T00:01:00Z\",\"reason\":\"SignatureValid\","
+    "\"message\":\"ok\"},{\"type\":\"Ready\",\"status\":\"False\",\"observedGeneration\":2,"
+    "\"lastTransitionTime\":\"2026-01-01T00:02:00Z\",\"reason\":\"Pending\",\"message\":\"\"}],"
+    "\"lastUpdated\":\"2026-01-01T00:03:00Z\"}}";
+
+TEST(cache_decode_reads_spec_status_and_ignores_unknown)
+{
+    struct tkm_api_cache c;
+    struct tkm_err err = {0};
+    ASSERT_OK(tkm_api_cache_decode(TKC_JSON, strlen(TKC_JSON), &c, &err));
+    ASSERT_EQ(c.cluster, 0);
+    ASSERT_STREQ(c.meta.name, "vector-add");
+    ASSERT_STREQ(c.meta.ns, "ml");
+    ASSERT_STREQ(c.meta.uid, "u-1");
+    ASSERT_STREQ(c.meta.resource_version, "42");
+    ASSERT_EQ(c.meta.generation, 3);
+    ASSERT_STREQ(c.spec.cache_image, "registry.example.com:5000/kernels/vector-add:v1");
+    ASSERT_STREQ(c.spec.mount_path, "/home/ml/.triton/cache");
+    ASSERT_EQ(c.spec.signature_policy.present, 1);
+    ASSERT_EQ(c.spec.signature_policy.mode, TKM_API_SIG_ENFORCE);
+    ASSERT_STREQ(c.spec.signature_policy.public_key_ref_name, "sig");
+    ASSERT_STREQ(c.spec.signature_policy.public_key_ref_key, "cosign.pub");
+    ASSERT_NULL(c.spec.signature_policy.public_key);
+    ASSERT_UEQ(c.spec.n_image_pull_secrets, 2);
+    ASSERT_STREQ(c.spec.image_pull_secrets[1], "b");
+    ASSERT_STREQ(c.status.resolved_digest, DIGEST);
+    ASSERT_EQ(c.status.observed_generation, 3);
+    ASSERT_EQ(c.status.has_summary, 1);
+    ASSERT_EQ(c.status.summary.entry_count, 7);
+    ASSERT_EQ(c.status.summary.cache_size_bytes, 123456);
+    ASSERT_UEQ(c.status.summary.n_targets, 1);
+    ASSERT_STREQ(c.status.summary.targets[0].arch, "90");
+    ASSERT_EQ(c.status.summary.targets[0].warp_size, 32);
+    ASSERT_EQ(c.status.counts.in_use, 2);
+    ASSERT_EQ(c.status.counts.incompatible, 1);
+    ASSERT_UEQ(c.status.n_failed_nodes, 1);
+    ASSERT_STREQ(c.status.failed_nodes[0].reason, "PullFailed");
+    ASSERT_UEQ(c.status.n_conditions, 2);
+    ASSERT_STREQ(c.status.conditions[0].type, "Verified");
+    ASSERT_EQ(c.status.conditions[0].status, TKM_API_COND_TRUE);
+    ASSERT_EQ(c.status.conditions[1].status, TKM_API_COND_FALSE);
+    ASSERT_EQ(c.status.conditions[1].observed_generation, 2);
+    ASSERT_STREQ(c.status.conditions[1].last_transition_time, "2026-01-01T00:02:00Z");
+    ASSERT_STREQ(c.status.last_updated, "2026-01-01T00:03:00Z");
+    tkm_api_cache_release(&c);
+    tkm_api_cache_release(&c); /* a second release is harmless */
+
+    /* The cluster kind, no status, policy absent. */
+    const char *cl = "{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"TritonKernelCacheCluster\","
+                     "\"metadata\":{\"name\":\"c\"},\"spec\":{\"cacheImage\":\"r.io/x:1\"}}";
+    ASSERT_OK(tkm_api_cache_decode(cl, strlen(cl), &c, &err));
+    ASSERT_EQ(c.cluster, 1);
+    ASSERT_NULL(c.meta.ns);
+    ASSERT_EQ(c.spec.signature_policy.present, 0);
+    ASSERT_EQ(c.status.has_summary, 0);
+    ASSERT_UEQ(c.status.n_conditions, 0);
+    tkm_api_cache_release(&c);
+}
+
+struct bad_case {
+    const char *json;
+    const char *msg;
+};
+
+TEST(cache_decode_rejects_wrong_types_naming_the_field)
+{
+#define TKC_PRE "{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"TritonKernelCache\","
+#define MD      "\"metadata\":{\"name\":\"x\",\"namespace\":\"n\"},"
+    static const struct bad_case bad[] = {
+        {"[1]", "expected a JSON object"},
+        {"{\"a\":1,\"a\":2}", "not JSON"},
+        {TKC_PRE MD "\"spec\":{\"cacheImage\":7}}", "spec.cacheImage: expected a string"},
+        {TKC_PRE MD "\"spec\":{}}", "spec.cacheImage: missing"},
+        {TKC_PRE MD "\"spec\":{\"cacheImage\":\"a\",\"signaturePolicy\":{\"mode\":\"Maybe\"}}}",
+         "spec.signaturePolicy.mode: \"Maybe\""},
+        {TKC_PRE MD "\"spec\":{\"cacheImage\":\"a\",\"signaturePolicy\":{\"publicKeySecretRef\":"
+                    "{\"name\":3}}}}",
+         "spec.signaturePolicy.publicKeySecretRef.name: expected a string, got an integer"},
+        {TKC_PRE MD "\"spec\":{\"cacheImage\":\"a\",\"imagePullSecrets\":{}}}",
+         "spec.imagePullSecrets: expected a list, got an object"},
+        {TKC_PRE MD "\"spec\":{\"cacheImage\":\"a\"},\"status\":{\"counts\":{\"nodes\":\"4\"}}}",
+         "status.counts.nodes: expected an integer, got a string"},
+        {TKC_PRE MD "\"spec\":{\"cacheImage\":\"a\"},\"status\":{\"conditions\":[{\"type\":"
+                    "\"Ready\",\"status\":\"Yes\"}]}}",
+         "status.conditions[0].status: \"Yes\""},
+        {TKC_PRE MD "\"spec\":{\"cacheImage\":\"a\"},\"status\":{\"summary\":{\"targets\":[{"
+                    "\"warpSize\":1.5}]}}}",
+         "status.summary.targets[0].warpSize: expected an integer, got a number with a fraction"},
+        {"{\"apiVersion\":\"v1\",\"kind\":\"TritonKernelCache\"," MD "\"spec\":{}}",
+         "apiVersion: \"v1\""},
+        {"{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"Pod\"," MD "\"spec\":{}}",
+         "kind: \"Pod\""},
+        {TKC_PRE "\"metadata\":{},\"spec\":{}}", "metadata.name: missing"},
+    };
+    for (size_t i = 0; i < TKM_ARRAY_SIZE(bad); i++) {
+        struct tkm_api_cache c;
+        struct tkm_err err = {0};
+        ASSERT_EQ(tkm_api_cache_decode(bad[i].json, strlen(bad[i].json), &c, &err), -EPROTO);
+        ASSERT_STRCONTAINS(err.msg, bad[i].msg);
+        ASSERT_NULL(c.spec.cache_image);
+        ASSERT_NULL(c.meta.name);
+    }
+}
+
+static void cond(struct tkm_api_condition *c, const char *type, enum tkm_api_cond_status st,
+                 const char *reason)
+{
+    c->type = (char *)type;
+    c->status = st;
+    c->observed_generation = 3;
+    c->last_transition_time = (char *)"2026-01-01T00:00:00Z";
+    c->reason = (char *)reason;
+    c->message = (char *)"m";
+}
+
+TEST(cache_status_apply_round_trip_and_is_deterministic)
+{
+    struct tkm_api_target tg = {(char *)"cuda", (char *)"90", (char *)"3.6.0", (char *)"8.7", 32};
+    struct tkm_api_failed_node fn = {(char *)"n1", (char *)"PullFailed", (char *)"x"};
+    struct tkm_api_condition cs[2];
+    cond(&cs[0], "Verified", TKM_API_COND_TRUE, "SignatureValid");
+    cond(&cs[1], "Ready", TKM_API_COND_UNKNOWN, "Pending");
+    struct tkm_api_cache_status st = {.observed_generation = 3,
+                                      .resolved_digest = (char *)DIGEST,
+                                      .has_summary = 1,
+                                      .summary = {7, 100, &tg, 1},
+                                      .has_counts = 1,
+                                      .counts = {2, 1, 1, 1, 0},
+                                      .failed_nodes = &fn,
+                                      .n_failed_nodes = 1,
+                                      .conditions = cs,
+                                      .n_conditions = 2,
+                                      .last_updated = (char *)"2026-01-01T00:05:00Z"};
+    json_t *o = NULL, *o2 = NULL;
+    struct tkm_err err = {0};
+    struct tkm_buf a = TKM_BUF_INIT(1 << 20), b = TKM_BUF_INIT(1 << 20);
+    ASSERT_OK(tkm_api_cache_status_apply(&st, "vector-add", "ml", &o, &err));
+    ASSERT_OK(tkm_api_dump(o, &a));
+    const char *head = "{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"TritonKernelCache\","
+                       "\"metadata\":{\"name\":\"vector-add\",\"namespace\":\"ml\"},\"status\":{";
+    ASSERT(strncmp(a.data, head, strlen(head)) == 0);
+    ASSERT(strstr(a.data, "resourceVersion") == NULL);
+    ASSERT(strstr(a.data, "\"spec\"") == NULL);
+    ASSERT_STRCONTAINS(a.data, "\"status\":\"Unknown\"");
+    /* Decode what was encoded (the apply body has no spec: add one). */
+    json_object_set_new(o, "spec", json_pack("{s:s}", "cacheImage", "r.io/x:1"));
+    char *s = json_dumps(o, JSON_COMPACT);
+    struct tkm_api_cache c;
+    ASSERT_OK(tkm_api_cache_decode(s, strlen(s), &c, &err));
+    free(s);
+    ASSERT_STREQ(c.status.resolved_digest, DIGEST);
+    ASSERT_EQ(c.status.counts.nodes, 2);
+    ASSERT_STREQ(c.status.summary.targets[0].ptx_version, "8.7");
+    ASSERT_EQ(c.status.conditions[1].status, TKM_API_COND_UNKNOWN);
+    ASSERT_STREQ(c.status.failed_nodes[0].node, "n1");
+    /* Re-encoding the decoded status gives the same bytes. */
+    ASSERT_OK(tkm_api_cache_status_apply(&c.status, "vector-add", "ml", &o2, &err));
+    ASSERT_OK(tkm_api_dump(o2, &b));
+    ASSERT_STREQ(a.data, b.data);
+    tkm_api_cache_release(&c);
+    json_decref(o);
+    json_decref(o2);
+    /* Cluster kind: no namespace. A condition without a reason is refused. */
+    ASSERT_OK(tkm_api_cache_status_apply(&st, "c", NULL, &o, &err));
+    ASSERT_STREQ(json_string_value(json_object_get(o, "kind")), "TritonKernelCacheCluster");
+    ASSERT_NULL(json_object_get(json_object_get(o, "metadata"), "namespace"));
+    json_decref(o);
+    cs[1].reason = NULL;
+    ASSERT_EQ(tkm_api_cache_status_apply(&st, "c", NULL, &o, &err), -EINVAL);
+    ASSERT_NULL(o);
+    ASSERT_STRCONTAINS(err.msg, "status.conditions[1]");
+    tkm_buf_release(&a);
+    tkm_buf_release(&b);
+}
+
+static const char *const NS_JSON =
+    "{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"TritonKernelCacheNodeStatus\",\"metadata\":{"
+    "\"name\":\"node-1\",\"namespace\":\"ml\",\"resourceVersion\":\"9\",\"ownerReferences\":[{"
+    "\"apiVersion\":\"v1\",\"kind\":\"Node\",\"name\":\"node-1\",\"uid\":\"n-uid\"}]},"
+    "\"status\":{\"nodeName\":\"node-1\",\"gpuCount\":2,\"gpuTypes\":\"nvidia-h200\","
+    "\"cacheCount\":2,\"gpus\":[{\"id\":0,\"gpuType\":\"nvidia-h200\",\"vendor\":\"nvidia\","
+    "\"productName\":\"NVIDIA H200\",\"arch\":\"90\",\"computeCapability\":\"9.0\","
+    "\"warpSize\":32,\"driverVersion\":\"570.1\",\"cudaDriverVersion\":\"12.8\","
+    "\"memoryBytes\":150000000000,\"uuid\":\"GPU-1\",\"pciBusId\":\"0000:01:00.0\","
+    "\"migMode\":false,\"newField\":true},{\"id\":1,\"gpuType\":\"nvidia-h200\"}],"
+    "\"caches\":{\"zeta\":{\"digest\":\"" DIGEST "\",\"verified\":false,\"extracted\":false,"
+    "\"error\":\"signature mismatch\"},\"alpha\":{\"digest\":\"" DIGEST "\",\"verified\":true,"
+    "\"extracted\":true,\"compatibleGPUs\":[{\"ids\":[0,1],\"gpuType\":\"nvidia-h200\"}],"
+    "\"incompatibleGPUs\":[{\"ids\":[2],\"gpuType\":\"amd-mi300x\",\"reason\":\"ArchMismatch\","
+    "\"message\":\"gfx942 != 90\"}],\"pods\":[{\"namespace\":\"ml\",\"name\":\"p\",\"uid\":"
+    "\"p-uid\",\"volumeId\":\"v1\"}],\"lastUpdated\":\"2026-01-01T00:00:00Z\"}},"
+    "\"lastUpdated\":\"2026-01-01T00:00:09Z\"}}";
+
+TEST(nodestatus_decode_and_round_trip)
+{
+    struct tkm_api_nodestatus n, n2;
+    struct tkm_err err = {0};
+    ASSERT_OK(tkm_api_nodestatus_decode(NS_JSON, strlen(NS_JSON), &n, &err));
+    ASSERT_EQ(n.cluster, 0);
+    ASSERT_STREQ(n.meta.name, "node-1");
+    const struct tkm_api_node_status *st = &n.status;
+    ASSERT_STREQ(st->node_name, "node-1");
+    ASSERT_UEQ(st->n_gpus, 2);
+    ASSERT_STREQ(st->gpus[0].product_name, "NVIDIA H200");
+    ASSERT_EQ(st->gpus[0].memory_bytes, 150000000000LL);
+    ASSERT_EQ(st->gpus[1].id, 1);
+    ASSERT_UEQ(st->n_caches, 2);
+    ASSERT_STREQ(st->caches[0].name, "alpha"); /* sorted by name */
+    ASSERT_EQ(st->caches[0].verified, 1);
+    ASSERT_UEQ(st->caches[0].compatible[0].n_ids, 2);
+    ASSERT_EQ(st->caches[0].compatible[0].ids[1], 1);
+    ASSERT_STREQ(st->caches[0].incompatible[0].reason, "ArchMismatch");
+    ASSERT_STREQ(st->caches[0].pods[0].volume_id, "v1");
+    ASSERT_STREQ(st->caches[1].error, "signature mismatch");
+    ASSERT_STREQ(st->last_updated, "2026-01-01T00:00:09Z");
+
+    json_t *o = NULL, *o2 = NULL;
+    struct tkm_buf a = TKM_BUF_INIT(1 << 20), b = TKM_BUF_INIT(1 << 20);
+    ASSERT_OK(tkm_api_node_status_apply(st, "ml", "n-uid", &o, &err));
+    ASSERT_OK(tkm_api_dump(o, &a));
+    ASSERT_STRCONTAINS(a.data, "\"ownerReferences\":[{\"apiVersion\":\"v1\",\"kind\":\"Node\","
+                               "\"name\":\"node-1\",\"uid\":\"n-uid\"}]");
+    ASSERT_STRCONTAINS(a.data, "\"gpuCount\":2,\"gpuTypes\":\"nvidia-h200\",\"cacheCount\":2");
+    ASSERT_STRCONTAINS(a.data, "\"caches\":{\"alpha\":{");
+    ASSERT(strstr(a.data, "\"alpha\"") < strstr(a.data, "\"zeta\""));
+    ASSERT(strstr(a.data, "resourceVersion") == NULL);
+    ASSERT(strstr(a.data, "newField") == NULL);
+    char *s = json_dumps(o, JSON_COMPACT);
+    ASSERT_OK(tkm_api_nodestatus_decode(s, strlen(s), &n2, &err));
+    free(s);
+    ASSERT_OK(tkm_api_node_status_apply(&n2.status, "ml", "n-uid", &o2, &err));
+    ASSERT_OK(tkm_api_dump(o2, &b));
+    ASSERT_STREQ(a.data, b.data);
+    tkm_api_nodestatus_release(&n2);
+    json_decref(o);
+    json_decref(o2);
+
+    /* Input order of caches does not matter: reversed gives the same bytes. */
+    struct tkm_api_node_cache tmp = n.status.caches[0];
+    n.status.caches[0] = n.status.caches[1];
+    n.status.caches[1] = tmp;
+    ASSERT_OK(tkm_api_node_status_apply(&n.status, "ml", "n-uid", &o, &err));
+    tkm_buf_reset(&b);
+    ASSERT_OK(tkm_api_dump(o, &b));
+    ASSERT_STREQ(a.data, b.data);
+    json_decref(o);
+    /* A duplicate cache name, a missing owner uid. */
+    free(n.status.caches[0].name);
+    n.status.caches[0].name = strdup("alpha");
+    ASSERT_EQ(tkm_api_node_status_apply(&n.status, "ml", "n-uid", &o, &err), -EINVAL);
+    ASSERT_STRCONTAINS(err.msg, "\"alpha\" appears twice");
+    tkm_err_clear(&err);
+    ASSERT_EQ(tkm_api_node_status_apply(&n.status, NULL, NULL, &o, &err), -EINVAL);
+    ASSERT_STRCONTAINS(err.msg, "uid");
+    tkm_api_nodestatus_release(&n);
+    tkm_buf_release(&a);
+    tkm_buf_release(&b);
+}
+
+TEST(nodestatus_decode_rejects_bad_fields)
+{
+#define NS_PRE                                                                                     \
+    "{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"TritonKernelCacheNodeStatusCluster\","         \
+    "\"metadata\":{\"name\":\"n\"},\"status\":"
+    static const struct bad_case bad[] = {
+        {NS_PRE "{\"gpus\":[{\"id\":\"0\"}]}}", "status.gpus[0].id: expected an integer"},
+        {NS_PRE "{\"gpus\":[{\"gpuType\":\"x\"}]}}", "status.gpus[0].id: missing"},
+        {NS_PRE "{\"gpus\":[{\"id\":0,\"migMode\":\"no\"}]}}",
+         "status.gpus[0].migMode: expected a boolean"},
+        {NS_PRE "{\"caches\":[]}}", "status.caches: expected an object, got a list"},
+        {NS_PRE "{\"caches\":{\"a\":{\"verified\":1}}}}",
+         "status.caches[\"a\"].verified: expected a boolean, got an integer"},
+        {NS_PRE "{\"caches\":{\"a\":{\"compatibleGPUs\":[{\"ids\":[0,\"1\"]}]}}}}",
+         "status.caches[\"a\"].compatibleGPUs[0].ids[1]: expected a GPU id"},
+        {NS_PRE "{\"caches\":{\"a\":{\"pods\":[7]}}}}", "status.caches[\"a\"].pods[0]: expected"},
+        {NS_PRE "{\"caches\":{\"a\":{\"incompatibleGPUs\":[{\"message\":false}]}}}}",
+         "status.caches[\"a\"].incompatibleGPUs[0].message: expected a string"},
+        {NS_PRE "{\"nodeName\":[]}}", "status.nodeName: expected a string, got a list"},
+    };
+    for (size_t i = 0; i < TKM_ARRAY_SIZE(bad); i++) {
+        struct tkm_api_nodestatus n;
+        struct tkm_err err = {0};
+        ASSERT_EQ(tkm_api_nodestatus_decode(bad[i].json, strlen(bad[i].json), &n, &err), -EPROTO);
+        ASSERT_STRCONTAINS(err.msg, bad[i].msg);
+        ASSERT_STRCONTAINS(err.msg, "TritonKernelCacheNodeStatusCluster n");
+        ASSERT_UEQ(n.status.n_gpus, 0);
+        ASSERT_NULL(n.status.caches);
+    }
+}
+
+TEST(resources_and_now)
+{
+    struct tkm_buf p = TKM_BUF_INIT(1024);
+    ASSERT_OK(k8s_path(&p, &tkm_api_res_tkcns, "ml", "node-1", "status", NULL));
+    ASSERT_STREQ(p.data, "/apis/tkm.io/v1alpha1/namespaces/ml/tritonkernelcachenodestatuses/"
+                         "node-1/status");
+    tkm_buf_reset(&p);
+    ASSERT_OK(k8s_path(&p, &tkm_api_res_tkcnsc, "ignored", "node-1", NULL, NULL));
+    ASSERT_STREQ(p.data, "/apis/tkm.io/v1alpha1/tritonkernelcachenodestatusclusters/node-1");
+    ASSERT_STREQ(tkm_api_res_tkcc.kind, "TritonKernelCacheCluster");
+    ASSERT_EQ(tkm_api_res_tkc.namespaced, 1);
+    tkm_buf_release(&p);
+    char now[32];
+    tkm_api_now(now, sizeof now);
+    ASSERT_UEQ(strlen(now), 20);
+    ASSERT(now[4] == '-' && now[10] == 'T' && now[19] == 'Z');
+}
