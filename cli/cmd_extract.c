@@ -11,6 +11,7 @@
 
 #include <tkm/archive.h>
 #include <tkm/oci/image.h>
+#include <tkm/triton/extract.h>
 #include <tkm/oci/layout.h>
 #include <tkm/oci/ref.h>
 
@@ -43,7 +44,7 @@ static void usage(FILE *f)
         ctl_oci_flags_help);
 }
 
-static void print_result(const struct tkm_oci_extract_result *r, const char *out, int json)
+static void print_result(const struct tkm_triton_extract_result *r, const char *out, int json)
 {
     char a[32];
     if (json) {
@@ -65,7 +66,7 @@ static void print_result(const struct tkm_oci_extract_result *r, const char *out
 }
 
 static int extract_ref(const char *src, const char *output, const char *tag, const char *mount,
-                       struct ctl_oci_flags *f, struct tkm_oci_extract_result *r,
+                       struct ctl_oci_flags *f, struct tkm_triton_extract_result *r,
                        struct tkm_err *err)
 {
     struct tkm_oci_ref ref;
@@ -74,7 +75,7 @@ static int extract_ref(const char *src, const char *output, const char *tag, con
     char tmpl[4200], layout[4300];
     int rc;
     if (tkm_oci_layout_is(src))
-        return tkm_oci_extract_layout(src, tag, output, mount, r, err);
+        return tkm_triton_extract_layout(src, tag, output, mount, r, err);
     if ((rc = tkm_oci_ref_parse(&ref, src, err)) != 0) {
         tkm_err_prefix(err, "'%s' is neither an OCI layout directory nor a reference", src);
         return rc;
@@ -89,7 +90,7 @@ static int extract_ref(const char *src, const char *output, const char *tag, con
     ctl_progress_end(&f->progress);
     if (rc == 0) {
         tkm_oci_pull_result_release(&pr);
-        rc = tkm_oci_extract_layout(layout, "pulled", output, mount, r, err);
+        rc = tkm_triton_extract_layout(layout, "pulled", output, mount, r, err);
     }
     int rrc = tkm_rmtree_at(AT_FDCWD, tmpl);
     if (rrc != 0)
@@ -100,7 +101,7 @@ static int extract_ref(const char *src, const char *output, const char *tag, con
 static int cmd_extract(int argc, char **argv)
 {
     struct ctl_oci_flags f;
-    struct tkm_oci_extract_result r;
+    struct tkm_triton_extract_result r;
     struct tkm_err err = {0};
     const char *src = NULL, *output = NULL, *tag = NULL, *mount = NULL;
     ctl_oci_flags_init(&f, "pull");

@@ -9,9 +9,9 @@
 
 #include <tkm/buf.h>
 #include <tkm/http.h>
-#include <tkm/oci/async.h>
 #include <tkm/oci/digest.h>
 #include <tkm/oci/registry.h>
+#include <tkm/oci/session.h>
 
 #include "test.h"
 
@@ -198,7 +198,8 @@ TEST(manifest_digest_verified_and_capped)
     ASSERT_OK(tkm_oci_digest_bytes("other", 5, wrong));
     snprintf(p1, sizeof p1, "/v2/a/b/manifests/%s", wrong);
     snprintf(p2, sizeof p2, "/v2/a/b/manifests/%s", dg);
-    snprintf(hdr, sizeof hdr, "Docker-Content-Digest: %s\r\nContent-Type: x/y\r\n", dg);
+    /* a Docker-Content-Digest that lies: never trusted */
+    snprintf(hdr, sizeof hdr, "Docker-Content-Digest: %s\r\nContent-Type: x/y\r\n", wrong);
     size_t big_n = TKM_OCI_MANIFEST_MAX + 10;
     char *big = malloc(big_n);
     ASSERT_NOT_NULL(big);
@@ -207,10 +208,11 @@ TEST(manifest_digest_verified_and_capped)
         {"GET", p1, 200, "Content-Type: x/y\r\n", man, 0, 0}, /* bytes that are not `wrong` */
         {"GET", p2, 200, "Content-Type: x/y\r\n", man, 0, 0},
         {"HEAD", "/v2/a/b/manifests/v1", 200, hdr, NULL, 0, 0},
+        {"GET", "/v2/a/b/manifests/v1", 200, hdr, man, 0, 0},
         {"GET", "/v2/a/b/manifests/big", 200, NULL, big, big_n, 0},
     };
     struct server s;
-    server_start(&s, routes, 4);
+    server_start(&s, routes, 5);
     struct tkm_oci_registry *r = client(s.port, NULL);
     struct tkm_buf body = TKM_BUF_INIT(TKM_OCI_MANIFEST_MAX);
     char ct[64], got[TKM_OCI_DIGEST_LEN + 1];
@@ -224,9 +226,10 @@ TEST(manifest_digest_verified_and_capped)
     ASSERT_STREQ(got, dg);
     ASSERT_STREQ(ct, "x/y");
     ASSERT_STREQ(body.data, man);
-    /* a tag resolves through HEAD */
+    /* a tag resolves to the hash of the bytes, not to the header */
     ASSERT_OK(tkm_oci_registry_resolve(r, "a/b", "v1", got, &e));
     ASSERT_STREQ(got, dg);
+    ASSERT_STRCONTAINS(s.last_request, "GET /v2/a/b/manifests/v1 ");
     /* more than 4 MiB is refused */
     tkm_err_clear(&e);
     ASSERT_EQ(tkm_oci_registry_get_manifest(r, "a/b", "big", &body, ct, sizeof ct, got, &e),
@@ -266,14 +269,16 @@ struct async_seen {
     char err[256];
 };
 
-static void async_cb(int rc, struct tkm_oci_pull_result *res, const struct tkm_err *err, void *data)
+static void async_cb(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
+                     const struct tkm_err *err, void *data)
 {
     struct async_seen *s = data;
+    (void)job;
     s->calls++;
     s->rc = rc;
     if (rc == 0) {
-        snprintf(s->digest, sizeof s->digest, "%s", res->manifest.digest);
-        const char *l = tkm_oci_config_label(&res->config, "cache.triton.image/entry-count");
+        snprintf(s->digest, sizeof s->digest, "%s", res->image.manifest.digest);
+        const char *l = tkm_oci_config_label(&res->image.config, "cache.triton.image/entry-count");
         snprintf(s->label, sizeof s->label, "%s", l ? l : "(none)");
     } else {
         snprintf(s->err, sizeof s->err, "%s", tkm_err_str(err));
@@ -296,10 +301,10 @@ TEST(async_inspect_reports_on_the_loop)
     ASSERT_OK(tkm_oci_digest_bytes(man, strlen(man), mdg));
     snprintf(mpath, sizeof mpath, "/v2/a/b/manifests/%s", mdg);
     snprintf(cpath, sizeof cpath, "/v2/a/b/blobs/%s", cdg);
-    snprintf(hdr, sizeof hdr, "Docker-Content-Digest: %s\r\n", mdg);
+    snprintf(hdr, sizeof hdr, "Content-Type: " TKM_OCI_MT_MANIFEST "\r\n");
     struct route routes[] = {
-        {"HEAD", "/v2/a/b/manifests/v1", 200, hdr, NULL, 0, 0},
-        {"GET", mpath, 200, "Content-Type: " TKM_OCI_MT_MANIFEST "\r\n", man, 0, 0},
+        {"GET", "/v2/a/b/manifests/v1", 200, hdr, man, 0, 0},
+        {"GET", mpath, 200, hdr, man, 0, 0},
         {"GET", cpath, 200, NULL, cfg, 0, 0},
     };
     struct server s;
@@ -312,15 +317,25 @@ TEST(async_inspect_reports_on_the_loop)
     ASSERT_OK(tkm_oci_ref_parse(&ref, refs, &e));
     uv_loop_t loop;
     ASSERT_OK(uv_loop_init(&loop));
+    struct tkm_http *http = NULL;
+    struct tkm_oci_session *ses = NULL;
+    ASSERT_OK(tkm_http_new(&loop, NULL, &http, &e));
     struct async_seen seen = {0};
     struct tkm_oci_registry_opts o = {.anonymous = 1};
-    ASSERT_OK(tkm_oci_inspect_start(&loop, &ref, &o, async_cb, &seen, &e));
+    ASSERT_OK(tkm_oci_session_new(http, ref.host, &o, &ses, &e));
+    ASSERT_OK(tkm_oci_job_inspect(ses, &ref, async_cb, &seen, NULL, &e));
     ASSERT_EQ(seen.calls, 0); /* never from inside _start */
     /* an unknown tag fails through the same path */
     struct async_seen bad = {0};
     snprintf(refs, sizeof refs, "127.0.0.1:%d/a/b:nope", s.port);
     ASSERT_OK(tkm_oci_ref_parse(&ref, refs, &e));
-    ASSERT_OK(tkm_oci_inspect_start(&loop, &ref, &o, async_cb, &bad, &e));
+    ASSERT_OK(tkm_oci_job_inspect(ses, &ref, async_cb, &bad, NULL, &e));
+    ASSERT_EQ(tkm_oci_session_jobs(ses), 2);
+    while (seen.calls + bad.calls < 2)
+        uv_run(&loop, UV_RUN_ONCE);
+    ASSERT_EQ(tkm_oci_session_jobs(ses), 0);
+    tkm_oci_session_free(ses);
+    tkm_http_close(http, NULL, NULL);
     ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
     ASSERT_EQ(seen.calls, 1);
     ASSERT_OK(seen.rc);
