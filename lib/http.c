@@ -415,6 +415,25 @@ static void on_deferred(uv_timer_t *t)
 
 /* ---- public ------------------------------------------------------------- */
 
+int tkm_threadpool_init(unsigned size, struct tkm_err *err)
+{
+    char v[16];
+    uint64_t cur = 0;
+    const char *env = getenv("UV_THREADPOOL_SIZE");
+    if (size == 0)
+        size = TKM_THREADPOOL_SIZE;
+    if (size > 1024)
+        return tkm_err_set(err, -EINVAL, "thread pool: %u threads requested, libuv allows 1024",
+                           size);
+    if (env && tkm_parse_u64(env, 1024, &cur) == 0 && cur >= size)
+        return (int)cur;
+    snprintf(v, sizeof v, "%u", size);
+    if (setenv("UV_THREADPOOL_SIZE", v, 1) != 0)
+        return tkm_err_set(err, -errno, "thread pool: setenv UV_THREADPOOL_SIZE: %s",
+                           strerror(errno));
+    return (int)size;
+}
+
 int tkm_http_global_init(struct tkm_err *err)
 {
     CURLcode cc = curl_global_init(CURL_GLOBAL_DEFAULT);
