@@ -670,7 +670,10 @@ int tkm_http_start(struct tkm_http *h, const struct tkm_http_req_opts *o, struct
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
-    curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+    /* Wait for a connection that may multiplex: only over TLS, where ALPN
+     * can give HTTP/2. On plain http (HTTP/1.1 only here) curl would hold a
+     * second transfer to the same host until the first one ends. */
+    curl_easy_setopt(e, CURLOPT_PIPEWAIT, strncasecmp(o->url, "https://", 8) == 0 ? 1L : 0L);
     curl_easy_setopt(e, CURLOPT_USERAGENT, h->user_agent);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, r);

@@ -20,14 +20,18 @@ tar -xzf "$TKM_FIXTURES/triton-cache/triton-3.6.0-cuda-sm90-inductor-block.tar.g
 expect_ok "build --push" "$T" build "$E2E_TMP/src/$(ls "$E2E_TMP/src")" \
   --push "$TKM_REGISTRY/e2e/pull-lease:v1" -o json
 BUILT=$(jq -r .manifest <<<"$OUT")
+LAYER=$(jq -r .layer_size <<<"$OUT")
+ONE_MS=$((LAYER * 1000 / RATE)) # one pull's layer alone at the throttled rate
 ns=$(e2e_namespace)
+
+mkdir -p "$E2E_TMP/pulls"
 
 step "4 pulls at $RATE B/s each, lease retry ${RETRY_MS} ms, all on one loop"
 expect_ok "run the pulls beside the elector" "$P" --kubeconfig "$KUBECONFIG" --namespace "$ns" \
   --name pull-lease --upstream "$TKM_REGISTRY" --image e2e/pull-lease:v1 \
   --out "$E2E_TMP/pulls" --pulls 4 --rate "$RATE" --retry-ms "$RETRY_MS"
+echo "$OUT"
 R=$(grep '^{' <<<"$OUT" | tail -1)
-echo "result: $R"
 assert_eq 4 "$(jq -r .pulls_ok <<<"$R")" "all four pulls succeeded"
 assert_eq "$BUILT" "$(jq -r '.digests | unique | .[]' <<<"$R")" "each pulled the pushed digest"
 for i in 0 1 2 3; do
@@ -45,6 +49,9 @@ pass "no staging directory left"
 PULL_MS=$(jq -r .pull_ms <<<"$R")
 ((PULL_MS >= 4000)) || fail "the pulls took ${PULL_MS} ms: too fast to span the renew periods"
 pass "the pulls were slow (${PULL_MS} ms, several renew periods)"
+# ran side by side on the loop, not one after another (4 x ONE_MS)
+((PULL_MS < ONE_MS * 2)) || fail "4 pulls took ${PULL_MS} ms, one alone needs ${ONE_MS} ms: not concurrent"
+pass "the 4 pulls ran concurrently (${PULL_MS} ms, one alone ${ONE_MS} ms)"
 GAP=$(jq -r .max_renew_gap_ms <<<"$R")
 # The elector renews every retry period plus up to 20% jitter; one renewal may take a
 # round trip to a loaded apiserver. A loop blocked by the pulls would show here.
