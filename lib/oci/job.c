@@ -19,7 +19,7 @@
 
 #include "oci/session-int.h"
 
-enum job_kind { JOB_RESOLVE, JOB_INSPECT, JOB_PULL, JOB_REFERRERS };
+enum job_kind { JOB_RESOLVE, JOB_INSPECT, JOB_PULL, JOB_REFERRERS, JOB_EXT };
 enum pool_step { STEP_PREPARE, STEP_COMMIT_BLOB, STEP_FINISH, STEP_ABORT };
 
 struct tkm_oci_job {
@@ -53,6 +53,9 @@ struct tkm_oci_job {
     enum pool_step step;
     int final_rc;
     struct tkm_err err;
+    /* JOB_EXT: a job whose steps live elsewhere in libtkm (cosign verify) */
+    void *ext;
+    void (*ext_free)(void *ext);
 };
 
 static void job_next(struct tkm_oci_job *j);
@@ -68,6 +71,8 @@ static void job_free(struct tkm_oci_job *j)
     tkm_oci_pull_result_release(&j->res.image);
     tkm_buf_release(&j->res.referrers);
     free(j->present);
+    if (j->ext_free)
+        j->ext_free(j->ext);
     free(j);
 }
 
@@ -468,6 +473,61 @@ static void on_referrers(int rc, struct tkm_err *err, void *data)
     struct tkm_oci_job *j = data;
     j->op = NULL;
     if (rc && err != &j->err)
+        j->err = *err;
+    job_report(j, rc);
+}
+
+/* ---- jobs whose steps live elsewhere in libtkm ------------------------------- */
+
+int tkm__oci_job_ext_new(struct tkm_oci_session *s, const char *repo, const char *reference,
+                         tkm_oci_job_cb cb, void *data, struct tkm_oci_job **out,
+                         struct tkm_err *err)
+{
+    return job_new(s, JOB_EXT, repo, reference, cb, data, out, err);
+}
+
+void tkm__oci_job_ext_set(struct tkm_oci_job *j, void *ext, void (*ext_free)(void *ext))
+{
+    j->ext = ext;
+    j->ext_free = ext_free;
+}
+
+void tkm__oci_job_ext_link(struct tkm_oci_job *j, struct tkm_oci_job **out)
+{
+    tkm__oci_link_add(j->s, &j->link, 1);
+    if (out)
+        *out = j;
+}
+
+void tkm__oci_job_ext_discard(struct tkm_oci_job *j)
+{
+    job_free(j);
+}
+
+struct tkm__oci_op **tkm__oci_job_ext_op(struct tkm_oci_job *j)
+{
+    return &j->op;
+}
+
+struct tkm_oci_session *tkm__oci_job_ext_session(const struct tkm_oci_job *j)
+{
+    return j->s;
+}
+
+int tkm__oci_job_ext_cancelled(const struct tkm_oci_job *j)
+{
+    return j->cancelled;
+}
+
+struct tkm_oci_job_result *tkm__oci_job_ext_result(struct tkm_oci_job *j)
+{
+    return &j->res;
+}
+
+void tkm__oci_job_ext_report(struct tkm_oci_job *j, int rc, const struct tkm_err *err)
+{
+    j->op = NULL;
+    if (rc && err && err != &j->err)
         j->err = *err;
     job_report(j, rc);
 }

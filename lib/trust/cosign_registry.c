@@ -10,6 +10,9 @@
 #include <tkm/trust/cosign.h>
 #include <tkm/buf.h>
 #include <tkm/oci/registry.h>
+#include <tkm/oci/session.h>
+
+#include "oci/session-int.h"
 
 int tkm_cosign_verify_registry(struct tkm_oci_registry *r, const char *repo,
                                const char *image_digest, const char *pubkey_pem, size_t pem_len,
@@ -137,5 +140,148 @@ int tkm_cosign_verify_start(struct uv_loop_s *loop, struct tkm_oci_registry *r, 
 fail:
     if (j)
         verify_job_free(j);
+    return rc;
+}
+
+/* ---- the verify job on a registry session (the caller's loop) ----------- */
+
+struct cv_ctx {
+    struct tkm_oci_job *job;
+    char tag[80];
+    char digest[TKM_OCI_DIGEST_LEN + 1];
+    char repo[TKM_OCI_NAME_MAX + 1];
+    char *pem;
+    size_t pem_len;
+    struct tkm__oci_manifest man;
+    struct tkm_cosign_layer *layers;
+    size_t n, i;
+    struct tkm_buf *payloads;
+    struct tkm_cosign_result res;
+};
+
+static void cv_free(void *p)
+{
+    struct cv_ctx *c = p;
+    for (size_t i = 0; c->payloads && i < c->n; i++)
+        tkm_buf_release(&c->payloads[i]);
+    free(c->payloads);
+    free(c->layers);
+    if (c->pem) {
+        OPENSSL_cleanse(c->pem, c->pem_len);
+        free(c->pem);
+    }
+    tkm_buf_release(&c->man.body);
+    free(c);
+}
+
+static void cv_next(struct cv_ctx *c);
+
+static void cv_payload(int rc, struct tkm_err *err, void *data)
+{
+    struct cv_ctx *c = data;
+    if (rc) {
+        tkm_err_prefix(err, "signature payload %zu of %s:%s", c->i, c->repo, c->tag);
+        tkm__oci_job_ext_report(c->job, rc, err);
+        return;
+    }
+    c->i++;
+    cv_next(c);
+}
+
+/* Fetches the next payload, or verifies them all (a pure function, on the
+ * loop: one signature check per layer) and reports. */
+static void cv_next(struct cv_ctx *c)
+{
+    struct tkm_err err = {0};
+    int rc;
+    if (c->i < c->n) {
+        struct tkm_oci_desc d;
+        memset(&d, 0, sizeof d);
+        snprintf(d.media_type, sizeof d.media_type, "%s", TKM_COSIGN_MEDIA_TYPE);
+        snprintf(d.digest, sizeof d.digest, "%s", c->layers[c->i].digest);
+        d.size = c->layers[c->i].size;
+        rc =
+            tkm__oci_get_blob(tkm__oci_job_ext_session(c->job), c->repo, &d, -1, NULL,
+                              &c->payloads[c->i], cv_payload, c, tkm__oci_job_ext_op(c->job), &err);
+        if (rc)
+            tkm__oci_job_ext_report(c->job, rc, &err);
+        return;
+    }
+    struct tkm_cosign_blob *blobs = calloc(c->n ? c->n : 1, sizeof *blobs);
+    if (!blobs) {
+        tkm__oci_job_ext_report(c->job, tkm_err_set(&err, -ENOMEM, "out of memory"), &err);
+        return;
+    }
+    for (size_t i = 0; i < c->n; i++)
+        blobs[i] = (struct tkm_cosign_blob){
+            c->layers[i].digest, (const unsigned char *)c->payloads[i].data, c->payloads[i].len};
+    rc = tkm_cosign_verify(c->man.body.data, c->man.body.len, blobs, c->n, c->pem, c->pem_len,
+                           c->digest, &c->res, &err);
+    free(blobs);
+    if (rc == 0)
+        tkm__oci_job_ext_result(c->job)->detail = &c->res;
+    tkm__oci_job_ext_report(c->job, rc, &err);
+}
+
+static void cv_manifest(int rc, struct tkm_err *err, void *data)
+{
+    struct cv_ctx *c = data;
+    if (rc == -ENOENT) {
+        tkm_err_clear(err);
+        rc = tkm_err_set(err, -ENOENT, "%s@%s is not signed: no signature manifest %s:%s", c->repo,
+                         c->digest, c->repo, c->tag);
+    }
+    if (rc == 0 &&
+        (rc = tkm_cosign_sig_layers(c->man.body.data, c->man.body.len, &c->layers, &c->n, err)))
+        tkm_err_prefix(err, "%s:%s", c->repo, c->tag);
+    if (rc == 0 && !(c->payloads = calloc(c->n ? c->n : 1, sizeof *c->payloads)))
+        rc = tkm_err_set(err, -ENOMEM, "out of memory");
+    if (rc) {
+        tkm__oci_job_ext_report(c->job, rc, err);
+        return;
+    }
+    for (size_t i = 0; i < c->n; i++)
+        tkm_buf_init(&c->payloads[i], TKM_COSIGN_MAX_PAYLOAD);
+    cv_next(c);
+}
+
+int tkm_cosign_job_verify(struct tkm_oci_session *s, const char *repo, const char *image_digest,
+                          const char *pubkey_pem, size_t pem_len, tkm_oci_job_cb cb, void *data,
+                          struct tkm_oci_job **out, struct tkm_err *err)
+{
+    struct cv_ctx *c;
+    struct tkm_oci_job *j = NULL;
+    int rc;
+    if (!repo || !image_digest || !pubkey_pem || strlen(repo) > TKM_OCI_NAME_MAX)
+        return tkm_err_set(err, -EINVAL, "verify: repository, image digest and key are required");
+    if (!(c = calloc(1, sizeof *c)))
+        return tkm_err_set(err, -ENOMEM, "out of memory");
+    tkm_buf_init(&c->man.body, TKM_COSIGN_MAX_MANIFEST);
+    if ((rc = tkm_cosign_sig_tag(image_digest, c->tag)) < 0) {
+        rc = tkm_err_set(err, rc, "image digest '%s' is not sha256:<64 hex>", image_digest);
+        goto fail;
+    }
+    snprintf(c->digest, sizeof c->digest, "%s", image_digest);
+    snprintf(c->repo, sizeof c->repo, "%s", repo);
+    if (!(c->pem = malloc(pem_len + 1))) {
+        rc = tkm_err_set(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    memcpy(c->pem, pubkey_pem, pem_len);
+    c->pem[pem_len] = '\0';
+    c->pem_len = pem_len;
+    if ((rc = tkm__oci_job_ext_new(s, repo, c->tag, cb, data, &j, err)) != 0)
+        goto fail;
+    tkm__oci_job_ext_set(j, c, cv_free); /* freed with the job from here on */
+    c->job = j;
+    if ((rc = tkm__oci_get_manifest(s, repo, c->tag, &c->man, cv_manifest, c,
+                                    tkm__oci_job_ext_op(j), err)) != 0) {
+        tkm__oci_job_ext_discard(j);
+        return rc;
+    }
+    tkm__oci_job_ext_link(j, out);
+    return 0;
+fail:
+    cv_free(c);
     return rc;
 }

@@ -5,7 +5,9 @@
 #   bytes come from the real registry through a proxy that throttles every connection.
 #   Asserted: every pull succeeds with the pushed digest and took long enough to span many
 #   renew periods; the renewals kept coming at the retry period (largest gap between two
-#   successful renewals), leadership was never lost, and the loop never stalled.
+#   successful renewals), leadership was never lost, and the loop never stalled; two cosign
+#   verify jobs (the image is signed with real cosign) on the same session: the signer's key
+#   verifies, another key is rejected.
 source "$(dirname "$0")/lib.sh"
 
 T=$TKM_BUILD_DIR/cli/tkmctl
@@ -24,12 +26,21 @@ LAYER=$(jq -r .layer_size <<<"$OUT")
 ONE_MS=$((LAYER * 1000 / RATE)) # one pull's layer alone at the throttled rate
 ns=$(e2e_namespace)
 
+step "sign it with real cosign (key pair, no tlog) and make a second, unrelated key"
+COSIGN=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path cosign)
+export COSIGN_PASSWORD= COSIGN_YES=true
+(cd "$E2E_TMP" && "$COSIGN" generate-key-pair >/dev/null 2>&1 &&
+  mkdir other && cd other && "$COSIGN" generate-key-pair >/dev/null 2>&1) || fail "cosign generate-key-pair"
+expect_ok "cosign sign" "$COSIGN" sign --key "$E2E_TMP/cosign.key" --tlog-upload=false -y \
+  "$TKM_REGISTRY/e2e/pull-lease@$BUILT"
+
 mkdir -p "$E2E_TMP/pulls"
 
 step "4 pulls at $RATE B/s each, lease retry ${RETRY_MS} ms, all on one loop"
 expect_ok "run the pulls beside the elector" "$P" --kubeconfig "$KUBECONFIG" --namespace "$ns" \
   --name pull-lease --upstream "$TKM_REGISTRY" --image e2e/pull-lease:v1 \
-  --out "$E2E_TMP/pulls" --pulls 4 --rate "$RATE" --retry-ms "$RETRY_MS"
+  --out "$E2E_TMP/pulls" --pulls 4 --rate "$RATE" --retry-ms "$RETRY_MS" \
+  --digest "$BUILT" --key "$E2E_TMP/cosign.pub" --other-key "$E2E_TMP/other/cosign.pub"
 echo "$OUT"
 R=$(grep '^{' <<<"$OUT" | tail -1)
 assert_eq 4 "$(jq -r .pulls_ok <<<"$R")" "all four pulls succeeded"
@@ -65,5 +76,11 @@ assert_eq 0 "$(jq -r .lost <<<"$R")" "leadership never lost"
 LAG=$(jq -r .max_loop_lag_ms <<<"$R")
 ((LAG < 250)) || fail "the loop stalled for ${LAG} ms during the pulls"
 pass "loop lag at most ${LAG} ms"
+step "cosign verify jobs on the same session, beside the pulls"
+assert_eq 2 "$(jq -r '.verify | length' <<<"$R")" "both verify jobs reported"
+assert_eq 1 "$(jq -r '[.verify[] | select(.rc == 0 and (.info | startswith("sha256:")))] | length' <<<"$R")" \
+  "the signer's key verifies (key id reported)"
+BAD=$(jq -r '.verify[] | select(.rc != 0) | .info' <<<"$R")
+assert_contains "$BAD" "does not verify with key" "another key is rejected, naming why"
 assert_eq "$(jq -r .pool_size <<<"$R")" 8 "thread pool sized on purpose (UV_THREADPOOL_SIZE=8)"
 e2e_done

@@ -6,6 +6,7 @@
  * Usage: e2e_pull_lease --kubeconfig FILE --namespace NS --name LEASE
  *          --upstream HOST:PORT --image REPO:TAG --out DIR
  *          [--pulls N] [--rate BYTES_PER_S] [--retry-ms N]
+ *          [--digest D --key PUB [--other-key PUB]]
  *
  * A throttling proxy (a thread of its own, blocking sockets, outside the
  * loop under test) relays every registry response from --upstream at
@@ -13,9 +14,12 @@
  * 127.0.0.1:<proxy>/REPO:TAG into DIR/pull-<i> start on one session. The
  * program records, on the loop, every successful renewal (a 10 ms probe of
  * the elector's counters) and the loop's lag (a 20 ms timer), and prints
- * one JSON line when all pulls have reported:
+ * With --digest and keys, cosign verify jobs (tkm_cosign_job_verify) of D
+ * run on the same session beside the pulls ("verify": [{rc, info}] in the
+ * order they finished; info is the key id or the error).
+ * One JSON line when all jobs have reported:
  *   {"pulls_ok":N,"digests":[...],"pull_ms":..,"renewals_during":..,
- *    "max_renew_gap_ms":..,"max_loop_lag_ms":..,"lost":..,"pool_size":..}
+ *    "max_renew_gap_ms":..,"max_loop_lag_ms":..,"lost":..,"pool_size":..,"verify":[..]}
  * Exit 0 when it could measure (the script judges the numbers), 1 otherwise.
  */
 #include <arpa/inet.h>
@@ -35,6 +39,7 @@
 #include <tkm/log.h>
 #include <tkm/oci/ref.h>
 #include <tkm/oci/session.h>
+#include <tkm/trust/cosign.h>
 #include <tkm/util.h>
 #include <k8s/client.h>
 #include <k8s/config.h>
@@ -179,6 +184,10 @@ struct app {
     uint64_t last_renewals, last_renew_ms, max_gap_ms, renewals_during;
     uint64_t lag_expect, max_lag_ms;
     int pool_size, rc;
+    /* cosign verify jobs beside the pulls: [0] the signer's key, [1] another */
+    const char *digest, *keys[2];
+    int vrc[2], vdone;
+    char vinfo[2][600];
 };
 
 static void pull_done(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
@@ -197,6 +206,44 @@ static void pull_done(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
         a->t_end = tkm_now_ms();
 }
 
+static void verify_done(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
+                        const struct tkm_err *err, void *data)
+{
+    struct app *a = data;
+    const struct tkm_cosign_result *cr = res->detail;
+    int i = a->vdone++;
+    (void)job;
+    a->vrc[i] = rc;
+    if (rc == 0)
+        snprintf(a->vinfo[i], sizeof a->vinfo[i], "%s", cr->key_id);
+    else
+        snprintf(a->vinfo[i], sizeof a->vinfo[i], "%s", tkm_err_str(err));
+    for (char *p = a->vinfo[i]; *p; p++)
+        if (*p == '"' || *p == '\\')
+            *p = '\'';
+}
+
+static void start_verify(struct app *a, int i)
+{
+    struct tkm_buf pem = TKM_BUF_INIT(1 << 16);
+    struct tkm_err err = {0};
+    FILE *f = fopen(a->keys[i], "r");
+    char chunk[4096];
+    size_t n;
+    while (f && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        tkm_buf_append(&pem, chunk, n);
+    if (f)
+        fclose(f);
+    /* slot order follows completion; remember which key each slot had */
+    if (tkm_cosign_job_verify(a->ses, a->ref.repo, a->digest, pem.data, pem.len, verify_done, a,
+                              NULL, &err) != 0) {
+        fprintf(stderr, "e2e_pull_lease: verify: %s\n", tkm_err_str(&err));
+        a->vrc[a->vdone] = -1;
+        a->vdone++;
+    }
+    tkm_buf_release(&pem);
+}
+
 static void on_closed(void *data)
 {
     struct app *a = data;
@@ -212,9 +259,12 @@ static void finish(struct app *a)
         printf("%s\"%s\"", i ? "," : "", a->digests[i]);
     printf("],\"pull_ms\":%" PRIu64 ",\"renewals_during\":%" PRIu64 ",\"max_renew_gap_ms\":%" PRIu64
            ",\"max_loop_lag_ms\":%" PRIu64 ",\"lost\":%" PRIu64 ",\"renewals\":%" PRIu64
-           ",\"pool_size\":%d}\n",
+           ",\"pool_size\":%d,\"verify\":[",
            a->t_end - a->t_start, a->renewals_during, a->max_gap_ms, a->max_lag_ms, st->lost,
            st->renewals, a->pool_size);
+    for (int i = 0; i < a->vdone; i++)
+        printf("%s{\"rc\":%d,\"info\":\"%s\"}", i ? "," : "", a->vrc[i], a->vinfo[i]);
+    printf("]}\n");
     uv_close((uv_handle_t *)&a->probe, NULL);
     uv_close((uv_handle_t *)&a->lag, NULL);
     tkm_oci_session_free(a->ses);
@@ -238,6 +288,9 @@ static void start_pulls(struct app *a)
         }
     }
     a->started = 1;
+    for (int i = 0; i < 2 && a->digest; i++)
+        if (a->keys[i])
+            start_verify(a, i);
 }
 
 /* Every 10 ms: a renewal since the last probe? The gap between two is the
@@ -263,7 +316,8 @@ static void on_probe(uv_timer_t *t)
         a->last_renewals = st->renewals;
         a->last_renew_ms = now;
     }
-    if (a->done == a->pulls) {
+    int verifies = (a->digest && a->keys[0]) + (a->digest && a->keys[1]);
+    if (a->done == a->pulls && a->vdone == verifies) {
         uv_timer_stop(t);
         finish(a);
     }
@@ -306,12 +360,19 @@ static int setup(struct app *a, struct k8s_config *cfg, struct k8s_lease_opts *l
 
 int main(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"kubeconfig", required_argument, NULL, 'k'}, {"namespace", required_argument, NULL, 's'},
-        {"name", required_argument, NULL, 'n'},       {"upstream", required_argument, NULL, 'u'},
-        {"image", required_argument, NULL, 'i'},      {"out", required_argument, NULL, 'o'},
-        {"pulls", required_argument, NULL, 'p'},      {"rate", required_argument, NULL, 'r'},
-        {"retry-ms", required_argument, NULL, 'T'},   {NULL, 0, NULL, 0}};
+    static const struct option opts[] = {{"kubeconfig", required_argument, NULL, 'k'},
+                                         {"namespace", required_argument, NULL, 's'},
+                                         {"name", required_argument, NULL, 'n'},
+                                         {"upstream", required_argument, NULL, 'u'},
+                                         {"image", required_argument, NULL, 'i'},
+                                         {"out", required_argument, NULL, 'o'},
+                                         {"pulls", required_argument, NULL, 'p'},
+                                         {"rate", required_argument, NULL, 'r'},
+                                         {"retry-ms", required_argument, NULL, 'T'},
+                                         {"digest", required_argument, NULL, 'd'},
+                                         {"key", required_argument, NULL, 'K'},
+                                         {"other-key", required_argument, NULL, 'O'},
+                                         {NULL, 0, NULL, 0}};
     struct app a = {.pulls = 4, .rc = 1};
     struct proxy p = {.rate = 128 * 1024};
     struct k8s_config cfg;
@@ -354,6 +415,15 @@ int main(int argc, char **argv)
         case 'r':
             if (tkm_parse_u64(optarg, UINT32_MAX, &p.rate) != 0 || p.rate < 1024)
                 return 2;
+            break;
+        case 'd':
+            a.digest = optarg;
+            break;
+        case 'K':
+            a.keys[0] = optarg;
+            break;
+        case 'O':
+            a.keys[1] = optarg;
             break;
         case 'T':
             if (tkm_parse_u64(optarg, 60000, &retry) != 0 || retry < 100)

@@ -23,6 +23,8 @@
  *                          layout gets its blobs first and its index.json
  *                          entry last.
  *   tkm_oci_job_referrers  GET /v2/<repo>/referrers/<digest>.
+ *   tkm_cosign_job_verify  (trust/cosign.h) the classic cosign .sig check,
+ *                          same handle, cancel and callback.
  *
  * What runs where: every request, token fetch, retry wait (a loop timer)
  * and callback runs on the loop thread. Bytes are hashed as they arrive
@@ -84,6 +86,9 @@ struct tkm_oci_job_result {
     char digest[TKM_OCI_DIGEST_LEN + 1];
     struct tkm_oci_pull_result image; /* inspect, pull (owned by the job until cb returns) */
     struct tkm_buf referrers;         /* referrers: the index bytes */
+    /* Jobs defined outside lib/oci (tkm_cosign_job_verify: a struct
+     * tkm_cosign_result), borrowed like res; NULL otherwise. */
+    const void *detail;
 };
 
 typedef void (*tkm_oci_job_cb)(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,

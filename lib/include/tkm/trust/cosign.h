@@ -108,4 +108,21 @@ int tkm_cosign_verify_start(struct uv_loop_s *loop, struct tkm_oci_registry *r, 
                             const char *image_digest, const char *pubkey_pem, size_t pem_len,
                             tkm_cosign_verify_cb cb, void *data, struct tkm_err *err);
 
+/*
+ * The same check as a job on a registry session (lib/oci session.h), for
+ * daemons: every request on the session's loop, the signature checks on the
+ * loop too (one per layer), never the thread pool. One handle, cancel and
+ * callback like every image job; on success res->detail is the struct
+ * tkm_cosign_result (borrowed for the callback). Strings and key copied.
+ */
+struct tkm_oci_session;
+struct tkm_oci_job;
+struct tkm_oci_job_result;
+int tkm_cosign_job_verify(struct tkm_oci_session *s, const char *repo, const char *image_digest,
+                          const char *pubkey_pem, size_t pem_len,
+                          void (*cb)(struct tkm_oci_job *job, int rc,
+                                     struct tkm_oci_job_result *res, const struct tkm_err *err,
+                                     void *data),
+                          void *data, struct tkm_oci_job **out, struct tkm_err *err);
+
 #endif
