@@ -5,6 +5,8 @@
  */
 #include <dirent.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <uv.h>
@@ -438,4 +440,99 @@ TEST_TIMEOUT(ingest_on_the_libuv_thread_pool, 60)
     ASSERT_EQ(out.calls, 0);
     ASSERT_OK(uv_loop_close(&loop));
     tkm_store_free(s);
+}
+
+/* ---- the job waits for a held lock on the loop, not on a pool thread ----- */
+
+struct lock_wait {
+    int lockfd;
+    uint64_t released_ms, probe_ms;
+    struct tkm_store_job *job;
+    int cancel; /* cancel the job instead of releasing the lock */
+};
+
+static void probe_work(uv_work_t *w)
+{
+    (void)w;
+}
+
+static void probe_after(uv_work_t *w, int status)
+{
+    struct lock_wait *lw = w->data;
+    (void)status;
+    lw->probe_ms = uv_now(w->loop);
+}
+
+static void release_lock(uv_timer_t *t)
+{
+    struct lock_wait *lw = t->data;
+    lw->released_ms = uv_now(t->loop);
+    if (lw->cancel) {
+        tkm_store_job_cancel(lw->job);
+    } else {
+        flock(lw->lockfd, LOCK_UN);
+        close(lw->lockfd);
+        lw->lockfd = -1;
+    }
+    uv_close((uv_handle_t *)t, NULL);
+}
+
+static void held_lock_case(int cancel)
+{
+    char root[512], blob[512], dg[72], lockp[700];
+    /* one pool thread: a job that slept on it would hold the probe up */
+    setenv("UV_THREADPOOL_SIZE", "1", 1);
+    path_in_tmp(root, sizeof root, "store");
+    path_in_tmp(blob, sizeof blob, "blob.tgz");
+    make_blob("blob.tgz", 20, dg);
+    struct tkm_store *s = NULL;
+    struct tkm_err err = {0};
+    ASSERT_OK(tkm_store_open(root, &s, &err));
+    /* "another process": an open file description of our own on the lock */
+    snprintf(lockp, sizeof lockp, "%s/locks/%s.lock", root, dg + 7);
+    struct lock_wait lw = {.cancel = cancel};
+    lw.lockfd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    ASSERT(lw.lockfd >= 0);
+    ASSERT_OK(flock(lw.lockfd, LOCK_EX | LOCK_NB));
+    uv_loop_t loop;
+    uv_timer_t t;
+    uv_work_t probe = {.data = &lw};
+    ASSERT_OK(uv_loop_init(&loop));
+    struct async_out out = {0};
+    uint64_t t0 = uv_now(&loop);
+    ASSERT_OK(tkm_store_ingest_start(&loop, s, dg, blob, NULL, on_ingest, &out, &lw.job, &err));
+    ASSERT_OK(uv_timer_init(&loop, &t));
+    t.data = &lw;
+    ASSERT_OK(uv_timer_start(&t, release_lock, 400, 0));
+    /* queued after the job: it needs the only pool thread */
+    uv_update_time(&loop);
+    ASSERT_OK(uv_queue_work(&loop, &probe, probe_work, probe_after));
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT_EQ(out.calls, 1);
+    ASSERT(lw.probe_ms > 0);
+    ASSERT(lw.probe_ms < lw.released_ms); /* the pool thread was free while the job waited */
+    ASSERT(lw.released_ms - t0 >= 400);
+    if (cancel) {
+        ASSERT_EQ(out.rc, -ECANCELED);
+        ASSERT_STRCONTAINS(out.msg, "cancelled while another process was extracting it");
+        ASSERT_EQ(tkm_store_lookup(s, dg, NULL, &err), -ENOENT);
+        close(lw.lockfd);
+    } else {
+        if (out.rc)
+            tkm_test_fail(__FILE__, __LINE__, "%s", out.msg);
+        ASSERT_EQ(out.files, 20);
+        ASSERT_STRCONTAINS(out.path, dg + 7);
+    }
+    ASSERT_OK(uv_loop_close(&loop));
+    tkm_store_free(s);
+}
+
+TEST_TIMEOUT(ingest_job_waits_for_a_held_lock_on_the_loop, 60)
+{
+    held_lock_case(0);
+}
+
+TEST_TIMEOUT(ingest_job_cancelled_while_waiting_for_the_lock, 60)
+{
+    held_lock_case(1);
 }

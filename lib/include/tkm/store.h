@@ -62,7 +62,9 @@ int tkm_store_ingest(struct tkm_store *s, const char *digest, const char *blob_p
 
 /*
  * The same ingest for a daemon that owns one libuv loop: the work runs on the
- * libuv thread pool (uv_queue_work), cb on the loop thread.
+ * libuv thread pool (uv_queue_work), cb on the loop thread. A pool thread
+ * never waits for the digest's lock: when another process holds it, the
+ * job waits on a loop timer (20 ms doubling to 500 ms) and tries again.
  *
  * Everything passed in is copied (digest, blob_path, and opts with its
  * strings and include list), so the caller may free its copies on return;
