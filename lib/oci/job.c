@@ -56,6 +56,7 @@ struct tkm_oci_job {
     /* JOB_EXT: a job whose steps live elsewhere in libtkm (cosign verify) */
     void *ext;
     void (*ext_free)(void *ext);
+    void (*ext_cancel)(void *ext);
 };
 
 static void job_next(struct tkm_oci_job *j);
@@ -96,6 +97,8 @@ void tkm_oci_job_cancel(struct tkm_oci_job *j)
     if (!j || j->cancelled)
         return;
     j->cancelled = 1;
+    if (j->ext_cancel)
+        j->ext_cancel(j->ext); /* must not report synchronously */
     if (j->op)
         tkm__oci_op_cancel(j->op); /* its callback fails the job */
     /* in the pool: the after callback sees the flag */
@@ -486,10 +489,12 @@ int tkm__oci_job_ext_new(struct tkm_oci_session *s, const char *repo, const char
     return job_new(s, JOB_EXT, repo, reference, cb, data, out, err);
 }
 
-void tkm__oci_job_ext_set(struct tkm_oci_job *j, void *ext, void (*ext_free)(void *ext))
+void tkm__oci_job_ext_set(struct tkm_oci_job *j, void *ext, void (*ext_free)(void *ext),
+                          void (*ext_cancel)(void *ext))
 {
     j->ext = ext;
     j->ext_free = ext_free;
+    j->ext_cancel = ext_cancel;
 }
 
 void tkm__oci_job_ext_link(struct tkm_oci_job *j, struct tkm_oci_job **out)

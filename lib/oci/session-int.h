@@ -133,14 +133,16 @@ int tkm__oci_job_pull(struct tkm_oci_session *s, const struct tkm_oci_ref *ref,
 /* A job whose steps live elsewhere in libtkm (lib/trust's cosign verify):
  * the same handle, cancel and callback as every job. _new makes it (no
  * callback yet; _discard frees it if the first step cannot start), _set
- * gives it a context freed with it, _link makes it live on the session
+ * gives it a context freed with it (and an optional cancel hook for work
+ * that is not a registry operation), _link makes it live on the session
  * (after the first step started), *_op is where the step in flight goes (a
  * cancel cancels it; its callback must then report), _report ends it from
  * the loop (once; frees it). */
 int tkm__oci_job_ext_new(struct tkm_oci_session *s, const char *repo, const char *reference,
                          tkm_oci_job_cb cb, void *data, struct tkm_oci_job **out,
                          struct tkm_err *err);
-void tkm__oci_job_ext_set(struct tkm_oci_job *j, void *ext, void (*ext_free)(void *ext));
+void tkm__oci_job_ext_set(struct tkm_oci_job *j, void *ext, void (*ext_free)(void *ext),
+                          void (*ext_cancel)(void *ext));
 void tkm__oci_job_ext_link(struct tkm_oci_job *j, struct tkm_oci_job **out);
 void tkm__oci_job_ext_discard(struct tkm_oci_job *j);
 struct tkm__oci_op **tkm__oci_job_ext_op(struct tkm_oci_job *j);

@@ -272,7 +272,7 @@ int tkm_cosign_job_verify(struct tkm_oci_session *s, const char *repo, const cha
     c->pem_len = pem_len;
     if ((rc = tkm__oci_job_ext_new(s, repo, c->tag, cb, data, &j, err)) != 0)
         goto fail;
-    tkm__oci_job_ext_set(j, c, cv_free); /* freed with the job from here on */
+    tkm__oci_job_ext_set(j, c, cv_free, NULL); /* freed with the job from here on */
     c->job = j;
     if ((rc = tkm__oci_get_manifest(s, repo, c->tag, &c->man, cv_manifest, c,
                                     tkm__oci_job_ext_op(j), err)) != 0) {
