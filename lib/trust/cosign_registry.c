@@ -4,11 +4,13 @@
  */
 #include <errno.h>
 #include <openssl/crypto.h>
+#include <stdlib.h>
 #include <string.h>
 #include <uv.h>
 
 #include <tkm/trust/cosign.h>
 #include <tkm/buf.h>
+#include <tkm/http.h>
 #include <tkm/oci/registry.h>
 #include <tkm/oci/session.h>
 
@@ -69,77 +71,6 @@ out:
     free(blobs);
     free(layers);
     tkm_buf_release(&man);
-    return rc;
-}
-
-struct verify_job {
-    uv_work_t work;
-    struct tkm_oci_registry *r;
-    char *repo, *digest, *pem;
-    size_t pem_len;
-    tkm_cosign_verify_cb cb;
-    void *data;
-    int rc;
-    struct tkm_cosign_result res;
-    struct tkm_err err;
-};
-
-static void verify_job_free(struct verify_job *j)
-{
-    free(j->repo);
-    free(j->digest);
-    free(j->pem);
-    free(j);
-}
-
-static void verify_work(uv_work_t *w)
-{
-    struct verify_job *j = w->data;
-    j->rc =
-        tkm_cosign_verify_registry(j->r, j->repo, j->digest, j->pem, j->pem_len, &j->res, &j->err);
-    /* OpenSSL keeps per-thread state (the error queue); pool threads never
-     * exit while the loop lives, so release it after each job. */
-    OPENSSL_thread_stop();
-}
-
-static void verify_after(uv_work_t *w, int status)
-{
-    struct verify_job *j = w->data;
-    if (status == UV_ECANCELED) {
-        tkm_err_clear(&j->err);
-        j->rc = tkm_err_set(&j->err, -ECANCELED, "verification of %s cancelled", j->digest);
-    }
-    j->cb(j->rc, j->rc == 0 ? &j->res : NULL, &j->err, j->data);
-    verify_job_free(j);
-}
-
-int tkm_cosign_verify_start(struct uv_loop_s *loop, struct tkm_oci_registry *r, const char *repo,
-                            const char *image_digest, const char *pubkey_pem, size_t pem_len,
-                            tkm_cosign_verify_cb cb, void *data, struct tkm_err *err)
-{
-    struct verify_job *j = calloc(1, sizeof(*j));
-    int rc;
-    if (!j || !(j->repo = strdup(repo)) || !(j->digest = strdup(image_digest)) ||
-        !(j->pem = malloc(pem_len + 1))) {
-        rc = tkm_err_set(err, -ENOMEM, "out of memory");
-        goto fail;
-    }
-    memcpy(j->pem, pubkey_pem, pem_len);
-    j->pem[pem_len] = '\0';
-    j->pem_len = pem_len;
-    j->r = r;
-    j->cb = cb;
-    j->data = data;
-    j->work.data = j;
-    if ((rc = uv_queue_work(loop, &j->work, verify_work, verify_after)) != 0) {
-        rc = tkm_err_set(err, rc, "verification of %s: uv_queue_work: %s", image_digest,
-                         uv_strerror(rc));
-        goto fail;
-    }
-    return 0;
-fail:
-    if (j)
-        verify_job_free(j);
     return rc;
 }
 
@@ -284,4 +215,53 @@ int tkm_cosign_job_verify(struct tkm_oci_session *s, const char *repo, const cha
 fail:
     cv_free(c);
     return rc;
+}
+
+/* ---- tkm_cosign_verify_start: the job above on a session of the caller's
+ * loop, with the synchronous client's settings (nothing on the pool) ---- */
+
+struct vs_ctx {
+    struct tkm_http *http;
+    struct tkm_oci_session *ses;
+    tkm_cosign_verify_cb cb;
+    void *data;
+};
+
+static void vs_http_closed(void *data)
+{
+    free(data);
+}
+
+static void vs_done(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
+                    const struct tkm_err *err, void *data)
+{
+    struct vs_ctx *v = data;
+    (void)job;
+    v->cb(rc, rc == 0 ? res->detail : NULL, err, v->data);
+    tkm_oci_session_free(v->ses); /* its last job is this one: freed once it returns */
+    tkm_http_close(v->http, vs_http_closed, v);
+}
+
+int tkm_cosign_verify_start(struct uv_loop_s *loop, struct tkm_oci_registry *r, const char *repo,
+                            const char *image_digest, const char *pubkey_pem, size_t pem_len,
+                            tkm_cosign_verify_cb cb, void *data, struct tkm_err *err)
+{
+    struct vs_ctx *v = calloc(1, sizeof *v);
+    int rc;
+    if (!v)
+        return tkm_err_set(err, -ENOMEM, "out of memory");
+    v->cb = cb;
+    v->data = data;
+    if ((rc = tkm_http_new(loop, NULL, &v->http, err)) != 0) {
+        free(v);
+        return rc;
+    }
+    if ((rc = tkm__oci_session_clone(tkm__oci_registry_session(r), v->http, &v->ses, err)) != 0 ||
+        (rc = tkm_cosign_job_verify(v->ses, repo, image_digest, pubkey_pem, pem_len, vs_done, v,
+                                    NULL, err)) != 0) {
+        tkm_oci_session_free(v->ses);
+        tkm_http_close(v->http, vs_http_closed, v);
+        return rc;
+    }
+    return 0;
 }
