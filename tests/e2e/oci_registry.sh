@@ -67,6 +67,9 @@ WANT=$BUILT
 [[ $(uname -m) == aarch64 ]] && WANT=$OTHER
 assert_eq "$WANT" "$(jq -r .digest <<<"$OUT")" "index resolved to this machine's linux manifest"
 assert_contains "$(jq -r .index <<<"$OUT")" "sha256:" "index digest reported"
+# one resolver: inspect (and check) reach the same manifest through the same index
+expect_ok "inspect through the index" "$T" inspect "$REG/e2e/oci-cache:multi" -o json
+assert_eq "$WANT" "$(jq -r .manifestDigest <<<"$OUT")" "inspect pins the same manifest as pull"
 
 step "extract"
 MOUNT=$(cd "$(dirname "$CACHE")" && pwd)/$(basename "$CACHE")
