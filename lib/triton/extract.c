@@ -27,7 +27,10 @@ static int pick_layer(const struct tkm_oci_pull_result *img, const char *layout,
                            "image %s has %zu layers; a Triton cache image has exactly one",
                            img->manifest.digest, img->parsed.n_descs);
     const struct tkm_oci_desc *d = &img->parsed.descs[0];
-    if (!tkm_oci_layer_supported(d->media_type, &comp))
+    if (strcmp(d->media_type, TKM_TRITON_MT_LEGACY_LAYER) == 0 ||
+        strcmp(d->media_type, TKM_VLLM_MT_LEGACY_LAYER) == 0)
+        comp = "gzip";
+    else if (!tkm_oci_layer_supported(d->media_type, &comp))
         return tkm_err_set(err, -ENOTSUP, "image %s: layer %s has media type '%s', not a tar layer",
                            img->manifest.digest, d->digest, d->media_type);
     ao->compression = strcmp(comp, "gzip") == 0   ? TKM_COMPRESSION_GZIP

@@ -5,12 +5,16 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <tkm/buf.h>
 #include <tkm/oci/image.h>
 #include <tkm/oci/layout.h>
 #include <tkm/oci/ref.h>
+#include <tkm/oci/session.h>
+
+#include "oci/session-int.h"
 
 #define MAX_SMALL_BLOB (4u << 20)
 
@@ -122,4 +126,75 @@ int tkm_triton_image_load_ref(struct tkm_triton_image *im, const char *s,
     rc = tkm_triton_image_from_config(im, what, res.manifest.digest, &res.config, err);
     tkm_oci_pull_result_release(&res);
     return rc;
+}
+
+/* ---- inspect as an image job: the oci inspect, then the labels --------- */
+
+struct ti_ctx {
+    struct tkm_oci_job *outer, *inner;
+    struct tkm_triton_image im;
+    char what[600];
+};
+
+static void ti_free(void *p)
+{
+    struct ti_ctx *c = p;
+    tkm_triton_image_release(&c->im);
+    free(c);
+}
+
+static void ti_cancel(void *p)
+{
+    struct ti_ctx *c = p;
+    tkm_oci_job_cancel(c->inner); /* it reports -ECANCELED, which ends the outer job */
+}
+
+static void ti_done(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
+                    const struct tkm_err *err, void *data)
+{
+    struct ti_ctx *c = data;
+    struct tkm_err e = {0};
+    (void)job;
+    c->inner = NULL;
+    if (rc) {
+        tkm__oci_job_ext_report(c->outer, rc, err);
+        return;
+    }
+    struct tkm_oci_job_result *out = tkm__oci_job_ext_result(c->outer);
+    memcpy(out->digest, res->digest, sizeof out->digest);
+    rc = tkm_triton_image_from_config(&c->im, c->what, res->image.manifest.digest,
+                                      &res->image.config, &e);
+    if (rc == 0) {
+        out->image = res->image; /* moved (its config is in the detail) */
+        memset(&res->image, 0, sizeof res->image);
+        out->detail = &c->im;
+    }
+    tkm__oci_job_ext_report(c->outer, rc, &e);
+}
+
+int tkm_triton_job_inspect(struct tkm_oci_session *s, const struct tkm_oci_ref *ref,
+                           tkm_oci_job_cb cb, void *data, struct tkm_oci_job **out,
+                           struct tkm_err *err)
+{
+    struct ti_ctx *c;
+    struct tkm_oci_job *j = NULL;
+    int rc;
+    if (!ref)
+        return tkm_err_set(err, -EINVAL, "inspect: a reference is required");
+    if (!(c = calloc(1, sizeof *c)))
+        return tkm_err_set(err, -ENOMEM, "out of memory");
+    if (tkm_oci_ref_format(ref, c->what, sizeof c->what) < 0)
+        snprintf(c->what, sizeof c->what, "%.250s/%.300s", ref->host, ref->repo);
+    if ((rc = tkm__oci_job_ext_new(s, ref->repo, tkm_oci_ref_reference(ref), cb, data, &j, err))) {
+        free(c);
+        return rc;
+    }
+    tkm__oci_job_ext_set(j, c, ti_free, ti_cancel);
+    c->outer = j;
+    if ((rc = tkm_oci_job_inspect(s, ref, ti_done, c, &c->inner, err)) != 0) {
+        tkm__oci_job_ext_discard(j);
+        return rc;
+    }
+    tkm__oci_job_ext_link(j, out);
+    return 0;
 }

@@ -13,6 +13,7 @@
 #include <tkm/oci/layout.h>
 #include <tkm/oci/registry.h>
 #include <tkm/oci/session.h>
+#include <tkm/triton/image.h>
 
 #include "test.h"
 
@@ -426,7 +427,7 @@ static void slow_start(struct slow_server *s, size_t total, size_t sent)
  * digest) and config routes, plus the layer's route answered by layer_route
  * (filled by the caller: a 200 with bytes, or a 307 elsewhere). */
 struct image_routes {
-    char cfg[256], cdg[TKM_OCI_DIGEST_LEN + 1], ldg[TKM_OCI_DIGEST_LEN + 1];
+    char cfg[1024], cdg[TKM_OCI_DIGEST_LEN + 1], ldg[TKM_OCI_DIGEST_LEN + 1];
     char man[1024], mdg[TKM_OCI_DIGEST_LEN + 1];
     char mpath[256], cpath[256], lpath[256];
     struct route routes[4];
@@ -715,4 +716,96 @@ TEST(referrers_api_and_its_absence)
     ASSERT_EQ(tkm_oci_registry_get_referrers(r, "a/b", d1, "a&b=c", &body, &e), -EINVAL);
     tkm_buf_release(&body);
     tkm_oci_registry_free(r);
+}
+
+struct ti_seen {
+    int calls, rc;
+    char digest[TKM_OCI_DIGEST_LEN + 1], arch[16], entries[16], err[512];
+    size_t targets;
+};
+
+static void ti_cb(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
+                  const struct tkm_err *err, void *data)
+{
+    struct ti_seen *t = data;
+    (void)job;
+    t->calls++;
+    t->rc = rc;
+    if (rc == 0) {
+        const struct tkm_triton_image *im = res->detail;
+        snprintf(t->digest, sizeof t->digest, "%s", im->manifest_digest);
+        t->targets = im->summary.n_targets;
+        snprintf(t->arch, sizeof t->arch, "%s", im->summary.targets[0].target.arch);
+        snprintf(t->entries, sizeof t->entries, "%s", im->entry_count ? im->entry_count : "");
+    } else {
+        snprintf(t->err, sizeof t->err, "%s", tkm_err_str(err));
+    }
+}
+
+TEST(triton_inspect_job_reads_the_summary)
+{
+    static const char cfg[] =
+        "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Labels\":{"
+        "\"cache.triton.image/entry-count\":\"4\",\"cache.triton.image/summary\":"
+        "\"{\\\"targets\\\":[{\\\"backend\\\":\\\"cuda\\\",\\\"arch\\\":\\\"90\\\",\\\"warp_"
+        "size\\\":"
+        "32}],\\\"triton_versions\\\":[\\\"3.6.0\\\"],\\\"ptx_versions\\\":[\\\"8.7\\\"]}\"}},"
+        "\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[]}}";
+    static const char layer[] = "x";
+    struct image_routes ir, plain;
+    image_routes(&plain, layer, 1); /* a config without Triton labels */
+    image_routes(&ir, layer, 1);
+    snprintf(ir.cfg, sizeof ir.cfg, "%s", cfg);
+    ASSERT_OK(tkm_oci_digest_bytes(ir.cfg, strlen(ir.cfg), ir.cdg));
+    snprintf(ir.man, sizeof ir.man,
+             "{\"schemaVersion\":2,\"mediaType\":\"" TKM_OCI_MT_MANIFEST "\",\"config\":{"
+             "\"mediaType\":\"" TKM_OCI_MT_CONFIG "\",\"digest\":\"%s\",\"size\":%zu},"
+             "\"layers\":[]}",
+             ir.cdg, strlen(ir.cfg));
+    ASSERT_OK(tkm_oci_digest_bytes(ir.man, strlen(ir.man), ir.mdg));
+    snprintf(ir.mpath, sizeof ir.mpath, "/v2/a/b/manifests/%s", ir.mdg);
+    snprintf(ir.cpath, sizeof ir.cpath, "/v2/a/b/blobs/%s", ir.cdg);
+    ir.routes[1].path = ir.mpath;
+    ir.routes[2].path = ir.cpath;
+    struct server s;
+    server_start(&s, ir.routes, 3);
+    struct server s2;
+    server_start(&s2, plain.routes, 3);
+    struct tkm_err e = {0};
+    uv_loop_t loop;
+    struct tkm_http *http = NULL;
+    struct tkm_oci_session *ses = NULL, *ses2 = NULL;
+    struct tkm_oci_registry_opts o = {.anonymous = 1};
+    struct tkm_oci_ref ref, ref2;
+    parse_ref(&ref, s.port, ":v1");
+    parse_ref(&ref2, s2.port, ":v1");
+    ASSERT_OK(tkm_http_global_init(&e));
+    ASSERT_OK(uv_loop_init(&loop));
+    ASSERT_OK(tkm_http_new(&loop, NULL, &http, &e));
+    ASSERT_OK(tkm_oci_session_new(http, ref.host, &o, &ses, &e));
+    ASSERT_OK(tkm_oci_session_new(http, ref2.host, &o, &ses2, &e));
+    struct ti_seen good = {0}, bad = {0}, cancelled = {0};
+    struct tkm_oci_job *job = NULL;
+    ASSERT_OK(tkm_triton_job_inspect(ses, &ref, ti_cb, &good, NULL, &e));
+    ASSERT_OK(tkm_triton_job_inspect(ses2, &ref2, ti_cb, &bad, NULL, &e));
+    ASSERT_OK(tkm_triton_job_inspect(ses, &ref, ti_cb, &cancelled, &job, &e));
+    tkm_oci_job_cancel(job);
+    ASSERT_EQ(good.calls + bad.calls + cancelled.calls, 0);
+    while (good.calls + bad.calls + cancelled.calls < 3)
+        uv_run(&loop, UV_RUN_ONCE);
+    if (good.rc)
+        tkm_test_fail(__FILE__, __LINE__, "%s", good.err);
+    ASSERT_STREQ(good.digest, ir.mdg);
+    ASSERT_EQ(good.targets, 1);
+    ASSERT_STREQ(good.arch, "90");
+    ASSERT_STREQ(good.entries, "4");
+    ASSERT_EQ(bad.rc, -ENOENT);
+    ASSERT_STRCONTAINS(bad.err, "not a Triton cache image");
+    ASSERT_EQ(cancelled.rc, -ECANCELED);
+    ASSERT_EQ(tkm_oci_session_jobs(ses), 0);
+    tkm_oci_session_free(ses);
+    tkm_oci_session_free(ses2);
+    tkm_http_close(http, NULL, NULL);
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT_OK(uv_loop_close(&loop));
 }

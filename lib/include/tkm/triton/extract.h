@@ -15,6 +15,10 @@
 #include <tkm/err.h>
 #include <tkm/oci/manifest.h>
 
+/* The legacy (MCV) cache layer media types, gzip'ed tars like an OCI layer. */
+#define TKM_TRITON_MT_LEGACY_LAYER "application/cache.triton.content.layer.v1+triton"
+#define TKM_VLLM_MT_LEGACY_LAYER   "application/cache.vllm.content.layer.v1+vllm"
+
 struct tkm_triton_extract_result {
     char layer[TKM_OCI_DIGEST_LEN + 1]; /* the layer extracted */
     uint64_t files, dirs, file_bytes;   /* written under dest */

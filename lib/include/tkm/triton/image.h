@@ -51,4 +51,22 @@ int tkm_triton_image_from_config(struct tkm_triton_image *im, const char *what,
 int tkm_triton_summary_from_config(const struct tkm_oci_config *config,
                                    struct tkm_triton_summary *out, struct tkm_err *err);
 
+/*
+ * Inspect as an image job on a registry session (oci/session.h: one handle,
+ * tkm_oci_job_cancel, the tkm_oci_job_cb callback): lib/oci's inspect (the
+ * one resolver), then the Triton labels. On success res->digest and
+ * res->image as for tkm_oci_job_inspect (res->image.config moved into the
+ * detail), and res->detail is a struct tkm_triton_image (borrowed for the
+ * callback): summary, entry count, size. -ENOENT when the image has no
+ * summary label (not a Triton cache image).
+ */
+struct tkm_oci_session;
+struct tkm_oci_job;
+struct tkm_oci_job_result;
+int tkm_triton_job_inspect(struct tkm_oci_session *s, const struct tkm_oci_ref *ref,
+                           void (*cb)(struct tkm_oci_job *job, int rc,
+                                      struct tkm_oci_job_result *res, const struct tkm_err *err,
+                                      void *data),
+                           void *data, struct tkm_oci_job **out, struct tkm_err *err);
+
 #endif
