@@ -284,7 +284,9 @@ static void pool_after(struct tkm__oci_work *w)
     struct tkm_oci_job *j = (struct tkm_oci_job *)((char *)w - offsetof(struct tkm_oci_job, work));
     j->in_pool = 0;
     if (j->step == STEP_ABORT || j->step == STEP_FINISH) {
-        job_report(j, w->rc); /* a finished pull stands even if cancelled meanwhile */
+        if (j->step == STEP_FINISH && w->rc == 0)
+            j->cancelled = 0; /* the layout is in place: a late cancel does not undo it */
+        job_report(j, w->rc);
         return;
     }
     if (w->rc) {
