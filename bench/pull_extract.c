@@ -21,6 +21,7 @@
 #include <tkm/archive.h>
 #include <tkm/http.h>
 #include <tkm/oci/image.h>
+#include <tkm/triton/extract.h>
 #include <tkm/oci/ref.h>
 #include <tkm/util.h>
 
@@ -60,11 +61,11 @@ static int tkm_round(const struct tkm_oci_ref *ref, const char *work, double *se
         return -errno;
     if (pid == 0) {
         struct tkm_oci_pull_result pr;
-        struct tkm_oci_extract_result xr;
+        struct tkm_triton_extract_result xr;
         struct tkm_err err = {0};
         if (tkm_oci_pull(ref, NULL, layout, "bench", 1, &pr, &err) != 0 ||
             (tkm_oci_pull_result_release(&pr),
-             tkm_oci_extract_layout(layout, "bench", out, NULL, &xr, &err) != 0)) {
+             tkm_triton_extract_layout(layout, "bench", out, NULL, &xr, &err) != 0)) {
             fprintf(stderr, "bench: tkm: %s\n", tkm_err_str(&err));
             _exit(1);
         }

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include <tkm/archive.h>
-#include <tkm/oci/build.h>
+#include <tkm/triton/build.h>
 #include <tkm/oci/image.h>
 #include <tkm/oci/ref.h>
 #include <tkm/util.h>
@@ -46,8 +46,8 @@ static void usage(FILE *f)
             ctl_oci_flags_help);
 }
 
-static void print_result(const struct tkm_oci_build_result *r, const char *layout, const char *tag,
-                         const char *pushed, int json)
+static void print_result(const struct tkm_triton_build_result *r, const char *layout,
+                         const char *tag, const char *pushed, int json)
 {
     char a[32], b[32];
     if (json) {
@@ -83,8 +83,8 @@ static void print_result(const struct tkm_oci_build_result *r, const char *layou
 static int cmd_build(int argc, char **argv)
 {
     struct ctl_oci_flags f;
-    struct tkm_oci_build_opts bo = {0};
-    struct tkm_oci_build_result res;
+    struct tkm_triton_build_opts bo = {0};
+    struct tkm_triton_build_result res;
     struct tkm_oci_ref ref;
     struct tkm_err err = {0};
     const char *cache = NULL, *output = NULL, *tag = NULL, *push = NULL;
@@ -126,7 +126,8 @@ static int cmd_build(int argc, char **argv)
         }
         snprintf(layout_tmp, sizeof layout_tmp, "%s/layout", tmpl);
     }
-    if (tkm_oci_build_cache_image(cache, output ? output : layout_tmp, tag, &bo, &res, &err) != 0) {
+    if (tkm_triton_build_cache_image(cache, output ? output : layout_tmp, tag, &bo, &res, &err) !=
+        0) {
         fprintf(stderr, "tkmctl build: %s\n", tkm_err_str(&err));
         goto out;
     }

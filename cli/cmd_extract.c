@@ -11,6 +11,7 @@
 
 #include <tkm/archive.h>
 #include <tkm/oci/image.h>
+#include <tkm/triton/extract.h>
 #include <tkm/oci/layout.h>
 #include <tkm/oci/ref.h>
 
@@ -55,7 +56,7 @@ static void usage(FILE *f)
         ctl_oci_flags_help);
 }
 
-static void print_result(const struct tkm_oci_extract_result *r, const char *out, int json)
+static void print_result(const struct tkm_triton_extract_result *r, const char *out, int json)
 {
     char a[32];
     if (json) {
@@ -129,7 +130,7 @@ static int open_parent(struct xjob *j, struct tkm_err *err)
     return 0;
 }
 
-static int extract_ref(struct xjob *j, struct tkm_oci_extract_result *r, struct tkm_err *err)
+static int extract_ref(struct xjob *j, struct tkm_triton_extract_result *r, struct tkm_err *err)
 {
     struct tkm_oci_ref ref;
     struct tkm_oci_registry_opts ro;
@@ -137,7 +138,7 @@ static int extract_ref(struct xjob *j, struct tkm_oci_extract_result *r, struct 
     char layout[4400];
     int rc, sfd;
     if (tkm_oci_layout_is(j->src))
-        return tkm_oci_extract_layout_with(j->src, j->tag, j->output, j->mount, &j->ao, r, err);
+        return tkm_triton_extract_layout_with(j->src, j->tag, j->output, j->mount, &j->ao, r, err);
     if ((rc = tkm_oci_ref_parse(&ref, j->src, err)) != 0) {
         tkm_err_prefix(err, "'%s' is neither an OCI layout directory nor a reference", j->src);
         return rc;
@@ -154,7 +155,7 @@ static int extract_ref(struct xjob *j, struct tkm_oci_extract_result *r, struct 
     ctl_progress_end(&j->f->progress);
     if (rc == 0) {
         tkm_oci_pull_result_release(&pr);
-        rc = tkm_oci_extract_layout_with(layout, "pulled", j->output, j->mount, &j->ao, r, err);
+        rc = tkm_triton_extract_layout_with(layout, "pulled", j->output, j->mount, &j->ao, r, err);
     }
     int rrc = tkm_rmtree_at(j->pfd, j->stg);
     if (rrc != 0)
@@ -167,7 +168,7 @@ static int extract_ref(struct xjob *j, struct tkm_oci_extract_result *r, struct 
 static int cmd_extract(int argc, char **argv)
 {
     struct ctl_oci_flags f;
-    struct tkm_oci_extract_result r;
+    struct tkm_triton_extract_result r;
     struct tkm_err err = {0};
     struct xjob j;
     const char *max_bytes = NULL, *max_file = NULL;

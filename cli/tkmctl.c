@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <tkm/http.h>
 #include <tkm/log.h>
 
 static struct tkmctl_command *commands;
@@ -41,6 +42,9 @@ int main(int argc, char **argv)
 {
     int verbose = 0;
     int i = 1;
+    /* Before any libuv call: pulls finish (rename, hash) on the pool. */
+    if (tkm_threadpool_init(0, NULL) < 0)
+        return 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (strcmp(argv[i], "-v") == 0 || strcmp(argv[i], "--verbose") == 0) {
             verbose++;

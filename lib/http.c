@@ -416,6 +416,25 @@ static void on_deferred(uv_timer_t *t)
 
 /* ---- public ------------------------------------------------------------- */
 
+int tkm_threadpool_init(unsigned size, struct tkm_err *err)
+{
+    char v[16];
+    uint64_t cur = 0;
+    const char *env = getenv("UV_THREADPOOL_SIZE");
+    if (size == 0)
+        size = TKM_THREADPOOL_SIZE;
+    if (size > 1024)
+        return tkm_err_set(err, -EINVAL, "thread pool: %u threads requested, libuv allows 1024",
+                           size);
+    if (env && tkm_parse_u64(env, 1024, &cur) == 0 && cur >= size)
+        return (int)cur;
+    snprintf(v, sizeof v, "%u", size);
+    if (setenv("UV_THREADPOOL_SIZE", v, 1) != 0)
+        return tkm_err_set(err, -errno, "thread pool: setenv UV_THREADPOOL_SIZE: %s",
+                           strerror(errno));
+    return (int)size;
+}
+
 int tkm_http_global_init(struct tkm_err *err)
 {
     CURLcode cc = curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -652,7 +671,10 @@ int tkm_http_start(struct tkm_http *h, const struct tkm_http_req_opts *o, struct
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
-    curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+    /* Wait for a connection that may multiplex: only over TLS, where ALPN
+     * can give HTTP/2. On plain http (HTTP/1.1 only here) curl would hold a
+     * second transfer to the same host until the first one ends. */
+    curl_easy_setopt(e, CURLOPT_PIPEWAIT, strncasecmp(o->url, "https://", 8) == 0 ? 1L : 0L);
     curl_easy_setopt(e, CURLOPT_USERAGENT, h->user_agent);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, write_cb);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, r);

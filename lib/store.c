@@ -18,7 +18,10 @@
 
 #include <tkm/buf.h>
 #include <tkm/log.h>
+#include <tkm/oci/session.h>
 #include <tkm/util.h>
+
+#include "oci/session-int.h"
 
 #define HEXLEN 64
 
@@ -305,9 +308,11 @@ out:
     return rc;
 }
 
-int tkm_store_ingest(struct tkm_store *s, const char *digest, const char *blob_path,
-                     const struct tkm_archive_opts *o, char **path,
-                     struct tkm_store_ingest_info *info, struct tkm_err *err)
+/* nonblock: -EWOULDBLOCK (no message) when another process holds the lock,
+ * so the loop form can wait on a timer instead of a pool thread. */
+static int ingest(struct tkm_store *s, const char *digest, const char *blob_path,
+                  const struct tkm_archive_opts *o, char **path, struct tkm_store_ingest_info *info,
+                  int nonblock, struct tkm_err *err)
 {
     struct tkm_archive_opts defaults;
     struct tkm_store_ingest_info local;
@@ -324,7 +329,7 @@ int tkm_store_ingest(struct tkm_store *s, const char *digest, const char *blob_p
     memset(info, 0, sizeof(*info));
     if (path)
         *path = NULL;
-    if ((lk = lock_digest(s, hex, 0, o->cancel, err)) < 0)
+    if ((lk = lock_digest(s, hex, nonblock, o->cancel, err)) < 0)
         return lk;
     if (marker_exists(s, hex)) {
         info->existed = 1;
@@ -344,6 +349,13 @@ int tkm_store_ingest(struct tkm_store *s, const char *digest, const char *blob_p
 out:
     unlock_digest(lk);
     return rc;
+}
+
+int tkm_store_ingest(struct tkm_store *s, const char *digest, const char *blob_path,
+                     const struct tkm_archive_opts *o, char **path,
+                     struct tkm_store_ingest_info *info, struct tkm_err *err)
+{
+    return ingest(s, digest, blob_path, o, path, info, 0, err);
 }
 
 int tkm_store_remove(struct tkm_store *s, const char *digest, struct tkm_err *err)
@@ -445,8 +457,15 @@ void tkm_store_list_free(char **digests, size_t n)
 
 /* ---- the libuv thread-pool form ------------------------------------------ */
 
+#define JOB_LOCK_WAIT_MIN_MS 20
+#define JOB_LOCK_WAIT_MAX_MS 500
+
 struct tkm_store_job {
     uv_work_t work;
+    uv_loop_t *loop;
+    uv_timer_t wait; /* another process holds the digest's lock: retry later */
+    int wait_ready, waiting;
+    uint64_t wait_ms, waited_ms;
     struct tkm_store *s;
     char *digest, *blob, *diff_id, *strip, *path;
     char **include;
@@ -475,8 +494,46 @@ static void job_free(struct tkm_store_job *j)
 static void job_work(uv_work_t *w)
 {
     struct tkm_store_job *j = w->data;
-    j->rc = tkm_store_ingest(j->s, j->digest, j->blob, &j->opts, &j->path, &j->info, &j->err);
+    /* Never waits for the lock here: a pool thread must not sleep or poll. */
+    j->rc = ingest(j->s, j->digest, j->blob, &j->opts, &j->path, &j->info, 1, &j->err);
     OPENSSL_thread_stop(); /* per-thread OpenSSL state of a pool thread that never exits */
+}
+
+static void job_timer_closed(uv_handle_t *h)
+{
+    job_free(h->data);
+}
+
+static void job_report(struct tkm_store_job *j)
+{
+    j->cb(j->rc, j->rc == 0 ? j->path : NULL, &j->info, &j->err, j->data);
+    if (j->wait_ready)
+        uv_close((uv_handle_t *)&j->wait, job_timer_closed);
+    else
+        job_free(j);
+}
+
+static void job_after(uv_work_t *w, int status);
+
+static void job_retry(uv_timer_t *t)
+{
+    struct tkm_store_job *j = t->data;
+    int rc;
+    j->waiting = 0;
+    j->waited_ms += j->wait_ms;
+    if (atomic_load(&j->cancel)) {
+        j->rc = tkm_err_set(&j->err, -ECANCELED,
+                            "ingest of %s cancelled while another process was extracting it "
+                            "(waited about %llu ms)",
+                            j->digest, (unsigned long long)j->waited_ms);
+        job_report(j);
+        return;
+    }
+    if ((rc = uv_queue_work(j->loop, &j->work, job_work, job_after)) != 0) {
+        j->rc =
+            tkm_err_set(&j->err, rc, "ingest of %s: uv_queue_work: %s", j->digest, uv_strerror(rc));
+        job_report(j);
+    }
 }
 
 static void job_after(uv_work_t *w, int status)
@@ -487,8 +544,21 @@ static void job_after(uv_work_t *w, int status)
         j->rc =
             tkm_err_set(&j->err, -ECANCELED, "ingest of %s cancelled before it started", j->digest);
     }
-    j->cb(j->rc, j->rc == 0 ? j->path : NULL, &j->info, &j->err, j->data);
-    job_free(j);
+    if (j->rc == -EWOULDBLOCK) { /* locked by another process: wait on the loop */
+        if (!j->wait_ready && uv_timer_init(j->loop, &j->wait) == 0) {
+            j->wait.data = j;
+            j->wait_ready = 1;
+        }
+        j->wait_ms = j->wait_ms ? j->wait_ms * 2 : JOB_LOCK_WAIT_MIN_MS;
+        if (j->wait_ms > JOB_LOCK_WAIT_MAX_MS)
+            j->wait_ms = JOB_LOCK_WAIT_MAX_MS;
+        if (j->wait_ready && uv_timer_start(&j->wait, job_retry, j->wait_ms, 0) == 0) {
+            j->waiting = 1;
+            return;
+        }
+        j->rc = tkm_err_set(&j->err, -EIO, "ingest of %s: cannot arm a timer", j->digest);
+    }
+    job_report(j);
 }
 
 /* Deep copy of the strings of o into j. */
@@ -537,6 +607,7 @@ int tkm_store_ingest_start(struct uv_loop_s *loop, struct tkm_store *s, const ch
         goto fail;
     }
     atomic_init(&j->cancel, 0);
+    j->loop = loop;
     j->s = s;
     j->cb = cb;
     j->data = data;
@@ -556,6 +627,71 @@ fail:
 
 void tkm_store_job_cancel(struct tkm_store_job *job)
 {
-    if (job)
-        atomic_store(&job->cancel, 1);
+    if (!job)
+        return;
+    atomic_store(&job->cancel, 1);
+    if (job->waiting) /* end the wait for the lock now (its callback reports) */
+        uv_timer_start(&job->wait, job_retry, 0, 0);
+}
+
+/* ---- the same ingest as an image job (one handle, cancel and callback) ---- */
+
+struct sj_ctx {
+    struct tkm_oci_job *job;
+    struct tkm_store_job *sjob; /* until it reports */
+    struct tkm_store_ingest_result res;
+    char *path;
+};
+
+static void sj_free(void *p)
+{
+    struct sj_ctx *c = p;
+    free(c->path);
+    free(c);
+}
+
+static void sj_cancel(void *p)
+{
+    struct sj_ctx *c = p;
+    tkm_store_job_cancel(c->sjob);
+}
+
+static void sj_done(int rc, const char *path, const struct tkm_store_ingest_info *info,
+                    const struct tkm_err *err, void *data)
+{
+    struct sj_ctx *c = data;
+    struct tkm_err e = {0};
+    c->sjob = NULL;
+    if (rc == 0 && !(c->path = strdup(path)))
+        rc = tkm_err_set(&e, -ENOMEM, "out of memory");
+    if (rc == 0) {
+        c->res.path = c->path;
+        c->res.info = *info;
+        tkm__oci_job_ext_result(c->job)->detail = &c->res;
+    }
+    tkm__oci_job_ext_report(c->job, rc, rc && !e.msg[0] ? err : &e);
+}
+
+int tkm_store_job_ingest(struct tkm_oci_session *ses, struct tkm_store *s, const char *digest,
+                         const char *blob_path, const struct tkm_archive_opts *o, tkm_oci_job_cb cb,
+                         void *data, struct tkm_oci_job **out, struct tkm_err *err)
+{
+    struct sj_ctx *c = calloc(1, sizeof *c);
+    struct tkm_oci_job *j = NULL;
+    int rc;
+    if (!c)
+        return tkm_err_set(err, -ENOMEM, "out of memory");
+    if ((rc = tkm__oci_job_ext_new(ses, "store", digest ? digest : "", cb, data, &j, err)) != 0) {
+        free(c);
+        return rc;
+    }
+    tkm__oci_job_ext_set(j, c, sj_free, sj_cancel);
+    c->job = j;
+    if ((rc = tkm_store_ingest_start(tkm__oci_session_loop(ses), s, digest, blob_path, o, sj_done,
+                                     c, &c->sjob, err)) != 0) {
+        tkm__oci_job_ext_discard(j);
+        return rc;
+    }
+    tkm__oci_job_ext_link(j, out);
+    return 0;
 }

@@ -26,9 +26,7 @@ enum tkm_oci_kind tkm_oci_media_kind(const char *mt)
 int tkm_oci_layer_supported(const char *mt, const char **compression)
 {
     const char *c = NULL;
-    if (strcmp(mt, TKM_OCI_MT_LAYER_GZIP) == 0 || strcmp(mt, TKM_DOCKER_MT_LAYER_GZIP) == 0 ||
-        strcmp(mt, TKM_TRITON_MT_LEGACY_LAYER) == 0 ||
-        strcmp(mt, "application/cache.vllm.content.layer.v1+vllm") == 0)
+    if (strcmp(mt, TKM_OCI_MT_LAYER_GZIP) == 0 || strcmp(mt, TKM_DOCKER_MT_LAYER_GZIP) == 0)
         c = "gzip";
     else if (strcmp(mt, TKM_OCI_MT_LAYER_ZSTD) == 0)
         c = "zstd";

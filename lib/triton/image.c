@@ -5,11 +5,16 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <tkm/buf.h>
+#include <tkm/oci/image.h>
 #include <tkm/oci/layout.h>
 #include <tkm/oci/ref.h>
+#include <tkm/oci/session.h>
+
+#include "oci/session-int.h"
 
 #define MAX_SMALL_BLOB (4u << 20)
 
@@ -73,34 +78,32 @@ out:
     return rc;
 }
 
-/* GETs the manifest at reference; follows an index to the linux/host-arch image. */
-static int fetch_manifest(struct tkm_oci_registry *r, const struct tkm_oci_ref *ref,
-                          struct tkm_oci_manifest *m, char *digest, struct tkm_err *err)
+int tkm_triton_summary_from_config(const struct tkm_oci_config *config,
+                                   struct tkm_triton_summary *out, struct tkm_err *err)
 {
-    struct tkm_buf b = TKM_BUF_INIT(MAX_SMALL_BLOB);
-    char ct[128], pinned[TKM_OCI_DIGEST_LEN + 1];
-    const char *reference = tkm_oci_ref_reference(ref);
+    const char *label = tkm_oci_config_label(config, TKM_TRITON_LABEL_SUMMARY);
+    memset(out, 0, sizeof *out);
+    if (!label)
+        return tkm_err_set(err, -ENOENT,
+                           "the image config has no %s label, so it is not a Triton cache image "
+                           "(build one with 'tkmctl build')",
+                           TKM_TRITON_LABEL_SUMMARY);
+    return tkm_triton_summary_parse(out, label, err);
+}
+
+int tkm_triton_image_from_config(struct tkm_triton_image *im, const char *what,
+                                 const char *manifest_digest, struct tkm_oci_config *config,
+                                 struct tkm_err *err)
+{
     int rc;
-    for (int hop = 0; hop < 2; hop++) {
-        const struct tkm_oci_desc *sel;
-        tkm_buf_reset(&b);
-        if ((rc = tkm_oci_registry_get_manifest(r, ref->repo, reference, &b, ct, sizeof ct, digest,
-                                                err)) != 0 ||
-            (rc = tkm_oci_manifest_parse(m, ct, b.data, b.len, reference, err)) != 0)
-            break;
-        if (m->kind == TKM_OCI_KIND_MANIFEST)
-            break;
-        if (hop == 1 ||
-            (rc = tkm_oci_index_select(m, "linux", tkm_oci_host_arch(), NULL, &sel, err)) != 0) {
-            if (!rc)
-                rc = tkm_err_set(err, -EINVAL, "%s: an index points at another index", reference);
-            break;
-        }
-        snprintf(pinned, sizeof pinned, "%s", sel->digest);
-        tkm_oci_manifest_release(m);
-        reference = pinned;
-    }
-    tkm_buf_release(&b);
+    memset(im, 0, sizeof *im);
+    snprintf(im->what, sizeof im->what, "%s", what ? what : "image");
+    snprintf(im->manifest_digest, sizeof im->manifest_digest, "%s",
+             manifest_digest ? manifest_digest : "");
+    im->config = *config; /* taken */
+    memset(config, 0, sizeof *config);
+    if ((rc = image_labels(im, err)) != 0)
+        tkm_triton_image_release(im);
     return rc;
 }
 
@@ -108,27 +111,90 @@ int tkm_triton_image_load_ref(struct tkm_triton_image *im, const char *s,
                               const struct tkm_oci_registry_opts *opts, struct tkm_err *err)
 {
     struct tkm_oci_ref ref;
-    struct tkm_oci_registry *r = NULL;
-    struct tkm_oci_manifest m = {0};
-    struct tkm_buf b = TKM_BUF_INIT(MAX_SMALL_BLOB);
-    struct tkm_oci_registry_opts none = {0};
+    struct tkm_oci_pull_result res;
+    char what[600];
     int rc;
     memset(im, 0, sizeof *im);
     if ((rc = tkm_oci_ref_parse(&ref, s, err)) != 0)
         return rc;
-    if (tkm_oci_ref_format(&ref, im->what, sizeof im->what) < 0)
-        snprintf(im->what, sizeof im->what, "%.500s", s);
-    if ((rc = tkm_oci_registry_new(ref.host, opts ? opts : &none, &r, err)) != 0 ||
-        (rc = fetch_manifest(r, &ref, &m, im->manifest_digest, err)) != 0 ||
-        (rc = tkm_oci_registry_fetch_blob_mem(r, ref.repo, &m.config, &b, err)) != 0 ||
-        (rc = tkm_oci_config_parse(&im->config, b.data, b.len, im->what, err)) != 0)
-        goto out;
-    rc = image_labels(im, err);
-out:
-    tkm_oci_manifest_release(&m);
-    tkm_oci_registry_free(r);
-    tkm_buf_release(&b);
-    if (rc)
-        tkm_triton_image_release(im);
+    if (tkm_oci_ref_format(&ref, what, sizeof what) < 0)
+        snprintf(what, sizeof what, "%.500s", s);
+    /* The one resolver (lib/oci): tag -> digest by hashing the bytes, an
+     * index followed by digest, the config verified against the manifest. */
+    if ((rc = tkm_oci_inspect(&ref, opts, &res, err)) != 0)
+        return rc;
+    rc = tkm_triton_image_from_config(im, what, res.manifest.digest, &res.config, err);
+    tkm_oci_pull_result_release(&res);
     return rc;
+}
+
+/* ---- inspect as an image job: the oci inspect, then the labels --------- */
+
+struct ti_ctx {
+    struct tkm_oci_job *outer, *inner;
+    struct tkm_triton_image im;
+    char what[600];
+};
+
+static void ti_free(void *p)
+{
+    struct ti_ctx *c = p;
+    tkm_triton_image_release(&c->im);
+    free(c);
+}
+
+static void ti_cancel(void *p)
+{
+    struct ti_ctx *c = p;
+    tkm_oci_job_cancel(c->inner); /* it reports -ECANCELED, which ends the outer job */
+}
+
+static void ti_done(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
+                    const struct tkm_err *err, void *data)
+{
+    struct ti_ctx *c = data;
+    struct tkm_err e = {0};
+    (void)job;
+    c->inner = NULL;
+    if (rc) {
+        tkm__oci_job_ext_report(c->outer, rc, err);
+        return;
+    }
+    struct tkm_oci_job_result *out = tkm__oci_job_ext_result(c->outer);
+    memcpy(out->digest, res->digest, sizeof out->digest);
+    rc = tkm_triton_image_from_config(&c->im, c->what, res->image.manifest.digest,
+                                      &res->image.config, &e);
+    if (rc == 0) {
+        out->image = res->image; /* moved (its config is in the detail) */
+        memset(&res->image, 0, sizeof res->image);
+        out->detail = &c->im;
+    }
+    tkm__oci_job_ext_report(c->outer, rc, &e);
+}
+
+int tkm_triton_job_inspect(struct tkm_oci_session *s, const struct tkm_oci_ref *ref,
+                           tkm_oci_job_cb cb, void *data, struct tkm_oci_job **out,
+                           struct tkm_err *err)
+{
+    struct ti_ctx *c;
+    struct tkm_oci_job *j = NULL;
+    int rc;
+    if (!ref)
+        return tkm_err_set(err, -EINVAL, "inspect: a reference is required");
+    if (!(c = calloc(1, sizeof *c)))
+        return tkm_err_set(err, -ENOMEM, "out of memory");
+    if (tkm_oci_ref_format(ref, c->what, sizeof c->what) < 0)
+        snprintf(c->what, sizeof c->what, "%.250s/%.300s", ref->host, ref->repo);
+    if ((rc = tkm__oci_job_ext_new(s, ref->repo, tkm_oci_ref_reference(ref), cb, data, &j, err))) {
+        free(c);
+        return rc;
+    }
+    tkm__oci_job_ext_set(j, c, ti_free, ti_cancel);
+    c->outer = j;
+    if ((rc = tkm_oci_job_inspect(s, ref, ti_done, c, &c->inner, err)) != 0) {
+        tkm__oci_job_ext_discard(j);
+        return rc;
+    }
+    tkm__oci_job_ext_link(j, out);
+    return 0;
 }

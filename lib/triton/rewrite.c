@@ -62,10 +62,13 @@ static int replace_file(const char *path, const char *text, mode_t mode, struct 
     return 0;
 }
 
-static int rewrite_one(const char *kdir, const char *dname, const char *gname, const char *new_root,
-                       struct tkm_triton_rewrite_stats *st, struct tkm_err *err)
+/* Reads kdir/gname (kdir = src/dname), writes the rewritten group to
+ * odir/gname (odir = out_dir/dname, may equal kdir). */
+static int rewrite_one(const char *kdir, const char *odir, const char *dname, const char *gname,
+                       const char *new_root, struct tkm_triton_rewrite_stats *st,
+                       struct tkm_err *err)
 {
-    char path[PATH_MAX], child[PATH_MAX];
+    char path[PATH_MAX], child[PATH_MAX], opath[PATH_MAX];
     struct tkm_buf b = TKM_BUF_INIT(TKM_TRITON_MAX_META_BYTES);
     struct tkm_triton_group g = {0};
     json_t *root = NULL, *cp = NULL;
@@ -74,6 +77,8 @@ static int rewrite_one(const char *kdir, const char *dname, const char *gname, c
     int rc, fd = -1;
     if (tkm_pathf(path, sizeof path, "%s/%s", kdir, gname) != 0)
         return tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", kdir, gname);
+    if (tkm_pathf(opath, sizeof opath, "%s/%s", odir, gname) != 0)
+        return tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", odir, gname);
     fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         rc = tkm_err_set(err, fd < 0 ? -errno : -EINVAL, "%s: cannot read the group file", path);
@@ -121,7 +126,7 @@ static int rewrite_one(const char *kdir, const char *dname, const char *gname, c
         rc = tkm_err_set(err, -ENOMEM, "out of memory");
         goto out;
     }
-    if ((rc = replace_file(path, text, sb.st_mode, err)) == 0)
+    if ((rc = replace_file(opath, text, sb.st_mode, err)) == 0)
         st->groups++;
 out:
     if (fd >= 0)
@@ -134,15 +139,29 @@ out:
     return rc;
 }
 
-static int rewrite_dir(const char *cache_dir, const char *dname, const char *new_root,
-                       struct tkm_triton_rewrite_stats *st, struct tkm_err *err)
+/* mkdir that accepts an existing directory. */
+static int ensure_dir(const char *path, struct tkm_err *err)
 {
-    char kdir[PATH_MAX];
+    struct stat sb;
+    if (mkdir(path, 0755) == 0)
+        return 0;
+    if (errno == EEXIST && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return 0;
+    return tkm_err_set(err, errno == EEXIST ? -ENOTDIR : -errno, "%s: cannot create directory: %s",
+                       path, strerror(errno == EEXIST ? ENOTDIR : errno));
+}
+
+static int rewrite_dir(const char *cache_dir, const char *out_dir, const char *dname,
+                       const char *new_root, struct tkm_triton_rewrite_stats *st,
+                       struct tkm_err *err)
+{
+    char kdir[PATH_MAX], odir[PATH_MAX];
     DIR *d;
     struct dirent *de;
-    int rc = 0;
-    if (tkm_pathf(kdir, sizeof kdir, "%s/%s", cache_dir, dname) != 0)
-        return tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", cache_dir, dname);
+    int rc = 0, made = 0;
+    if (tkm_pathf(kdir, sizeof kdir, "%s/%s", cache_dir, dname) != 0 ||
+        tkm_pathf(odir, sizeof odir, "%s/%s", out_dir, dname) != 0)
+        return tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", out_dir, dname);
     if (!(d = opendir(kdir)))
         return tkm_err_set(err, -errno, "%s: cannot open directory: %s", kdir, strerror(errno));
     while ((de = readdir(d)) && !rc) {
@@ -150,7 +169,11 @@ static int rewrite_dir(const char *cache_dir, const char *dname, const char *new
         if (strncmp(de->d_name, "__grp__", 7) != 0 || nl < 13 ||
             strcmp(de->d_name + nl - 5, ".json") != 0)
             continue;
-        rc = rewrite_one(kdir, dname, de->d_name, new_root, st, err);
+        /* The output tree mirrors only kernel dirs that have group files. */
+        if (!made && (rc = ensure_dir(odir, err)) != 0)
+            break;
+        made = 1;
+        rc = rewrite_one(kdir, odir, dname, de->d_name, new_root, st, err);
     }
     closedir(d);
     return rc;
@@ -158,6 +181,12 @@ static int rewrite_dir(const char *cache_dir, const char *dname, const char *new
 
 int tkm_triton_groups_rewrite(const char *cache_dir, const char *new_root,
                               struct tkm_triton_rewrite_stats *stats, struct tkm_err *err)
+{
+    return tkm_triton_groups_rewrite_to(cache_dir, cache_dir, new_root, stats, err);
+}
+
+int tkm_triton_groups_rewrite_to(const char *cache_dir, const char *out_dir, const char *new_root,
+                                 struct tkm_triton_rewrite_stats *stats, struct tkm_err *err)
 {
     struct tkm_triton_rewrite_stats local = {0};
     char root[PATH_MAX];
@@ -171,6 +200,8 @@ int tkm_triton_groups_rewrite(const char *cache_dir, const char *new_root,
     while (rl > 1 && new_root[rl - 1] == '/')
         rl--;
     snprintf(root, sizeof root, "%.*s", (int)rl, new_root);
+    if (strcmp(out_dir, cache_dir) != 0 && (rc = ensure_dir(out_dir, err)) != 0)
+        return rc;
     if (!(d = opendir(cache_dir)))
         return tkm_err_set(err, -errno, "%s: cannot open the cache directory: %s", cache_dir,
                            strerror(errno));
@@ -183,7 +214,8 @@ int tkm_triton_groups_rewrite(const char *cache_dir, const char *new_root,
         if (tkm_pathf(p, sizeof p, "%s/%s", cache_dir, de->d_name) != 0 || lstat(p, &sb) != 0 ||
             !S_ISDIR(sb.st_mode))
             continue;
-        rc = rewrite_dir(cache_dir, de->d_name, strcmp(root, "/") == 0 ? "" : root, &local, err);
+        rc = rewrite_dir(cache_dir, out_dir, de->d_name, strcmp(root, "/") == 0 ? "" : root, &local,
+                         err);
     }
     closedir(d);
     if (stats)

@@ -67,6 +67,9 @@ WANT=$BUILT
 [[ $(uname -m) == aarch64 ]] && WANT=$OTHER
 assert_eq "$WANT" "$(jq -r .digest <<<"$OUT")" "index resolved to this machine's linux manifest"
 assert_contains "$(jq -r .index <<<"$OUT")" "sha256:" "index digest reported"
+# one resolver: inspect (and check) reach the same manifest through the same index
+expect_ok "inspect through the index" "$T" inspect "$REG/e2e/oci-cache:multi" -o json
+assert_eq "$WANT" "$(jq -r .manifestDigest <<<"$OUT")" "inspect pins the same manifest as pull"
 
 step "extract"
 MOUNT=$(cd "$(dirname "$CACHE")" && pwd)/$(basename "$CACHE")
@@ -159,14 +162,25 @@ assert_contains "$OUT" "blob $LAYER" "error names the layer digest"
 assert_contains "$OUT" "digest mismatch" "error says digest mismatch"
 [[ ! -e $E2E_TMP/tp/blobs/sha256/$LHEX ]] || fail "tampered blob left in the layout"
 pass "no unverified blob left behind"
+[[ ! -e $E2E_TMP/tp && -z $(ls -A "$E2E_TMP" | grep -F .tp.pull-) ]] || fail "the failed pull left a directory"
+pass "the failed pull left no layout and no staging directory"
 cp "$E2E_TMP/layer.orig" "$LF"
 MHEX=${BUILT#sha256:}
 MF=$BLOBS/${MHEX:0:2}/$MHEX/data
 cp "$MF" "$E2E_TMP/man.orig"
 sed -i 's/"schemaVersion":2/"schemaVersion":2 /' "$MF"
-expect_fail "pull of a tampered manifest" "$T" pull "$TREG/e2e/t:v1" --output "$E2E_TMP/tm"
+# By digest the bytes must hash to it; by tag the digest IS the hash of the bytes served
+# (Docker-Content-Digest is never trusted), so the tag now names other content.
+expect_fail "pull of a tampered manifest by digest" "$T" pull "$TREG/e2e/t@$BUILT" --output "$E2E_TMP/tm"
 assert_contains "$OUT" "manifest" "error is about the manifest"
 assert_contains "$OUT" "digest mismatch: expected $BUILT" "error names the expected digest"
+[[ ! -e $E2E_TMP/tm ]] || fail "a failed pull left $E2E_TMP/tm behind"
+pass "a failed pull leaves no layout directory"
+expect_ok "pull of the tampered manifest by tag" "$T" pull "$TREG/e2e/t:v1" --output "$E2E_TMP/tm2" -o json
+TAMPERED=$(jq -r .digest <<<"$OUT")
+assert_eq "sha256:$(sha256sum "$MF" | cut -d' ' -f1)" "$TAMPERED" "a tag pins the hash of the bytes served"
+[[ $TAMPERED != "$BUILT" ]] || fail "the tampered manifest kept the old digest"
+pass "the tag resolved to the tampered content's own digest, not the registry's header"
 cp "$E2E_TMP/man.orig" "$MF"
 expect_ok "pull after restoring" "$T" pull "$TREG/e2e/t:v1" --output "$E2E_TMP/tok"
 

@@ -1,5 +1,5 @@
 /*
- * test_extract_layout.c - the checks tkm_oci_extract_layout makes on an OCI
+ * test_extract_layout.c - the checks tkm_triton_extract_layout makes on an OCI
  * layout before it trusts the layer (issue "extraction leaves nothing
  * behind"): a blob whose size is not its descriptor's is refused as the
  * registry path refuses it; a config without rootfs.diff_ids is refused when
@@ -12,14 +12,15 @@
 
 #include <tkm/archive.h>
 #include <tkm/buf.h>
-#include <tkm/oci/build.h>
+#include <tkm/triton/build.h>
+#include <tkm/triton/extract.h>
 #include <tkm/oci/image.h>
 #include <tkm/oci/layout.h>
 
 #include "test.h"
 
 /* Builds the sm90 fixture into tmpdir/l (tag v1). */
-static void build_layout(char *layout, size_t n, struct tkm_oci_build_result *br)
+static void build_layout(char *layout, size_t n, struct tkm_triton_build_result *br)
 {
     char cmd[2048], cache[1024];
     struct tkm_err e = {0};
@@ -30,7 +31,7 @@ static void build_layout(char *layout, size_t n, struct tkm_oci_build_result *br
     ASSERT_EQ(system(cmd), 0);
     snprintf(cache, sizeof cache, "%s/src/tcache", tkm_test_tmpdir());
     snprintf(layout, n, "%s/l", tkm_test_tmpdir());
-    int rc = tkm_oci_build_cache_image(cache, layout, "v1", NULL, br, &e);
+    int rc = tkm_triton_build_cache_image(cache, layout, "v1", NULL, br, &e);
     if (rc)
         fprintf(stderr, "%s\n", e.msg);
     ASSERT_OK(rc);
@@ -59,15 +60,15 @@ static void append(const char *path, const char *s)
 TEST_TIMEOUT(layer_blob_larger_or_smaller_than_descriptor_is_refused, 60)
 {
     char layout[1024], blob[1400], out[1100];
-    struct tkm_oci_build_result br;
-    struct tkm_oci_extract_result xr;
+    struct tkm_triton_build_result br;
+    struct tkm_triton_extract_result xr;
     struct tkm_err e = {0};
     build_layout(layout, sizeof layout, &br);
     ASSERT_OK(tkm_oci_layout_blob_path(layout, br.layer.digest, blob, sizeof blob));
     snprintf(out, sizeof out, "%s/out", tkm_test_tmpdir());
     /* bytes after the gzip stream: the size check answers first, before any read */
     append(blob, "trailing bytes the descriptor does not cover");
-    ASSERT_EQ(tkm_oci_extract_layout(layout, "v1", out, NULL, &xr, &e), -EFBIG);
+    ASSERT_EQ(tkm_triton_extract_layout(layout, "v1", out, NULL, &xr, &e), -EFBIG);
     char want[200];
     snprintf(want, sizeof want, "layer blob has %llu bytes, its descriptor says %llu",
              (unsigned long long)br.layer.size + 44, (unsigned long long)br.layer.size);
@@ -77,7 +78,7 @@ TEST_TIMEOUT(layer_blob_larger_or_smaller_than_descriptor_is_refused, 60)
     /* a short blob */
     ASSERT_OK(truncate(blob, (off_t)br.layer.size - 10));
     tkm_err_clear(&e);
-    ASSERT_EQ(tkm_oci_extract_layout(layout, "v1", out, NULL, &xr, &e), -EINVAL);
+    ASSERT_EQ(tkm_triton_extract_layout(layout, "v1", out, NULL, &xr, &e), -EINVAL);
     snprintf(want, sizeof want, "layer blob has %llu bytes, its descriptor says %llu",
              (unsigned long long)br.layer.size - 10, (unsigned long long)br.layer.size);
     ASSERT_STRCONTAINS(e.msg, want);
@@ -85,7 +86,7 @@ TEST_TIMEOUT(layer_blob_larger_or_smaller_than_descriptor_is_refused, 60)
 }
 
 /* Rewrites the config of tag v1 with fn applied to its JSON, as tag `tag`. */
-static void retag_with_config(const char *layout, const struct tkm_oci_build_result *br,
+static void retag_with_config(const char *layout, const struct tkm_triton_build_result *br,
                               void (*fn)(json_t *), const char *tag)
 {
     struct tkm_buf b = TKM_BUF_INIT(1 << 20);
@@ -130,45 +131,45 @@ static void no_diff_ids(json_t *cfg)
 TEST_TIMEOUT(config_without_diff_ids_is_refused, 60)
 {
     char layout[1024], out[1100];
-    struct tkm_oci_build_result br;
-    struct tkm_oci_extract_result xr;
+    struct tkm_triton_build_result br;
+    struct tkm_triton_extract_result xr;
     struct tkm_err e = {0};
     build_layout(layout, sizeof layout, &br);
     snprintf(out, sizeof out, "%s/out", tkm_test_tmpdir());
     retag_with_config(layout, &br, empty_diff_ids, "empty");
-    ASSERT_EQ(tkm_oci_extract_layout(layout, "empty", out, NULL, &xr, &e), -EINVAL);
+    ASSERT_EQ(tkm_triton_extract_layout(layout, "empty", out, NULL, &xr, &e), -EINVAL);
     ASSERT_STRCONTAINS(e.msg, "lists 0 rootfs.diff_ids for 1 layer");
     assert_dir_holds(tkm_test_tmpdir(), "l", "src");
     retag_with_config(layout, &br, no_diff_ids, "absent");
     tkm_err_clear(&e);
-    int rc = tkm_oci_extract_layout(layout, "absent", out, NULL, &xr, &e);
+    int rc = tkm_triton_extract_layout(layout, "absent", out, NULL, &xr, &e);
     ASSERT(rc < 0);
     ASSERT_STRCONTAINS(e.msg, "diff_ids");
     assert_dir_holds(tkm_test_tmpdir(), "l", "src");
     /* the untouched image still extracts */
     tkm_err_clear(&e);
-    ASSERT_OK(tkm_oci_extract_layout(layout, "v1", out, NULL, &xr, &e));
+    ASSERT_OK(tkm_triton_extract_layout(layout, "v1", out, NULL, &xr, &e));
     ASSERT_EQ(xr.files, 36);
 }
 
 TEST_TIMEOUT(limits_and_cancel_reach_the_layout_extraction, 60)
 {
     char layout[1024], out[1100];
-    struct tkm_oci_build_result br;
-    struct tkm_oci_extract_result xr;
+    struct tkm_triton_build_result br;
+    struct tkm_triton_extract_result xr;
     struct tkm_err e = {0};
     build_layout(layout, sizeof layout, &br);
     snprintf(out, sizeof out, "%s/out", tkm_test_tmpdir());
     struct tkm_archive_opts base;
     tkm_archive_opts_init(&base);
     base.limits.max_file_bytes = 1000;
-    ASSERT_EQ(tkm_oci_extract_layout_with(layout, "v1", out, NULL, &base, &xr, &e), -EFBIG);
+    ASSERT_EQ(tkm_triton_extract_layout_with(layout, "v1", out, NULL, &base, &xr, &e), -EFBIG);
     ASSERT_STRCONTAINS(e.msg, "exceeds the 1000-byte per-file limit");
     assert_dir_holds(tkm_test_tmpdir(), "l", "src");
     tkm_archive_opts_init(&base);
     atomic_int stop = 1;
     base.cancel = &stop;
     tkm_err_clear(&e);
-    ASSERT_EQ(tkm_oci_extract_layout_with(layout, "v1", out, NULL, &base, &xr, &e), -ECANCELED);
+    ASSERT_EQ(tkm_triton_extract_layout_with(layout, "v1", out, NULL, &base, &xr, &e), -ECANCELED);
     assert_dir_holds(tkm_test_tmpdir(), "l", "src");
 }

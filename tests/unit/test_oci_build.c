@@ -6,8 +6,9 @@
 #include <unistd.h>
 
 #include <tkm/buf.h>
-#include <tkm/oci/build.h>
+#include <tkm/triton/build.h>
 #include <tkm/oci/image.h>
+#include <tkm/triton/extract.h>
 #include <tkm/oci/layout.h>
 #include <tkm/oci/manifest.h>
 
@@ -39,7 +40,7 @@ static void cache_root(const char *dest, char *out, size_t n)
 TEST_TIMEOUT(build_fixture_is_deterministic_and_labelled, 60)
 {
     char src[1024], cache[1200], l1[1024], l2[1024];
-    struct tkm_oci_build_result r1, r2;
+    struct tkm_triton_build_result r1, r2;
     struct tkm_err e = {0};
     snprintf(src, sizeof src, "%s/src", tkm_test_tmpdir());
     untar_fixture("triton-3.6.0-cuda-sm90", src);
@@ -53,11 +54,11 @@ TEST_TIMEOUT(build_fixture_is_deterministic_and_labelled, 60)
     ASSERT_EQ(mkdir(tmpd, 0755), 0);
     snprintf(l1, sizeof l1, "%s/l1", tkm_test_tmpdir());
     snprintf(l2, sizeof l2, "%s/l2", tkm_test_tmpdir());
-    int rc = tkm_oci_build_cache_image(cache, l1, "v1", NULL, &r1, &e);
+    int rc = tkm_triton_build_cache_image(cache, l1, "v1", NULL, &r1, &e);
     if (rc)
         fprintf(stderr, "%s\n", e.msg);
     ASSERT_OK(rc);
-    ASSERT_OK(tkm_oci_build_cache_image(cache, l2, "v1", NULL, &r2, &e));
+    ASSERT_OK(tkm_triton_build_cache_image(cache, l2, "v1", NULL, &r2, &e));
     ASSERT_STREQ(r1.manifest.digest, r2.manifest.digest);
     ASSERT_STREQ(r1.layer.digest, r2.layer.digest);
     ASSERT_EQ(r1.entries, 4); /* add, softmax, 2x matmul: JSONs with a hash */
@@ -130,7 +131,7 @@ TEST(build_rejects_symlink_and_empty_dir)
     snprintf(cache, sizeof cache, "%s/empty", tkm_test_tmpdir());
     snprintf(layout, sizeof layout, "%s/out", tkm_test_tmpdir());
     ASSERT_EQ(mkdir(cache, 0755), 0);
-    ASSERT_EQ(tkm_oci_build_cache_image(cache, layout, "v1", NULL, NULL, &e), -ENOENT);
+    ASSERT_EQ(tkm_triton_build_cache_image(cache, layout, "v1", NULL, NULL, &e), -ENOENT);
     ASSERT_STRCONTAINS(e.msg, "holds no Triton kernel");
     char src[1024], root[1200];
     snprintf(src, sizeof src, "%s/src", tkm_test_tmpdir());
@@ -139,7 +140,7 @@ TEST(build_rejects_symlink_and_empty_dir)
     snprintf(link, sizeof link, "%s/evil", root);
     ASSERT_EQ(symlink("/etc/passwd", link), 0);
     tkm_err_clear(&e);
-    ASSERT_EQ(tkm_oci_build_cache_image(root, layout, "v1", NULL, NULL, &e), -EINVAL);
+    ASSERT_EQ(tkm_triton_build_cache_image(root, layout, "v1", NULL, NULL, &e), -EINVAL);
     ASSERT_STRCONTAINS(e.msg, "io.triton.cache/evil is a symbolic link");
 }
 
@@ -166,16 +167,16 @@ TEST(layout_detects_tampered_blob)
 TEST_TIMEOUT(extract_layout_round_trip_and_failure_leaves_nothing, 60)
 {
     char src[1024], cache[1200], layout[1024], out[1024], cmd[4096];
-    struct tkm_oci_build_result br;
-    struct tkm_oci_extract_result xr;
+    struct tkm_triton_build_result br;
+    struct tkm_triton_extract_result xr;
     struct tkm_err e = {0};
     snprintf(src, sizeof src, "%s/src", tkm_test_tmpdir());
     untar_fixture("triton-3.6.0-cuda-sm90", src);
     cache_root(src, cache, sizeof cache);
     snprintf(layout, sizeof layout, "%s/l", tkm_test_tmpdir());
     snprintf(out, sizeof out, "%s/out", tkm_test_tmpdir());
-    ASSERT_OK(tkm_oci_build_cache_image(cache, layout, "v1", NULL, &br, &e));
-    int rc = tkm_oci_extract_layout(layout, "v1", out, "/tmp/tcache", &xr, &e);
+    ASSERT_OK(tkm_triton_build_cache_image(cache, layout, "v1", NULL, &br, &e));
+    int rc = tkm_triton_extract_layout(layout, "v1", out, "/tmp/tcache", &xr, &e);
     if (rc)
         fprintf(stderr, "%s\n", e.msg);
     ASSERT_OK(rc);
@@ -190,7 +191,7 @@ TEST_TIMEOUT(extract_layout_round_trip_and_failure_leaves_nothing, 60)
     ASSERT_EQ(system(cmd), 0);
     /* extracting again onto the same path is refused, the first tree untouched */
     tkm_err_clear(&e);
-    ASSERT(tkm_oci_extract_layout(layout, "v1", out, NULL, &xr, &e) < 0);
+    ASSERT(tkm_triton_extract_layout(layout, "v1", out, NULL, &xr, &e) < 0);
     /* a corrupted layer: error names the digest; no output and no staging dir remain */
     char blob[1400], out2[1100];
     ASSERT_OK(tkm_oci_layout_blob_path(layout, br.layer.digest, blob, sizeof blob));
@@ -201,7 +202,7 @@ TEST_TIMEOUT(extract_layout_round_trip_and_failure_leaves_nothing, 60)
     fclose(f);
     snprintf(out2, sizeof out2, "%s/out2", tkm_test_tmpdir());
     tkm_err_clear(&e);
-    ASSERT(tkm_oci_extract_layout(layout, "v1", out2, NULL, &xr, &e) < 0);
+    ASSERT(tkm_triton_extract_layout(layout, "v1", out2, NULL, &xr, &e) < 0);
     ASSERT_EQ(access(out2, F_OK), -1);
     snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -q staging", tkm_test_tmpdir());
     ASSERT(system(cmd) != 0);

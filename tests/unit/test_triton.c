@@ -339,6 +339,54 @@ TEST(rewrite_list_form_and_keeps_mode)
     ASSERT_EQ(sb.st_mode & 07777, 0640);
 }
 
+TEST(rewrite_to_separate_dir_leaves_cache_alone)
+{
+    struct tkm_triton_rewrite_stats st;
+    struct tkm_err e = {0};
+    size_t groups = 0;
+    char src[1024], out[1200], cmd[3000];
+    snprintf(src, sizeof src, "%s",
+             untar("triton-3.6.0-cuda-sm90-inductor-block.tar.gz", "tcache-inductor"));
+    snprintf(out, sizeof out, "%s/layer", tkm_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "cd '%s' && find . -type f -exec sha256sum {} + | sort > '%s/before'",
+             src, tkm_test_tmpdir());
+    ASSERT_EQ(system(cmd), 0);
+    ASSERT_OK(tkm_triton_groups_rewrite_to(src, out, "/pods/p1/cache", &st, &e));
+    ASSERT_EQ(st.groups, 40);
+    ASSERT_EQ(st.missing_children, 0);
+    /* the source is byte for byte what it was: groups still point at /tmp/T */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && find . -type f -exec sha256sum {} + | sort | cmp - '%s/before'", src,
+             tkm_test_tmpdir());
+    ASSERT_EQ(system(cmd), 0);
+    check_groups(src, "/tmp/T", 0, &groups);
+    ASSERT_EQ(groups, 40);
+    /* the output holds exactly the 40 group files, rewritten, nothing else */
+    check_groups(out, "/pods/p1/cache", 0, &groups);
+    ASSERT_EQ(groups, 40);
+    snprintf(cmd, sizeof cmd,
+             "test \"$(find '%s' -type f | wc -l)\" = 40 && "
+             "test -z \"$(find '%s' -type f ! -name '__grp__*.json')\"",
+             out, out);
+    ASSERT_EQ(system(cmd), 0);
+    /* every output dir is a kernel dir of the source */
+    snprintf(cmd, sizeof cmd, "cd '%s' && for d in */; do test -d '%s'/\"$d\" || exit 1; done", out,
+             src);
+    ASSERT_EQ(system(cmd), 0);
+    /* again into the same dir (it exists now): same result, no temp files */
+    ASSERT_OK(tkm_triton_groups_rewrite_to(src, out, "/pods/p2/cache", &st, &e));
+    check_groups(out, "/pods/p2/cache", 0, &groups);
+    ASSERT_EQ(groups, 40);
+    snprintf(cmd, sizeof cmd, "test -z \"$(find '%s' -name '*tkm-tmp*')\"", out);
+    ASSERT_EQ(system(cmd), 0);
+    /* out_dir over a file is refused with the path named */
+    snprintf(cmd, sizeof cmd, "touch '%s/afile'", tkm_test_tmpdir());
+    ASSERT_EQ(system(cmd), 0);
+    snprintf(out, sizeof out, "%s/afile", tkm_test_tmpdir());
+    ASSERT_EQ(tkm_triton_groups_rewrite_to(src, out, "/x", &st, &e), -ENOTDIR);
+    ASSERT_STRCONTAINS(e.msg, "afile");
+}
+
 TEST(ptx_header_parse)
 {
     struct tkm_ptx_version v;

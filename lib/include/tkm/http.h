@@ -177,6 +177,24 @@ int tkm_http_resp_header(const struct tkm_http_resp *resp, const char *name, cha
  * clamped to [0, max_s]; -1 when the header is absent or unparsable. */
 long tkm_http_retry_after(const struct tkm_http_resp *resp, long max_s);
 
+/*
+ * The libuv thread pool, sized on purpose. It is process-wide, created on
+ * first use (uv_queue_work, uv_fs_*, uv_getaddrinfo) with UV_THREADPOOL_SIZE
+ * threads (libuv's default is 4). What runs there in tkm: extraction and
+ * full-file hashing (lib/oci jobs: at most TKM_OCI_POOL_JOBS per registry
+ * session), the staged pull's rename, and k8sclient's exec credential
+ * plugins. Registry transfers and lease renewals never do: they are on the
+ * loop. TKM_THREADPOOL_SIZE leaves room for credential refreshes while two
+ * sessions' worth of image work (4 items) keep threads busy.
+ */
+#define TKM_THREADPOOL_SIZE 8
+
+/* Sets UV_THREADPOOL_SIZE to size (0: TKM_THREADPOOL_SIZE) unless the
+ * environment already asks for at least that many. Call from main() before
+ * the first loop, thread or uv call. Returns the size in effect (> 0), or
+ * -EINVAL when size exceeds libuv's 1024 (err says so). */
+int tkm_threadpool_init(unsigned size, struct tkm_err *err);
+
 /* Calls curl_global_init() once; call from main() before any thread starts. */
 int tkm_http_global_init(struct tkm_err *err);
 

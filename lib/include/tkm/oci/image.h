@@ -1,17 +1,22 @@
 /*
  * image.h - whole-image transfers between a registry and an OCI layout.
  *
- * Pull: resolve the reference (HEAD for the digest, then GET by that digest
- * and hash what arrives), follow an index to the linux/<host arch> manifest
- * (attestations skipped; a single manifest is taken as is), fetch and verify
- * the config and every layer into the layout (blobs already present are
- * verified instead of fetched), then tag the manifest in index.json.
+ * Pull: resolve the reference (GET the manifest and hash the bytes: that
+ * digest pins everything after), follow an index by digest to the
+ * linux/<host arch> manifest (attestations skipped; a single manifest is
+ * taken as is), fetch and verify the config and every layer into the layout
+ * (blobs already present are verified instead of fetched), then tag the
+ * manifest in index.json. A layout that does not exist yet is staged in a
+ * sibling directory (.<name>.pull-XXXXXX) and renamed into place at the
+ * end, so a failed pull leaves no directory behind.
  *
  * Push: read the tagged manifest from a layout, verify each blob, upload
  * config and layers (skipping those the registry has), then PUT the manifest
  * under the reference's tag (or its digest).
  *
- * Both are synchronous (registry.h). Strings are borrowed.
+ * Inspect and pull are the jobs of session.h run to completion on a private
+ * loop (the same code a daemon runs on its own loop); push is a sequence of
+ * synchronous registry calls (registry.h). Strings are borrowed.
  */
 #ifndef TKM_OCI_IMAGE_H
 #define TKM_OCI_IMAGE_H
@@ -29,9 +34,9 @@ struct tkm_oci_pull_result {
     uint64_t bytes_fetched;                    /* layer bytes downloaded (not reused) */
 };
 
-/* Pulls ref into layout_dir (created if needed) under tag (NULL: the
- * reference's tag, else "latest"). layers = 0 fetches manifest and config
- * only (inspection). */
+/* Pulls ref into layout_dir (created if needed, atomically; an existing
+ * layout gets the image added) under tag (NULL: the reference's tag, else
+ * "latest"). layers = 0 fetches manifest and config only (inspection). */
 int tkm_oci_pull(const struct tkm_oci_ref *ref, const struct tkm_oci_registry_opts *ro,
                  const char *layout_dir, const char *tag, int layers,
                  struct tkm_oci_pull_result *res, struct tkm_err *err);
@@ -52,38 +57,5 @@ int tkm_oci_push(const char *layout_dir, const char *tag, const struct tkm_oci_r
 /* Reads and verifies the manifest and config tagged tag in a layout. */
 int tkm_oci_layout_load(const char *layout_dir, const char *tag, struct tkm_oci_pull_result *res,
                         struct tkm_err *err);
-
-struct tkm_oci_extract_result {
-    char layer[TKM_OCI_DIGEST_LEN + 1]; /* the layer extracted */
-    uint64_t files, dirs, file_bytes;   /* written under dest */
-    uint64_t label_bytes;               /* cache.triton.image/cache-size-bytes, 0 if absent */
-    uint64_t groups, children;          /* group files rewritten, child paths written */
-    uint64_t missing_children;          /* group children absent from the cache */
-};
-
-/* Extracts the Triton cache of the image tagged tag (NULL: the only one) in
- * layout_dir into dest (must not exist): io.triton.cache/ becomes dest/, the
- * layer's digest and diff_id are checked while extracting (lib/archive:
- * links, devices, '..', absolute names rejected) into a staging directory
- * beside dest, every __grp__*.json there is rewritten to point at
- * mount_path (NULL: dest's absolute path), where pods will see the cache,
- * the tree is flushed with one syncfs() and renamed to dest. A failure or a
- * crash leaves no dest, never a partial one.
- * The image must have one tar layer (gzip, zstd or plain). */
-int tkm_oci_extract_layout(const char *layout_dir, const char *tag, const char *dest,
-                           const char *mount_path, struct tkm_oci_extract_result *res,
-                           struct tkm_err *err);
-
-/* The same with the limits, cancel flag and progress callback of base
- * (borrowed, may be NULL for the defaults; its other fields are ignored):
- * once *base->cancel is non-zero the extraction stops with -ECANCELED and the
- * staging directory is removed. The staging directory is a
- * tkm_staging_create() one; stale ones of dead processes beside dest are
- * purged first. The layer blob must have its descriptor's exact size and the
- * config exactly one rootfs.diff_id. */
-struct tkm_archive_opts;
-int tkm_oci_extract_layout_with(const char *layout_dir, const char *tag, const char *dest,
-                                const char *mount_path, const struct tkm_archive_opts *base,
-                                struct tkm_oci_extract_result *res, struct tkm_err *err);
 
 #endif

@@ -27,17 +27,16 @@
 #define TKM_OCI_MANIFEST_MAX (4u << 20) /* 4 MiB, as containerd */
 #define TKM_OCI_DESCS_MAX    4096
 
-#define TKM_OCI_MT_MANIFEST        "application/vnd.oci.image.manifest.v1+json"
-#define TKM_OCI_MT_INDEX           "application/vnd.oci.image.index.v1+json"
-#define TKM_OCI_MT_CONFIG          "application/vnd.oci.image.config.v1+json"
-#define TKM_OCI_MT_LAYER_TAR       "application/vnd.oci.image.layer.v1.tar"
-#define TKM_OCI_MT_LAYER_GZIP      "application/vnd.oci.image.layer.v1.tar+gzip"
-#define TKM_OCI_MT_LAYER_ZSTD      "application/vnd.oci.image.layer.v1.tar+zstd"
-#define TKM_DOCKER_MT_MANIFEST     "application/vnd.docker.distribution.manifest.v2+json"
-#define TKM_DOCKER_MT_LIST         "application/vnd.docker.distribution.manifest.list.v2+json"
-#define TKM_DOCKER_MT_CONFIG       "application/vnd.docker.container.image.v1+json"
-#define TKM_DOCKER_MT_LAYER_GZIP   "application/vnd.docker.image.rootfs.diff.tar.gzip"
-#define TKM_TRITON_MT_LEGACY_LAYER "application/cache.triton.content.layer.v1+triton"
+#define TKM_OCI_MT_MANIFEST      "application/vnd.oci.image.manifest.v1+json"
+#define TKM_OCI_MT_INDEX         "application/vnd.oci.image.index.v1+json"
+#define TKM_OCI_MT_CONFIG        "application/vnd.oci.image.config.v1+json"
+#define TKM_OCI_MT_LAYER_TAR     "application/vnd.oci.image.layer.v1.tar"
+#define TKM_OCI_MT_LAYER_GZIP    "application/vnd.oci.image.layer.v1.tar+gzip"
+#define TKM_OCI_MT_LAYER_ZSTD    "application/vnd.oci.image.layer.v1.tar+zstd"
+#define TKM_DOCKER_MT_MANIFEST   "application/vnd.docker.distribution.manifest.v2+json"
+#define TKM_DOCKER_MT_LIST       "application/vnd.docker.distribution.manifest.list.v2+json"
+#define TKM_DOCKER_MT_CONFIG     "application/vnd.docker.container.image.v1+json"
+#define TKM_DOCKER_MT_LAYER_GZIP "application/vnd.docker.image.rootfs.diff.tar.gzip"
 /* The Accept header value for manifest requests. */
 #define TKM_OCI_MANIFEST_ACCEPT                                                                    \
     TKM_OCI_MT_INDEX ", " TKM_OCI_MT_MANIFEST ", " TKM_DOCKER_MT_LIST ", " TKM_DOCKER_MT_MANIFEST
@@ -84,8 +83,9 @@ int tkm_oci_index_select(const struct tkm_oci_manifest *idx, const char *os, con
 /* The OCI architecture of this machine ("amd64", "arm64", ...). */
 const char *tkm_oci_host_arch(void);
 
-/* 1 when a layer media type carries a tar (gzip, zstd, plain, or the legacy
- * Triton layer). *compression (optional) gets "gzip", "zstd" or "". */
+/* 1 when a layer media type is an OCI or Docker tar layer (gzip, zstd or
+ * plain). *compression (optional) gets "gzip", "zstd" or "". Cache-specific
+ * media types are the caller's business. */
 int tkm_oci_layer_supported(const char *media_type, const char **compression);
 
 struct tkm_oci_config {

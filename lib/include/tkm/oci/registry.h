@@ -1,9 +1,11 @@
 /*
  * registry.h - a distribution v2 (OCI) registry client for one registry host.
  *
- * Built on lib/http. This is the synchronous client (tkm_http_do, a private
- * loop per request): it serves tkmctl, tests and benchmarks. Daemons that run
- * one libuv loop must not call it from the loop thread.
+ * The synchronous client: a thin wrapper that runs the asynchronous core
+ * (session.h: the same session, requests, authentication and retries) on a
+ * private loop of its own until each operation completes. It serves
+ * tkmctl, tests and benchmarks; daemons that run one libuv loop use
+ * session.h's jobs instead and must not call this from the loop thread.
  *
  * What it does:
  *   - picks the scheme: https, or plain http only for loopback hosts and the
@@ -44,7 +46,8 @@
 #include <tkm/oci/ref.h>
 
 /* Progress of a long transfer: done bytes of total (0 when unknown). Called
- * on the calling thread, at most every 64 KiB and once at the end. */
+ * on the loop's thread (the caller's, for this synchronous client), about
+ * every MiB and once at the end. */
 typedef void (*tkm_oci_progress_cb)(void *ud, uint64_t done, uint64_t total);
 
 struct tkm_oci_registry_opts {
@@ -78,9 +81,9 @@ int tkm_oci_registry_get_manifest(struct tkm_oci_registry *r, const char *repo,
                                   size_t ct_n, char digest[TKM_OCI_DIGEST_LEN + 1],
                                   struct tkm_err *err);
 
-/* Resolves a tag to a digest: HEAD and Docker-Content-Digest when the
- * registry sends it, else GET and hash. Pin the result and re-verify it with
- * get_manifest(digest). */
+/* Resolves a reference to the manifest's digest: GET and hash the bytes
+ * (a Docker-Content-Digest header is never trusted); a digest reference is
+ * fetched and verified. Everything after is fetched by that digest. */
 int tkm_oci_registry_resolve(struct tkm_oci_registry *r, const char *repo, const char *reference,
                              char digest[TKM_OCI_DIGEST_LEN + 1], struct tkm_err *err);
 
@@ -108,6 +111,14 @@ int tkm_oci_registry_push_blob_file(struct tkm_oci_registry *r, const char *repo
                                     struct tkm_err *err);
 int tkm_oci_registry_push_blob_mem(struct tkm_oci_registry *r, const char *repo, const void *p,
                                    size_t n, const char *digest, int *skipped, struct tkm_err *err);
+
+/* GET /v2/<repo>/referrers/<digest>[?artifactType=artifact_type] (NULL:
+ * all): the image index of the subject's referrers into body (caller-owned,
+ * capped at 4 MiB). -ENOTSUP when the registry has no referrers API (400,
+ * 405, or a 404 without an OCI error body). */
+int tkm_oci_registry_get_referrers(struct tkm_oci_registry *r, const char *repo, const char *digest,
+                                   const char *artifact_type, struct tkm_buf *body,
+                                   struct tkm_err *err);
 
 /* PUT /v2/<repo>/manifests/<reference> (a tag or the digest). */
 int tkm_oci_registry_put_manifest(struct tkm_oci_registry *r, const char *repo,

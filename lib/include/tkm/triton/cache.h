@@ -158,6 +158,16 @@ struct tkm_triton_rewrite_stats {
  * new_root must be absolute. stats is optional. */
 int tkm_triton_groups_rewrite(const char *cache_dir, const char *new_root,
                               struct tkm_triton_rewrite_stats *stats, struct tkm_err *err);
+/* Like tkm_triton_groups_rewrite(), but reads the groups under cache_dir and
+ * writes the rewritten ones to out_dir/<kernel dir>/__grp__*.json, leaving
+ * cache_dir untouched: out_dir (created if needed, may exist) becomes a tree
+ * that mirrors the cache and holds only the rewritten group files (the CSI
+ * driver's thin per-pod layer over a shared read-only cache). Kernel dirs
+ * without group files are not created. out_dir == cache_dir rewrites in
+ * place (tkm_triton_groups_rewrite() is exactly that). missing_children is
+ * counted against cache_dir. */
+int tkm_triton_groups_rewrite_to(const char *cache_dir, const char *out_dir, const char *new_root,
+                                 struct tkm_triton_rewrite_stats *stats, struct tkm_err *err);
 
 /* Reads `.version X.Y` and `.target sm_NN[a]` from the PTX header (the first
  * 64 KiB of text). target gets "" when absent. Returns -EINVAL without a

@@ -31,9 +31,42 @@ struct tkm_triton_image {
 /* tag NULL: the layout's only manifest. */
 int tkm_triton_image_load_layout(struct tkm_triton_image *im, const char *dir, const char *tag,
                                  struct tkm_err *err);
-/* ref like "quay.io/org/cache:tag"; opts may be NULL. */
+/* ref like "quay.io/org/cache:tag"; opts may be NULL. Reached through
+ * lib/oci's one resolver (tkm_oci_inspect: the manifest digest pinned by
+ * hashing the bytes, an index followed by digest), like pull. */
 int tkm_triton_image_load_ref(struct tkm_triton_image *im, const char *ref,
                               const struct tkm_oci_registry_opts *opts, struct tkm_err *err);
 void tkm_triton_image_release(struct tkm_triton_image *im);
+
+/* From a config that an inspect or pull job returned (session.h): config
+ * is taken (zeroed on return, in every case); what and manifest_digest are
+ * copied (either may be NULL). */
+int tkm_triton_image_from_config(struct tkm_triton_image *im, const char *what,
+                                 const char *manifest_digest, struct tkm_oci_config *config,
+                                 struct tkm_err *err);
+
+/* The Triton summary (cache.triton.image/summary label) of an image config.
+ * *out is caller-owned: tkm_triton_summary_release(). -ENOENT when the
+ * config has no summary label (not a Triton cache image). */
+int tkm_triton_summary_from_config(const struct tkm_oci_config *config,
+                                   struct tkm_triton_summary *out, struct tkm_err *err);
+
+/*
+ * Inspect as an image job on a registry session (oci/session.h: one handle,
+ * tkm_oci_job_cancel, the tkm_oci_job_cb callback): lib/oci's inspect (the
+ * one resolver), then the Triton labels. On success res->digest and
+ * res->image as for tkm_oci_job_inspect (res->image.config moved into the
+ * detail), and res->detail is a struct tkm_triton_image (borrowed for the
+ * callback): summary, entry count, size. -ENOENT when the image has no
+ * summary label (not a Triton cache image).
+ */
+struct tkm_oci_session;
+struct tkm_oci_job;
+struct tkm_oci_job_result;
+int tkm_triton_job_inspect(struct tkm_oci_session *s, const struct tkm_oci_ref *ref,
+                           void (*cb)(struct tkm_oci_job *job, int rc,
+                                      struct tkm_oci_job_result *res, const struct tkm_err *err,
+                                      void *data),
+                           void *data, struct tkm_oci_job **out, struct tkm_err *err);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * build.h - pack a Triton cache directory into an OCI image (MCV "compat").
+ * triton/build.h - pack a Triton cache directory into an OCI image (MCV "compat").
  *
  * The image (docs/images.md):
  *   - ONE layer, application/vnd.oci.image.layer.v1.tar+gzip, holding
@@ -20,21 +20,21 @@
  *
  * The result is written into an OCI image layout (layout.h) under a tag.
  */
-#ifndef TKM_OCI_BUILD_H
-#define TKM_OCI_BUILD_H
+#ifndef TKM_TRITON_BUILD_H
+#define TKM_TRITON_BUILD_H
 
 #include <stdint.h>
 
 #include <tkm/err.h>
 #include <tkm/oci/manifest.h>
 
-struct tkm_oci_build_opts {
+struct tkm_triton_build_opts {
     const char *title;   /* org.opencontainers.image.title; default "triton-kernel-cache" */
     const char *created; /* RFC 3339 time for the config; default "1970-01-01T00:00:00Z" */
     int gzip_level;      /* 1..9; default 6 */
 };
 
-struct tkm_oci_build_result {
+struct tkm_triton_build_result {
     struct tkm_oci_desc manifest, config, layer;
     char diff_id[TKM_OCI_DIGEST_LEN + 1];
     uint64_t entries;     /* kernel entries (entry-count label) */
@@ -45,8 +45,8 @@ struct tkm_oci_build_result {
 
 /* Packs cache_dir into the layout at layout_dir (created if needed) under
  * tag. opts may be NULL. res (optional) gets the descriptors. */
-int tkm_oci_build_cache_image(const char *cache_dir, const char *layout_dir, const char *tag,
-                              const struct tkm_oci_build_opts *opts,
-                              struct tkm_oci_build_result *res, struct tkm_err *err);
+int tkm_triton_build_cache_image(const char *cache_dir, const char *layout_dir, const char *tag,
+                                 const struct tkm_triton_build_opts *opts,
+                                 struct tkm_triton_build_result *res, struct tkm_err *err);
 
 #endif

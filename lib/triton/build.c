@@ -1,5 +1,5 @@
 /* build.c - see build.h. */
-#include <tkm/oci/build.h>
+#include <tkm/triton/build.h>
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -325,15 +325,15 @@ static int put_json(const char *layout, json_t *j, const char *mt, struct tkm_oc
     return rc;
 }
 
-int tkm_oci_build_cache_image(const char *cache_dir, const char *layout_dir, const char *tag,
-                              const struct tkm_oci_build_opts *opts,
-                              struct tkm_oci_build_result *res, struct tkm_err *err)
+int tkm_triton_build_cache_image(const char *cache_dir, const char *layout_dir, const char *tag,
+                                 const struct tkm_triton_build_opts *opts,
+                                 struct tkm_triton_build_result *res, struct tkm_err *err)
 {
-    struct tkm_oci_build_opts none = {0};
-    const struct tkm_oci_build_opts *o = opts ? opts : &none;
+    struct tkm_triton_build_opts none = {0};
+    const struct tkm_triton_build_opts *o = opts ? opts : &none;
     struct tkm_triton_cache cache = {0};
     struct layer_writer w;
-    struct tkm_oci_build_result r;
+    struct tkm_triton_build_result r;
     char tmp[BUILD_PATH_MAX], *summary = NULL;
     json_t *cfg = NULL, *man = NULL;
     int rc;

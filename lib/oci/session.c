@@ -1,0 +1,822 @@
+/*
+ * session.c - the asynchronous registry core (see session.h): a session per
+ * registry host (credentials, tokens) and calls (one request with its
+ * authentication and retries) on the caller's tkm_http/libuv loop.
+ */
+#include <curl/curl.h>
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <tkm/log.h>
+#include <tkm/oci/auth.h>
+#include <tkm/util.h>
+
+#include "oci/session-int.h"
+
+#define SES_TOKENS            16
+#define SES_TOKEN_MAX         16384
+#define SES_ERR_BODY_MAX      (64u << 10)
+#define SES_DEFAULT_TO_MS     60000
+#define SES_RETRIES           3
+#define SES_BACKOFF_MS        500u
+#define SES_RETRY_AFTER_MAX_S 30
+
+struct ses_token {
+    char scope[1024];
+    char *value; /* "Authorization: Bearer ..." header line, owned */
+    uint64_t expires_ms;
+};
+
+struct tkm_oci_session {
+    struct tkm_http *http; /* borrowed */
+    char host[TKM_OCI_NAME_MAX + 1];
+    char scheme[8];
+    char *ca_file;
+    int anonymous;
+    int have_creds;
+    struct tkm_oci_creds creds;
+    int use_basic; /* the registry asked for Basic */
+    uint64_t timeout_ms, idle_timeout_ms;
+    tkm_oci_progress_cb progress;
+    void *progress_ud;
+    struct ses_token tokens[SES_TOKENS];
+    size_t next_token;
+    struct tkm__oci_link *links; /* calls and jobs in flight */
+    size_t n_links, n_jobs;
+    int freeing;
+    /* the session's share of the thread pool */
+    unsigned pool_busy;
+    struct tkm__oci_work *pool_head, *pool_tail;
+};
+
+enum call_phase { CALL_MAIN, CALL_TOKEN, CALL_WAIT, CALL_DONE };
+
+struct tkm__oci_call {
+    struct tkm__oci_link link;
+    struct tkm_oci_session *s;
+    struct tkm__oci_req q; /* strings point at the copies below */
+    char *url, *scope, *accept, *content_type, *extra, *token_url, *token_form;
+    char token_scope[1024];
+    char realm[1024];
+    tkm__oci_call_cb cb;
+    void *data;
+    struct tkm_http_req *hreq; /* the request in flight, or NULL */
+    uv_timer_t timer;          /* retry waits and deferred reports */
+    int timer_ready;
+    enum call_phase phase;
+    int authed, tries, cancelled;
+    int report_rc; /* CALL_DONE by a timer: the code to report */
+    struct tkm_err err;
+};
+
+static void call_send(struct tkm__oci_call *c);
+
+/* ---- session ------------------------------------------------------------- */
+
+const char *tkm_oci_session_scheme(const struct tkm_oci_session *s)
+{
+    return s->scheme;
+}
+
+size_t tkm_oci_session_jobs(const struct tkm_oci_session *s)
+{
+    return s ? s->n_jobs : 0;
+}
+
+uv_loop_t *tkm__oci_session_loop(const struct tkm_oci_session *s)
+{
+    return tkm_http_loop(s->http);
+}
+
+const char *tkm__oci_session_host(const struct tkm_oci_session *s)
+{
+    return s->host;
+}
+
+tkm_oci_progress_cb tkm__oci_session_progress(const struct tkm_oci_session *s, void **ud)
+{
+    *ud = s->progress_ud;
+    return s->progress;
+}
+
+static int load_creds(struct tkm_oci_session *s, const struct tkm_oci_registry_opts *o,
+                      struct tkm_err *err)
+{
+    int rc;
+    if (o->anonymous)
+        return 0;
+    if (o->auth_json)
+        rc = tkm_oci_creds_from_config(o->auth_json, o->auth_json_len, s->host,
+                                       "registry credentials", &s->creds, err);
+    else if (o->auth_file)
+        rc = tkm_oci_creds_load_file(o->auth_file, s->host, &s->creds, err);
+    else
+        rc = tkm_oci_creds_load(s->host, &s->creds, err);
+    if (rc == -ENOENT)
+        return 0;
+    if (rc == 0)
+        s->have_creds = 1;
+    return rc;
+}
+
+static void session_destroy(struct tkm_oci_session *s)
+{
+    for (size_t i = 0; i < SES_TOKENS; i++)
+        if (s->tokens[i].value) {
+            memset(s->tokens[i].value, 0, strlen(s->tokens[i].value));
+            free(s->tokens[i].value);
+        }
+    tkm_oci_creds_wipe(&s->creds);
+    free(s->ca_file);
+    free(s);
+}
+
+int tkm_oci_session_new(struct tkm_http *http, const char *host,
+                        const struct tkm_oci_registry_opts *opts, struct tkm_oci_session **out,
+                        struct tkm_err *err)
+{
+    struct tkm_oci_registry_opts none = {0};
+    const struct tkm_oci_registry_opts *o = opts ? opts : &none;
+    struct tkm_oci_session *s;
+    int rc;
+    if (!http || !host)
+        return tkm_err_set(err, -EINVAL, "registry session: http client and host are required");
+    if (strlen(host) > TKM_OCI_NAME_MAX)
+        return tkm_err_set(err, -EINVAL, "registry host '%.100s...' is too long", host);
+    if (!(s = calloc(1, sizeof *s)))
+        return tkm_err_set(err, -ENOMEM, "registry %s: out of memory", host);
+    s->http = http;
+    memcpy(s->host, host, strlen(host) + 1);
+    /* A CA bundle means the registry speaks TLS, loopback or not. */
+    snprintf(s->scheme, sizeof s->scheme, "%s",
+             !o->ca_file && tkm_oci_host_plain_http(host, o->insecure) ? "http" : "https");
+    s->anonymous = o->anonymous;
+    s->timeout_ms = o->timeout_ms ? o->timeout_ms : SES_DEFAULT_TO_MS;
+    s->idle_timeout_ms = o->idle_timeout_ms ? o->idle_timeout_ms : SES_DEFAULT_TO_MS;
+    s->progress = o->progress;
+    s->progress_ud = o->progress_ud;
+    if (o->ca_file && !(s->ca_file = strdup(o->ca_file))) {
+        rc = tkm_err_set(err, -ENOMEM, "registry %s: out of memory", host);
+        goto fail;
+    }
+    if ((rc = load_creds(s, o, err)) != 0)
+        goto fail;
+    *out = s;
+    return 0;
+fail:
+    session_destroy(s);
+    return rc;
+}
+
+int tkm__oci_session_clone(const struct tkm_oci_session *src, struct tkm_http *http,
+                           struct tkm_oci_session **out, struct tkm_err *err)
+{
+    struct tkm_oci_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return tkm_err_set(err, -ENOMEM, "registry %s: out of memory", src->host);
+    s->http = http;
+    memcpy(s->host, src->host, sizeof s->host);
+    memcpy(s->scheme, src->scheme, sizeof s->scheme);
+    s->anonymous = src->anonymous;
+    s->have_creds = src->have_creds;
+    s->creds = src->creds;
+    s->use_basic = src->use_basic;
+    s->timeout_ms = src->timeout_ms;
+    s->idle_timeout_ms = src->idle_timeout_ms;
+    if (src->ca_file && !(s->ca_file = strdup(src->ca_file))) {
+        session_destroy(s);
+        return tkm_err_set(err, -ENOMEM, "registry %s: out of memory", src->host);
+    }
+    *out = s;
+    return 0;
+}
+
+void tkm__oci_link_add(struct tkm_oci_session *s, struct tkm__oci_link *l, int is_job)
+{
+    l->is_job = is_job;
+    l->prev = NULL;
+    l->next = s->links;
+    if (s->links)
+        s->links->prev = l;
+    s->links = l;
+    s->n_links++;
+    s->n_jobs += is_job ? 1 : 0;
+}
+
+void tkm__oci_link_del(struct tkm_oci_session *s, struct tkm__oci_link *l)
+{
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        s->links = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    l->prev = l->next = NULL;
+    s->n_links--;
+    s->n_jobs -= l->is_job ? 1 : 0;
+    if (s->freeing && s->n_links == 0 && !s->pool_busy)
+        session_destroy(s);
+}
+
+int tkm__oci_session_freeing(const struct tkm_oci_session *s)
+{
+    return s->freeing;
+}
+
+void tkm_oci_session_free(struct tkm_oci_session *s)
+{
+    if (!s || s->freeing)
+        return;
+    s->freeing = 1;
+    if (s->n_links == 0 && !s->pool_busy) {
+        session_destroy(s);
+        return;
+    }
+    /* Cancellation never reports synchronously, so the list holds still. */
+    for (struct tkm__oci_link *l = s->links; l; l = l->next)
+        l->cancel(l);
+}
+
+/* ---- the session's share of the thread pool ----------------------------- */
+
+static void pool_next(struct tkm_oci_session *s);
+
+static void pool_after(uv_work_t *w, int status)
+{
+    struct tkm__oci_work *wk = w->data;
+    struct tkm_oci_session *s = wk->s;
+    (void)status;
+    wk->after(wk); /* may free wk; not s, whose pool_busy still counts it */
+    s->pool_busy--;
+    pool_next(s);
+    if (s->freeing && s->n_links == 0 && !s->pool_busy)
+        session_destroy(s);
+}
+
+static void pool_run(uv_work_t *w)
+{
+    struct tkm__oci_work *wk = w->data;
+    wk->work(wk);
+}
+
+static void pool_next(struct tkm_oci_session *s)
+{
+    while (s->pool_head && s->pool_busy < TKM_OCI_POOL_JOBS) {
+        struct tkm__oci_work *wk = s->pool_head;
+        s->pool_head = wk->next;
+        if (!s->pool_head)
+            s->pool_tail = NULL;
+        wk->req.data = wk;
+        int rc = uv_queue_work(tkm__oci_session_loop(s), &wk->req, pool_run, pool_after);
+        if (rc) { /* cannot happen with a valid loop and callback; report it */
+            wk->rc = rc;
+            wk->after(wk);
+            continue;
+        }
+        s->pool_busy++;
+    }
+}
+
+void tkm__oci_pool_queue(struct tkm_oci_session *s, struct tkm__oci_work *wk)
+{
+    wk->s = s;
+    wk->next = NULL;
+    if (s->pool_tail)
+        s->pool_tail->next = wk;
+    else
+        s->pool_head = wk;
+    s->pool_tail = wk;
+    pool_next(s);
+}
+
+/* ---- errors and URLs ----------------------------------------------------- */
+
+/* "CODE: message; CODE: message" from an OCI error body, into out. */
+static void oci_errors(const struct tkm_http_resp *resp, char *out, size_t n)
+{
+    json_t *root = json_loadb(resp->body.data, resp->body.len, 0, NULL);
+    json_t *errs = json_object_get(root, "errors");
+    size_t i, used = 0;
+    json_t *e;
+    out[0] = '\0';
+    json_array_foreach(errs, i, e)
+    {
+        const char *code = json_string_value(json_object_get(e, "code"));
+        const char *msg = json_string_value(json_object_get(e, "message"));
+        int w = snprintf(out + used, n - used, "%s%s: %s", used ? "; " : "", code ? code : "?",
+                         msg ? msg : "");
+        if (w < 0 || (size_t)w >= n - used)
+            break;
+        used += (size_t)w;
+    }
+    json_decref(root);
+}
+
+int tkm__oci_status_error(const struct tkm_oci_session *s, const struct tkm_http_resp *resp,
+                          const char *what, struct tkm_err *err)
+{
+    char detail[512];
+    int code;
+    oci_errors(resp, detail, sizeof detail);
+    switch (resp->status) {
+    case 401:
+        code = -EACCES;
+        break;
+    case 403:
+        code = -EPERM;
+        break;
+    case 404:
+        code = -ENOENT;
+        break;
+    case 429:
+        code = -EAGAIN;
+        break;
+    default:
+        code = -EIO;
+    }
+    if (resp->status == 401 && s->have_creds && !s->anonymous)
+        return tkm_err_set(err, code,
+                           "%s: %s: 401 Unauthorized%s%s (the credentials for %s from %s were "
+                           "rejected)",
+                           what, resp->url, detail[0] ? ": " : "", detail, s->host,
+                           s->creds.source);
+    if (resp->status == 401)
+        return tkm_err_set(err, code, "%s: %s: 401 Unauthorized%s%s (%s)", what, resp->url,
+                           detail[0] ? ": " : "", detail,
+                           s->anonymous    ? "anonymous access requested"
+                           : s->have_creds ? "the credentials were rejected"
+                                           : "no credentials found for this registry: add them "
+                                             "with docker login or --auth-file");
+    if (!detail[0] && resp->status == 404)
+        snprintf(detail, sizeof detail, "not found (no such repository, tag or digest)");
+    return tkm_err_set(err, code, "%s: %s: HTTP %ld%s%s", what, resp->url, resp->status,
+                       detail[0] ? ": " : "", detail);
+}
+
+int tkm__oci_url(const struct tkm_oci_session *s, struct tkm_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    int rc = tkm_buf_printf(b, "%s://%s", s->scheme, s->host);
+    if (rc)
+        return rc;
+    va_start(ap, fmt);
+    rc = tkm_buf_vprintf(b, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+void tkm__oci_scope(char *out, size_t n, const char *repo, int push)
+{
+    snprintf(out, n, "repository:%s:%s", repo, push ? "pull,push" : "pull");
+}
+
+/* ---- tokens -------------------------------------------------------------- */
+
+static struct ses_token *token_find(struct tkm_oci_session *s, const char *scope)
+{
+    uint64_t now = tkm_now_ms();
+    for (size_t i = 0; i < SES_TOKENS; i++)
+        if (s->tokens[i].value && strcmp(s->tokens[i].scope, scope) == 0 &&
+            s->tokens[i].expires_ms > now)
+            return &s->tokens[i];
+    return NULL;
+}
+
+static int token_store(struct tkm_oci_session *s, const char *scope, const char *tok, long ttl)
+{
+    struct ses_token *t = &s->tokens[s->next_token++ % SES_TOKENS];
+    struct tkm_buf b = TKM_BUF_INIT(SES_TOKEN_MAX + 64);
+    if (tkm_buf_printf(&b, "Authorization: Bearer %s", tok) != 0)
+        return -ENOMEM;
+    if (t->value) {
+        memset(t->value, 0, strlen(t->value));
+        free(t->value);
+    }
+    t->value = tkm_buf_detach(&b, NULL);
+    snprintf(t->scope, sizeof t->scope, "%s", scope);
+    /* Renew a little early: the clock of the token service is not ours. */
+    t->expires_ms = tkm_now_ms() + (uint64_t)(ttl > 20 ? ttl - 10 : ttl) * 1000;
+    return t->value ? 0 : -ENOMEM;
+}
+
+/* 1 when credentials may go to the token realm: https, or plain http to a
+ * loopback host or to the registry itself when that is already plain http
+ * (loopback or named --insecure). */
+static int realm_ok(const struct tkm_oci_session *s, const char *realm)
+{
+    if (strncasecmp(realm, "https://", 8) == 0)
+        return 1;
+    if (strncasecmp(realm, "http://", 7) != 0)
+        return 0;
+    char host[TKM_OCI_NAME_MAX + 1];
+    const char *h = realm + 7;
+    size_t n = strcspn(h, "/?#");
+    if (n >= sizeof host)
+        return 0;
+    memcpy(host, h, n);
+    host[n] = '\0';
+    return tkm_oci_host_is_loopback(host) ||
+           (strcmp(s->scheme, "http") == 0 && strcasecmp(host, s->host) == 0);
+}
+
+/* ---- calls --------------------------------------------------------------- */
+
+static void call_free(struct tkm__oci_call *c)
+{
+    free(c->url);
+    free(c->scope);
+    free(c->accept);
+    free(c->content_type);
+    free(c->extra);
+    free(c->token_url);
+    if (c->token_form) {
+        memset(c->token_form, 0, strlen(c->token_form));
+        free(c->token_form);
+    }
+    free(c);
+}
+
+static void call_timer_closed(uv_handle_t *h)
+{
+    call_free(h->data);
+}
+
+/* Reports to the owner once and frees the call. resp may be NULL. */
+static void call_finish(struct tkm__oci_call *c, int rc, struct tkm_http_resp *resp)
+{
+    struct tkm_oci_session *s = c->s;
+    struct tkm_http_resp none;
+    c->phase = CALL_DONE;
+    c->hreq = NULL;
+    if (!resp) {
+        tkm_http_resp_init(&none);
+        none.url = c->url;
+        resp = &none;
+    }
+    if (c->cancelled && rc == 0) {
+        rc = -ECANCELED;
+    }
+    if (rc == -ECANCELED && !c->err.msg[0])
+        tkm_err_set(&c->err, -ECANCELED, "%s: cancelled", c->url);
+    c->cb(rc, resp, &c->err, c->data);
+    if (resp == &none)
+        tkm_http_resp_release(&none);
+    tkm__oci_link_del(s, &c->link); /* may free s; c stays valid */
+    if (c->timer_ready) {
+        uv_timer_stop(&c->timer);
+        uv_close((uv_handle_t *)&c->timer, call_timer_closed);
+    } else {
+        call_free(c);
+    }
+}
+
+static void call_timer_fire(uv_timer_t *t)
+{
+    struct tkm__oci_call *c = t->data;
+    if (c->phase == CALL_DONE)
+        return;
+    if (c->report_rc) {
+        call_finish(c, c->report_rc, NULL);
+        return;
+    }
+    if (c->cancelled) {
+        call_finish(c, -ECANCELED, NULL);
+        return;
+    }
+    if (c->q.reset) {
+        int rc = c->q.reset(c->q.data);
+        if (rc) {
+            tkm_err_set(&c->err, rc, "%s: cannot restart the transfer: %s", c->url, strerror(-rc));
+            call_finish(c, rc, NULL);
+            return;
+        }
+    }
+    call_send(c);
+}
+
+/* Runs call_timer_fire after ms (0: on the next loop iteration). */
+static int call_defer(struct tkm__oci_call *c, uint64_t ms)
+{
+    if (!c->timer_ready) {
+        int rc = uv_timer_init(tkm__oci_session_loop(c->s), &c->timer);
+        if (rc)
+            return rc;
+        c->timer.data = c;
+        c->timer_ready = 1;
+    }
+    return uv_timer_start(&c->timer, call_timer_fire, ms, 0);
+}
+
+static void call_link_cancel(struct tkm__oci_link *l)
+{
+    tkm__oci_call_cancel((struct tkm__oci_call *)l);
+}
+
+void tkm__oci_call_cancel(struct tkm__oci_call *c)
+{
+    if (!c || c->cancelled || c->phase == CALL_DONE)
+        return;
+    c->cancelled = 1;
+    if (c->hreq)
+        tkm_http_cancel(c->hreq); /* its done_cb reports -ECANCELED */
+    else
+        call_defer(c, 0);
+}
+
+/* 1 when a failed attempt may be repeated: idempotent, and a transport
+ * error or a status that says "later" (429, 500, 502, 503, 504). */
+static int retryable(const struct tkm__oci_req *q, int rc, const struct tkm_http_resp *resp)
+{
+    if (strcmp(q->method, "GET") != 0 && strcmp(q->method, "HEAD") != 0)
+        return 0;
+    if (q->streaming && !q->reset)
+        return 0;
+    if (rc)
+        return rc == -ECONNREFUSED || rc == -ECONNRESET || rc == -ETIMEDOUT || rc == -EIO;
+    return resp->status == 429 || resp->status == 500 || resp->status == 502 ||
+           resp->status == 503 || resp->status == 504;
+}
+
+static uint64_t retry_delay(const struct tkm__oci_call *c, const struct tkm_http_resp *resp)
+{
+    long ra = tkm_http_retry_after(resp, SES_RETRY_AFTER_MAX_S);
+    uint64_t ms = ra >= 0 ? (uint64_t)ra * 1000 : (SES_BACKOFF_MS << c->tries) + tkm_now_ms() % 250;
+    if (resp->status)
+        tkm_info("registry: %s: HTTP %ld, retrying in %llu ms", c->url, resp->status,
+                 (unsigned long long)ms);
+    else
+        tkm_info("registry: %s: %s, retrying in %llu ms", c->url, strerror(-resp->code),
+                 (unsigned long long)ms);
+    return ms;
+}
+
+static void token_done(struct tkm_http_req *req, struct tkm_http_resp *resp, void *data)
+{
+    struct tkm__oci_call *c = data;
+    char tok[SES_TOKEN_MAX];
+    long ttl = 60;
+    int rc = resp->code;
+    (void)req;
+    c->hreq = NULL;
+    if (c->cancelled) {
+        call_finish(c, -ECANCELED, NULL);
+        return;
+    }
+    if (rc) {
+        tkm_err_set(&c->err, rc, "token request: %s", resp->error);
+    } else if (resp->status != 200) {
+        rc = tkm__oci_status_error(c->s, resp, "token request", &c->err);
+    } else if ((rc = tkm_oci_token_parse(resp->body.data, resp->body.len, c->realm, tok, sizeof tok,
+                                         &ttl, &c->err)) == 0 &&
+               (rc = token_store(c->s, c->q.scope, tok, ttl)) != 0) {
+        tkm_err_set(&c->err, rc, "registry %s: out of memory", c->s->host);
+    }
+    memset(tok, 0, sizeof tok);
+    if (rc) {
+        call_finish(c, rc, NULL);
+        return;
+    }
+    c->phase = CALL_MAIN;
+    call_send(c);
+}
+
+/* Builds the token request (GET with Basic or anonymous; POST for an
+ * identity token) for the challenge c->realm/service/scope. */
+static int token_request(struct tkm__oci_call *c, const struct tkm_oci_challenge *ch,
+                         const char *scope)
+{
+    struct tkm_oci_session *s = c->s;
+    struct tkm_buf url = TKM_BUF_INIT(TKM__OCI_URL_MAX), form = TKM_BUF_INIT(TKM__OCI_URL_MAX);
+    char basic[2048], authz[2100];
+    const char *hdrs[3] = {NULL, NULL, NULL};
+    char *esc_service = curl_easy_escape(NULL, ch->service, 0);
+    char *esc_scope = curl_easy_escape(NULL, scope, 0);
+    struct tkm_http_req_opts o = {.timeout_ms = s->timeout_ms, .headers = hdrs};
+    int rc = 0;
+    basic[0] = authz[0] = '\0';
+    if (!esc_service || !esc_scope) {
+        rc = tkm_err_set(&c->err, -ENOMEM, "out of memory");
+        goto out;
+    }
+    if (s->have_creds && s->creds.identity_token[0]) {
+        char *esc_rt = curl_easy_escape(NULL, s->creds.identity_token, 0);
+        rc = tkm_buf_printf(&url, "%s", ch->realm);
+        if (rc == 0)
+            rc = esc_rt ? tkm_buf_printf(&form,
+                                         "grant_type=refresh_token&client_id=tkm&service=%s&"
+                                         "scope=%s&refresh_token=%s",
+                                         esc_service, esc_scope, esc_rt)
+                        : -ENOMEM;
+        curl_free(esc_rt);
+        o.method = "POST";
+        o.body = form.data;
+        o.body_len = form.len;
+        hdrs[0] = "Content-Type: application/x-www-form-urlencoded";
+    } else {
+        rc = tkm_buf_printf(&url, "%s%sservice=%s&scope=%s", ch->realm,
+                            strchr(ch->realm, '?') ? "&" : "?", esc_service, esc_scope);
+        if (rc == 0 && s->have_creds && !s->anonymous && s->creds.username[0]) {
+            rc = tkm_oci_basic_header(&s->creds, basic, sizeof basic);
+            snprintf(authz, sizeof authz, "Authorization: %s", basic);
+            hdrs[0] = authz;
+        }
+    }
+    if (rc) {
+        tkm_err_set(&c->err, rc, "registry %s: token request: out of memory", s->host);
+        goto out;
+    }
+    o.url = url.data;
+    o.done_cb = token_done;
+    o.data = c;
+    struct tkm_http_tls tls = {.ca_file = s->ca_file};
+    if (s->ca_file && strncasecmp(ch->realm, "https://", 8) == 0)
+        o.tls = &tls;
+    c->phase = CALL_TOKEN;
+    rc = tkm_http_start(s->http, &o, &c->hreq, &c->err);
+out:
+    memset(basic, 0, sizeof basic);
+    memset(authz, 0, sizeof authz);
+    curl_free(esc_service);
+    curl_free(esc_scope);
+    if (form.data)
+        memset(form.data, 0, form.len);
+    tkm_buf_release(&url);
+    tkm_buf_release(&form);
+    return rc;
+}
+
+/* Reacts to a 401: 0 when a retry was set going, 1 to report the 401 as it
+ * is, < 0 on error (c->err says why). */
+static int authenticate(struct tkm__oci_call *c, const struct tkm_http_resp *resp)
+{
+    struct tkm_oci_session *s = c->s;
+    char hdr[2048];
+    struct tkm_oci_challenge ch;
+    int rc;
+    if (tkm_http_resp_header(resp, "WWW-Authenticate", hdr, sizeof hdr) < 0)
+        return tkm_err_set(&c->err, -EACCES,
+                           "%s: 401 Unauthorized without a WWW-Authenticate header", resp->url);
+    if ((rc = tkm_oci_challenge_parse(&ch, hdr, &c->err)) != 0) {
+        tkm_err_prefix(&c->err, "%s", resp->url);
+        return rc;
+    }
+    if (ch.scheme == TKM_OCI_AUTH_BASIC) {
+        if (!s->have_creds || !s->creds.username[0] || s->use_basic)
+            return 1; /* nothing (more) to try: the caller reports the 401 */
+        s->use_basic = 1;
+        return call_defer(c, 0) ? -ENOMEM : 0;
+    }
+    if (!realm_ok(s, ch.realm))
+        return tkm_err_set(&c->err, -EPERM,
+                           "registry %s: token realm '%.200s' is not https (refusing to send "
+                           "credentials in clear text)",
+                           s->host, ch.realm);
+    snprintf(c->realm, sizeof c->realm, "%s", ch.realm);
+    /* Bearer: the scope the registry asks for wins over the one we guessed;
+     * the token is cached under ours, which is what the retry looks up. */
+    return token_request(c, &ch, ch.scope[0] ? ch.scope : c->q.scope);
+}
+
+static void call_done(struct tkm_http_req *req, struct tkm_http_resp *resp, void *data)
+{
+    struct tkm__oci_call *c = data;
+    int rc = resp->code;
+    (void)req;
+    c->hreq = NULL;
+    resp->url = c->url;
+    if (c->cancelled || rc == -ECANCELED) {
+        call_finish(c, -ECANCELED, resp);
+        return;
+    }
+    if (rc == 0 && resp->status == 401 && !c->authed) {
+        c->authed = 1;
+        rc = authenticate(c, resp);
+        if (rc < 0)
+            call_finish(c, rc, resp);
+        else if (rc > 0)
+            call_finish(c, 0, resp);
+        return;
+    }
+    if (c->tries < SES_RETRIES && retryable(&c->q, rc, resp)) {
+        uint64_t ms = retry_delay(c, resp);
+        c->tries++;
+        c->phase = CALL_WAIT;
+        if (call_defer(c, ms) == 0)
+            return;
+    }
+    if (rc && c->tries)
+        tkm_err_set(&c->err, rc, "%s (gave up after %d attempts)", resp->error, c->tries + 1);
+    else if (rc)
+        tkm_err_set(&c->err, rc, "%s", resp->error);
+    call_finish(c, rc, resp);
+}
+
+static int call_data(struct tkm_http_req *req, const char *p, size_t n, void *data)
+{
+    struct tkm__oci_call *c = data;
+    return c->q.data_cb(req, p, n, c->q.data);
+}
+
+/* Builds the header lines into hdrs (at most 5 + NULL) and starts. */
+static void call_send(struct tkm__oci_call *c)
+{
+    struct tkm_oci_session *s = c->s;
+    const struct tkm__oci_req *q = &c->q;
+    char authz[2100], accept[512], ctype[256], basic[2048];
+    const char *hdrs[6];
+    size_t nh = 0;
+    int rc;
+    c->phase = CALL_MAIN;
+    if (s->use_basic && s->have_creds && !s->anonymous) {
+        if (tkm_oci_basic_header(&s->creds, basic, sizeof basic) == 0) {
+            snprintf(authz, sizeof authz, "Authorization: %s", basic);
+            hdrs[nh++] = authz;
+        }
+        memset(basic, 0, sizeof basic);
+    } else {
+        struct ses_token *t = token_find(s, q->scope);
+        if (t)
+            hdrs[nh++] = t->value;
+    }
+    if (q->accept) {
+        snprintf(accept, sizeof accept, "Accept: %s", q->accept);
+        hdrs[nh++] = accept;
+    }
+    if (q->content_type) {
+        snprintf(ctype, sizeof ctype, "Content-Type: %s", q->content_type);
+        hdrs[nh++] = ctype;
+    }
+    if (q->extra)
+        hdrs[nh++] = q->extra;
+    hdrs[nh] = NULL;
+    struct tkm_http_req_opts o = {
+        .method = q->method,
+        .url = q->url,
+        .headers = hdrs,
+        .body = q->body,
+        .body_len = q->body_len,
+        .timeout_ms = q->streaming ? 0 : s->timeout_ms,
+        .idle_timeout_ms = q->streaming ? s->idle_timeout_ms : 0,
+        .max_body = q->max_body ? q->max_body : SES_ERR_BODY_MAX,
+        .follow_redirects = q->follow,
+        .data_cb = q->data_cb ? call_data : NULL,
+        .done_cb = call_done,
+        .data = c,
+    };
+    struct tkm_http_tls tls = {.ca_file = s->ca_file};
+    if (s->ca_file)
+        o.tls = &tls;
+    rc = tkm_http_start(s->http, &o, &c->hreq, &c->err);
+    memset(authz, 0, sizeof authz);
+    if (rc) {
+        /* Report from the loop, not from inside a start function. */
+        c->report_rc = rc;
+        c->phase = CALL_WAIT;
+        if (call_defer(c, 0) != 0)
+            call_finish(c, rc, NULL); /* never happens with a live loop */
+    }
+}
+
+static int dup_opt(char **out, const char *s)
+{
+    if (!s)
+        return 0;
+    return (*out = strdup(s)) ? 0 : -ENOMEM;
+}
+
+int tkm__oci_call_start(struct tkm_oci_session *s, const struct tkm__oci_req *q,
+                        tkm__oci_call_cb cb, void *data, struct tkm__oci_call **out,
+                        struct tkm_err *err)
+{
+    struct tkm__oci_call *c;
+    if (s->freeing)
+        return tkm_err_set(err, -ESHUTDOWN, "registry %s: the session is closing", s->host);
+    if (!(c = calloc(1, sizeof *c)))
+        return tkm_err_set(err, -ENOMEM, "registry %s: out of memory", s->host);
+    c->s = s;
+    c->q = *q;
+    c->cb = cb;
+    c->data = data;
+    if (dup_opt(&c->url, q->url) || dup_opt(&c->scope, q->scope) ||
+        dup_opt(&c->accept, q->accept) || dup_opt(&c->content_type, q->content_type) ||
+        dup_opt(&c->extra, q->extra)) {
+        call_free(c);
+        return tkm_err_set(err, -ENOMEM, "registry %s: out of memory", s->host);
+    }
+    c->q.url = c->url;
+    c->q.scope = c->scope;
+    c->q.accept = c->accept;
+    c->q.content_type = c->content_type;
+    c->q.extra = c->extra;
+    c->link.cancel = call_link_cancel;
+    tkm__oci_link_add(s, &c->link, 0);
+    if (out)
+        *out = c;
+    call_send(c);
+    return 0;
+}
