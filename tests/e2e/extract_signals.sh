@@ -123,7 +123,7 @@ step "SIGINT while extract REF downloads"
 "$TKMCTL" extract "$REG/e2e/extract-signals:big" --output "$W/rout/c" >"$W/x.log" 2>&1 &
 XPID=$!
 t0=$SECONDS
-until [[ -n $(find "$W/rout" -path '*/.tkm-staging-*/layout/blobs/*' -name '.pull-*' -size +0 2>/dev/null | head -1) ]]; do
+until [[ -n $(find "$W/rout" -path '*/.tkm-staging-*/*blobs/*' -name '.pull-*' -size +0 2>/dev/null | head -1) ]]; do
   kill -0 "$XPID" 2>/dev/null || fail "extract REF ended before the download was seen: $(cat "$W/x.log")"
   ((SECONDS - t0 < 120)) || fail "no download in progress after 120 s"
   sleep 0.01
