@@ -2,6 +2,7 @@
 #include <tkm/oci/registry.h>
 
 #include <curl/curl.h>
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
@@ -608,6 +609,70 @@ int tkm_oci_registry_get_manifest(struct tkm_oci_registry *r, const char *repo,
         goto out;
     }
     memcpy(digest, got, sizeof got);
+out:
+    tkm_http_resp_release(&resp);
+    tkm_buf_release(&url);
+    return rc;
+}
+
+/* OCI 1.1 referrers: GET /v2/<repo>/referrers/<digest>[?artifactType=<pct-encoded>]. A 404 (or
+ * a 200 that is not an image index, as some registries answer unknown paths) means no referrers
+ * API: -ENOTSUP, so the caller falls back to the "sha256-<hex>" tag schema. */
+int tkm_oci_registry_get_referrers(struct tkm_oci_registry *r, const char *repo, const char *digest,
+                                   const char *artifact_type, struct tkm_buf *body,
+                                   struct tkm_err *err)
+{
+    struct tkm_buf url = TKM_BUF_INIT(REG_URL_MAX);
+    struct tkm_http_resp resp;
+    char scope[600], ct[256] = "";
+    int rc;
+    scope_of(scope, sizeof scope, repo, 0);
+    tkm_http_resp_init(&resp);
+    if (!tkm_oci_digest_valid(digest)) {
+        rc = tkm_err_set(err, -EINVAL, "referrers: '%s' is not a sha256 digest", digest);
+        goto out;
+    }
+    if ((rc = url_printf(&url, r, "/v2/%s/referrers/%s", repo, digest)) != 0)
+        goto out;
+    for (const char *p = artifact_type; p && *p && rc == 0; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (p == artifact_type)
+            rc = tkm_buf_printf(&url, "?artifactType=");
+        if (rc == 0 && (isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~'))
+            rc = tkm_buf_printf(&url, "%c", c);
+        else if (rc == 0)
+            rc = tkm_buf_printf(&url, "%%%02X", c);
+    }
+    if (rc != 0)
+        goto out;
+    struct reg_req q = {.method = "GET",
+                        .url = url.data,
+                        .scope = scope,
+                        .accept = "application/vnd.oci.image.index.v1+json",
+                        .max_body = TKM_OCI_MANIFEST_MAX};
+    tkm_http_resp_release(&resp);
+    if ((rc = reg_do(r, &q, &resp, err)) != 0)
+        goto out;
+    if (resp.status == 404 || resp.status == 405) {
+        rc = tkm_err_set(err, -ENOTSUP, "referrers: %s: HTTP %ld (no OCI referrers API)", url.data,
+                         resp.status);
+        goto out;
+    }
+    if (resp.status != 200) {
+        rc = status_error(r, &resp, "referrers", err);
+        goto out;
+    }
+    if (tkm_http_resp_header(&resp, "Content-Type", ct, sizeof ct) < 0 ||
+        strncmp(ct, "application/vnd.oci.image.index.v1+json", 39) != 0) {
+        rc = tkm_err_set(err, -ENOTSUP,
+                         "referrers: %s: answered Content-Type '%s', not an OCI index", url.data,
+                         ct);
+        goto out;
+    }
+    tkm_buf_reset(body);
+    if ((rc = tkm_buf_append(body, resp.body.data, resp.body.len)) != 0)
+        rc = tkm_err_set(err, rc, "referrers %s: %zu bytes do not fit the caller's buffer",
+                         url.data, resp.body.len);
 out:
     tkm_http_resp_release(&resp);
     tkm_buf_release(&url);

@@ -78,6 +78,15 @@ int tkm_oci_registry_get_manifest(struct tkm_oci_registry *r, const char *repo,
                                   size_t ct_n, char digest[TKM_OCI_DIGEST_LEN + 1],
                                   struct tkm_err *err);
 
+/* GET /v2/<repo>/referrers/<digest>[?artifactType=T] (OCI 1.1), Accept an
+ * OCI image index; body (caller-owned, capped at 4 MiB) gets the index bytes.
+ * artifact_type may be NULL (no filter; registries may ignore the filter, so
+ * callers filter again). -ENOTSUP when the registry has no referrers API (404,
+ * or an answer that is not an index): fall back to the "sha256-<hex>" tag. */
+int tkm_oci_registry_get_referrers(struct tkm_oci_registry *r, const char *repo, const char *digest,
+                                   const char *artifact_type, struct tkm_buf *body,
+                                   struct tkm_err *err);
+
 /* Resolves a tag to a digest: HEAD and Docker-Content-Digest when the
  * registry sends it, else GET and hash. Pin the result and re-verify it with
  * get_manifest(digest). */
