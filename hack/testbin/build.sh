@@ -11,6 +11,8 @@
 #   etcd/    etcd            (go.etcd.io/etcd/server/v3)
 #   cosign/  cosign, crane   (sigstore/cosign v2, go-containerregistry)
 #   cosign3/ cosign3         (sigstore/cosign v3: Sigstore bundles, OCI referrers)
+#            referrers-registry (ours: go-containerregistry's in-memory registry
+#                             with the OCI referrers API on; crane serve has it off)
 #   sigstore-testca/ sigstore-testca (ours: keyless bundles from sigstore-go's
 #                             offline virtual Sigstore, pkg/testing/ca, for tests)
 #
@@ -28,6 +30,7 @@ COSIGN_VERSION=2.6.5
 CRANE_VERSION=0.22.1
 COSIGN3_VERSION=3.1.3
 SIGSTORE_TESTCA_VERSION=1
+REFERRERS_REGISTRY_VERSION=1
 
 die() { echo "testbin: $*" >&2; exit 1; }
 
@@ -39,7 +42,8 @@ tool_version() {
     crane) echo "v$CRANE_VERSION" ;;
     cosign3) echo "v$COSIGN3_VERSION" ;;
     sigstore-testca) echo "v$SIGSTORE_TESTCA_VERSION" ;;
-    *) die "unknown tool '$1' (known: kube-apiserver kubectl etcd cosign crane cosign3 sigstore-testca)" ;;
+    referrers-registry) echo "v$REFERRERS_REGISTRY_VERSION" ;;
+    *) die "unknown tool '$1' (known: kube-apiserver kubectl etcd cosign crane cosign3 referrers-registry sigstore-testca)" ;;
   esac
 }
 
@@ -77,6 +81,7 @@ build_one() {
     cosign3) mod=cosign3 pkg=github.com/sigstore/cosign/v3/cmd/cosign
       ldflags+=(-X "sigs.k8s.io/release-utils/version.gitVersion=v$COSIGN3_VERSION") ;;
     sigstore-testca) mod=sigstore-testca pkg=. ;;
+    referrers-registry) mod=cosign3 pkg=./referrers-registry ;;
   esac
   dir=$(dirname "$out")
   mkdir -p "$dir" "$cache/logs"

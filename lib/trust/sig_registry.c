@@ -13,6 +13,8 @@
 #include <tkm/trust/bundle.h>
 #include <tkm/trust/cosign.h>
 
+#define EMPTY_TYPE "application/vnd.oci.empty.v1+json"
+
 struct search {
     struct tkm_oci_registry *r;
     const char *repo, *digest;
@@ -76,8 +78,12 @@ static int try_referrer(struct search *s, const char *mdigest, enum tkm_sig_sour
     }
     root = json_loadb(man.data, man.len, JSON_REJECT_DUPLICATES, NULL);
     json_t *layers = json_object_get(root, "layers"), *l;
+    const char *pt = json_string_value(
+        json_object_get(json_object_get(root, "annotations"), "dev.sigstore.bundle.predicateType"));
     size_t i;
     rc = 0;
+    if (pt && strcmp(pt, TKM_BUNDLE_PREDICATE_SIGN) != 0)
+        goto out; /* an attestation, not a signature */
     json_array_foreach(layers, i, l)
     {
         struct tkm_oci_desc d;
@@ -142,7 +148,10 @@ static int try_index(struct search *s, const struct tkm_buf *idx, enum tkm_sig_s
         json_t *ann = json_object_get(m, "annotations");
         const char *pt =
             json_string_value(json_object_get(ann, "dev.sigstore.bundle.predicateType"));
-        if (!is_bundle_type(at) || !dg || !tkm_digest_valid(dg))
+        /* Some registries put the config's media type (the empty descriptor)
+         * in the index instead of the manifest's artifactType: look inside. */
+        if ((at && !is_bundle_type(at) && strcmp(at, EMPTY_TYPE) != 0) || !dg ||
+            !tkm_digest_valid(dg))
             continue;
         if (pt && strcmp(pt, TKM_BUNDLE_PREDICATE_SIGN) != 0)
             continue; /* an attestation, not a signature */

@@ -2,7 +2,10 @@ module tkm.local/testbin/cosign3
 
 go 1.26.8
 
-require github.com/sigstore/cosign/v3 v3.1.3
+require (
+	github.com/google/go-containerregistry v0.21.7
+	github.com/sigstore/cosign/v3 v3.1.3
+)
 
 require (
 	buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go v1.36.11-20260415201107-50325440f8f2.1 // indirect
@@ -130,7 +133,6 @@ require (
 	github.com/google/certificate-transparency-go v1.3.3 // indirect
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
-	github.com/google/go-containerregistry v0.21.7 // indirect
 	github.com/google/go-github/v88 v88.0.0 // indirect
 	github.com/google/go-querystring v1.2.0 // indirect
 	github.com/google/s2a-go v0.1.9 // indirect
