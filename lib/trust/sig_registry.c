@@ -203,7 +203,7 @@ out:
     return rc;
 }
 
-/* docker-reference "[host/]path[:tag]" names repo: the path is compared, the
+/* docker-reference "[host/]path[:tag|@digest]" names repo: the path is compared, the
  * host is not (mirrors and registry aliases serve the same repository). */
 static int same_repo(const char *ref, const char *repo)
 {
@@ -217,7 +217,7 @@ static int same_repo(const char *ref, const char *repo)
     size_t n = strlen(repo);
     if (strncmp(path, repo, n) != 0)
         return 0;
-    return path[n] == '\0' || (path[n] == ':' && !strchr(path + n + 1, '/'));
+    return path[n] == '\0' || path[n] == '@' || (path[n] == ':' && !strchr(path + n + 1, '/'));
 }
 
 /* The classic "sha256-<hex>.sig" manifest, each payload fetched once, every key tried. */

@@ -1,0 +1,199 @@
+// Command sigstore-testca makes keyless Sigstore bundles for tkm's tests,
+// offline, with sigstore-go's virtual Sigstore (pkg/testing/ca): a test
+// Fulcio CA issues a short-lived certificate for an identity, the DSSE
+// envelope (the in-toto statement cosign v3 signs for an image) is signed
+// with its key, and a test Rekor signs the log entry's SET and a checkpoint
+// of a Merkle tree that holds the entry. The matching trusted_root.json
+// (Sigstore's format) is written beside the bundle.
+//
+//	sigstore-testca OUTDIR sha256:<image hex> IDENTITY ISSUER
+//
+// writes OUTDIR/trusted_root.json, OUTDIR/bundle.json and
+// OUTDIR/other_trusted_root.json (a second, unrelated virtual Sigstore: a
+// chain that does not lead to it is untrusted).
+//
+// The virtual Sigstore keeps its Rekor key private; this test tool reads it
+// by reflection to sign a checkpoint for a tree of several leaves (the
+// library's own proof covers a one-leaf tree only).
+package main
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"time"
+	"unsafe"
+
+	protobundle "github.com/sigstore/protobuf-specs/gen/pb-go/bundle/v1"
+	protocommon "github.com/sigstore/protobuf-specs/gen/pb-go/common/v1"
+	protodsse "github.com/sigstore/protobuf-specs/gen/pb-go/dsse"
+	protorekor "github.com/sigstore/protobuf-specs/gen/pb-go/rekor/v1"
+	rekorutil "github.com/sigstore/rekor/pkg/util"
+	sgbundle "github.com/sigstore/sigstore-go/pkg/bundle"
+	"github.com/sigstore/sigstore-go/pkg/root"
+	"github.com/sigstore/sigstore-go/pkg/testing/ca"
+	"github.com/sigstore/sigstore-go/pkg/tlog"
+	"github.com/sigstore/sigstore/pkg/signature"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+func die(f string, a ...any) {
+	fmt.Fprintf(os.Stderr, "sigstore-testca: "+f+"\n", a...)
+	os.Exit(1)
+}
+
+func leafHash(b []byte) []byte {
+	h := sha256.Sum256(append([]byte{0}, b...))
+	return h[:]
+}
+
+func nodeHash(l, r []byte) []byte {
+	h := sha256.Sum256(append(append([]byte{1}, l...), r...))
+	return h[:]
+}
+
+// split: the largest power of two smaller than n (RFC 6962 section 2.1).
+func split(n int) int {
+	k := 1
+	for k<<1 < n {
+		k <<= 1
+	}
+	return k
+}
+
+func mth(leaves [][]byte) []byte {
+	if len(leaves) == 1 {
+		return leaves[0]
+	}
+	k := split(len(leaves))
+	return nodeHash(mth(leaves[:k]), mth(leaves[k:]))
+}
+
+// path: the audit path of leaf m (RFC 6962 section 2.1.1), bottom up.
+func path(m int, leaves [][]byte) [][]byte {
+	if len(leaves) == 1 {
+		return nil
+	}
+	k := split(len(leaves))
+	if m < k {
+		return append(path(m, leaves[:k]), mth(leaves[k:]))
+	}
+	return append(path(m-k, leaves[k:]), mth(leaves[:k]))
+}
+
+func rekorKey(vs *ca.VirtualSigstore) *ecdsa.PrivateKey {
+	f := reflect.ValueOf(vs).Elem().FieldByName("rekorKey")
+	return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(*ecdsa.PrivateKey)
+}
+
+func trustedRoot(vs *ca.VirtualSigstore) []byte {
+	tr, err := root.NewTrustedRoot(root.TrustedRootMediaType01, vs.FulcioCertificateAuthorities(),
+		vs.CTLogs(), vs.TimestampingAuthorities(), vs.RekorLogs())
+	if err != nil {
+		die("trusted root: %v", err)
+	}
+	b, err := tr.MarshalJSON()
+	if err != nil {
+		die("trusted root: %v", err)
+	}
+	return b
+}
+
+func main() {
+	if len(os.Args) != 5 || !strings.HasPrefix(os.Args[2], "sha256:") {
+		fmt.Fprintln(os.Stderr, "usage: sigstore-testca OUTDIR sha256:<hex> IDENTITY ISSUER")
+		os.Exit(2)
+	}
+	out, digest, identity, issuer := os.Args[1], os.Args[2][7:], os.Args[3], os.Args[4]
+	vs, err := ca.NewVirtualSigstore()
+	if err != nil {
+		die("virtual sigstore: %v", err)
+	}
+	statement := fmt.Sprintf(`{"_type":"https://in-toto.io/Statement/v1","subject":[{"digest":{"sha256":"%s"}}],"predicateType":"https://sigstore.dev/cosign/sign/v1","predicate":{}}`, digest)
+	ent, err := vs.AttestAtTime(identity, issuer, []byte(statement), time.Now().Add(time.Minute), false)
+	if err != nil {
+		die("attest: %v", err)
+	}
+	vc, _ := ent.VerificationContent()
+	leaf := vc.(*sgbundle.Certificate).Certificate()
+	sc, _ := ent.SignatureContent()
+	env := sc.(*sgbundle.Envelope).Envelope
+	entries, _ := ent.TlogEntries()
+	tle := entries[0].TransparencyLogEntry()
+
+	// The entry is leaf 5 of a 7-leaf tree.
+	const index, size = 5, 7
+	leaves := make([][]byte, size)
+	for i := range leaves {
+		leaves[i] = leafHash([]byte(fmt.Sprintf("other entry %d", i)))
+	}
+	leaves[index] = leafHash(tle.CanonicalizedBody)
+	rootHash := mth(leaves)
+	signer, err := signature.LoadECDSASignerVerifier(rekorKey(vs), crypto.SHA256)
+	if err != nil {
+		die("rekor signer: %v", err)
+	}
+	cp, err := rekorutil.CreateAndSignCheckpoint(context.Background(), "rekor.localhost", 123, size, rootHash, signer)
+	if err != nil {
+		die("checkpoint: %v", err)
+	}
+	tle.LogIndex = index
+	tle.KindVersion = &protorekor.KindVersion{Kind: "dsse", Version: "0.0.1"}
+	set, err := vs.RekorSignPayload(tlog.RekorPayload{
+		Body:           base64.StdEncoding.EncodeToString(tle.CanonicalizedBody),
+		IntegratedTime: tle.IntegratedTime,
+		LogIndex:       tle.LogIndex,
+		LogID:          hex.EncodeToString(tle.LogId.KeyId),
+	})
+	if err != nil {
+		die("SET: %v", err)
+	}
+	tle.InclusionPromise = &protorekor.InclusionPromise{SignedEntryTimestamp: set}
+	tle.InclusionProof = &protorekor.InclusionProof{
+		LogIndex: index, RootHash: rootHash, TreeSize: size, Hashes: path(index, leaves),
+		Checkpoint: &protorekor.Checkpoint{Envelope: string(cp)},
+	}
+
+	payload, err := base64.StdEncoding.DecodeString(env.Payload)
+	if err != nil {
+		die("payload: %v", err)
+	}
+	sig, err := base64.StdEncoding.DecodeString(env.Signatures[0].Sig)
+	if err != nil {
+		die("sig: %v", err)
+	}
+	pb := &protobundle.Bundle{
+		MediaType: "application/vnd.dev.sigstore.bundle.v0.3+json",
+		VerificationMaterial: &protobundle.VerificationMaterial{
+			Content:     &protobundle.VerificationMaterial_Certificate{Certificate: &protocommon.X509Certificate{RawBytes: leaf.Raw}},
+			TlogEntries: []*protorekor.TransparencyLogEntry{tle},
+		},
+		Content: &protobundle.Bundle_DsseEnvelope{DsseEnvelope: &protodsse.Envelope{
+			Payload: payload, PayloadType: env.PayloadType,
+			Signatures: []*protodsse.Signature{{Sig: sig}},
+		}},
+	}
+	bb, err := protojson.Marshal(pb)
+	if err != nil {
+		die("bundle: %v", err)
+	}
+	other, err := ca.NewVirtualSigstore()
+	if err != nil {
+		die("virtual sigstore: %v", err)
+	}
+	for name, data := range map[string][]byte{
+		"bundle.json": bb, "trusted_root.json": trustedRoot(vs), "other_trusted_root.json": trustedRoot(other),
+	} {
+		if err := os.WriteFile(filepath.Join(out, name), data, 0o644); err != nil {
+			die("%v", err)
+		}
+	}
+}
