@@ -12,6 +12,7 @@
 #include <tkm/oci/registry.h>
 #include <tkm/trust/bundle.h>
 #include <tkm/trust/cosign.h>
+#include <tkm/trust/keys.h>
 
 #define EMPTY_TYPE "application/vnd.oci.empty.v1+json"
 
@@ -297,6 +298,10 @@ static int try_sig_tag(struct search *s, struct tkm_err *err)
         snprintf(s->res->location, sizeof s->res->location, "%s:%s layer %zu", s->repo, tag,
                  cr.layer);
         memcpy(s->res->key_id, cr.key_id, sizeof cr.key_id);
+        EVP_PKEY *pk = NULL;
+        if (tkm_trust_load_pubkey(s->pol->keys[k].pem, s->pol->keys[k].len, &pk, NULL) == 0)
+            tkm_trust_key_desc(pk, s->res->key_desc, sizeof s->res->key_desc);
+        EVP_PKEY_free(pk);
         memcpy(s->res->docker_reference, cr.docker_reference, sizeof cr.docker_reference);
         rc = 1;
         break;
