@@ -222,9 +222,9 @@ static int b64_field(json_t *o, const char *key, size_t max, struct tkm_buf *out
     return 0;
 }
 
-/* ---- keyless material: named, not (yet) verified -------------------------- */
+/* ---- keyless material -------------------------------------------------------- */
 
-static void cert_identity(X509 *x, char *san, size_t san_n, char *iss, size_t iss_n)
+void tkm__trust_cert_identity(X509 *x, char *san, size_t san_n, char *iss, size_t iss_n)
 {
     GENERAL_NAMES *gens = X509_get_ext_d2i(x, NID_subject_alt_name, NULL, NULL);
     snprintf(san, san_n, "(no SAN)");
@@ -279,11 +279,10 @@ static int keyless_refuse(const struct bundle *b, struct tkm_err *err)
         rc = tkm_err_set(err, -EINVAL, "bundle: verificationMaterial certificate is not DER X.509");
         goto out;
     }
-    cert_identity(x, san, sizeof san, iss, sizeof iss);
+    tkm__trust_cert_identity(x, san, sizeof san, iss, sizeof iss);
     rc = tkm_err_set(err, -ENOTSUP,
-                     "keyless signature by %s (issuer %s): this tkm verifies Sigstore bundles "
-                     "with public keys only; keyless verification against a trusted root is not "
-                     "available yet",
+                     "keyless signature by %s (issuer %s), and the policy has no trusted root "
+                     "(trusted_root.json) to verify certificates with",
                      san, iss);
 out:
     X509_free(x);
@@ -375,8 +374,8 @@ static int dsse_pae(const char *type, const struct tkm_buf *body, struct tkm_buf
 }
 
 /* A message signature over a precomputed digest (the image manifest's sha256). */
-static int prehash_ok(EVP_PKEY *k, const unsigned char *sig, size_t siglen, const unsigned char *dg,
-                      size_t dlen)
+int tkm__trust_prehash_ok(EVP_PKEY *k, const unsigned char *sig, size_t siglen,
+                          const unsigned char *dg, size_t dlen)
 {
     EVP_PKEY_CTX *c = EVP_PKEY_CTX_new(k, NULL);
     int ok = c && EVP_PKEY_verify_init(c) == 1 &&
@@ -490,7 +489,7 @@ static int find_key(const struct sigset *s, int prehashed, const struct tkm_sig_
         for (size_t j = 0; j < s->n && !ok; j++) {
             const unsigned char *sig = (const unsigned char *)s->sig[j].data;
             const unsigned char *m = (const unsigned char *)s->signed_bytes.data;
-            ok = prehashed ? prehash_ok(k, sig, s->sig[j].len, m, s->signed_bytes.len)
+            ok = prehashed ? tkm__trust_prehash_ok(k, sig, s->sig[j].len, m, s->signed_bytes.len)
                            : tkm__trust_sig_ok(k, md, sig, s->sig[j].len, m, s->signed_bytes.len);
         }
         EVP_PKEY_free(k);
@@ -506,6 +505,34 @@ static int find_key(const struct sigset *s, int prehashed, const struct tkm_sig_
             used += (size_t)w;
     }
     return -EKEYREJECTED;
+}
+
+static int keyless(const struct bundle *b, struct sigset *s, const struct tkm_sig_policy *pol,
+                   const char *image_digest, const char *repository, struct tkm_sig_result *res,
+                   struct tkm_err *err)
+{
+    int rc = b->dsse ? dsse_load(b->dsse, s, err) : msg_load(b->msg, s, err);
+    if (rc < 0)
+        return rc;
+    struct tkm__signed sg = {(const unsigned char *)s->sig[0].data,
+                             s->sig[0].len,
+                             (const unsigned char *)s->signed_bytes.data,
+                             s->signed_bytes.len,
+                             b->msg != NULL,
+                             b->dsse ? (const unsigned char *)s->payload.data : NULL,
+                             s->payload.len};
+    if ((rc = tkm__keyless_verify(b->material, &sg, pol, res, err)) < 0)
+        return rc;
+    rc = b->dsse ? check_statement(&s->payload, image_digest, pol, repository, err)
+                 : check_message(s, image_digest, err);
+    if (rc < 0)
+        return rc;
+    if (res) {
+        res->source = TKM_SIG_SRC_BYTES;
+        res->format = b->dsse ? TKM_SIG_FMT_BUNDLE_DSSE : TKM_SIG_FMT_BUNDLE_MESSAGE;
+        snprintf(res->bundle_media_type, sizeof res->bundle_media_type, "%s", b->media_type);
+    }
+    return 0;
 }
 
 int tkm_bundle_verify(const unsigned char *bundle, size_t len, const struct tkm_sig_policy *pol,
@@ -533,7 +560,8 @@ int tkm_bundle_verify(const unsigned char *bundle, size_t len, const struct tkm_
         goto out;
     if (json_object_get(b.material, "certificate") ||
         json_object_get(b.material, "x509CertificateChain")) {
-        rc = keyless_refuse(&b, err);
+        rc = pol->trusted_root ? keyless(&b, &s, pol, image_digest, repository, res, err)
+                               : keyless_refuse(&b, err);
         goto out;
     }
     if (!json_object_get(b.material, "publicKey")) {
