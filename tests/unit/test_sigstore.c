@@ -57,8 +57,8 @@ static void fx_release(struct fx *f)
 static int fx_verify(struct fx *f, const char *bundle, struct tkm_sig_result *r, struct tkm_err *e)
 {
     ASSERT_OK(tkm_sig_policy_check(&f->pol, e));
-    int rc = tkm_bundle_verify((const unsigned char *)bundle, strlen(bundle), &f->pol, IMG, "t/a",
-                               r, e);
+    int rc =
+        tkm_bundle_verify((const unsigned char *)bundle, strlen(bundle), &f->pol, IMG, "t/a", r, e);
     if (rc < 0)
         fprintf(stderr, "# verify: %s\n", e->msg);
     return rc;
