@@ -11,6 +11,7 @@
 source "$(dirname "$0")/lib.sh"
 
 CRANE=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path crane)
+COSIGN3=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path cosign3)
 RREG=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path referrers-registry)
 TESTCA=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path sigstore-testca)
 TKMCTL=$TKM_BUILD_DIR/cli/tkmctl
@@ -67,6 +68,13 @@ D=$("$CRANE" digest "$TKM_REGISTRY/$repo:v1")
 mkdir ca
 expect_ok "sigstore-testca" "$TESTCA" ca "$D" "$ID" "$ISS"
 KL=(--trusted-root ca/trusted_root.json --certificate-oidc-issuer "$ISS")
+
+step "cosign v3 itself accepts the test bundle (offline, same trusted root; the test CA makes no SCTs)"
+"$CRANE" manifest "$TKM_REGISTRY/$repo@$D" >manifest.json
+C3V=("$COSIGN3" verify-blob-attestation --bundle ca/bundle.json --trusted-root ca/trusted_root.json
+  --certificate-oidc-issuer "$ISS" --insecure-ignore-sct --type https://sigstore.dev/cosign/sign/v1)
+expect_ok "cosign3 verify-blob-attestation" "${C3V[@]}" --certificate-identity "$ID" manifest.json
+expect_fail "cosign3, another identity" "${C3V[@]}" --certificate-identity someone@example.test manifest.json
 
 step "the bundle file verifies for the right identity"
 expect_ok "verify --bundle, exact identity" "$TKMCTL" verify "$TKM_REGISTRY/$repo:v1" --bundle ca/bundle.json "${KL[@]}" --certificate-identity "$ID" -o json

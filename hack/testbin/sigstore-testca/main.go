@@ -24,6 +24,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -102,6 +103,27 @@ func trustedRoot(vs *ca.VirtualSigstore) []byte {
 	}
 	b, err := tr.MarshalJSON()
 	if err != nil {
+		die("trusted root: %v", err)
+	}
+	// The virtual Sigstore's log ids are the hex text of the key hash; a real
+	// trusted root (and sigstore-go reading one) has the hash bytes.
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		die("trusted root: %v", err)
+	}
+	for _, k := range []string{"tlogs", "ctlogs"} {
+		logs, _ := m[k].([]any)
+		for _, l := range logs {
+			lm := l.(map[string]any)
+			raw, err := base64.StdEncoding.DecodeString(lm["publicKey"].(map[string]any)["rawBytes"].(string))
+			if err != nil {
+				die("trusted root: %v", err)
+			}
+			id := sha256.Sum256(raw)
+			lm["logId"] = map[string]any{"keyId": base64.StdEncoding.EncodeToString(id[:])}
+		}
+	}
+	if b, err = json.MarshalIndent(m, "", "  "); err != nil {
 		die("trusted root: %v", err)
 	}
 	return b
