@@ -34,8 +34,8 @@ int tkm_sig_mode_parse(const char *s, enum tkm_sig_mode *out)
 {
     if (s && strcmp(s, "Enforce") == 0)
         *out = TKM_SIG_MODE_ENFORCE;
-    else if (s && strcmp(s, "Warn") == 0)
-        *out = TKM_SIG_MODE_WARN;
+    else if (s && strcmp(s, "Audit") == 0)
+        *out = TKM_SIG_MODE_AUDIT;
     else if (s && strcmp(s, "Disabled") == 0)
         *out = TKM_SIG_MODE_DISABLED;
     else

@@ -384,7 +384,7 @@ TEST(policy_check)
     ASSERT_EQ(tkm_sig_policy_check(&pb, &err), -EINVAL);
     ASSERT_STRCONTAINS(err.msg, "keys[0]");
     enum tkm_sig_mode m;
-    ASSERT_OK(tkm_sig_mode_parse("Warn", &m));
-    ASSERT_EQ(m, TKM_SIG_MODE_WARN);
-    ASSERT_EQ(tkm_sig_mode_parse("warn", &m), -EINVAL);
+    ASSERT_OK(tkm_sig_mode_parse("Audit", &m));
+    ASSERT_EQ(m, TKM_SIG_MODE_AUDIT);
+    ASSERT_EQ(tkm_sig_mode_parse("audit", &m), -EINVAL);
 }

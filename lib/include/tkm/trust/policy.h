@@ -5,7 +5,7 @@
  * ConfigMap tkm-config (docs/security.md). All its pointers are borrowed: they
  * must stay valid for the call they are passed to (the async jobs copy them).
  *
- *   mode                   Enforce (refuse unsigned/unverified images), Warn
+ *   mode                   Enforce (refuse unsigned/unverified images), Audit
  *                          (verify and report, never refuse), Disabled.
  *   keys                   cosign public keys (PEM "PUBLIC KEY"); a signature
  *                          by any one of them is accepted.
@@ -27,7 +27,7 @@
 
 #include <tkm/err.h>
 
-enum tkm_sig_mode { TKM_SIG_MODE_ENFORCE = 0, TKM_SIG_MODE_WARN, TKM_SIG_MODE_DISABLED };
+enum tkm_sig_mode { TKM_SIG_MODE_ENFORCE = 0, TKM_SIG_MODE_AUDIT, TKM_SIG_MODE_DISABLED };
 
 struct tkm_sig_key {
     const char *pem; /* borrowed */
@@ -53,7 +53,7 @@ struct tkm_sig_policy {
 
 /* 0, or -EINVAL with err naming the field (keys[i], identities[i].issuer...). */
 int tkm_sig_policy_check(const struct tkm_sig_policy *p, struct tkm_err *err);
-/* "Enforce", "Warn", "Disabled" -> mode; -EINVAL for anything else. */
+/* "Enforce", "Audit", "Disabled" -> mode; -EINVAL for anything else. */
 int tkm_sig_mode_parse(const char *s, enum tkm_sig_mode *out);
 
 /* Where a signature was found. */
