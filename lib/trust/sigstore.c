@@ -13,11 +13,15 @@
  *      data.hash and signature.content/publicKey);
  *   3. the certificate chains to a trusted Fulcio CA at the integrated time
  *      (leaf validity included), with the code-signing EKU;
- *   4. its SAN and OIDC issuer match one identity of the policy.
- * Embedded SCTs are not checked (see docs/security.md).
+ *   4. when the trusted root lists CT logs, one of the certificate's embedded
+ *      SCTs verifies with one of them (RFC 6962 section 3.2: the log's
+ *      signature over the precertificate entry: the issuer's key hash and the
+ *      TBS without the SCT list), at a time the log was valid;
+ *   5. its SAN and OIDC issuer match one identity of the policy.
  */
 #include <errno.h>
 #include <jansson.h>
+#include <openssl/ct.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
@@ -350,7 +354,8 @@ static int body_binds(const struct tentry *e, const struct tkm__signed *s, X509 
 }
 
 /* Chain to one of the trusted root's CAs at time t, code-signing EKU. */
-static int chain_ok(X509 *leaf, const struct tkm__troot *tr, int64_t t, char *why, size_t why_n)
+static int chain_ok(X509 *leaf, const struct tkm__troot *tr, int64_t t, X509 **issuer, char *why,
+                    size_t why_n)
 {
     snprintf(why, why_n, "no certificate authority in the trusted root");
     if (!(X509_get_extension_flags(leaf) & EXFLAG_XKUSAGE) ||
@@ -381,10 +386,83 @@ static int chain_ok(X509 *leaf, const struct tkm__troot *tr, int64_t t, char *wh
         X509_STORE_CTX_free(ctx);
         X509_STORE_free(st);
         sk_X509_free(inter);
+        for (int k = 0; ok && k < n; k++)
+            if (X509_check_issued(sk_X509_value(ca->chain, k), leaf) == X509_V_OK)
+                *issuer = sk_X509_value(ca->chain, k);
         if (ok)
             return 1;
     }
     return 0;
+}
+
+static int sct_sig_ok(const SCT *sct, const struct tkm__tlog *log, const unsigned char ikh[32],
+                      const unsigned char *tbs, size_t tbslen)
+{
+    struct tkm_buf m = TKM_BUF_INIT(1 << 20);
+    unsigned char *ext = NULL, *sig = NULL, hdr[12];
+    size_t extlen = SCT_get0_extensions(sct, &ext), siglen = SCT_get0_signature(sct, &sig);
+    uint64_t ts = SCT_get_timestamp(sct);
+    const EVP_MD *md = NULL;
+    int ok = 0;
+    hdr[0] = 0; /* v1 */
+    hdr[1] = 0; /* certificate_timestamp */
+    for (int i = 0; i < 8; i++)
+        hdr[2 + i] = (unsigned char)(ts >> (56 - 8 * i));
+    hdr[10] = 0; /* precert_entry */
+    hdr[11] = 1;
+    unsigned char l3[3] = {(unsigned char)(tbslen >> 16), (unsigned char)(tbslen >> 8),
+                           (unsigned char)tbslen};
+    unsigned char l2[2] = {(unsigned char)(extlen >> 8), (unsigned char)extlen};
+    if (tkm_trust_cosign_md(log->key, &md, NULL) == 0 && tbslen < (1u << 24) &&
+        extlen < (1u << 16) && tkm_buf_append(&m, hdr, sizeof hdr) == 0 &&
+        tkm_buf_append(&m, ikh, 32) == 0 && tkm_buf_append(&m, l3, 3) == 0 &&
+        tkm_buf_append(&m, tbs, tbslen) == 0 && tkm_buf_append(&m, l2, 2) == 0 &&
+        (extlen == 0 || tkm_buf_append(&m, ext, extlen) == 0))
+        ok = tkm__trust_sig_ok(log->key, md, sig, siglen, (const unsigned char *)m.data, m.len);
+    tkm_buf_release(&m);
+    return ok;
+}
+
+/* One embedded SCT verifies with a CT log of the trusted root. */
+static int sct_ok(X509 *leaf, X509 *issuer, const struct tkm__troot *tr, char *why, size_t why_n)
+{
+    STACK_OF(SCT) *scts = X509_get_ext_d2i(leaf, NID_ct_precert_scts, NULL, NULL);
+    X509 *pre = X509_dup(leaf);
+    unsigned char *tbs = NULL, *spki = NULL, ikh[32];
+    int ok = 0, tbslen = -1, sl;
+    snprintf(why, why_n, "the certificate has no embedded SCT");
+    if (!scts || !pre || !issuer || sk_SCT_num(scts) == 0)
+        goto out;
+    X509_EXTENSION_free(X509_delete_ext(pre, X509_get_ext_by_NID(pre, NID_ct_precert_scts, -1)));
+    tbslen = i2d_re_X509_tbs(pre, &tbs);
+    sl = i2d_X509_PUBKEY(X509_get_X509_PUBKEY(issuer), &spki);
+    if (tbslen <= 0 || sl <= 0 || EVP_Digest(spki, (size_t)sl, ikh, NULL, EVP_sha256(), NULL) != 1)
+        goto out;
+    for (int i = 0; i < sk_SCT_num(scts) && !ok; i++) {
+        const SCT *sct = sk_SCT_value(scts, i);
+        unsigned char *lid = NULL;
+        size_t lidlen = SCT_get0_log_id(sct, &lid);
+        const struct tkm__tlog *log =
+            lidlen == 32 ? tkm__troot_log(tr->ctlog, tr->nctlog, lid) : NULL;
+        int64_t t = (int64_t)(SCT_get_timestamp(sct) / 1000);
+        if (SCT_get_version(sct) != SCT_VERSION_V1 || !log) {
+            snprintf(why, why_n, "no SCT is from a CT log of the trusted root");
+            continue;
+        }
+        if (t < log->start || t > log->end) {
+            snprintf(why, why_n, "the SCT's time is outside its CT log's validity");
+            continue;
+        }
+        ok = sct_sig_ok(sct, log, ikh, tbs, (size_t)tbslen);
+        if (!ok)
+            snprintf(why, why_n, "the SCT's signature does not verify with its CT log's key");
+    }
+out:
+    OPENSSL_free(tbs);
+    OPENSSL_free(spki);
+    X509_free(pre);
+    SCT_LIST_free(scts);
+    return ok;
 }
 
 static int identity_ok(const struct tkm_sig_policy *pol, const char *san, const char *iss)
@@ -470,11 +548,18 @@ int tkm__keyless_verify(json_t *material, const struct tkm__signed *s,
     if ((rc = tentry_parse(json_array_get(tl, 0), &e, err)) < 0 ||
         (rc = tlog_ok(&e, &tr, err)) < 0 || (rc = body_binds(&e, s, leaf, err)) < 0)
         goto out;
-    if (!chain_ok(leaf, &tr, e.time, why, sizeof why)) {
+    X509 *issuer = NULL;
+    if (!chain_ok(leaf, &tr, e.time, &issuer, why, sizeof why)) {
         rc = tkm_err_set(err, -EKEYREJECTED,
                          "the certificate for %s (issuer %s) is not trusted at the signing time "
                          "(integrated time %lld): %s",
                          san, iss, (long long)e.time, why);
+        goto out;
+    }
+    if (tr.nctlog && !sct_ok(leaf, issuer, &tr, why, sizeof why)) {
+        rc = tkm_err_set(err, -EKEYREJECTED,
+                         "the certificate for %s (issuer %s) is not publicly logged: %s", san, iss,
+                         why);
         goto out;
     }
     if (!identity_ok(pol, san, iss)) {

@@ -4,8 +4,8 @@
 # Rekor, with a matching trusted_root.json) for an image in a real registry.
 # `tkmctl verify --trusted-root` must accept the bundle for the right
 # identity and refuse, each with its own reason: another identity or issuer,
-# another trusted root (untrusted chain/log), a tampered inclusion proof, a
-# tampered SET, a policy with no identity. The bundle is also attached to the
+# another trusted root (untrusted chain/log), another CT log (the embedded
+# SCT), a tampered inclusion proof, a tampered SET, a policy with no identity. The bundle is also attached to the
 # image as cosign v3 does (an OCI referrer on the referrers registry, the
 # "sha256-<hex>" tag-schema index on Debian's registry 2.8) and found there.
 source "$(dirname "$0")/lib.sh"
@@ -69,10 +69,10 @@ mkdir ca
 expect_ok "sigstore-testca" "$TESTCA" ca "$D" "$ID" "$ISS"
 KL=(--trusted-root ca/trusted_root.json --certificate-oidc-issuer "$ISS")
 
-step "cosign v3 itself accepts the test bundle (offline, same trusted root; the test CA makes no SCTs)"
+step "cosign v3 itself accepts the test bundle (offline, same trusted root, SCT and tlog checked)"
 "$CRANE" manifest "$TKM_REGISTRY/$repo@$D" >manifest.json
 C3V=("$COSIGN3" verify-blob-attestation --bundle ca/bundle.json --trusted-root ca/trusted_root.json
-  --certificate-oidc-issuer "$ISS" --insecure-ignore-sct --type https://sigstore.dev/cosign/sign/v1)
+  --certificate-oidc-issuer "$ISS" --type https://sigstore.dev/cosign/sign/v1)
 expect_ok "cosign3 verify-blob-attestation" "${C3V[@]}" --certificate-identity "$ID" manifest.json
 expect_fail "cosign3, another identity" "${C3V[@]}" --certificate-identity someone@example.test manifest.json
 
@@ -92,6 +92,9 @@ expect_fail "no identity at all" "$TKMCTL" verify "$TKM_REGISTRY/$repo:v1" --bun
 assert_contains "$OUT" "any signer at all is not a policy" "keyless without identity is a configuration error"
 expect_fail "another trusted root" "$TKMCTL" verify "$TKM_REGISTRY/$repo:v1" --bundle ca/bundle.json --trusted-root ca/other_trusted_root.json --certificate-oidc-issuer "$ISS" --certificate-identity "$ID"
 assert_contains "$OUT" "is not in the trusted root" "untrusted log reason"
+jq --slurpfile o ca/other_trusted_root.json '.ctlogs = $o[0].ctlogs' ca/trusted_root.json >ct_root.json
+expect_fail "a trusted root with another CT log" "$TKMCTL" verify "$TKM_REGISTRY/$repo:v1" --bundle ca/bundle.json --trusted-root ct_root.json --certificate-oidc-issuer "$ISS" --certificate-identity "$ID"
+assert_contains "$OUT" "is not publicly logged: no SCT is from a CT log of the trusted root" "SCT reason"
 jq '.verificationMaterial.tlogEntries[0].inclusionProof.hashes[1] = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="' ca/bundle.json >proof.json
 expect_fail "tampered inclusion proof" "$TKMCTL" verify "$TKM_REGISTRY/$repo:v1" --bundle proof.json "${KL[@]}" --certificate-identity "$ID"
 assert_contains "$OUT" "the inclusion proof does not verify" "inclusion proof reason"

@@ -276,3 +276,56 @@ TEST(no_trusted_root_named)
     ASSERT_STRCONTAINS(err.msg, "is not a Sigstore trusted root");
     fx_release(&f);
 }
+
+/* The trusted root with its ctlogs replaced by those of other_root (or removed when NULL). */
+static char *root_with_ctlogs(const char *root, const char *other_root, const char *end)
+{
+    json_t *tr = json_loads(root, 0, NULL),
+           *o = other_root ? json_loads(other_root, 0, NULL) : NULL;
+    ASSERT_NOT_NULL(tr);
+    if (end) {
+        json_t *pk = json_object_get(json_array_get(json_object_get(tr, "ctlogs"), 0), "publicKey");
+        json_object_set_new(json_object_get(pk, "validFor"), "end", json_string(end));
+    } else if (o) {
+        json_object_set(tr, "ctlogs", json_object_get(o, "ctlogs"));
+    } else {
+        json_object_del(tr, "ctlogs");
+    }
+    char *s = json_dumps(tr, JSON_COMPACT);
+    json_decref(tr);
+    json_decref(o);
+    return s;
+}
+
+TEST(embedded_sct_checked)
+{
+    struct fx f;
+    struct tkm_err err = {0};
+    size_t olen;
+    fx_init(&f, DATA("trusted_root.json"));
+    char *other = slurp(DATA("other_trusted_root.json"), &olen);
+    /* another CT log: the certificate's SCT is from none of the trusted ones */
+    char *r = root_with_ctlogs(f.root, other, NULL);
+    f.pol.trusted_root = r;
+    f.pol.trusted_root_len = strlen(r);
+    ASSERT_EQ(fx_verify(&f, f.bundle, NULL, &err), -EKEYREJECTED);
+    ASSERT_STRCONTAINS(err.msg,
+                       "is not publicly logged: no SCT is from a CT log of the trusted root");
+    free(r);
+    /* the CT log's validity ended before the SCT's time */
+    tkm_err_clear(&err);
+    r = root_with_ctlogs(f.root, NULL, "2001-01-01T00:00:00Z");
+    f.pol.trusted_root = r;
+    f.pol.trusted_root_len = strlen(r);
+    ASSERT_EQ(fx_verify(&f, f.bundle, NULL, &err), -EKEYREJECTED);
+    ASSERT_STRCONTAINS(err.msg, "the SCT's time is outside its CT log's validity");
+    free(r);
+    /* a trusted root without CT logs: no SCT is required (documented) */
+    r = root_with_ctlogs(f.root, NULL, NULL);
+    f.pol.trusted_root = r;
+    f.pol.trusted_root_len = strlen(r);
+    ASSERT_OK(fx_verify(&f, f.bundle, NULL, &err));
+    free(r);
+    free(other);
+    fx_release(&f);
+}

@@ -12,20 +12,28 @@
 // OUTDIR/other_trusted_root.json (a second, unrelated virtual Sigstore: a
 // chain that does not lead to it is untrusted).
 //
-// The virtual Sigstore keeps its Rekor key private; this test tool reads it
-// by reflection to sign a checkpoint for a tree of several leaves (the
-// library's own proof covers a one-leaf tree only).
+// The virtual Sigstore keeps its keys private; this test tool reads them by
+// reflection to sign a checkpoint for a tree of several leaves (the library's
+// own proof covers a one-leaf tree only) and to issue a certificate with an
+// embedded SCT (the library's certificates have none).
 package main
 
 import (
 	"context"
 	"crypto"
 	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -33,12 +41,12 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 	protobundle "github.com/sigstore/protobuf-specs/gen/pb-go/bundle/v1"
 	protocommon "github.com/sigstore/protobuf-specs/gen/pb-go/common/v1"
 	protodsse "github.com/sigstore/protobuf-specs/gen/pb-go/dsse"
 	protorekor "github.com/sigstore/protobuf-specs/gen/pb-go/rekor/v1"
 	rekorutil "github.com/sigstore/rekor/pkg/util"
-	sgbundle "github.com/sigstore/sigstore-go/pkg/bundle"
 	"github.com/sigstore/sigstore-go/pkg/root"
 	"github.com/sigstore/sigstore-go/pkg/testing/ca"
 	"github.com/sigstore/sigstore-go/pkg/tlog"
@@ -90,9 +98,80 @@ func path(m int, leaves [][]byte) [][]byte {
 	return append(path(m-k, leaves[k:]), mth(leaves[:k]))
 }
 
-func rekorKey(vs *ca.VirtualSigstore) *ecdsa.PrivateKey {
-	f := reflect.ValueOf(vs).Elem().FieldByName("rekorKey")
-	return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(*ecdsa.PrivateKey)
+const intotoType = "application/vnd.in-toto+json"
+
+func privateField[T any](vs *ca.VirtualSigstore, name string) T {
+	f := reflect.ValueOf(vs).Elem().FieldByName(name)
+	return reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem().Interface().(T)
+}
+
+// leafWithSCT issues a Fulcio-like leaf certificate (email SAN, OIDC issuer
+// in extension 1.3.6.1.4.1.57264.1.8 as a DER UTF8String, code signing) from
+// the virtual Fulcio intermediate, with an SCT from the virtual CT log
+// embedded as real Fulcio certificates have (RFC 6962 section 3.3: the log
+// signs the precertificate's TBS, i.e. the final TBS without the SCT list).
+func leafWithSCT(vs *ca.VirtualSigstore, identity, issuer string) (*x509.Certificate, *ecdsa.PrivateKey) {
+	fca := vs.FulcioCertificateAuthorities()[0].(*root.FulcioCertificateAuthority)
+	inter := fca.Intermediates[0]
+	interKey := privateField[*ecdsa.PrivateKey](vs, "fulcioIntermediateKey")
+	ctKey := privateField[*ecdsa.PrivateKey](vs, "ctlogKey")
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		die("leaf key: %v", err)
+	}
+	iss, _ := asn1.MarshalWithParams(issuer, "utf8")
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:    big.NewInt(now.UnixNano()),
+		EmailAddresses:  []string{identity},
+		NotBefore:       now,
+		NotAfter:        now.Add(10 * time.Minute),
+		KeyUsage:        x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:     []x509.ExtKeyUsage{x509.ExtKeyUsageCodeSigning},
+		ExtraExtensions: []pkix.Extension{{Id: asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 57264, 1, 8}, Value: iss}},
+	}
+	pre, err := x509.CreateCertificate(rand.Reader, tmpl, inter, &key.PublicKey, interKey)
+	if err != nil {
+		die("precertificate: %v", err)
+	}
+	preCert, _ := x509.ParseCertificate(pre)
+	issuerKeyHash := sha256.Sum256(inter.RawSubjectPublicKeyInfo)
+	ctDER, _ := x509.MarshalPKIXPublicKey(&ctKey.PublicKey)
+	logID := sha256.Sum256(ctDER)
+	ts := uint64(now.UnixMilli())
+	var signed []byte
+	signed = append(signed, 0, 0) // v1, certificate_timestamp
+	signed = binary.BigEndian.AppendUint64(signed, ts)
+	signed = append(signed, 0, 1) // precert_entry
+	signed = append(signed, issuerKeyHash[:]...)
+	tbs := preCert.RawTBSCertificate
+	signed = append(signed, byte(len(tbs)>>16), byte(len(tbs)>>8), byte(len(tbs)))
+	signed = append(signed, tbs...)
+	signed = append(signed, 0, 0) // no extensions
+	dh := sha256.Sum256(signed)
+	ctSig, err := ecdsa.SignASN1(rand.Reader, ctKey, dh[:])
+	if err != nil {
+		die("SCT: %v", err)
+	}
+	var sct []byte
+	sct = append(sct, 0)
+	sct = append(sct, logID[:]...)
+	sct = binary.BigEndian.AppendUint64(sct, ts)
+	sct = append(sct, 0, 0, 4, 3) // no extensions; sha256, ecdsa
+	sct = binary.BigEndian.AppendUint16(sct, uint16(len(ctSig)))
+	sct = append(sct, ctSig...)
+	list := binary.BigEndian.AppendUint16(nil, uint16(len(sct)+2))
+	list = binary.BigEndian.AppendUint16(list, uint16(len(sct)))
+	list = append(list, sct...)
+	ext, _ := asn1.Marshal(list)
+	tmpl.ExtraExtensions = append(tmpl.ExtraExtensions,
+		pkix.Extension{Id: asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 11129, 2, 4, 2}, Value: ext})
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, inter, &key.PublicKey, interKey)
+	if err != nil {
+		die("certificate: %v", err)
+	}
+	leaf, _ := x509.ParseCertificate(der)
+	return leaf, key
 }
 
 func trustedRoot(vs *ca.VirtualSigstore) []byte {
@@ -140,16 +219,20 @@ func main() {
 		die("virtual sigstore: %v", err)
 	}
 	statement := fmt.Sprintf(`{"_type":"https://in-toto.io/Statement/v1","subject":[{"digest":{"sha256":"%s"}}],"predicateType":"https://sigstore.dev/cosign/sign/v1","predicate":{}}`, digest)
-	ent, err := vs.AttestAtTime(identity, issuer, []byte(statement), time.Now().Add(time.Minute), false)
+	leaf, leafKey := leafWithSCT(vs, identity, issuer)
+	pae := fmt.Sprintf("DSSEv1 %d %s %d %s", len(intotoType), intotoType, len(statement), statement)
+	h := sha256.Sum256([]byte(pae))
+	sig, err := ecdsa.SignASN1(rand.Reader, leafKey, h[:])
 	if err != nil {
-		die("attest: %v", err)
+		die("sign: %v", err)
 	}
-	vc, _ := ent.VerificationContent()
-	leaf := vc.(*sgbundle.Certificate).Certificate()
-	sc, _ := ent.SignatureContent()
-	env := sc.(*sgbundle.Envelope).Envelope
-	entries, _ := ent.TlogEntries()
-	tle := entries[0].TransparencyLogEntry()
+	env := &dsse.Envelope{PayloadType: intotoType, Payload: base64.StdEncoding.EncodeToString([]byte(statement)),
+		Signatures: []dsse.Signature{{Sig: base64.StdEncoding.EncodeToString(sig)}}}
+	entry, err := vs.GenerateTlogEntry(leaf, env, sig, time.Now().Add(time.Minute).Unix(), false)
+	if err != nil {
+		die("tlog entry: %v", err)
+	}
+	tle := entry.TransparencyLogEntry()
 
 	// The entry is leaf 5 of a 7-leaf tree.
 	const index, size = 5, 7
@@ -159,7 +242,7 @@ func main() {
 	}
 	leaves[index] = leafHash(tle.CanonicalizedBody)
 	rootHash := mth(leaves)
-	signer, err := signature.LoadECDSASignerVerifier(rekorKey(vs), crypto.SHA256)
+	signer, err := signature.LoadECDSASignerVerifier(privateField[*ecdsa.PrivateKey](vs, "rekorKey"), crypto.SHA256)
 	if err != nil {
 		die("rekor signer: %v", err)
 	}
@@ -184,14 +267,6 @@ func main() {
 		Checkpoint: &protorekor.Checkpoint{Envelope: string(cp)},
 	}
 
-	payload, err := base64.StdEncoding.DecodeString(env.Payload)
-	if err != nil {
-		die("payload: %v", err)
-	}
-	sig, err := base64.StdEncoding.DecodeString(env.Signatures[0].Sig)
-	if err != nil {
-		die("sig: %v", err)
-	}
 	pb := &protobundle.Bundle{
 		MediaType: "application/vnd.dev.sigstore.bundle.v0.3+json",
 		VerificationMaterial: &protobundle.VerificationMaterial{
@@ -199,7 +274,7 @@ func main() {
 			TlogEntries: []*protorekor.TransparencyLogEntry{tle},
 		},
 		Content: &protobundle.Bundle_DsseEnvelope{DsseEnvelope: &protodsse.Envelope{
-			Payload: payload, PayloadType: env.PayloadType,
+			Payload: []byte(statement), PayloadType: env.PayloadType,
 			Signatures: []*protodsse.Signature{{Sig: sig}},
 		}},
 	}
