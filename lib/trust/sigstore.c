@@ -344,12 +344,14 @@ static int body_binds(const struct tentry *e, const struct tkm__signed *s, X509 
                  json_string_value(json_object_get(json_object_get(sig, "publicKey"), "content")),
                  leaf);
     }
+    char kind_s[64];
+    snprintf(kind_s, sizeof kind_s, "%s", kind ? kind : "unknown"); /* kind is b's */
     json_decref(b);
     if (!ok)
         return tkm_err_set(err, -EBADMSG,
                            "transparency log entry %lld (kind %s) does not record this signature "
                            "and certificate",
-                           (long long)e->index, kind ? kind : "unknown");
+                           (long long)e->index, kind_s);
     return 0;
 }
 

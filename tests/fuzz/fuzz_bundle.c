@@ -3,7 +3,11 @@
  *   1. the input as a Sigstore bundle (tkm_bundle_verify with a key policy);
  *   2. the input as the in-toto statement of a DSSE bundle that is validly
  *      signed (with a key made once per process), so the statement parser
- *      behind the signature check is reached too.
+ *      behind the signature check is reached too;
+ *   3. the input as a bundle under a keyless policy (a real test trusted
+ *      root), and as the trusted root for a real keyless bundle, so the
+ *      certificate, tlog entry, proof, checkpoint, SCT and trusted-root
+ *      parsers are reached.
  */
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -14,6 +18,8 @@
 
 #include <tkm/buf.h>
 #include <tkm/trust/bundle.h>
+
+#include "fuzz_bundle_data.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -74,6 +80,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct tkm_sig_policy pol = {.keys = &k, .nkeys = 1};
     struct tkm_sig_result res;
     tkm_bundle_verify(data, size, &pol, IMG, "t/a", &res, &err);
+    struct tkm_sig_identity id = {"https://issuer.example.test", NULL, ".*"};
+    struct tkm_sig_policy kl = {.trusted_root = KL_ROOT,
+                                .trusted_root_len = sizeof KL_ROOT - 1,
+                                .identities = &id,
+                                .nidentities = 1};
+    tkm_err_clear(&err);
+    tkm_bundle_verify(data, size, &kl, IMG, "t/a", &res, &err);
+    kl.trusted_root = (const char *)data;
+    kl.trusted_root_len = size;
+    tkm_err_clear(&err);
+    tkm_bundle_verify((const unsigned char *)KL_BUNDLE, sizeof KL_BUNDLE - 1, &kl, IMG, "t/a", &res,
+                      &err);
     if (size > 64 * 1024)
         return 0;
     struct tkm_buf b = TKM_BUF_INIT(1 << 20);

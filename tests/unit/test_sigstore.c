@@ -329,3 +329,20 @@ TEST(embedded_sct_checked)
     free(other);
     fx_release(&f);
 }
+
+/* Found by fuzz_bundle: a bundle whose log entry does not record its
+ * signature (the message used to read the entry's kind after freeing it). */
+TEST(log_entry_must_record_the_signature)
+{
+    struct fx f;
+    struct tkm_err err = {0};
+    size_t n;
+    fx_init(&f, DATA("trusted_root.json"));
+    char *b = slurp(TKM_SOURCE_DIR "/tests/fuzz/corpus/bundle/regress-kind-after-free.json", &n);
+    f.id.subject = NULL;
+    f.id.subject_regexp = ".*";
+    ASSERT_EQ(fx_verify(&f, b, NULL, &err), -EBADMSG);
+    ASSERT_STRCONTAINS(err.msg, "(kind dsse) does not record this signature and certificate");
+    free(b);
+    fx_release(&f);
+}
