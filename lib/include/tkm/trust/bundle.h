@@ -69,4 +69,20 @@ int tkm_sig_verify_registry(struct tkm_oci_registry *r, const char *repo, const 
                             const struct tkm_sig_policy *pol, struct tkm_sig_result *res,
                             struct tkm_err *err);
 
+/*
+ * tkm_sig_verify_registry on the libuv thread pool, for daemons with one
+ * loop. repo, image_digest and the policy (keys, trusted root, identities)
+ * are copied. r is borrowed and used on the worker thread: do not use it
+ * anywhere else until cb has run. If _start fails (< 0: a policy that is not
+ * one, -ENOMEM) cb is never called; otherwise it runs exactly once on the loop
+ * thread (res and err borrowed for the call; res NULL unless rc == 0;
+ * -ECANCELED when the loop closed before the work started).
+ */
+struct uv_loop_s;
+typedef void (*tkm_sig_verify_cb)(int rc, const struct tkm_sig_result *res,
+                                  const struct tkm_err *err, void *data);
+int tkm_sig_verify_start(struct uv_loop_s *loop, struct tkm_oci_registry *r, const char *repo,
+                         const char *image_digest, const struct tkm_sig_policy *pol,
+                         tkm_sig_verify_cb cb, void *data, struct tkm_err *err);
+
 #endif
