@@ -75,12 +75,16 @@ C3V=("$COSIGN3" verify-blob-attestation --bundle ca/bundle.json --trusted-root c
   --certificate-oidc-issuer "$ISS" --type https://sigstore.dev/cosign/sign/v1)
 expect_ok "cosign3 verify-blob-attestation" "${C3V[@]}" --certificate-identity "$ID" manifest.json
 expect_fail "cosign3, another identity" "${C3V[@]}" --certificate-identity someone@example.test manifest.json
+expect_ok "cosign3 verify-blob (the message-signature bundle)" "$COSIGN3" verify-blob --bundle ca/bundle-message.json \
+  --trusted-root ca/trusted_root.json --certificate-oidc-issuer "$ISS" --certificate-identity "$ID" manifest.json
 
 step "the bundle file verifies for the right identity"
 expect_ok "verify --bundle, exact identity" "$TKMCTL" verify "$TKM_REGISTRY/$repo:v1" --bundle ca/bundle.json "${KL[@]}" --certificate-identity "$ID" -o json
 assert_contains "$OUT" "\"certificateIdentity\": \"$ID\"" "names the identity"
 assert_contains "$OUT" "\"certificateOidcIssuer\": \"$ISS\"" "names the issuer"
 assert_contains "$OUT" "\"tlogIndex\": 5" "names the log index"
+expect_ok "verify --bundle, message signature (v0.2, hashedrekord)" "$TKMCTL" verify "$TKM_REGISTRY/$repo:v1" --bundle ca/bundle-message.json "${KL[@]}" --certificate-identity "$ID" -o json
+assert_contains "$OUT" "\"format\": \"Sigstore bundle (message signature)\"" "message-signature format"
 expect_ok "verify --bundle, identity regexp" "$TKMCTL" verify "$TKM_REGISTRY/$repo:v1" --bundle ca/bundle.json "${KL[@]}" --certificate-identity-regexp '.*@example\.test'
 
 step "refusals, each with its reason"

@@ -337,12 +337,36 @@ TEST(log_entry_must_record_the_signature)
     struct fx f;
     struct tkm_err err = {0};
     size_t n;
-    fx_init(&f, DATA("trusted_root.json"));
+    fx_init(&f, DATA("regress_trusted_root.json")); /* the root the fuzzer's bundle was made for */
     char *b = slurp(TKM_SOURCE_DIR "/tests/fuzz/corpus/bundle/regress-kind-after-free.json", &n);
     f.id.subject = NULL;
     f.id.subject_regexp = ".*";
     ASSERT_EQ(fx_verify(&f, b, NULL, &err), -EBADMSG);
     ASSERT_STRCONTAINS(err.msg, "(kind dsse) does not record this signature and certificate");
+    free(b);
+    fx_release(&f);
+}
+
+TEST(keyless_message_signature_v02)
+{
+    struct fx f;
+    struct tkm_sig_result r;
+    struct tkm_err err = {0};
+    size_t n;
+    fx_init(&f, DATA("trusted_root.json"));
+    char *b = slurp(DATA("bundle-message.json"), &n);
+    ASSERT_OK(fx_verify(&f, b, &r, &err));
+    ASSERT_EQ(r.format, TKM_SIG_FMT_BUNDLE_MESSAGE);
+    ASSERT_STREQ(r.bundle_media_type, "application/vnd.dev.sigstore.bundle+json;version=0.2");
+    ASSERT_STREQ(r.identity, IDENTITY);
+    /* another image */
+    ASSERT_EQ(tkm_bundle_verify((const unsigned char *)b, n, &f.pol,
+                                "sha256:1111111111111111111111111111111111111111111111111111111111"
+                                "111111",
+                                NULL, NULL, &err),
+              -EBADMSG);
+    f.id.subject = "other@example.test";
+    ASSERT_EQ(fx_verify(&f, b, NULL, &err), -EKEYREJECTED);
     free(b);
     fx_release(&f);
 }

@@ -8,8 +8,9 @@
 //
 //	sigstore-testca OUTDIR sha256:<image hex> IDENTITY ISSUER
 //
-// writes OUTDIR/trusted_root.json, OUTDIR/bundle.json and
-// OUTDIR/other_trusted_root.json (a second, unrelated virtual Sigstore: a
+// writes OUTDIR/trusted_root.json, OUTDIR/bundle.json (DSSE, as cosign v3
+// signs images), OUTDIR/bundle-message.json (a message signature over the
+// digest, v0.2, logged as a hashedrekord) and OUTDIR/other_trusted_root.json (a second, unrelated virtual Sigstore: a
 // chain that does not lead to it is untrusted).
 //
 // The virtual Sigstore keeps its keys private; this test tool reads them by
@@ -32,6 +33,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"math/big"
 	"os"
@@ -208,33 +210,9 @@ func trustedRoot(vs *ca.VirtualSigstore) []byte {
 	return b
 }
 
-func main() {
-	if len(os.Args) != 5 || !strings.HasPrefix(os.Args[2], "sha256:") {
-		fmt.Fprintln(os.Stderr, "usage: sigstore-testca OUTDIR sha256:<hex> IDENTITY ISSUER")
-		os.Exit(2)
-	}
-	out, digest, identity, issuer := os.Args[1], os.Args[2][7:], os.Args[3], os.Args[4]
-	vs, err := ca.NewVirtualSigstore()
-	if err != nil {
-		die("virtual sigstore: %v", err)
-	}
-	statement := fmt.Sprintf(`{"_type":"https://in-toto.io/Statement/v1","subject":[{"digest":{"sha256":"%s"}}],"predicateType":"https://sigstore.dev/cosign/sign/v1","predicate":{}}`, digest)
-	leaf, leafKey := leafWithSCT(vs, identity, issuer)
-	pae := fmt.Sprintf("DSSEv1 %d %s %d %s", len(intotoType), intotoType, len(statement), statement)
-	h := sha256.Sum256([]byte(pae))
-	sig, err := ecdsa.SignASN1(rand.Reader, leafKey, h[:])
-	if err != nil {
-		die("sign: %v", err)
-	}
-	env := &dsse.Envelope{PayloadType: intotoType, Payload: base64.StdEncoding.EncodeToString([]byte(statement)),
-		Signatures: []dsse.Signature{{Sig: base64.StdEncoding.EncodeToString(sig)}}}
-	entry, err := vs.GenerateTlogEntry(leaf, env, sig, time.Now().Add(time.Minute).Unix(), false)
-	if err != nil {
-		die("tlog entry: %v", err)
-	}
-	tle := entry.TransparencyLogEntry()
-
-	// The entry is leaf 5 of a 7-leaf tree.
+// logged completes tle as Rekor v1 would for the entry at leaf 5 of a
+// 7-leaf tree: kind/version, the SET, the inclusion proof and its checkpoint.
+func logged(vs *ca.VirtualSigstore, tle *protorekor.TransparencyLogEntry, kind string) {
 	const index, size = 5, 7
 	leaves := make([][]byte, size)
 	for i := range leaves {
@@ -251,7 +229,7 @@ func main() {
 		die("checkpoint: %v", err)
 	}
 	tle.LogIndex = index
-	tle.KindVersion = &protorekor.KindVersion{Kind: "dsse", Version: "0.0.1"}
+	tle.KindVersion = &protorekor.KindVersion{Kind: kind, Version: "0.0.1"}
 	set, err := vs.RekorSignPayload(tlog.RekorPayload{
 		Body:           base64.StdEncoding.EncodeToString(tle.CanonicalizedBody),
 		IntegratedTime: tle.IntegratedTime,
@@ -266,8 +244,35 @@ func main() {
 		LogIndex: index, RootHash: rootHash, TreeSize: size, Hashes: path(index, leaves),
 		Checkpoint: &protorekor.Checkpoint{Envelope: string(cp)},
 	}
+}
 
-	pb := &protobundle.Bundle{
+func marshal(pb *protobundle.Bundle) []byte {
+	bb, err := protojson.Marshal(pb)
+	if err != nil {
+		die("bundle: %v", err)
+	}
+	return bb
+}
+
+// dsseBundle: cosign v3's form, the in-toto statement for the image in a DSSE envelope.
+func dsseBundle(vs *ca.VirtualSigstore, digest, identity, issuer string) []byte {
+	statement := fmt.Sprintf(`{"_type":"https://in-toto.io/Statement/v1","subject":[{"digest":{"sha256":"%s"}}],"predicateType":"https://sigstore.dev/cosign/sign/v1","predicate":{}}`, digest)
+	leaf, leafKey := leafWithSCT(vs, identity, issuer)
+	pae := fmt.Sprintf("DSSEv1 %d %s %d %s", len(intotoType), intotoType, len(statement), statement)
+	h := sha256.Sum256([]byte(pae))
+	sig, err := ecdsa.SignASN1(rand.Reader, leafKey, h[:])
+	if err != nil {
+		die("sign: %v", err)
+	}
+	env := &dsse.Envelope{PayloadType: intotoType, Payload: base64.StdEncoding.EncodeToString([]byte(statement)),
+		Signatures: []dsse.Signature{{Sig: base64.StdEncoding.EncodeToString(sig)}}}
+	entry, err := vs.GenerateTlogEntry(leaf, env, sig, time.Now().Add(time.Minute).Unix(), false)
+	if err != nil {
+		die("tlog entry: %v", err)
+	}
+	tle := entry.TransparencyLogEntry()
+	logged(vs, tle, "dsse")
+	return marshal(&protobundle.Bundle{
 		MediaType: "application/vnd.dev.sigstore.bundle.v0.3+json",
 		VerificationMaterial: &protobundle.VerificationMaterial{
 			Content:     &protobundle.VerificationMaterial_Certificate{Certificate: &protocommon.X509Certificate{RawBytes: leaf.Raw}},
@@ -277,17 +282,68 @@ func main() {
 			Payload: []byte(statement), PayloadType: env.PayloadType,
 			Signatures: []*protodsse.Signature{{Sig: sig}},
 		}},
-	}
-	bb, err := protojson.Marshal(pb)
+	})
+}
+
+// messageBundle: a message signature over the image digest (cosign sign-blob
+// of the manifest), logged as a hashedrekord; v0.2 media type, certificate in
+// x509CertificateChain as v0.1/v0.2 bundles carry it.
+func messageBundle(vs *ca.VirtualSigstore, digest, identity, issuer string) []byte {
+	leaf, leafKey := leafWithSCT(vs, identity, issuer)
+	dg, err := hex.DecodeString(digest)
 	if err != nil {
-		die("bundle: %v", err)
+		die("digest: %v", err)
+	}
+	sig, err := ecdsa.SignASN1(rand.Reader, leafKey, dg)
+	if err != nil {
+		die("sign: %v", err)
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw})
+	body := fmt.Sprintf(`{"apiVersion":"0.0.1","kind":"hashedrekord","spec":{"data":{"hash":{"algorithm":"sha256","value":"%s"}},"signature":{"content":"%s","publicKey":{"content":"%s"}}}}`,
+		digest, base64.StdEncoding.EncodeToString(sig), base64.StdEncoding.EncodeToString(certPEM))
+	logID, err := hex.DecodeString(func() string { id, _ := vs.RekorLogID(); return id }())
+	if err != nil {
+		die("log id: %v", err)
+	}
+	entry, err := tlog.NewEntry([]byte(body), time.Now().Add(time.Minute).Unix(), 0, logID, nil, nil) //nolint:staticcheck
+	if err != nil {
+		die("tlog entry: %v", err)
+	}
+	tle := entry.TransparencyLogEntry()
+	logged(vs, tle, "hashedrekord")
+	return marshal(&protobundle.Bundle{
+		MediaType: "application/vnd.dev.sigstore.bundle+json;version=0.2",
+		VerificationMaterial: &protobundle.VerificationMaterial{
+			Content: &protobundle.VerificationMaterial_X509CertificateChain{X509CertificateChain: &protocommon.X509CertificateChain{
+				Certificates: []*protocommon.X509Certificate{{RawBytes: leaf.Raw}}}},
+			TlogEntries: []*protorekor.TransparencyLogEntry{tle},
+		},
+		Content: &protobundle.Bundle_MessageSignature{MessageSignature: &protocommon.MessageSignature{
+			MessageDigest: &protocommon.HashOutput{Algorithm: protocommon.HashAlgorithm_SHA2_256, Digest: dg},
+			Signature:     sig,
+		}},
+	})
+}
+
+func main() {
+	if len(os.Args) != 5 || !strings.HasPrefix(os.Args[2], "sha256:") {
+		fmt.Fprintln(os.Stderr, "usage: sigstore-testca OUTDIR sha256:<hex> IDENTITY ISSUER")
+		os.Exit(2)
+	}
+	out, digest, identity, issuer := os.Args[1], os.Args[2][7:], os.Args[3], os.Args[4]
+	vs, err := ca.NewVirtualSigstore()
+	if err != nil {
+		die("virtual sigstore: %v", err)
 	}
 	other, err := ca.NewVirtualSigstore()
 	if err != nil {
 		die("virtual sigstore: %v", err)
 	}
 	for name, data := range map[string][]byte{
-		"bundle.json": bb, "trusted_root.json": trustedRoot(vs), "other_trusted_root.json": trustedRoot(other),
+		"bundle.json":             dsseBundle(vs, digest, identity, issuer),
+		"bundle-message.json":     messageBundle(vs, digest, identity, issuer),
+		"trusted_root.json":       trustedRoot(vs),
+		"other_trusted_root.json": trustedRoot(other),
 	} {
 		if err := os.WriteFile(filepath.Join(out, name), data, 0o644); err != nil {
 			die("%v", err)
