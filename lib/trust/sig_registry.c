@@ -273,6 +273,15 @@ static int try_sig_tag(struct search *s, struct tkm_err *err)
             layers[i].digest, (const unsigned char *)payloads[i].data, payloads[i].len};
     }
     rc = 0;
+    if (s->pol->nkeys == 0) {
+        tkm_err_clear(&e);
+        tkm_err_set(
+            &e, -ENOTSUP,
+            "%zu classic signature%s: verifying them needs a public key (keyless classic "
+            "signatures, with certificate annotations, are not read; cosign v3 bundles are)",
+            n, n == 1 ? "" : "s");
+        note_fail(s, where, &e);
+    }
     for (size_t k = 0; k < s->pol->nkeys; k++) {
         struct tkm_cosign_result cr;
         tkm_err_clear(&e);

@@ -11,6 +11,7 @@
 #include <tkm/http.h>
 #include <tkm/oci/registry.h>
 #include <tkm/trust/bundle.h>
+#include <tkm/trust/keys.h>
 #include <tkm/util.h>
 
 #include "test.h"
@@ -247,4 +248,47 @@ TEST(verify_start_on_the_thread_pool)
     ASSERT_OK(uv_loop_close(&loop));
     tkm_oci_registry_free(reg);
     art_release(&a);
+}
+
+TEST(classic_signature_needs_a_key)
+{
+    static const char payload[] = "{\"critical\":{}}";
+    char pd[72];
+    digest_of(payload, pd);
+    struct tkm_buf man = TKM_BUF_INIT(1 << 16);
+    ASSERT_OK(tkm_buf_printf(&man,
+                             "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image."
+                             "manifest.v1+json\",\"config\":{\"mediaType\":\"application/"
+                             "vnd.oci.image.config.v1+json\",\"size\":2,\"digest\":\"sha256:"
+                             "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a\"},"
+                             "\"layers\":[{\"mediaType\":\"application/vnd.dev.cosign."
+                             "simplesigning.v1+json\",\"size\":%zu,\"digest\":\"%s\","
+                             "\"annotations\":{\"dev.cosignproject.cosign/signature\":\"AAAA\"}}]}",
+                             strlen(payload), pd));
+    struct tsrv_reply replies[] = {
+        {404, "", "{\"errors\":[]}", 0, 0, 0}, /* referrers */
+        {404, "", "{\"errors\":[]}", 0, 0, 0}, /* sha256-<hex> */
+        {200, MANIF, man.data, 0, 0, 0},       /* sha256-<hex>.sig */
+        {200, OCTET, payload, 0, 0, 0},
+    };
+    struct tsrv srv;
+    int port = tsrv_start(&srv, replies, 4);
+    ASSERT(port > 0);
+    struct tkm_oci_registry *reg = reg_for(port);
+    char *p = NULL;
+    size_t n = 0;
+    struct tkm_err err = {0};
+    ASSERT_OK(tkm_trust_read_file(TKM_SOURCE_DIR "/tests/unit/data/sigstore/trusted_root.json",
+                                  1 << 20, &p, &n, &err));
+    struct tkm_sig_identity id = {"https://issuer.example.test", "a@example.test", NULL};
+    struct tkm_sig_policy pol = {
+        .trusted_root = p, .trusted_root_len = n, .identities = &id, .nidentities = 1};
+    struct tkm_sig_result r;
+    ASSERT_EQ(tkm_sig_verify_registry(reg, "t/a", IMG, &pol, &r, &err), -ENOTSUP);
+    ASSERT_STRCONTAINS(err.msg, "t/a:sha256-" HEX ".sig (.sig tag): 1 classic signature: verifying "
+                                "them needs a public key");
+    ASSERT_STRCONTAINS(tsrv_req(&srv, 2), "GET /v2/t/a/manifests/sha256-" HEX ".sig");
+    free(p);
+    tkm_buf_release(&man);
+    tkm_oci_registry_free(reg);
 }

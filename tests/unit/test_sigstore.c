@@ -220,7 +220,10 @@ TEST(tampered_set_refused)
     ASSERT_EQ(fx_verify(&f, b, NULL, &err), -EBADMSG);
     ASSERT_STRCONTAINS(err.msg, "neither an inclusion promise (SET) nor an inclusion proof");
     free(b);
-    /* the proof alone suffices */
+    /* the proof alone suffices, and so does the SET alone */
+    ASSERT_OK(fx_verify(&f, b1, NULL, &err));
+    free(b1);
+    b1 = edit(f.bundle, NULL, p2);
     ASSERT_OK(fx_verify(&f, b1, NULL, &err));
     free(b1);
     fx_release(&f);
