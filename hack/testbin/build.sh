@@ -108,7 +108,7 @@ main() {
     return
   fi
   local tools=("$@")
-  [[ ${#tools[@]} -gt 0 ]] || tools=(etcd kube-apiserver kubectl cosign crane)
+  [[ ${#tools[@]} -gt 0 ]] || tools=(etcd kube-apiserver kubectl cosign crane cosign3 referrers-registry sigstore-testca)
   for t in "${tools[@]}"; do build_one "$t"; done
   for t in "${tools[@]}"; do echo "$t $(tool_path "$t")"; done
 }
