@@ -79,6 +79,13 @@ static int try_referrer(struct search *s, const char *mdigest, enum tkm_sig_sour
     }
     root = json_loadb(man.data, man.len, JSON_REJECT_DUPLICATES, NULL);
     json_t *layers = json_object_get(root, "layers"), *l;
+    if (!json_is_array(layers)) {
+        s->found++;
+        tkm_err_set(&e, -EINVAL, "the referrer is not an image manifest with layers");
+        note_fail(s, where, &e);
+        rc = 0;
+        goto out;
+    }
     const char *pt = json_string_value(
         json_object_get(json_object_get(root, "annotations"), "dev.sigstore.bundle.predicateType"));
     size_t i;

@@ -14,6 +14,9 @@
  *   allow_cross_repository the classic payload's docker-reference may name
  *                          another repository (the image was copied on purpose).
  *
+ * mode is for the caller (the verify functions always verify; a caller in
+ * Audit reports a failure and goes on; in Disabled it does not call them).
+ *
  * tkm_sig_policy_check() refuses a policy that is not one: nothing to trust,
  * keyless with no identity ("any signer at all is not a policy"), an identity
  * without an issuer or without exactly one of subject / subject_regexp, a
