@@ -171,14 +171,16 @@ static int checkpoint_ok(const struct tentry *e, const struct tkm__tlog *log, st
 {
     const char *cp = e->checkpoint, *sep = strstr(cp, "\n\n");
     struct tkm_buf root = TKM_BUF_INIT(0), sig = TKM_BUF_INIT(0);
-    char line[256];
+    char line[1024];
     int rc = -EBADMSG, ok = 0;
     const EVP_MD *md = NULL;
     if (!sep || tkm_trust_cosign_md(log->key, &md, NULL) < 0)
         goto fail;
     size_t textlen = (size_t)(sep - cp) + 1;
-    const char *l2 = memchr(cp, '\n', textlen), *l3 = l2 ? memchr(l2 + 1, '\n', textlen) : NULL;
-    const char *l4 = l3 ? memchr(l3 + 1, '\n', textlen) : NULL;
+    const char *end = cp + textlen; /* the note's text: origin, size, root hash, ... */
+    const char *l2 = memchr(cp, '\n', textlen);
+    const char *l3 = l2 ? memchr(l2 + 1, '\n', (size_t)(end - l2 - 1)) : NULL;
+    const char *l4 = l3 ? memchr(l3 + 1, '\n', (size_t)(end - l3 - 1)) : NULL;
     if (!l4 || (size_t)(l4 - l3) >= sizeof line)
         goto fail;
     snprintf(line, sizeof line, "%.*s", (int)(l3 - l2 - 1), l2 + 1);
@@ -190,8 +192,9 @@ static int checkpoint_ok(const struct tentry *e, const struct tkm__tlog *log, st
         memcmp(root.data, e->root.data, 32) != 0)
         goto fail;
     for (const char *p = sep + 2; *p && !ok;) {
-        const char *nl = strchr(p, '\n'), *sp = strrchr(p, ' ');
+        const char *nl = strchr(p, '\n');
         size_t ll = nl ? (size_t)(nl - p) : strlen(p);
+        const char *sp = memrchr(p, ' ', ll); /* "\u2014 <name> <base64>" */
         if (strncmp(p, "\xe2\x80\x94 ", 4) == 0 && sp && sp < p + ll && ll < 4096) {
             snprintf(line, sizeof line, "%.*s", (int)(p + ll - sp - 1), sp + 1);
             if (tkm__trust_b64(line, 1024, &sig) == 0 && sig.len > 4)

@@ -196,6 +196,13 @@ TEST(tampered_inclusion_proof_refused)
     ASSERT_STRCONTAINS(err.msg, "checkpoint");
     free(b);
     free(cp2);
+    /* a witness cosignature after the log's: still the log's signature that counts */
+    struct tkm_buf w = TKM_BUF_INIT(1 << 16);
+    ASSERT_OK(tkm_buf_printf(&w, "%s\xe2\x80\x94 witness.example.test AAAAAAAAAAAAAAAA\n", cp));
+    b = edit(f.bundle, json_string(w.data), p3);
+    ASSERT_OK(fx_verify(&f, b, NULL, &err));
+    free(b);
+    tkm_buf_release(&w);
     json_decref(j);
     fx_release(&f);
 }
