@@ -72,8 +72,25 @@ static int tentry_parse(json_t *t, struct tentry *e, struct tkm_err *err)
     struct tkm_buf id = TKM_BUF_INIT(0), h = TKM_BUF_INIT(0);
     json_t *proof = json_object_get(t, "inclusionProof"), *x;
     json_t *promise = json_object_get(t, "inclusionPromise");
+    json_t *kv = json_object_get(t, "kindVersion");
+    const char *kind = json_string_value(json_object_get(kv, "kind"));
+    const char *ver = json_string_value(json_object_get(kv, "version"));
     size_t i;
     int rc = -EINVAL;
+    if (kind && strcmp(kind, "dsse") != 0 && strcmp(kind, "hashedrekord") != 0) {
+        rc = tkm_err_set(err, -EPROTONOSUPPORT,
+                         "transparency log entry of kind %s is not one tkm reads (dsse, "
+                         "hashedrekord)",
+                         kind);
+        goto out;
+    }
+    if (ver && strcmp(ver, "0.0.1") != 0) {
+        rc = tkm_err_set(err, -EPROTONOSUPPORT,
+                         "transparency log entry of kind %s version %s (Rekor v2) is not one tkm "
+                         "reads: it reads Rekor v1 entries (version 0.0.1)",
+                         kind ? kind : "?", ver);
+        goto out;
+    }
     if (get_i64(t, "integratedTime", &e->time) < 0 || get_i64(t, "logIndex", &e->index) < 0 ||
         tkm__trust_b64(json_string_value(json_object_get(json_object_get(t, "logId"), "keyId")), 32,
                        &id) < 0 ||

@@ -218,6 +218,18 @@ TEST(tampered_set_refused)
     ASSERT_EQ(fx_verify(&f, b, NULL, &err), -EBADMSG);
     ASSERT_STRCONTAINS(err.msg, "signed entry timestamp (SET) does not verify");
     free(b);
+    /* a Rekor v2 entry is named, not misread */
+    tkm_err_clear(&err);
+    const char *pv[] = {"verificationMaterial", "tlogEntries", "0", "kindVersion", NULL};
+    b = edit(f.bundle, json_pack("{s:s,s:s}", "kind", "dsse", "version", "0.0.2"), pv);
+    ASSERT_EQ(fx_verify(&f, b, NULL, &err), -EPROTONOSUPPORT);
+    ASSERT_STRCONTAINS(err.msg, "kind dsse version 0.0.2 (Rekor v2) is not one tkm reads");
+    free(b);
+    tkm_err_clear(&err);
+    b = edit(f.bundle, json_pack("{s:s,s:s}", "kind", "intoto", "version", "0.0.2"), pv);
+    ASSERT_EQ(fx_verify(&f, b, NULL, &err), -EPROTONOSUPPORT);
+    ASSERT_STRCONTAINS(err.msg, "kind intoto is not one tkm reads (dsse, hashedrekord)");
+    free(b);
     /* neither SET nor proof */
     tkm_err_clear(&err);
     const char *p1[] = {"verificationMaterial", "tlogEntries", "0", "inclusionPromise", NULL};
