@@ -615,9 +615,10 @@ out:
     return rc;
 }
 
-/* OCI 1.1 referrers: GET /v2/<repo>/referrers/<digest>[?artifactType=<pct-encoded>]. A 404 (or
- * a 200 that is not an image index, as some registries answer unknown paths) means no referrers
- * API: -ENOTSUP, so the caller falls back to the "sha256-<hex>" tag schema. */
+/* OCI 1.1 referrers: GET /v2/<repo>/referrers/<digest>[?artifactType=<pct-encoded>]. A 404 (the
+ * spec's answer), 400/405/501 (what registries without the route answer), or a 200 that is not an
+ * image index means no referrers API: -ENOTSUP, so the caller falls back to the "sha256-<hex>"
+ * tag schema. */
 int tkm_oci_registry_get_referrers(struct tkm_oci_registry *r, const char *repo, const char *digest,
                                    const char *artifact_type, struct tkm_buf *body,
                                    struct tkm_err *err)
@@ -653,7 +654,7 @@ int tkm_oci_registry_get_referrers(struct tkm_oci_registry *r, const char *repo,
     tkm_http_resp_release(&resp);
     if ((rc = reg_do(r, &q, &resp, err)) != 0)
         goto out;
-    if (resp.status == 404 || resp.status == 405) {
+    if (resp.status == 404 || resp.status == 405 || resp.status == 400 || resp.status == 501) {
         rc = tkm_err_set(err, -ENOTSUP, "referrers: %s: HTTP %ld (no OCI referrers API)", url.data,
                          resp.status);
         goto out;

@@ -82,7 +82,8 @@ int tkm_oci_registry_get_manifest(struct tkm_oci_registry *r, const char *repo,
  * OCI image index; body (caller-owned, capped at 4 MiB) gets the index bytes.
  * artifact_type may be NULL (no filter; registries may ignore the filter, so
  * callers filter again). -ENOTSUP when the registry has no referrers API (404,
- * or an answer that is not an index): fall back to the "sha256-<hex>" tag. */
+ * 400, 405, 501, or an answer that is not an index): fall back to the
+ * "sha256-<hex>" tag. */
 int tkm_oci_registry_get_referrers(struct tkm_oci_registry *r, const char *repo, const char *digest,
                                    const char *artifact_type, struct tkm_buf *body,
                                    struct tkm_err *err);
