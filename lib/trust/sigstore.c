@@ -532,6 +532,26 @@ static X509 *leaf_cert(json_t *material)
     return x;
 }
 
+/* The first of (at most 4) log entries that verifies and records this
+ * signature, into e; otherwise the first entry's failure. */
+static int first_good_entry(json_t *tl, const struct tkm__signed *s, X509 *leaf,
+                            const struct tkm__troot *tr, struct tentry *e, struct tkm_err *err)
+{
+    struct tkm_err first = {0};
+    for (size_t i = 0; i < json_array_size(tl) && i < 4; i++) {
+        struct tkm_err ei = {0};
+        tentry_release(e);
+        memset(e, 0, sizeof *e);
+        if (tentry_parse(json_array_get(tl, i), e, &ei) == 0 && tlog_ok(e, tr, &ei) == 0 &&
+            body_binds(e, s, leaf, &ei) == 0)
+            return 0;
+        if (i == 0)
+            first = ei;
+    }
+    return tkm_err_set(err, first.code, "%s%s", first.msg,
+                       json_array_size(tl) > 1 ? " (nor does any other log entry)" : "");
+}
+
 int tkm__keyless_verify(json_t *material, const struct tkm__signed *s,
                         const struct tkm_sig_policy *pol, struct tkm_sig_result *res,
                         struct tkm_err *err)
@@ -567,8 +587,7 @@ int tkm__keyless_verify(json_t *material, const struct tkm__signed *s,
                          "keyless signature by %s has no transparency log entry to date it", san);
         goto out;
     }
-    if ((rc = tentry_parse(json_array_get(tl, 0), &e, err)) < 0 ||
-        (rc = tlog_ok(&e, &tr, err)) < 0 || (rc = body_binds(&e, s, leaf, err)) < 0)
+    if ((rc = first_good_entry(tl, s, leaf, &tr, &e, err)) < 0)
         goto out;
     X509 *issuer = NULL;
     if (!chain_ok(leaf, &tr, e.time, &issuer, why, sizeof why)) {

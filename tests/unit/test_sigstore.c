@@ -392,3 +392,28 @@ TEST(keyless_message_signature_v02)
     free(b);
     fx_release(&f);
 }
+
+TEST(any_good_log_entry)
+{
+    struct fx f;
+    struct tkm_err err = {0};
+    fx_init(&f, DATA("trusted_root.json"));
+    json_t *j = json_loads(f.bundle, 0, NULL);
+    json_t *tl = json_object_get(json_object_get(j, "verificationMaterial"), "tlogEntries");
+    json_t *bad = json_deep_copy(json_array_get(tl, 0));
+    json_object_set_new(bad, "integratedTime", json_string("1"));
+    json_array_insert_new(tl, 0, bad); /* a bad entry first, the good one second */
+    char *b = json_dumps(j, JSON_COMPACT);
+    ASSERT_OK(fx_verify(&f, b, NULL, &err));
+    free(b);
+    json_array_remove(tl, 1); /* only bad ones */
+    json_array_append(tl, json_array_get(tl, 0));
+    b = json_dumps(j, JSON_COMPACT);
+    ASSERT_EQ(fx_verify(&f, b, NULL, &err), -EKEYREJECTED);
+    ASSERT_STRCONTAINS(err.msg,
+                       "was not valid at the entry's integrated time 1 (nor does any other "
+                       "log entry)");
+    free(b);
+    json_decref(j);
+    fx_release(&f);
+}
