@@ -2,12 +2,13 @@
  * sigstore.c - keyless verification of a Sigstore bundle, offline, against a
  * trusted_root.json (see bundle.h and docs/security.md):
  *   1. the signature verifies with the leaf certificate's key;
- *   2. the first transparency log entry: its log is in the trusted root (log
- *      id = sha256 of the key) and valid at the integrated time; the SET
- *      (ECDSA over the canonical JSON {body, integratedTime, logID,
- *      logIndex}) and/or the inclusion proof (RFC 6962 audit path to the root
- *      hash, and a checkpoint, a signed note, by the same log key that names
- *      that root and tree size) verify; at least one of the two is present;
+ *   2. a transparency log entry (of the first 4): its log is in the trusted
+ *      root (log id = sha256 of the key) and valid at the integrated time;
+ *      the SET (ECDSA over the canonical JSON {body, integratedTime, logID,
+ *      logIndex}), required because it alone vouches for the integrated time,
+ *      verifies; the inclusion proof, when present (RFC 6962 audit path to the
+ *      root hash, and a checkpoint, a signed note, by the same log key that
+ *      names that root and tree size), verifies too;
  *      the entry's body records this signature and certificate (dsse:
  *      payloadHash and signatures[].signature/verifier; hashedrekord:
  *      data.hash and signature.content/publicKey);
@@ -283,12 +284,16 @@ static int tlog_ok(const struct tentry *e, const struct tkm__troot *t, struct tk
                            "transparency log %.16s... was not valid at the entry's integrated time "
                            "%lld",
                            hex, (long long)e->time);
-    if (!e->set.len && !e->has_proof)
+    /* The SET is what vouches for integratedTime, which dates the signature
+     * (the inclusion proof covers the body only); RFC 3161 timestamps, the
+     * other way to date it, are not read. */
+    if (!e->set.len)
         return tkm_err_set(err, -EBADMSG,
-                           "transparency log entry %lld has neither an inclusion promise (SET) nor "
-                           "an inclusion proof",
+                           "transparency log entry %lld has no signed entry timestamp (SET), so "
+                           "nothing vouches for its integrated time (RFC 3161 timestamps are not "
+                           "read)",
                            (long long)e->index);
-    if (e->set.len && !set_ok(e, log))
+    if (!set_ok(e, log))
         return tkm_err_set(err, -EBADMSG,
                            "transparency log entry %lld: the signed entry timestamp (SET) does not "
                            "verify with log %.16s...",
