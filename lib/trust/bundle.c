@@ -253,6 +253,13 @@ void tkm__trust_cert_identity(X509 *x, char *san, size_t san_n, char *iss, size_
         if (o == 0 && n > 2 && d[0] == 0x0c && d[1] < 0x80 && d[1] + 2 == n) {
             d += 2; /* DER UTF8String, short form */
             n -= 2;
+        } else if (o == 0 && n > 3 && d[0] == 0x0c && d[1] == 0x81 && d[2] >= 0x80 &&
+                   d[2] + 3 == n) {
+            d += 3; /* long form, 128..255 bytes */
+            n -= 3;
+        } else if (o == 0) {
+            snprintf(iss, iss_n, "(malformed issuer extension)");
+            return;
         }
         snprintf(iss, iss_n, "%.*s", n, (const char *)d);
         return;

@@ -299,9 +299,10 @@ TEST(statement_rules)
     free(pem);
 }
 
-TEST(keyless_bundle_named_and_refused)
+/* A keyless-looking bundle: a certificate with an email SAN and the Fulcio
+ * issuer extension (v2 OID, DER UTF8String holding issuer), self-signed. */
+static char *keyless_bundle(const char *issuer)
 {
-    /* a certificate with an email SAN and the Fulcio issuer extension (v2 OID, DER UTF8String) */
     EVP_PKEY *k = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
     X509 *x = X509_new();
     ASSERT_NOT_NULL(x);
@@ -315,13 +316,18 @@ TEST(keyless_bundle_named_and_refused)
     X509_add_ext(x, san, -1);
     X509_EXTENSION_free(san);
     ASN1_OBJECT *oid = OBJ_txt2obj("1.3.6.1.4.1.57264.1.8", 1);
-    const unsigned char iss[] = "\x0c\x1bhttps://issuer.example.test";
+    ASN1_UTF8STRING *u = ASN1_UTF8STRING_new();
+    ASN1_STRING_set(u, issuer, (int)strlen(issuer));
+    unsigned char *uder = NULL;
+    int ulen = i2d_ASN1_UTF8STRING(u, &uder);
     ASN1_OCTET_STRING *os = ASN1_OCTET_STRING_new();
-    ASN1_OCTET_STRING_set(os, iss, (int)sizeof iss - 1);
+    ASN1_OCTET_STRING_set(os, uder, ulen);
     X509_EXTENSION *ie = X509_EXTENSION_create_by_OBJ(NULL, oid, 0, os);
     X509_add_ext(x, ie, -1);
     X509_EXTENSION_free(ie);
     ASN1_OCTET_STRING_free(os);
+    ASN1_UTF8STRING_free(u);
+    OPENSSL_free(uder);
     ASN1_OBJECT_free(oid);
     ASSERT(X509_sign(x, k, EVP_sha256()) > 0);
     unsigned char *der = NULL;
@@ -333,14 +339,31 @@ TEST(keyless_bundle_named_and_refused)
     b64(der, (size_t)n, &b);
     ASSERT_OK(tkm_buf_puts(&b, "\"}},\"messageSignature\":{\"messageDigest\":{\"algorithm\":"
                                "\"SHA2_256\",\"digest\":\"\"},\"signature\":\"\"}}"));
-    struct tkm_err err = {0};
-    ASSERT_EQ(verify_str(b.data, COSIGN_PUB, IMG, NULL, &err), -ENOTSUP);
-    ASSERT_STRCONTAINS(err.msg, "keyless signature by dev@example.com");
-    ASSERT_STRCONTAINS(err.msg, "issuer https://issuer.example.test");
     OPENSSL_free(der);
     X509_free(x);
     EVP_PKEY_free(k);
-    tkm_buf_release(&b);
+    return b.data;
+}
+
+TEST(keyless_bundle_named_and_refused)
+{
+    struct tkm_err err = {0};
+    char *b = keyless_bundle("https://issuer.example.test");
+    ASSERT_EQ(verify_str(b, COSIGN_PUB, IMG, NULL, &err), -ENOTSUP);
+    ASSERT_STRCONTAINS(err.msg, "keyless signature by dev@example.com");
+    ASSERT_STRCONTAINS(err.msg, "issuer https://issuer.example.test)");
+    free(b);
+    /* an issuer of 128..255 bytes: DER long-form length */
+    char longiss[201];
+    memset(longiss, 'a', 200);
+    memcpy(longiss, "https://", 8);
+    longiss[200] = '\0';
+    b = keyless_bundle(longiss);
+    tkm_err_clear(&err);
+    ASSERT_EQ(verify_str(b, COSIGN_PUB, IMG, NULL, &err), -ENOTSUP);
+    ASSERT_STRCONTAINS(err.msg, "(issuer https://aaaaaaaaaaaa");
+    ASSERT_STRCONTAINS(err.msg, "aaaa), and the policy has no trusted root");
+    free(b);
 }
 
 TEST(policy_check)
