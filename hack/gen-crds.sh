@@ -90,10 +90,11 @@ EOF
 cache_crd() { # kind plural singular short scope
   header "$@"
   local scopedoc="in its own namespace"
-  local nsfield=""
+  local nsfield="" nsfield_kl=""
   if [[ $5 == Cluster ]]; then
     scopedoc="cluster-wide (pods in any namespace may mount it)"
     nsfield=$'                      namespace:\n                        description: Namespace of the Secret (cluster-scoped caches only).\n                        type: string\n                        maxLength: 63\n                        pattern: \'^[a-z0-9]([-a-z0-9]*[a-z0-9])?$\''
+    nsfield_kl=$(sed 's/^/    /; s/of the Secret/of the ConfigMap or Secret/' <<<"$nsfield")
   fi
   cat <<EOF
     additionalPrinterColumns:
@@ -149,9 +150,11 @@ cache_crd() { # kind plural singular short scope
                 properties:
                   mode:
                     description: >-
-                      Enforce: the cache is used only if a cosign signature made with one of the keys verifies for
-                      the pinned digest. Audit: verify and report in the Verified condition, but use the cache even
-                      if verification fails. Disabled: do not verify.
+                      Enforce: the cache is used only if a cosign signature (a Sigstore bundle as cosign v3 makes
+                      them, found through the OCI referrers API or its sha256-<hex> tag fallback, or a classic
+                      .sig signature) verifies for the pinned digest with the key or, keyless, for one of the
+                      identities. Audit: verify and report in the Verified condition, but use the cache even if
+                      verification fails. Disabled: do not verify.
                     type: string
                     enum: [Enforce, Audit, Disabled]
                   publicKey:
@@ -178,11 +181,83 @@ $nsfield
                         type: string
                         maxLength: 253
                         pattern: '^[-._a-zA-Z0-9]+$'
+                  keyless:
+                    description: >-
+                      Keyless (Sigstore) verification, offline: the signature's Fulcio certificate must chain to a
+                      certificate authority of the trusted root at the time its Rekor entry was logged, the entry's
+                      signed entry timestamp and/or inclusion proof must verify with the trusted root's Rekor key,
+                      and the certificate's identity must match one of identities. Both are required: any signer
+                      at all is not a policy.
+                    type: object
+                    properties:
+                      trustedRoot:
+                        description: >-
+                          A ConfigMap or Secret key holding a Sigstore trusted_root.json (the public-good one from
+                          Sigstore's TUF repository, or a private Sigstore's). tkm never contacts Sigstore.
+                        type: object
+                        required: [kind, name]
+                        properties:
+                          kind:
+                            description: ConfigMap or Secret.
+                            type: string
+                            enum: [ConfigMap, Secret]
+                          name:
+                            description: Name of the ConfigMap or Secret.
+                            type: string
+                            minLength: 1
+                            maxLength: 253
+                            pattern: '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'
+$nsfield_kl
+                          key:
+                            description: Key within the data (default trusted_root.json).
+                            type: string
+                            maxLength: 253
+                            pattern: '^[-._a-zA-Z0-9]+$'
+                      identities:
+                        description: >-
+                          Who may sign: an OIDC issuer (exact) and the certificate's subject (its SAN: an email or
+                          URI), either exact (subject) or as an anchored POSIX regular expression (subjectRegExp).
+                          Any one identity is enough.
+                        type: array
+                        maxItems: 16
+                        items:
+                          type: object
+                          required: [issuer]
+                          properties:
+                            issuer:
+                              description: The OIDC issuer URL, e.g. https://token.actions.githubusercontent.com.
+                              type: string
+                              minLength: 1
+                              maxLength: 1024
+                            subject:
+                              description: The certificate's SAN exactly, e.g. release@example.com.
+                              type: string
+                              minLength: 1
+                              maxLength: 1024
+                            subjectRegExp:
+                              description: >-
+                                An anchored POSIX extended regular expression for the SAN, e.g.
+                                https://github.com/example/kernels/\.github/workflows/.*
+                              type: string
+                              minLength: 1
+                              maxLength: 1024
+                          x-kubernetes-validations:
+                          - rule: "has(self.subject) != has(self.subjectRegExp)"
+                            message: each identity needs exactly one of subject and subjectRegExp
+                    x-kubernetes-validations:
+                    - rule: "has(self.trustedRoot) && has(self.identities) && size(self.identities) > 0"
+                      message: keyless needs a trustedRoot and at least one identity (any signer at all is not a policy)
+                  allowCrossRepository:
+                    description: >-
+                      Accept a classic signature whose docker-reference names another repository (the image was
+                      copied between repositories on purpose). Default false: the signed repository must be the
+                      cache image's.
+                    type: boolean
                 x-kubernetes-validations:
                 - rule: "!(has(self.publicKey) && has(self.publicKeySecretRef))"
                   message: set publicKey or publicKeySecretRef, not both
-                - rule: "!has(self.mode) || self.mode != 'Enforce' || has(self.publicKey) || has(self.publicKeySecretRef)"
-                  message: mode Enforce needs a key (publicKey or publicKeySecretRef)
+                - rule: "!has(self.mode) || self.mode != 'Enforce' || has(self.publicKey) || has(self.publicKeySecretRef) || has(self.keyless)"
+                  message: mode Enforce needs a key (publicKey or publicKeySecretRef) or keyless
               imagePullSecrets:
                 description: >-
                   Secrets of type kubernetes.io/dockerconfigjson in the cache's namespace (the tkm-system namespace

@@ -10,6 +10,11 @@
 #                             by its published v0.X.Y; see docs/development.md)
 #   etcd/    etcd            (go.etcd.io/etcd/server/v3)
 #   cosign/  cosign, crane   (sigstore/cosign v2, go-containerregistry)
+#   cosign3/ cosign3         (sigstore/cosign v3: Sigstore bundles, OCI referrers)
+#            referrers-registry (ours: go-containerregistry's in-memory registry
+#                             with the OCI referrers API on; crane serve has it off)
+#   sigstore-testca/ sigstore-testca (ours: keyless bundles from sigstore-go's
+#                             offline virtual Sigstore, pkg/testing/ca, for tests)
 #
 # Usage: hack/testbin/build.sh [TOOL...]     (default: all)
 #        hack/testbin/build.sh --path TOOL   print the cached binary's path (build if needed)
@@ -23,6 +28,9 @@ KUBE_VERSION=1.34.4
 ETCD_VERSION=3.6.16
 COSIGN_VERSION=2.6.5
 CRANE_VERSION=0.22.1
+COSIGN3_VERSION=3.1.3
+SIGSTORE_TESTCA_VERSION=4
+REFERRERS_REGISTRY_VERSION=1
 
 die() { echo "testbin: $*" >&2; exit 1; }
 
@@ -32,11 +40,18 @@ tool_version() {
     etcd) echo "v$ETCD_VERSION" ;;
     cosign) echo "v$COSIGN_VERSION" ;;
     crane) echo "v$CRANE_VERSION" ;;
-    *) die "unknown tool '$1' (known: kube-apiserver kubectl etcd cosign crane)" ;;
+    cosign3) echo "v$COSIGN3_VERSION" ;;
+    sigstore-testca) echo "v$SIGSTORE_TESTCA_VERSION" ;;
+    referrers-registry) echo "v$REFERRERS_REGISTRY_VERSION" ;;
+    *) die "unknown tool '$1' (known: kube-apiserver kubectl etcd cosign crane cosign3 referrers-registry sigstore-testca)" ;;
   esac
 }
 
-tool_path() { echo "$cache/bin/$1-$(tool_version "$1")/$1"; }
+tool_path() {
+  local bin=$1
+  [[ $1 == cosign3 ]] && bin=cosign
+  echo "$cache/bin/$1-$(tool_version "$1")/$bin"
+}
 
 build_one() {
   local tool=$1 ver out dir mod pkg ldflags=(-s -w)
@@ -63,6 +78,10 @@ build_one() {
     cosign) mod=cosign pkg=github.com/sigstore/cosign/v2/cmd/cosign
       ldflags+=(-X "sigs.k8s.io/release-utils/version.gitVersion=v$COSIGN_VERSION") ;;
     crane) mod=cosign pkg=github.com/google/go-containerregistry/cmd/crane ;;
+    cosign3) mod=cosign3 pkg=github.com/sigstore/cosign/v3/cmd/cosign
+      ldflags+=(-X "sigs.k8s.io/release-utils/version.gitVersion=v$COSIGN3_VERSION") ;;
+    sigstore-testca) mod=sigstore-testca pkg=. ;;
+    referrers-registry) mod=cosign3 pkg=./referrers-registry ;;
   esac
   dir=$(dirname "$out")
   mkdir -p "$dir" "$cache/logs"
@@ -89,7 +108,7 @@ main() {
     return
   fi
   local tools=("$@")
-  [[ ${#tools[@]} -gt 0 ]] || tools=(etcd kube-apiserver kubectl cosign crane)
+  [[ ${#tools[@]} -gt 0 ]] || tools=(etcd kube-apiserver kubectl cosign crane cosign3 referrers-registry sigstore-testca)
   for t in "${tools[@]}"; do build_one "$t"; done
   for t in "${tools[@]}"; do echo "$t $(tool_path "$t")"; done
 }

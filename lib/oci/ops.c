@@ -337,13 +337,22 @@ static void referrers_done(int rc, struct tkm_http_resp *resp, struct tkm_err *e
 {
     struct tkm__oci_op *op = data;
     if (rc == 0) {
-        /* A registry without the API answers 404 without an OCI error body
-         * (distribution: a 404 with NAME_UNKNOWN/MANIFEST_UNKNOWN means the
-         * repository or subject is missing), or 400/405. */
-        int api_missing = resp->status == 400 || resp->status == 405 ||
-                          (resp->status == 404 && !memmem(resp->body.data ? resp->body.data : "",
-                                                          resp->body.len, "\"errors\"", 8));
-        if (resp->status == 200) {
+        /* A registry without the API answers 400, 405, 501, or a 404 that
+         * is not the OCI error for a missing repository or subject (the
+         * route is unknown). A 200 must be an OCI image index. */
+        const char *b = resp->body.data ? resp->body.data : "";
+        int unknown = memmem(b, resp->body.len, "NAME_UNKNOWN", 12) ||
+                      memmem(b, resp->body.len, "MANIFEST_UNKNOWN", 16);
+        int api_missing = resp->status == 400 || resp->status == 405 || resp->status == 501 ||
+                          (resp->status == 404 && !unknown);
+        char ct[128] = "";
+        if (resp->status == 200 && (tkm_http_resp_header(resp, "Content-Type", ct, sizeof ct) < 0 ||
+                                    strncmp(ct, TKM_OCI_MT_INDEX, strlen(TKM_OCI_MT_INDEX)) != 0)) {
+            rc = tkm_err_set(err, -ENOTSUP,
+                             "%s: answered Content-Type '%s', not an OCI index: the registry has "
+                             "no referrers API",
+                             resp->url, ct);
+        } else if (resp->status == 200) {
             tkm_buf_reset(op->body);
             if ((rc = tkm_buf_append(op->body, resp->body.data, resp->body.len)) != 0)
                 rc = tkm_err_set(err, rc, "referrers %s: %zu bytes do not fit the caller's buffer",
@@ -374,8 +383,13 @@ int tkm__oci_get_referrers(struct tkm_oci_session *s, const char *repo, const ch
             return tkm_err_set(err, -EINVAL, "referrers: artifact type '%.80s' is not a media type",
                                artifact_type);
     rc = tkm__oci_url(s, &url, "/v2/%s/referrers/%s", repo, digest);
-    if (rc == 0 && artifact_type && *artifact_type)
-        rc = tkm_buf_printf(&url, "?artifactType=%s", artifact_type);
+    for (const char *p = artifact_type; rc == 0 && p && *p; p++) {
+        if (p == artifact_type)
+            rc = tkm_buf_puts(&url, "?artifactType=");
+        if (rc == 0) /* '/' and '+' percent-encoded: '+' would read as a space */
+            rc = strchr("/+", *p) ? tkm_buf_printf(&url, "%%%02X", (unsigned char)*p)
+                                  : tkm_buf_printf(&url, "%c", *p);
+    }
     if (rc) {
         rc = tkm_err_set(err, rc, "%s: URL too long", repo);
         goto out;

@@ -13,6 +13,8 @@
 #include <tkm/trust/keys.h>
 #include <tkm/util.h>
 
+#include "trust-int.h"
+
 #define MAX_SIG_B64 8192
 #define MAX_KEYS    512
 
@@ -139,8 +141,8 @@ static int b64_decode(const char *s, unsigned char **out, size_t *outlen)
 }
 
 /* 1 when the signature verifies, 0 when it does not (or is malformed). */
-static int sig_ok(EVP_PKEY *k, const EVP_MD *md, const unsigned char *sig, size_t siglen,
-                  const unsigned char *p, size_t n)
+int tkm__trust_sig_ok(EVP_PKEY *k, const EVP_MD *md, const unsigned char *sig, size_t siglen,
+                      const unsigned char *p, size_t n)
 {
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     int ok = ctx && EVP_DigestVerifyInit(ctx, NULL, md, NULL, k) == 1 &&
@@ -150,11 +152,11 @@ static int sig_ok(EVP_PKEY *k, const EVP_MD *md, const unsigned char *sig, size_
 }
 
 /* Rejects, anywhere in the document, an object with two keys equal but for case. */
-static const char *case_dup(json_t *v)
+const char *tkm__trust_case_dup(json_t *v)
 {
     if (json_is_array(v)) {
         for (size_t i = 0; i < json_array_size(v); i++) {
-            const char *d = case_dup(json_array_get(v, i));
+            const char *d = tkm__trust_case_dup(json_array_get(v, i));
             if (d)
                 return d;
         }
@@ -173,7 +175,7 @@ static const char *case_dup(json_t *v)
             if (k1 != k2 && strcasecmp(k1, k2) == 0)
                 return k1;
         }
-        const char *d = case_dup(c1);
+        const char *d = tkm__trust_case_dup(c1);
         if (d)
             return d;
     }
@@ -205,7 +207,7 @@ static int check_claims(const struct tkm_cosign_blob *b, const char *image_diges
                          je.text);
         goto out;
     }
-    const char *dup = case_dup(root);
+    const char *dup = tkm__trust_case_dup(root);
     if (dup) {
         rc = tkm_err_set(err, -EBADMSG,
                          "signed payload %s has keys that differ only in case (\"%s\")", b->digest,
@@ -266,7 +268,7 @@ static int verify_layer(json_t *l, size_t i, const struct tkm_cosign_layer *d,
     if (!s64 || b64_decode(s64, &sig, &siglen) < 0)
         return tkm_err_set(err, -EINVAL, "signature layer %zu: annotation %s is %s", i,
                            TKM_COSIGN_SIG_ANNOTATION, s64 ? "not valid base64" : "missing");
-    int ok = sig_ok(k, md, sig, siglen, b->data, b->len);
+    int ok = tkm__trust_sig_ok(k, md, sig, siglen, b->data, b->len);
     free(sig);
     if (!ok)
         return tkm_err_set(err, -EKEYREJECTED, "signature does not verify with key %s", kdesc);

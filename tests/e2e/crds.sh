@@ -72,6 +72,29 @@ reject "unknown signature mode" 'spec.signaturePolicy.mode: Unsupported value: "
 reject "Enforce without a key" 'mode Enforce needs a key' "$(tkc 'spec: {cacheImage: "quay.io/x/y:v1", signaturePolicy: {mode: Enforce}}')"
 reject "two key sources" 'set publicKey or publicKeySecretRef, not both' \
   "$(tkc 'spec: {cacheImage: "quay.io/x/y:v1", signaturePolicy: {publicKey: "-----BEGIN PUBLIC KEY-----\nx", publicKeySecretRef: {name: k}}}')"
+KL_ID='{issuer: "https://token.actions.githubusercontent.com", subjectRegExp: "https://github.com/example/.*"}'
+KL_ROOT='{kind: ConfigMap, name: sigstore-trusted-root}'
+reject "keyless without identities" 'keyless needs a trustedRoot and at least one identity' \
+  "$(tkc "spec: {cacheImage: \"quay.io/x/y:v1\", signaturePolicy: {mode: Enforce, keyless: {trustedRoot: $KL_ROOT}}}")"
+reject "keyless with no identity in the list" 'any signer at all is not a policy' \
+  "$(tkc "spec: {cacheImage: \"quay.io/x/y:v1\", signaturePolicy: {keyless: {trustedRoot: $KL_ROOT, identities: []}}}")"
+reject "keyless without a trusted root" 'keyless needs a trustedRoot' \
+  "$(tkc "spec: {cacheImage: \"quay.io/x/y:v1\", signaturePolicy: {keyless: {identities: [$KL_ID]}}}")"
+reject "identity with subject and subjectRegExp" 'each identity needs exactly one of subject and subjectRegExp' \
+  "$(tkc "spec: {cacheImage: \"quay.io/x/y:v1\", signaturePolicy: {keyless: {trustedRoot: $KL_ROOT, identities: [{issuer: \"https://i\", subject: a, subjectRegExp: b}]}}}")"
+reject "identity with neither" 'each identity needs exactly one of subject and subjectRegExp' \
+  "$(tkc "spec: {cacheImage: \"quay.io/x/y:v1\", signaturePolicy: {keyless: {trustedRoot: $KL_ROOT, identities: [{issuer: \"https://i\"}]}}}")"
+reject "identity without issuer" 'issuer: Required value' \
+  "$(tkc "spec: {cacheImage: \"quay.io/x/y:v1\", signaturePolicy: {keyless: {trustedRoot: $KL_ROOT, identities: [{subject: a}]}}}")"
+reject "trusted root of an unknown kind" 'spec.signaturePolicy.keyless.trustedRoot.kind: Unsupported value: "Pod"' \
+  "$(tkc "spec: {cacheImage: \"quay.io/x/y:v1\", signaturePolicy: {keyless: {trustedRoot: {kind: Pod, name: x}, identities: [$KL_ID]}}}")"
+tkc "spec: {cacheImage: \"quay.io/x/y:v1\", signaturePolicy: {mode: Enforce, allowCrossRepository: true, keyless: {trustedRoot: $KL_ROOT, identities: [$KL_ID]}}}" |
+  sed 's/name: bad/name: keyless-ok/' >"$E2E_TMP/keyless.yaml"
+expect_ok "Enforce with keyless only is accepted" kubectl create --validate=strict -f "$E2E_TMP/keyless.yaml"
+out=$(kubectl explain tkc.spec.signaturePolicy.keyless.identities)
+assert_contains "$out" "Who may sign" "explain keyless.identities"
+out=$(kubectl explain tkcc.spec.signaturePolicy.keyless.trustedRoot.namespace)
+assert_contains "$out" "Namespace of the ConfigMap" "explain tkcc keyless.trustedRoot.namespace"
 reject "too many pull secrets" 'spec.imagePullSecrets: Too many' \
   "$(tkc 'spec: {cacheImage: "quay.io/x/y:v1", imagePullSecrets: [{name: a},{name: b},{name: c},{name: d},{name: e},{name: f},{name: g},{name: h},{name: i}]}')"
 

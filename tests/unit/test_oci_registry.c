@@ -688,8 +688,8 @@ TEST(referrers_api_and_its_absence)
     ASSERT_OK(tkm_oci_digest_bytes("one", 3, d1));
     ASSERT_OK(tkm_oci_digest_bytes("two", 3, d2));
     snprintf(p1, sizeof p1,
-             "/v2/a/b/referrers/%s?artifactType=application/vnd.dev.sigstore."
-             "bundle.v0.3+json",
+             "/v2/a/b/referrers/%s?artifactType=application%%2Fvnd.dev.sigstore."
+             "bundle.v0.3%%2Bjson",
              d1);
     snprintf(p2, sizeof p2, "/v2/a/b/referrers/%s", d2);
     struct route routes[] = {

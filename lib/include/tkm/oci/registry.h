@@ -112,10 +112,13 @@ int tkm_oci_registry_push_blob_file(struct tkm_oci_registry *r, const char *repo
 int tkm_oci_registry_push_blob_mem(struct tkm_oci_registry *r, const char *repo, const void *p,
                                    size_t n, const char *digest, int *skipped, struct tkm_err *err);
 
-/* GET /v2/<repo>/referrers/<digest>[?artifactType=artifact_type] (NULL:
- * all): the image index of the subject's referrers into body (caller-owned,
- * capped at 4 MiB). -ENOTSUP when the registry has no referrers API (400,
- * 405, or a 404 without an OCI error body). */
+/* GET /v2/<repo>/referrers/<digest>[?artifactType=<percent-encoded type>]
+ * (OCI 1.1; artifact_type NULL: all): the image index of the subject's
+ * referrers into body (caller-owned, capped at 4 MiB). Registries may ignore
+ * the filter, so callers filter again. -ENOTSUP when the registry has no
+ * referrers API (400, 405, 501, a 404 that is not a NAME_UNKNOWN or
+ * MANIFEST_UNKNOWN error, or a 200 that is not an OCI image index): fall back
+ * to the "sha256-<hex>" tag schema. -ENOENT when the repository is unknown. */
 int tkm_oci_registry_get_referrers(struct tkm_oci_registry *r, const char *repo, const char *digest,
                                    const char *artifact_type, struct tkm_buf *body,
                                    struct tkm_err *err);

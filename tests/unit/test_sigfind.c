@@ -1,0 +1,294 @@
+/*
+ * test_sigfind.c - finding an image's signatures as cosign v3 does
+ * (tkm_oci_registry_get_referrers, tkm_sig_verify_registry and its
+ * thread-pool job tkm_sig_verify_start) against a canned registry that
+ * records each request. The bundle is real cosign v3.1.3 output.
+ */
+#include <openssl/evp.h>
+#include <uv.h>
+
+#include <tkm/buf.h>
+#include <tkm/http.h>
+#include <tkm/oci/registry.h>
+#include <tkm/trust/bundle.h>
+#include <tkm/trust/keys.h>
+#include <tkm/util.h>
+
+#include "test.h"
+#include "httpd-test.h"
+
+#define IMG "sha256:ca5028e4e017430615443cd0ec724e48340e283e2c8a7cbf98f83647ad38b440"
+#define HEX "ca5028e4e017430615443cd0ec724e48340e283e2c8a7cbf98f83647ad38b440"
+
+static const char PUB[] = "-----BEGIN PUBLIC KEY-----\n"
+                          "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAErG5Xnr3E4G9Pdatajn51qBRjWb/w\n"
+                          "js2xr881Xuy3PoD2Y9T75Ej3IlwlSP/XBm2eP90RakmH1cFF2mZ3HBBu+g==\n"
+                          "-----END PUBLIC KEY-----\n";
+
+/* cosign v3.1.3 sign --key (see test_bundle.c) */
+static const char BUNDLE[] =
+    "{\"mediaType\":\"application/vnd.dev.sigstore.bundle.v0.3+json\", "
+    "\"verificationMaterial\":{\"publicKey\":{\"hint\":\"5j8EsdDcpAl9DFfV/"
+    "a+wDwHXxvNNFhRlvBBAjZJSwH4="
+    "\"}}, \"dsseEnvelope\":{\"payload\":"
+    "\"eyJfdHlwZSI6Imh0dHBzOi8vaW4tdG90by5pby9TdGF0ZW1lbnQvdjEiLCAic3ViamVjdCI6W3siZGlnZXN0Ijp7InNo"
+    "YTI1NiI6ImNhNTAyOGU0ZTAxNzQzMDYxNTQ0M2NkMGVjNzI0ZTQ4MzQwZTI4M2UyYzhhN2NiZjk4ZjgzNjQ3YWQzOGI0ND"
+    "AifSwgImFubm90YXRpb25zIjp7fX1dLCAicHJlZGljYXRlVHlwZSI6Imh0dHBzOi8vc2lnc3RvcmUuZGV2L2Nvc2lnbi9z"
+    "aWduL3YxIiwgInByZWRpY2F0ZSI6e319\", \"payloadType\":\"application/vnd.in-toto+json\", "
+    "\"signatures\":[{\"sig\":\"MEQCIGFIslMzKL11nn1xQ0xpHIUMCLcByoiL3sr5SceoHqZTAiA0+"
+    "eeqaAfb8EjPwPWQuGudSCyBc1UNO7tsrrvqvqZyzg==\"}]}}";
+
+#define OCTET "Content-Type: application/octet-stream\r\n"
+#define INDEX "Content-Type: application/vnd.oci.image.index.v1+json\r\n"
+#define MANIF "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n"
+
+static void digest_of(const char *p, char out[72])
+{
+    unsigned char md[32];
+    unsigned int l;
+    ASSERT_EQ(EVP_Digest(p, strlen(p), md, &l, EVP_sha256(), NULL), 1);
+    memcpy(out, "sha256:", 7);
+    tkm_hex(md, 32, out + 7);
+}
+
+/* The referrer manifest for BUNDLE and an index listing it. */
+struct art {
+    char bdig[72], mdig[72];
+    struct tkm_buf man, idx;
+};
+
+static void art_init(struct art *a, const char *index_artifact_type)
+{
+    digest_of(BUNDLE, a->bdig);
+    tkm_buf_init(&a->man, 1 << 16);
+    tkm_buf_init(&a->idx, 1 << 16);
+    ASSERT_OK(tkm_buf_printf(
+        &a->man,
+        "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+        "\"artifactType\":\"" TKM_BUNDLE_MEDIA_TYPE_V03 "\",\"config\":{\"mediaType\":"
+        "\"application/vnd.oci.empty.v1+json\",\"size\":2,\"digest\":\"sha256:"
+        "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a\"},\"layers\":[{"
+        "\"mediaType\":\"" TKM_BUNDLE_MEDIA_TYPE_V03 "\",\"size\":%zu,\"digest\":\"%s\"}],"
+        "\"annotations\":{\"dev.sigstore.bundle.predicateType\":\"" TKM_BUNDLE_PREDICATE_SIGN
+        "\"},\"subject\":{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+        "\"size\":1,\"digest\":\"" IMG "\"}}",
+        strlen(BUNDLE), a->bdig));
+    digest_of(a->man.data, a->mdig);
+    ASSERT_OK(tkm_buf_printf(&a->idx,
+                             "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.index."
+                             "v1+json\",\"manifests\":[{\"mediaType\":\"application/vnd.oci.image."
+                             "manifest.v1+json\",\"size\":%zu,\"digest\":\"%s\","
+                             "\"artifactType\":\"%s\"}]}",
+                             a->man.len, a->mdig, index_artifact_type));
+}
+
+static void art_release(struct art *a)
+{
+    tkm_buf_release(&a->man);
+    tkm_buf_release(&a->idx);
+}
+
+static struct tkm_oci_registry *reg_for(int port)
+{
+    struct tkm_err err = {0};
+    char host[64];
+    struct tkm_oci_registry *reg = NULL;
+    ASSERT_OK(tkm_http_global_init(&err));
+    snprintf(host, sizeof host, "127.0.0.1:%d", port);
+    struct tkm_oci_registry_opts ro = {.anonymous = 1, .timeout_ms = 5000};
+    ASSERT_OK(tkm_oci_registry_new(host, &ro, &reg, &err));
+    return reg;
+}
+
+TEST(referrers_api_bundle)
+{
+    struct art a;
+    art_init(&a, "application/vnd.oci.empty.v1+json"); /* as ggcr's registry lists it */
+    struct tsrv_reply replies[] = {{200, INDEX, a.idx.data, 0, 0, 0},
+                                   {200, MANIF, a.man.data, 0, 0, 0},
+                                   {200, OCTET, BUNDLE, 0, 0, 0}};
+    struct tsrv srv;
+    int port = tsrv_start(&srv, replies, 3);
+    ASSERT(port > 0);
+    struct tkm_oci_registry *reg = reg_for(port);
+    struct tkm_sig_key k = {PUB, strlen(PUB)};
+    struct tkm_sig_policy pol = {.keys = &k, .nkeys = 1};
+    struct tkm_sig_result r;
+    struct tkm_err err = {0};
+    int rc = tkm_sig_verify_registry(reg, "t/a", IMG, &pol, &r, &err);
+    if (rc)
+        tkm_test_fail(__FILE__, __LINE__, "%s", err.msg);
+    ASSERT_EQ(r.source, TKM_SIG_SRC_REFERRERS);
+    ASSERT_EQ(r.format, TKM_SIG_FMT_BUNDLE_DSSE);
+    ASSERT_EQ(r.found, 1);
+    ASSERT_STRCONTAINS(r.location, a.mdig);
+    ASSERT_STRCONTAINS(tsrv_req(&srv, 0), "GET /v2/t/a/referrers/" IMG " HTTP/1.1");
+    ASSERT_STRCONTAINS(tsrv_req(&srv, 0), "application/vnd.oci.image.index.v1+json");
+    char want[128];
+    snprintf(want, sizeof want, "GET /v2/t/a/manifests/%s", a.mdig);
+    ASSERT_STRCONTAINS(tsrv_req(&srv, 1), want);
+    snprintf(want, sizeof want, "GET /v2/t/a/blobs/%s", a.bdig);
+    ASSERT_STRCONTAINS(tsrv_req(&srv, 2), want);
+    tkm_oci_registry_free(reg);
+    art_release(&a);
+}
+
+TEST(referrers_artifact_type_filter_encoded)
+{
+    struct tsrv_reply replies[] = {{200, INDEX, "{\"schemaVersion\":2,\"manifests\":[]}", 0, 0, 0},
+                                   {404, "", "{\"errors\":[]}", 0, 0, 0},
+                                   {200, "Content-Type: text/html\r\n", "<html>", 0, 0, 0}};
+    struct tsrv srv;
+    int port = tsrv_start(&srv, replies, 3);
+    ASSERT(port > 0);
+    struct tkm_oci_registry *reg = reg_for(port);
+    struct tkm_buf body = TKM_BUF_INIT(1 << 20);
+    struct tkm_err err = {0};
+    ASSERT_OK(
+        tkm_oci_registry_get_referrers(reg, "t/a", IMG, TKM_BUNDLE_MEDIA_TYPE_V03, &body, &err));
+    ASSERT_STRCONTAINS(body.data, "\"manifests\":[]");
+    ASSERT_STRCONTAINS(tsrv_req(&srv, 0), "GET /v2/t/a/referrers/" IMG
+                                          "?artifactType=application%2Fvnd.dev.sigstore.bundle."
+                                          "v0.3%2Bjson HTTP/1.1");
+    /* no referrers API: 404, or an answer that is not an index */
+    ASSERT_EQ(tkm_oci_registry_get_referrers(reg, "t/a", IMG, NULL, &body, &err), -ENOTSUP);
+    tkm_err_clear(&err);
+    ASSERT_EQ(tkm_oci_registry_get_referrers(reg, "t/a", IMG, NULL, &body, &err), -ENOTSUP);
+    ASSERT_STRCONTAINS(err.msg, "not an OCI index");
+    tkm_err_clear(&err);
+    ASSERT_EQ(tkm_oci_registry_get_referrers(reg, "t/a", "sha256:12", NULL, &body, &err), -EINVAL);
+    tkm_buf_release(&body);
+    tkm_oci_registry_free(reg);
+}
+
+TEST(tag_schema_fallback_and_unsigned)
+{
+    struct art a;
+    art_init(&a, TKM_BUNDLE_MEDIA_TYPE_V03);
+    struct tsrv_reply replies[] = {
+        {404, "", "{\"errors\":[{\"code\":\"NOT_FOUND\"}]}", 0, 0, 0}, /* referrers */
+        {200, INDEX, a.idx.data, 0, 0, 0},                             /* sha256-<hex> */
+        {200, MANIF, a.man.data, 0, 0, 0},
+        {200, OCTET, BUNDLE, 0, 0, 0},
+        {404, "", "{\"errors\":[{\"code\":\"NOT_FOUND\"}]}", 0, 0, 0}, /* all from here */
+    };
+    struct tsrv srv;
+    int port = tsrv_start(&srv, replies, 5);
+    ASSERT(port > 0);
+    struct tkm_oci_registry *reg = reg_for(port);
+    struct tkm_sig_key k = {PUB, strlen(PUB)};
+    struct tkm_sig_policy pol = {.keys = &k, .nkeys = 1};
+    struct tkm_sig_result r;
+    struct tkm_err err = {0};
+    int rc = tkm_sig_verify_registry(reg, "t/a", IMG, &pol, &r, &err);
+    if (rc)
+        tkm_test_fail(__FILE__, __LINE__, "%s", err.msg);
+    ASSERT_EQ(r.source, TKM_SIG_SRC_TAG_SCHEMA);
+    ASSERT_STRCONTAINS(tsrv_req(&srv, 1), "GET /v2/t/a/manifests/sha256-" HEX " HTTP/1.1");
+    /* now nothing anywhere: referrers 404, tag 404, .sig 404 */
+    ASSERT_EQ(tkm_sig_verify_registry(reg, "t/a", IMG, &pol, &r, &err), -ENOENT);
+    ASSERT_STRCONTAINS(err.msg, "t/a@" IMG " is not signed: no signature found; looked at the "
+                                "referrers API (none on this registry), the tag t/a:sha256-" HEX
+                                " (not found) and the tag t/a:sha256-" HEX ".sig (not found)");
+    tkm_oci_registry_free(reg);
+    art_release(&a);
+}
+
+struct jout {
+    int calls, rc;
+    enum tkm_sig_source src;
+    char msg[1024];
+};
+
+static void on_done(int rc, const struct tkm_sig_result *res, const struct tkm_err *err, void *d)
+{
+    struct jout *o = d;
+    o->calls++;
+    o->rc = rc;
+    if (res)
+        o->src = res->source;
+    snprintf(o->msg, sizeof o->msg, "%s", rc ? err->msg : "");
+}
+
+TEST(verify_start_on_the_thread_pool)
+{
+    struct art a;
+    art_init(&a, TKM_BUNDLE_MEDIA_TYPE_V03);
+    struct tsrv_reply replies[] = {{200, INDEX, a.idx.data, 0, 0, 0},
+                                   {200, MANIF, a.man.data, 0, 0, 0},
+                                   {200, OCTET, BUNDLE, 0, 0, 0}};
+    struct tsrv srv;
+    int port = tsrv_start(&srv, replies, 3);
+    ASSERT(port > 0);
+    struct tkm_oci_registry *reg = reg_for(port);
+    uv_loop_t loop;
+    ASSERT_OK(uv_loop_init(&loop));
+    struct jout out = {0};
+    struct tkm_err err = {0};
+    /* the policy is copied: the caller's copy goes away before the job runs */
+    char *pem = strdup(PUB);
+    struct tkm_sig_key k = {pem, strlen(pem)};
+    struct tkm_sig_policy pol = {.keys = &k, .nkeys = 1};
+    ASSERT_OK(tkm_sig_verify_start(&loop, reg, "t/a", IMG, &pol, on_done, &out, &err));
+    memset(pem, 'x', strlen(pem));
+    free(pem);
+    ASSERT_EQ(out.calls, 0);
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT_EQ(out.calls, 1);
+    if (out.rc)
+        tkm_test_fail(__FILE__, __LINE__, "%s", out.msg);
+    ASSERT_EQ(out.src, TKM_SIG_SRC_REFERRERS);
+    /* a policy that is not one: refused at once, the callback never runs */
+    struct tkm_sig_identity none = {0};
+    struct tkm_sig_policy kl = {.trusted_root = "{}", .trusted_root_len = 2, .identities = &none};
+    ASSERT_EQ(tkm_sig_verify_start(&loop, reg, "t/a", IMG, &kl, on_done, &out, &err), -EINVAL);
+    ASSERT_STRCONTAINS(err.msg, "any signer at all is not a policy");
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT_EQ(out.calls, 1);
+    ASSERT_OK(uv_loop_close(&loop));
+    tkm_oci_registry_free(reg);
+    art_release(&a);
+}
+
+TEST(classic_signature_needs_a_key)
+{
+    static const char payload[] = "{\"critical\":{}}";
+    char pd[72];
+    digest_of(payload, pd);
+    struct tkm_buf man = TKM_BUF_INIT(1 << 16);
+    ASSERT_OK(tkm_buf_printf(&man,
+                             "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image."
+                             "manifest.v1+json\",\"config\":{\"mediaType\":\"application/"
+                             "vnd.oci.image.config.v1+json\",\"size\":2,\"digest\":\"sha256:"
+                             "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a\"},"
+                             "\"layers\":[{\"mediaType\":\"application/vnd.dev.cosign."
+                             "simplesigning.v1+json\",\"size\":%zu,\"digest\":\"%s\","
+                             "\"annotations\":{\"dev.cosignproject.cosign/signature\":\"AAAA\"}}]}",
+                             strlen(payload), pd));
+    struct tsrv_reply replies[] = {
+        {404, "", "{\"errors\":[]}", 0, 0, 0}, /* referrers */
+        {404, "", "{\"errors\":[]}", 0, 0, 0}, /* sha256-<hex> */
+        {200, MANIF, man.data, 0, 0, 0},       /* sha256-<hex>.sig */
+        {200, OCTET, payload, 0, 0, 0},
+    };
+    struct tsrv srv;
+    int port = tsrv_start(&srv, replies, 4);
+    ASSERT(port > 0);
+    struct tkm_oci_registry *reg = reg_for(port);
+    char *p = NULL;
+    size_t n = 0;
+    struct tkm_err err = {0};
+    ASSERT_OK(tkm_trust_read_file(TKM_SOURCE_DIR "/tests/unit/data/sigstore/trusted_root.json",
+                                  1 << 20, &p, &n, &err));
+    struct tkm_sig_identity id = {"https://issuer.example.test", "a@example.test", NULL};
+    struct tkm_sig_policy pol = {
+        .trusted_root = p, .trusted_root_len = n, .identities = &id, .nidentities = 1};
+    struct tkm_sig_result r;
+    ASSERT_EQ(tkm_sig_verify_registry(reg, "t/a", IMG, &pol, &r, &err), -ENOTSUP);
+    ASSERT_STRCONTAINS(err.msg, "t/a:sha256-" HEX ".sig (.sig tag): 1 classic signature: verifying "
+                                "them needs a public key");
+    ASSERT_STRCONTAINS(tsrv_req(&srv, 2), "GET /v2/t/a/manifests/sha256-" HEX ".sig");
+    free(p);
+    tkm_buf_release(&man);
+    tkm_oci_registry_free(reg);
+}
