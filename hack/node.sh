@@ -306,6 +306,7 @@ start_kubelet() {
   mkdir -p "$kroot"
   echo "$dir" >"$kroot/.tkm-node"
   log "starting kubelet on 127.0.0.1:$port as node $node (root $kroot, log $N/kubelet.log)"
+  date -u +%Y-%m-%dT%H:%M:%SZ >"$N/kubelet.started"
   setsid "$kubelet" --config="$N/kubelet/config.yaml" --kubeconfig="$dir/node.kubeconfig" \
     --hostname-override="$node" --root-dir="$kroot" --cert-dir="$N/kubelet/pki" \
     --v="${TKM_KUBELET_V:-2}" >"$N/kubelet.log" 2>&1 </dev/null &
@@ -313,10 +314,14 @@ start_kubelet() {
 }
 
 wait_node_ready() {
-  local kubelet=$1 t0=$SECONDS st
+  local kubelet=$1 t0=$SECONDS st started
+  started=$(cat "$N/kubelet.started" 2>/dev/null || true)
   while ((SECONDS - t0 < 120)); do
-    st=$(kc get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null || true)
-    [[ $st == True ]] && return 0
+    # Ready, and reported by this kubelet (not a condition left from an earlier one)
+    st=$(kc get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}' 2>/dev/null || true)
+    if [[ ${st%% *} == True && ! ${st#* } < $started ]]; then
+      return 0
+    fi
     if ! running "$N/kubelet.pid"; then
       grep -q "address already in use" "$N/kubelet.log" &&
         tail_die "$N/kubelet.log" "kubelet: port $(cat "$N/kubelet.port") or $(cat "$N/kubelet-healthz.port") is in use"
@@ -386,7 +391,9 @@ cmd_up() {
   start_containerd
   start_kubelet "$kubelet"
   local sport cport
-  sport=$(port_for kube-scheduler "${TKM_SCHEDULER_PORT:-}")
+  # a component that runs keeps its port (which is then, of course, not free)
+  if pid_alive "$N/kube-scheduler.pid" "$sched"; then sport=$(cat "$N/kube-scheduler.port")
+  else sport=$(port_for kube-scheduler "${TKM_SCHEDULER_PORT:-}"); fi
   cat >"$N/kube-scheduler.yaml" <<EOF
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -394,7 +401,8 @@ clientConnection: {kubeconfig: $dir/kube-scheduler.kubeconfig}
 leaderElection: {leaderElect: false}
 EOF
   start_component kube-scheduler "$sched" "$sport" --config="$N/kube-scheduler.yaml" --v=1
-  cport=$(port_for kube-controller-manager "${TKM_CONTROLLER_MANAGER_PORT:-}")
+  if pid_alive "$N/kube-controller-manager.pid" "$kcm"; then cport=$(cat "$N/kube-controller-manager.port")
+  else cport=$(port_for kube-controller-manager "${TKM_CONTROLLER_MANAGER_PORT:-}"); fi
   start_component kube-controller-manager "$kcm" "$cport" --kubeconfig="$dir/kube-controller-manager.kubeconfig" \
     --leader-elect=false --use-service-account-credentials=true \
     --service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt" \
@@ -403,6 +411,13 @@ EOF
   log "node $node Ready ($(elapsed) s after up)"
   wait_component kube-scheduler "$sched" "$sport"
   wait_component kube-controller-manager "$kcm" "$cport"
+  # kube-controller-manager lifts the not-ready taint kubelet registered with; only
+  # then does the scheduler place pods on the node.
+  local t0=$SECONDS
+  until [[ $(kc get node "$node" -o jsonpath='{.spec.taints[*].key}' 2>/dev/null) != *node.kubernetes.io/not-ready* ]]; do
+    ((SECONDS - t0 < 60)) || tail_die "$N/kube-controller-manager.log" "node $node still has the not-ready taint after 60 s"
+    sleep 0.25
+  done
   write_env
   log "test node up in $(elapsed) s: kubelet 127.0.0.1:$(cat "$N/kubelet.port"), containerd $csock, scheduler :$sport, controller-manager :$cport"
   echo "eval \"\$($0 env)\"   # images, containerd address for ctr" >&2
@@ -436,7 +451,7 @@ stop_shims() {
   local p cmd
   for p in /proc/[0-9]*; do
     [[ $(cat "$p/comm" 2>/dev/null) == containerd-shim* ]] || continue
-    cmd=$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null || true)
+    cmd=$(tr '\0' ' ' 2>/dev/null <"$p/cmdline" || true)
     [[ $cmd == *"$csock"* ]] || continue
     log "stopping leftover shim pid ${p#/proc/}"
     kill -TERM "${p#/proc/}" 2>/dev/null || true
@@ -510,10 +525,15 @@ restore_sysctls() {
 cmd_down() {
   init_paths
   [[ -d $N ]] || { log "no test node in $dir"; return 0; }
-  local kubelet=kubelet
   stop_pidfile "$N/kube-scheduler.pid" kube-scheduler
   stop_pidfile "$N/kube-controller-manager.pid" kube-controller-manager
   stop_pidfile "$N/kubelet.pid" kubelet
+  # The Node goes too, so that a later `up` waits for a fresh registration and
+  # never reads a Ready condition left over from this kubelet.
+  if [[ -s $dir/admin.kubeconfig ]] && pid_alive "$dir/kube-apiserver.pid" kube-apiserver; then
+    KUBECTL=$(kubectl_bin)
+    kc delete node "$node" --wait=false --request-timeout=10s >/dev/null 2>&1 || true
+  fi
   remove_containers
   stop_pidfile "$N/containerd.pid" "$N/containerd/config.toml"
   stop_shims
@@ -537,7 +557,6 @@ cmd_down() {
   rm -rf --one-file-system "$N/containerd/state" "$N/pod-logs" "$host"
   rm -f "$N/env"
   log "test node stopped and host restored ($N)"
-  : "$kubelet"
 }
 
 cmd_status() {
@@ -602,11 +621,10 @@ cmd_apply() {
   local f=${1:-}
   [[ -n $f ]] || die "usage: hack/node.sh apply FILE|-"
   if [[ $f == - ]]; then
-    local tmp
-    tmp=$(mktemp "${TMPDIR:-/tmp}/tkm-manifest-XXXXXX")
-    cat >"$tmp"
-    f=$tmp
-    trap 'rm -f "$tmp"' EXIT
+    manifest_tmp=$(mktemp "${TMPDIR:-/tmp}/tkm-manifest-XXXXXX")
+    trap 'rm -f "$manifest_tmp"' EXIT
+    cat >"$manifest_tmp"
+    f=$manifest_tmp
   fi
   cmd_check "$f" || die "manifest $1 breaks the test network rule (see hack/node.sh header); not applied"
   kc apply -f "$f"
