@@ -30,7 +30,8 @@
 # One test node per host: kubelet's cgroups (kubepods), iptables chains, sysctls
 # and /var/lib/kubelet/device-plugins are host-wide. State and logs live in
 # $TKM_CLUSTER_DIR/node (the kubelet root in ${TKM_KUBELET_ROOT:-/var/lib/kubelet}).
-set -euo pipefail
+set -eEuo pipefail
+trap 'echo "error: hack/node.sh: line $LINENO: \"$BASH_COMMAND\" failed (exit $?)" >&2' ERR
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 # shellcheck source=hack/lib.sh
@@ -230,7 +231,11 @@ start_containerd() {
     return 0
   fi
   [[ -e $N/containerd.pid ]] && log "removing stale pid file $N/containerd.pid"
-  rm -f "$N/containerd.pid" "$csock"
+  rm -f "$N/containerd.pid"
+  if [[ -e $csock && ! -S $csock ]]; then
+    die "$csock exists and is not a socket; remove it (containerd listens there)"
+  fi
+  rm -f "$csock"
   local sport
   sport=$(port_for containerd-stream "${TKM_CONTAINERD_STREAM_PORT:-}")
   write_containerd_config "$sport"
@@ -406,7 +411,7 @@ EOF
   start_component kube-controller-manager "$kcm" "$cport" --kubeconfig="$dir/kube-controller-manager.kubeconfig" \
     --leader-elect=false --use-service-account-credentials=true \
     --service-account-private-key-file="$pki/sa.key" --root-ca-file="$pki/ca.crt" \
-    --cert-dir="$N/kcm-certs" --v=1
+    --node-monitor-period=1s --cert-dir="$N/kcm-certs" --v=1
   wait_node_ready "$kubelet"
   log "node $node Ready ($(elapsed) s after up)"
   wait_component kube-scheduler "$sched" "$sport"

@@ -130,11 +130,13 @@ bad=$(grep -v '^127\.0\.0\.1:' <<<"$listeners" || true)
 pass "listeners: $(tr '\n' ' ' <<<"$listeners")"
 
 step "deleting them leaves no container and no pod mount"
+t0=$(now)
 kubectl -n "$ns" delete deploy/sleeper ds/perpod pod/hello --wait=true >/dev/null
 wait_for 60 "pods gone" none kubectl -n "$ns" get pods -o name
 wait_for 60 "no running task in containerd" none ctr tasks ls -q
 # kubelet's container GC removes dead containers of deleted pods once a minute
 wait_for 120 "no container in containerd" none ctr containers ls -q
+echo "timing: delete -> no container left: $(since "$t0") s"
 assert_eq "" "$(awk -v d="$TKM_KUBELET_ROOT/pods/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo)" "no mount under $TKM_KUBELET_ROOT/pods"
 
 step "hack/node.sh down restores the host"
