@@ -161,20 +161,22 @@ write_containerd_config() {
   reg=$(cat "$dir/registry/addr")
   # shellcheck disable=SC1091
   source "$N/images.env"
-  mkdir -p "$N/containerd"/{root,state,opt} "$N/cni/net.d" "$N/cni/bin" "$N/containerd/certs.d/$reg" \
-    "$N/containerd/certs.d/_default"
+  rm -rf "$N/containerd/certs.d"
+  mkdir -p "$N/containerd"/{root,state,opt} "$N/cni/net.d" "$N/cni/bin" "$N/containerd/certs.d/$reg"
   cat >"$N/containerd/certs.d/$reg/hosts.toml" <<EOF
 server = "http://$reg"
 [host."http://$reg"]
   capabilities = ["pull", "resolve"]
   skip_verify = true
 EOF
-  # Any other registry goes to a closed loopback port: nothing is pulled from outside.
-  cat >"$N/containerd/certs.d/_default/hosts.toml" <<EOF
-server = "http://127.0.0.1:9"
-[host."http://127.0.0.1:9"]
-  capabilities = ["pull", "resolve"]
-EOF
+  # Belt and braces (the rule is enforced by `check`): the common public registries go to a
+  # closed loopback port. containerd 1.6 has no `_default` hosts dir, so this is a list.
+  local r
+  for r in docker.io registry-1.docker.io registry.k8s.io k8s.gcr.io gcr.io ghcr.io quay.io mcr.microsoft.com \
+    public.ecr.aws nvcr.io; do
+    mkdir -p "$N/containerd/certs.d/$r"
+    printf 'server = "http://127.0.0.1:9"\n' >"$N/containerd/certs.d/$r/hosts.toml"
+  done
   # Only loopback: a CNI config is needed for NetworkReady; every pod is hostNetwork,
   # so no plugin binary is ever run.
   cat >"$N/cni/net.d/10-tkm-loopback.conflist" <<EOF
