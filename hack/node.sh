@@ -175,7 +175,9 @@ EOF
   for r in docker.io registry-1.docker.io registry.k8s.io k8s.gcr.io gcr.io ghcr.io quay.io mcr.microsoft.com \
     public.ecr.aws nvcr.io; do
     mkdir -p "$N/containerd/certs.d/$r"
-    printf 'server = "http://127.0.0.1:9"\n' >"$N/containerd/certs.d/$r/hosts.toml"
+    # (containerd 1.6 ignores a hosts.toml with only `server`: the [host] table is needed)
+    printf 'server = "http://127.0.0.1:9"\n[host."http://127.0.0.1:9"]\n  capabilities = ["pull", "resolve"]\n' \
+      >"$N/containerd/certs.d/$r/hosts.toml"
   done
   # Only loopback: a CNI config is needed for NetworkReady; every pod is hostNetwork,
   # so no plugin binary is ever run.

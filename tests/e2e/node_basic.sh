@@ -57,6 +57,14 @@ wrongenv=${envs//127.0.0.1/10.0.0.1}
 expect_fail "KUBERNETES_SERVICE_HOST not loopback" "$hack/node.sh" apply - < <(pod bad4 true "$TKM_BUSYBOX_IMAGE" "$wrongenv" true)
 assert_eq "" "$(kubectl -n "$ns" get pods -o name)" "nothing refused was created"
 
+step "containerd's registry config sends public registries to a closed loopback port"
+# ctr resolves in its own process with the node's hosts dir; in an empty network
+# namespace nothing can leave the host whatever happens.
+for r in docker.io/library/busybox:1 registry.k8s.io/pause:3.10; do
+  expect_fail "pull $r" unshare -n ctr -a "$CONTAINERD_ADDRESS" -n k8s.io images pull --hosts-dir "$TKM_NODE_DIR/containerd/certs.d" "$r"
+  assert_contains "$OUT" "http://127.0.0.1:9/v2/" "$r resolved at 127.0.0.1:9"
+done
+
 step "a hostNetwork busybox pod runs; its logs come back through kubectl logs"
 t0=$(now)
 expect_ok "apply hello" "$hack/node.sh" apply - < <(pod hello true "$TKM_BUSYBOX_IMAGE" "$envs" \
@@ -121,7 +129,7 @@ step "every listener of the node's processes is on loopback"
 pids=" $(cat "$TKM_NODE_DIR"/{containerd,kubelet,kube-scheduler,kube-controller-manager}.pid | tr '\n' ' ') "
 listeners=$(ss -Hltnp | while read -r _ _ _ local _ proc; do
   for p in $(grep -o 'pid=[0-9]*' <<<"$proc" | cut -d= -f2); do
-    [[ $pids == *" $p "* ]] && echo "$local"
+    if [[ $pids == *" $p "* ]]; then echo "$local"; fi
   done
 done | sort -u)
 [[ -n $listeners ]] || fail "found no listener of the node's processes"
