@@ -286,6 +286,7 @@ case ${1:-} in
   up) cmd_up ;;
   down) cmd_down ;;
   restart-apiserver)
+    gen_pki # a cluster dir from before the kubelet client certificate gains it
     stop_pidfile "$dir/kube-apiserver.pid" kube-apiserver
     start_apiserver "$("$here/testbin/build.sh" --path kube-apiserver)" "$(cat "$dir/apiserver.port")" "$(cat "$dir/etcd.port")"
     ;;
