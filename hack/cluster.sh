@@ -19,6 +19,8 @@
 #   admin.kubeconfig  client certificate, group system:masters (the default KUBECONFIG)
 #   alice.kubeconfig  client certificate of the unprivileged user "alice"
 #   token.kubeconfig  bearer token of the user "tkm-admin" (system:masters)
+#   node.kubeconfig, kube-controller-manager.kubeconfig, kube-scheduler.kubeconfig
+#                     client certificates for hack/node.sh (which `up` never starts)
 #   tokens.csv        the apiserver's --token-auth-file; spare tokens for rotation tests
 #   env               the exports `env` prints
 set -euo pipefail
@@ -32,8 +34,38 @@ mkdir -p "$dir"
 dir=$(realpath "$dir")
 pki=$dir/pki
 
+# Client certificates of the components hack/node.sh adds (and of the
+# apiserver towards the kubelet): made one by one when missing, so a cluster
+# dir from before they existed gains them on the next `up`.
+EXTRA_CLIENTS=(
+  "kubelet-client:/O=system:masters/CN=kube-apiserver-kubelet-client"
+  "kube-controller-manager:/CN=system:kube-controller-manager"
+  "kube-scheduler:/CN=system:kube-scheduler"
+  "node:/O=system:nodes/CN=system:node:127.0.0.1"
+)
+
+gen_extra_certs() {
+  (
+    cd "$pki"
+    umask 077
+    for u in "${EXTRA_CLIENTS[@]}"; do
+      name=${u%%:*} subj=${u#*:}
+      [[ -s $name.crt && -s $name.key ]] && continue
+      openssl req -newkey rsa:2048 -nodes -keyout "$name.key" -out "$name.csr" -subj "$subj" 2>/dev/null
+      printf 'extendedKeyUsage=clientAuth\n' >"$name.ext"
+      openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+        -extfile "$name.ext" -out "$name.crt" 2>/dev/null
+      rm -f "$name.csr" "$name.ext"
+      chmod 644 "$name.crt"
+    done
+  )
+}
+
 gen_pki() {
-  [[ -s $pki/ca.crt && -s $pki/admin.crt ]] && return 0
+  if [[ -s $pki/ca.crt && -s $pki/admin.crt ]]; then
+    gen_extra_certs
+    return 0
+  fi
   mkdir -p "$pki"
   (
     cd "$pki"
@@ -65,13 +97,14 @@ gen_pki() {
     printf '%s,alice,uid-alice\n' "$(openssl rand -hex 24)"
   } >"$dir/tokens.csv"
   chmod 600 "$dir/tokens.csv"
+  gen_extra_certs
 }
 
 write_kubeconfigs() {
   local port=$1 server="https://127.0.0.1:$1"
   local tok
   tok=$(head -1 "$dir/tokens.csv" | cut -d, -f1)
-  for u in admin alice token; do
+  for u in admin alice token node kube-controller-manager kube-scheduler; do
     local kc="$dir/$u.kubeconfig"
     rm -f "$kc"
     kubectl config --kubeconfig="$kc" set-cluster tkm-dev --server="$server" \
@@ -137,7 +170,9 @@ start_apiserver() {
     --client-ca-file="$pki/ca.crt" --token-auth-file="$dir/tokens.csv" \
     --service-account-issuer="https://127.0.0.1:$port" --service-account-key-file="$pki/sa.pub" \
     --service-account-signing-key-file="$pki/sa.key" --api-audiences="https://127.0.0.1:$port" \
-    --service-cluster-ip-range=10.0.0.0/24 --authorization-mode=RBAC --allow-privileged=true \
+    --service-cluster-ip-range=10.0.0.0/24 --authorization-mode=Node,RBAC --allow-privileged=true \
+    --kubelet-preferred-address-types=InternalIP --kubelet-client-certificate="$pki/kubelet-client.crt" \
+    --kubelet-client-key="$pki/kubelet-client.key" \
     --disable-admission-plugins=ServiceAccount --enable-priority-and-fairness=true \
     --profiling=false --v=1 >"$dir/kube-apiserver.log" 2>&1 </dev/null &
   echo $! >"$dir/kube-apiserver.pid"
@@ -212,6 +247,10 @@ cmd_up() {
 }
 
 cmd_down() {
+  # A test node (hack/node.sh) on this control plane goes first.
+  if [[ -d $dir/node ]]; then
+    "$here/node.sh" down || log "hack/node.sh down failed; see its messages above"
+  fi
   "$here/registry.sh" stop "$dir/registry" 2>/dev/null || true
   stop_pidfile "$dir/kube-apiserver.pid" kube-apiserver
   stop_pidfile "$dir/etcd.pid" etcd
@@ -247,6 +286,7 @@ case ${1:-} in
   up) cmd_up ;;
   down) cmd_down ;;
   restart-apiserver)
+    gen_pki # a cluster dir from before the kubelet client certificate gains it
     stop_pidfile "$dir/kube-apiserver.pid" kube-apiserver
     start_apiserver "$("$here/testbin/build.sh" --path kube-apiserver)" "$(cat "$dir/apiserver.port")" "$(cat "$dir/etcd.port")"
     ;;
@@ -254,5 +294,5 @@ case ${1:-} in
     [[ -s $dir/env ]] || die "no control plane in $dir; run: hack/cluster.sh up"
     cat "$dir/env" ;;
   status) cmd_status ;;
-  *) sed -n '2,26p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,28p' "$0" >&2; exit 2 ;;
 esac

@@ -19,6 +19,9 @@ PKGS=(
   # test tools: valgrind, a real OCI registry, htpasswd, openssl, curl, jq
   valgrind docker-registry apache2-utils openssl curl jq ca-certificates
   git procps psmisc iproute2 python3 xxd time zstd gzip tar coreutils util-linux
+  # the real test node (hack/node.sh): container runtime, the busybox image's
+  # content, a libc for the static pause binary, iptables for kubelet's chains
+  containerd runc busybox-static musl-tools iptables
 )
 
 missing=()
@@ -51,9 +54,10 @@ if [[ ! -e $stamp ]] || [[ -z $(find "$lists" -maxdepth 1 -name '*Packages*' -pr
   $SUDO apt-get update -q
   $SUDO mkdir -p "$(dirname $stamp)" && $SUDO touch "$stamp"
 fi
-# docker-registry's postinst starts a service listening on every interface; we
-# never use that service (hack/cluster.sh runs its own instance on loopback),
-# so keep maintainer scripts from starting daemons.
+# docker-registry's postinst starts a service listening on every interface, and
+# containerd's starts the system containerd; we never use those services
+# (hack/cluster.sh and hack/node.sh run their own instances with configs of
+# ours), so keep maintainer scripts from starting daemons.
 policy=/usr/sbin/policy-rc.d
 created_policy=0
 if [[ ! -e $policy ]]; then

@@ -6,8 +6,9 @@
 #
 # Each tool has a wrapper module of ours beside this script (go.mod + go.sum,
 # committed), so builds are reproducible and need only the Go module proxy:
-#   k8s/     kube-apiserver, kubectl (k8s.io/kubernetes with every staging module replaced
-#                             by its published v0.X.Y; see docs/development.md)
+#   k8s/     kube-apiserver, kubectl, and for the test node (hack/node.sh) kubelet,
+#            kube-scheduler, kube-controller-manager (k8s.io/kubernetes with every
+#            staging module replaced by its published v0.X.Y; see docs/development.md)
 #   etcd/    etcd            (go.etcd.io/etcd/server/v3)
 #   cosign/  cosign, crane   (sigstore/cosign v2, go-containerregistry)
 #   cosign3/ cosign3         (sigstore/cosign v3: Sigstore bundles, OCI referrers)
@@ -36,14 +37,14 @@ die() { echo "testbin: $*" >&2; exit 1; }
 
 tool_version() {
   case $1 in
-    kube-apiserver | kubectl) echo "v$KUBE_VERSION" ;;
+    kube-apiserver | kubectl | kubelet | kube-scheduler | kube-controller-manager) echo "v$KUBE_VERSION" ;;
     etcd) echo "v$ETCD_VERSION" ;;
     cosign) echo "v$COSIGN_VERSION" ;;
     crane) echo "v$CRANE_VERSION" ;;
     cosign3) echo "v$COSIGN3_VERSION" ;;
     sigstore-testca) echo "v$SIGSTORE_TESTCA_VERSION" ;;
     referrers-registry) echo "v$REFERRERS_REGISTRY_VERSION" ;;
-    *) die "unknown tool '$1' (known: kube-apiserver kubectl etcd cosign crane cosign3 referrers-registry sigstore-testca)" ;;
+    *) die \"unknown tool '$1' (known: kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager etcd cosign crane cosign3 referrers-registry sigstore-testca)\" ;;
   esac
 }
 
@@ -66,7 +67,7 @@ build_one() {
   if [[ -x $out ]]; then exec 9>&-; return 0; fi
   command -v go >/dev/null || die "Go is not installed; tkm builds its test binaries with Go >= 1.24 (apt-get install golang-go is too old on Debian 12: install Go from go.dev)"
   case $tool in
-    kube-apiserver | kubectl)
+    kube-apiserver | kubectl | kubelet | kube-scheduler | kube-controller-manager)
       mod=k8s pkg=k8s.io/kubernetes/cmd/$tool
       local minor=${KUBE_VERSION#1.}; minor=${minor%%.*}
       local vp
@@ -108,7 +109,7 @@ main() {
     return
   fi
   local tools=("$@")
-  [[ ${#tools[@]} -gt 0 ]] || tools=(etcd kube-apiserver kubectl cosign crane cosign3 referrers-registry sigstore-testca)
+  [[ ${#tools[@]} -gt 0 ]] || tools=(etcd kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager cosign crane cosign3 referrers-registry sigstore-testca)
   for t in "${tools[@]}"; do build_one "$t"; done
   for t in "${tools[@]}"; do echo "$t $(tool_path "$t")"; done
 }

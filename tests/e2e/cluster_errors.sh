@@ -52,6 +52,6 @@ pass "build log written"
 [[ ! -e $E2E_TMP/cache2/bin/etcd-v3.6.16/etcd ]] || fail "a failed build left a binary"
 pass "no half-built binary"
 chmod -R u+w "$E2E_TMP/modcache" 2>/dev/null || true
-expect_fail "unknown tool" "$hack/testbin/build.sh" kubelet
-assert_contains "$OUT" "unknown tool 'kubelet'" "unknown tool named"
+expect_fail "unknown tool" "$hack/testbin/build.sh" no-such-tool
+assert_contains "$OUT" "unknown tool 'no-such-tool'" "unknown tool named"
 e2e_done
