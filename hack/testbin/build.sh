@@ -44,7 +44,7 @@ tool_version() {
     cosign3) echo "v$COSIGN3_VERSION" ;;
     sigstore-testca) echo "v$SIGSTORE_TESTCA_VERSION" ;;
     referrers-registry) echo "v$REFERRERS_REGISTRY_VERSION" ;;
-    *) die \"unknown tool '$1' (known: kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager etcd cosign crane cosign3 referrers-registry sigstore-testca)\" ;;
+    *) die "unknown tool '$1' (known: kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager etcd cosign crane cosign3 referrers-registry sigstore-testca)" ;;
   esac
 }
 
