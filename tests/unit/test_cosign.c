@@ -14,7 +14,7 @@
 #include <tkm/util.h>
 
 #include "test.h"
-#include "httpd-test.h"
+#include "tsrv.h"
 
 #define IMG  "sha256:1111111111111111111111111111111111111111111111111111111111111111"
 #define IMG2 "sha256:2222222222222222222222222222222222222222222222222222222222222222"
@@ -541,6 +541,7 @@ TEST(verify_start_fetches_sig_and_payload)
     ASSERT_STRCONTAINS(out.msg, "signature is for " IMG ", image is " IMG2);
     ASSERT_OK(uv_loop_close(&loop));
     tkm_oci_registry_free(reg);
+    tsrv_stop(&srv);
     tkm_buf_release(&man);
     fx_release(&f);
 }

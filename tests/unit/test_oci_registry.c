@@ -1,10 +1,6 @@
 /* test_oci_registry.c - the registry client against scripted loopback HTTP servers:
  * redirects drop Authorization across hosts, exact blob size limits, digest checks,
  * manifest size cap, Basic auth from Secret bytes. */
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <pthread.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <tkm/buf.h>
@@ -16,99 +12,64 @@
 #include <tkm/triton/image.h>
 
 #include "test.h"
+#include "tsrv.h"
 
+/* One entry of a registry's route table: method and request target (path and
+ * query) matched exactly, the reply, and need_auth: 401 Basic unless the
+ * request carries "Authorization: Basic". */
 struct route {
-    const char *method, *path; /* exact match */
-    int status;
-    const char *headers; /* extra header lines, each ending "\r\n" */
-    const char *body;
-    size_t body_len;
-    int need_auth; /* 401 Basic unless "Authorization: Basic" is present */
+    const char *method, *path;
+    struct tsrv_reply reply;
+    int need_auth;
 };
 
-struct server {
-    int fd, port;
-    const struct route *routes;
-    size_t n_routes;
-    pthread_t th;
-    char last_request[8192]; /* the last request head seen */
-    int saw_authorization;   /* any request carried Authorization */
-};
-
-static void serve_one(struct server *s, int c)
+static int basic_gate(const struct tsrv_request *req, struct tsrv_reply *out, char *scratch,
+                      size_t scratch_len, void *data)
 {
-    char req[8192];
-    size_t n = 0;
-    while (n < sizeof req - 1) {
-        ssize_t r = read(c, req + n, sizeof req - 1 - n);
-        if (r <= 0)
-            break;
-        n += (size_t)r;
-        req[n] = '\0';
-        if (strstr(req, "\r\n\r\n"))
-            break;
-    }
-    req[n] = '\0';
-    memcpy(s->last_request, req, n + 1);
-    int has_auth = strcasestr(req, "\r\nAuthorization:") != NULL;
-    if (has_auth)
-        s->saw_authorization = 1;
-    char method[16] = "", path[2048] = "";
-    if (sscanf(req, "%15s %2047s", method, path) != 2)
-        return;
-    const struct route *rt = NULL;
-    for (size_t i = 0; i < s->n_routes; i++)
-        if (strcmp(s->routes[i].method, method) == 0 && strcmp(s->routes[i].path, path) == 0)
-            rt = &s->routes[i];
-    struct tkm_buf out = TKM_BUF_INIT(16 << 20);
-    if (!rt) {
-        tkm_buf_puts(&out,
-                     "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-    } else if (rt->need_auth && !strcasestr(req, "\r\nAuthorization: Basic ")) {
-        tkm_buf_puts(&out, "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"t\"\r\n"
-                           "Content-Length: 0\r\nConnection: close\r\n\r\n");
-    } else {
-        size_t len = rt->body ? (rt->body_len ? rt->body_len : strlen(rt->body)) : 0;
-        tkm_buf_printf(&out, "HTTP/1.1 %d X\r\n%sContent-Length: %zu\r\nConnection: close\r\n\r\n",
-                       rt->status, rt->headers ? rt->headers : "", len);
-        if (strcmp(method, "HEAD") != 0 && len)
-            tkm_buf_append(&out, rt->body, len);
-    }
-    for (size_t off = 0; off < out.len;) {
-        ssize_t w = write(c, out.data + off, out.len - off);
-        if (w <= 0)
-            break;
-        off += (size_t)w;
-    }
-    tkm_buf_release(&out);
+    static const struct tsrv_reply unauthorized = {401, "WWW-Authenticate: Basic realm=\"t\"\r\n",
+                                                   ""};
+    (void)scratch;
+    (void)scratch_len;
+    *out = strcasestr(req->head, "\r\nAuthorization: Basic ") ? *(const struct tsrv_reply *)data
+                                                              : unauthorized;
+    return 0;
 }
 
-static void *serve(void *arg)
+/* Serves routes (borrowed until tsrv_stop()) on s; anything else is a bare
+ * 404 with no body. Returns the port. */
+static int server_start(struct tsrv *s, const struct route *routes, size_t n)
 {
-    struct server *s = arg;
-    for (;;) {
-        int c = accept(s->fd, NULL, NULL);
-        if (c < 0)
-            return NULL;
-        serve_one(s, c);
-        close(c);
+    static const struct tsrv_reply not_found = {404, NULL, ""};
+    tsrv_init(s);
+    for (size_t i = 0; i < n; i++) {
+        const struct route *rt = &routes[i];
+        if (rt->need_auth)
+            ASSERT_OK(tsrv_route_fn(s, rt->method, rt->path, TSRV_TARGET, NULL, basic_gate,
+                                    (void *)&rt->reply));
+        else
+            ASSERT_OK(tsrv_route(s, rt->method, rt->path, TSRV_TARGET, NULL, &rt->reply, 1));
     }
+    ASSERT_OK(tsrv_route(s, NULL, NULL, TSRV_PREFIX, NULL, &not_found, 1));
+    int port = tsrv_listen(s);
+    ASSERT(port > 0);
+    return port;
 }
 
-static void server_start(struct server *s, const struct route *routes, size_t n)
+/* The head of the last request s saw ("" when none). */
+static const char *last_request(struct tsrv *s)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof a;
-    memset(s, 0, sizeof *s);
-    s->routes = routes;
-    s->n_routes = n;
-    s->fd = socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT(s->fd >= 0);
-    ASSERT_EQ(bind(s->fd, (struct sockaddr *)&a, sizeof a), 0);
-    ASSERT_EQ(listen(s->fd, 16), 0);
-    ASSERT_EQ(getsockname(s->fd, (struct sockaddr *)&a, &al), 0);
-    s->port = ntohs(a.sin_port);
-    ASSERT_EQ(pthread_create(&s->th, NULL, serve, s), 0);
+    struct tsrv_request rq;
+    return tsrv_get(s, tsrv_nreqs(s) - 1, &rq) == 0 ? rq.head : "";
+}
+
+/* 1 when any request s saw carried Authorization. */
+static int saw_authorization(struct tsrv *s)
+{
+    char v[512];
+    for (int i = 0; i < tsrv_nreqs(s); i++)
+        if (tsrv_header(s, i, "Authorization", v, sizeof v) >= 0)
+            return 1;
+    return 0;
 }
 
 static struct tkm_oci_registry *client(int port, const char *auth_json)
@@ -134,19 +95,19 @@ static const char blob[] = "the layer bytes, as served by the CDN";
 
 TEST(blob_redirect_to_other_host_drops_authorization)
 {
-    struct server cdn, reg;
-    struct route cdn_routes[] = {{"GET", "/signed/blob?sig=1", 200, NULL, blob, 0, 0}};
-    server_start(&cdn, cdn_routes, 1);
+    struct tsrv cdn, reg;
+    struct route cdn_routes[] = {{"GET", "/signed/blob?sig=1", {200, NULL, blob}}};
+    int cdn_port = server_start(&cdn, cdn_routes, 1);
     char loc[256], dg[TKM_OCI_DIGEST_LEN + 1], path[256], auth[256];
     ASSERT_OK(tkm_oci_digest_bytes(blob, strlen(blob), dg));
-    snprintf(loc, sizeof loc, "Location: http://127.0.0.1:%d/signed/blob?sig=1\r\n", cdn.port);
+    snprintf(loc, sizeof loc, "Location: http://127.0.0.1:%d/signed/blob?sig=1\r\n", cdn_port);
     snprintf(path, sizeof path, "/v2/a/b/blobs/%s", dg);
-    struct route reg_routes[] = {{"GET", path, 307, loc, NULL, 0, 1}};
-    server_start(&reg, reg_routes, 1);
+    struct route reg_routes[] = {{"GET", path, {307, loc}, 1}};
+    int reg_port = server_start(&reg, reg_routes, 1);
     /* Secret bytes (.dockerconfigjson) with user:pass for the registry only */
     snprintf(auth, sizeof auth, "{\"auths\":{\"127.0.0.1:%d\":{\"auth\":\"dXNlcjpwYXNz\"}}}",
-             reg.port);
-    struct tkm_oci_registry *r = client(reg.port, auth);
+             reg_port);
+    struct tkm_oci_registry *r = client(reg_port, auth);
     struct tkm_oci_desc d = {.size = strlen(blob)};
     memcpy(d.digest, dg, sizeof dg);
     struct tkm_buf out = TKM_BUF_INIT(1 << 20);
@@ -156,22 +117,24 @@ TEST(blob_redirect_to_other_host_drops_authorization)
         fprintf(stderr, "%s\n", e.msg);
     ASSERT_OK(rc);
     ASSERT_STREQ(out.data, blob);
-    ASSERT_EQ(reg.saw_authorization, 1); /* Basic went to the registry */
-    ASSERT_EQ(cdn.saw_authorization, 0); /* ...and never to the redirect target */
-    ASSERT_STRCONTAINS(reg.last_request, "Authorization: Basic dXNlcjpwYXNz");
+    ASSERT_EQ(saw_authorization(&reg), 1); /* Basic went to the registry */
+    ASSERT_EQ(saw_authorization(&cdn), 0); /* ...and never to the redirect target */
+    ASSERT_STRCONTAINS(last_request(&reg), "Authorization: Basic dXNlcjpwYXNz");
     tkm_buf_release(&out);
     tkm_oci_registry_free(r);
+    tsrv_stop(&reg);
+    tsrv_stop(&cdn);
 }
 
 TEST(blob_size_and_digest_are_exact)
 {
-    struct server s;
+    struct tsrv s;
     char dg[TKM_OCI_DIGEST_LEN + 1], p1[256];
     ASSERT_OK(tkm_oci_digest_bytes(blob, strlen(blob), dg));
     snprintf(p1, sizeof p1, "/v2/a/b/blobs/%s", dg);
-    struct route routes[] = {{"GET", p1, 200, NULL, blob, 0, 0}};
-    server_start(&s, routes, 1);
-    struct tkm_oci_registry *r = client(s.port, NULL);
+    struct route routes[] = {{"GET", p1, {200, NULL, blob}}};
+    int port = server_start(&s, routes, 1);
+    struct tkm_oci_registry *r = client(port, NULL);
     struct tkm_oci_desc d = {.size = strlen(blob) - 5}; /* declares fewer bytes than served */
     memcpy(d.digest, dg, sizeof dg);
     struct tkm_err e = {0};
@@ -190,6 +153,7 @@ TEST(blob_size_and_digest_are_exact)
     ASSERT_OK(tkm_oci_registry_fetch_blob(r, "a/b", &d, file, &e));
     ASSERT_EQ(access(file, F_OK), 0);
     tkm_oci_registry_free(r);
+    tsrv_stop(&s);
 }
 
 TEST(manifest_digest_verified_and_capped)
@@ -207,15 +171,15 @@ TEST(manifest_digest_verified_and_capped)
     ASSERT_NOT_NULL(big);
     memset(big, ' ', big_n);
     struct route routes[] = {
-        {"GET", p1, 200, "Content-Type: x/y\r\n", man, 0, 0}, /* bytes that are not `wrong` */
-        {"GET", p2, 200, "Content-Type: x/y\r\n", man, 0, 0},
-        {"HEAD", "/v2/a/b/manifests/v1", 200, hdr, NULL, 0, 0},
-        {"GET", "/v2/a/b/manifests/v1", 200, hdr, man, 0, 0},
-        {"GET", "/v2/a/b/manifests/big", 200, NULL, big, big_n, 0},
+        {"GET", p1, {200, "Content-Type: x/y\r\n", man}}, /* bytes that are not `wrong` */
+        {"GET", p2, {200, "Content-Type: x/y\r\n", man}},
+        {"HEAD", "/v2/a/b/manifests/v1", {200, hdr}},
+        {"GET", "/v2/a/b/manifests/v1", {200, hdr, man}},
+        {"GET", "/v2/a/b/manifests/big", {200, NULL, big, .body_len = big_n}},
     };
-    struct server s;
-    server_start(&s, routes, 5);
-    struct tkm_oci_registry *r = client(s.port, NULL);
+    struct tsrv s;
+    int port = server_start(&s, routes, 5);
+    struct tkm_oci_registry *r = client(port, NULL);
     struct tkm_buf body = TKM_BUF_INIT(TKM_OCI_MANIFEST_MAX);
     char ct[64], got[TKM_OCI_DIGEST_LEN + 1];
     struct tkm_err e = {0};
@@ -231,7 +195,7 @@ TEST(manifest_digest_verified_and_capped)
     /* a tag resolves to the hash of the bytes, not to the header */
     ASSERT_OK(tkm_oci_registry_resolve(r, "a/b", "v1", got, &e));
     ASSERT_STREQ(got, dg);
-    ASSERT_STRCONTAINS(s.last_request, "GET /v2/a/b/manifests/v1 ");
+    ASSERT_STRCONTAINS(last_request(&s), "GET /v2/a/b/manifests/v1 ");
     /* more than 4 MiB is refused */
     tkm_err_clear(&e);
     ASSERT_EQ(tkm_oci_registry_get_manifest(r, "a/b", "big", &body, ct, sizeof ct, got, &e),
@@ -243,25 +207,27 @@ TEST(manifest_digest_verified_and_capped)
               -ENOENT);
     ASSERT_STRCONTAINS(e.msg, "/v2/a/b/manifests/nope: HTTP 404");
     tkm_buf_release(&body);
-    free(big);
     tkm_oci_registry_free(r);
+    tsrv_stop(&s);
+    free(big);
 }
 
 TEST(basic_auth_missing_credentials_is_explained)
 {
-    struct server s;
-    struct route routes[] = {{"GET", "/v2/a/b/manifests/v1", 200, NULL, "{}", 0, 1}};
-    server_start(&s, routes, 1);
-    struct tkm_oci_registry *r = client(s.port, NULL);
+    struct tsrv s;
+    struct route routes[] = {{"GET", "/v2/a/b/manifests/v1", {200, NULL, "{}"}, 1}};
+    int port = server_start(&s, routes, 1);
+    struct tkm_oci_registry *r = client(port, NULL);
     struct tkm_buf body = TKM_BUF_INIT(1024);
     char got[TKM_OCI_DIGEST_LEN + 1];
     struct tkm_err e = {0};
     ASSERT_EQ(tkm_oci_registry_get_manifest(r, "a/b", "v1", &body, NULL, 0, got, &e), -EACCES);
     ASSERT_STRCONTAINS(e.msg, "401 Unauthorized");
     ASSERT_STRCONTAINS(e.msg, "anonymous access requested");
-    ASSERT_EQ(s.saw_authorization, 0);
+    ASSERT_EQ(saw_authorization(&s), 0);
     tkm_buf_release(&body);
     tkm_oci_registry_free(r);
+    tsrv_stop(&s);
 }
 
 struct async_seen {
@@ -305,17 +271,17 @@ TEST(async_inspect_reports_on_the_loop)
     snprintf(cpath, sizeof cpath, "/v2/a/b/blobs/%s", cdg);
     snprintf(hdr, sizeof hdr, "Content-Type: " TKM_OCI_MT_MANIFEST "\r\n");
     struct route routes[] = {
-        {"GET", "/v2/a/b/manifests/v1", 200, hdr, man, 0, 0},
-        {"GET", mpath, 200, hdr, man, 0, 0},
-        {"GET", cpath, 200, NULL, cfg, 0, 0},
+        {"GET", "/v2/a/b/manifests/v1", {200, hdr, man}},
+        {"GET", mpath, {200, hdr, man}},
+        {"GET", cpath, {200, NULL, cfg}},
     };
-    struct server s;
-    server_start(&s, routes, 3);
+    struct tsrv s;
+    int port = server_start(&s, routes, 3);
     struct tkm_err e = {0};
     ASSERT_OK(tkm_http_global_init(&e));
     char refs[128];
     struct tkm_oci_ref ref;
-    snprintf(refs, sizeof refs, "127.0.0.1:%d/a/b:v1", s.port);
+    snprintf(refs, sizeof refs, "127.0.0.1:%d/a/b:v1", port);
     ASSERT_OK(tkm_oci_ref_parse(&ref, refs, &e));
     uv_loop_t loop;
     ASSERT_OK(uv_loop_init(&loop));
@@ -329,7 +295,7 @@ TEST(async_inspect_reports_on_the_loop)
     ASSERT_EQ(seen.calls, 0); /* never from inside _start */
     /* an unknown tag fails through the same path */
     struct async_seen bad = {0};
-    snprintf(refs, sizeof refs, "127.0.0.1:%d/a/b:nope", s.port);
+    snprintf(refs, sizeof refs, "127.0.0.1:%d/a/b:nope", port);
     ASSERT_OK(tkm_oci_ref_parse(&ref, refs, &e));
     ASSERT_OK(tkm_oci_job_inspect(ses, &ref, async_cb, &bad, NULL, &e));
     ASSERT_EQ(tkm_oci_session_jobs(ses), 2);
@@ -347,21 +313,22 @@ TEST(async_inspect_reports_on_the_loop)
     ASSERT_EQ(bad.rc, -ENOENT);
     ASSERT_STRCONTAINS(bad.err, "HTTP 404");
     ASSERT_OK(uv_loop_close(&loop));
+    tsrv_stop(&s);
 }
 
 /* A Bearer challenge pointing at a plain-http, non-loopback realm: no credentials are sent. */
 TEST(bearer_realm_must_be_https)
 {
-    struct route routes[] = {{"GET", "/v2/a/b/manifests/v1", 401,
-                              "WWW-Authenticate: Bearer realm=\"http://auth.example.com/token\","
-                              "service=\"s\"\r\n",
-                              NULL, 0, 0}};
-    struct server s;
-    server_start(&s, routes, 1);
+    struct route routes[] = {
+        {"GET",
+         "/v2/a/b/manifests/v1",
+         {401, "WWW-Authenticate: Bearer realm=\"http://auth.example.com/token\","
+               "service=\"s\"\r\n"}}};
+    struct tsrv s;
+    int port = server_start(&s, routes, 1);
     char auth[256];
-    snprintf(auth, sizeof auth, "{\"auths\":{\"127.0.0.1:%d\":{\"auth\":\"dXNlcjpwYXNz\"}}}",
-             s.port);
-    struct tkm_oci_registry *r = client(s.port, auth);
+    snprintf(auth, sizeof auth, "{\"auths\":{\"127.0.0.1:%d\":{\"auth\":\"dXNlcjpwYXNz\"}}}", port);
+    struct tkm_oci_registry *r = client(port, auth);
     struct tkm_buf body = TKM_BUF_INIT(1024);
     char got[TKM_OCI_DIGEST_LEN + 1];
     struct tkm_err e = {0};
@@ -369,58 +336,47 @@ TEST(bearer_realm_must_be_https)
     ASSERT_STRCONTAINS(e.msg, "token realm 'http://auth.example.com/token' is not https");
     tkm_buf_release(&body);
     tkm_oci_registry_free(r);
+    tsrv_stop(&s);
 }
 
 /* ---- session and jobs (the asynchronous core) ------------------------------ */
 
 /* A server that answers any GET with 200, a Content-Length of total bytes,
- * sends the first `sent` of them and then waits for the client to go away:
- * a transfer cut midway, or one to cancel while it runs. */
+ * sends the first `sent` of them and then either closes (cut: a registry cut
+ * midway) or holds the connection until the client goes away (a transfer to
+ * cancel while it runs). */
 struct slow_server {
-    int fd, port;
-    size_t total, sent;
-    int cut; /* 1: close right after the first bytes (a registry cut midway) */
-    pthread_t th;
-    volatile int started; /* connections that got their first bytes */
+    struct tsrv s;
+    struct tsrv_reply reply;
+    char *bytes;
+    int port;
 };
 
-static void *slow_serve(void *arg)
+static void slow_start(struct slow_server *sl, size_t total, size_t sent, int cut)
 {
-    struct slow_server *s = arg;
-    for (;;) {
-        char req[4096], junk[256];
-        int c = accept(s->fd, NULL, NULL);
-        if (c < 0)
-            return NULL;
-        ssize_t r = read(c, req, sizeof req);
-        (void)r;
-        char *out = calloc(1, s->sent + 128);
-        int n = snprintf(out, 128, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n\r\n", s->total);
-        memset(out + n, 'x', s->sent);
-        ssize_t w = write(c, out, (size_t)n + s->sent);
-        (void)w;
-        free(out);
-        __atomic_add_fetch(&s->started, 1, __ATOMIC_SEQ_CST);
-        while (!s->cut && read(c, junk, sizeof junk) > 0) /* until the client closes */
-            ;
-        close(c);
-    }
+    memset(sl, 0, sizeof *sl);
+    sl->bytes = malloc(sent);
+    ASSERT_NOT_NULL(sl->bytes);
+    memset(sl->bytes, 'x', sent);
+    sl->reply = (struct tsrv_reply){
+        200, NULL, sl->bytes, .body_len = sent, .short_by = (int)(total - sent), .hold = !cut};
+    tsrv_init(&sl->s);
+    ASSERT_OK(tsrv_route(&sl->s, "GET", NULL, TSRV_PREFIX, NULL, &sl->reply, 1));
+    sl->port = tsrv_listen(&sl->s);
+    ASSERT(sl->port > 0);
 }
 
-static void slow_start(struct slow_server *s, size_t total, size_t sent)
+/* Connections that got their first bytes: each reply is the last on its
+ * connection (it closes or holds), so replies written count connections. */
+static int slow_started(struct slow_server *sl)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof a;
-    memset(s, 0, sizeof *s);
-    s->total = total;
-    s->sent = sent;
-    s->fd = socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT(s->fd >= 0);
-    ASSERT_EQ(bind(s->fd, (struct sockaddr *)&a, sizeof a), 0);
-    ASSERT_EQ(listen(s->fd, 16), 0);
-    ASSERT_EQ(getsockname(s->fd, (struct sockaddr *)&a, &al), 0);
-    s->port = ntohs(a.sin_port);
-    ASSERT_EQ(pthread_create(&s->th, NULL, slow_serve, s), 0);
+    return tsrv_nreplies(&sl->s);
+}
+
+static void slow_stop(struct slow_server *sl)
+{
+    tsrv_stop(&sl->s);
+    free(sl->bytes);
 }
 
 /* An image with one layer of layer_n bytes: manifest (by tag "v1" and by
@@ -451,10 +407,10 @@ static void image_routes(struct image_routes *ir, const char *layer, size_t laye
     snprintf(ir->cpath, sizeof ir->cpath, "/v2/a/b/blobs/%s", ir->cdg);
     snprintf(ir->lpath, sizeof ir->lpath, "/v2/a/b/blobs/%s", ir->ldg);
     static const char ct[] = "Content-Type: " TKM_OCI_MT_MANIFEST "\r\n";
-    ir->routes[0] = (struct route){"GET", "/v2/a/b/manifests/v1", 200, ct, ir->man, 0, 0};
-    ir->routes[1] = (struct route){"GET", ir->mpath, 200, ct, ir->man, 0, 0};
-    ir->routes[2] = (struct route){"GET", ir->cpath, 200, NULL, ir->cfg, 0, 0};
-    ir->routes[3] = (struct route){"GET", ir->lpath, 200, NULL, layer, layer_n, 0};
+    ir->routes[0] = (struct route){"GET", "/v2/a/b/manifests/v1", {200, ct, ir->man}};
+    ir->routes[1] = (struct route){"GET", ir->mpath, {200, ct, ir->man}};
+    ir->routes[2] = (struct route){"GET", ir->cpath, {200, NULL, ir->cfg}};
+    ir->routes[3] = (struct route){"GET", ir->lpath, {200, NULL, layer, .body_len = layer_n}};
 }
 
 /* 0 when nothing named like path or a staging sibling of it exists. */
@@ -477,11 +433,11 @@ TEST(pull_into_new_then_existing_layout)
 {
     static const char layer[] = "layer bytes of a tiny image";
     struct image_routes ir;
-    struct server s;
+    struct tsrv s;
     image_routes(&ir, layer, strlen(layer));
-    server_start(&s, ir.routes, 4);
+    int port = server_start(&s, ir.routes, 4);
     struct tkm_oci_ref ref;
-    parse_ref(&ref, s.port, ":v1");
+    parse_ref(&ref, port, ":v1");
     struct tkm_oci_registry_opts o = {.anonymous = 1};
     struct tkm_oci_pull_result res;
     struct tkm_err e = {0};
@@ -505,6 +461,7 @@ TEST(pull_into_new_then_existing_layout)
     ASSERT_OK(tkm_oci_layout_find(out, "again", &d, &e));
     ASSERT_STREQ(d.digest, ir.mdg);
     ASSERT_OK(tkm_oci_layout_find(out, "v1", &d, &e));
+    tsrv_stop(&s);
 }
 
 TEST(failed_pull_leaves_no_directory)
@@ -512,12 +469,12 @@ TEST(failed_pull_leaves_no_directory)
     static const char layer[] = "the bytes the manifest promises";
     static const char other[] = "THE bytes the manifest promises"; /* same size, other digest */
     struct image_routes ir;
-    struct server s;
+    struct tsrv s;
     image_routes(&ir, layer, strlen(layer));
-    ir.routes[3].body = other;
-    server_start(&s, ir.routes, 4);
+    ir.routes[3].reply.body = other;
+    int port = server_start(&s, ir.routes, 4);
     struct tkm_oci_ref ref;
-    parse_ref(&ref, s.port, ":v1");
+    parse_ref(&ref, port, ":v1");
     struct tkm_oci_registry_opts o = {.anonymous = 1};
     struct tkm_oci_pull_result res;
     struct tkm_err e = {0};
@@ -530,24 +487,26 @@ TEST(failed_pull_leaves_no_directory)
     ASSERT_OK(leftovers(tkm_test_tmpdir(), "layout"));
     /* a registry cut midway (the connection closes after half the layer) */
     struct slow_server cut;
-    slow_start(&cut, strlen(layer), strlen(layer) / 2);
-    cut.cut = 1;
+    slow_start(&cut, strlen(layer), strlen(layer) / 2, 1);
     char loc[200];
     snprintf(loc, sizeof loc, "Location: http://127.0.0.1:%d/blob\r\n", cut.port);
     struct route routes2[4];
     memcpy(routes2, ir.routes, sizeof routes2);
-    routes2[3] = (struct route){"GET", ir.lpath, 307, loc, NULL, 0, 0};
-    struct server s2;
-    server_start(&s2, routes2, 4);
-    parse_ref(&ref, s2.port, ":v1");
+    routes2[3] = (struct route){"GET", ir.lpath, {307, loc}};
+    struct tsrv s2;
+    int port2 = server_start(&s2, routes2, 4);
+    parse_ref(&ref, port2, ":v1");
     tkm_err_clear(&e);
     int rc = tkm_oci_pull(&ref, &o, out, NULL, 1, &res, &e);
     ASSERT_EQ(rc, -ECONNRESET);
     ASSERT_STRCONTAINS(e.msg, ir.ldg);
     ASSERT_STRCONTAINS(e.msg, "gave up after 4 attempts"); /* retried on loop timers */
-    ASSERT_EQ(__atomic_load_n(&cut.started, __ATOMIC_SEQ_CST), 4);
+    ASSERT_EQ(slow_started(&cut), 4);
     ASSERT_EQ(access(out, F_OK), -1);
     ASSERT_OK(leftovers(tkm_test_tmpdir(), "layout"));
+    tsrv_stop(&s2);
+    slow_stop(&cut);
+    tsrv_stop(&s);
 }
 
 struct job_seen {
@@ -572,7 +531,7 @@ static void job_cb(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *r
 static void cancel_when_flowing(uv_timer_t *t)
 {
     struct job_seen *js = t->data;
-    if (__atomic_load_n(&js->slow->started, __ATOMIC_SEQ_CST) == 0)
+    if (slow_started(js->slow) == 0)
         return; /* not yet: the repeat timer comes back */
     uv_timer_stop(t);
     tkm_oci_job_cancel(js->job);
@@ -584,16 +543,16 @@ TEST(pull_job_cancelled_midway_leaves_nothing)
     static char layer[256 << 10];
     memset(layer, 'x', sizeof layer);
     struct slow_server slow;
-    slow_start(&slow, sizeof layer, sizeof layer / 4);
+    slow_start(&slow, sizeof layer, sizeof layer / 4, 0);
     struct image_routes ir;
     image_routes(&ir, layer, sizeof layer);
     char loc[200];
     snprintf(loc, sizeof loc, "Location: http://127.0.0.1:%d/blob\r\n", slow.port);
-    ir.routes[3] = (struct route){"GET", ir.lpath, 307, loc, NULL, 0, 0};
-    struct server s;
-    server_start(&s, ir.routes, 4);
+    ir.routes[3] = (struct route){"GET", ir.lpath, {307, loc}};
+    struct tsrv s;
+    int port = server_start(&s, ir.routes, 4);
     struct tkm_oci_ref ref;
-    parse_ref(&ref, s.port, ":v1");
+    parse_ref(&ref, port, ":v1");
     struct tkm_err e = {0};
     uv_loop_t loop;
     uv_timer_t t;
@@ -615,7 +574,7 @@ TEST(pull_job_cancelled_midway_leaves_nothing)
         uv_run(&loop, UV_RUN_ONCE);
     ASSERT_EQ(js.rc, -ECANCELED);
     ASSERT_STRCONTAINS(js.err, "cancel");
-    ASSERT_EQ(__atomic_load_n(&slow.started, __ATOMIC_SEQ_CST), 1); /* it was midway */
+    ASSERT_EQ(slow_started(&slow), 1); /* it was midway */
     ASSERT_EQ(access(out, F_OK), -1);
     ASSERT_OK(leftovers(tkm_test_tmpdir(), "layout"));
     ASSERT_EQ(tkm_oci_session_jobs(ses), 0);
@@ -624,6 +583,8 @@ TEST(pull_job_cancelled_midway_leaves_nothing)
     tkm_http_close(http, NULL, NULL);
     ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
     ASSERT_OK(uv_loop_close(&loop)); /* every handle closed: nothing leaked on the loop */
+    tsrv_stop(&s);
+    slow_stop(&slow);
 }
 
 TEST(session_free_cancels_its_jobs)
@@ -631,16 +592,16 @@ TEST(session_free_cancels_its_jobs)
     static char layer[64 << 10];
     memset(layer, 'y', sizeof layer);
     struct slow_server slow;
-    slow_start(&slow, sizeof layer, 1024);
+    slow_start(&slow, sizeof layer, 1024, 0);
     struct image_routes ir;
     image_routes(&ir, layer, sizeof layer);
     char loc[200];
     snprintf(loc, sizeof loc, "Location: http://127.0.0.1:%d/blob\r\n", slow.port);
-    ir.routes[3] = (struct route){"GET", ir.lpath, 307, loc, NULL, 0, 0};
-    struct server s;
-    server_start(&s, ir.routes, 4);
+    ir.routes[3] = (struct route){"GET", ir.lpath, {307, loc}};
+    struct tsrv s;
+    int port = server_start(&s, ir.routes, 4);
     struct tkm_oci_ref ref;
-    parse_ref(&ref, s.port, ":v1");
+    parse_ref(&ref, port, ":v1");
     struct tkm_err e = {0};
     uv_loop_t loop;
     struct tkm_http *http = NULL;
@@ -662,7 +623,7 @@ TEST(session_free_cancels_its_jobs)
     ASSERT_OK(tkm_oci_ref_parse(&other, "127.0.0.2:1/a/b:v1", &e));
     ASSERT_EQ(tkm_oci_job_inspect(ses, &other, job_cb, &c, NULL, &e), -EINVAL);
     ASSERT_STRCONTAINS(e.msg, "not on the session's registry");
-    while (__atomic_load_n(&slow.started, __ATOMIC_SEQ_CST) == 0 || c.calls == 0)
+    while (slow_started(&slow) == 0 || c.calls == 0)
         uv_run(&loop, UV_RUN_NOWAIT);
     ASSERT_OK(c.rc); /* the resolve finished on its own */
     ASSERT_EQ(a.calls + b.calls, 0);
@@ -678,6 +639,8 @@ TEST(session_free_cancels_its_jobs)
     tkm_http_close(http, NULL, NULL);
     ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
     ASSERT_OK(uv_loop_close(&loop));
+    tsrv_stop(&s);
+    slow_stop(&slow);
 }
 
 TEST(referrers_api_and_its_absence)
@@ -693,13 +656,12 @@ TEST(referrers_api_and_its_absence)
              d1);
     snprintf(p2, sizeof p2, "/v2/a/b/referrers/%s", d2);
     struct route routes[] = {
-        {"GET", p1, 200, "Content-Type: " TKM_OCI_MT_INDEX "\r\n", idx, 0, 0},
-        {"GET", p2, 404, NULL, "{\"errors\":[{\"code\":\"NAME_UNKNOWN\",\"message\":\"x\"}]}", 0,
-         0},
+        {"GET", p1, {200, "Content-Type: " TKM_OCI_MT_INDEX "\r\n", idx}},
+        {"GET", p2, {404, NULL, "{\"errors\":[{\"code\":\"NAME_UNKNOWN\",\"message\":\"x\"}]}"}},
     };
-    struct server s;
-    server_start(&s, routes, 2);
-    struct tkm_oci_registry *r = client(s.port, NULL);
+    struct tsrv s;
+    int port = server_start(&s, routes, 2);
+    struct tkm_oci_registry *r = client(port, NULL);
     struct tkm_buf body = TKM_BUF_INIT(1 << 20);
     struct tkm_err e = {0};
     ASSERT_OK(tkm_oci_registry_get_referrers(
@@ -716,6 +678,7 @@ TEST(referrers_api_and_its_absence)
     ASSERT_EQ(tkm_oci_registry_get_referrers(r, "a/b", d1, "a&b=c", &body, &e), -EINVAL);
     tkm_buf_release(&body);
     tkm_oci_registry_free(r);
+    tsrv_stop(&s);
 }
 
 struct ti_seen {
@@ -767,18 +730,18 @@ TEST(triton_inspect_job_reads_the_summary)
     snprintf(ir.cpath, sizeof ir.cpath, "/v2/a/b/blobs/%s", ir.cdg);
     ir.routes[1].path = ir.mpath;
     ir.routes[2].path = ir.cpath;
-    struct server s;
-    server_start(&s, ir.routes, 3);
-    struct server s2;
-    server_start(&s2, plain.routes, 3);
+    struct tsrv s;
+    int port = server_start(&s, ir.routes, 3);
+    struct tsrv s2;
+    int port2 = server_start(&s2, plain.routes, 3);
     struct tkm_err e = {0};
     uv_loop_t loop;
     struct tkm_http *http = NULL;
     struct tkm_oci_session *ses = NULL, *ses2 = NULL;
     struct tkm_oci_registry_opts o = {.anonymous = 1};
     struct tkm_oci_ref ref, ref2;
-    parse_ref(&ref, s.port, ":v1");
-    parse_ref(&ref2, s2.port, ":v1");
+    parse_ref(&ref, port, ":v1");
+    parse_ref(&ref2, port2, ":v1");
     ASSERT_OK(tkm_http_global_init(&e));
     ASSERT_OK(uv_loop_init(&loop));
     ASSERT_OK(tkm_http_new(&loop, NULL, &http, &e));
@@ -808,4 +771,6 @@ TEST(triton_inspect_job_reads_the_summary)
     tkm_http_close(http, NULL, NULL);
     ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
     ASSERT_OK(uv_loop_close(&loop));
+    tsrv_stop(&s);
+    tsrv_stop(&s2);
 }

@@ -241,9 +241,9 @@ static int route_matches(const struct tsrv_route_int *rt, const struct tsrv_requ
     if (rt->method && strcmp(rt->method, r->method) != 0)
         return 0;
     if (rt->path) {
-        const char *subject = strchr(rt->path, '?') ? r->target : r->path;
-        if (rt->m == TSRV_EXACT ? strcmp(subject, rt->path) != 0
-                                : strncmp(subject, rt->path, strlen(rt->path)) != 0)
+        const char *subject = rt->m == TSRV_TARGET || strchr(rt->path, '?') ? r->target : r->path;
+        if (rt->m == TSRV_PREFIX ? strncmp(subject, rt->path, strlen(rt->path)) != 0
+                                 : strcmp(subject, rt->path) != 0)
             return 0;
     }
     return !rt->query || strstr(r->query, rt->query) != NULL;
@@ -287,13 +287,66 @@ static void dispatch(struct tsrv_conn *c, struct tsrv_rec *rec, struct tsrv_repl
         fn(&rec->r, out, rec->scratch, 65536, fn_data);
 }
 
-/* Sends one reply; returns 1 when the connection must close afterwards. */
-static int answer(struct tsrv_conn *c, const struct tsrv_reply *r)
+/* Counts a reply whose bytes are out (tsrv_nreplies()). */
+static void replied(struct tsrv *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->nreplies++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Holds the connection open, reading and dropping whatever the client sends,
+ * until the client closes it or the server stops. */
+static void hold_open(struct tsrv_conn *c)
+{
+    char junk[4096];
+    while (!stopping(c->s)) {
+        if (!c->ssl || SSL_pending(c->ssl) == 0) {
+            struct pollfd p = {.fd = c->fd, .events = POLLIN};
+            if (poll(&p, 1, 50) <= 0)
+                continue;
+        }
+        if ((c->ssl ? SSL_read(c->ssl, junk, sizeof junk) : recv(c->fd, junk, sizeof junk, 0)) <= 0)
+            return;
+    }
+}
+
+/* Sends a chunked reply (no chunks at all for HEAD); returns 1 when the
+ * connection must close afterwards. */
+static int answer_chunked(struct tsrv_conn *c, const struct tsrv_reply *r, const char *body,
+                          size_t blen, int head_only)
+{
+    char head[8192];
+    snprintf(head, sizeof head, "HTTP/1.1 %d X\r\nTransfer-Encoding: chunked\r\n%s%s\r\n",
+             r->status, r->close ? "Connection: close\r\n" : "", r->headers ? r->headers : "");
+    if (conn_write(c, head, strlen(head)))
+        return 1;
+    size_t per = blen / (size_t)r->chunks + 1;
+    for (size_t off = 0; !head_only && off < blen; off += per) {
+        size_t n = blen - off < per ? blen - off : per;
+        char sz[32];
+        snprintf(sz, sizeof sz, "%zx\r\n", n);
+        if (conn_write(c, sz, strlen(sz)) || conn_write(c, body + off, n) ||
+            conn_write(c, "\r\n", 2) || nap(c->s, 20))
+            return 1;
+    }
+    if (!head_only && conn_write(c, "0\r\n\r\n", 5))
+        return 1;
+    replied(c->s);
+    return r->close;
+}
+
+/* Sends one reply to a request made with method; returns 1 when the
+ * connection must close afterwards. A HEAD reply never has body bytes. */
+static int answer(struct tsrv_conn *c, const struct tsrv_reply *r, const char *method)
 {
     char head[8192];
     const char *body = r->body ? r->body : "";
     size_t blen = r->body_len ? r->body_len : strlen(body);
+    size_t announce = blen + (size_t)(r->short_by > 0 ? r->short_by : 0);
     const char *extra = r->headers ? r->headers : "";
+    int head_only = strcmp(method, "HEAD") == 0;
     if (r->delay_ms && nap(c->s, r->delay_ms))
         return 1;
     if (r->hang_ms) {
@@ -301,33 +354,25 @@ static int answer(struct tsrv_conn *c, const struct tsrv_reply *r)
         return 1;
     }
     if (r->hold) {
-        snprintf(head, sizeof head, "HTTP/1.1 %d X\r\nConnection: close\r\n%s\r\n", r->status,
+        char cl[64] = "";
+        if (r->short_by > 0)
+            snprintf(cl, sizeof cl, "Content-Length: %zu\r\n", announce);
+        snprintf(head, sizeof head, "HTTP/1.1 %d X\r\nConnection: close\r\n%s%s\r\n", r->status, cl,
                  extra);
-        if (conn_write(c, head, strlen(head)) == 0 && conn_write(c, body, blen) == 0)
-            nap(c->s, -1);
-        return 1;
-    }
-    const char *conn = r->close ? "Connection: close\r\n" : "";
-    if (r->chunks > 0) {
-        snprintf(head, sizeof head, "HTTP/1.1 %d X\r\nTransfer-Encoding: chunked\r\n%s%s\r\n",
-                 r->status, conn, extra);
-        if (conn_write(c, head, strlen(head)))
-            return 1;
-        size_t per = blen / (size_t)r->chunks + 1;
-        for (size_t off = 0; off < blen; off += per) {
-            size_t n = blen - off < per ? blen - off : per;
-            char sz[32];
-            snprintf(sz, sizeof sz, "%zx\r\n", n);
-            if (conn_write(c, sz, strlen(sz)) || conn_write(c, body + off, n) ||
-                conn_write(c, "\r\n", 2) || nap(c->s, 20))
-                return 1;
+        if (conn_write(c, head, strlen(head)) == 0 &&
+            (head_only || conn_write(c, body, blen) == 0)) {
+            replied(c->s);
+            hold_open(c);
         }
-        return conn_write(c, "0\r\n\r\n", 5) || r->close;
-    }
-    snprintf(head, sizeof head, "HTTP/1.1 %d X\r\nContent-Length: %zu\r\n%s%s\r\n", r->status,
-             blen + (size_t)(r->short_by > 0 ? r->short_by : 0), conn, extra);
-    if (conn_write(c, head, strlen(head)) || conn_write(c, body, blen))
         return 1;
+    }
+    if (r->chunks > 0)
+        return answer_chunked(c, r, body, blen, head_only);
+    snprintf(head, sizeof head, "HTTP/1.1 %d X\r\nContent-Length: %zu\r\n%s%s\r\n", r->status,
+             announce, r->close ? "Connection: close\r\n" : "", extra);
+    if (conn_write(c, head, strlen(head)) || (!head_only && conn_write(c, body, blen)))
+        return 1;
+    replied(c->s);
     return r->short_by > 0 || r->close;
 }
 
@@ -395,7 +440,7 @@ static void *conn_main(void *arg)
         memmove(c->buf, c->buf + used, c->len - used);
         c->len -= used;
         c->buf[c->len] = '\0';
-        if (answer(c, &r))
+        if (answer(c, &r, rec->r.method))
             break;
     }
 out:
@@ -557,6 +602,14 @@ int tsrv_conns(struct tsrv *s)
 {
     pthread_mutex_lock(&s->mu);
     int n = s->conns;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+int tsrv_nreplies(struct tsrv *s)
+{
+    pthread_mutex_lock(&s->mu);
+    int n = s->nreplies;
     pthread_mutex_unlock(&s->mu);
     return n;
 }

@@ -15,28 +15,39 @@
  * Routes are matched in the order they were added: method (NULL: any), then
  * the path (NULL: any) against the request's path without its query, exactly
  * (TSRV_EXACT) or as a prefix (TSRV_PREFIX); a route path that holds a '?'
- * is compared with the whole request target instead. query (NULL: any) must
- * occur as a substring of the query string. A route answers its n-th request
- * with replies[n]; the last reply repeats. A route may instead have a handler
- * that fills the reply (it runs on the connection's thread, under no lock).
- * No route: 404 "no route".
+ * is compared with the whole request target instead. TSRV_TARGET compares
+ * the whole request target (path and query, as sent) exactly, so "/a" does
+ * not match "/a?x". query (NULL: any) must occur as a substring of the query
+ * string. A route answers its n-th request with replies[n]; the last reply
+ * repeats. A route may instead have a handler that fills the reply (it runs
+ * on the connection's thread, under no lock).
+ * No route: 404 "no route" (add a last catch-all route for another answer).
+ *
+ * A HEAD request gets the reply's head, Content-Length included (that of the
+ * body, plus short_by), and never its body bytes, as HTTP says: the
+ * connection stays usable for the next request.
  *
  * Every request is recorded (head, body, arrival time, connection number).
  * The recorded copies never change and stay valid until tsrv_stop(): they are
  * safe to hold across further requests. All functions are thread-safe.
  * Connections are keep-alive, each served by a thread of its own; a request
- * with "Expect: 100-continue" gets its 100 first.
+ * with "Expect: 100-continue" gets its 100 first. tsrv_nreplies() counts the
+ * replies whose bytes have been written (for a test that must act only once
+ * a transfer is flowing).
  *
- * tsrv_start(&s, replies, n) is the short form of the old httpd-test.h: one
- * catch-all route, listening at once; tsrv_req(&s, i) and tsrv_nreqs() keep
- * their meaning (tsrv_req's text now stays valid until tsrv_stop()).
+ * tsrv_start(&s, replies, n) is the short form for canned replies: one
+ * catch-all route (request n in arrival order gets replies[n]), listening at
+ * once; tsrv_req(&s, i) is request i's head and body, tsrv_nreqs() the count.
  *
  * Porting a table of {method, exact path (query included), status, headers,
- * body, body_len} routes: one tsrv_route(&s, method, path, TSRV_EXACT, NULL,
+ * body, body_len} routes: one tsrv_route(&s, method, path, TSRV_TARGET, NULL,
  * &reply, 1) per entry (.body_len for binary bodies; a redirect is a 30x with
  * a "Location: ...\r\n" header). Per-request logic (a 401 unless the request
  * carries Authorization) is a tsrv_route_fn() handler; "the last request" is
- * tsrv_req(&s, tsrv_nreqs(&s) - 1).
+ * tsrv_req(&s, tsrv_nreqs(&s) - 1) (tsrv_get()'s .head for the head alone);
+ * "any request carried header H" is tsrv_header(&s, i, H, ...) >= 0 for
+ * some i < tsrv_nreqs(&s). A server that sends part of a body and stalls is a
+ * reply with .short_by and .hold; one cut midway is .short_by alone.
  *
  * Ownership: route, reply and header strings are borrowed and must outlive
  * the server (use static or test-scope storage); tsrv_get() results are
@@ -62,13 +73,17 @@ struct tsrv_reply {
     int hang_ms;         /* send nothing for this long, then close; < 0: until tsrv_stop() */
     int chunks;          /* > 0: Transfer-Encoding: chunked, this many pieces 20 ms apart */
     size_t body_len;     /* 0: strlen(body) */
-    int short_by;        /* > 0: announce this many more bytes than sent, then close */
-    int hold;            /* send head (no Content-Length) and body, then hold the connection
-                            open until tsrv_stop(): a stream that stalls */
+    int short_by;        /* > 0: announce this many more bytes than sent, then close (with
+                            hold: then hold instead) */
+    int hold;            /* send head and body, then hold the connection open until the
+                            client closes it or tsrv_stop(): a stream that stalls. The head
+                            has "Connection: close" and no Content-Length, unless short_by
+                            is set: then Content-Length is body_len + short_by (a transfer
+                            that stops midway) */
     int close;           /* "Connection: close" and close after this reply */
 };
 
-enum tsrv_match { TSRV_PREFIX = 0, TSRV_EXACT = 1 };
+enum tsrv_match { TSRV_PREFIX = 0, TSRV_EXACT = 1, TSRV_TARGET = 2 };
 
 /* One recorded request. Strings are NUL-terminated and borrowed until
  * tsrv_stop(). */
@@ -104,6 +119,7 @@ struct tsrv {
     struct tsrv_rec **reqs;
     int nreqs, cap_reqs;
     int conns, live;
+    int nreplies;
     int *fds;
     int nfds, cap_fds;
     void *tls; /* SSL_CTX *, or NULL */
@@ -134,6 +150,10 @@ void tsrv_stop(struct tsrv *s);
 
 int tsrv_nreqs(struct tsrv *s);
 int tsrv_conns(struct tsrv *s);
+/* Replies written so far: the head and every body byte the reply sends (a
+ * short_by or hold reply counts once its partial body is out, before it
+ * closes or holds; a hang_ms reply never counts). */
+int tsrv_nreplies(struct tsrv *s);
 /* Request i (arrival order): 0, or -ENOENT when there is none (yet). */
 int tsrv_get(struct tsrv *s, int i, struct tsrv_request *out);
 /* The head and body of request i ("" when absent). Borrowed until tsrv_stop(). */
