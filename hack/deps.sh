@@ -19,6 +19,7 @@ PKGS=(
   # test tools: valgrind, a real OCI registry, htpasswd, openssl, curl, jq
   valgrind docker-registry apache2-utils openssl curl jq ca-certificates
   git procps psmisc iproute2 python3 xxd time zstd gzip tar coreutils util-linux
+  python3-grpcio python3-protobuf # gRPC interop tests (tests/unit/test_grpc.c)
 )
 
 missing=()
