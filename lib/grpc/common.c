@@ -5,6 +5,7 @@
 #include "grpc-int.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -36,6 +37,13 @@ const char *tkm_grpc_code_name(int code)
     if (code < 0 || code >= (int)(sizeof code_names / sizeof code_names[0]))
         return "UNKNOWN_CODE";
     return code_names[code];
+}
+
+void tkm__grpc_ignore_sigpipe(void)
+{
+    struct sigaction sa;
+    if (sigaction(SIGPIPE, NULL, &sa) == 0 && sa.sa_handler == SIG_DFL)
+        signal(SIGPIPE, SIG_IGN);
 }
 
 /* ---- wire helpers ------------------------------------------------------- */
@@ -240,7 +248,7 @@ void tkm__h2conn_flush(struct tkm__h2conn *c)
 {
     uv_buf_t b;
     int rc;
-    if (c->writing || c->closing || c->in_recv)
+    if (c->writing || c->closing || c->hold)
         return;
     while (c->wbuf.len < 256u * 1024) {
         const uint8_t *p;
@@ -301,9 +309,9 @@ static void read_cb(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         tkm__h2conn_close(c);
         return;
     }
-    c->in_recv = 1;
+    c->hold++;
     rc = nghttp2_session_mem_recv(c->ng, (const uint8_t *)buf->base, (size_t)nread);
-    c->in_recv = 0;
+    c->hold--;
     if (c->closing)
         return;
     if (rc < 0) {

@@ -30,7 +30,10 @@ struct tkm__h2conn {
     int writing;
     int closing;     /* uv_close() called */
     int drain_close; /* close once what nghttp2 has queued is written */
-    int in_recv;     /* inside nghttp2_session_mem_recv: flush afterwards, not now */
+    /* > 0: inside nghttp2_session_mem_recv, or a batch walking a call list
+     * (sending could close streams and free their calls under the walk):
+     * flush is a no-op now and the holder flushes afterwards. */
+    int hold;
     void (*on_closed)(struct tkm__h2conn *c);
     char rbuf[16384];
 };
@@ -47,6 +50,10 @@ void tkm__h2conn_flush(struct tkm__h2conn *c);
 void tkm__h2conn_close(struct tkm__h2conn *c);
 /* Closes after the queued bytes are written (GOAWAY, final responses). */
 void tkm__h2conn_drain(struct tkm__h2conn *c);
+
+/* Sets SIGPIPE to SIG_IGN when it is SIG_DFL: libuv writes with write(2),
+ * and a peer that hung up must be an EPIPE, not the end of the process. */
+void tkm__grpc_ignore_sigpipe(void);
 
 /* grpc-message encoding: bytes outside 0x20..0x7e and '%' become %XX. */
 int tkm__grpc_pct_encode(const char *in, struct tkm_buf *out);

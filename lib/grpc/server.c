@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +65,7 @@ struct tkm_grpc_call {
     uint64_t deadline;
     int post, ct_ok, bad_timeout, md_full;
     int held;      /* the handler owns a reference */
+    int finishing; /* inside reply/fail: no cancel callback any more */
     int answered;  /* a response was submitted (or the stream is gone) */
     int cancelled; /* cancel reported */
     tkm_grpc_cancel_cb cancel_cb;
@@ -111,7 +113,7 @@ static void call_maybe_free(struct tkm_grpc_call *call)
 
 static void call_cancel(struct tkm_grpc_call *call)
 {
-    if (!call->held || call->cancelled)
+    if (!call->held || call->cancelled || call->finishing)
         return;
     call->cancelled = 1;
     if (call->cancel_cb)
@@ -133,8 +135,10 @@ static void call_detach(struct tkm_grpc_call *call)
     call->prev = call->next = NULL;
     call->conn = NULL;
     call->answered = 1;
-    call_cancel(call);
-    call_maybe_free(call);
+    if (call->held)
+        call_cancel(call); /* the handler frees it when it finishes, maybe inside the cb */
+    else
+        call_free(call);
 }
 
 static ssize_t resp_read(nghttp2_session *ng, int32_t sid, uint8_t *buf, size_t len,
@@ -250,6 +254,7 @@ int tkm_grpc_call_reply(struct tkm_grpc_call *call, const void *bytes, size_t le
 {
     unsigned char hdr[5];
     int rc;
+    call->finishing = 1;
     if (call->cancelled || !call->conn || call->answered)
         return call_finish(call, -ECANCELED);
     if (len > call->conn->srv->max_message) {
@@ -272,6 +277,7 @@ int tkm_grpc_call_reply(struct tkm_grpc_call *call, const void *bytes, size_t le
 int tkm_grpc_call_fail(struct tkm_grpc_call *call, int code, const char *message)
 {
     int rc;
+    call->finishing = 1;
     if (call->cancelled || !call->conn || call->answered)
         return call_finish(call, -ECANCELED);
     if (code <= 0 || code > TKM_GRPC_UNAUTHENTICATED)
@@ -304,14 +310,15 @@ static void deadlines_cb(uv_timer_t *t)
     struct tkm_grpc_server *srv = t->data;
     uint64_t now = uv_now(srv->loop);
     for (struct srv_conn *c = srv->conns; c; c = c->next) {
-        struct tkm_grpc_call *call = c->calls, *next;
-        for (; call; call = next) {
-            next = call->next;
+        c->h2.hold++;
+        for (struct tkm_grpc_call *call = c->calls; call; call = call->next) {
             if (!call->deadline || call->answered || call->deadline > now)
                 continue;
             call_respond(call, 200, TKM_GRPC_DEADLINE_EXCEEDED, "deadline exceeded");
             call_cancel(call);
         }
+        c->h2.hold--;
+        tkm__h2conn_flush(&c->h2);
     }
     deadlines_arm(srv);
 }
@@ -751,6 +758,7 @@ int tkm_grpc_server_new(uv_loop_t *loop, const struct tkm_grpc_server_opts *opts
     if (!srv)
         return tkm_err_set(err, -ENOMEM, "grpc: out of memory");
     srv->loop = loop;
+    tkm__grpc_ignore_sigpipe();
     rc = srv_opts(srv, opts, err);
     if (rc == 0 && srv_callbacks(srv) < 0)
         rc = tkm_err_set(err, -ENOMEM, "grpc: out of memory");
@@ -831,10 +839,12 @@ void tkm_grpc_server_close(struct tkm_grpc_server *srv, void (*closed_cb)(void *
             tkm__h2conn_close(&c->h2);
             continue;
         }
+        c->h2.hold++;
         for (struct tkm_grpc_call *call = c->calls; call; call = call->next) {
             call_respond(call, 200, TKM_GRPC_UNAVAILABLE, "server shutting down");
             call_cancel(call);
         }
+        c->h2.hold--;
         nghttp2_submit_goaway(c->h2.ng, NGHTTP2_FLAG_NONE,
                               nghttp2_session_get_last_proc_stream_id(c->h2.ng), NGHTTP2_NO_ERROR,
                               NULL, 0);
@@ -848,4 +858,12 @@ void tkm_grpc_server_close(struct tkm_grpc_server *srv, void (*closed_cb)(void *
 const char *tkm_grpc_server_path(const struct tkm_grpc_server *srv)
 {
     return srv->path;
+}
+
+size_t tkm_grpc_server_connections(const struct tkm_grpc_server *srv)
+{
+    size_t n = 0;
+    for (const struct srv_conn *c = srv->conns; c; c = c->next)
+        n++;
+    return n;
 }

@@ -146,6 +146,8 @@ void tkm_grpc_server_close(struct tkm_grpc_server *srv, void (*closed_cb)(void *
 
 /* The socket path (borrowed from srv). */
 const char *tkm_grpc_server_path(const struct tkm_grpc_server *srv);
+/* Connections open now, refused ones until they have closed (metrics, tests). */
+size_t tkm_grpc_server_connections(const struct tkm_grpc_server *srv);
 
 /* Accessors; every result is borrowed from the call until it is finished. */
 const char *tkm_grpc_call_method(const struct tkm_grpc_call *call);
@@ -180,9 +182,8 @@ struct tkm_grpc_client;
 struct tkm_grpc_client_call;
 
 struct tkm_grpc_client_opts {
-    size_t max_message;          /* response cap; default 4 MiB */
-    uint64_t connect_timeout_ms; /* default 5000 */
-    const char *authority;       /* :authority, default "localhost"; copied */
+    size_t max_message;    /* request and response cap; default 4 MiB */
+    const char *authority; /* :authority, default "localhost"; copied */
 };
 
 /* The outcome of a call. message is "" for OK, else a sentence (the
