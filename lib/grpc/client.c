@@ -278,7 +278,9 @@ static void deferred_cb(uv_timer_t *t)
     if (cli->closing && !cli->deferred_closed) {
         cli->deferred_closed = 1;
         uv_close((uv_handle_t *)&cli->deferred, cli_uv_closed);
+        return;
     }
+    timer_arm(cli); /* an idle client keeps no timer running */
 }
 
 /* ---- nghttp2 callbacks ---------------------------------------------------- */
