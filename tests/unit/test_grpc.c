@@ -436,6 +436,31 @@ TEST(client_cancel)
     fx_finish(&f);
 }
 
+TEST(client_gone_cancels_handler)
+{
+    struct fx f;
+    struct res r = {.loop = NULL};
+    int cli_closed = 0;
+    fx_init(&f, "gone.sock", NULL);
+    r.loop = &f.loop;
+    say(f.cli, SAY, "wait", 10000, 0, 0, NULL, 0, &r);
+    run_until(&f.loop, &f.svc.calls, 1);
+    ASSERT_EQ(tkm_grpc_server_connections(f.srv), 1);
+    /* the client goes away with the call in flight: its cb gets CANCELLED,
+     * the server's handler its cancel callback, the connection is dropped */
+    tkm_grpc_client_close(f.cli, on_closed, &cli_closed);
+    f.cli = NULL;
+    ASSERT_EQ(r.done, 0);
+    run_until(&f.loop, &cli_closed, 1);
+    ASSERT_EQ(r.done, 1);
+    ASSERT_EQ(r.code, TKM_GRPC_CANCELLED);
+    run_until(&f.loop, &f.svc.cancels, 1);
+    ASSERT_EQ(f.svc.late_cancelled, 1);
+    while (tkm_grpc_server_connections(f.srv) > 0)
+        uv_run(&f.loop, UV_RUN_ONCE);
+    fx_finish(&f);
+}
+
 TEST(server_close_inflight)
 {
     enum { N = 5 };

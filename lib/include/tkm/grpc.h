@@ -12,7 +12,9 @@
  * mode and the SO_PEERCRED check are the access control).
  *
  * Threading: single-threaded. Every function runs on the loop's thread, and
- * every callback is called from that loop.
+ * every callback is called from that loop. tkm_grpc_server_new() and
+ * tkm_grpc_client_new() set SIGPIPE to SIG_IGN when it is SIG_DFL (libuv
+ * writes with write(2); a peer that hung up must be EPIPE, not a signal).
  *
  * Server lifecycle:
  *   tkm_grpc_server_new(loop, &opts, &srv, err)   bind + listen (no callback)
