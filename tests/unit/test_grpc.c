@@ -298,10 +298,11 @@ TEST(async_reply)
     r.loop = &f.loop;
     uv_update_time(&f.loop);
     t0 = uv_now(&f.loop);
-    say(f.cli, SAY, "later", 150, 0, 0, NULL, 5000, &r);
+    say(f.cli, SAY, "later", 150, 0, 3u << 20, NULL, 20000, &r); /* 3 MiB each way */
     run_until(&f.loop, &r.done, 1);
     ASSERT_EQ(r.code, TKM_GRPC_OK);
     ASSERT_STREQ(r.text, "later");
+    ASSERT_UEQ(r.blob_len, 3u << 20);
     ASSERT(r.at - t0 >= 140);
     ASSERT_EQ(f.svc.cancels, 0);
     fx_finish(&f);
@@ -782,12 +783,12 @@ TEST_TIMEOUT(python_server, 120)
     uv_loop_t loop;
     struct proc pr;
     struct tkm_grpc_client *cli = NULL;
-    struct res r[4];
+    struct res r[5];
     char path[256];
     int closed = 0;
     memset(r, 0, sizeof r);
     ASSERT_OK(uv_loop_init(&loop));
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         r[i].loop = &loop;
     snprintf(path, sizeof path, "%s/py-server.sock", tkm_test_tmpdir());
     spawn_python(&loop, &pr, "echo_server.py", path);
@@ -797,7 +798,8 @@ TEST_TIMEOUT(python_server, 120)
     say(cli, SAY, ODD_MSG, 0, TKM_GRPC_NOT_FOUND, 0, NULL, 20000, &r[1]);
     say(cli, SAY, "slow", 2000, 0, 0, NULL, 300, &r[2]);
     say(cli, "/tkm.test.Echo/Nope", "x", 0, 0, 0, NULL, 20000, &r[3]);
-    for (int i = 0; i < 4; i++)
+    say(cli, SAY, "big", 0, 0, 2u << 20, NULL, 30000, &r[4]); /* flow control both ways */
+    for (int i = 0; i < 5; i++)
         run_until(&loop, &r[i].done, 1);
     if (pr.exited)
         check_python_exit(&pr, "echo_server.py");
@@ -809,6 +811,8 @@ TEST_TIMEOUT(python_server, 120)
     ASSERT_STREQ(r[1].msg, "failed as asked: " ODD_MSG);
     ASSERT_EQ(r[2].code, TKM_GRPC_DEADLINE_EXCEEDED);
     ASSERT_EQ(r[3].code, TKM_GRPC_UNIMPLEMENTED);
+    ASSERT_EQ(r[4].code, TKM_GRPC_OK);
+    ASSERT_UEQ(r[4].blob_len, 2u << 20);
     tkm_grpc_client_close(cli, on_closed, &closed);
     run_until(&loop, &closed, 1);
     ASSERT_OK(kill(pr.pid, SIGTERM));
