@@ -129,7 +129,9 @@ typedef void (*tkm_grpc_cancel_cb)(struct tkm_grpc_call *call, void *data);
  * file (only when it is a socket that nobody listens on: anything else at the
  * path is -EEXIST, a live server -EADDRINUSE), binds with umask 0177, chmods
  * to socket_mode and listens on loop (borrowed; must outlive the server).
- * *out is owned: end it with tkm_grpc_server_close(). */
+ * *out is owned: end it with tkm_grpc_server_close(). On failure *out is
+ * NULL and nothing needs closing (only if uv_listen() itself fails, after the
+ * socket was bound, do its handles close on the loop's next run). */
 int tkm_grpc_server_new(uv_loop_t *loop, const struct tkm_grpc_server_opts *opts,
                         struct tkm_grpc_server **out, struct tkm_err *err);
 
