@@ -22,6 +22,7 @@ PKGS=(
   # the real test node (hack/node.sh): container runtime, the busybox image's
   # content, a libc for the static pause binary, iptables for kubelet's chains
   containerd runc busybox-static musl-tools iptables
+  python3-grpcio python3-protobuf # gRPC interop tests (tests/unit/test_grpc.c)
 )
 
 missing=()
