@@ -15,7 +15,7 @@
 #include <tkm/util.h>
 
 #include "test.h"
-#include "httpd-test.h"
+#include "tsrv.h"
 
 #define IMG "sha256:ca5028e4e017430615443cd0ec724e48340e283e2c8a7cbf98f83647ad38b440"
 #define HEX "ca5028e4e017430615443cd0ec724e48340e283e2c8a7cbf98f83647ad38b440"
@@ -131,6 +131,7 @@ TEST(referrers_api_bundle)
     ASSERT_STRCONTAINS(tsrv_req(&srv, 2), want);
     tkm_oci_registry_free(reg);
     art_release(&a);
+    tsrv_stop(&srv);
 }
 
 TEST(referrers_artifact_type_filter_encoded)
@@ -159,6 +160,7 @@ TEST(referrers_artifact_type_filter_encoded)
     ASSERT_EQ(tkm_oci_registry_get_referrers(reg, "t/a", "sha256:12", NULL, &body, &err), -EINVAL);
     tkm_buf_release(&body);
     tkm_oci_registry_free(reg);
+    tsrv_stop(&srv);
 }
 
 TEST(tag_schema_fallback_and_unsigned)
@@ -192,6 +194,7 @@ TEST(tag_schema_fallback_and_unsigned)
                                 " (not found) and the tag t/a:sha256-" HEX ".sig (not found)");
     tkm_oci_registry_free(reg);
     art_release(&a);
+    tsrv_stop(&srv);
 }
 
 struct jout {
@@ -248,6 +251,7 @@ TEST(verify_start_on_the_thread_pool)
     ASSERT_OK(uv_loop_close(&loop));
     tkm_oci_registry_free(reg);
     art_release(&a);
+    tsrv_stop(&srv);
 }
 
 TEST(classic_signature_needs_a_key)
@@ -291,4 +295,5 @@ TEST(classic_signature_needs_a_key)
     free(p);
     tkm_buf_release(&man);
     tkm_oci_registry_free(reg);
+    tsrv_stop(&srv);
 }
