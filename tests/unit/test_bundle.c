@@ -258,13 +258,13 @@ TEST(statement_rules)
              "{\"_type\":\"https://in-toto.io/Statement/v0.1\",\"subject\":[{\"digest\":{"
              "\"sha256\":\"%s\"}},{\"digest\":{\"sha256\":\"%s\"}}],\"predicateType\":\"%s\","
              "\"predicate\":{}}",
-             IMG_OTHER + 7, IMG + 7, TKM_BUNDLE_PREDICATE_SIGN);
+             &IMG_OTHER[7], &IMG[7], TKM_BUNDLE_PREDICATE_SIGN);
     ASSERT_OK(verify_built(k, pem, st, &err));
     /* an attestation is not an image signature */
     snprintf(st, sizeof st,
              "{\"_type\":\"https://in-toto.io/Statement/v1\",\"subject\":" SUBJ
              ",\"predicateType\":\"https://slsa.dev/provenance/v1\",\"predicate\":{}}",
-             "", IMG + 7);
+             "", &IMG[7]);
     ASSERT_EQ(verify_built(k, pem, st, &err), -EBADMSG);
     ASSERT_STRCONTAINS(err.msg, "attestation (predicateType https://slsa.dev/provenance/v1)");
     /* a subject naming another repository */
@@ -272,7 +272,7 @@ TEST(statement_rules)
     snprintf(st, sizeof st,
              "{\"_type\":\"https://in-toto.io/Statement/v1\",\"subject\":" SUBJ
              ",\"predicateType\":\"%s\",\"predicate\":{}}",
-             "evil/repo", IMG + 7, TKM_BUNDLE_PREDICATE_SIGN);
+             "evil/repo", &IMG[7], TKM_BUNDLE_PREDICATE_SIGN);
     ASSERT_EQ(verify_built(k, pem, st, &err), -EBADMSG);
     ASSERT_STRCONTAINS(err.msg, "names the image evil/repo, not t/a");
     /* ... accepted when the policy allows cross-repository copies */
@@ -289,7 +289,7 @@ TEST(statement_rules)
     snprintf(st, sizeof st,
              "{\"_type\":\"https://in-toto.io/Statement/v1\",\"subject\":" SUBJ
              ",\"Subject\":[],\"predicateType\":\"%s\",\"predicate\":{}}",
-             "", IMG + 7, TKM_BUNDLE_PREDICATE_SIGN);
+             "", &IMG[7], TKM_BUNDLE_PREDICATE_SIGN);
     ASSERT_EQ(verify_built(k, pem, st, &err), -EINVAL);
     ASSERT_STRCONTAINS(err.msg, "equal but for case");
     /* not an in-toto statement */
