@@ -56,4 +56,4 @@ cluster-down: ## stop it
 	hack/cluster.sh down
 
 clean: ## remove build directories (not the Go-built binaries cache)
-	rm -rf build build-asan build-valgrind build-fuzz
+	rm -rf build build-debug build-release build-asan build-valgrind build-fuzz
