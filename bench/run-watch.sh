@@ -131,6 +131,14 @@ printf '%-46s %12.0f %12.0f %8s\n' "decode captured stream x3 (events/s)" "$c_d"
 printf '%-46s %12.2f %12.2f %8s\n' "  CPU user+sys (s)" "$c_dcpu" "$g_dcpu" "$(div "$c_dcpu" "$g_dcpu")"
 printf '%-46s %12s %12s %8s\n' "RSS with informer synced (KiB)" "$c_rss" "$g_rss" "$(div "$c_rss" "$g_rss")"
 printf '%-46s %12s %12s\n' "store bytes / Go heap in use (KiB)" "$((c_store / 1024))" "$g_heap"
+# Every run, in order, so that the spread is visible (wall ms; CPU s).
+each() { jq -r --arg c "$1" --arg m "$2" "select(.client == \$c and .mode == \$m) | $3" "$tmp/out" | paste -sd' ' -; }
+echo "per run, informer wall ms: tkm sync+parse [$(each tkm informer '.sync_ms + .parse_ms')]," \
+  "client-go [$(each client-go informer .sync_ms)]"
+echo "per run, informer CPU s:   tkm [$(each tkm informer '.sync_cpu_s + .parse_cpu_s')]," \
+  "client-go [$(each client-go informer .sync_cpu_s)]"
+echo "per run, watch events/s:   tkm [$(each tkm watch '.events_per_s | floor')]," \
+  "client-go [$(each client-go watch '.events_per_s | floor')]"
 ok=1
 awk -v a="$c_sync_rate" -v b="$g_sync_rate" 'BEGIN { exit !(a >= b) }' || ok=0
 awk -v a="$c_w" -v b="$g_w" 'BEGIN { exit !(a >= b) }' || ok=0
