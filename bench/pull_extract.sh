@@ -3,7 +3,7 @@
 # Synthesizes a ~SIZE_MB (default 200) Triton cache from the real 3.6.0 fixture
 # (its kernel dirs replicated under fresh base32 names, each with an
 # incompressible cubin-sized file), builds and pushes it to a private local
-# registry, then runs bench_pull_extract: tkm vs `curl | tee | sha256sum`
+# registry, then runs bench_pull_extract: tkm vs `curl | tee | openssl dgst -sha256`
 # (digest compared), `tar -xzf`, `sync -f`, rounds alternating which side goes
 # first. Prints the load averages before and after: compare only ratios of one
 # run, and only runs taken at a similar load.
