@@ -37,8 +37,8 @@ fuzz: deps ## build the libFuzzer targets with clang and run each for TKM_FUZZ_S
 
 bench: build testbin ## benchmarks, each side by side with its baseline (numbers in bench/README.md)
 	hack/cluster.sh up
-	TKM_BUILD_DIR=$(CURDIR)/$(BUILD) bash bench/run-watch.sh
-	bash bench/pull_extract.sh $(CURDIR)/$(BUILD) 200 3
+	rc=0; TKM_BUILD_DIR=$(CURDIR)/$(BUILD) bash bench/run-watch.sh || rc=$$?; \
+	  bash bench/pull_extract.sh $(CURDIR)/$(BUILD) 200 5 || rc=$$?; exit $$rc
 
 format: ## clang-format every C file in place
 	git ls-files '*.c' '*.h' | xargs clang-format -i
@@ -56,4 +56,4 @@ cluster-down: ## stop it
 	hack/cluster.sh down
 
 clean: ## remove build directories (not the Go-built binaries cache)
-	rm -rf build build-asan build-valgrind build-fuzz
+	rm -rf build build-debug build-release build-asan build-valgrind build-fuzz

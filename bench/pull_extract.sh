@@ -3,7 +3,10 @@
 # Synthesizes a ~SIZE_MB (default 200) Triton cache from the real 3.6.0 fixture
 # (its kernel dirs replicated under fresh base32 names, each with an
 # incompressible cubin-sized file), builds and pushes it to a private local
-# registry, then runs bench_pull_extract (tkm vs curl|sha256sum + tar -xzf).
+# registry, then runs bench_pull_extract: tkm vs `curl | tee | openssl dgst -sha256`
+# (digest compared), `tar -xzf`, `sync -f`, rounds alternating which side goes
+# first. Prints the load averages before and after: compare only ratios of one
+# run, and only runs taken at a similar load.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build}
@@ -31,4 +34,6 @@ done
 echo "synthesized $(find "$work/cache" -type f | wc -l) files, $(du -sh "$work/cache" | cut -f1) in $i kernel dirs"
 reg=$("$src/hack/registry.sh" start "$work/reg")
 "$build/cli/tkmctl" build "$work/cache" --push "$reg/bench/cache:v1"
+echo "load average (1/5/15 min) before: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs"
 "$build/bench/bench_pull_extract" "$reg/bench/cache:v1" "$work" "$rounds"
+echo "load average (1/5/15 min) after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <uv.h>
 
 #include <tkm/http.h>
@@ -67,6 +68,16 @@ static long rss_kb(void)
     }
     fclose(f);
     return kb;
+}
+
+/* User + system CPU seconds of this process so far. */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return -1;
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 /* ---- load ---------------------------------------------------------------- */
@@ -122,21 +133,49 @@ static void create_next(struct bench *b)
 
 /* ---- informer ------------------------------------------------------------ */
 
+/* What a reconciler does with a cached object: parse its raw JSON once
+ * (jansson, duplicates rejected) and read a spec field. */
+static int parse_one(const struct k8s_obj *obj, void *data)
+{
+    long *parsed = data;
+    json_t *root = NULL;
+    struct tkm_err err = {0};
+    if (k8s_obj_parse(obj, &root, &err) < 0) {
+        fprintf(stderr, "bench_watch_informer: %s: %s\n", obj->key, tkm_err_str(&err));
+        return -EPROTO;
+    }
+    const char *image =
+        json_string_value(json_object_get(json_object_get(root, "spec"), "cacheImage"));
+    if (image && *image)
+        (*parsed)++;
+    json_decref(root);
+    return 0;
+}
+
 static void inf_synced(void *data)
 {
     struct bench *b = data;
     uint64_t ms = tkm_now_ms() - b->t0;
+    double cpu = cpu_s();
     size_t n = k8s_informer_count(b->inf);
+    long parsed = 0;
     if ((long)n != b->expect) {
         fprintf(stderr, "bench_watch_informer: informer holds %zu objects, expected %ld\n", n,
                 b->expect);
         b->failed = 1;
     }
+    /* The store holds raw JSON: reading every object back out costs a parse. */
+    uint64_t p0 = tkm_now_ms();
+    if (k8s_informer_foreach(b->inf, parse_one, &parsed) != 0 || parsed != (long)n)
+        b->failed = 1;
+    uint64_t parse_ms = tkm_now_ms() - p0;
+    double parse_cpu = cpu_s() - cpu;
     /* Let the loop settle as the Go side sleeps 2 s after sync. */
     uv_sleep(2000);
     printf("{\"client\":\"tkm\",\"mode\":\"informer\",\"objects\":%zu,\"sync_ms\":%" PRIu64
+           ",\"sync_cpu_s\":%.3f,\"parse_ms\":%" PRIu64 ",\"parse_cpu_s\":%.3f,\"parsed\":%ld"
            ",\"rss_kb\":%ld,\"store_bytes\":%zu}\n",
-           n, ms, rss_kb(), k8s_informer_bytes(b->inf));
+           n, ms, cpu, parse_ms, parse_cpu, parsed, rss_kb(), k8s_informer_bytes(b->inf));
     k8s_informer_stop(b->inf, NULL, NULL);
     k8s_client_close(b->c, NULL, NULL);
 }
@@ -151,8 +190,8 @@ static int w_event(const struct k8s_watch_event *ev, void *data)
         return 0;
     uint64_t ms = tkm_now_ms() - b->t0;
     printf("{\"client\":\"tkm\",\"mode\":\"watch\",\"events\":%ld,\"ms\":%" PRIu64
-           ",\"events_per_s\":%.0f,\"rss_kb\":%ld}\n",
-           b->events, ms, ms ? (double)b->events * 1000.0 / (double)ms : 0.0, rss_kb());
+           ",\"events_per_s\":%.0f,\"cpu_s\":%.3f,\"rss_kb\":%ld}\n",
+           b->events, ms, ms ? (double)b->events * 1000.0 / (double)ms : 0.0, cpu_s(), rss_kb());
     k8s_watch_stop(b->w, NULL, NULL);
     k8s_client_close(b->c, NULL, NULL);
     return 0;
@@ -199,6 +238,7 @@ static int decode_file(struct bench *b)
             break;
     fclose(f);
     uint64_t t0 = tkm_now_ms();
+    double cpu0 = cpu_s();
     for (long r = 0; r < b->repeat; r++) {
         struct k8s__framer fr;
         struct dec d = {0};
@@ -217,8 +257,8 @@ static int decode_file(struct bench *b)
     }
     uint64_t ms = tkm_now_ms() - t0;
     printf("{\"client\":\"tkm\",\"mode\":\"decode\",\"events\":%ld,\"bad\":%ld,\"ms\":%" PRIu64
-           ",\"events_per_s\":%.0f,\"bytes\":%zu}\n",
-           events, bad, ms, ms ? (double)events * 1000.0 / (double)ms : 0.0,
+           ",\"events_per_s\":%.0f,\"cpu_s\":%.3f,\"bytes\":%zu}\n",
+           events, bad, ms, ms ? (double)events * 1000.0 / (double)ms : 0.0, cpu_s() - cpu0,
            data.len * (size_t)b->repeat);
     tkm_buf_release(&data);
     return bad ? 1 : 0;

@@ -5,9 +5,31 @@
 # when something is missing and the package lists are older than a day (or
 # absent). Run as root, or with sudo available. Safe to run again and again.
 #
+# Then it makes sure a Go new enough for the Go-built test components is there
+# (go_ensure in hack/lib.sh): the one on PATH if it is, else one bootstrapped
+# once into ${TKM_CACHE:-~/.cache/tkm}/go/ with Debian's golang-go.
+#
 # Usage: hack/deps.sh [--check]
 #   --check   list what is missing and exit 1 if anything is, install nothing.
 set -euo pipefail
+# shellcheck source=hack/lib.sh
+source "$(dirname "$0")/lib.sh"
+
+# ensure_go: Go >= go_required on PATH or in the cache, bootstrapped if neither.
+ensure_go() {
+  local want
+  want=$(go_required)
+  if [[ ${1:-} == --check ]]; then
+    local have cached=${TKM_CACHE:-$HOME/.cache/tkm}/go/go$want/bin/go
+    have=$(command -v go >/dev/null && go_version_of "$(command -v go)" || true)
+    if [[ -n $have ]] && go_version_ge "$have" "$want"; then return 0; fi
+    [[ $(go_version_of "$cached") == "$want" ]] && return 0
+    echo "deps: missing: Go >= $want (found ${have:-none}; hack/deps.sh bootstraps it)" >&2
+    return 1
+  fi
+  go_ensure || { echo "deps: could not provide Go >= $want (see above)" >&2; return 1; }
+  echo "deps: Go $(go_version_of "$(command -v go)") at $(command -v go)"
+}
 
 PKGS=(
   # toolchain
@@ -34,10 +56,12 @@ done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "deps: all ${#PKGS[@]} Debian packages present"
-  exit 0
+  ensure_go "${1:-}"
+  exit
 fi
 if [[ "${1:-}" == "--check" ]]; then
   echo "deps: missing: ${missing[*]}" >&2
+  ensure_go --check || true
   exit 1
 fi
 
@@ -68,4 +92,5 @@ if [[ ! -e $policy ]]; then
 fi
 trap '[[ $created_policy -eq 1 ]] && $SUDO rm -f '"$policy" EXIT
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-echo "deps: done"
+echo "deps: Debian packages done"
+ensure_go

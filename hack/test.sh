@@ -7,16 +7,20 @@
 #   2. build/          gcc, -Werror: unit tests, lint, and the end-to-end tests
 #                      against a real etcd + kube-apiserver + registry that the
 #                      ctest fixture starts and stops
-#   3. build-asan/     ASan + UBSan (no recovery): unit tests
-#   4. build-valgrind/ unit tests under valgrind memcheck (leaks are errors)
-#   5. build-fuzz/     clang libFuzzer targets, each for TKM_FUZZ_SECONDS (20)
+#   3. build-debug/, build-release/   gcc -Werror, CMAKE_BUILD_TYPE Debug and
+#                      Release: configure + build everything (libraries, tkmctl,
+#                      tests, examples, bench), nothing run; each build type
+#                      counts as one test ("buildtypes")
+#   4. build-asan/     ASan + UBSan (no recovery): unit tests
+#   5. build-valgrind/ unit tests under valgrind memcheck (leaks are errors)
+#   6. build-fuzz/     clang libFuzzer targets, each for TKM_FUZZ_SECONDS (20)
 #
 # Ends with one line "N passed, N failed" summing every phase; exit 0 only if
 # nothing failed. TKM_TEST_PHASES limits the phases, e.g. "main asan".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-phases=${TKM_TEST_PHASES:-main asan valgrind fuzz}
+phases=${TKM_TEST_PHASES:-main buildtypes asan valgrind fuzz}
 jobs=${JOBS:-2}
 total_pass=0 total_fail=0
 failed_phases=()
@@ -90,6 +94,18 @@ for phase in $phases; do
         TKM_CLUSTER_DIR=$root/build/e2e-cluster hack/cluster.sh down >/dev/null 2>&1 || true
         run_ctest main build -j "$jobs"
       else phase_failed_to_build main; fi
+      ;;
+    buildtypes)
+      # Warnings differ with the optimization level (-O0 vs -O3), so a build
+      # type a user picks must compile with -Werror too. Build only: the
+      # RelWithDebInfo, ASan and valgrind phases run the tests.
+      for bt in Debug Release; do
+        lc=$(tr '[:upper:]' '[:lower:]' <<<"$bt")
+        say "build-$lc/ (gcc -Werror, $bt): configure + build"
+        if build_dir "build-$lc" -DCMAKE_BUILD_TYPE="$bt" -DTKM_E2E=OFF; then
+          total_pass=$((total_pass + 1))
+        else phase_failed_to_build "buildtypes-$lc"; fi
+      done
       ;;
     asan)
       say "build-asan/ (ASan+UBSan): unit"

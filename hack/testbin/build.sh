@@ -23,6 +23,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=hack/lib.sh
+source "$here/../lib.sh" # go_ensure, go_required
 cache=${TKM_CACHE:-$HOME/.cache/tkm}
 
 KUBE_VERSION=1.34.4
@@ -65,7 +67,9 @@ build_one() {
   exec 9>"$cache/locks/$tool.lock"
   flock 9
   if [[ -x $out ]]; then exec 9>&-; return 0; fi
-  command -v go >/dev/null || die "Go is not installed; tkm builds its test binaries with Go >= 1.24 (apt-get install golang-go is too old on Debian 12: install Go from go.dev)"
+  # A Go new enough for our go.mod files: the one on PATH, or one bootstrapped
+  # into $cache/go/ (hack/lib.sh go_ensure; Debian 12's own Go is too old).
+  go_ensure || die "no Go >= $(go_required) and bootstrapping one failed (see above)"
   case $tool in
     kube-apiserver | kubectl | kubelet | kube-scheduler | kube-controller-manager)
       mod=k8s pkg=k8s.io/kubernetes/cmd/$tool
