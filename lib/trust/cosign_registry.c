@@ -15,6 +15,50 @@
 #include <tkm/oci/session.h>
 
 #include "oci/session-int.h"
+#include "trust-int.h"
+
+int tkm__trust_fetch_payloads(struct tkm_oci_registry *r, const char *repo,
+                              const struct tkm_cosign_layer *layers, size_t n, const char *where,
+                              struct tkm_buf **payloads_out, struct tkm_cosign_blob **blobs_out,
+                              struct tkm_err *err)
+{
+    struct tkm_buf *payloads = calloc(n ? n : 1, sizeof(*payloads));
+    struct tkm_cosign_blob *blobs = calloc(n ? n : 1, sizeof(*blobs));
+    int rc = 0;
+    if (!payloads || !blobs) {
+        rc = tkm_err_set(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++)
+        tkm_buf_init(&payloads[i], TKM_COSIGN_MAX_PAYLOAD);
+    for (size_t i = 0; i < n; i++) {
+        struct tkm_oci_desc d;
+        memset(&d, 0, sizeof d);
+        snprintf(d.media_type, sizeof d.media_type, "%s", TKM_COSIGN_MEDIA_TYPE);
+        snprintf(d.digest, sizeof d.digest, "%s", layers[i].digest);
+        d.size = layers[i].size;
+        if ((rc = tkm_oci_registry_fetch_blob_mem(r, repo, &d, &payloads[i], err)) < 0) {
+            tkm_err_prefix(err, "signature payload %zu of %s", i, where);
+            goto fail;
+        }
+        blobs[i] = (struct tkm_cosign_blob){
+            layers[i].digest, (const unsigned char *)payloads[i].data, payloads[i].len};
+    }
+    *payloads_out = payloads;
+    *blobs_out = blobs;
+    return 0;
+fail:
+    tkm__trust_payloads_free(payloads, blobs, payloads && blobs ? n : 0);
+    return rc;
+}
+
+void tkm__trust_payloads_free(struct tkm_buf *payloads, struct tkm_cosign_blob *blobs, size_t n)
+{
+    for (size_t i = 0; payloads && i < n; i++)
+        tkm_buf_release(&payloads[i]);
+    free(payloads);
+    free(blobs);
+}
 
 int tkm_cosign_verify_registry(struct tkm_oci_registry *r, const char *repo,
                                const char *image_digest, const char *pubkey_pem, size_t pem_len,
@@ -42,33 +86,16 @@ int tkm_cosign_verify_registry(struct tkm_oci_registry *r, const char *repo,
         tkm_err_prefix(err, "%s:%s", repo, tag);
         goto out;
     }
-    payloads = calloc(n, sizeof(*payloads));
-    blobs = calloc(n, sizeof(*blobs));
-    if (!payloads || !blobs) {
-        rc = tkm_err_set(err, -ENOMEM, "out of memory");
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        struct tkm_oci_desc d;
-        memset(&d, 0, sizeof d);
-        snprintf(d.media_type, sizeof d.media_type, "%s", TKM_COSIGN_MEDIA_TYPE);
-        snprintf(d.digest, sizeof d.digest, "%s", layers[i].digest);
-        d.size = layers[i].size;
-        tkm_buf_init(&payloads[i], TKM_COSIGN_MAX_PAYLOAD);
-        if ((rc = tkm_oci_registry_fetch_blob_mem(r, repo, &d, &payloads[i], err)) < 0) {
-            tkm_err_prefix(err, "signature payload %zu of %s:%s", i, repo, tag);
+    {
+        char where[TKM_OCI_NAME_MAX + 100];
+        snprintf(where, sizeof where, "%s:%s", repo, tag);
+        if ((rc = tkm__trust_fetch_payloads(r, repo, layers, n, where, &payloads, &blobs, err)) < 0)
             goto out;
-        }
-        blobs[i] = (struct tkm_cosign_blob){
-            layers[i].digest, (const unsigned char *)payloads[i].data, payloads[i].len};
     }
     rc =
         tkm_cosign_verify(man.data, man.len, blobs, n, pubkey_pem, pem_len, image_digest, res, err);
 out:
-    for (size_t i = 0; payloads && i < n; i++)
-        tkm_buf_release(&payloads[i]);
-    free(payloads);
-    free(blobs);
+    tkm__trust_payloads_free(payloads, blobs, n);
     free(layers);
     tkm_buf_release(&man);
     return rc;

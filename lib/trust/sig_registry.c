@@ -14,6 +14,8 @@
 #include <tkm/trust/cosign.h>
 #include <tkm/trust/keys.h>
 
+#include "trust-int.h"
+
 #define EMPTY_TYPE "application/vnd.oci.empty.v1+json"
 
 struct search {
@@ -259,26 +261,9 @@ static int try_sig_tag(struct search *s, struct tkm_err *err)
         goto out;
     }
     s->found += n;
-    payloads = calloc(n, sizeof(*payloads));
-    blobs = calloc(n, sizeof(*blobs));
-    if (!payloads || !blobs) {
-        rc = tkm_err_set(err, -ENOMEM, "out of memory");
+    if ((rc = tkm__trust_fetch_payloads(s->r, s->repo, layers, n, where, &payloads, &blobs, err)) <
+        0)
         goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        struct tkm_oci_desc d;
-        memset(&d, 0, sizeof d);
-        snprintf(d.media_type, sizeof d.media_type, "%s", TKM_COSIGN_MEDIA_TYPE);
-        snprintf(d.digest, sizeof d.digest, "%s", layers[i].digest);
-        d.size = layers[i].size;
-        tkm_buf_init(&payloads[i], TKM_COSIGN_MAX_PAYLOAD);
-        if ((rc = tkm_oci_registry_fetch_blob_mem(s->r, s->repo, &d, &payloads[i], err)) < 0) {
-            tkm_err_prefix(err, "signature payload %zu of %s", i, where);
-            goto out;
-        }
-        blobs[i] = (struct tkm_cosign_blob){
-            layers[i].digest, (const unsigned char *)payloads[i].data, payloads[i].len};
-    }
     rc = 0;
     if (s->pol->nkeys == 0) {
         tkm_err_clear(&e);
@@ -323,10 +308,7 @@ static int try_sig_tag(struct search *s, struct tkm_err *err)
         break;
     }
 out:
-    for (size_t i = 0; payloads && i < n; i++)
-        tkm_buf_release(&payloads[i]);
-    free(payloads);
-    free(blobs);
+    tkm__trust_payloads_free(payloads, blobs, n);
     free(layers);
     tkm_buf_release(&man);
     return rc;
