@@ -324,16 +324,24 @@ static void job_fail(struct tkm_oci_job *j, int rc)
 
 /* ---- the loop steps -------------------------------------------------------- */
 
+/* An operation of the job ended: forgets it; on failure takes its error
+ * (err may be the job's own) and fails the job. Returns 1 when it failed. */
+static int op_failed(struct tkm_oci_job *j, int rc, struct tkm_err *err)
+{
+    j->op = NULL;
+    if (!rc)
+        return 0;
+    if (err != &j->err)
+        j->err = *err;
+    job_fail(j, rc);
+    return 1;
+}
+
 static void on_blob(int rc, struct tkm_err *err, void *data)
 {
     struct tkm_oci_job *j = data;
-    j->op = NULL;
-    if (rc) {
-        if (err != &j->err)
-            j->err = *err;
-        job_fail(j, rc);
+    if (op_failed(j, rc, err))
         return;
-    }
     pool_go(j, STEP_COMMIT_BLOB);
 }
 
@@ -374,13 +382,8 @@ static void on_config(int rc, struct tkm_err *err, void *data)
 {
     struct tkm_oci_job *j = data;
     char what[TKM_OCI_DIGEST_LEN + 20];
-    j->op = NULL;
-    if (rc) {
-        if (err != &j->err)
-            j->err = *err;
-        job_fail(j, rc);
+    if (op_failed(j, rc, err))
         return;
-    }
     snprintf(what, sizeof what, "config %s", j->res.image.parsed.config.digest);
     if ((rc = tkm_oci_config_parse(&j->res.image.config, j->cfg.data, j->cfg.len, what, &j->err)) !=
             0 ||
@@ -403,13 +406,8 @@ static void on_image(int rc, struct tkm_err *err, void *data)
 {
     struct tkm_oci_job *j = data;
     char what[TKM_OCI_NAME_MAX * 2 + 100];
-    j->op = NULL;
-    if (rc) {
-        if (err != &j->err)
-            j->err = *err;
-        job_fail(j, rc);
+    if (op_failed(j, rc, err))
         return;
-    }
     snprintf(what, sizeof what, "%s/%s@%s", tkm__oci_session_host(j->s), j->repo, j->m.digest);
     if ((rc = tkm_oci_manifest_parse(&j->res.image.parsed, j->m.content_type, j->m.body.data,
                                      j->m.body.len, what, &j->err)) != 0) {
@@ -431,13 +429,8 @@ static void on_top(int rc, struct tkm_err *err, void *data)
     struct tkm_oci_pull_result *im = &j->res.image;
     char what[TKM_OCI_NAME_MAX * 2 + 100];
     const struct tkm_oci_desc *d;
-    j->op = NULL;
-    if (rc) {
-        if (err != &j->err)
-            j->err = *err;
-        job_fail(j, rc);
+    if (op_failed(j, rc, err))
         return;
-    }
     memcpy(j->res.digest, j->m.digest, sizeof j->res.digest);
     if (j->kind == JOB_RESOLVE) {
         job_report(j, 0);
