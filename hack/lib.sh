@@ -146,6 +146,7 @@ go_bootstrap() {
 # it into ${TKM_CACHE:-~/.cache/tkm}/go/go<V>/ if neither PATH nor the cache
 # has one, and exports GOTOOLCHAIN=local so that go never fetches another.
 # Cached: when a suitable Go exists, it only adjusts PATH. Returns 1 on failure.
+# TKM_GO_BOOTSTRAP=0 forbids the bootstrap (a machine that must not download).
 go_ensure() {
   local want have cache dir
   want=$(go_required)
@@ -157,6 +158,10 @@ go_ensure() {
     if [[ -n $have ]] && go_version_ge "$have" "$want"; then
       return 0
     fi
+  fi
+  if [[ $(go_version_of "$dir/bin/go") != "$want" && ${TKM_GO_BOOTSTRAP:-1} == 0 ]]; then
+    echo "go: no Go >= $want on PATH or in $dir, and TKM_GO_BOOTSTRAP=0 forbids fetching one" >&2
+    return 1
   fi
   if [[ $(go_version_of "$dir/bin/go") != "$want" ]]; then
     mkdir -p "$cache/locks"

@@ -41,9 +41,18 @@ pass "stale pid files removed"
 step "Go missing, and a failed build, are explained"
 nogo=$E2E_TMP/nogo-bin
 mkdir -p "$nogo"
-for t in bash cat dirname mkdir flock tail rm mv; do ln -s "$(command -v $t)" "$nogo/$t"; done
-expect_fail "build without Go" env PATH="$nogo" TKM_CACHE="$E2E_TMP/cache1" "$hack/testbin/build.sh" etcd
-assert_contains "$OUT" "Go is not installed" "says Go is missing"
+# Every command of /usr/bin and /bin but go (the cached or /usr/local Go is not on this PATH).
+for d in /usr/bin /bin; do
+  for t in "$d"/*; do
+    [[ ${t##*/} == go || ${t##*/} == gofmt || -e $nogo/${t##*/} ]] || ln -s "$t" "$nogo/${t##*/}"
+  done
+done
+expect_fail "build without Go, bootstrap forbidden" env PATH="$nogo" TKM_CACHE="$E2E_TMP/cache1" \
+  TKM_GO_BOOTSTRAP=0 "$hack/testbin/build.sh" etcd
+assert_contains "$OUT" "no Go >= " "says which Go is missing"
+assert_contains "$OUT" "TKM_GO_BOOTSTRAP=0 forbids fetching one" "says why none was fetched"
+[[ ! -e $E2E_TMP/cache1/bin/etcd-v3.6.16/etcd ]] || fail "a build without Go left a binary"
+pass "no binary without Go"
 expect_fail "build that cannot download" env TKM_CACHE="$E2E_TMP/cache2" GOPROXY=off GOFLAGS=-mod=mod \
   GOMODCACHE="$E2E_TMP/modcache" GOCACHE="$E2E_TMP/gocache" "$hack/testbin/build.sh" etcd
 assert_contains "$OUT" "building etcd failed; full log: $E2E_TMP/cache2/logs/etcd.log" "failure names the log"
