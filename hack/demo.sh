@@ -58,7 +58,10 @@ for _ in $(seq 1 30); do
   sleep 1
 done
 echo
-echo "\$ kubectl get tkm -A"
+echo "\$ kubectl get tkc -n ml vector-add-local -o custom-columns=NAME:.metadata.name,IMAGE:.spec.cacheImage"
+kubectl get tkc -n ml vector-add-local -o custom-columns=NAME:.metadata.name,IMAGE:.spec.cacheImage
+echo
+echo "\$ kubectl get tkm -A   # READY/VERIFIED/DIGEST stay empty until tkm-controller and tkm-agent run"
 kubectl get tkm -A
 echo
 echo "Use it from your shell:  eval \"\$(hack/cluster.sh env)\"   Stop it:  hack/cluster.sh down"
