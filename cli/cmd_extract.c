@@ -34,9 +34,9 @@ static void usage(FILE *f)
         "path where Triton will see the cache (Triton ignores entries whose paths do not\n"
         "exist, so an unrewritten cache recompiles).\n\n"
         "Work happens in .tkm-staging-<pid>-<start>-<random> beside DIR. SIGINT or SIGTERM\n"
-        "stops it, removes the staging dir and exits 128+signal (130, 143); a second one\n"
-        "kills at once. What a killed run left is removed by the next run into the same\n"
-        "parent directory (never a live run's).\n\n"
+        "stops it (a download too: the pull is cancelled), removes the staging dir and\n"
+        "exits 128+signal (130, 143); a second one kills at once. What a killed run left\n"
+        "is removed by the next run into the same parent directory (never a live run's).\n\n"
         "Flags:\n"
         "  --output DIR       where to extract (must not exist)\n"
         "  --mount-path P     the absolute path Triton will use (default: DIR's own path),\n"
@@ -88,24 +88,6 @@ struct xjob {
     char stg[TKM_STAGING_NAME_MAX];
 };
 
-/* The pull cannot be cancelled from inside: its progress callback is where a
- * signal is noticed during a download. The pull writes only inside our own
- * staging directory, so removing it and exiting leaves nothing behind. */
-static void pull_progress(void *ud, uint64_t done, uint64_t total)
-{
-    struct xjob *j = ud;
-    int st = ctl_signal_status();
-    if (st) {
-        ctl_progress_end(&j->f->progress);
-        tkm_rmtree_at(j->pfd, j->stg);
-        fprintf(stderr, "tkmctl extract: interrupted by signal %d while pulling; removed %s\n",
-                st - 128, j->stg);
-        fflush(stderr);
-        _exit(st);
-    }
-    ctl_progress_cb(&j->f->progress, done, total);
-}
-
 /* Opens the directory that will hold j->output; j->parent gets its path. */
 static int open_parent(struct xjob *j, struct tkm_err *err)
 {
@@ -149,8 +131,7 @@ static int extract_ref(struct xjob *j, struct tkm_triton_extract_result *r, stru
         return sfd;
     snprintf(layout, sizeof layout, "%s/%s/layout", j->parent, j->stg);
     ctl_oci_registry_opts(j->f, &ro);
-    ro.progress = pull_progress;
-    ro.progress_ud = j;
+    ro.cancel = j->ao.cancel; /* a signal cancels the pull job, which removes its layout */
     rc = ctl_pull_capped(&ref, &ro, layout, "pulled", 1, &j->caps, &pr, err);
     ctl_progress_end(&j->f->progress);
     if (rc == 0) {

@@ -12,6 +12,7 @@
 #include "ctl_args.h"
 #include "ctl_limits.h"
 #include "ctl_oci.h"
+#include "ctl_signal.h"
 #include "tkmctl.h"
 
 static void usage(FILE *f)
@@ -24,7 +25,9 @@ static void usage(FILE *f)
         "followed to its linux/<this machine's arch> manifest; the config and every layer\n"
         "are verified against their digests and sizes while they stream (a mismatch is an\n"
         "error naming the digest, and nothing unverified is left in DIR). Prints the digest\n"
-        "and the Triton cache labels.\n\n"
+        "and the Triton cache labels. SIGINT or SIGTERM cancels the pull (a new layout is\n"
+        "removed; an existing one keeps only verified blobs and no new tag) and exits\n"
+        "128+signal (130, 143); a second one kills at once.\n\n"
         "Flags:\n"
         "  --output DIR       the layout to write (created, or added to)\n"
         "  --tag TAG          tag in the layout (default: REF's tag)\n"
@@ -37,6 +40,7 @@ static void usage(FILE *f)
         "                     N: bytes, or K/M/G/T (x1000) or Ki/Mi/Gi/Ti (x1024): 512Mi\n"
         "  -o json            print the result as JSON\n\n"
         "%s\n"
+        "Exit status: 0 done, 1 failed, 2 usage, 130/143 interrupted.\n\n"
         "Examples:\n"
         "  tkmctl pull 127.0.0.1:5000/tkm/cache:sm90 --output ./img\n"
         "  tkmctl pull quay.io/gkm/cache-examples:vector-add-cache-cuda --output ./img -o json\n",
@@ -113,9 +117,17 @@ static int cmd_pull(int argc, char **argv)
         fprintf(stderr, "tkmctl pull: %s\n", tkm_err_str(&err));
         return 2;
     }
+    if (ctl_signal_install() < 0)
+        fprintf(stderr, "tkmctl pull: warning: cannot catch SIGINT/SIGTERM\n");
     ctl_oci_registry_opts(&f, &ro);
+    ro.cancel = ctl_signal_flag(); /* cancels the pull job, which removes what it staged */
     int rc = ctl_pull_capped(&ref, &ro, output, tag, layers, &caps, &res, &err);
     ctl_progress_end(&f.progress);
+    if (rc != 0 && ctl_signal_status()) {
+        fprintf(stderr, "tkmctl pull: interrupted by signal %d; the pull was cancelled\n",
+                ctl_signal_status() - 128);
+        return ctl_signal_status();
+    }
     if (rc != 0) {
         fprintf(stderr, "tkmctl pull: %s\n", tkm_err_str(&err));
         return 1;

@@ -4,7 +4,9 @@
  * ctl_signal_install() sets handlers that only store the signal number in an
  * atomic flag (and re-arm the default action, so a second Ctrl-C ends the
  * process at once). Long work polls the flag -- lib/archive takes it as
- * opts.cancel and stops with -ECANCELED between reads and entries -- and
+ * opts.cancel and stops with -ECANCELED between reads and entries; the
+ * registry client takes it as tkm_oci_registry_opts.cancel and cancels the
+ * pull job (its staged layout removed) within about 50 ms -- and work
  * unwinds through its normal cleanup; the command then returns
  * ctl_signal_status() (130 for SIGINT, 143 for SIGTERM). A SIGKILL cannot be
  * caught: what it leaves is attributable (lib/archive staging names) and

@@ -34,7 +34,12 @@ struct sync_job {
     int done, rc;
     struct tkm_oci_pull_result *res;
     struct tkm_err *err;
+    struct tkm_oci_job *job;  /* borrowed until sync_cb (done) */
+    const atomic_int *cancel; /* opts.cancel, or NULL */
 };
+
+/* How often the private loop looks at opts.cancel. */
+#define SYNC_CANCEL_POLL_MS 50
 
 static void sync_cb(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
                     const struct tkm_err *err, void *data)
@@ -51,32 +56,57 @@ static void sync_cb(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *
     sj->done = 1;
 }
 
+/* The repeat timer that turns opts.cancel into tkm_oci_job_cancel(). */
+static void sync_poll_cancel(uv_timer_t *t)
+{
+    struct sync_job *sj = t->data;
+    if (sj->done || !atomic_load(sj->cancel))
+        return;
+    uv_timer_stop(t);
+    tkm_oci_job_cancel(sj->job); /* sync_cb gets -ECANCELED from the loop */
+}
+
 /* Runs one inspect (layout NULL) or pull job to completion on a private
- * loop, http client and session. */
+ * loop, http client and session; opts.cancel stops it. */
 static int run_job(const struct tkm_oci_ref *ref, const struct tkm_oci_registry_opts *ro,
                    const char *layout, const char *tag, int layers, struct tkm_oci_pull_result *res,
                    struct tkm_err *err)
 {
     uv_loop_t loop;
+    uv_timer_t poll;
     struct tkm_http *http = NULL;
     struct tkm_oci_session *s = NULL;
-    struct sync_job sj = {.res = res, .err = err};
-    int rc;
+    struct sync_job sj = {.res = res, .err = err, .cancel = ro ? ro->cancel : NULL};
+    int rc, polling = 0;
     memset(res, 0, sizeof *res);
+    if (sj.cancel && atomic_load(sj.cancel))
+        return tkm_err_set(err, -ECANCELED, "%s %s/%s: cancelled", layout ? "pull" : "inspect",
+                           ref->host, ref->repo);
     if ((rc = uv_loop_init(&loop)) != 0)
         return tkm_err_set(err, rc, "registry %s: cannot create an event loop: %s", ref->host,
                            uv_strerror(rc));
+    if (sj.cancel && (rc = uv_timer_init(&loop, &poll)) != 0) {
+        rc = tkm_err_set(err, rc, "registry %s: cannot create a timer: %s", ref->host,
+                         uv_strerror(rc));
+        goto out;
+    }
+    polling = sj.cancel != NULL;
+    poll.data = &sj;
     if ((rc = tkm_http_new(&loop, NULL, &http, err)) != 0 ||
         (rc = tkm_oci_session_new(http, ref->host, ro, &s, err)) != 0)
         goto out;
-    rc = layout ? tkm__oci_job_pull(s, ref, layout, tag, layers, sync_cb, &sj, NULL, err)
-                : tkm_oci_job_inspect(s, ref, sync_cb, &sj, NULL, err);
+    rc = layout ? tkm__oci_job_pull(s, ref, layout, tag, layers, sync_cb, &sj, &sj.job, err)
+                : tkm_oci_job_inspect(s, ref, sync_cb, &sj, &sj.job, err);
     if (rc)
         goto out;
+    if (polling) /* fails only without a callback or on a closing handle */
+        uv_timer_start(&poll, sync_poll_cancel, SYNC_CANCEL_POLL_MS, SYNC_CANCEL_POLL_MS);
     while (!sj.done)
         uv_run(&loop, UV_RUN_ONCE);
     rc = sj.rc;
 out:
+    if (polling)
+        uv_close((uv_handle_t *)&poll, NULL);
     tkm_oci_session_free(s);
     tkm_http_close(http, NULL, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);

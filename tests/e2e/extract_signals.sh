@@ -132,8 +132,29 @@ kill -INT "$XPID"
 rc=0
 wait "$XPID" || rc=$?
 assert_eq 130 "$rc" "exit status after SIGINT during the download"
+assert_contains "$(cat "$W/x.log")" "interrupted by signal 2" "SIGINT during the download is reported"
 assert_eq "" "$(ls -A "$W/rout")" "nothing left beside --output after SIGINT during the download"
 expect_ok "extract REF completes" "$TKMCTL" extract "$REG/e2e/extract-signals:big" --output "$W/rout/c"
 assert_eq "c" "$(ls -A "$W/rout")" "only the output, the pull layout removed"
+
+step "SIGTERM while pull downloads"
+mkdir -p "$W/pout"
+"$TKMCTL" pull "$REG/e2e/extract-signals:big" --output "$W/pout/img" >"$W/p.log" 2>&1 &
+PULLPID=$!
+t0=$SECONDS
+# the pull stages a new layout in .img.pull-XXXXXX; a layer streams into blobs/.pull-*.tmp
+until [[ -n $(find "$W/pout" -path '*/.img.pull-*/blobs/*' -name '.pull-*' -size +0 2>/dev/null | head -1) ]]; do
+  kill -0 "$PULLPID" 2>/dev/null || fail "pull ended before the download was seen: $(cat "$W/p.log")"
+  ((SECONDS - t0 < 120)) || fail "no pull download in progress after 120 s"
+  sleep 0.01
+done
+kill -TERM "$PULLPID"
+rc=0
+wait "$PULLPID" || rc=$?
+assert_eq 143 "$rc" "pull's exit status after SIGTERM during the download"
+assert_contains "$(cat "$W/p.log")" "interrupted by signal 15" "SIGTERM during the pull is reported"
+assert_eq "" "$(ls -A "$W/pout")" "nothing left beside --output after SIGTERM during the pull"
+expect_ok "pull completes" "$TKMCTL" pull "$REG/e2e/extract-signals:big" --output "$W/pout/img"
+assert_eq "img" "$(ls -A "$W/pout")" "only the layout, no staging left"
 
 e2e_done

@@ -587,6 +587,73 @@ TEST(pull_job_cancelled_midway_leaves_nothing)
     slow_stop(&slow);
 }
 
+/* The progress callback of the test below: raises the cancel flag once
+ * bytes of the layer (not the config) arrive, as a signal handler would
+ * mid-download. */
+struct raise_flag {
+    atomic_int flag;
+    uint64_t layer_size;
+};
+
+static void raise_on_bytes(void *ud, uint64_t done, uint64_t total)
+{
+    struct raise_flag *rf = ud;
+    if (done > 0 && total == rf->layer_size)
+        atomic_store(&rf->flag, 1);
+}
+
+TEST(sync_pull_cancel_flag_stops_it_midway)
+{
+    static char layer[256 << 10];
+    memset(layer, 'z', sizeof layer);
+    struct slow_server slow; /* holds the connection: only the flag can end the pull */
+    slow_start(&slow, sizeof layer, sizeof layer / 4, 0);
+    struct image_routes ir;
+    image_routes(&ir, layer, sizeof layer);
+    char loc[200];
+    snprintf(loc, sizeof loc, "Location: http://127.0.0.1:%d/blob\r\n", slow.port);
+    ir.routes[3] = (struct route){"GET", ir.lpath, {307, loc}};
+    struct tsrv s;
+    int port = server_start(&s, ir.routes, 4);
+    struct tkm_oci_ref ref;
+    parse_ref(&ref, port, ":v1");
+    struct raise_flag rf = {.layer_size = sizeof layer};
+    struct tkm_oci_registry_opts o = {
+        .anonymous = 1, .progress = raise_on_bytes, .progress_ud = &rf, .cancel = &rf.flag};
+    struct tkm_oci_pull_result res;
+    struct tkm_err e = {0};
+    char out[1200];
+    snprintf(out, sizeof out, "%s/layout", tkm_test_tmpdir());
+    ASSERT_EQ(tkm_oci_pull(&ref, &o, out, NULL, 1, &res, &e), -ECANCELED);
+    ASSERT_STRCONTAINS(e.msg, "cancel");
+    ASSERT_EQ(atomic_load(&rf.flag), 1);
+    ASSERT_EQ(slow_started(&slow), 1); /* it was midway through the layer */
+    ASSERT_EQ(access(out, F_OK), -1);
+    ASSERT_OK(leftovers(tkm_test_tmpdir(), "layout")); /* the staging dir was removed */
+    /* a flag already raised: nothing is requested, nothing is made */
+    int before = tsrv_nreplies(&s);
+    tkm_err_clear(&e);
+    ASSERT_EQ(tkm_oci_pull(&ref, &o, out, NULL, 1, &res, &e), -ECANCELED);
+    ASSERT_STRCONTAINS(e.msg, "cancelled");
+    ASSERT_EQ(tkm_oci_inspect(&ref, &o, &res, &e), -ECANCELED);
+    ASSERT_EQ(tsrv_nreplies(&s), before);
+    ASSERT_OK(leftovers(tkm_test_tmpdir(), "layout"));
+    /* a flag that stays 0 changes nothing: the same image pulls from a whole server */
+    struct image_routes ok;
+    image_routes(&ok, layer, sizeof layer);
+    struct tsrv s2;
+    int port2 = server_start(&s2, ok.routes, 4);
+    parse_ref(&ref, port2, ":v1");
+    atomic_store(&rf.flag, 0);
+    o.progress = NULL;
+    ASSERT_OK(tkm_oci_pull(&ref, &o, out, NULL, 1, &res, &e));
+    ASSERT_UEQ(res.bytes_fetched, sizeof layer);
+    tkm_oci_pull_result_release(&res);
+    tsrv_stop(&s2);
+    tsrv_stop(&s);
+    slow_stop(&slow);
+}
+
 TEST(session_free_cancels_its_jobs)
 {
     static char layer[64 << 10];

@@ -36,7 +36,9 @@ struct tkm_oci_pull_result {
 
 /* Pulls ref into layout_dir (created if needed, atomically; an existing
  * layout gets the image added) under tag (NULL: the reference's tag, else
- * "latest"). layers = 0 fetches manifest and config only (inspection). */
+ * "latest"). layers = 0 fetches manifest and config only (inspection).
+ * ro->cancel (registry.h), when it becomes nonzero, stops it within about
+ * 50 ms: -ECANCELED, with nothing of it left in a new layout's place. */
 int tkm_oci_pull(const struct tkm_oci_ref *ref, const struct tkm_oci_registry_opts *ro,
                  const char *layout_dir, const char *tag, int layers,
                  struct tkm_oci_pull_result *res, struct tkm_err *err);

@@ -37,6 +37,7 @@
 #ifndef TKM_OCI_REGISTRY_H
 #define TKM_OCI_REGISTRY_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -62,6 +63,12 @@ struct tkm_oci_registry_opts {
     uint64_t idle_timeout_ms; /* blob transfers: abort after this long without data; 60 s */
     tkm_oci_progress_cb progress;
     void *progress_ud;
+    /* Borrowed, may be NULL: a flag that stops tkm_oci_pull / tkm_oci_inspect
+     * (image.h) when it becomes nonzero (e.g. set by a signal handler). They
+     * poll it on their private loop about every 50 ms and cancel the job,
+     * which returns -ECANCELED after removing what it staged. Sessions and
+     * the per-request calls of this client ignore it (cancel a job instead). */
+    const atomic_int *cancel;
 };
 
 struct tkm_oci_registry;
