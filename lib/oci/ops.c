@@ -7,7 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
+
+#include <jansson.h>
 
 #include <tkm/oci/digest.h>
 
@@ -23,6 +26,10 @@ struct tkm__oci_op {
     struct tkm__oci_manifest *m; /* manifest */
     int *exists;                 /* HEAD */
     struct tkm_buf *body;        /* referrers */
+    json_t *index;               /* referrers: page 1, manifests of every page merged */
+    unsigned pages;              /* referrers: pages read */
+    char scope[600];             /* referrers: for the next page */
+    char link[TKM__OCI_URL_MAX]; /* referrers: the next page's URL */
     /* blob sink */
     struct tkm_oci_desc d;
     int fd;
@@ -38,6 +45,7 @@ static void op_report(struct tkm__oci_op *op, int rc, struct tkm_err *err)
 {
     if (op->hashing)
         tkm_oci_hasher_release(&op->h);
+    json_decref(op->index);
     op->cb(rc, err, op->data);
     free(op);
 }
@@ -333,10 +341,212 @@ out:
 
 /* ---- referrers ----------------------------------------------------------- */
 
+/* The URL of the rel="next" link in a Link header value (RFC 8288:
+ * `<uri-reference>; param=value; ...`, link-values separated by commas)
+ * into out: 1 found, 0 none (other rels are ignored), -EBADMSG malformed. */
+static int link_next(const char *v, char *out, size_t n)
+{
+    int found = 0;
+    for (;;) {
+        while (*v == ' ' || *v == '\t')
+            v++;
+        if (*v != '<')
+            return -EBADMSG;
+        const char *u = ++v, *e = strchr(u, '>');
+        if (!e || e == u || (size_t)(e - u) >= n)
+            return -EBADMSG;
+        int next = 0;
+        for (v = e + 1;;) {
+            while (*v == ' ' || *v == '\t')
+                v++;
+            if (*v != ';')
+                break;
+            v++;
+            while (*v == ' ' || *v == '\t')
+                v++;
+            const char *name = v;
+            while (*v && !strchr("=;, \t\"<>", *v))
+                v++;
+            size_t nl = (size_t)(v - name);
+            if (nl == 0 || *v != '=')
+                return -EBADMSG;
+            v++;
+            const char *val = v;
+            size_t vl;
+            if (*v == '"') {
+                val = ++v;
+                while (*v && *v != '"' && *v != '\\')
+                    v++;
+                if (*v != '"')
+                    return -EBADMSG; /* unterminated, or an escape: not for a rel */
+                vl = (size_t)(v - val);
+                v++;
+            } else {
+                while (*v && !strchr(";, \t\"<>", *v))
+                    v++;
+                vl = (size_t)(v - val);
+                if (vl == 0)
+                    return -EBADMSG;
+            }
+            /* rel is a space-separated list of relation types */
+            for (size_t i = 0; nl == 3 && strncasecmp(name, "rel", 3) == 0 && i + 4 <= vl; i++)
+                if ((i == 0 || val[i - 1] == ' ') && strncasecmp(val + i, "next", 4) == 0 &&
+                    (i + 4 == vl || val[i + 4] == ' '))
+                    next = 1;
+        }
+        if (next && !found) {
+            for (const char *p = u; p < e; p++)
+                if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f)
+                    return -EBADMSG;
+            memmove(out, u, (size_t)(e - u)); /* out may be v's own buffer: u > out */
+            out[e - u] = '\0';
+            found = 1;
+        }
+        if (*v == '\0')
+            return found;
+        if (*v != ',')
+            return -EBADMSG;
+        v++;
+    }
+}
+
+/* The next page's URL from op->link (what the Link header named): a path on
+ * this registry, "?query" on the current path, or an absolute URL with the
+ * session's own scheme and host. Anything else is refused: the session's
+ * credentials go to its registry only. */
+static int referrers_next_url(struct tkm__oci_op *op, const char *cur, struct tkm_buf *url,
+                              struct tkm_err *err)
+{
+    struct tkm_buf origin = TKM_BUF_INIT(TKM__OCI_URL_MAX);
+    const char *l = op->link;
+    int rc = tkm__oci_url(op->s, &origin, "%s", "");
+    if (rc)
+        goto out;
+    if (l[0] == '/' && l[1] != '/') {
+        rc = tkm__oci_url(op->s, url, "%s", l);
+    } else if (l[0] == '?') {
+        size_t pl = strcspn(cur, "?");
+        rc = tkm_buf_printf(url, "%.*s%s", (int)pl, cur, l);
+    } else if (strncasecmp(l, origin.data, origin.len) == 0 && l[origin.len] == '/') {
+        rc = tkm_buf_printf(url, "%s%s", origin.data, l + origin.len);
+    } else {
+        rc = tkm_err_set(err, -EPERM,
+                         "referrers %s: the Link header's next page '%.200s' is not on %s: not "
+                         "followed",
+                         cur, l, origin.data);
+        goto out;
+    }
+    if (rc)
+        rc = tkm_err_set(err, rc, "referrers %s: next page URL too long", cur);
+out:
+    tkm_buf_release(&origin);
+    return rc;
+}
+
+static void referrers_done(int rc, struct tkm_http_resp *resp, struct tkm_err *err, void *data);
+
+/* Adds a 200 page's manifests to op->index (page 1 becomes it); then starts
+ * the next page (1), or writes the merged index into op->body (0). */
+static int referrers_page(struct tkm__oci_op *op, struct tkm_http_resp *resp, struct tkm_err *err)
+{
+    struct tkm_buf url = TKM_BUF_INIT(TKM__OCI_URL_MAX);
+    json_t *page = NULL;
+    char *dump = NULL;
+    int rc = 0, more = 0;
+    char lh[16];
+    op->pages++;
+    if (tkm_http_resp_header(resp, "Link", lh, sizeof lh) >= 0) {
+        int ll = tkm_http_resp_header(resp, "Link", op->link, sizeof op->link);
+        more =
+            ll >= (int)sizeof op->link ? -EBADMSG : link_next(op->link, op->link, sizeof op->link);
+        if (more < 0) {
+            rc = tkm_err_set(err, -EBADMSG,
+                             "referrers %s: malformed Link header (want <url>; rel=\"next\")",
+                             resp->url);
+            goto out;
+        }
+    }
+    if (!more && !op->index) { /* one page: the bytes as they came */
+        tkm_buf_reset(op->body);
+        if ((rc = tkm_buf_append(op->body, resp->body.data, resp->body.len)) != 0)
+            rc = tkm_err_set(err, rc, "referrers %s: %zu bytes do not fit the caller's buffer",
+                             resp->url, resp->body.len);
+        goto out;
+    }
+    page = json_loadb(resp->body.data ? resp->body.data : "", resp->body.len,
+                      JSON_REJECT_DUPLICATES, NULL);
+    json_t *ms = json_object_get(page, "manifests");
+    if (!json_is_array(ms)) {
+        rc = tkm_err_set(err, -EBADMSG, "referrers %s (page %u): not an OCI image index", resp->url,
+                         op->pages);
+        goto out;
+    }
+    if (!op->index) {
+        op->index = json_incref(page);
+    } else if (json_array_extend(json_object_get(op->index, "manifests"), ms) != 0) {
+        rc = tkm_err_set(err, -ENOMEM, "referrers %s: out of memory", resp->url);
+        goto out;
+    }
+    if (json_array_size(json_object_get(op->index, "manifests")) > TKM_OCI_REFERRERS_MAX) {
+        rc = tkm_err_set(err, -E2BIG, "referrers %s: more than %d referrers over %u pages",
+                         resp->url, TKM_OCI_REFERRERS_MAX, op->pages);
+        goto out;
+    }
+    if (more && op->pages >= TKM_OCI_REFERRERS_MAX_PAGES) {
+        rc = tkm_err_set(err, -ELOOP,
+                         "referrers %s: stopped after %d pages, the registry still links a next "
+                         "page (a loop?)",
+                         resp->url, TKM_OCI_REFERRERS_MAX_PAGES);
+        goto out;
+    }
+    if (more) {
+        if (tkm__oci_session_freeing(op->s)) {
+            rc = tkm_err_set(err, -ECANCELED, "referrers %s: cancelled", resp->url);
+            goto out;
+        }
+        if ((rc = referrers_next_url(op, resp->url, &url, err)) != 0)
+            goto out;
+        struct tkm__oci_req q = {.method = "GET",
+                                 .url = url.data,
+                                 .scope = op->scope,
+                                 .accept = TKM_OCI_MT_INDEX,
+                                 .max_body = TKM_OCI_MANIFEST_MAX};
+        if ((rc = tkm__oci_call_start(op->s, &q, referrers_done, op, &op->call, err)) == 0)
+            rc = 1;
+        goto out;
+    }
+    if (!(dump = json_dumps(op->index, JSON_COMPACT))) {
+        rc = tkm_err_set(err, -ENOMEM, "referrers %s: out of memory", resp->url);
+        goto out;
+    }
+    tkm_buf_reset(op->body);
+    if ((rc = tkm_buf_puts(op->body, dump)) != 0)
+        rc = tkm_err_set(err, rc,
+                         "referrers %s: the %u pages' index does not fit the caller's "
+                         "buffer",
+                         resp->url, op->pages);
+out:
+    free(dump);
+    json_decref(page);
+    tkm_buf_release(&url);
+    return rc;
+}
+
 static void referrers_done(int rc, struct tkm_http_resp *resp, struct tkm_err *err, void *data)
 {
     struct tkm__oci_op *op = data;
-    if (rc == 0) {
+    if (rc == 0 && op->pages > 0) {
+        /* a later page: the API exists, so any failure is an error */
+        char ct[128] = "";
+        if (resp->status != 200)
+            rc = tkm__oci_status_error(op->s, resp, "referrers", err);
+        else if (tkm_http_resp_header(resp, "Content-Type", ct, sizeof ct) < 0 ||
+                 strncmp(ct, TKM_OCI_MT_INDEX, strlen(TKM_OCI_MT_INDEX)) != 0)
+            rc = tkm_err_set(err, -EBADMSG, "%s: answered Content-Type '%s', not an OCI index",
+                             resp->url, ct);
+        else if ((rc = referrers_page(op, resp, err)) == 1)
+            return; /* the next page is on its way */
+    } else if (rc == 0) {
         /* A registry without the API answers 400, 405, 501, or a 404 that
          * is not the OCI error for a missing repository or subject (the
          * route is unknown). A 200 must be an OCI image index. */
@@ -353,10 +563,8 @@ static void referrers_done(int rc, struct tkm_http_resp *resp, struct tkm_err *e
                              "no referrers API",
                              resp->url, ct);
         } else if (resp->status == 200) {
-            tkm_buf_reset(op->body);
-            if ((rc = tkm_buf_append(op->body, resp->body.data, resp->body.len)) != 0)
-                rc = tkm_err_set(err, rc, "referrers %s: %zu bytes do not fit the caller's buffer",
-                                 resp->url, resp->body.len);
+            if ((rc = referrers_page(op, resp, err)) == 1)
+                return;
         } else if (api_missing) {
             rc = tkm_err_set(err, -ENOTSUP, "%s: HTTP %ld: the registry has no referrers API",
                              resp->url, resp->status);
@@ -373,7 +581,6 @@ int tkm__oci_get_referrers(struct tkm_oci_session *s, const char *repo, const ch
 {
     struct tkm_buf url = TKM_BUF_INIT(TKM__OCI_URL_MAX);
     struct tkm__oci_op *op = NULL;
-    char scope[600];
     int rc;
     if (!tkm_oci_digest_valid(digest))
         return tkm_err_set(err, -EINVAL, "referrers: '%.80s' is not sha256:<64 hex>", digest);
@@ -397,11 +604,11 @@ int tkm__oci_get_referrers(struct tkm_oci_session *s, const char *repo, const ch
     if ((rc = op_new(s, cb, data, &op, err)) != 0)
         goto out;
     op->body = body;
-    tkm__oci_scope(scope, sizeof scope, repo, 0);
+    tkm__oci_scope(op->scope, sizeof op->scope, repo, 0);
     struct tkm__oci_req q = {.method = "GET",
                              .url = url.data,
-                             .scope = scope,
-                             .accept = "application/vnd.oci.image.index.v1+json",
+                             .scope = op->scope,
+                             .accept = TKM_OCI_MT_INDEX,
                              .max_body = TKM_OCI_MANIFEST_MAX};
     rc = op_start(op, &q, referrers_done, out, err);
 out:

@@ -119,7 +119,8 @@ int tkm__oci_blob_exists(struct tkm_oci_session *s, const char *repo, const char
                          struct tkm_err *err);
 /* GET /v2/<repo>/referrers/<digest>[?artifactType=]: the index into body;
  * -ENOTSUP when the registry has no referrers API (404 without an OCI error
- * body, or any 400/405). */
+ * body, or any 400/405); pages linked by `Link: <url>; rel="next"` followed
+ * and merged as tkm_oci_registry_get_referrers says. */
 int tkm__oci_get_referrers(struct tkm_oci_session *s, const char *repo, const char *digest,
                            const char *artifact_type, struct tkm_buf *body, tkm__oci_op_cb cb,
                            void *data, struct tkm__oci_op **op, struct tkm_err *err);

@@ -24,6 +24,7 @@ struct search {
     const struct tkm_sig_policy *pol;
     struct tkm_sig_result *res;
     struct tkm_buf looked; /* "where it looked", for the unsigned message */
+    int capped;            /* an index listed more than TKM_OCI_REFERRERS_MAX bundles */
     struct tkm_buf fails;  /* "; "-separated reasons of the signatures that failed */
     struct tkm_err best;   /* the most telling failure */
     size_t found;
@@ -142,7 +143,7 @@ static int try_index(struct search *s, const struct tkm_buf *idx, enum tkm_sig_s
 {
     json_t *root = json_loadb(idx->data, idx->len, JSON_REJECT_DUPLICATES, NULL);
     json_t *m, *ms = json_object_get(root, "manifests");
-    size_t i, n = 0, bundles = 0;
+    size_t i, bundles = 0;
     int rc = 0;
     if (!json_is_array(ms)) {
         struct tkm_err e = {0};
@@ -165,14 +166,21 @@ static int try_index(struct search *s, const struct tkm_buf *idx, enum tkm_sig_s
             continue;
         if (pt && strcmp(pt, TKM_BUNDLE_PREDICATE_SIGN) != 0)
             continue; /* an attestation, not a signature */
-        bundles++;
-        if (++n > TKM_BUNDLE_MAX_REFERRERS)
-            break;
+        if (++bundles > TKM_OCI_REFERRERS_MAX)
+            break; /* the same bound as the referrers API's pages */
         if ((rc = try_referrer(s, dg, src)) != 0)
             goto out;
     }
 out:
-    tkm_buf_printf(&s->looked, " (%zu signature bundle%s)", bundles, bundles == 1 ? "" : "s");
+    if (bundles > TKM_OCI_REFERRERS_MAX) {
+        s->capped = 1;
+        tkm_buf_printf(&s->looked,
+                       " (more than %d signature bundles: the cap was hit, only the first %d "
+                       "were tried)",
+                       TKM_OCI_REFERRERS_MAX, TKM_OCI_REFERRERS_MAX);
+    } else {
+        tkm_buf_printf(&s->looked, " (%zu signature bundle%s)", bundles, bundles == 1 ? "" : "s");
+    }
     json_decref(root);
     return rc;
 }
@@ -324,6 +332,11 @@ static int verdict(struct search *s, struct tkm_err *err)
                            s->repo, s->digest, s->looked.data);
     if (s->found == 1)
         return tkm_err_set(err, s->best.code, "%s", s->best.msg);
+    if (s->capped)
+        return tkm_err_set(err, s->best.code,
+                           "none of the %zu signatures tried (more than %d signature bundles: the "
+                           "cap was hit) satisfies the policy: %s",
+                           s->found, TKM_OCI_REFERRERS_MAX, s->fails.data);
     return tkm_err_set(err, s->best.code, "none of the %zu signatures satisfies the policy: %s",
                        s->found, s->fails.data);
 }

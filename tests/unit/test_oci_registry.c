@@ -841,3 +841,249 @@ TEST(triton_inspect_job_reads_the_summary)
     tsrv_stop(&s);
     tsrv_stop(&s2);
 }
+
+/* ---- referrers pagination (Link: <url>; rel="next") --------------------- */
+
+#define IDX_CT "Content-Type: " TKM_OCI_MT_INDEX "\r\n"
+
+/* An index listing count referrers, "ref<first>".."ref<first+count-1>" hashed. */
+static void ref_page(struct tkm_buf *b, int first, int count)
+{
+    char d[TKM_OCI_DIGEST_LEN + 1], in[32];
+    tkm_buf_init(b, 1 << 20);
+    ASSERT_OK(tkm_buf_printf(b, "{\"schemaVersion\":2,\"mediaType\":\"" TKM_OCI_MT_INDEX
+                                "\",\"manifests\":["));
+    for (int i = first; i < first + count; i++) {
+        snprintf(in, sizeof in, "ref%d", i);
+        ASSERT_OK(tkm_oci_digest_bytes(in, strlen(in), d));
+        ASSERT_OK(tkm_buf_printf(b,
+                                 "%s{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+                                 "\"size\":1,\"digest\":\"%s\"}",
+                                 i > first ? "," : "", d));
+    }
+    ASSERT_OK(tkm_buf_puts(b, "]}"));
+}
+
+/* 1 when body lists "ref<i>" (as ref_page wrote it). */
+static const char *ref_at(const char *body, int i)
+{
+    char d[TKM_OCI_DIGEST_LEN + 1], in[32];
+    snprintf(in, sizeof in, "ref%d", i);
+    ASSERT_OK(tkm_oci_digest_bytes(in, strlen(in), d));
+    return strstr(body, d);
+}
+
+TEST(referrers_two_pages_merged_query_link)
+{
+    struct tkm_buf p1, p2;
+    char d[TKM_OCI_DIGEST_LEN + 1], u1[200], u2[220];
+    ASSERT_OK(tkm_oci_digest_bytes("subject", 7, d));
+    ref_page(&p1, 0, 2);
+    ref_page(&p2, 2, 2);
+    snprintf(u1, sizeof u1, "/v2/a/b/referrers/%s", d);
+    snprintf(u2, sizeof u2, "/v2/a/b/referrers/%s?last=x&n=2", d);
+    /* a "?query" link, after a rel="prev" one and with other params */
+    struct route routes[] = {
+        {"GET",
+         u1,
+         {200,
+          IDX_CT "Link: </v2/a/b/referrers/x?n=0>; rel=\"prev\", <?last=x&n=2>; "
+                 "type=\"application/json\"; rel=\"next\"\r\n",
+          p1.data}},
+        {"GET", u2, {200, IDX_CT, p2.data}},
+    };
+    struct tsrv s;
+    int port = server_start(&s, routes, 2);
+    struct tkm_oci_registry *r = client(port, NULL);
+    struct tkm_buf body = TKM_BUF_INIT(1 << 20);
+    struct tkm_err e = {0};
+    int rc = tkm_oci_registry_get_referrers(r, "a/b", d, NULL, &body, &e);
+    if (rc)
+        fprintf(stderr, "%s\n", e.msg);
+    ASSERT_OK(rc);
+    ASSERT_EQ(tsrv_nreqs(&s), 2);
+    for (int i = 0; i < 4; i++)
+        ASSERT_NOT_NULL(ref_at(body.data, i));
+    ASSERT(ref_at(body.data, 1) < ref_at(body.data, 2)); /* page order kept */
+    ASSERT_STRCONTAINS(body.data, "\"schemaVersion\":2");
+    tkm_buf_release(&body);
+    tkm_buf_release(&p1);
+    tkm_buf_release(&p2);
+    tkm_oci_registry_free(r);
+    tsrv_stop(&s);
+}
+
+TEST(referrers_three_pages_relative_and_absolute_links)
+{
+    struct tkm_buf p1, p2, p3;
+    char d[TKM_OCI_DIGEST_LEN + 1], u1[200], u2[220], u3[220], h2[300];
+    ASSERT_OK(tkm_oci_digest_bytes("subject", 7, d));
+    ref_page(&p1, 0, 3);
+    ref_page(&p2, 3, 3);
+    ref_page(&p3, 6, 1);
+    snprintf(u1, sizeof u1, "/v2/a/b/referrers/%s?artifactType=x%%2Fy", d);
+    snprintf(u2, sizeof u2, "/v2/a/b/referrers/%s?page=2", d);
+    snprintf(u3, sizeof u3, "/v2/a/b/referrers/%s?page=3", d);
+    char h1[300];
+    snprintf(h1, sizeof h1, IDX_CT "Link: <%s>; rel=next\r\n", u2); /* path, unquoted rel */
+    struct route routes[] = {
+        {"GET", u1, {200, h1, p1.data}},
+        {"GET", u2, {200, h2, p2.data}},
+        {"GET", u3, {200, IDX_CT, p3.data}},
+    };
+    struct tsrv s;
+    int port = server_start(&s, routes, 3);
+    /* the absolute link needs the port: the header string is borrowed, read per request */
+    snprintf(h2, sizeof h2, IDX_CT "link: <http://127.0.0.1:%d%s>; rel=\"last next\"\r\n", port,
+             u3);
+    struct tkm_oci_registry *r = client(port, NULL);
+    struct tkm_buf body = TKM_BUF_INIT(1 << 20);
+    struct tkm_err e = {0};
+    int rc = tkm_oci_registry_get_referrers(r, "a/b", d, "x/y", &body, &e);
+    if (rc)
+        fprintf(stderr, "%s\n", e.msg);
+    ASSERT_OK(rc);
+    ASSERT_EQ(tsrv_nreqs(&s), 3);
+    for (int i = 0; i < 7; i++)
+        ASSERT_NOT_NULL(ref_at(body.data, i));
+    ASSERT(ref_at(body.data, 5) < ref_at(body.data, 6));
+    tkm_buf_release(&body);
+    tkm_buf_release(&p1);
+    tkm_buf_release(&p2);
+    tkm_buf_release(&p3);
+    tkm_oci_registry_free(r);
+    tsrv_stop(&s);
+}
+
+TEST(referrers_next_link_to_other_host_refused)
+{
+    struct tkm_buf p1, p2;
+    char d[TKM_OCI_DIGEST_LEN + 1], u1[200], h1[300];
+    ASSERT_OK(tkm_oci_digest_bytes("subject", 7, d));
+    ref_page(&p1, 0, 1);
+    ref_page(&p2, 1, 1);
+    struct tsrv other;
+    struct route oroutes[] = {{"GET", "/v2/a/b/referrers/next", {200, IDX_CT, p2.data}}};
+    int oport = server_start(&other, oroutes, 1);
+    snprintf(u1, sizeof u1, "/v2/a/b/referrers/%s", d);
+    struct route routes[] = {{"GET", u1, {200, h1, p1.data}}};
+    struct tsrv s;
+    int port = server_start(&s, routes, 1);
+    snprintf(h1, sizeof h1,
+             IDX_CT "Link: <http://127.0.0.1:%d/v2/a/b/referrers/next>; rel=\"next\"\r\n", oport);
+    struct tkm_oci_registry *r = client(port, "{\"auths\":{}}");
+    struct tkm_buf body = TKM_BUF_INIT(1 << 20);
+    struct tkm_err e = {0};
+    ASSERT_EQ(tkm_oci_registry_get_referrers(r, "a/b", d, NULL, &body, &e), -EPERM);
+    ASSERT_STRCONTAINS(e.msg, "not followed");
+    ASSERT_STRCONTAINS(e.msg, "/v2/a/b/referrers/next");
+    ASSERT_EQ(tsrv_nreqs(&other), 0);
+    /* a scheme-relative link to another host, and the userinfo trick, too */
+    snprintf(h1, sizeof h1, IDX_CT "Link: <//127.0.0.1:%d/v2/a/b/referrers/next>; rel=\"next\"\r\n",
+             oport);
+    ASSERT_EQ(tkm_oci_registry_get_referrers(r, "a/b", d, NULL, &body, &e), -EPERM);
+    snprintf(h1, sizeof h1,
+             IDX_CT "Link: <http://127.0.0.1:%d@127.0.0.1:%d/v2/a/b/referrers/next>; rel=next\r\n",
+             port, oport);
+    ASSERT_EQ(tkm_oci_registry_get_referrers(r, "a/b", d, NULL, &body, &e), -EPERM);
+    ASSERT_EQ(tsrv_nreqs(&other), 0);
+    ASSERT_EQ(tsrv_nreqs(&s), 3);
+    tkm_buf_release(&body);
+    tkm_buf_release(&p1);
+    tkm_buf_release(&p2);
+    tkm_oci_registry_free(r);
+    tsrv_stop(&s);
+    tsrv_stop(&other);
+}
+
+TEST(referrers_page_loop_stopped_by_page_cap)
+{
+    struct tkm_buf p1, p2;
+    char d[TKM_OCI_DIGEST_LEN + 1], u1[200], u2[220], h1[300], h2[300];
+    ASSERT_OK(tkm_oci_digest_bytes("subject", 7, d));
+    ref_page(&p1, 0, 1);
+    ref_page(&p2, 1, 1);
+    snprintf(u1, sizeof u1, "/v2/a/b/referrers/%s", d);
+    snprintf(u2, sizeof u2, "/v2/a/b/referrers/%s?last=1", d);
+    snprintf(h1, sizeof h1, IDX_CT "Link: <%s>; rel=\"next\"\r\n", u2);
+    snprintf(h2, sizeof h2, IDX_CT "Link: <%s>; rel=\"next\"\r\n", u1); /* back to page 1 */
+    struct route routes[] = {{"GET", u1, {200, h1, p1.data}}, {"GET", u2, {200, h2, p2.data}}};
+    struct tsrv s;
+    int port = server_start(&s, routes, 2);
+    struct tkm_oci_registry *r = client(port, NULL);
+    struct tkm_buf body = TKM_BUF_INIT(1 << 20);
+    struct tkm_err e = {0};
+    ASSERT_EQ(tkm_oci_registry_get_referrers(r, "a/b", d, NULL, &body, &e), -ELOOP);
+    ASSERT_STRCONTAINS(e.msg, "stopped after 16 pages");
+    ASSERT_EQ(tsrv_nreqs(&s), TKM_OCI_REFERRERS_MAX_PAGES);
+    tkm_buf_release(&body);
+    tkm_buf_release(&p1);
+    tkm_buf_release(&p2);
+    tkm_oci_registry_free(r);
+    tsrv_stop(&s);
+}
+
+TEST(referrers_total_cap)
+{
+    struct tkm_buf p1, p2;
+    char d[TKM_OCI_DIGEST_LEN + 1], u1[200], u2[220], h1[300];
+    ASSERT_OK(tkm_oci_digest_bytes("subject", 7, d));
+    ref_page(&p1, 0, 300);
+    ref_page(&p2, 300, 213); /* 513 in all */
+    snprintf(u1, sizeof u1, "/v2/a/b/referrers/%s", d);
+    snprintf(u2, sizeof u2, "/v2/a/b/referrers/%s?last=1", d);
+    snprintf(h1, sizeof h1, IDX_CT "Link: <%s>; rel=\"next\"\r\n", u2);
+    struct route routes[] = {{"GET", u1, {200, h1, p1.data}}, {"GET", u2, {200, IDX_CT, p2.data}}};
+    struct tsrv s;
+    int port = server_start(&s, routes, 2);
+    struct tkm_oci_registry *r = client(port, NULL);
+    struct tkm_buf body = TKM_BUF_INIT(1 << 20);
+    struct tkm_err e = {0};
+    ASSERT_EQ(tkm_oci_registry_get_referrers(r, "a/b", d, NULL, &body, &e), -E2BIG);
+    ASSERT_STRCONTAINS(e.msg, "more than 512 referrers");
+    tkm_buf_release(&body);
+    tkm_buf_release(&p1);
+    tkm_buf_release(&p2);
+    tkm_oci_registry_free(r);
+    tsrv_stop(&s);
+}
+
+TEST(referrers_malformed_link_refused_other_rels_ignored)
+{
+    struct tkm_buf p1;
+    char d[TKM_OCI_DIGEST_LEN + 1], u1[200], h1[300];
+    ASSERT_OK(tkm_oci_digest_bytes("subject", 7, d));
+    ref_page(&p1, 0, 1);
+    snprintf(u1, sizeof u1, "/v2/a/b/referrers/%s", d);
+    struct route routes[] = {{"GET", u1, {200, h1, p1.data}}};
+    struct tsrv s;
+    int port = server_start(&s, routes, 1);
+    struct tkm_oci_registry *r = client(port, NULL);
+    struct tkm_buf body = TKM_BUF_INIT(1 << 20);
+    struct tkm_err e = {0};
+    static const char *const bad[] = {
+        "Link: /v2/a/b/referrers/x?n=1; rel=\"next\"\r\n",  /* no angle brackets */
+        "Link: </v2/a/b/referrers/x?n=1; rel=\"next\"\r\n", /* unclosed */
+        "Link: </v2/x>; rel=\"next\r\n",                    /* unterminated quote */
+        "Link: </v2/x>; rel=\r\n",                          /* empty value */
+        "Link: </v2/x> rel=\"next\"\r\n",                   /* no ';' */
+        "Link: <>; rel=\"next\"\r\n",                       /* empty URL */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(h1, sizeof h1, IDX_CT "%s", bad[i]);
+        tkm_err_clear(&e);
+        ASSERT_EQ(tkm_oci_registry_get_referrers(r, "a/b", d, NULL, &body, &e), -EBADMSG);
+        ASSERT_STRCONTAINS(e.msg, "malformed Link header");
+    }
+    /* well-formed links with other rels: one page, its bytes as they came */
+    snprintf(h1, sizeof h1,
+             IDX_CT "Link: </v2/a/b/referrers/x?n=0>; rel=\"prev\", <https://"
+                    "docs.example/r>; rel=\"help nextpage\"\r\n");
+    ASSERT_OK(tkm_oci_registry_get_referrers(r, "a/b", d, NULL, &body, &e));
+    ASSERT_STREQ(body.data, p1.data);
+    ASSERT_EQ(tsrv_nreqs(&s), (int)(sizeof bad / sizeof bad[0]) + 1);
+    tkm_buf_release(&body);
+    tkm_buf_release(&p1);
+    tkm_oci_registry_free(r);
+    tsrv_stop(&s);
+}

@@ -297,3 +297,84 @@ TEST(classic_signature_needs_a_key)
     tkm_oci_registry_free(reg);
     tsrv_stop(&srv);
 }
+
+TEST(referrers_bundle_only_on_page_two)
+{
+    struct art a;
+    art_init(&a, TKM_BUNDLE_MEDIA_TYPE_V03);
+    /* page 1 lists an attestation only, and links page 2 (which has the bundle) */
+    static const char page1[] =
+        "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.index.v1+json\","
+        "\"manifests\":[{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"size\":1,"
+        "\"digest\":\"sha256:0000000000000000000000000000000000000000000000000000000000000000\","
+        "\"artifactType\":\"application/vnd.example.sbom+json\"}]}";
+    char bpath[128], mpath[128];
+    snprintf(mpath, sizeof mpath, "/v2/t/a/manifests/%s", a.mdig);
+    snprintf(bpath, sizeof bpath, "/v2/t/a/blobs/%s", a.bdig);
+    struct tsrv_reply r1 = {200, INDEX "Link: </v2/t/a/referrers/" IMG "?last=0>; rel=\"next\"\r\n",
+                            page1};
+    struct tsrv_reply r2 = {200, INDEX, a.idx.data}, rm = {200, MANIF, a.man.data},
+                      rb = {200, OCTET, BUNDLE};
+    struct tsrv srv;
+    tsrv_init(&srv);
+    ASSERT_OK(tsrv_route(&srv, "GET", "/v2/t/a/referrers/" IMG, TSRV_TARGET, NULL, &r1, 1));
+    ASSERT_OK(
+        tsrv_route(&srv, "GET", "/v2/t/a/referrers/" IMG "?last=0", TSRV_TARGET, NULL, &r2, 1));
+    ASSERT_OK(tsrv_route(&srv, "GET", mpath, TSRV_TARGET, NULL, &rm, 1));
+    ASSERT_OK(tsrv_route(&srv, "GET", bpath, TSRV_TARGET, NULL, &rb, 1));
+    int port = tsrv_listen(&srv);
+    ASSERT(port > 0);
+    struct tkm_oci_registry *reg = reg_for(port);
+    struct tkm_sig_key k = {PUB, strlen(PUB)};
+    struct tkm_sig_policy pol = {.keys = &k, .nkeys = 1};
+    struct tkm_sig_result r;
+    struct tkm_err err = {0};
+    int rc = tkm_sig_verify_registry(reg, "t/a", IMG, &pol, &r, &err);
+    if (rc)
+        tkm_test_fail(__FILE__, __LINE__, "%s", err.msg);
+    ASSERT_EQ(r.source, TKM_SIG_SRC_REFERRERS);
+    ASSERT_EQ(r.found, 1);
+    ASSERT_STRCONTAINS(r.location, a.mdig);
+    ASSERT_EQ(tsrv_nreqs(&srv), 4);
+    ASSERT_STRCONTAINS(tsrv_req(&srv, 1), "GET /v2/t/a/referrers/" IMG "?last=0 HTTP/1.1");
+    tkm_oci_registry_free(reg);
+    art_release(&a);
+    tsrv_stop(&srv);
+}
+
+TEST(referrers_bundle_cap_said)
+{
+    /* one page listing 513 bundle referrers, none of which exists: 512 are tried */
+    struct tkm_buf idx = TKM_BUF_INIT(1 << 20);
+    ASSERT_OK(tkm_buf_puts(&idx, "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image."
+                                 "index.v1+json\",\"manifests\":["));
+    for (int i = 0; i <= TKM_OCI_REFERRERS_MAX; i++)
+        ASSERT_OK(tkm_buf_printf(&idx,
+                                 "%s{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+                                 "\"size\":1,\"digest\":\"sha256:%064x\",\"artifactType\":\"%s\"}",
+                                 i ? "," : "", i, TKM_BUNDLE_MEDIA_TYPE_V03));
+    ASSERT_OK(tkm_buf_puts(&idx, "]}"));
+    struct tsrv_reply ri = {200, INDEX, idx.data}, nf = {404, NULL, ""};
+    struct tsrv srv;
+    tsrv_init(&srv);
+    ASSERT_OK(tsrv_route(&srv, "GET", "/v2/t/a/referrers/" IMG, TSRV_TARGET, NULL, &ri, 1));
+    ASSERT_OK(tsrv_route(&srv, NULL, NULL, TSRV_PREFIX, NULL, &nf, 1));
+    int port = tsrv_listen(&srv);
+    ASSERT(port > 0);
+    struct tkm_oci_registry *reg = reg_for(port);
+    struct tkm_sig_key k = {PUB, strlen(PUB)};
+    struct tkm_sig_policy pol = {.keys = &k, .nkeys = 1};
+    struct tkm_sig_result r;
+    struct tkm_err err = {0};
+    ASSERT_NE(tkm_sig_verify_registry(reg, "t/a", IMG, &pol, &r, &err), 0);
+    ASSERT_STRCONTAINS(err.msg,
+                       "none of the 512 signatures tried (more than 512 signature bundles: "
+                       "the cap was hit)");
+    int manifests = 0;
+    for (int i = 0; i < tsrv_nreqs(&srv); i++)
+        manifests += strstr(tsrv_req(&srv, i), "GET /v2/t/a/manifests/sha256:") != NULL;
+    ASSERT_EQ(manifests, TKM_OCI_REFERRERS_MAX);
+    tkm_oci_registry_free(reg);
+    tkm_buf_release(&idx);
+    tsrv_stop(&srv);
+}

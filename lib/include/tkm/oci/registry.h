@@ -119,10 +119,24 @@ int tkm_oci_registry_push_blob_file(struct tkm_oci_registry *r, const char *repo
 int tkm_oci_registry_push_blob_mem(struct tkm_oci_registry *r, const char *repo, const void *p,
                                    size_t n, const char *digest, int *skipped, struct tkm_err *err);
 
+/* Bounds on a paginated referrers answer (see tkm_oci_registry_get_referrers). */
+#define TKM_OCI_REFERRERS_MAX_PAGES 16
+#define TKM_OCI_REFERRERS_MAX       512
+
 /* GET /v2/<repo>/referrers/<digest>[?artifactType=<percent-encoded type>]
  * (OCI 1.1; artifact_type NULL: all): the image index of the subject's
  * referrers into body (caller-owned, capped at 4 MiB). Registries may ignore
- * the filter, so callers filter again. -ENOTSUP when the registry has no
+ * the filter, so callers filter again. A registry that paginates sends
+ * `Link: <url>; rel="next"`: the pages are followed and their "manifests"
+ * merged into one index (page 1's other fields) in body; a single page is
+ * given as its bytes. A next URL must be on this registry (a path, a
+ * "?query" on the current path, or an absolute URL with the same scheme and
+ * host[:port]): any other is refused (-EPERM), never sent our credentials.
+ * More than TKM_OCI_REFERRERS_MAX_PAGES pages (a loop, say): -ELOOP; more
+ * than TKM_OCI_REFERRERS_MAX manifests over several pages: -E2BIG; a Link
+ * header that is not `<url>[; param=value]...[, ...]`: -EBADMSG (refused
+ * rather than ignored, which would hide the later pages). Links with other
+ * rels are ignored. -ENOTSUP when the registry has no
  * referrers API (400, 405, 501, a 404 that is not a NAME_UNKNOWN or
  * MANIFEST_UNKNOWN error, or a 200 that is not an OCI image index): fall back
  * to the "sha256-<hex>" tag schema. -ENOENT when the repository is unknown. */

@@ -36,7 +36,6 @@
 #define TKM_BUNDLE_MEDIA_TYPE_V03 "application/vnd.dev.sigstore.bundle.v0.3+json"
 #define TKM_BUNDLE_MEDIA_PREFIX   "application/vnd.dev.sigstore.bundle"
 #define TKM_BUNDLE_PREDICATE_SIGN "https://sigstore.dev/cosign/sign/v1"
-#define TKM_BUNDLE_MAX_REFERRERS  32
 
 /*
  * Verifies one bundle (borrowed bytes) against the policy for the image
@@ -57,7 +56,9 @@ int tkm_bundle_verify(const unsigned char *bundle, size_t len, const struct tkm_
 /*
  * Finds and verifies the signatures of repo@image_digest with lib/oci's
  * synchronous client (never on a loop thread): the referrers API (entries
- * whose artifactType is a Sigstore bundle), or, when the registry has none,
+ * whose artifactType is a Sigstore bundle; every page, see
+ * tkm_oci_registry_get_referrers; at most TKM_OCI_REFERRERS_MAX tried, and
+ * the message says when that cap was hit), or, when the registry has none,
  * the index tagged "sha256-<hex>"; then the classic "sha256-<hex>.sig". The
  * first signature that satisfies pol wins and res says which and where.
  * -ENOENT: no signature anywhere (err names the places looked at); otherwise
