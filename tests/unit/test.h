@@ -15,7 +15,7 @@
  *   ASSERT_OK(rc)             rc == 0, else prints rc and strerror(-rc)
  *
  * Helpers: tkm_test_tmpdir() gives a fresh directory removed after the test;
- * tkm_test_fixtures() the path of ../shared/fixtures (env TKM_FIXTURES wins).
+ * tkm_test_fixtures() the path of tests/fixtures (env TKM_FIXTURES wins).
  */
 #ifndef TKM_TEST_H
 #define TKM_TEST_H
