@@ -64,8 +64,7 @@ struct pend {
 
 static int synced(const struct app *a)
 {
-    return a->tkc && a->tkcc && k8s_informer_has_synced(a->tkc) &&
-           k8s_informer_has_synced(a->tkcc);
+    return a->tkc && a->tkcc && k8s_informer_has_synced(a->tkc) && k8s_informer_has_synced(a->tkcc);
 }
 
 static void pend_closed(uv_handle_t *h)
@@ -181,8 +180,7 @@ static void op_cancel(struct agent_rpc_call *call, void *data)
     }
 }
 
-static void op_release(struct agent_rpc_call *call, const struct agent_release_req *req,
-                       void *data)
+static void op_release(struct agent_rpc_call *call, const struct agent_release_req *req, void *data)
 {
     struct app *a = data;
     for (struct vol **v = &a->vols; *v; v = &(*v)->next) {
