@@ -301,9 +301,10 @@ static int wire_nul(const uint8_t *p, size_t n, const char *const *names, size_t
             if (memchr(p, 0, len))
                 return tkm_err_set(err, -EINVAL, "a volume attribute key contains a NUL byte");
         } else if ((tag & 7) == 2 && in_map && field == 2 && memchr(p, 0, len)) {
+            if (!key) /* the value came before its key */
+                return tkm_err_set(err, -EINVAL, "a volume attribute value contains a NUL byte");
             return tkm_err_set(err, -EINVAL, "volume attribute \"%.*s\" contains a NUL byte",
-                               key ? (int)(key_len > 200 ? 200 : key_len) : 0,
-                               key ? (const char *)key : "");
+                               (int)(key_len > 200 ? 200 : key_len), (const char *)key);
         } else if ((tag & 7) == 2 && !in_map && field == map_field) {
             if (wire_nul(p, (size_t)len, names, n_names, map_field, 1, err) < 0)
                 return -EINVAL;

@@ -8,6 +8,7 @@
  */
 #include "test.h"
 
+#include <fcntl.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -321,7 +322,7 @@ static void put_entry(uint8_t *b, size_t *n, const char *k, size_t kl, const cha
 }
 
 /* A request whose field `which` (1-4 pod/volume, 5 an attribute value, 6 an
- * attribute key) holds a NUL byte. */
+ * attribute key, 7 a value sent before its key) holds a NUL byte. */
 static int dec_nul(int which, struct tkm_err *e)
 {
     uint8_t b[512];
@@ -336,6 +337,13 @@ static int dec_nul(int which, struct tkm_err *e)
         put_entry(b, &n, "mountPath", 9, "/a\0/b", 5);
     if (which == 6)
         put_entry(b, &n, "mount\0Path", 10, "/a", 2);
+    if (which == 7) { /* an entry with its value before its key */
+        uint8_t e7[64];
+        size_t n7 = 0;
+        put_ld(e7, &n7, 2, "/a\0", 3);
+        put_ld(e7, &n7, 1, "mountPath", 9);
+        put_ld(b, &n, 5, e7, n7);
+    }
     memset(e, 0, sizeof *e);
     int rc = agent_materialize_req_decode(b, n, &r, e);
     if (rc == 0)
@@ -359,6 +367,8 @@ TEST(decode_nul_bytes)
     ASSERT_STREQ(e.msg, "volume attribute \"mountPath\" contains a NUL byte");
     ASSERT_EQ(dec_nul(6, &e), -EINVAL);
     ASSERT_STREQ(e.msg, "a volume attribute key contains a NUL byte");
+    ASSERT_EQ(dec_nul(7, &e), -EINVAL);
+    ASSERT_STREQ(e.msg, "a volume attribute value contains a NUL byte");
 }
 
 TEST(decode_garbage_and_release)
