@@ -110,7 +110,8 @@ struct agent_rpc_ops {
     /* Finish with agent_rpc_reply_status() or agent_rpc_fail(). */
     void (*status)(struct agent_rpc_call *call, void *data);
     /* Optional: call (not yet finished) was cancelled; see the top of this
-     * file. Runs at most once per call, never from inside an op or a reply. */
+     * file. Runs at most once per call, from the loop or from inside
+     * agent_rpc_server_close(); it may finish call itself. */
     void (*cancel)(struct agent_rpc_call *call, void *data);
 };
 
