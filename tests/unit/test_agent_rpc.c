@@ -413,7 +413,7 @@ struct fx {
     struct tkm_grpc_client *cli;
     char dir[200], path[220];
     enum mode mode;
-    int materialize, release, status, cancels, closed, late_rc, wrong_rc;
+    int materialize, release, status, cancels, closed, late_rc, wrong_rc, finish_in_cancel;
     struct agent_rpc_call *held;
     uv_timer_t timer;
     struct tkm_grpc_peer peer;
@@ -496,6 +496,10 @@ static void op_cancel(struct agent_rpc_call *call, void *data)
     f->cancels++;
     ASSERT(call == f->held);
     ASSERT_EQ(agent_rpc_call_cancelled(call), 1);
+    if (f->finish_in_cancel) { /* the daemon drops its work and finishes right here */
+        f->late_rc = agent_rpc_fail(call, TKM_GRPC_ABORTED, "dropped");
+        f->held = NULL;
+    }
 }
 
 static const struct agent_rpc_ops OPS = {op_materialize, op_release, op_status, op_cancel};
@@ -777,6 +781,17 @@ TEST(server_deadline_cancels)
     ASSERT_EQ(r.code, TKM_GRPC_OK);
     free(r.resp);
     ASSERT_EQ(f.cancels, 1);
+    /* a cancel op that finishes the call itself */
+    f.mode = HOLD;
+    f.finish_in_cancel = 1;
+    call_mat(&f, a, 1, 200, &r);
+    wait_res(&f, &r);
+    ASSERT_EQ(r.code, TKM_GRPC_DEADLINE_EXCEEDED);
+    free(r.resp);
+    while (f.cancels < 2)
+        uv_run(&f.loop, UV_RUN_ONCE);
+    ASSERT_EQ(f.late_rc, -ECANCELED);
+    ASSERT_NULL(f.held);
     fx_finish(&f);
 }
 
