@@ -432,8 +432,15 @@ static int reconcile(struct tkm_store_state *st, int64_t now, struct tkm_store_s
         uint64_t bytes = 0;
         if (seen[i])
             continue;
-        if ((rc = tree_bytes(st->s, have[i], &bytes, err)) < 0)
-            goto out;
+        struct tkm_err we = {0};
+        if (tree_bytes(st->s, have[i], &bytes, &we) < 0) {
+            /* a tree that cannot be read serves no pod: it goes (no row, no reference) */
+            tkm_warn("store state %s: %s; removing %s", st->path, we.msg, have[i]);
+            rep->unreadable++;
+            if ((rc = tkm_store_remove(st->s, have[i], err)) < 0)
+                goto out;
+            continue;
+        }
         const char *t[] = {have[i]};
         int64_t v[] = {(int64_t)bytes, now, now};
         if ((rc = run(st, "INSERT INTO entries(digest, bytes, created, last_used) VALUES(?,?,?,?)",
@@ -493,7 +500,12 @@ int tkm_store_state_open(struct tkm_store *s, int64_t now, struct tkm_store_stat
     }
     if ((rc = take_lock(st, err)) < 0)
         goto out;
-    if ((rc = db_open(st, &first)) < 0 || (rc = reconcile(st, now, rep, &first)) < 0) {
+    if ((rc = db_open(st, &first)) == 0 && (rc = reconcile(st, now, rep, &first)) < 0 &&
+        rc != -EBADMSG) {
+        tkm_err_set(err, rc, "%s", first.msg); /* the directory, not the database */
+        goto out;
+    }
+    if (rc < 0) {
         if (keep_file(rc)) {
             tkm_err_set(err, rc, "%s", first.msg);
             goto out;
@@ -1087,8 +1099,9 @@ int tkm_store_state_ingest(struct tkm_store_state *st, const char *digest, const
 
 /* ---- the loop forms ------------------------------------------------------ */
 
-struct ing_job {
-    uv_work_t work; /* the walk of a tree that had no row */
+struct tkm_store_state_job {
+    uv_work_t work;             /* the walk of a tree that had no row */
+    struct tkm_store_job *sjob; /* the extraction, until it reports */
     struct tkm_store_state *st;
     char *digest, *source, *path;
     struct tkm_store_ingest_info info;
@@ -1099,7 +1112,7 @@ struct ing_job {
     void *data;
 };
 
-static void ing_report(struct ing_job *j)
+static void ing_report(struct tkm_store_state_job *j)
 {
     j->cb(j->rc, j->digest, j->rc == 0 ? j->path : NULL, &j->info, &j->err, j->data);
     free(j->digest);
@@ -1110,13 +1123,13 @@ static void ing_report(struct ing_job *j)
 
 static void ing_walk(uv_work_t *w)
 {
-    struct ing_job *j = w->data;
+    struct tkm_store_state_job *j = w->data;
     j->rc = tree_bytes(j->st->s, j->digest, &j->bytes, &j->err);
 }
 
 static void ing_walked(uv_work_t *w, int status)
 {
-    struct ing_job *j = w->data;
+    struct tkm_store_state_job *j = w->data;
     if (status == UV_ECANCELED)
         j->rc = tkm_err_set(&j->err, -ECANCELED, "ingest of %s cancelled", j->digest);
     if (j->rc == 0)
@@ -1128,9 +1141,10 @@ static void ing_walked(uv_work_t *w, int status)
 static void ing_done(int rc, const char *path, const struct tkm_store_ingest_info *info,
                      const struct tkm_err *err, void *data)
 {
-    struct ing_job *j = data;
+    struct tkm_store_state_job *j = data;
     int64_t dummy;
     const char *dg[] = {j->digest};
+    j->sjob = NULL; /* cancelling from now on is a no-op: the extraction is done */
     j->rc = rc;
     j->info = *info;
     if (rc < 0) {
@@ -1159,9 +1173,9 @@ int tkm_store_state_ingest_start(struct uv_loop_s *loop, struct tkm_store_state 
                                  const char *digest, const char *blob_path,
                                  const struct tkm_archive_opts *o, const char *source,
                                  tkm_store_state_ingest_cb cb, void *data,
-                                 struct tkm_store_job **job, struct tkm_err *err)
+                                 struct tkm_store_state_job **job, struct tkm_err *err)
 {
-    struct ing_job *j = NULL;
+    struct tkm_store_state_job *j = NULL;
     int rc = check_digest(digest, err);
     if (job)
         *job = NULL;
@@ -1176,8 +1190,11 @@ int tkm_store_state_ingest_start(struct uv_loop_s *loop, struct tkm_store_state 
     j->cb = cb;
     j->data = data;
     j->work.loop = loop; /* read by ing_done; uv_queue_work sets it again */
-    if ((rc = tkm_store_ingest_start(loop, st->s, digest, blob_path, o, ing_done, j, job, err)) < 0)
+    if ((rc = tkm_store_ingest_start(loop, st->s, digest, blob_path, o, ing_done, j, &j->sjob,
+                                     err)) < 0)
         goto fail;
+    if (job)
+        *job = j;
     return 0;
 fail:
     if (j) {
@@ -1186,6 +1203,12 @@ fail:
         free(j);
     }
     return rc;
+}
+
+void tkm_store_state_job_cancel(struct tkm_store_state_job *job)
+{
+    if (job && job->sjob)
+        tkm_store_job_cancel(job->sjob);
 }
 
 struct rm_job {

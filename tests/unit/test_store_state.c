@@ -150,6 +150,14 @@ static void acquire(struct tkm_store_state *st, const char *vol, const char *dg,
         tkm_test_fail(__FILE__, __LINE__, "acquire %s: %s", vol, err.msg);
 }
 
+static void tb_write_text(const char *path, const char *text)
+{
+    FILE *fp = fopen(path, "w");
+    ASSERT_NOT_NULL(fp);
+    ASSERT(fputs(text, fp) >= 0);
+    ASSERT_OK(fclose(fp));
+}
+
 static void db_exec(const char *root, const char *sql)
 {
     char p[700];
@@ -208,7 +216,19 @@ TEST(reconcile_rows_without_trees_and_trees_without_rows)
              "0123456789abcdef0123456789abcdef0123456789abcdef"
              "0123456789abcdef");
     ASSERT_OK(mkdir(p, 0755));
+    /* a complete tree that cannot be walked (deeper than any archive may make) */
+    const char *deep = "sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+    size_t off = (size_t)snprintf(p, sizeof p, "%s/sha256/%s", root, deep + 7);
+    ASSERT_OK(mkdir(p, 0755));
+    for (int i = 0; i < 70; i++) {
+        off += (size_t)snprintf(p + off, sizeof p - off, "/d");
+        ASSERT_OK(mkdir(p, 0755));
+    }
+    snprintf(p, sizeof p, "%s/sha256/%s.complete", root, deep + 7);
+    tb_write_text(p, "{}");
     open_both(root, 5000, &s, &st, &rep);
+    ASSERT_UEQ(rep.unreadable, 1);
+    ASSERT_EQ(tkm_store_lookup(s, deep, NULL, NULL), -ENOENT);
     ASSERT_EQ(rep.rebuilt, 0);
     ASSERT_UEQ(rep.rows_dropped, 1);
     ASSERT_UEQ(rep.refs_dropped, 2);
@@ -654,6 +674,19 @@ TEST_TIMEOUT(ingest_and_remove_on_the_loop, 60)
     ASSERT_UEQ(o.freed, b1);
     ASSERT_EQ(tkm_store_lookup(s, f[1].digest, NULL, NULL), -ENOENT);
     ASSERT_EQ(tkm_store_state_touch(st, f[1].digest, 1, NULL), -ENOENT);
+    /* cancelled mid-extraction: -ECANCELED, no row, no tree */
+    memset(&o, 0, sizeof o);
+    struct tkm_store_state_job *job = NULL;
+    ASSERT_OK(tkm_store_state_ingest_start(&loop, st, f[2].digest, f[2].path, NULL, NULL, on_ingest,
+                                           &o, &job, &err));
+    ASSERT_NOT_NULL(job);
+    tkm_store_state_job_cancel(job);
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT_EQ(o.calls, 1);
+    ASSERT_EQ(o.rc, -ECANCELED);
+    ASSERT_EQ(tkm_store_lookup(s, f[2].digest, NULL, NULL), -ENOENT);
+    ASSERT_EQ(tkm_store_state_touch(st, f[2].digest, 1, NULL), -ENOENT);
+    ASSERT_EQ(count_sub(root, "staging"), 0);
     ASSERT_OK(uv_loop_close(&loop));
     close_both(s, st);
 }

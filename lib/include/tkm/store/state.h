@@ -22,17 +22,16 @@
  * store's state at a time (<root>/state.lock, flock): a second open gets
  * -EBUSY.
  *
- * Threads: the database connection is serialized (SQLITE_OPEN_FULLMUTEX),
- * but the intended use is: every call without _start on ONE thread, the
- * daemon's loop thread, except tkm_store_state_open, tkm_store_state_ingest,
- * tkm_store_state_remove and tkm_store_state_gc, which walk or delete trees
- * (disk work): call them before the loop runs, from a worker thread, or use
- * the _start forms, which do the disk work on the libuv thread pool and
- * every database write on the loop thread. The quick calls (add, acquire,
- * release, touch, refs, entry, list, stats, gc_plan, would_fit) are one
- * small transaction each: measured 30-60 us per acquire/release with WAL and
- * synchronous=NORMAL, which never fsyncs on commit (bench/store_state.c,
- * docs/store.md).
+ * Threads: one connection, used by one thread at a time. A daemon makes
+ * every call on its loop thread: the quick calls (add, acquire, release,
+ * touch, refs, entries, stats, gc_plan, would_fit) are one small transaction
+ * each (measured in docs/store.md: tens of microseconds, synchronous=NORMAL
+ * never fsyncs on commit), and the _start forms do their disk work (trees
+ * walked, extracted, deleted) on the libuv thread pool and every database
+ * statement on the loop thread. tkm_store_state_open, _ingest, _remove and
+ * _gc block on disk work: call them before the loop runs or from a tool, never
+ * from a pool thread while the loop uses the same state (transactions of one
+ * connection do not isolate threads from each other).
  *
  * Times are Unix seconds passed in by the caller (now), so tests and the
  * agent decide the clock; sizes are the bytes of the tree's regular files
@@ -58,7 +57,8 @@ struct tkm_store_state_report {
     uint64_t refs_dropped; /* references those rows had */
     uint64_t adopted;      /* complete trees that had no row (last_used = now) */
     uint64_t adopted_bytes;
-    uint64_t unmarked; /* rows left "removing" by a crash, tree still complete */
+    uint64_t unmarked;   /* rows left "removing" by a crash, tree still complete */
+    uint64_t unreadable; /* complete trees without row that could not be walked: removed */
 };
 
 /*
@@ -203,14 +203,17 @@ int tkm_store_state_ingest(struct tkm_store_state *st, const char *digest, const
 struct uv_loop_s;
 
 /*
- * tkm_store_state_ingest for a daemon's loop: tkm_store_ingest_start, then
- * (on the loop) the row, after walking the tree on the pool when an entry
- * that was already complete has no row. Strings are copied. cb runs on the
- * loop thread exactly once unless _start fails; path is borrowed for the
- * call. now is read when the row is written (time(NULL)). job (may be NULL)
- * gets the store job for tkm_store_job_cancel, valid until cb runs (NULL
- * once the extraction finished).
+ * tkm_store_state_ingest for a daemon's loop: tkm_store_ingest_start (the
+ * extraction on the pool, a held lock waited for on a loop timer), then on
+ * the loop the row, after walking the tree on the pool when an entry that
+ * was already complete has no row. Strings are copied; s and st must stay
+ * open until cb has run. cb runs on the loop thread exactly once unless
+ * _start fails (< 0: never); path is borrowed for the call; rc < 0 with err
+ * (-ECANCELED after tkm_store_state_job_cancel during the extraction). The
+ * row's time is time(NULL) when it is written. *job (may be NULL) is
+ * borrowed, valid until cb runs, for tkm_store_state_job_cancel only.
  */
+struct tkm_store_state_job;
 typedef void (*tkm_store_state_ingest_cb)(int rc, const char *digest, const char *path,
                                           const struct tkm_store_ingest_info *info,
                                           const struct tkm_err *err, void *data);
@@ -218,7 +221,10 @@ int tkm_store_state_ingest_start(struct uv_loop_s *loop, struct tkm_store_state 
                                  const char *digest, const char *blob_path,
                                  const struct tkm_archive_opts *o, const char *source,
                                  tkm_store_state_ingest_cb cb, void *data,
-                                 struct tkm_store_job **job, struct tkm_err *err);
+                                 struct tkm_store_state_job **job, struct tkm_err *err);
+/* Loop thread. Stops the extraction if it still runs (tkm_store_job_cancel);
+ * once it finished, the row is written anyway and cb reports success. */
+void tkm_store_state_job_cancel(struct tkm_store_state_job *job);
 
 /*
  * tkm_store_state_remove for a daemon's loop: the mark is written at once
