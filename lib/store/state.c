@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <stdatomic.h>
 #include <uv.h>
 
 #include <tkm/buf.h>
@@ -23,12 +24,17 @@
 #define SCHEMA_VERSION  1
 #define BUSY_TIMEOUT_MS 1000
 #define WALK_MAX_DEPTH  64
+/* The commit that finds more WAL frames than this checkpoints itself: a
+ * safety net for a caller that never runs tkm_store_state_checkpoint. */
+#define WAL_SELF_CHECKPOINT_FRAMES 20000
 
 struct tkm_store_state {
     struct tkm_store *s; /* borrowed */
     sqlite3 *db;
+    sqlite3 *ckpt; /* the checkpoint's own connection (any one thread) */
     int lockfd;
-    char *path; /* <root>/state.db */
+    char *path;               /* <root>/state.db */
+    atomic_ullong wal_frames; /* frames in the WAL after the last commit */
 };
 
 /* Migrations: migrations[v] takes a database at user_version v to v + 1.
@@ -243,6 +249,17 @@ static int migrate(struct tkm_store_state *st, struct tkm_err *err)
     return 0;
 }
 
+/* After each commit on the loop's connection: no checkpoint here (its
+ * fsyncs would stall the loop), only the count, unless the WAL is huge. */
+static int wal_hook(void *ud, sqlite3 *db, const char *name, int frames)
+{
+    struct tkm_store_state *st = ud;
+    atomic_store(&st->wal_frames, (unsigned long long)frames);
+    if (frames >= WAL_SELF_CHECKPOINT_FRAMES)
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    return SQLITE_OK;
+}
+
 /* Opens the database and checks it; any failure leaves st->db NULL. */
 static int db_open(struct tkm_store_state *st, struct tkm_err *err)
 {
@@ -277,6 +294,7 @@ static int db_open(struct tkm_store_state *st, struct tkm_err *err)
     if ((rc = exec(st, "PRAGMA synchronous=NORMAL", err)) < 0 ||
         (rc = exec(st, "PRAGMA foreign_keys=ON", err)) < 0)
         goto out;
+    sqlite3_wal_hook(st->db, wal_hook, st); /* replaces the autocheckpoint */
     if ((rc = prep(st, &q, "PRAGMA quick_check", 0, NULL, err)) < 0)
         goto out;
     rc = sqlite3_step(q);
@@ -536,10 +554,41 @@ out:
     return rc;
 }
 
+uint64_t tkm_store_state_wal_frames(struct tkm_store_state *st)
+{
+    return atomic_load(&st->wal_frames);
+}
+
+int tkm_store_state_checkpoint(struct tkm_store_state *st, struct tkm_err *err)
+{
+    int rc = SQLITE_OK, logn = 0, done = 0;
+    if (!st->ckpt) {
+        rc = sqlite3_open_v2(st->path, &st->ckpt,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW,
+                             NULL);
+        if (rc == SQLITE_OK) {
+            sqlite3_busy_timeout(st->ckpt, BUSY_TIMEOUT_MS);
+            rc = sqlite3_exec(st->ckpt, "PRAGMA synchronous=NORMAL", NULL, NULL, NULL);
+        }
+    }
+    if (rc == SQLITE_OK)
+        rc = sqlite3_wal_checkpoint_v2(st->ckpt, NULL, SQLITE_CHECKPOINT_PASSIVE, &logn, &done);
+    if (rc != SQLITE_OK) {
+        rc = tkm_err_set(err, errno_of(rc), "store state %s: checkpoint: %s", st->path,
+                         st->ckpt ? sqlite3_errmsg(st->ckpt) : sqlite3_errstr(rc));
+        sqlite3_close_v2(st->ckpt);
+        st->ckpt = NULL;
+        return rc;
+    }
+    return 0;
+}
+
 void tkm_store_state_free(struct tkm_store_state *st)
 {
     if (!st)
         return;
+    if (st->ckpt)
+        sqlite3_close_v2(st->ckpt);
     if (st->db)
         sqlite3_close_v2(st->db);
     if (st->lockfd >= 0)
@@ -1266,4 +1315,47 @@ fail:
     free(j->digest);
     free(j);
     return rc;
+}
+
+struct ck_job {
+    uv_work_t work;
+    struct tkm_store_state *st;
+    int rc;
+    struct tkm_err err;
+    tkm_store_state_done_cb cb;
+    void *data;
+};
+
+static void ck_work(uv_work_t *w)
+{
+    struct ck_job *j = w->data;
+    j->rc = tkm_store_state_checkpoint(j->st, &j->err);
+}
+
+static void ck_after(uv_work_t *w, int status)
+{
+    struct ck_job *j = w->data;
+    if (status == UV_ECANCELED)
+        j->rc = tkm_err_set(&j->err, -ECANCELED, "checkpoint cancelled before it started");
+    if (j->cb)
+        j->cb(j->rc, &j->err, j->data);
+    free(j);
+}
+
+int tkm_store_state_checkpoint_start(struct uv_loop_s *loop, struct tkm_store_state *st,
+                                     tkm_store_state_done_cb cb, void *data, struct tkm_err *err)
+{
+    struct ck_job *j = calloc(1, sizeof *j);
+    int rc;
+    if (!j)
+        return tkm_err_set(err, -ENOMEM, "out of memory");
+    j->st = st;
+    j->cb = cb;
+    j->data = data;
+    j->work.data = j;
+    if ((rc = uv_queue_work(loop, &j->work, ck_work, ck_after)) != 0) {
+        free(j);
+        return tkm_err_set(err, rc, "checkpoint: uv_queue_work: %s", uv_strerror(rc));
+    }
+    return 0;
 }

@@ -691,6 +691,46 @@ TEST_TIMEOUT(ingest_and_remove_on_the_loop, 60)
     close_both(s, st);
 }
 
+static void on_done(int rc, const struct tkm_err *err, void *data)
+{
+    struct loop_out *o = data;
+    o->calls++;
+    o->rc = rc;
+    snprintf(o->msg, sizeof o->msg, "%s", rc ? err->msg : "");
+}
+
+TEST(wal_checkpoint_on_the_pool)
+{
+    char root[512];
+    struct fix f[NFIX];
+    struct tkm_store *s = NULL;
+    struct tkm_store_state *st = NULL;
+    struct tkm_err err = {0};
+    fixtures(f);
+    store_root(root, sizeof root);
+    open_both(root, 0, &s, &st, NULL);
+    ingest(st, &f[0], 1);
+    for (int i = 0; i < 300; i++) {
+        acquire(st, "vol", f[0].digest, 2 + i);
+        ASSERT_OK(tkm_store_state_release(st, "vol", 2 + i, &err));
+    }
+    /* no autocheckpoint on the loop's connection: the WAL kept every commit */
+    ASSERT(tkm_store_state_wal_frames(st) >= 600);
+    uv_loop_t loop;
+    struct loop_out o = {0};
+    ASSERT_OK(uv_loop_init(&loop));
+    ASSERT_OK(tkm_store_state_checkpoint_start(&loop, st, on_done, &o, &err));
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT_EQ(o.calls, 1);
+    if (o.rc)
+        tkm_test_fail(__FILE__, __LINE__, "%s", o.msg);
+    ASSERT_OK(uv_loop_close(&loop));
+    /* checkpointed: the next commit starts the WAL over */
+    acquire(st, "vol", f[0].digest, 1000);
+    ASSERT(tkm_store_state_wal_frames(st) < 10);
+    close_both(s, st);
+}
+
 /* ---- disk full ----------------------------------------------------------- */
 
 static void disk_full_body(const char *root, struct fix f[NFIX])
@@ -703,6 +743,8 @@ static void disk_full_body(const char *root, struct fix f[NFIX])
     /* 5 MiB of files into 2 MiB */
     ASSERT_EQ(tkm_store_state_ingest(st, f[2].digest, f[2].path, NULL, NULL, 2, NULL, NULL, &err),
               -ENOSPC);
+    printf("# %s\n", err.msg);
+    fflush(stdout);
     ASSERT_STRCONTAINS(err.msg, "No space left on device");
     ASSERT_STRCONTAINS(err.msg, f[2].digest);
     ASSERT_EQ(tkm_store_lookup(s, f[2].digest, NULL, NULL), -ENOENT);

@@ -238,4 +238,22 @@ int tkm_store_state_remove_start(struct uv_loop_s *loop, struct tkm_store_state 
                                  const char *digest, tkm_store_state_remove_cb cb, void *data,
                                  struct tkm_err *err);
 
+/*
+ * Checkpoints: the loop's connection never copies the WAL back into
+ * state.db on its own (that costs fsyncs: up to 16 ms measured, on the
+ * loop), except as a safety net once the WAL holds 20000 frames (~80 MiB).
+ * The daemon runs tkm_store_state_checkpoint_start now and then (e.g. when
+ * tkm_store_state_wal_frames passes 1000, or on a timer): a PASSIVE
+ * checkpoint through a second connection on the thread pool, concurrent
+ * with the loop's calls (never two at once). cb (may be NULL) runs on the
+ * loop thread unless _start fails. tkm_store_state_checkpoint is the
+ * blocking form (any one thread). st must stay open until cb ran.
+ */
+typedef void (*tkm_store_state_done_cb)(int rc, const struct tkm_err *err, void *data);
+int tkm_store_state_checkpoint(struct tkm_store_state *st, struct tkm_err *err);
+int tkm_store_state_checkpoint_start(struct uv_loop_s *loop, struct tkm_store_state *st,
+                                     tkm_store_state_done_cb cb, void *data, struct tkm_err *err);
+/* Frames in the WAL after the last commit (any thread). */
+uint64_t tkm_store_state_wal_frames(struct tkm_store_state *st);
+
 #endif
