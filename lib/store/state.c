@@ -673,6 +673,7 @@ int tkm_store_state_acquire(struct tkm_store_state *st, const struct tkm_store_r
                              ref->volume_id, old, ref->digest);
             goto out;
         }
+        sqlite3_reset(q); /* no statement in progress across the writes */
         int64_t v[] = {now};
         if ((rc = run(st, "UPDATE entries SET last_used=?2 WHERE digest=?1", 1, dg, 1, v, err)) ==
             0)
@@ -735,6 +736,7 @@ int tkm_store_state_release(struct tkm_store_state *st, const char *volume_id, i
         rc = tkm_err_set(err, -ENOMEM, "out of memory");
         goto out;
     }
+    sqlite3_reset(q);
     const char *dg[] = {digest};
     int64_t v[] = {now};
     if ((rc = run(st, "DELETE FROM refs WHERE volume_id=?", 1, vol, 0, NULL, err)) < 0 ||
