@@ -692,6 +692,13 @@ int tkm_store_state_acquire(struct tkm_store_state *st, const struct tkm_store_r
                                have ? " any more: it is being removed" : "", ref->volume_id);
         goto out;
     }
+    /* a tree deleted behind the state's back: the caller ingests it again */
+    if (tkm_store_lookup(st->s, ref->digest, NULL, NULL) < 0) {
+        rc = tkm_err_set(err, -ENOENT,
+                         "%s is recorded but its tree is not complete in the store %s (volume %s)",
+                         ref->digest, tkm_store_root(st->s), ref->volume_id);
+        goto out;
+    }
     const char *t[] = {ref->volume_id,     ref->digest,      nz(ref->pod_namespace),
                        nz(ref->pod_name),  nz(ref->pod_uid), nz(ref->cache_namespace),
                        nz(ref->cache_name)};

@@ -49,6 +49,11 @@
 
 struct tkm_store_state;
 
+/* The agent's defaults (docs/store.md): unused entries go after 10 minutes,
+ * and the store keeps within 10 GiB of cache files. */
+#define TKM_STORE_GC_GRACE_DEFAULT_S   600
+#define TKM_STORE_BUDGET_DEFAULT_BYTES (10ULL << 30)
+
 /* What tkm_store_state_open found and repaired. */
 struct tkm_store_state_report {
     int rebuilt;           /* 1: state.db was unreadable and moved aside */
@@ -104,7 +109,8 @@ struct tkm_store_ref {
  * = now. Idempotent: the same volume id with the same digest again is 0
  * with *created = 0 (no second reference). -EEXIST when the volume id
  * already references another digest (err names both), -ENOENT when the
- * digest has no entry (or is being removed), -EINVAL for a bad digest or an
+ * digest has no entry, is being removed, or its tree is no longer complete
+ * on disk (then ingest it again: the row is kept and updated), -EINVAL for a bad digest or an
  * empty volume id. created (may be NULL): 1 when a row was inserted.
  */
 int tkm_store_state_acquire(struct tkm_store_state *st, const struct tkm_store_ref *ref,
