@@ -780,6 +780,40 @@ static void disk_full_body(const char *root, struct fix f[NFIX])
     ingest(st, &f[1], 4);
     ASSERT_OK(tkm_store_state_release(st, "vol", 5, &err));
     ASSERT_OK(tkm_store_state_remove(st, f[0].digest, NULL, &err));
+    /* the disk full under a SQLite write: a clear error, the transaction rolled back */
+    char filler[700];
+    snprintf(filler, sizeof filler, "%s/filler", root);
+    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ASSERT(fd >= 0);
+    static const char zero[65536];
+    while (write(fd, zero, sizeof zero) > 0)
+        ;
+    while (write(fd, zero, 512) > 0)
+        ;
+    close(fd);
+    int rc = 0, n = 0, held = 0; /* held: the reference exists */
+    struct tkm_store_ref r;
+    ref_of(&r, "vol-x", f[1].digest);
+    for (; n < 400 && rc == 0; n++) {
+        tkm_err_clear(&err);
+        rc = held ? tkm_store_state_release(st, "vol-x", 10 + n, &err)
+                  : tkm_store_state_acquire(st, &r, 10 + n, NULL, &err);
+        if (rc == 0)
+            held = !held;
+    }
+    ASSERT_EQ(rc, -ENOSPC);
+    printf("# after %d commits: %s\n", n - 1, err.msg);
+    fflush(stdout);
+    ASSERT_STRCONTAINS(err.msg, "database or disk is full");
+    struct tkm_store_ref *refs = NULL;
+    size_t nr = 0;
+    ASSERT_OK(tkm_store_state_refs(st, NULL, &refs, &nr, &err));
+    ASSERT_EQ(nr, held); /* the failed transaction left nothing */
+    tkm_store_state_refs_free(refs, nr);
+    ASSERT_OK(unlink(filler));
+    if (!held)
+        ASSERT_OK(tkm_store_state_acquire(st, &r, 500, NULL, &err));
+    ASSERT_OK(tkm_store_state_release(st, "vol-x", 500, &err));
     close_both(s, st);
     /* and a reopen finds it consistent */
     struct tkm_store_state_report rep;
