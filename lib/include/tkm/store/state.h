@@ -31,7 +31,9 @@
  * statement on the loop thread. tkm_store_state_open, _ingest, _remove and
  * _gc block on disk work: call them before the loop runs or from a tool, never
  * from a pool thread while the loop uses the same state (transactions of one
- * connection do not isolate threads from each other).
+ * connection do not isolate threads from each other). The exception is
+ * tkm_store_state_checkpoint: a second connection of its own, on any one
+ * thread, concurrently with the loop's calls (see Checkpoints below).
  *
  * Times are Unix seconds passed in by the caller (now), so tests and the
  * agent decide the clock; sizes are the bytes of the tree's regular files
