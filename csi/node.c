@@ -679,7 +679,13 @@ static void node_stats(struct tkm_grpc_call *call, void *data)
         tkm_grpc_call_fail(call, TKM_GRPC_INVALID_ARGUMENT, "bad NodeGetVolumeStatsRequest");
         return;
     }
-    if ((code = check_vol_target(d, q->volume_id, q->volume_path, "volume_path", &root, &err)))
+    code = check_vol_target(d, q->volume_id, q->volume_path, "volume_path", &root, &err);
+    if (code && q->volume_id[0] && q->volume_path[0]) {
+        /* A path or id we could never have published: not found (CSI). */
+        code = TKM_GRPC_NOT_FOUND;
+        tkm_err_prefix(&err, "volume %s is not published at %s", q->volume_id, q->volume_path);
+    }
+    if (code)
         goto fail;
     /* A /proc read and a statvfs of an overlay: quick, on the loop. */
     st = target_state(q->volume_path, q->volume_id, what, sizeof(what), &err);
