@@ -70,12 +70,15 @@ csi_driver_stop() {
   [[ -n ${CSI_DRIVER_PID:-} ]] || return 0
   kill "-${1:-TERM}" "$CSI_DRIVER_PID" 2>/dev/null || true
   wait "$CSI_DRIVER_PID" 2>/dev/null || true
-  CSI_DRIVER_PID=
-  [[ ${1:-TERM} != TERM ]] || rm -f "$CSI_SOCK" # a SIGKILLed one leaves a stale socket: tkm-csi removes it
+  CSI_DRIVER_PID= # a SIGKILLed one leaves a stale socket: the next tkm-csi removes it
 }
 
-# csi CMD ARGS...: one CSI call (e2e_csi_client) against tkm-csi.
-csi() { "$TKM_BUILD_DIR/tests/e2e_csi_client" "$CSI_SOCK" "$@"; }
+# csi CMD ARGS...: one CSI call (e2e_csi_client) against tkm-csi. For publish it
+# first creates the target's parent, as kubelet does (the driver creates the target).
+csi() {
+  [[ $1 != publish ]] || mkdir -p "$(dirname "$3")"
+  "$TKM_BUILD_DIR/tests/e2e_csi_client" "$CSI_SOCK" "$@"
+}
 
 # csi_mounts: "MOUNTPOINT SOURCE" for every overlay tkm-csi mounted (mountinfo's
 # optional fields vary in number: split at the " - " separator).
