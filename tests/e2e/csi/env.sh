@@ -25,8 +25,9 @@ csi_setup() {
   local fixture=${2:-triton-3.6.0-cuda-sm90}
   mkdir -p "$CSI_TMP/store" "$CSI_TMP/run" "$CSI_TMP/pods"
   tar -xzf "$TKM_FIXTURES/triton-cache/$fixture.tar.gz" -C "$CSI_TMP/store"
-  CSI_STORE=$CSI_TMP/store/tcache
-  [[ -d $CSI_STORE ]] || { echo "csi env: no tcache/ in fixture $fixture" >&2; return 1; }
+  # The fixture's one top-level dir (tcache/, tcache-inductor/, ...) is the cache root.
+  CSI_STORE=$(find "$CSI_TMP/store" -mindepth 1 -maxdepth 1 -type d | head -1)
+  [[ -n $CSI_STORE ]] || { echo "csi env: no cache dir in fixture $fixture" >&2; return 1; }
   mount -t tmpfs -o mode=0755,size=512m tkm-e2e-run "$CSI_TMP/run"
   CSI_STATE=$CSI_TMP/run/tkm/caches
   CSI_SOCK=$CSI_TMP/plugins/csi.sock
