@@ -108,7 +108,7 @@ static void op_enqueue(struct csi_driver *d, struct csi_op *op)
 /* What is mounted at target: 1 ours (this volume), 2 something else (its
  * description in what), 0 nothing; < 0 error in err. */
 static int target_state(const char *target, const char *vol, char *what, size_t wlen,
-                        struct tkm_err *err)
+                        int *elsewhere, struct tkm_err *err)
 {
     struct tkm_buf mi = TKM_BUF_INIT(64u << 20);
     struct csi_mount m;
@@ -120,8 +120,10 @@ static int target_state(const char *target, const char *vol, char *what, size_t 
         rc = tkm_err_set(err, rc, "parsing /proc/self/mountinfo: %s", strerror(-rc));
         goto out;
     }
+    snprintf(src, sizeof(src), CSI_MOUNT_SOURCE "%s", vol);
+    if (elsewhere) /* the volume mounted anywhere (checked when the target is free) */
+        *elsewhere = csi_mountinfo_has_source(mi.data, src);
     if (rc == 1) {
-        snprintf(src, sizeof(src), CSI_MOUNT_SOURCE "%s", vol);
         rc = strcmp(m.source, src) == 0 && strcmp(m.fstype, "overlay") == 0 ? 1 : 2;
         snprintf(what, wlen, "%s (%s)", m.source, m.fstype);
         csi_mount_release(&m);
@@ -380,7 +382,8 @@ static void pub_start(struct csi_op *op)
     Csi__V1__NodePublishVolumeRequest *q = op->req;
     char what[512], marker[PATH_MAX];
     uint8_t *buf = NULL;
-    int st = target_state(op->target, op->vol, what, sizeof(what), &op->err);
+    int elsewhere = 0;
+    int st = target_state(op->target, op->vol, what, sizeof(what), &elsewhere, &op->err);
     if (st < 0) {
         op_fail_err(op, TKM_GRPC_INTERNAL);
         return;
@@ -399,6 +402,12 @@ static void pub_start(struct csi_op *op)
             op_fail_err(op, TKM_GRPC_ALREADY_EXISTS);
             return;
         }
+    }
+    if (elsewhere) {
+        tkm_err_set(&op->err, -EEXIST, "volume %s is already published at another target path",
+                    op->vol);
+        op_fail_err(op, TKM_GRPC_ALREADY_EXISTS);
+        return;
     }
     /* A release still pending for this id would drop the reference the
      * Materialize below takes (the agent keeps one per volume id). */
@@ -455,7 +464,7 @@ static void unpub_work(uv_work_t *w)
     char what[512];
     int rc;
     op->code = TKM_GRPC_INTERNAL;
-    int st = target_state(op->target, op->vol, what, sizeof(what), &op->err);
+    int st = target_state(op->target, op->vol, what, sizeof(what), NULL, &op->err);
     if (st < 0) {
         op->rc = st;
         return;
@@ -688,7 +697,7 @@ static void node_stats(struct tkm_grpc_call *call, void *data)
     if (code)
         goto fail;
     /* A /proc read and a statvfs of an overlay: quick, on the loop. */
-    st = target_state(q->volume_path, q->volume_id, what, sizeof(what), &err);
+    st = target_state(q->volume_path, q->volume_id, what, sizeof(what), NULL, &err);
     code = TKM_GRPC_INTERNAL;
     if (st < 0)
         goto fail;

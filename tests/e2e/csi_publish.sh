@@ -114,6 +114,8 @@ step "already exists / idempotent"
 expect_ok "publish again: idempotent" csi publish vol-a "$P/a/mount" cacheName=vadd csi.storage.k8s.io/pod.name=pod-a
 expect_fail "another volume at a used target" csi publish vol-x "$P/a/mount" cacheName=vadd
 assert_contains "$OUT" "ALREADY_EXISTS: target $P/a/mount is already a mount of tkm-csi:vol-a" "ALREADY_EXISTS"
+expect_fail "the same volume at another target" csi publish vol-a "$P/a2/mount" cacheName=vadd csi.storage.k8s.io/pod.name=pod-a
+assert_contains "$OUT" "ALREADY_EXISTS: volume vol-a is already published at another target path" "ALREADY_EXISTS: one volume, one target"
 
 step "errors a person reads in kubectl describe pod"
 expect_fail "cache not declared" csi publish vol-e1 "$P/e1/mount" cacheName=other
