@@ -115,17 +115,14 @@ void csi_release_volume(struct csi_driver *d, const char *vol,
     d->n_pending++;
     req.volume_id = r->vol;
     size_t n = tkm__agent__v1__release_request__pack(&req, buf);
-    if (!d->agent) {
+    if (!d->agent)
         tkm_err_set(&err, -ESHUTDOWN, "tkm-csi is shutting down");
-        goto not_sent;
-    }
-    if (tkm_grpc_client_call(d->agent, "/tkm.agent.v1.Agent/Release", buf, n,
-                             d->cfg->agent_timeout_ms, NULL, rel_answered, r, NULL, &err) < 0) {
-    not_sent:
-        tkm_warn("volume %s: Release not sent: %s", vol, tkm_err_str(&err));
-        csi_retry_kick(d);
-        rel_end(r);
-    }
+    else if (tkm_grpc_client_call(d->agent, "/tkm.agent.v1.Agent/Release", buf, n,
+                                  d->cfg->agent_timeout_ms, NULL, rel_answered, r, NULL, &err) == 0)
+        return;
+    tkm_warn("volume %s: Release not sent: %s", vol, tkm_err_str(&err));
+    csi_retry_kick(d);
+    rel_end(r);
 }
 
 struct round {
@@ -139,9 +136,11 @@ static void round_item_done(void *data, int released)
     struct round *rd = data;
     (void)released;
     if (--rd->left == 0) {
-        rd->d->retry_running = 0;
-        rd->d->n_pending--;
+        struct csi_driver *d = rd->d;
         free(rd);
+        d->retry_running = 0;
+        d->n_pending--;
+        csi_driver_maybe_done(d); /* may free d */
     }
 }
 
@@ -150,16 +149,19 @@ static void round_scanned(uv_fs_t *req)
     struct round *rd = req->data;
     struct csi_driver *d = rd->d;
     uv_dirent_t ent;
+    size_t found = 0;
     rd->left = 1; /* held while starting the items */
     if (req->result > 0 && !d->closing)
         while (uv_fs_scandir_next(req, &ent) != UV_EOF)
             if (ent.type != UV_DIRENT_DIR && csi_check_volume_id(ent.name, NULL) == 0) {
                 rd->left++;
+                found++;
                 csi_release_volume(d, ent.name, round_item_done, rd);
             }
     uv_fs_req_cleanup(req);
+    if (found == 0 && !d->closing)
+        uv_timer_stop(&d->retry); /* nothing pending: csi_retry_kick() restarts it */
     round_item_done(rd, 0);
-    csi_driver_maybe_done(d);
 }
 
 static void retry_tick(uv_timer_t *t)

@@ -205,6 +205,9 @@ assert_contains "$(cat "$CSI_TMP/agent.log")" "Release vol-late" "the agent got 
 
 step "shutdown"
 csi_driver_stop
+assert_eq 0 "$CSI_DRIVER_RC" "SIGTERM: tkm-csi exits 0"
 [[ ! -e $CSI_SOCK ]] && pass "SIGTERM: the socket is removed"
+csi_agent_stop
+csi_logs_clean && pass "no sanitizer report in the logs"
 assert_not_contains "$(cat "$CSI_TMP/csi.log")" "handles open" "the loop closed cleanly"
 e2e_done

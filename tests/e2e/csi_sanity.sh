@@ -31,4 +31,7 @@ summary=$(grep -E '^(Ran|PASS|SUCCESS|FAIL)' "$E2E_TMP/sanity.log" | tr '\n' ' '
 echo "$summary"
 assert_contains "$summary" "SUCCESS" "csi-sanity passes"
 assert_not_contains "$summary" " 0 Passed" "csi-sanity ran tests"
+csi_driver_stop
+assert_eq 0 "$CSI_DRIVER_RC" "tkm-csi exits 0 on SIGTERM"
+csi_logs_clean && pass "no sanitizer report in the logs"
 e2e_done

@@ -70,8 +70,14 @@ csi_driver_start() {
 csi_driver_stop() {
   [[ -n ${CSI_DRIVER_PID:-} ]] || return 0
   kill "-${1:-TERM}" "$CSI_DRIVER_PID" 2>/dev/null || true
-  wait "$CSI_DRIVER_PID" 2>/dev/null || true
+  CSI_DRIVER_RC=0
+  wait "$CSI_DRIVER_PID" 2>/dev/null || CSI_DRIVER_RC=$?
   CSI_DRIVER_PID= # a SIGKILLed one leaves a stale socket: the next tkm-csi removes it
+}
+
+# csi_logs_clean: no sanitizer report (ASan/UBSan builds) in the driver's or agent's log.
+csi_logs_clean() {
+  ! grep -E 'Sanitizer|runtime error:' "$CSI_TMP/csi.log" "$CSI_TMP/agent.log"
 }
 
 # csi CMD ARGS...: one CSI call (e2e_csi_client) against tkm-csi. For publish it
