@@ -40,8 +40,9 @@ struct csi_op {
     struct csi_lock *lock; /* borrowed from the driver */
     enum csi_op_kind kind;
     struct tkm_grpc_call *call;             /* borrowed until finished */
-    char *vol, *target;                     /* owned */
-    const char *root;                       /* the target's root (borrowed from the config) */
+    char *vol, *target;                     /* owned; target as the request spelled it (messages) */
+    char *real;                             /* owned: target below the root's real path (all I/O) */
+    const char *root;                       /* the root's real path (borrowed from the driver) */
     Csi__V1__NodePublishVolumeRequest *req; /* owned (publish) */
     struct csi_attrs attrs;                 /* borrows from req */
     char *store, *mount_path;               /* owned: the agent's answer */
@@ -71,6 +72,10 @@ struct csi_driver {
     void (*closed_cb)(void *data);
     void *closed_data;
     char reg_path[108];
+    /* realpath() of each cfg->target_roots[i] at start: mountinfo names real
+     * paths, so a root reached through a symlink (/var/lib/kubelet -> /data)
+     * must be compared and mounted by its real path. Owned. */
+    char *real_roots[CSI_MAX_TARGET_ROOTS];
 };
 
 /* node.c: registers the Node service's methods. */

@@ -213,6 +213,18 @@ int csi_driver_new(uv_loop_t *loop, const struct csi_config *cfg, struct csi_dri
         return tkm_err_set(err, -ENOMEM, "out of memory");
     d->loop = loop;
     d->cfg = cfg;
+    for (size_t i = 0; i < cfg->n_target_roots; i++) {
+        char *r = realpath(cfg->target_roots[i], NULL);
+        d->real_roots[i] = r ? r : strdup(cfg->target_roots[i]);
+        if (!d->real_roots[i]) {
+            while (i > 0)
+                free(d->real_roots[--i]);
+            free(d);
+            return tkm_err_set(err, -ENOMEM, "out of memory");
+        }
+        if (strcmp(d->real_roots[i], cfg->target_roots[i]) != 0)
+            tkm_info("target root %s is %s", cfg->target_roots[i], d->real_roots[i]);
+    }
     uv_timer_init(loop, &d->retry);
     d->retry.data = d;
     d->handles_open = 1;
@@ -258,6 +270,8 @@ void csi_driver_maybe_done(struct csi_driver *d)
     }
     void (*cb)(void *) = d->closed_cb;
     void *data = d->closed_data;
+    for (size_t i = 0; i < CSI_MAX_TARGET_ROOTS; i++)
+        free(d->real_roots[i]);
     free(d);
     if (cb)
         cb(data);

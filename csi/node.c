@@ -29,6 +29,7 @@ static void op_free(struct csi_op *op)
         csi__v1__node_publish_volume_request__free_unpacked(op->req, NULL);
     free(op->vol);
     free(op->target);
+    free(op->real);
     free(op->store);
     free(op->mount_path);
     free(op);
@@ -273,7 +274,7 @@ static void pub_work(uv_work_t *w)
         goto out;
     if ((rc = csi_overlay_opts(&opts, op->attrs.mode, op->vol_dir, op->store, &op->err)) < 0)
         goto out;
-    if ((rc = csi_open_target(op->root, op->target, 1, &fd, &op->err)) < 0) {
+    if ((rc = csi_open_target(op->root, op->real, 1, &fd, &op->err)) < 0) {
         op->code = rc == -ELOOP || rc == -ENOTDIR ? TKM_GRPC_INVALID_ARGUMENT : TKM_GRPC_INTERNAL;
         goto out;
     }
@@ -383,7 +384,7 @@ static void pub_start(struct csi_op *op)
     char what[512], marker[PATH_MAX];
     uint8_t *buf = NULL;
     int elsewhere = 0;
-    int st = target_state(op->target, op->vol, what, sizeof(what), &elsewhere, &op->err);
+    int st = target_state(op->real, op->vol, what, sizeof(what), &elsewhere, &op->err);
     if (st < 0) {
         op_fail_err(op, TKM_GRPC_INTERNAL);
         return;
@@ -464,7 +465,7 @@ static void unpub_work(uv_work_t *w)
     char what[512];
     int rc;
     op->code = TKM_GRPC_INTERNAL;
-    int st = target_state(op->target, op->vol, what, sizeof(what), NULL, &op->err);
+    int st = target_state(op->real, op->vol, what, sizeof(what), NULL, &op->err);
     if (st < 0) {
         op->rc = st;
         return;
@@ -476,8 +477,18 @@ static void unpub_work(uv_work_t *w)
                              op->target, what, op->vol);
         return;
     }
-    if (st == 1 && umount2(op->target, UMOUNT_NOFOLLOW) < 0) {
-        if (errno != EBUSY || umount2(op->target, UMOUNT_NOFOLLOW | MNT_DETACH) < 0) {
+    if (st == 1) {
+        /* No symlink below the root (the last component is UMOUNT_NOFOLLOW). */
+        int fd = -1;
+        if ((rc = csi_open_target(op->root, op->real, 0, &fd, &op->err)) < 0) {
+            op->code = TKM_GRPC_INVALID_ARGUMENT;
+            op->rc = rc;
+            return;
+        }
+        close(fd);
+    }
+    if (st == 1 && umount2(op->real, UMOUNT_NOFOLLOW) < 0) {
+        if (errno != EBUSY || umount2(op->real, UMOUNT_NOFOLLOW | MNT_DETACH) < 0) {
             op->rc =
                 tkm_err_set(&op->err, -errno, "unmounting %s: %s", op->target, strerror(errno));
             return;
@@ -486,7 +497,7 @@ static void unpub_work(uv_work_t *w)
     }
     /* The target dir is ours to remove (CSI: the plugin creates and deletes
      * it); a non-empty one is left alone. */
-    if (rmdir(op->target) < 0 && errno != ENOENT && errno != ENOTEMPTY && errno != ENOTDIR)
+    if (rmdir(op->real) < 0 && errno != ENOENT && errno != ENOTEMPTY && errno != ENOTDIR)
         tkm_warn("removing the target %s: %s", op->target, strerror(errno));
     if ((rc = find_vol_dir(cfg->state_dir, op->vol, op->vol_dir, sizeof(op->vol_dir))) < 0) {
         op->rc = tkm_err_set(&op->err, rc, "looking for volume %s under %s: %s", op->vol,
@@ -564,22 +575,36 @@ static struct csi_op *op_new(struct csi_driver *d, struct tkm_grpc_call *call,
     return op;
 }
 
-/* Checks volume id and target; fills err and returns the code, or OK. */
+/* Checks volume id and target; fills err and returns the code, or OK. On OK
+ * *root is the root's real path and *real (owned) the target below it. */
 static int check_vol_target(struct csi_driver *d, const char *vol, const char *target,
-                            const char *target_field, const char **root, struct tkm_err *err)
+                            const char *target_field, const char **root, char **real,
+                            struct tkm_err *err)
 {
+    const struct csi_config *cfg = d->cfg;
+    const char *r;
+    size_t i, rl;
+    *real = NULL;
     if (!vol || !vol[0])
         return tkm_err_set(err, -EINVAL, "volume_id is required"), TKM_GRPC_INVALID_ARGUMENT;
     if (!target || !target[0])
         return tkm_err_set(err, -EINVAL, "%s is required", target_field), TKM_GRPC_INVALID_ARGUMENT;
     if (csi_check_volume_id(vol, err) < 0 || csi_check_abs_path(target, target_field, err) < 0)
         return TKM_GRPC_INVALID_ARGUMENT;
-    *root = csi_target_root(target, d->cfg->target_roots, d->cfg->n_target_roots);
-    if (!*root) {
+    r = csi_target_root(target, cfg->target_roots, cfg->n_target_roots);
+    if (!r) {
         tkm_err_set(err, -EINVAL, "%s %s is not below the kubelet's pods dir or a --target-root",
                     target_field, target);
         return TKM_GRPC_INVALID_ARGUMENT;
     }
+    for (i = 0; cfg->target_roots[i] != r; i++)
+        ;
+    rl = strcmp(r, "/") == 0 ? 0 : strlen(r);
+    *root = d->real_roots[i];
+    size_t n = strlen(*root) + strlen(target + rl) + 1;
+    if (!(*real = malloc(n)))
+        return tkm_err_set(err, -ENOMEM, "out of memory"), TKM_GRPC_RESOURCE_EXHAUSTED;
+    snprintf(*real, n, "%s%s", strcmp(*root, "/") == 0 ? "" : *root, target + rl);
     return TKM_GRPC_OK;
 }
 
@@ -588,6 +613,7 @@ static void node_publish(struct tkm_grpc_call *call, void *data)
     struct csi_driver *d = data;
     struct tkm_err err = {0};
     const char *root = NULL, **keys = NULL, **vals = NULL;
+    char *real = NULL;
     size_t n;
     const void *b = tkm_grpc_call_request(call, &n);
     Csi__V1__NodePublishVolumeRequest *q = csi__v1__node_publish_volume_request__unpack(NULL, n, b);
@@ -597,7 +623,8 @@ static void node_publish(struct tkm_grpc_call *call, void *data)
         tkm_grpc_call_fail(call, TKM_GRPC_INVALID_ARGUMENT, "bad NodePublishVolumeRequest");
         return;
     }
-    if ((code = check_vol_target(d, q->volume_id, q->target_path, "target_path", &root, &err)))
+    if ((code =
+             check_vol_target(d, q->volume_id, q->target_path, "target_path", &root, &real, &err)))
         goto fail;
     code = TKM_GRPC_INVALID_ARGUMENT;
     if (!q->volume_capability) {
@@ -628,6 +655,8 @@ static void node_publish(struct tkm_grpc_call *call, void *data)
         goto fail;
     }
     op->root = root;
+    op->real = real;
+    real = NULL;
     op->req = q;
     q = NULL;
     op_enqueue(d, op);
@@ -636,6 +665,7 @@ fail:
     tkm_info("publish %s: %s: %s", q->volume_id, tkm_grpc_code_name(code), tkm_err_str(&err));
     tkm_grpc_call_fail(call, code, tkm_err_str(&err));
 out:
+    free(real);
     free(keys);
     free(vals);
     if (q)
@@ -647,6 +677,7 @@ static void node_unpublish(struct tkm_grpc_call *call, void *data)
     struct csi_driver *d = data;
     struct tkm_err err = {0};
     const char *root = NULL;
+    char *real = NULL;
     size_t n;
     const void *b = tkm_grpc_call_request(call, &n);
     Csi__V1__NodeUnpublishVolumeRequest *q =
@@ -656,16 +687,19 @@ static void node_unpublish(struct tkm_grpc_call *call, void *data)
         tkm_grpc_call_fail(call, TKM_GRPC_INVALID_ARGUMENT, "bad NodeUnpublishVolumeRequest");
         return;
     }
-    code = check_vol_target(d, q->volume_id, q->target_path, "target_path", &root, &err);
+    code = check_vol_target(d, q->volume_id, q->target_path, "target_path", &root, &real, &err);
     if (code) {
         tkm_grpc_call_fail(call, code, tkm_err_str(&err));
     } else {
         struct csi_op *op = op_new(d, call, CSI_OP_UNPUBLISH, q->volume_id, q->target_path);
         if (op) {
             op->root = root;
+            op->real = real;
+            real = NULL;
             op_enqueue(d, op);
         }
     }
+    free(real);
     csi__v1__node_unpublish_volume_request__free_unpacked(q, NULL);
 }
 
@@ -674,7 +708,7 @@ static void node_stats(struct tkm_grpc_call *call, void *data)
     struct csi_driver *d = data;
     struct tkm_err err = {0};
     const char *root = NULL;
-    char what[512];
+    char what[512], *real = NULL;
     struct statvfs sv;
     size_t n;
     const void *b = tkm_grpc_call_request(call, &n);
@@ -688,7 +722,7 @@ static void node_stats(struct tkm_grpc_call *call, void *data)
         tkm_grpc_call_fail(call, TKM_GRPC_INVALID_ARGUMENT, "bad NodeGetVolumeStatsRequest");
         return;
     }
-    code = check_vol_target(d, q->volume_id, q->volume_path, "volume_path", &root, &err);
+    code = check_vol_target(d, q->volume_id, q->volume_path, "volume_path", &root, &real, &err);
     if (code && q->volume_id[0] && q->volume_path[0]) {
         /* A path or id we could never have published: not found (CSI). */
         code = TKM_GRPC_NOT_FOUND;
@@ -697,7 +731,7 @@ static void node_stats(struct tkm_grpc_call *call, void *data)
     if (code)
         goto fail;
     /* A /proc read and a statvfs of an overlay: quick, on the loop. */
-    st = target_state(q->volume_path, q->volume_id, what, sizeof(what), NULL, &err);
+    st = target_state(real, q->volume_id, what, sizeof(what), NULL, &err);
     code = TKM_GRPC_INTERNAL;
     if (st < 0)
         goto fail;
@@ -707,7 +741,7 @@ static void node_stats(struct tkm_grpc_call *call, void *data)
                     q->volume_path);
         goto fail;
     }
-    if (statvfs(q->volume_path, &sv) < 0) {
+    if (statvfs(real, &sv) < 0) {
         tkm_err_set(&err, -errno, "statvfs %s: %s", q->volume_path, strerror(errno));
         goto fail;
     }
@@ -722,10 +756,12 @@ static void node_stats(struct tkm_grpc_call *call, void *data)
     r.n_usage = 2;
     r.usage = u;
     csi_reply(call, &r.base);
+    free(real);
     csi__v1__node_get_volume_stats_request__free_unpacked(q, NULL);
     return;
 fail:
     tkm_grpc_call_fail(call, code, tkm_err_str(&err));
+    free(real);
     csi__v1__node_get_volume_stats_request__free_unpacked(q, NULL);
 }
 

@@ -203,6 +203,20 @@ csi_agent_start
 wait_for 10 "the release reaches the agent" bash -c "[[ ! -e $CSI_STATE/.release/vol-late ]]"
 assert_contains "$(cat "$CSI_TMP/agent.log")" "Release vol-late" "the agent got it"
 
+step "a target root reached through a symlink (kubelet dir on another disk)"
+csi_driver_stop
+mkdir -p "$CSI_TMP/data/pods" && ln -s "$CSI_TMP/data/pods" "$CSI_TMP/linkroot"
+csi_driver_start --target-root "$CSI_TMP/linkroot"
+L=$CSI_TMP/linkroot
+expect_ok "publish below the symlinked root" csi publish vol-l "$L/u/mount" cacheName=vadd
+assert_eq "$CSI_TMP/data/pods/u/mount tkm-csi:vol-l" "$(csi_mounts)" "mounted at the real path"
+expect_ok "publish again: recognised as published" csi publish vol-l "$L/u/mount" cacheName=vadd
+assert_eq "1" "$(csi_mounts | wc -l)" "still one mount"
+expect_ok "stats through the symlinked root" csi stats vol-l "$L/u/mount"
+expect_ok "unpublish below the symlinked root" csi unpublish vol-l "$L/u/mount"
+assert_eq "" "$(csi_mounts)" "unmounted"
+[[ ! -e $CSI_TMP/data/pods/u/mount ]] && pass "target removed"
+
 step "shutdown"
 csi_driver_stop
 assert_eq 0 "$CSI_DRIVER_RC" "SIGTERM: tkm-csi exits 0"
