@@ -260,7 +260,7 @@ static void pub_work(uv_work_t *w)
     struct csi_op *op = w->data;
     struct tkm_buf opts = TKM_BUF_INIT(8192);
     char fdpath[64];
-    int fd = -1, rc, made = 0;
+    int fd = -1, rc, made = 0, opened = 0;
     unsigned long flags = MS_NOSUID | MS_NODEV;
     op->code = TKM_GRPC_INTERNAL;
     if ((rc = mkdir_p2(op->d->cfg->state_dir, op->attrs.pod_namespace, op->attrs.pod_name,
@@ -278,6 +278,7 @@ static void pub_work(uv_work_t *w)
         op->code = rc == -ELOOP || rc == -ENOTDIR ? TKM_GRPC_INVALID_ARGUMENT : TKM_GRPC_INTERNAL;
         goto out;
     }
+    opened = 1;
     if (op->attrs.mode == CSI_MODE_STRICT)
         flags |= MS_RDONLY;
     snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
@@ -292,12 +293,16 @@ static void pub_work(uv_work_t *w)
 out:
     if (fd >= 0)
         close(fd);
-    if (rc < 0 && made) {
+    if (rc < 0) {
         struct tkm_err e2 = {0};
-        /* The agent has a reference for this volume: it must be dropped. */
+        /* The agent has a reference for this volume: it must be dropped (the
+         * marker keeps it until the agent confirms). Nothing we made stays:
+         * the volume dirs, and the target dir when empty. */
         if (write_marker(op->d->cfg->state_dir, op->vol, &e2) < 0 ||
-            remove_vol_dir(op->vol_dir, &e2) < 0)
+            (made && remove_vol_dir(op->vol_dir, &e2) < 0))
             tkm_warn("cleaning up after a failed publish of %s: %s", op->vol, tkm_err_str(&e2));
+        if (opened)
+            (void)rmdir(op->real);
     }
     op->rc = rc;
     tkm_buf_release(&opts);

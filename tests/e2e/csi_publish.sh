@@ -17,7 +17,9 @@ csi_setup "$E2E_TMP/csi"
 e2e_on_exit csi_teardown
 csi_agent_start --fail unverified=9:"cache ml/unverified: signature not verified: no signature matches the policy's keys" \
   --fail nogpu=9:"cache ml/nogpu: incompatible with this node: built for sm_90 (cuda), node has sm_80 (NVIDIA A100)" \
-  --image registry.example:5000/kernels/vadd@sha256:1111111111111111111111111111111111111111111111111111111111111111
+  --image registry.example:5000/kernels/vadd@sha256:1111111111111111111111111111111111111111111111111111111111111111 \
+  --cache nostore --store-for nostore="$CSI_TMP/no-such-store" \
+  --cache badstore --store-for badstore="$CSI_TMP/store,upperdir=/etc"
 csi_driver_start
 P=$CSI_TMP/pods
 store_sum() { (cd "$CSI_STORE" && find . -printf '%p %s %m\n' | sort && find . -type f -exec sha256sum {} + | sort) | sha256sum; }
@@ -150,6 +152,20 @@ assert_contains "$OUT" "INVALID_ARGUMENT: volume_id" "InvalidArgument: volume id
 for v in e1 e3 e4 e5; do [[ ! -e $CSI_STATE/default/pod-vol-$v ]] || fail "a failed publish left $CSI_STATE/default/pod-vol-$v"; done
 pass "failed publishes leave no dir"
 assert_eq "" "$(csi_mounts | grep -E 'vol-e[1345]$' || true)" "failed publishes leave no mount"
+
+step "local failures after Materialize: nothing left, the reference released"
+expect_fail "a store the driver cannot read" csi publish vol-ns "$P/ns/mount" cacheName=nostore
+assert_contains "$OUT" "INTERNAL: " "Internal"
+assert_contains "$OUT" "no-such-store" "naming the store path"
+expect_fail "a store path that would add overlay options" csi publish vol-bs "$P/bs/mount" cacheName=badstore
+assert_contains "$OUT" "INTERNAL: the agent's store path" "Internal: option separators refused"
+for v in ns bs; do
+  [[ ! -e $CSI_STATE/default/pod-vol-$v ]] || fail "a failed publish left $CSI_STATE/default/pod-vol-$v"
+  [[ ! -e $P/$v/mount ]] || fail "a failed publish left the target $P/$v/mount"
+done
+pass "no dir or target left"
+wait_for 10 "both references released in the agent" bash -c "grep -q '^Release vol-ns released' $CSI_TMP/agent.log && grep -q '^Release vol-bs released' $CSI_TMP/agent.log"
+assert_eq "" "$(csi_mounts | grep -E 'vol-(ns|bs)$' || true)" "no mount"
 
 step "agent unreachable, then restarted"
 csi_agent_stop

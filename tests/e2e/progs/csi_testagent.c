@@ -18,6 +18,8 @@
  *                             cache not verified, and so on
  *   --not-ready               Status answers ready=false
  *   --delay-ms N              Materialize answers after N ms (concurrency tests)
+ *   --store-for NAME=DIR      cacheName NAME answers store path DIR (a missing or
+ *                             malformed store, to test the driver's failure paths)
  * Undeclared cacheName / cacheImage: PERMISSION_DENIED, as the agent does.
  * Ends on SIGINT/SIGTERM.
  */
@@ -52,6 +54,8 @@ struct ta {
     size_t n_images;
     struct fail fails[MAX_ITEMS];
     size_t n_fails;
+    const char *store_names[MAX_ITEMS], *store_dirs[MAX_ITEMS];
+    size_t n_stores;
     int not_ready;
     uint64_t delay_ms;
     char *refs[MAX_REFS];
@@ -175,6 +179,9 @@ static void materialize(struct tkm_grpc_call *call, void *data)
     if (ref_find(t, q->volume_id) < 0 && t->n_refs < MAX_REFS)
         t->refs[t->n_refs++] = strdup(q->volume_id);
     r.store_path = (char *)t->store;
+    for (i = 0; name && i < t->n_stores; i++)
+        if (strcmp(t->store_names[i], name) == 0)
+            r.store_path = (char *)t->store_dirs[i];
     r.target_arch = (char *)"90";
     r.mount_path = (char *)(mp ? mp : hint ? hint : "");
     r.cache_namespace = (char *)(name ? q->pod_namespace : "");
@@ -258,6 +265,13 @@ static int parse_args(struct ta *t, int argc, char **argv, const char **sock)
                 *eq = '\0';
             t->hints[t->n_caches] = eq ? eq + 1 : NULL;
             t->caches[t->n_caches++] = argv[i];
+        } else if (strcmp(a, "--store-for") == 0 && t->n_stores < MAX_ITEMS) {
+            char *eq = strchr(argv[i], '=');
+            if (!eq)
+                return -1;
+            *eq = '\0';
+            t->store_names[t->n_stores] = argv[i];
+            t->store_dirs[t->n_stores++] = eq + 1;
         } else if (strcmp(a, "--image") == 0 && t->n_images < MAX_ITEMS)
             t->images[t->n_images++] = v;
         else if (strcmp(a, "--delay-ms") == 0) {
