@@ -380,9 +380,26 @@ fail:
     op_fail_err(op, TKM_GRPC_INTERNAL);
 }
 
+/* Another volume's operation in progress on the same target (the queues are
+ * per volume id; two volumes must not race to mount one directory). */
+static const struct csi_op *target_busy(const struct csi_op *op)
+{
+    for (const struct csi_lock *l = op->d->locks; l; l = l->next)
+        if (l->head && l->head != op && strcmp(l->head->real, op->real) == 0)
+            return l->head;
+    return NULL;
+}
+
 static void pub_start(struct csi_op *op)
 {
     struct csi_driver *d = op->d;
+    const struct csi_op *other = target_busy(op);
+    if (other) {
+        tkm_err_set(&op->err, -EBUSY, "an operation on volume %s at target %s is in progress",
+                    other->vol, op->target);
+        op_fail_err(op, TKM_GRPC_ABORTED);
+        return;
+    }
     Tkm__Agent__V1__MaterializeRequest mr = TKM__AGENT__V1__MATERIALIZE_REQUEST__INIT;
     Tkm__Agent__V1__MaterializeRequest__VolumeAttributesEntry *ents = NULL, **pents = NULL;
     Csi__V1__NodePublishVolumeRequest *q = op->req;
@@ -553,6 +570,13 @@ static void op_start(struct csi_op *op)
     }
     if (op->kind == CSI_OP_PUBLISH) {
         pub_start(op);
+        return;
+    }
+    const struct csi_op *other = target_busy(op);
+    if (other) {
+        tkm_err_set(&op->err, -EBUSY, "an operation on volume %s at target %s is in progress",
+                    other->vol, op->target);
+        op_fail_err(op, TKM_GRPC_ABORTED);
         return;
     }
     op->work.data = op;

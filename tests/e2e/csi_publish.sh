@@ -112,6 +112,22 @@ expect_ok "8 identical publishes at once" csi publish vol-c "$P/c/mount" cacheNa
 assert_eq "1" "$(csi_mounts | grep -c ' tkm-csi:vol-c$')" "one mount"
 assert_eq "1" "$(grep -c '^Materialize vol-c ' "$CSI_TMP/agent.log")" "one Materialize"
 
+step "two volumes racing for one target"
+base_args=("${CSI_AGENT_ARGS[@]}")
+csi_agent_stop
+csi_agent_start "${base_args[@]}" --delay-ms 300
+mkdir -p "$P/race"
+csi publish vol-r1 "$P/race/mount" cacheName=vadd >"$CSI_TMP/r1.out" 2>&1 &
+r1=$!
+sleep 0.1
+expect_fail "a second volume while the first is being published" csi publish vol-r2 "$P/race/mount" cacheName=vadd
+assert_contains "$OUT" "ABORTED: an operation on volume vol-r1 at target $P/race/mount is in progress" "Aborted"
+wait "$r1" || fail "the first publish failed: $(cat "$CSI_TMP/r1.out")"
+assert_eq "$P/race/mount tkm-csi:vol-r1" "$(csi_mounts | grep race)" "one mount, the first volume's"
+expect_ok "unpublish vol-r1" csi unpublish vol-r1 "$P/race/mount"
+csi_agent_stop
+csi_agent_start "${base_args[@]}"
+
 step "already exists / idempotent"
 expect_ok "publish again: idempotent" csi publish vol-a "$P/a/mount" cacheName=vadd csi.storage.k8s.io/pod.name=pod-a
 expect_fail "another volume at a used target" csi publish vol-x "$P/a/mount" cacheName=vadd

@@ -37,7 +37,8 @@ csi_setup() {
   export CSI_TMP CSI_STORE CSI_STATE CSI_SOCK CSI_AGENT_SOCK CSI_REG_DIR
 }
 
-# csi_agent_start [ARGS...]: the test agent, with ARGS after the defaults
+# csi_agent_start [ARGS...]: the test agent, with ARGS after the defaults (remembered:
+# a later call without ARGS starts it with the same ones)
 # (--cache vadd=/cache: a cache whose spec.mountPath hint is /cache).
 csi_agent_start() {
   [[ $# -gt 0 ]] && CSI_AGENT_ARGS=("$@")
