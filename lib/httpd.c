@@ -69,6 +69,7 @@ struct tkm_httpd {
     uv_poll_t poll;
     uv_timer_t timer;
     unsigned port;
+    unsigned max_conns;
     char addr[80];
     size_t max_body;
     struct httpd_route *routes;
@@ -249,22 +250,40 @@ static struct httpd_route *route_find(const struct tkm_httpd *s, const char *pat
     return NULL;
 }
 
+/* A request that announces a body (GET and HEAD have none). */
+static int has_body(struct MHD_Connection *c)
+{
+    const char *cl =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    return (cl && strcmp(cl, "0") != 0) ||
+           MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_len, void **con_cls)
 {
     (void)version;
     (void)upload;
-    (void)upload_len;
-    (void)con_cls;
     struct tkm_httpd *s = cls;
     if (s->closing)
         return MHD_NO; /* closes the connection */
     struct httpd_route *rt = route_find(s, url);
+    /* Errors are answered at the first call, before any body is read (MHD
+     * then closes the connection). A good request is answered at the
+     * second call, once MHD has read all of it, so the connection stays
+     * open for the next request (keep-alive). */
     if (!rt)
         return queue_text(c, MHD_HTTP_NOT_FOUND, "404 page not found\n", NULL);
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return queue_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "405 method not allowed\n", "GET, HEAD");
+    if (has_body(c))
+        return queue_text(c, MHD_HTTP_CONTENT_TOO_LARGE, "413 a GET or HEAD has no body\n", NULL);
+    if (!*con_cls) {
+        *con_cls = s;
+        return MHD_YES;
+    }
+    *upload_len = 0;
     struct tkm_httpd_req req = {.method = method, .path = rt->path, .conn = c};
     struct tkm_httpd_resp resp = {.status = 200};
     snprintf(resp.content_type, sizeof resp.content_type, "%s", HTTPD_TEXT);
@@ -349,9 +368,11 @@ static void teardown(struct tkm_httpd *s)
 static void srv_run(struct tkm_httpd *s)
 {
     MHD_UNSIGNED_LONG_LONG ms = 0;
+    unsigned before = 0;
     if (s->torn_down)
         return;
     if (!s->closing) {
+        before = tkm_httpd_connections(s);
         s->in_run = 1;
         MHD_run(s->mhd);
         s->in_run = 0;
@@ -360,7 +381,15 @@ static void srv_run(struct tkm_httpd *s)
         teardown(s);
         return;
     }
-    if (MHD_get_timeout(s->mhd, &ms) == MHD_YES)
+    /* At the connection limit MHD takes the listen socket out of its epoll
+     * set and puts it back only at the start of a run: when a run freed a
+     * slot, run once more so that connections waiting in the backlog are
+     * accepted (nothing else would wake us). */
+    if (before >= s->max_conns && tkm_httpd_connections(s) < s->max_conns)
+        ms = 0;
+    else if (MHD_get_timeout(s->mhd, &ms) != MHD_YES)
+        ms = UINT64_MAX;
+    if (ms != UINT64_MAX)
         uv_timer_start(&s->timer, on_timer, (uint64_t)ms, 0);
     else
         uv_timer_stop(&s->timer);
@@ -384,6 +413,7 @@ static int mhd_start(struct tkm_httpd *s, int fd, int v6, const struct tkm_httpd
     unsigned per_ip = o && o->max_connections_per_ip ? o->max_connections_per_ip : HTTPD_DEF_PER_IP;
     unsigned tmo = o && o->timeout_s ? o->timeout_s : HTTPD_DEF_TIMEOUT_S;
     size_t mem = o && o->conn_memory ? o->conn_memory : HTTPD_DEF_CONN_MEM;
+    s->max_conns = conns;
     unsigned flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0);
     s->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)fd,
