@@ -201,9 +201,37 @@ static int stopped(struct search *s, int rc, struct tkm_err *err)
 
 static void image_check(struct search *s);
 
-/* A registry error that stops the search. Codes that would read as a verdict
- * on a signature (a malformed answer, a digest mismatch) become -EPROTO: the
- * registry, not the signature, is at fault. */
+/* A registry failure's code, unless it would read as a verdict on a signature
+ * (a malformed answer, a digest mismatch): then -EPROTO, since the registry,
+ * not the signature, is at fault. */
+static int registry_code(int rc)
+{
+    switch (rc) {
+    case -ENOENT:
+    case -EBADMSG:
+    case -EINVAL:
+    case -ENOTSUP:
+    case -EPROTONOSUPPORT:
+    case -EKEYREJECTED:
+    case TKM_SIG_ENOIMAGE:
+    case TKM_SIG_EPOLICY:
+        return -EPROTO;
+    default:
+        return rc;
+    }
+}
+
+/* A referrer or bundle that could not be fetched: a failed signature. A
+ * missing one stays -ENOENT (nothing there to verify). */
+static void note_fetch_fail(struct search *s, const char *where, const struct tkm_err *e)
+{
+    struct tkm_err t = *e;
+    if (t.code != -ENOENT)
+        t.code = registry_code(t.code);
+    note_fail(s, where, &t);
+}
+
+/* A registry error that stops the search (see registry_code). */
 static void fatal(struct search *s, int rc, struct tkm_err *err)
 {
     if (stopped(s, rc, err))
@@ -214,20 +242,7 @@ static void fatal(struct search *s, int rc, struct tkm_err *err)
         image_check(s);
         return;
     }
-    switch (rc) {
-    case -ENOENT:
-    case -EBADMSG:
-    case -EINVAL:
-    case -ENOTSUP:
-    case -EPROTONOSUPPORT:
-    case -EKEYREJECTED:
-    case TKM_SIG_ENOIMAGE:
-    case TKM_SIG_EPOLICY:
-        rc = -EPROTO;
-        break;
-    default:
-        break;
-    }
+    rc = registry_code(rc);
     tkm_err_set(&s->err, rc, "%s", tkm_err_str(err));
     report(s, rc, &s->err);
 }
@@ -497,7 +512,7 @@ static void on_bundle(int rc, struct tkm_err *err, void *data)
         return;
     referrer_where(s, where, sizeof where);
     if (rc) {
-        note_fail(s, where, err);
+        note_fetch_fail(s, where, err);
     } else if (tkm_bundle_verify((const unsigned char *)s->blob.data, s->blob.len, &s->pol,
                                  s->digest, s->repo, &s->res, &e) == 0) {
         s->res.source = s->src;
@@ -542,7 +557,7 @@ static void layer_next(struct search *s)
                                    &s->blob, on_bundle, s, tkm__oci_job_ext_op(s->job), &e);
         if (rc == 0 || stopped(s, rc, &e))
             return;
-        note_fail(s, where, &e);
+        note_fetch_fail(s, where, &e);
     }
     json_decref(s->mroot);
     s->mroot = NULL;
@@ -565,7 +580,10 @@ static void on_referrer(int rc, struct tkm_err *err, void *data)
         if (rc == 0)
             tkm_err_set(&e, -EINVAL, "the referrer is not an image manifest with layers");
         s->found++;
-        note_fail(s, where, rc ? err : &e);
+        if (rc)
+            note_fetch_fail(s, where, err);
+        else
+            note_fail(s, where, &e);
         json_decref(s->mroot);
         s->mroot = NULL;
         s->ii++;
@@ -610,7 +628,7 @@ static void index_next(struct search *s)
         char where[640];
         snprintf(where, sizeof where, "%s@%s (%s)", s->repo, dg, tkm_sig_source_name(s->src));
         s->found++;
-        note_fail(s, where, &e);
+        note_fetch_fail(s, where, &e);
     }
     if (s->bundles > TKM_OCI_REFERRERS_MAX) {
         s->capped = 1;

@@ -591,3 +591,48 @@ TEST(reasons_are_stable)
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         ASSERT_STREQ(tkm_sig_reason(t[i].rc), t[i].reason);
 }
+
+TEST(referrer_digest_mismatch_is_the_registry_s_fault)
+{
+    struct art a;
+    art_init(&a);
+    /* the manifest listed by the index comes back with other bytes */
+    struct tsrv_reply ri = {200, INDEX, a.idx.data}, rm = {200, MANIF, "{\"layers\":[]}"};
+    struct tsrv srv;
+    tsrv_init(&srv);
+    ASSERT_OK(tsrv_route(&srv, "GET", "/v2/t/img/referrers/" IMG, TSRV_TARGET, NULL, &ri, 1));
+    ASSERT_OK(tsrv_route(&srv, "GET", a.mpath, TSRV_TARGET, NULL, &rm, 1));
+    ASSERT_OK(tsrv_route(&srv, NULL, NULL, TSRV_PREFIX, NULL, &R_NF, 1));
+    int port = tsrv_listen(&srv);
+    ASSERT(port > 0);
+    struct env e;
+    env_open(&e, port);
+    struct tkm_sig_key k;
+    struct tkm_sig_policy pol = key_policy(&k, PUB);
+    struct out o;
+    ASSERT_EQ(search(&e, &pol, &o), -EPROTO);
+    ASSERT_STREQ(tkm_sig_reason(o.rc), "RegistryError");
+    ASSERT_STRCONTAINS(o.msg, a.mdig);
+    env_close(&e);
+    art_release(&a);
+    tsrv_stop(&srv);
+}
+
+TEST(registry_5xx_after_retries)
+{
+    struct tsrv_reply down = {503, NULL, "unavailable"};
+    struct tsrv srv;
+    int port = tsrv_start(&srv, &down, 1);
+    ASSERT(port > 0);
+    struct env e;
+    env_open(&e, port);
+    struct tkm_sig_key k;
+    struct tkm_sig_policy pol = key_policy(&k, PUB);
+    struct out o;
+    ASSERT_EQ(search(&e, &pol, &o), -EIO);
+    ASSERT_STREQ(tkm_sig_reason(o.rc), "RegistryUnreachable");
+    ASSERT_STRCONTAINS(o.msg, "HTTP 503");
+    ASSERT_EQ(tsrv_nreqs(&srv), 4); /* 3 retries on a loop timer */
+    env_close(&e);
+    tsrv_stop(&srv);
+}
