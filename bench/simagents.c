@@ -18,6 +18,10 @@
  *         F (0..1) of the nodes, whose GPU is of another type (incompatible
  *         with every cache, reason ArchMismatch). At most K (default 32)
  *         requests in flight on one client.
+ *   pods  --count N --ns NS [--node NAME]   create N Pods bench-pod-00000..
+ *         in NS (half bound to NAME, default sim-other, which no kubelet
+ *         runs; half bound to no node: with no scheduler all stay Pending),
+ *         each ~2 KiB like a real workload's (labels, env, resources)
  *   wait  --nodes N --caches C --ns NS --kind tkm|gkm [--timeout S]
  *         watch the caches (one list + one watch) until every one of the C
  *         caches is Ready: tkm: condition Ready=True and counts.nodes >= N;
@@ -57,7 +61,7 @@ static const struct k8s_resource res_gkmcachenodes = {"gkm.io", "v1alpha1", "gkm
 struct sim {
     uv_loop_t *loop;
     struct k8s_client *c;
-    const char *ns, *kubeconfig, *kind, *digest, *prefix;
+    const char *ns, *kubeconfig, *kind, *digest, *prefix, *other_node;
     int gkm;
     long nodes, caches, concurrency, timeout_s;
     double incompatible;
@@ -103,6 +107,30 @@ static json_t *node_body(long i)
     node_name(name, sizeof name, i);
     return json_pack("{s:s, s:s, s:{s:s, s:{s:s}}}", "apiVersion", "v1", "kind", "Node", "metadata",
                      "name", name, "labels", SIM_LABEL, "true");
+}
+
+/* A Pod that never runs: bound to another node or to none. */
+static json_t *pod_body(const struct sim *s, long i)
+{
+    char name[32], app[32];
+    snprintf(name, sizeof name, "bench-pod-%05ld", i);
+    snprintf(app, sizeof app, "app-%03ld", i % 100);
+    json_t *p = json_pack(
+        "{s:s, s:s, s:{s:s, s:{s:s, s:s, s:s}, s:{s:s}}, s:{s:[{s:s, s:s, s:[s, s], "
+        "s:[{s:s, s:s}, {s:s, s:s}, {s:s, s:s}], s:{s:{s:s, s:s}, s:{s:s}}, "
+        "s:[{s:s, s:s, s:b}]}], s:[{s:s, s:{s:s}}], s:i}}",
+        "apiVersion", "v1", "kind", "Pod", "metadata", "name", name, "labels", "app", app, "tier",
+        "inference", "tkm.io/bench", "true", "annotations", "bench.tkm.io/note",
+        "a pod that no kubelet will ever run", "spec", "containers", "name", "server", "image",
+        "127.0.0.1:9/bench/never:v1", "command", "/bin/server", "--port=8000", "env", "name",
+        "MODEL", "value", "llama-3.1-8b-instruct", "name", "TRITON_CACHE_DIR", "value",
+        "/home/ml/.triton/cache", "name", "LOG_LEVEL", "value", "info", "resources", "requests",
+        "cpu", "100m", "memory", "128Mi", "limits", "memory", "256Mi", "volumeMounts", "name",
+        "cache", "mountPath", "/home/ml/.triton/cache", "readOnly", 1, "volumes", "name", "cache",
+        "emptyDir", "medium", "Memory", "terminationGracePeriodSeconds", 1);
+    if (p && i % 2 == 0)
+        json_object_set_new(json_object_get(p, "spec"), "nodeName", json_string(s->other_node));
+    return p;
 }
 
 /* The GPU a simulated node reports: an H200, or an MI300X on incompatible ones. */
@@ -246,10 +274,13 @@ static void reply_cb(int rc, json_t *obj, const struct k8s_status *st, void *dat
     (void)obj;
     s->inflight--;
     s->done++;
-    if (rc < 0 && !(s->phase == 0 && st->code == 409)) {
+    if (rc < 0 && !(s->phase != 1 && st->code == 409)) {
         char msg[512];
         if (s->failed++ < 5)
-            fprintf(stderr, "bench_simagents: %s: %s%s\n", s->phase ? "apply" : "create node",
+            fprintf(stderr, "bench_simagents: %s: %s%s\n",
+                    s->phase == 1 ? "apply"
+                    : s->phase    ? "create pod"
+                                  : "create node",
                     k8s_status_str(st, msg, sizeof msg),
                     st->code == 404 ? " (run `bench_simagents setup` first)" : "");
     }
@@ -268,6 +299,9 @@ static void pump(struct sim *s)
         if (s->phase == 0) {
             body = node_body(i);
             rc = body ? k8s_create_async(s->c, &k8s_res_nodes, NULL, body, reply_cb, s) : -ENOMEM;
+        } else if (s->phase == 2) {
+            body = pod_body(s, i);
+            rc = body ? k8s_create_async(s->c, &k8s_res_pods, s->ns, body, reply_cb, s) : -ENOMEM;
         } else {
             struct k8s_apply_opts o = {
                 .field_manager = s->manager, .force = 1, .subresource = s->sub};
@@ -508,21 +542,31 @@ static int run_write(struct sim *s)
     return rc;
 }
 
+static int run_pods(struct sim *s)
+{
+    int64_t t0 = wall_ms();
+    int rc = run_pump(s, 2);
+    printf("{\"mode\":\"pods\",\"count\":%ld,\"failed\":%ld,\"create_s\":%.3f}\n", s->nodes,
+           s->failed, (double)(wall_ms() - t0) / 1000.0);
+    return rc;
+}
+
 static int parse_opt(struct sim *s, int opt)
 {
     int64_t v;
     char *end;
     switch (opt) {
+    case 'N':
     case 'n':
     case 'c':
     case 'k':
     case 't':
         if (tkm_parse_i64(optarg, 0, 1000000, &v) < 0)
             return -EINVAL;
-        *(opt == 'n'   ? &s->nodes
-          : opt == 'c' ? &s->caches
-          : opt == 'k' ? &s->concurrency
-                       : &s->timeout_s) = (long)v;
+        *(opt == 'n' || opt == 'N' ? &s->nodes
+          : opt == 'c'             ? &s->caches
+          : opt == 'k'             ? &s->concurrency
+                                   : &s->timeout_s) = (long)v;
         return 0;
     case 'i':
         s->incompatible = strtod(optarg, &end);
@@ -542,6 +586,9 @@ static int parse_opt(struct sim *s, int opt)
     case 'C':
         s->kubeconfig = optarg;
         return 0;
+    case 'o':
+        s->other_node = optarg;
+        return 0;
     default:
         return -EINVAL;
     }
@@ -558,10 +605,16 @@ int main(int argc, char **argv)
                                        {"kind", required_argument, NULL, 'K'},
                                        {"digest", required_argument, NULL, 'd'},
                                        {"cache-prefix", required_argument, NULL, 'p'},
+                                       {"count", required_argument, NULL, 'N'},
+                                       {"node", required_argument, NULL, 'o'},
                                        {"kubeconfig", required_argument, NULL, 'C'},
                                        {NULL, 0, NULL, 0}};
-    struct sim s = {
-        .ns = "bench-ctrl", .kind = "tkm", .prefix = "bench-", .concurrency = 32, .timeout_s = 300};
+    struct sim s = {.ns = "bench-ctrl",
+                    .kind = "tkm",
+                    .prefix = "bench-",
+                    .other_node = "sim-other",
+                    .concurrency = 32,
+                    .timeout_s = 300};
     struct k8s_config cfg;
     struct tkm_err err = {0};
     int opt, rc = 1;
@@ -598,6 +651,8 @@ int main(int argc, char **argv)
         rc = run_setup(&s) < 0;
     else if (strcmp(mode, "write") == 0)
         rc = run_write(&s) < 0;
+    else if (strcmp(mode, "pods") == 0)
+        rc = run_pods(&s) < 0;
     else if (strcmp(mode, "wait") == 0)
         rc = run_wait(&s) < 0;
     else
