@@ -105,11 +105,13 @@ if ((tkm_ok)); then
     --store-dir "$work/tkm-store" --socket "$work/tkm-agent.sock" --metrics-bind-address 0 \
     --health-probe-bind-address 0 $TKM_AGENT_GPU_ARGS >"$work/tkm-agent.log" 2>&1 &
   tkm_pid=$!
+  disown "$tkm_pid"
   pids+=("$tkm_pid")
 fi
 (cd "$work" && NO_GPU=true KUBE_NODE_NAME=bench-node exec "$gkm/gkm-agent" --kubeconfig "$KUBECONFIG" \
   --metrics-bind-address=0 --health-probe-bind-address=0 >"$work/gkm-agent.log" 2>&1) &
 gkm_pid=$!
+disown "$gkm_pid"
 pids+=("$gkm_pid")
 
 alive() { # SIDE: fails the side (tkm) or the run (gkm) when its agent has exited

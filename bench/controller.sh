@@ -12,8 +12,8 @@
 #                                  not for a shared 2-core machine
 #   env: NODES, CACHES (override the preset), INCOMPATIBLE (fraction of nodes
 #        whose GPU fits no cache; default 0), CONCURRENCY (simulator requests in
-#        flight; default 32), TIMEOUT (s to wait for Ready; default 120 small,
-#        900 large), SIDES ("tkm gkm"), SETTLE (s; default 5)
+#        flight; default 32), TIMEOUT (s to wait for Ready after the last
+#        write; default 300 small, 900 large), SIDES ("tkm gkm"), SETTLE (s; default 5)
 #        TKM_BUILD_DIR (default <repo>/build), TKM_CONTROLLER (default
 #        $TKM_BUILD_DIR/controller/tkm-controller), GKM_BIN_DIR (default: built by
 #        bench/gkm-build.sh), BENCH_DIR (default a temp dir), KEEP=1 (leave it up)
@@ -55,7 +55,7 @@ repo=$(cd "$here/.." && pwd)
 BENCH_NAME=controller
 preset=${1:-small}
 case $preset in
-  small) NODES=${NODES:-1000} CACHES=${CACHES:-100} goal_s=5 goal_rss=15 TIMEOUT=${TIMEOUT:-120} ;;
+  small) NODES=${NODES:-1000} CACHES=${CACHES:-100} goal_s=5 goal_rss=15 TIMEOUT=${TIMEOUT:-300} ;;
   large) NODES=${NODES:-5000} CACHES=${CACHES:-1000} goal_s=60 goal_rss= TIMEOUT=${TIMEOUT:-900} ;;
   *) sed -n '2,48p' "$0" >&2; exit 2 ;;
 esac
@@ -152,11 +152,13 @@ run_side() { # SIDE
     "$TKM_CONTROLLER" --kubeconfig "$KUBECONFIG" --namespace tkm-system --state-dir "$work/tkm-state" \
       --metrics-bind-address 0 --health-probe-bind-address 0 >"$work/tkm-controller.log" 2>&1 &
     pid=$!
+    disown "$pid"
   else
     res=gkmcaches node_res=gkmcachenodes
     (cd "$work" && ENABLE_WEBHOOKS=false NO_GPU=true exec "$gkm/gkm-operator" \
       --metrics-bind-address=0 --health-probe-bind-address=0 >"$work/gkm-operator.log" 2>&1) &
     pid=$!
+    disown "$pid"
   fi
   pids+=("$pid")
   make_caches "$s"
@@ -172,8 +174,9 @@ run_side() { # SIDE
   bench_log "$s: $CACHES caches pinned after ${R[$s.pin_s]} s; settling $SETTLE s"
   sleep "$SETTLE"
   metrics "$work/$s.m0"
+  # The waiter has no timeout of its own: TIMEOUT counts from the last write.
   "$sim" wait --nodes "$NODES" --caches "$CACHES" --kind "$s" --ns "bench-${s/tkm/ctrl}" \
-    --timeout "$TIMEOUT" >"$work/$s.wait" &
+    --timeout 0 >"$work/$s.wait" 2>"$work/$s.wait.err" &
   local wpid=$!
   pids+=("$wpid")
   sleep 2
@@ -181,12 +184,15 @@ run_side() { # SIDE
   "$sim" write --nodes "$NODES" --caches "$CACHES" --kind "$s" --ns "bench-${s/tkm/ctrl}" \
     --digest "$digest" --incompatible "$INCOMPATIBLE" --concurrency "$CONCURRENCY" >"$work/$s.write" ||
     { cat "$work/$s.write" >&2; echo "$s: bench_simagents write failed" >&2; return 1; }
-  bench_log "$s: writes done in $(jq -r .write_s "$work/$s.write") s; waiting for all caches Ready (timeout $TIMEOUT s)"
-  wait "$wpid" || true
+  bench_log "$s: writes done in $(jq -r .write_s "$work/$s.write") s (slowest request $(jq -r .max_request_ms "$work/$s.write") ms); waiting for all caches Ready (timeout $TIMEOUT s)"
+  local tw
+  tw=$(jq -r .last_write_ms "$work/$s.write")
+  while kill -0 "$wpid" 2>/dev/null && (($(bench_now_ms) - tw < TIMEOUT * 1000)); do sleep 0.2; done
   if jq -e '.all_ready_ms' "$work/$s.wait" >/dev/null 2>&1; then
-    R[$s.ready_s]=$(jq -r --slurpfile w "$work/$s.write" '(.all_ready_ms - $w[0].last_write_ms) / 1000' "$work/$s.wait")
+    R[$s.ready_s]=$(jq -r --argjson t "$tw" '(.all_ready_ms - $t) / 1000' "$work/$s.wait")
   else
-    R[$s.ready_s]="timeout($(jq -r '.ready // 0' "$work/$s.wait" 2>/dev/null || echo 0)/$CACHES)"
+    bench_stop "$wpid"
+    R[$s.ready_s]="timeout($(sed -n 's/.*wait: \([0-9]*\)\/.*/\1/p' "$work/$s.wait.err" | tail -1)/$CACHES)"
   fi
   R[$s.write_s]=$(jq -r .write_s "$work/$s.write")
   sleep "$SETTLE"

@@ -11,7 +11,7 @@
  *         Node, as tkm-agent creates it; gkm: GKMCacheNode with the label
  *         kubernetes.io/hostname, as GKM's agent creates it)
  *   write --nodes N --caches C --ns NS --kind tkm|gkm --digest D
- *         [--incompatible F] [--cache-prefix P] [--concurrency K]
+ *         [--incompatible F] [--cache-prefix P] [--concurrency K]  (prints max_request_ms too)
  *         one server-side apply on /status per node (field manager tkm-agent
  *         or gkm-agent, force), listing the caches P00000..P<C-1> at digest
  *         D: every cache compatible with the node's GPU, except on the first
@@ -22,7 +22,7 @@
  *         in NS (half bound to NAME, default sim-other, which no kubelet
  *         runs; half bound to no node: with no scheduler all stay Pending),
  *         each ~2 KiB like a real workload's (labels, env, resources)
- *   wait  --nodes N --caches C --ns NS --kind tkm|gkm [--timeout S]
+ *   wait  --nodes N --caches C --ns NS --kind tkm|gkm [--timeout S (0: none)]
  *         watch the caches (one list + one watch) until every one of the C
  *         caches is Ready: tkm: condition Ready=True and counts.nodes >= N;
  *         gkm: counts.nodeCnt >= N and its (single) condition Extracted or
@@ -68,6 +68,8 @@ struct sim {
     char **uids; /* per node index, from the node list */
     /* request pump */
     long next, inflight, done, failed;
+    struct sim_req *reqs; /* one per request index */
+    uint64_t max_req_ms;
     int phase; /* setup: 0 nodes, 1 status objects; write: 1 */
     const char *manager, *sub;
     /* shared per-variant cache lists (tkm) */
@@ -80,6 +82,12 @@ struct sim {
     uv_timer_t timer;
     uint64_t t_start;
     int finished;
+};
+
+/* What a reply callback gets: the request's index and start time. */
+struct sim_req {
+    struct sim *s;
+    uint64_t t0;
 };
 
 static int64_t wall_ms(void)
@@ -270,8 +278,12 @@ static void pump(struct sim *s);
 
 static void reply_cb(int rc, json_t *obj, const struct k8s_status *st, void *data)
 {
-    struct sim *s = data;
+    struct sim_req *q = data;
+    struct sim *s = q->s;
+    uint64_t ms = uv_now(s->loop) - q->t0;
     (void)obj;
+    if (ms > s->max_req_ms)
+        s->max_req_ms = ms;
     s->inflight--;
     s->done++;
     if (rc < 0 && !(s->phase != 1 && st->code == 409)) {
@@ -294,21 +306,24 @@ static void pump(struct sim *s)
 {
     while (s->inflight < s->concurrency && s->next < s->nodes && s->failed < 10) {
         long i = s->next++;
+        struct sim_req *q = &s->reqs[i];
         json_t *body;
         int rc;
+        uv_update_time(s->loop);
+        *q = (struct sim_req){.s = s, .t0 = uv_now(s->loop)};
         if (s->phase == 0) {
             body = node_body(i);
-            rc = body ? k8s_create_async(s->c, &k8s_res_nodes, NULL, body, reply_cb, s) : -ENOMEM;
+            rc = body ? k8s_create_async(s->c, &k8s_res_nodes, NULL, body, reply_cb, q) : -ENOMEM;
         } else if (s->phase == 2) {
             body = pod_body(s, i);
-            rc = body ? k8s_create_async(s->c, &k8s_res_pods, s->ns, body, reply_cb, s) : -ENOMEM;
+            rc = body ? k8s_create_async(s->c, &k8s_res_pods, s->ns, body, reply_cb, q) : -ENOMEM;
         } else {
             struct k8s_apply_opts o = {
                 .field_manager = s->manager, .force = 1, .subresource = s->sub};
             int with = s->sub != NULL;
             body = s->gkm ? gkm_body(s, i, with) : tkm_status_body(s, i, with);
             rc = body ? k8s_apply_async(s->c, s->gkm ? &res_gkmcachenodes : &tkm_api_res_tkcns,
-                                        s->ns, body, &o, reply_cb, s)
+                                        s->ns, body, &o, reply_cb, q)
                       : -ENOMEM;
         }
         json_decref(body);
@@ -328,6 +343,11 @@ static int run_pump(struct sim *s, int phase)
 {
     s->phase = phase;
     s->next = s->done = s->inflight = 0;
+    s->max_req_ms = 0;
+    free(s->reqs);
+    s->reqs = calloc((size_t)s->nodes, sizeof *s->reqs);
+    if (!s->reqs)
+        return -ENOMEM;
     pump(s);
     if (s->inflight)
         uv_run(s->loop, UV_RUN_DEFAULT);
@@ -537,8 +557,9 @@ static int run_write(struct sim *s)
     int64_t t1 = wall_ms();
     printf("{\"mode\":\"write\",\"kind\":\"%s\",\"nodes\":%ld,\"caches\":%ld,\"writes\":%ld,"
            "\"failed\":%ld,\"first_write_ms\":%" PRId64 ",\"last_write_ms\":%" PRId64
-           ",\"write_s\":%.3f}\n",
-           s->kind, s->nodes, s->caches, s->done, s->failed, t0, t1, (double)(t1 - t0) / 1000.0);
+           ",\"write_s\":%.3f,\"max_request_ms\":%" PRIu64 "}\n",
+           s->kind, s->nodes, s->caches, s->done, s->failed, t0, t1, (double)(t1 - t0) / 1000.0,
+           s->max_req_ms);
     return rc;
 }
 
@@ -665,5 +686,6 @@ out:
         free(s.uids[i]);
     free(s.uids);
     free(s.bits);
+    free(s.reqs);
     return rc;
 }
