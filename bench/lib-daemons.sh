@@ -21,8 +21,16 @@ bench_now_ms() {
 bench_cluster_up() {
   export TKM_CLUSTER_DIR=$1
   bench_log "starting a control plane and registry in $TKM_CLUSTER_DIR (hack/cluster.sh up)"
-  "$repo/hack/cluster.sh" up >"$TKM_CLUSTER_DIR.up.log" 2>&1 ||
-    { tail -20 "$TKM_CLUSTER_DIR.up.log" >&2; bench_die "hack/cluster.sh up failed (log: $TKM_CLUSTER_DIR.up.log)"; }
+  # A free port chosen by `up` can be taken by another process before the
+  # component binds it (other engineers' clusters): try three times.
+  local try
+  for try in 1 2 3; do
+    "$repo/hack/cluster.sh" up >"$TKM_CLUSTER_DIR.up.log" 2>&1 && break
+    "$repo/hack/cluster.sh" down >/dev/null 2>&1 || true
+    rm -f "$TKM_CLUSTER_DIR"/*.port
+    ((try < 3)) || { tail -20 "$TKM_CLUSTER_DIR.up.log" >&2; bench_die "hack/cluster.sh up failed 3 times (log: $TKM_CLUSTER_DIR.up.log)"; }
+    bench_log "hack/cluster.sh up failed ($(grep -m1 -o 'port [0-9]* is in use' "$TKM_CLUSTER_DIR.up.log" || echo see log)); trying again"
+  done
   # shellcheck disable=SC1091
   source "$TKM_CLUSTER_DIR/env"
 }
