@@ -69,6 +69,7 @@ struct sim {
     /* request pump */
     long next, inflight, done, failed;
     struct sim_req *reqs; /* one per request index */
+    int32_t gpu_ids[1];   /* the GPU ids every cache entry names: {0} */
     uint64_t max_req_ms;
     int phase; /* setup: 0 nodes, 1 status objects; write: 1 */
     const char *manager, *sub;
@@ -159,7 +160,6 @@ static void sim_gpu(struct tkm_api_gpu *g, int incompatible)
 /* tkm: the caches list of variant v (0 compatible, 1 incompatible), built once. */
 static int tkm_caches(struct sim *s, int v)
 {
-    static int32_t id0[] = {0};
     if (s->tc[v])
         return 0;
     s->tc[v] = calloc((size_t)s->caches + 1, sizeof *s->tc[v]);
@@ -175,7 +175,7 @@ static int tkm_caches(struct sim *s, int v)
             free(g);
             return -ENOMEM;
         }
-        *g = (struct tkm_api_gpu_group){.ids = id0, .n_ids = 1};
+        *g = (struct tkm_api_gpu_group){.ids = s->gpu_ids, .n_ids = 1};
         c->digest = (char *)s->digest;
         c->verified = 1;
         c->last_updated = s->now;
