@@ -99,10 +99,11 @@ bench_log "cache image $image@$digest"
 # ---- the agents ---------------------------------------------------------------
 tkm_pid= gkm_pid=
 if ((tkm_ok)); then
-  mkdir -p "$work/tkm-store"
+  # The agent wants its socket directory and store private (0700).
+  mkdir -p -m 0700 "$work/tkm-store" "$work/tkm-sock"
   # shellcheck disable=SC2086
   "$TKM_AGENT" --kubeconfig "$KUBECONFIG" --node-name bench-node --namespace tkm-system \
-    --store-dir "$work/tkm-store" --socket "$work/tkm-agent.sock" --metrics-bind-address 0 \
+    --store-dir "$work/tkm-store" --socket "$work/tkm-sock/agent.sock" --metrics-bind-address 0 \
     --health-probe-bind-address 0 $TKM_AGENT_GPU_ARGS >"$work/tkm-agent.log" 2>&1 &
   tkm_pid=$!
   disown "$tkm_pid"
