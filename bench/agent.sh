@@ -53,7 +53,7 @@ ROUNDS=10
 while getopts "r:" o; do
   case $o in
     r) ROUNDS=$OPTARG ;;
-    *) sed -n '2,50p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,47p' "$0" >&2; exit 2 ;;
   esac
 done
 TKM_BUILD_DIR=${TKM_BUILD_DIR:-$repo/build}

@@ -38,14 +38,18 @@
 #      per-cache PVC condition Extracted and counts, as GKM's agent fills it);
 #   4. Ready latency = when the waiter saw the last cache Ready (tkm: condition
 #      Ready=True and counts.nodes >= NODES; GKM: counts.nodeCnt >= NODES and
-#      condition Extracted) minus when the simulator's last write returned;
-#   5. scrape /metrics again after SETTLE s; controller VmRSS/VmHWM; stop it.
+#      condition Extracted, Running or Error) minus when the simulator's last
+#      write returned;
+#   5. scrape /metrics again after SETTLE s; controller VmRSS/VmHWM;
+#   6. one change: node sim-00000 re-reports every cache incompatible (one
+#      apply); writes to the caches within CHANGE_WAIT (10) s, per cache, are
+#      the cost of one change (goal <= 2); stop the controller.
 # Request counts are deltas over steps 2-5, by verb/resource/subresource; the
 # simulator's NODES applies and the waiter's list and watch are subtracted
-# from the totals. Writes per cache = POST/PUT/PATCH/APPLY/DELETE on the
-# cache resource (any subresource) / CACHES: every node status arriving is one
-# change per cache, so the goal (<= 2 writes per cache per change) reads as
-# <= 2 per cache here.
+# from the totals. Writes = POST/PUT/PATCH/APPLY/DELETE on the cache resource
+# (any subresource). While NODES statuses arrive over tens of seconds each
+# cache changes many times, so that count is shown per cache without a goal;
+# the goal "<= 2 writes per cache per change" is checked on step 6.
 # Goals (the issue): small: Ready within 5 s, RSS < 15 MiB; large: Ready within
 # 60 s; both: RSS <= 0.2x GKM's operator, <= 2 writes per cache. Exits 1 when
 # one is missed or the tkm side cannot run.
@@ -57,9 +61,10 @@ preset=${1:-small}
 case $preset in
   small) NODES=${NODES:-1000} CACHES=${CACHES:-100} goal_s=5 goal_rss=15 TIMEOUT=${TIMEOUT:-300} ;;
   large) NODES=${NODES:-5000} CACHES=${CACHES:-1000} goal_s=60 goal_rss= TIMEOUT=${TIMEOUT:-900} ;;
-  *) sed -n '2,48p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,54p' "$0" >&2; exit 2 ;;
 esac
 INCOMPATIBLE=${INCOMPATIBLE:-0} CONCURRENCY=${CONCURRENCY:-32} SETTLE=${SETTLE:-5}
+CHANGE_WAIT=${CHANGE_WAIT:-10}
 SIDES=${SIDES:-tkm gkm}
 TKM_BUILD_DIR=${TKM_BUILD_DIR:-$repo/build}
 TKM_CONTROLLER=${TKM_CONTROLLER:-$TKM_BUILD_DIR/controller/tkm-controller}
@@ -203,6 +208,17 @@ run_side() { # SIDE
     R[$s.rss]=- R[$s.hwm]=-
     echo "$s: the controller exited during the run (log in $work)" >&2
   fi
+  # One change after everything settled: node sim-00000 re-reports every cache
+  # as incompatible (one node status write touching every cache); the writes to
+  # the caches in the next CHANGE_WAIT s are that change's cost.
+  metrics "$work/$s.m2"
+  "$sim" write --nodes 1 --caches "$CACHES" --kind "$s" --ns "bench-${s/tkm/ctrl}" \
+    --digest "$digest" --incompatible 1 >/dev/null || echo "$s: the single-change write failed" >&2
+  sleep "$CHANGE_WAIT"
+  metrics "$work/$s.m3"
+  R[$s.change_writes]=$(awk -v r="$res" 'NR == FNR { a[$1 " " $2 " " $3] = $4; next }
+    $2 == r && $1 ~ /^(POST|PUT|PATCH|APPLY|DELETE)$/ { n += $4 - a[$1 " " $2 " " $3] }
+    END { print n + 0 }' "$work/$s.m2" "$work/$s.m3")
   bench_stop "$pid"
   # Deltas; the simulator's applies and the waiter's list+watch taken out.
   awk 'NR == FNR { a[$1 " " $2 " " $3] = $4; next }
@@ -223,7 +239,7 @@ for s in $SIDES; do
     tkm_ok=0 tkm_why="the tkm side failed (log: $work/tkm-controller.log)"
   fi
 done
-for k in pin_s ready_s write_s rss hwm writes reqs; do
+for k in pin_s ready_s write_s rss hwm writes reqs change_writes; do
   ((tkm_ok)) || R[tkm.$k]=-
   [[ -n ${R[gkm.$k]:-} ]] || R[gkm.$k]=-
 done
@@ -234,18 +250,20 @@ per() { [[ $1 == - ]] && echo - || awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f
 echo
 echo "controller benchmark ($preset): $NODES nodes x $CACHES caches, incompatible fraction $INCOMPATIBLE, $(nproc) CPUs"
 echo "tkm-controller vs GKM $(cut -c1-8 "$gkm/COMMIT" 2>/dev/null) gkm-operator (webhooks off); load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-48s %14s %14s %8s  %s\n' metric tkm-controller gkm-operator tkm/gkm goal
-printf '%-48s %14s %14s\n' "caches created -> all pinned (s)" "${R[tkm.pin_s]}" "${R[gkm.pin_s]}"
-printf '%-48s %14s %14s\n' "simulator: $NODES status applies took (s)" "${R[tkm.write_s]}" "${R[gkm.write_s]}"
-printf '%-48s %14s %14s %8s  %s\n' "last node status -> all caches Ready (s)" "${R[tkm.ready_s]}" "${R[gkm.ready_s]}" \
+printf '%-54s %14s %14s %8s  %s\n' metric tkm-controller gkm-operator tkm/gkm goal
+printf '%-54s %14s %14s\n' "caches created -> all pinned (s)" "${R[tkm.pin_s]}" "${R[gkm.pin_s]}"
+printf '%-54s %14s %14s\n' "simulator: $NODES status applies took (s)" "${R[tkm.write_s]}" "${R[gkm.write_s]}"
+printf '%-54s %14s %14s %8s  %s\n' "last node status -> all caches Ready (s)" "${R[tkm.ready_s]}" "${R[gkm.ready_s]}" \
   "$(bench_ratio "${R[tkm.ready_s]}" "${R[gkm.ready_s]}")" "<= $goal_s s"
-printf '%-48s %14s %14s %8s  %s\n' "controller RSS at the end (MiB)" "$(mib "${R[tkm.rss]}")" "$(mib "${R[gkm.rss]}")" \
+printf '%-54s %14s %14s %8s  %s\n' "controller RSS at the end (MiB)" "$(mib "${R[tkm.rss]}")" "$(mib "${R[gkm.rss]}")" \
   "$(bench_ratio "${R[tkm.rss]}" "${R[gkm.rss]}")" "${goal_rss:+< $goal_rss MiB, }<= 0.2x"
-printf '%-48s %14s %14s %8s\n' "  peak VmHWM (MiB)" "$(mib "${R[tkm.hwm]}")" "$(mib "${R[gkm.hwm]}")" \
+printf '%-54s %14s %14s %8s\n' "  peak VmHWM (MiB)" "$(mib "${R[tkm.hwm]}")" "$(mib "${R[gkm.hwm]}")" \
   "$(bench_ratio "${R[tkm.hwm]}" "${R[gkm.hwm]}")"
-printf '%-48s %14s %14s %8s  %s\n' "writes to the cache objects, per cache" "$(per "${R[tkm.writes]}" "$CACHES")" \
-  "$(per "${R[gkm.writes]}" "$CACHES")" "$(bench_ratio "${R[tkm.writes]}" "${R[gkm.writes]}")" "<= 2"
-printf '%-48s %14s %14s %8s\n' "apiserver requests, not the simulator's, per cache" "$(per "${R[tkm.reqs]}" "$CACHES")" \
+printf '%-54s %14s %14s %8s\n' "writes to the caches while $NODES nodes report, per cache" "$(per "${R[tkm.writes]}" "$CACHES")" \
+  "$(per "${R[gkm.writes]}" "$CACHES")" "$(bench_ratio "${R[tkm.writes]}" "${R[gkm.writes]}")"
+printf '%-54s %14s %14s %8s  %s\n' "writes per cache for one change (1 node, all caches)" "$(per "${R[tkm.change_writes]}" "$CACHES")" \
+  "$(per "${R[gkm.change_writes]}" "$CACHES")" "$(bench_ratio "${R[tkm.change_writes]}" "${R[gkm.change_writes]}")" "<= 2"
+printf '%-54s %14s %14s %8s\n' "apiserver requests, not the simulator's, per cache" "$(per "${R[tkm.reqs]}" "$CACHES")" \
   "$(per "${R[gkm.reqs]}" "$CACHES")" "$(bench_ratio "${R[tkm.reqs]}" "${R[gkm.reqs]}")"
 for s in tkm gkm; do
   [[ -s $work/$s.delta ]] || continue
@@ -264,7 +282,7 @@ num "${R[tkm.ready_s]}" && awk -v a="${R[tkm.ready_s]}" -v g="$goal_s" 'BEGIN { 
 if num "${R[gkm.rss]}"; then
   awk -v a="${R[tkm.rss]}" -v b="${R[gkm.rss]}" 'BEGIN { exit !(a <= 0.2 * b) }' || ok=0
 fi
-awk -v a="${R[tkm.writes]}" -v c="$CACHES" 'BEGIN { exit !(a <= 2 * c) }' || ok=0
+num "${R[tkm.change_writes]}" && awk -v a="${R[tkm.change_writes]}" -v c="$CACHES" 'BEGIN { exit !(a <= 2 * c) }' || ok=0
 if ((ok)) && ! num "${R[gkm.rss]}"; then
   echo "goal met without the GKM comparison (no GKM side): Ready within $goal_s s${goal_rss:+, RSS < $goal_rss MiB}, <= 2 writes per cache"
 elif ((ok)); then

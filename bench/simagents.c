@@ -25,8 +25,9 @@
  *   wait  --nodes N --caches C --ns NS --kind tkm|gkm [--timeout S (0: none)]
  *         watch the caches (one list + one watch) until every one of the C
  *         caches is Ready: tkm: condition Ready=True and counts.nodes >= N;
- *         gkm: counts.nodeCnt >= N and its (single) condition Extracted or
- *         Running. Progress on stderr every 5 s.
+ *         gkm: counts.nodeCnt >= N and its (single) condition Extracted,
+ *         Running or Error (GKM's settled states; Error once a node's extract
+ *         failed, as on incompatible nodes). Progress on stderr every 5 s.
  *
  * Each mode prints one JSON line on stdout with wall-clock times in ms since
  * the epoch (write: first_write_ms, last_write_ms = when the last reply came
@@ -232,7 +233,9 @@ static json_t *tkm_status_body(struct sim *s, long i, int with_caches)
 }
 
 /* GKM's GKMCacheNode as its agent fills it: counts, the GPU list, and per
- * cache and digest the compatible GPU ids and the PVC's Extracted condition. */
+ * cache and digest the compatible GPU ids and the PVC's Extracted condition.
+ * On an incompatible node GKM's extract Job fails its preflight check: the
+ * PVC condition is Error and the node counts an error. */
 static json_t *gkm_body(struct sim *s, long i, int with_caches)
 {
     char name[32];
@@ -246,9 +249,9 @@ static json_t *gkm_body(struct sim *s, long i, int with_caches)
     json_t *caches = json_object();
     json_t *st =
         json_pack("{s:s, s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i}, s:[{s:s, s:s, s:[i]}], s:o}",
-                  "nodeName", name, "counts", "nodeCnt", 1, "nodeInUseCnt", 0, "nodeNotInUseCnt", 1,
-                  "nodeErrorCnt", 0, "podRunningCnt", 0, "podDeletingCnt", 0, "podOutdatedCnt", 0,
-                  "gpus", "gpuType", v ? "amd-mi300x" : "nvidia-h200", "driverVersion",
+                  "nodeName", name, "counts", "nodeCnt", 1, "nodeInUseCnt", 0, "nodeNotInUseCnt",
+                  !v, "nodeErrorCnt", v, "podRunningCnt", 0, "podDeletingCnt", 0, "podOutdatedCnt",
+                  0, "gpus", "gpuType", v ? "amd-mi300x" : "nvidia-h200", "driverVersion",
                   "570.124.06", "ids", 0, "caches", caches);
     if (!st || json_object_set_new(o, "status", st) < 0) {
         json_decref(o);
@@ -258,12 +261,13 @@ static json_t *gkm_body(struct sim *s, long i, int with_caches)
         char cname[128], pvc[160];
         snprintf(cname, sizeof cname, "%s%05ld", s->prefix, j);
         snprintf(pvc, sizeof pvc, "%s-%08lx", cname, (unsigned long)(i * 7919 + j) & 0xffffffffUL);
-        json_t *cs =
-            json_pack("{s:{s:[i], s:s, s:{s:{s:s, s:s, s:[{s:s, s:s, s:s, s:s, s:s}]}}}}",
-                      s->digest, v ? "incompatibleGPUs" : "compatibleGPUs", 0, "lastUpdated",
-                      s->now, "pvcStatus", s->ns, "pvcName", pvc, "pvcOwner", "Agent", "conditions",
-                      "type", "Extracted", "status", "True", "reason", "Extracted", "message",
-                      "GPU Kernel Cache extracted", "lastTransitionTime", s->now);
+        json_t *cs = json_pack(
+            "{s:{s:[i], s:s, s:{s:{s:s, s:s, s:[{s:s, s:s, s:s, s:s, s:s}]}}}}", s->digest,
+            v ? "incompatibleGPUs" : "compatibleGPUs", 0, "lastUpdated", s->now, "pvcStatus", s->ns,
+            "pvcName", pvc, "pvcOwner", "Agent", "conditions", "type", v ? "Error" : "Extracted",
+            "status", "True", "reason", v ? "Error" : "Extracted", "message",
+            v ? "GPU Kernel Cache extraction failed" : "GPU Kernel Cache extracted",
+            "lastTransitionTime", s->now);
         if (!cs || json_object_set_new(caches, cname, cs) < 0) {
             json_decref(o);
             return NULL;
@@ -420,7 +424,7 @@ static int obj_ready(const struct sim *s, const struct k8s_obj *obj)
     if (s->gkm) {
         const char *t = json_string_value(json_object_get(cond(st, NULL), "type"));
         ok = json_integer_value(json_object_get(counts, "nodeCnt")) >= s->nodes && t &&
-             (strcmp(t, "Extracted") == 0 || strcmp(t, "Running") == 0);
+             (strcmp(t, "Extracted") == 0 || strcmp(t, "Running") == 0 || strcmp(t, "Error") == 0);
     } else {
         const char *v = json_string_value(json_object_get(cond(st, "Ready"), "status"));
         ok = v && strcmp(v, "True") == 0 &&
