@@ -23,7 +23,7 @@ assert_eq "$N" "$(kubectl get nodes -l tkm.io/bench-sim=true -o name | wc -l | t
 assert_eq "$N" "$(kubectl -n "$NS" get tkcns -o name | wc -l | tr -d ' ')" "$N node status objects"
 
 step "write: one apply on /status per node"
-expect_ok "write" "$SIM" write --nodes $N --caches $C --ns "$NS" --kind tkm --digest "$D" --incompatible 0.25
+expect_ok "write" e2e_valgrind "$SIM" write --nodes $N --caches $C --ns "$NS" --kind tkm --digest "$D" --incompatible 0.25
 assert_contains "$OUT" "\"writes\":$N,\"failed\":0" "$N writes, none failed"
 J=$(kubectl -n "$NS" get tkcns -o json)
 assert_eq "$N" "$(jq --arg d "$D" --argjson c $C '[.items[] | select(.status.cacheCount == $c and ([.status.caches[] | select(.digest == $d)] | length) == $c)] | length' <<<"$J")" "every node status lists $C caches at the digest"
@@ -51,7 +51,7 @@ ready bench-00004 $((N - 1))
 expect_fail "wait times out while one cache counts $((N - 1)) nodes" "$SIM" wait --nodes $N --caches $C --ns "$NS" --kind tkm --timeout 5
 assert_contains "$OUT" '"ready":4,"timeout":true' "4 of $C ready"
 ready bench-00004 $N
-expect_ok "wait returns once all are Ready" "$SIM" wait --nodes $N --caches $C --ns "$NS" --kind tkm --timeout 20
+expect_ok "wait returns once all are Ready" e2e_valgrind "$SIM" wait --nodes $N --caches $C --ns "$NS" --kind tkm --timeout 20
 assert_contains "$OUT" "\"ready\":$C,\"all_ready_ms\":" "all $C ready"
 
 e2e_done
