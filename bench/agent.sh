@@ -5,8 +5,11 @@
 # Usage: bench/agent.sh [-r PIN_ROUNDS]          (default 10)
 #   env: TKM_BUILD_DIR  (default <repo>/build: cli/tkmctl, bench/bench_simagents)
 #        TKM_AGENT      (default $TKM_BUILD_DIR/agent/tkm-agent)
-#        TKM_AGENT_GPU_ARGS (default --no-nvml; e.g. "--sysfs-root D --procfs-root D
-#                        --nvml-lib PATH" for a fake GPU)
+#        TKM_AGENT_GPU_ARGS (default: one H200 through the tests' fake NVML,
+#                        $TKM_BUILD_DIR/fakenvml/libnvidia-ml.so.1 (ninja fakenvml),
+#                        with the values recorded on a real H200 (tests/fixtures/gpu/
+#                        h200-device) and empty sysfs/procfs roots; --no-nvml when
+#                        that library is not built)
 #        GKM_BIN_DIR    (default: bench/gkm-build.sh builds GKM f0e65de4 once into
 #                        ~/.cache/tkm/gkm/<commit>/)
 #        CACHES=100 PODS=10000 SETTLE=10 (seconds before each RSS reading)
@@ -20,7 +23,7 @@
 # node at the same time:
 #   tkm-agent --kubeconfig K --node-name bench-node --namespace tkm-system
 #     --store-dir D --socket S --metrics-bind-address 0
-#     --health-probe-bind-address 0 $TKM_AGENT_GPU_ARGS
+#     --health-probe-bind-address 0 $TKM_AGENT_GPU_ARGS (see above)
 #   gkm-agent (NO_GPU=true: its stub GPUs, KUBE_NODE_NAME=bench-node,
 #     --metrics-bind-address=0 --health-probe-bind-address=0)
 # Points measured (VmRSS and VmHWM from /proc/PID/status, SETTLE s after each):
@@ -58,7 +61,6 @@ while getopts "r:" o; do
 done
 TKM_BUILD_DIR=${TKM_BUILD_DIR:-$repo/build}
 TKM_AGENT=${TKM_AGENT:-$TKM_BUILD_DIR/agent/tkm-agent}
-TKM_AGENT_GPU_ARGS=${TKM_AGENT_GPU_ARGS:---no-nvml}
 CACHES=${CACHES:-100} PODS=${PODS:-10000} SETTLE=${SETTLE:-10}
 # shellcheck source=bench/lib-daemons.sh
 source "$here/lib-daemons.sh"
@@ -98,13 +100,26 @@ bench_log "cache image $image@$digest"
 
 # ---- the agents ---------------------------------------------------------------
 tkm_pid= gkm_pid=
+fake_nvml=$TKM_BUILD_DIR/fakenvml/libnvidia-ml.so.1
+if [[ -n ${TKM_AGENT_GPU_ARGS:-} ]]; then
+  gpu_args=$TKM_AGENT_GPU_ARGS gpu_desc="TKM_AGENT_GPU_ARGS=$TKM_AGENT_GPU_ARGS"
+elif [[ -f $fake_nvml ]]; then
+  mkdir -p "$work/gpu/sys" "$work/gpu/proc"
+  printf '%s\n' driver=580.159.04 cuda=13000 '[gpu]' 'name=NVIDIA H200' \
+    uuid=GPU-e94096f6-d7bf-1394-9a46-472036dacea0 cc=9.0 mem=150754820096 \
+    busid=00000000:00:06.0 pcidevid=0x233510de mig=0 >"$work/gpu/nvml.txt"
+  gpu_args="--nvml-lib $fake_nvml --sysfs-root $work/gpu/sys --procfs-root $work/gpu/proc"
+  gpu_desc="one H200 through the tests' fake NVML (values of tests/fixtures/gpu/h200-device)"
+else
+  gpu_args=--no-nvml gpu_desc="no GPU (--no-nvml; ninja -C $TKM_BUILD_DIR fakenvml gives a fake H200)"
+fi
 if ((tkm_ok)); then
   # The agent wants its socket directory and store private (0700).
   mkdir -p -m 0700 "$work/tkm-store" "$work/tkm-sock"
   # shellcheck disable=SC2086
-  "$TKM_AGENT" --kubeconfig "$KUBECONFIG" --node-name bench-node --namespace tkm-system \
-    --store-dir "$work/tkm-store" --socket "$work/tkm-sock/agent.sock" --metrics-bind-address 0 \
-    --health-probe-bind-address 0 $TKM_AGENT_GPU_ARGS >"$work/tkm-agent.log" 2>&1 &
+  TKM_FAKE_NVML=$work/gpu/nvml.txt "$TKM_AGENT" --kubeconfig "$KUBECONFIG" --node-name bench-node \
+    --namespace tkm-system --store-dir "$work/tkm-store" --socket "$work/tkm-sock/agent.sock" \
+    --metrics-bind-address 0 --health-probe-bind-address 0 $gpu_args >"$work/tkm-agent.log" 2>&1 &
   tkm_pid=$!
   disown "$tkm_pid"
   pids+=("$tkm_pid")
@@ -253,6 +268,7 @@ mib() { [[ $1 == - ]] && echo - || awk -v k="$1" 'BEGIN { printf "%.1f", k / 102
 echo
 echo "agent benchmark: tkm-agent vs GKM $(cat "$gkm/COMMIT" 2>/dev/null | cut -c1-8) gkm-agent, one node, $CACHES caches, $PODS Pods, $(nproc) CPUs"
 echo "load average (1/5/15 min) at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "tkm-agent's GPU: $gpu_desc; gkm-agent: NO_GPU=true (its stub GPUs)"
 printf '%-40s %12s %12s %8s  %s\n' metric tkm-agent gkm-agent tkm/gkm goal
 for p in idle caches pods; do
   case $p in
