@@ -42,7 +42,7 @@
 #      write returned;
 #   5. scrape /metrics again after SETTLE s; controller VmRSS/VmHWM;
 #   6. one change: node sim-00000 re-reports every cache incompatible (one
-#      apply); writes to the caches within CHANGE_WAIT (10) s, per cache, are
+#      apply; compatible when INCOMPATIBLE > 0 made it incompatible); writes to the caches within CHANGE_WAIT (10) s, per cache, are
 #      the cost of one change (goal <= 2); stop the controller.
 # Request counts are deltas over steps 2-5, by verb/resource/subresource; the
 # simulator's NODES applies and the waiter's list and watch are subtracted
@@ -211,9 +211,11 @@ run_side() { # SIDE
   # One change after everything settled: node sim-00000 re-reports every cache
   # as incompatible (one node status write touching every cache); the writes to
   # the caches in the next CHANGE_WAIT s are that change's cost.
+  # (With INCOMPATIBLE > 0 node sim-00000 already is incompatible: it turns compatible.)
   metrics "$work/$s.m2"
-  "$sim" write --nodes 1 --caches "$CACHES" --kind "$s" --ns "bench-${s/tkm/ctrl}" \
-    --digest "$digest" --incompatible 1 >/dev/null || echo "$s: the single-change write failed" >&2
+  "$sim" write --nodes 1 --caches "$CACHES" --kind "$s" --ns "bench-${s/tkm/ctrl}" --digest "$digest" \
+    --incompatible "$(awk -v f="$INCOMPATIBLE" 'BEGIN { print (f > 0 ? 0 : 1) }')" >/dev/null ||
+    echo "$s: the single-change write failed" >&2
   sleep "$CHANGE_WAIT"
   metrics "$work/$s.m3"
   R[$s.change_writes]=$(awk -v r="$res" 'NR == FNR { a[$1 " " $2 " " $3] = $4; next }
