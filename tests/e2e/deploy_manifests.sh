@@ -27,6 +27,13 @@ assert_contains "$OUT" "value: \"${TKM_APISERVER##*:}\"" "the running apiserver'
 assert_not_contains "$OUT" "127.0.0.1:5000" "no placeholder registry left"
 assert_not_contains "$OUT" "\"6443\"" "no placeholder port left"
 
+expect_fail "deploy.sh: fixture-gpu without a GPU root" "$TKM_SOURCE_DIR/hack/deploy.sh" --overlay fixture-gpu
+assert_contains "$OUT" "needs --fixture-gpu-root DIR and --fakenvml LIB" "and says what it needs"
+expect_fail "deploy.sh: a GPU root without sys/ proc/ nvml.conf" "$TKM_SOURCE_DIR/hack/deploy.sh" --overlay fixture-gpu --fixture-gpu-root "$T" --fakenvml /dev/null
+assert_contains "$OUT" "has no sys/, proc/ and nvml.conf" "and says why"
+expect_fail "make images without tkm-csi built" "$TKM_SOURCE_DIR/hack/images/all.sh" "$T/no-build" "$TKM_REGISTRY" e2e
+assert_contains "$OUT" "$T/no-build/csi/tkm-csi is missing" "and names the binary"
+
 step "the loopback rule of the test node (hack/node.sh check)"
 expect_ok "local overlay, filled in, passes" "$TKM_SOURCE_DIR/hack/node.sh" check "$T/local-filled.yaml"
 expect_fail "the base is refused on the test node" "$TKM_SOURCE_DIR/hack/node.sh" check "$T/base.yaml"
