@@ -4,8 +4,7 @@
 # objects as the server would store them (defaults applied) follow the deploy
 # rules: every container has requests and a memory limit, liveness and readiness
 # probes, a read-only root fs and a non-root security context, except where the
-# manifests say why (tkm-agent: uid 0 with no capabilities; tkm-csi: privileged,
-# no probe); only tkm-csi is privileged and only it has Bidirectional propagation;
+# manifests say why (tkm-agent: uid 0 with no capabilities; tkm-csi: privileged); only tkm-csi is privileged and only it has Bidirectional propagation;
 # hostPaths only where needed; the CSIDriver as tkm-csi needs it; 2 leader-elected
 # controller replicas in the base, 1 on the local node; the local overlays keep the
 # loopback rule (hack/node.sh check) and the base does not pretend to. The checker
@@ -59,7 +58,7 @@ rules() {
       ($s.containers[] | . as $c | "\($w) container \($c.name)" as $n | ($c.securityContext // {}) as $sc
         | (if ($c.resources.requests.cpu // "") == "" or ($c.resources.requests.memory // "") == "" or ($c.resources.limits.memory // "") == ""
            then "\($n): no cpu/memory request or memory limit" else empty end),
-          (if $c.name != "tkm-csi" and (($c.livenessProbe // null) == null or ($c.readinessProbe // null) == null)
+          (if ($c.livenessProbe // null) == null or ($c.readinessProbe // null) == null
            then "\($n): no liveness or readiness probe" else empty end),
           (if ($sc.readOnlyRootFilesystem // false) != true then "\($n): root filesystem is writable" else empty end),
           (if ($sc.privileged // false) and $c.name != "tkm-csi" then "\($n): privileged" else empty end),
@@ -86,9 +85,7 @@ $bad"
   pass "$o: resources, probes, security contexts, hostPaths, propagation"
 done
 assert_eq "tkm-csi" "$(jq -r -s '[.[] | select(.spec.template.spec?) | .spec.template.spec.containers[] | select(.securityContext.privileged == true) | .name] | join(" ")' "$T/base.json")" "only tkm-csi is privileged"
-csi_probe=$(jq -r -s '.[] | select(.kind == "DaemonSet") | .spec.template.spec.containers[] | select(.name == "tkm-csi") | .livenessProbe // "none"' "$T/base.json")
-assert_eq "none" "$csi_probe" "tkm-csi has no probe (unix sockets only; said in daemonset-node.yaml)"
-assert_contains "$(cat "$M/base/daemonset-node.yaml")" "# No probe: tkm-csi serves only unix sockets" "and the manifest says why"
+assert_eq "/usr/bin/tkm-csi probe --endpoint=/var/lib/kubelet/plugins/csi.tkm.io/csi.sock" "$(jq -r -s '.[] | select(.kind == "DaemonSet") | .spec.template.spec.containers[] | select(.name == "tkm-csi") | .livenessProbe.exec.command | join(" ")' "$T/base.json")" "tkm-csi: an exec probe (tkm-csi probe) on its CSI socket"
 
 step "the checker catches each breach"
 breach() { # WHAT JQ-EDIT EXPECTED-MESSAGE
@@ -99,6 +96,7 @@ breach() { # WHAT JQ-EDIT EXPECTED-MESSAGE
 ag='.spec.template.spec.containers[0]'
 breach "privileged agent" "if .kind == \"DaemonSet\" then $ag.securityContext.privileged = true else . end" "container tkm-agent: privileged"
 breach "no probe" "$ag |= del(.readinessProbe)" "container tkm-agent: no liveness or readiness probe"
+breach "no csi probe" "if .kind == \"DaemonSet\" then .spec.template.spec.containers[1] |= del(.livenessProbe) else . end" "container tkm-csi: no liveness or readiness probe"
 breach "no memory limit" "$ag.resources.limits = {}" "no cpu/memory request or memory limit"
 breach "root controller" "if .kind == \"Deployment\" then .spec.template.spec.securityContext.runAsUser = 0 | .spec.template.spec.securityContext.runAsNonRoot = false | $ag.securityContext.runAsNonRoot = false else . end" "Deployment/tkm-controller container tkm-controller: may run as root"
 breach "capabilities kept" "$ag.securityContext.capabilities.drop = []" "capabilities not dropped (ALL)"
