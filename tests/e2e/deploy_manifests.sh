@@ -40,6 +40,9 @@ assert_contains "$OUT" "DaemonSet/tkm-node: not hostNetwork" "because it is not 
 
 step "server-side dry run"
 expect_ok "the namespace" kubectl apply --server-side -f "$M/base/namespace.yaml"
+# A dry run merges with the live objects: workloads left by an earlier deployment (other
+# ports, other managers) would make it about them. None belong here; see the end.
+expect_ok "no workloads left from an earlier deployment" kubectl -n tkm-system delete ds/tkm-node deploy/tkm-controller --ignore-not-found --wait=true
 for o in base local fixture-gpu local-filled; do
   expect_ok "dry run $o" kubectl apply --server-side --force-conflicts --dry-run=server -f "$T/$o.yaml" -o json
   jq -c 'if .kind == "List" then .items[] else . end' <<<"$OUT" >"$T/$o.json"
@@ -112,9 +115,9 @@ assert_eq "2 true" "$(q base '.[] | select(.kind == "Deployment") | "\(.spec.rep
 assert_eq "1 true true" "$(q local '.[] | select(.kind == "Deployment") | "\(.spec.replicas) \(.spec.template.spec.hostNetwork) \(.spec.template.spec.containers[0].args | index("--leader-elect") != null)"')" "local: 1 replica, hostNetwork, still leader-elected"
 assert_eq "tkm-controller tkm-agent" "$(q base '[.[] | select(.kind == "Deployment" or .kind == "DaemonSet") | .spec.template.spec.serviceAccountName] | join(" ")')" "the workloads' ServiceAccounts"
 assert_eq "true" "$(q local '[.[] | select(.kind == "Deployment" or .kind == "DaemonSet") | .spec.template.spec.hostNetwork] | all')" "local: every workload hostNetwork"
-assert_eq "127.0.0.1:28080 127.0.0.1:28081 127.0.0.1:28090 127.0.0.1:28091" "$(q local '[.[] | select(.spec.template.spec?) | .spec.template.spec.containers[].args // [] | .[] | select(test("bind-address=")) | sub(".*=";"")] | join(" ")')" "local: listeners on loopback, distinct ports"
-assert_eq "--sysfs-root=/var/lib/tkm-fixture-gpu/sys --procfs-root=/var/lib/tkm-fixture-gpu/proc --nvml-lib=/var/lib/tkm-fixture-gpu/libnvidia-ml.so.1 /var/lib/tkm-fixture-gpu/nvml.conf true" \
-  "$(q fixture-gpu '.[] | select(.kind == "DaemonSet") | .spec.template.spec.containers[0] | "\([.args[] | select(test("-root=|nvml-lib="))] | join(" ")) \(.env[] | select(.name == "TKM_FAKE_NVML") | .value) \(.volumeMounts[] | select(.name == "fixture-gpu") | .readOnly)"')" "fixture-gpu: the agent probes the fixture root, read-only"
+assert_eq "127.0.0.1:28080 127.0.0.1:28081 127.0.0.1:28090 127.0.0.1:28091" "$(q local '[.[] | select(.spec.template.spec?) | .spec.template.spec.containers[].args // [] | join(" ") | scan("bind-address[= ]([^ ]+)") | .[0]] | join(" ")')" "local: listeners on loopback, distinct ports"
+assert_eq "--sysfs-root /var/lib/tkm-fixture-gpu/sys --procfs-root /var/lib/tkm-fixture-gpu/proc --nvml-lib /var/lib/tkm-fixture-gpu/libnvidia-ml.so.1 /var/lib/tkm-fixture-gpu/nvml.conf true" \
+  "$(q fixture-gpu '.[] | select(.kind == "DaemonSet") | .spec.template.spec.containers[0] | "\(.args[-6:] | join(" ")) \(.env[] | select(.name == "TKM_FAKE_NVML") | .value) \(.volumeMounts[] | select(.name == "fixture-gpu") | .readOnly)"')" "fixture-gpu: the agent probes the fixture root, read-only"
 assert_eq "Enforce" "$(q base '.[] | select(.kind == "ConfigMap" and .metadata.name == "tkm-config") | .data.signatureMode')" "tkm-config: Enforce by default"
 assert_eq "Opaque 0" "$(q base '.[] | select(.kind == "Secret" and .metadata.name == "tkm-trusted-keys") | "\(.type) \(.data // {} | length)"')" "tkm-trusted-keys: an empty placeholder"
 

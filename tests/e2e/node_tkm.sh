@@ -30,6 +30,7 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}'; }
 is() { [[ $(kubectl -n "$1" get "$2" -o jsonpath="$3" 2>/dev/null) == "$4" ]]; } # NS OBJ JSONPATH VALUE
 none() { [[ -z $("$@" 2>/dev/null) ]]; }
 TAG=e2e
+NSA=e2e-tkm-a-$RANDOM NSB=e2e-tkm-b-$RANDOM # workload namespaces (a later run never meets a terminating one)
 STORE=/var/lib/tkm/store/e2e-node-tkm # below the DaemonSet's store hostPath
 CACHES=/var/run/tkm/caches
 KROOT=$TKM_KUBELET_ROOT
@@ -83,7 +84,7 @@ patches:
     - {op: remove, path: /spec/template/spec/containers/0/livenessProbe}
     - {op: remove, path: /spec/template/spec/containers/0/readinessProbe}
 EOF
-e2e_on_exit "kubectl delete ns e2e-tkm-a e2e-tkm-b --ignore-not-found --wait=false >/dev/null 2>&1"
+e2e_on_exit "kubectl delete ns $NSA $NSB --ignore-not-found --wait=false >/dev/null 2>&1"
 e2e_on_exit "kubectl delete csidriver csi.tkm.io --ignore-not-found >/dev/null 2>&1; kubectl -n tkm-system delete ds tkm-node --ignore-not-found --wait=true --timeout=60s >/dev/null 2>&1"
 t_deploy=$(now)
 expect_ok "hack/deploy.sh" "$hack/deploy.sh" --overlay "$ov" --tag "$TAG"
@@ -134,8 +135,8 @@ logs=$(kubectl -n tkm-system logs "$NODEPOD" -c tkm-csi)
 assert_contains "$logs" "kubelet registered driver csi.tkm.io" "tkm-csi logged kubelet's registration"
 
 # ---- workload pods ------------------------------------------------------------
-kubectl create namespace e2e-tkm-a >/dev/null
-kubectl create namespace e2e-tkm-b >/dev/null
+kubectl create namespace "$NSA" >/dev/null
+kubectl create namespace "$NSB" >/dev/null
 MP=/home/ml/.triton/cache
 # wpod NS NAME CACHE: a workload pod with a csi.tkm.io inline volume at $MP
 wpod() {
@@ -164,62 +165,62 @@ exec_in() { kubectl -n "$1" exec "$2" -- sh -c "$3"; }
 
 step "a workload pod mounts the cache"
 t0=$(now)
-expect_ok "apply w1" "$hack/node.sh" apply - < <(wpod e2e-tkm-a w1 demo)
-wait_for 120 "w1 Running" is e2e-tkm-a pod/w1 '{.status.phase}' Running
+expect_ok "apply w1" "$hack/node.sh" apply - < <(wpod $NSA w1 demo)
+wait_for 120 "w1 Running" is $NSA pod/w1 '{.status.phase}' Running
 echo "timing: pod with a tkm volume created -> Running: $(since "$t0") s (the stand-in agent answers after 1.5 s)"
-T1=$(target e2e-tkm-a w1)
+T1=$(target $NSA w1)
 assert_eq "$T1" "$(tkm_mounts | grep -F "$T1")" "an overlay at w1's volume target, visible on the host (Bidirectional)"
 opts1=$(findmnt -n -o OPTIONS "$T1")
 assert_contains "$opts1" ":$SD," "the store is its lower layer"
-assert_eq "$(sha256sum <"$SD/$a_kernel")" "$(exec_in e2e-tkm-a w1 "cat $MP/$a_kernel" | sha256sum)" "w1 sees the store's kernel binary at $MP"
-assert_contains "$(exec_in e2e-tkm-a w1 "cat $MP/$grp")" "\"$MP/" "w1's group files name its mountPath"
+assert_eq "$(sha256sum <"$SD/$a_kernel")" "$(exec_in $NSA w1 "cat $MP/$a_kernel" | sha256sum)" "w1 sees the store's kernel binary at $MP"
+assert_contains "$(exec_in $NSA w1 "cat $MP/$grp")" "\"$MP/" "w1's group files name its mountPath"
 assert_not_contains "$(cat "$SD/$grp")" "\"$MP/" "the store's group file is untouched"
-expect_ok "w1 writes a new kernel" exec_in e2e-tkm-a w1 "mkdir -p $MP/NEWKERNEL && echo compiled-in-w1 > $MP/NEWKERNEL/k.cubin && cat $MP/NEWKERNEL/k.cubin"
-upper=$(find "$CACHES/e2e-tkm-a/w1" -path '*/upper/NEWKERNEL/k.cubin' 2>/dev/null | head -1)
-[[ -n $upper ]] || fail "the new kernel is not in w1's scratch layer under $CACHES/e2e-tkm-a/w1"
+expect_ok "w1 writes a new kernel" exec_in $NSA w1 "mkdir -p $MP/NEWKERNEL && echo compiled-in-w1 > $MP/NEWKERNEL/k.cubin && cat $MP/NEWKERNEL/k.cubin"
+upper=$(find "$CACHES/$NSA/w1" -path '*/upper/NEWKERNEL/k.cubin' 2>/dev/null | head -1)
+[[ -n $upper ]] || fail "the new kernel is not in w1's scratch layer under $CACHES/$NSA/w1"
 assert_eq "compiled-in-w1" "$(cat "$upper")" "it lands in w1's scratch layer ($upper)"
 [[ ! -e $SD/NEWKERNEL ]] || fail "the new kernel reached the store"
 assert_eq "$sum0" "$(store_sum)" "the store is unchanged"
 
 step "a second pod shares the store copy"
-expect_ok "apply w2" "$hack/node.sh" apply - < <(wpod e2e-tkm-a w2 demo)
-wait_for 120 "w2 Running" is e2e-tkm-a pod/w2 '{.status.phase}' Running
-T2=$(target e2e-tkm-a w2)
+expect_ok "apply w2" "$hack/node.sh" apply - < <(wpod $NSA w2 demo)
+wait_for 120 "w2 Running" is $NSA pod/w2 '{.status.phase}' Running
+T2=$(target $NSA w2)
 assert_contains "$(findmnt -n -o OPTIONS "$T2")" ":$SD," "w2's lower layer is the same store copy"
-assert_eq "$(sha256sum <"$SD/$a_kernel")" "$(exec_in e2e-tkm-a w2 "cat $MP/$a_kernel" | sha256sum)" "w2 sees the kernel binary"
-expect_fail "w2 does not see w1's new kernel" exec_in e2e-tkm-a w2 "cat $MP/NEWKERNEL/k.cubin"
+assert_eq "$(sha256sum <"$SD/$a_kernel")" "$(exec_in $NSA w2 "cat $MP/$a_kernel" | sha256sum)" "w2 sees the kernel binary"
+expect_fail "w2 does not see w1's new kernel" exec_in $NSA w2 "cat $MP/NEWKERNEL/k.cubin"
 assert_eq "1" "$(find "$STORE" -maxdepth 1 -mindepth 1 | wc -l)" "one copy in the store"
 
 step "a pod naming a cache not declared for it: PermissionDenied in kubectl describe pod"
-expect_ok "apply denied" "$hack/node.sh" apply - < <(wpod e2e-tkm-b denied not-declared)
-has_reason() { kubectl -n e2e-tkm-b describe pod denied | grep -q "code = PermissionDenied"; }
+expect_ok "apply denied" "$hack/node.sh" apply - < <(wpod $NSB denied not-declared)
+has_reason() { kubectl -n $NSB describe pod denied | grep -q "code = PermissionDenied"; }
 wait_for 90 "describe pod shows PermissionDenied" has_reason
-d=$(kubectl -n e2e-tkm-b describe pod denied)
+d=$(kubectl -n $NSB describe pod denied)
 assert_contains "$d" "MountVolume.SetUp failed for volume \"triton-cache\"" "kubelet's mount failed"
 assert_contains "$d" "ContainerCreating" "the pod stays ContainerCreating"
-assert_eq "Pending" "$(kubectl -n e2e-tkm-b get pod denied -o jsonpath='{.status.phase}')" "phase Pending"
-assert_eq "" "$(tkm_mounts | grep -F "$(kubectl -n e2e-tkm-b get pod denied -o jsonpath='{.metadata.uid}')" || true)" "no mount for it"
-[[ ! -e $CACHES/e2e-tkm-b/denied ]] || fail "a layer dir was left for the denied pod: $(ls -R "$CACHES/e2e-tkm-b/denied")"
+assert_eq "Pending" "$(kubectl -n $NSB get pod denied -o jsonpath='{.status.phase}')" "phase Pending"
+assert_eq "" "$(tkm_mounts | grep -F "$(kubectl -n $NSB get pod denied -o jsonpath='{.metadata.uid}')" || true)" "no mount for it"
+[[ ! -e $CACHES/$NSB/denied ]] || fail "a layer dir was left for the denied pod: $(ls -R "$CACHES/$NSB/denied")"
 pass "no layer dir for it"
 
 step "deleting the agent pod mid-publish converges"
 t0=$(now)
-expect_ok "apply w3" "$hack/node.sh" apply - < <(wpod e2e-tkm-a w3 demo)
+expect_ok "apply w3" "$hack/node.sh" apply - < <(wpod $NSA w3 demo)
 # the stand-in answers Materialize after 1.5 s: delete the node pod while kubelet waits
-mat_w3() { kubectl -n tkm-system logs "$NODEPOD" -c tkm-agent 2>/dev/null | grep -q "Materialize .* e2e-tkm-a/w3 "; }
+mat_w3() { kubectl -n tkm-system logs "$NODEPOD" -c tkm-agent 2>/dev/null | grep -q "Materialize .* $NSA/w3 "; }
 wait_for 60 "kubelet's publish of w3 reached the agent" mat_w3
 kubectl -n tkm-system delete pod "$NODEPOD" --wait=false >/dev/null
 pass "deleted $NODEPOD mid-publish"
 new_node_pod() { n=$(kubectl -n tkm-system get pods -l app.kubernetes.io/name=tkm-node -o jsonpath='{.items[?(@.status.phase=="Running")].metadata.name}'); [[ -n $n && $n != "$NODEPOD" ]]; }
 wait_for 120 "a new tkm-node pod Running" new_node_pod
 wait_for 120 "tkm-node Ready again" is tkm-system ds/tkm-node '{.status.numberReady}' 1
-wait_for 180 "w3 Running" is e2e-tkm-a pod/w3 '{.status.phase}' Running
+wait_for 180 "w3 Running" is $NSA pod/w3 '{.status.phase}' Running
 echo "timing: agent pod deleted mid-publish -> w3 Running: $(since "$t0") s"
-T3=$(target e2e-tkm-a w3)
+T3=$(target $NSA w3)
 assert_eq "$T3" "$(tkm_mounts | grep -F "$T3")" "exactly one overlay at w3's target"
-assert_eq "$(sha256sum <"$SD/$a_kernel")" "$(exec_in e2e-tkm-a w3 "cat $MP/$a_kernel" | sha256sum)" "w3 sees the kernel binary"
-assert_eq "compiled-in-w1" "$(exec_in e2e-tkm-a w1 "cat $MP/NEWKERNEL/k.cubin")" "w1's mount survived the driver's restart"
-assert_eq "3" "$(find "$CACHES/e2e-tkm-a" -mindepth 2 -maxdepth 2 -type d | wc -l)" "one volume dir per running pod (w1, w2, w3)"
+assert_eq "$(sha256sum <"$SD/$a_kernel")" "$(exec_in $NSA w3 "cat $MP/$a_kernel" | sha256sum)" "w3 sees the kernel binary"
+assert_eq "compiled-in-w1" "$(exec_in $NSA w1 "cat $MP/NEWKERNEL/k.cubin")" "w1's mount survived the driver's restart"
+assert_eq "3" "$(find "$CACHES/$NSA" -mindepth 2 -maxdepth 2 -type d | wc -l)" "one volume dir per running pod (w1, w2, w3)"
 
 step "restarting the node's kubelet converges"
 t0=$(now)
@@ -229,24 +230,24 @@ wait_for 30 "kubelet $kpid exited" bash -c "! kill -0 $kpid"
 expect_ok "node.sh up (restarts kubelet only)" "$hack/node.sh" up
 [[ $(cat "$TKM_NODE_DIR/kubelet.pid") != "$kpid" ]] || fail "kubelet was not restarted"
 wait_for 60 "CSINode still lists csi.tkm.io" is default "csinode/$TKM_NODE_NAME" '{.spec.drivers[*].name}' csi.tkm.io
-expect_ok "apply w4 after the restart" "$hack/node.sh" apply - < <(wpod e2e-tkm-a w4 demo)
-wait_for 120 "w4 Running" is e2e-tkm-a pod/w4 '{.status.phase}' Running
+expect_ok "apply w4 after the restart" "$hack/node.sh" apply - < <(wpod $NSA w4 demo)
+wait_for 120 "w4 Running" is $NSA pod/w4 '{.status.phase}' Running
 echo "timing: kubelet restart -> new tkm pod Running: $(since "$t0") s"
 for p in w1 w2 w3 w4; do
-  assert_eq "Running" "$(kubectl -n e2e-tkm-a get pod "$p" -o jsonpath='{.status.phase}')" "$p Running after the restart"
+  assert_eq "Running" "$(kubectl -n $NSA get pod "$p" -o jsonpath='{.status.phase}')" "$p Running after the restart"
 done
-assert_eq "$(sha256sum <"$SD/$a_kernel")" "$(exec_in e2e-tkm-a w4 "cat $MP/$a_kernel" | sha256sum)" "w4 sees the kernel binary"
+assert_eq "$(sha256sum <"$SD/$a_kernel")" "$(exec_in $NSA w4 "cat $MP/$a_kernel" | sha256sum)" "w4 sees the kernel binary"
 assert_eq "4" "$(tkm_mounts | grep -c -F "$KROOT/pods/")" "4 overlays: one per running pod, none stacked"
 
 step "deleting the pods leaves no mount and no directory"
 t0=$(now)
-kubectl -n e2e-tkm-a delete pod w1 w2 w3 w4 --wait=false >/dev/null
-kubectl -n e2e-tkm-b delete pod denied --wait=false >/dev/null
-wait_for 120 "pods gone" none kubectl get pods -n e2e-tkm-a -o name
-wait_for 60 "denied gone" none kubectl get pods -n e2e-tkm-b -o name
+kubectl -n $NSA delete pod w1 w2 w3 w4 --wait=false >/dev/null
+kubectl -n $NSB delete pod denied --wait=false >/dev/null
+wait_for 120 "pods gone" none kubectl get pods -n $NSA -o name
+wait_for 60 "denied gone" none kubectl get pods -n $NSB -o name
 wait_for 60 "no tkm-csi overlay left" none tkm_mounts
 echo "timing: delete -> no mount: $(since "$t0") s"
-assert_eq "" "$(find "$CACHES" -mindepth 1 -not -name .release 2>/dev/null | grep -v "^$CACHES/e2e-tkm-[ab]\$" || true)" "no layer dir left under $CACHES"
+assert_eq "" "$(find "$CACHES" -mindepth 1 -not -name .release 2>/dev/null | grep -v -e "^$CACHES/$NSA\$" -e "^$CACHES/$NSB\$" || true)" "no layer dir left under $CACHES"
 assert_eq "" "$(ls "$CACHES/.release" 2>/dev/null || true)" "no release pending"
 assert_eq "$sum0" "$(store_sum)" "the store is unchanged"
 echo "timing: node_tkm total: $(since "$t_all") s"
