@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bundle.sh [BUILD_DIR] [DEST]: the binaries bench/gpu/csi-proof.sh needs on a
 # machine that has none of our build dependencies (the device), with the shared
-# libraries they link (ldd), as DEST.tar.xz (default .device/csi-proof.tar.xz, an
+# libraries they link (ldd), as DEST.tar.gz (default .device/csi-proof.tar.gz, an
 # ignored path, passed to the device with `carry`; csi-proof.sh unpacks it).
 # Layout inside: bin/<the four binaries>, lib/*.so*, and at the paths a build dir
 # has them (cli/tkmctl, csi/tkm-csi, tests/e2e_csi_testagent, tests/e2e_csi_client)
@@ -18,7 +18,7 @@ bins=(cli/tkmctl csi/tkm-csi tests/e2e_csi_testagent tests/e2e_csi_client)
 for b in "${bins[@]}"; do
   [[ -x $build/$b ]] || { echo "bundle: $build/$b missing (ninja -C $build tkmctl tkm-csi e2e_csi_testagent e2e_csi_client)" >&2; exit 1; }
 done
-rm -rf "$dest" "$dest.tar.xz"
+rm -rf "$dest" "$dest.tar.gz"
 mkdir -p "$dest/lib" "$dest/bin" "$dest/cli" "$dest/csi" "$dest/tests"
 for b in "${bins[@]}"; do
   cp "$build/$b" "$dest/bin/"
@@ -33,6 +33,7 @@ for b in "${bins[@]}"; do ldd "$build/$b"; done | awk '$3 ~ /^\// {print $3}' | 
     [[ $base =~ $skip ]] && continue
     cp -L "$so" "$dest/lib/$base"
   done
+{ git -C "$src" rev-parse --short HEAD && git -C "$src" status --porcelain | grep -q . && echo "(+ uncommitted changes)"; } | paste -sd' ' >"$dest/COMMIT" || true
 (cd "$dest" && find . -type f | sort | xargs sha256sum >MANIFEST.sha256)
-tar -C "$(dirname "$dest")" -I "xz -T0 -1" -cf "$dest.tar.xz" "$(basename "$dest")"
-echo "bundle: $dest.tar.xz $(du -h "$dest.tar.xz" | cut -f1) ($(find "$dest/lib" -type f | wc -l) libraries; unpacked $(du -sh "$dest" | cut -f1))"
+tar -C "$(dirname "$dest")" -czf "$dest.tar.gz" "$(basename "$dest")"
+echo "bundle: $dest.tar.gz $(du -h "$dest.tar.gz" | cut -f1) ($(find "$dest/lib" -type f | wc -l) libraries; unpacked $(du -sh "$dest" | cut -f1))"

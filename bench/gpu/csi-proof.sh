@@ -26,7 +26,7 @@
 # new files in the cache dir (cold, warm-local) or in the pod's upper dir (tkm).
 # Goal: tkm-mounted start-up within 5% of warm-local, 0 new cubins.
 #
-# Binaries: TKM_BUILD_DIR (default: the bundle .device/csi-proof.tar.xz from
+# Binaries: TKM_BUILD_DIR (default: the bundle .device/csi-proof.tar.gz from
 # bench/gpu/bundle.sh if present, unpacked to a temp dir; else build/). Python:
 # TKM_PYTHON (default python3, else /opt/torch/.venv/bin/python) with torch and
 # Triton. --fake: the CPU-only stand-in bench/gpu/fake_workload.py with the
@@ -64,9 +64,9 @@ source "$src/tests/e2e/csi/env.sh"
 # ---- before the namespace: binaries, python, what this machine permits --------
 if [[ -z ${TKM_CSI_UNSHARED:-} ]]; then
   if [[ -z ${TKM_BUILD_DIR:-} ]]; then
-    if [[ -f $src/.device/csi-proof.tar.xz ]]; then
+    if [[ -f $src/.device/csi-proof.tar.gz ]]; then
       b=$(mktemp -d "${TMPDIR:-/tmp}/tkm-bundle-XXXXXX")
-      tar -C "$b" -xJf "$src/.device/csi-proof.tar.xz"
+      tar -C "$b" -xzf "$src/.device/csi-proof.tar.gz"
       export TKM_BUILD_DIR=$b/csi-proof TKM_PROOF_BUNDLE_TMP=$b
     else
       export TKM_BUILD_DIR=$src/build
@@ -88,11 +88,11 @@ if [[ -z ${TKM_CSI_UNSHARED:-} ]]; then
     echo "host: $(uname -a)"
     echo "os: $(. /etc/os-release && echo "$PRETTY_NAME")"
     echo "cpus: $(nproc)"
-    echo "tkm: $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo '?') $("$TKM_BUILD_DIR/cli/tkmctl" --version)"
+    echo "tkm: $(cat "$TKM_BUILD_DIR/COMMIT" 2>/dev/null || git -C "$src" rev-parse --short HEAD 2>/dev/null || echo '?') $("$TKM_BUILD_DIR/cli/tkmctl" --version)"
     echo "python: $TKM_PYTHON $("$TKM_PYTHON" --version 2>&1)"
     if [[ $fake == 0 ]]; then
-      "$TKM_PYTHON" -c 'import torch, triton; print("torch:", torch.__version__, "cuda", torch.version.cuda); print("triton:", triton.__version__); print("gpu:", torch.cuda.get_device_name(0))'
-      nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv,noheader 2>&1 | sed 's/^/nvidia-smi: /'
+      "$TKM_PYTHON" -c 'import torch, triton; print("torch:", torch.__version__, "cuda", torch.version.cuda); print("triton:", triton.__version__); print("gpu:", torch.cuda.get_device_name(0))' || true
+      nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv,noheader 2>&1 | sed 's/^/nvidia-smi: /' || true
     else
       echo "workload: FAKE (bench/gpu/fake_workload.py, no GPU)"
     fi
@@ -154,8 +154,10 @@ printf 'part\tmode\trep\trc\twall_s\tstartup_s\tkernels_s\tnew_files\tnew_cubins
 # run_workload PART CACHE_DIR LOG [--miss]: one fresh process; prints
 # "rc wall startup kernels hits misses".
 run_workload() {
-  local part=$1 cache=$2 log=$3 extra=${4:-} ind rc t0 t1 js
-  ind=$(mktemp -d "$work/inductor-XXXXXX")
+  local part=$1 cache=$2 log=$3 extra=${4:-} ind=$work/torchinductor rc t0 t1 js
+  # Inductor's own cache: empty in every run, always at the same path (so no path
+  # can differ between runs but TRITON_CACHE_DIR's).
+  rm -rf "$ind" && mkdir -p "$ind"
   local cmd=("$TKM_PYTHON" "$here/${part}_workload.py")
   [[ $fake == 1 ]] && cmd=("$TKM_PYTHON" "$here/fake_workload.py" "$part")
   js=$log.json
@@ -331,5 +333,9 @@ proof_part() { # PART
   rm -rf "$work/$PART"-cold-*
 }
 
-for p in $parts; do proof_part "$p"; done
-"$TKM_PYTHON" "$here/summary.py" "$out" "$mode" $([[ $fake == 1 ]] && echo --fake) | tee "$out/summary.txt"
+# The summary after each part: a run cut short still leaves the parts it finished.
+for p in $parts; do
+  proof_part "$p"
+  "$TKM_PYTHON" "$here/summary.py" "$out" "$mode" $([[ $fake == 1 ]] && echo --fake) >"$out/summary.txt"
+done
+cat "$out/summary.txt"

@@ -32,6 +32,9 @@ def main():
                      "--mount-path straight to the mount path (a private copy), not tkm-csi")
     for part in dict.fromkeys(r["part"] for r in rows):
         pr = [r for r in rows if r["part"] == part]
+        if not os.path.exists(os.path.join(out, part, "store-after.sha256")):
+            lines.append(f"\n{part}: not finished")
+            continue
         p = {}
         for m in ("cold", "warm-local", "tkm-mounted"):
             mr = [r for r in pr if r["mode"] == m]
