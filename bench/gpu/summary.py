@@ -1,4 +1,4 @@
-"""summary.py OUT MODE [--fake]: csi-proof.sh's table from OUT/runs.tsv.
+"""summary.py OUT MODE [--fake] [--check]: csi-proof.sh's table from OUT/runs.tsv.
 
 Medians of N per part and mode (cold, warm-local, tkm-mounted) side by side, the
 verdicts, and OUT/summary.json (what tests/unit/test_gpu_proof.c checks against
@@ -85,6 +85,10 @@ def main():
         json.dump(s, f, indent=1, sort_keys=True)
         f.write("\n")
     print("\n".join(lines))
+    if "--check" in sys.argv[3:]:  # exit 1 when a run says tkm broke something (not the 5%)
+        bad = [k for k, p in s["parts"].items()
+               if not (p["tkm_no_new_cubins"] and p["miss_ok"] and p["store_unchanged"])]
+        sys.exit(1 if bad or not s["parts"] else 0)
 
 
 if __name__ == "__main__":
