@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# csi-proof.sh [--fake] [--n N] [--parts "triton inductor"] [--out DIR]
+# csi-proof.sh [--fake] [--n N] [--parts "triton inductor"] [--out DIR] [--pack]
 # The CSI issue's real-GPU proof: a Triton cache compiled on this machine goes
 # through tkm's own code path into a pod's view, and Triton run against that view
 # compiles nothing; a kernel the cache lacks compiles into the pod's scratch layer
@@ -34,6 +34,8 @@
 # No private mount namespace or no overlay here (preflight.txt says why): the
 # fallback, tkmctl extract --mount-path straight to the mount path (a private
 # copy); TKM_PROOF_FORCE_COPY=1 forces it (rehearsal).
+# --pack (for the device tool, which brings back at most 8 files): at the end,
+# everything in --out/results.tar.gz, with summary.txt, runs.tsv, preflight.txt.
 # Everything goes to --out (default $OUT, the device tool's folder, else
 # bench/gpu/results/local): runs.tsv, summary.txt/.json, preflight.txt, and per
 # part: store-{before,after}.sha256, published-groups/, store-groups/, meta.txt,
@@ -42,6 +44,7 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 here=$src/bench/gpu
 fake=0
+pack=0
 n=3
 parts="triton inductor"
 out=${OUT:-$here/results/local}
@@ -51,7 +54,8 @@ while [[ $# -gt 0 ]]; do
   --n) n=$2; shift ;;
   --parts) parts=$2; shift ;;
   --out) out=$2; shift ;;
-  *) echo "usage: csi-proof.sh [--fake] [--n N] [--parts \"triton inductor\"] [--out DIR]" >&2; exit 2 ;;
+  --pack) pack=1 ;;
+  *) echo "usage: csi-proof.sh [--fake] [--n N] [--parts \"triton inductor\"] [--out DIR] [--pack]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -131,7 +135,7 @@ if [[ -z ${TKM_CSI_UNSHARED:-} ]]; then
   export TKM_PROOF_MODE=$mode
   if [[ $mode == overlay ]]; then
     exec env TKM_CSI_UNSHARED=1 unshare -m --propagation private bash "$0" --n "$n" --parts "$parts" \
-      --out "$out" $([[ $fake == 1 ]] && echo --fake)
+      --out "$out" $([[ $fake == 1 ]] && echo --fake) $([[ $pack == 1 ]] && echo --pack)
   fi
   # copy: no overlay here. The closest real path: tkmctl extract straight to the
   # mount path (the same extraction and the same group rewrite, lib/triton, as a
@@ -144,6 +148,14 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/tkm-gpu-proof-XXXXXX")
 chmod 755 "$work"
 CSI_TMP=$work/csi
 cleanup() {
+  # --pack: the device tool brings back at most 8 files from $OUT: everything in
+  # one results.tar.gz, beside the summary, the runs and the preflight.
+  if [[ $pack == 1 ]]; then
+    tar -C "$out" --exclude results.tar.gz -czf "$work/results.tar.gz" . 2>/dev/null || true
+    find "$out" -mindepth 1 -maxdepth 1 ! -name summary.txt ! -name runs.tsv ! -name preflight.txt \
+      ! -name failed.txt -exec rm -rf {} + 2>/dev/null || true
+    mv "$work/results.tar.gz" "$out/" 2>/dev/null || true
+  fi
   for m in $(awk '$2 ~ "^'"$work"'" {print $2}' /proc/self/mounts | sort -r); do umount -l "$m" 2>/dev/null || true; done
   [[ -n ${CSI_TMP:-} && -d $CSI_TMP ]] && csi_teardown >/dev/null 2>&1 || true
   rm -rf "$work" "${TKM_PROOF_BUNDLE_TMP:-}"
