@@ -285,8 +285,9 @@ proof_part() { # PART
       if [[ $what == warm ]]; then
         listing "$orig" >"$before"
         read -r rc wall st ks h m < <(run_workload "$PART" "$orig" "$d/logs/warm-$i.log")
-        f=$(comm -13 "$before" <(listing "$orig") | wc -l)
-        c=$(comm -13 "$before" <(listing "$orig") | grep -c '\.cubin$' || true)
+        comm -13 "$before" <(listing "$orig") >"$d/logs/new-warm-$i.txt"
+        f=$(wc -l <"$d/logs/new-warm-$i.txt")
+        c=$(grep -c '\.cubin$' "$d/logs/new-warm-$i.txt" || true)
         row "$PART" warm-local "$i" "$rc" "$wall" "$st" "$ks" "$f" "$c" "$h" "$m" -
       else
         pod_up "vol-$PART-$i" "pod-$PART-$i"
@@ -306,6 +307,7 @@ proof_part() { # PART
         fi
         read -r rc wall st ks h m < <(run_workload "$PART" "$MP" "$d/logs/tkm-$i.log")
         read -r f c < <(new_in_pod "$before")
+        if [[ $mode == overlay ]]; then (cd "$POD_UPPER" && find . -type f | sort) >"$d/logs/new-tkm-$i.txt"; fi
         row "$PART" tkm-mounted "$i" "$rc" "$wall" "$st" "$ks" "$f" "$c" "$h" "$m" "$POD_UP_MS"
         pod_down "vol-$PART-$i" "pod-$PART-$i"
       fi
