@@ -39,7 +39,11 @@ t_all=$(now)
 
 step "images: tkm-csi (make images) and the stand-in agent, pushed to $TKM_REGISTRY"
 t0=$(now)
-for d in /var/lib/tkm /var/run/tkm; do [[ -e $d ]] || e2e_on_exit "rm -rf --one-file-system $d"; done
+new_dirs=()
+for d in /var/lib/tkm /var/run/tkm; do [[ -e $d ]] || new_dirs+=("$d"); done
+# At exit, in this order: the workload pods (kubelet unpublishes their volumes through the
+# driver), the node pod, the CSIDriver, then what this test put on the host.
+e2e_on_exit "kubectl delete pods -n $NSA --all --wait=true --timeout=60s >/dev/null 2>&1; kubectl delete pods -n $NSB --all --wait=true --timeout=60s >/dev/null 2>&1; kubectl delete ns $NSA $NSB --ignore-not-found --wait=false >/dev/null 2>&1; kubectl -n tkm-system delete ds tkm-node --ignore-not-found --wait=true --timeout=60s >/dev/null 2>&1; kubectl delete csidriver csi.tkm.io --ignore-not-found >/dev/null 2>&1; rm -rf --one-file-system $STORE ${new_dirs[*]}"
 expect_ok "hack/images/all.sh" "$hack/images/all.sh" "$TKM_BUILD_DIR" "$TKM_REGISTRY" "$TAG"
 assert_contains "$OUT" "tkm-csi $TKM_REGISTRY/tkm/tkm-csi:$TAG" "tkm-csi image pushed"
 expect_ok "stand-in agent image" "$hack/images/tkm.sh" "$TKM_REGISTRY" "$TAG" "tkm-test-agent=$TKM_BUILD_DIR/tests/e2e_csi_testagent"
@@ -48,7 +52,6 @@ echo "timing: images: $(since "$t0") s"
 step "the fixture store on the node"
 rm -rf "$STORE"
 mkdir -p "$STORE"
-e2e_on_exit "rm -rf --one-file-system $STORE"
 tar -xzf "$TKM_FIXTURES/triton-cache/triton-3.6.0-cuda-sm90.tar.gz" -C "$STORE"
 SD=$(find "$STORE" -mindepth 1 -maxdepth 1 -type d | head -1)
 [[ -n $SD ]] || fail "no cache dir in the sm90 fixture"
@@ -84,8 +87,6 @@ patches:
     - {op: remove, path: /spec/template/spec/containers/0/livenessProbe}
     - {op: remove, path: /spec/template/spec/containers/0/readinessProbe}
 EOF
-e2e_on_exit "kubectl delete ns $NSA $NSB --ignore-not-found --wait=false >/dev/null 2>&1"
-e2e_on_exit "kubectl delete csidriver csi.tkm.io --ignore-not-found >/dev/null 2>&1; kubectl -n tkm-system delete ds tkm-node --ignore-not-found --wait=true --timeout=60s >/dev/null 2>&1"
 t_deploy=$(now)
 expect_ok "hack/deploy.sh" "$hack/deploy.sh" --overlay "$ov" --tag "$TAG"
 assert_contains "$OUT" "daemonset.apps/tkm-node serverside-applied" "DaemonSet applied"
