@@ -1,0 +1,184 @@
+/*
+ * main.c - tkm-agent: flags, the loop, signals, start and graceful stop.
+ * agent/README.md says how to run it; docs/agent.md how it works.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <tkm/http.h>
+#include <tkm/log.h>
+#include <k8s/config.h>
+
+#include "agent.h"
+
+static void closed_free(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void on_shutdown_poll(uv_timer_t *t)
+{
+    struct agent *a = t->data;
+    /* the cancelled registry jobs report through the http client: close it
+     * only once nothing is in flight there (at most ~2 s) */
+    if (a->http && tkm_http_inflight(a->http) > 0 && a->shutdown_polls++ < 200)
+        return;
+    uv_timer_stop(t);
+    uv_close((uv_handle_t *)t, closed_free);
+    if (a->kc)
+        k8s_client_close(a->kc, NULL, NULL);
+    a->kc = NULL;
+    if (a->http)
+        tkm_http_close(a->http, NULL, NULL);
+    a->http = NULL;
+}
+
+void agent_stop(struct agent *a, int code)
+{
+    if (a->stopping)
+        return;
+    a->stopping = 1;
+    a->exit_code = code;
+    tkm_dbg("stopping (exit %d)", code);
+    struct k8s_informer **infs[] = {&a->inf_tkc, &a->inf_tkcc, &a->inf_cfg, &a->inf_ns,
+                                    &a->inf_nsc};
+    for (size_t i = 0; i < sizeof infs / sizeof infs[0]; i++) {
+        k8s_informer_stop(*infs[i], NULL, NULL);
+        *infs[i] = NULL;
+    }
+    while (a->caches) {
+        struct agent_cache *ac = a->caches;
+        a->caches = ac->next;
+        agent_cache_free(ac);
+    }
+    while (a->sessions) {
+        struct agent_session *s = a->sessions;
+        a->sessions = s->next;
+        tkm_oci_session_free(s->s);
+        free(s->host);
+        free(s->auth);
+        free(s);
+    }
+    tkm_oci_session_free(a->once_session);
+    a->once_session = NULL;
+    uv_handle_t *hs[] = {(uv_handle_t *)&a->probe_timer, (uv_handle_t *)&a->flush_timer,
+                         (uv_handle_t *)&a->node_timer,  (uv_handle_t *)&a->sig_term,
+                         (uv_handle_t *)&a->sig_int,     (uv_handle_t *)&a->sig_hup};
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
+        if (!uv_is_closing(hs[i]))
+            uv_close(hs[i], closed_free);
+    uv_timer_init(a->loop, &a->shutdown_timer);
+    a->shutdown_timer.data = a;
+    uv_timer_start(&a->shutdown_timer, on_shutdown_poll, 0, 10);
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    struct agent *a = s->data;
+    if (signum == SIGHUP) {
+        tkm_info("SIGHUP: probing the GPUs again");
+        agent_gpu_probe(a);
+        return;
+    }
+    tkm_info("%s: stopping", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    agent_stop(a, 0);
+}
+
+static int handles_init(struct agent *a)
+{
+    uv_timer_init(a->loop, &a->probe_timer);
+    uv_timer_init(a->loop, &a->flush_timer);
+    uv_timer_init(a->loop, &a->node_timer);
+    a->flush_timer.data = a->node_timer.data = a->probe_timer.data = a;
+    uv_signal_t *ss[] = {&a->sig_term, &a->sig_int, &a->sig_hup};
+    int nums[] = {SIGTERM, SIGINT, SIGHUP};
+    for (int i = 0; i < 3; i++) {
+        uv_signal_init(a->loop, ss[i]);
+        ss[i]->data = a;
+        int rc = uv_signal_start(ss[i], on_signal, nums[i]);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int k8s_start(struct agent *a, struct tkm_err *err)
+{
+    struct k8s_config cfg;
+    int rc;
+    k8s_config_init(&cfg);
+    rc = k8s_config_load_default(&cfg, a->o.kubeconfig, err);
+    if (rc == 0)
+        rc = k8s_client_new(a->loop, &cfg, NULL, &a->kc, err);
+    k8s_config_release(&cfg);
+    return rc;
+}
+
+static int agent_start(struct agent *a)
+{
+    struct tkm_err e = {0};
+    int rc;
+    if ((rc = tkm_http_new(a->loop, NULL, &a->http, &e)) < 0)
+        goto fail;
+    if (a->o.once && a->o.image) {
+        if (agent_gpu_start(a) < 0 || agent_once_image(a) != 0)
+            return 1;
+        return 0;
+    }
+    if ((rc = k8s_start(a, &e)) < 0)
+        goto fail;
+    if ((rc = agent_gpu_start(a)) < 0)
+        goto fail;
+    if (!a->o.once && (rc = agent_status_start(a, &e)) < 0)
+        goto fail;
+    if ((rc = agent_caches_start(a, &e)) < 0)
+        goto fail;
+    if (!a->o.once)
+        tkm_info("tkm-agent %s on node %s: namespace %s, store %s, socket %s", TKM_VERSION,
+                 a->o.node_name, a->o.ns, a->o.store_dir, a->o.socket);
+    return 0;
+fail:
+    fprintf(stderr, "tkm-agent: %s\n", e.code ? tkm_err_str(&e) : strerror(-rc));
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    struct agent a;
+    struct tkm_err e = {0};
+    uv_loop_t loop;
+    memset(&a, 0, sizeof a);
+    int rc = agent_opts_parse(&a.o, argc, argv);
+    if (rc != 0)
+        return rc > 0 ? 0 : 2;
+    int level = (a.o.once ? TKM_LOG_WARN : TKM_LOG_INFO) + a.o.verbosity;
+    tkm_log_init("tkm-agent", level > TKM_LOG_TRACE ? TKM_LOG_TRACE : level, 0);
+    if (tkm_threadpool_init(0, &e) < 0 || tkm_http_global_init(&e) < 0) {
+        fprintf(stderr, "tkm-agent: %s\n", tkm_err_str(&e));
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    if (uv_loop_init(&loop) < 0)
+        return 1;
+    a.loop = &loop;
+    if (handles_init(&a) < 0) {
+        fprintf(stderr, "tkm-agent: cannot install signal handlers\n");
+        return 1;
+    }
+    if (agent_start(&a) != 0)
+        agent_stop(&a, 1);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    if (!a.stopping) {
+        agent_stop(&a, 1);
+        uv_run(&loop, UV_RUN_DEFAULT);
+    }
+    uv_loop_close(&loop);
+    agent_nsobjs_free(&a);
+    agent_gpus_release(&a);
+    tkm_api_config_release(&a.cfg);
+    free(a.cfg_inputs);
+    return a.exit_code;
+}
