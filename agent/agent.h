@@ -146,6 +146,7 @@ struct agent {
     int probing;
     int reprobe; /* SIGHUP while probing */
     char node_uid[128];
+    char hostname[256];
     struct k8s_informer *inf_tkc, *inf_tkcc, *inf_cfg, *inf_ns, *inf_nsc;
     struct agent_nsobj *nsobjs;
     uv_timer_t probe_timer, flush_timer, node_timer, shutdown_timer;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <tkm/http.h>
 #include <tkm/log.h>
@@ -154,6 +155,12 @@ int main(int argc, char **argv)
     int rc = agent_opts_parse(&a.o, argc, argv);
     if (rc != 0)
         return rc > 0 ? 0 : 2;
+    if (!a.o.node_name || !a.o.node_name[0]) {
+        /* --once --image on a machine without a control plane: the host name */
+        if (gethostname(a.hostname, sizeof a.hostname - 1) < 0)
+            snprintf(a.hostname, sizeof a.hostname, "localhost");
+        a.o.node_name = a.hostname;
+    }
     int level = (a.o.once ? TKM_LOG_WARN : TKM_LOG_INFO) + a.o.verbosity;
     tkm_log_init("tkm-agent", level > TKM_LOG_TRACE ? TKM_LOG_TRACE : level, 0);
     if (tkm_threadpool_init(0, &e) < 0 || tkm_http_global_init(&e) < 0) {
