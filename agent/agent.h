@@ -153,6 +153,7 @@ struct agent {
     int shutdown_polls;
     uv_signal_t sig_term, sig_int, sig_hup;
     int flush_pending;
+    uint64_t flush_due_ms;
     uint64_t write_backoff_ms;
     int stopping;
     int exit_code;

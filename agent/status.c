@@ -183,20 +183,22 @@ static void on_flush_timer(uv_timer_t *t)
     flush(a);
 }
 
+/* Runs flush() in ms, or earlier if one is already due earlier. */
 static void flush_after(struct agent *a, uint64_t ms)
 {
+    uint64_t due = tkm_now_ms() + ms;
     if (a->stopping || a->o.once)
         return;
-    if (a->flush_pending && ms > AGENT_FLUSH_DELAY_MS)
+    if (a->flush_pending && a->flush_due_ms <= due)
         return;
     a->flush_pending = 1;
+    a->flush_due_ms = due;
     uv_timer_start(&a->flush_timer, on_flush_timer, ms, 0);
 }
 
 void agent_status_changed(struct agent *a)
 {
-    if (!a->flush_pending)
-        flush_after(a, AGENT_FLUSH_DELAY_MS);
+    flush_after(a, AGENT_FLUSH_DELAY_MS);
 }
 
 static struct agent_nsobj *nsobj_get(struct agent *a, const char *ns, int create)
@@ -421,8 +423,7 @@ static void flush(struct agent *a)
         if (due > now && due - now < next)
             next = due - now;
     }
-    if (!a->flush_pending)
-        flush_after(a, next + 10);
+    flush_after(a, next + 10);
 }
 
 void agent_status_own_event(struct agent *a, const struct k8s_obj *obj, int deleted)
