@@ -120,13 +120,13 @@ struct agent_session {
  * the cluster one (ns ""). */
 struct agent_nsobj {
     struct agent_nsobj *next;
-    char *ns;          /* "" for TritonKernelCacheNodeStatusCluster */
-    char *last_body;   /* the last applied body without lastUpdated */
-    uint64_t last_ms;  /* when it was last applied */
-    int exists;        /* created (through the main endpoint) */
-    int inflight;      /* an apply or delete is in flight */
-    int want_delete;   /* no caches left */
-    char *applied_rv;  /* resourceVersion our last apply returned */
+    char *ns;         /* "" for TritonKernelCacheNodeStatusCluster */
+    char *last_body;  /* the last applied body without lastUpdated */
+    uint64_t last_ms; /* when it was last applied */
+    int exists;       /* created (through the main endpoint) */
+    int inflight;     /* an apply or delete is in flight */
+    int want_delete;  /* no caches left */
+    char *applied_rv; /* resourceVersion our last apply returned */
 };
 
 struct agent {
@@ -180,8 +180,8 @@ void agent_once_check(struct agent *a);
 struct agent_cache *agent_cache_find(struct agent *a, int cluster, const char *ns,
                                      const char *name);
 /* Decodes an object into a new or existing entry; -EPROTO with err for a bad object. */
-int agent_cache_upsert_json(struct agent *a, const char *json, size_t len,
-                            struct agent_cache **out, struct tkm_err *err);
+int agent_cache_upsert_json(struct agent *a, const char *json, size_t len, struct agent_cache **out,
+                            struct tkm_err *err);
 void agent_cache_remove(struct agent *a, const char *key);
 /* The registry session for host with auth bytes (NULL/"": anonymous). */
 int agent_session_get(struct agent *a, const char *host, const char *auth,

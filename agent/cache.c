@@ -77,8 +77,7 @@ void agent_cache_free(struct agent_cache *ac)
     free(ac);
 }
 
-struct agent_cache *agent_cache_find(struct agent *a, int cluster, const char *ns,
-                                     const char *name)
+struct agent_cache *agent_cache_find(struct agent *a, int cluster, const char *ns, const char *name)
 {
     for (struct agent_cache *ac = a->caches; ac; ac = ac->next)
         if (ac->c.cluster == !!cluster && !strcmp(ac->c.meta.name, name) &&
@@ -521,16 +520,16 @@ static char *cache_inputs(const char *json, size_t len, const char *digest)
 {
     json_error_t je;
     json_t *o = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
-    json_t *in = json_pack("{s:O?,s:s?}", "spec", o ? json_object_get(o, "spec") : NULL,
-                           "digest", digest);
+    json_t *in =
+        json_pack("{s:O?,s:s?}", "spec", o ? json_object_get(o, "spec") : NULL, "digest", digest);
     char *s = in ? json_dumps(in, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(in);
     json_decref(o);
     return s;
 }
 
-int agent_cache_upsert_json(struct agent *a, const char *json, size_t len,
-                            struct agent_cache **out, struct tkm_err *err)
+int agent_cache_upsert_json(struct agent *a, const char *json, size_t len, struct agent_cache **out,
+                            struct tkm_err *err)
 {
     struct tkm_api_cache c = {0};
     int rc = tkm_api_cache_decode(json, len, &c, err);
@@ -636,8 +635,7 @@ static void on_watch_error(int rc, const char *msg, uint64_t delay_ms, void *dat
 {
     struct agent *a = data;
     a->watch_restarts++;
-    tkm_warn("watch failed (%d): %s; retrying in %llu ms", rc, msg,
-             (unsigned long long)delay_ms);
+    tkm_warn("watch failed (%d): %s; retrying in %llu ms", rc, msg, (unsigned long long)delay_ms);
 }
 
 static void config_apply(struct agent *a, const struct k8s_obj *o)
@@ -649,8 +647,8 @@ static void config_apply(struct agent *a, const struct k8s_obj *o)
         tkm_warn("ConfigMap %s/%s: %s", a->o.ns, TKM_API_CONFIG_NAME, tkm_err_str(&e));
         return;
     }
-    char *inputs = cm ? json_dumps(json_object_get(cm, "data"), JSON_COMPACT | JSON_SORT_KEYS)
-                      : strdup("");
+    char *inputs =
+        cm ? json_dumps(json_object_get(cm, "data"), JSON_COMPACT | JSON_SORT_KEYS) : strdup("");
     if (tkm_api_config_decode(cm, &cfg, &e) < 0) {
         /* a bad tkm-config: keep the last good one and say so */
         tkm_warn("ConfigMap %s/%s: %s (keeping the previous settings)", a->o.ns,

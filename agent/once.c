@@ -110,8 +110,7 @@ static json_t *status_obj(struct agent *a, const char *ns)
     tkm_api_now(ts, sizeof ts);
     if (agent_status_build(a, ns, ts, &st) < 0)
         return NULL;
-    if (tkm_api_node_status_apply(&st, ns, "00000000-0000-0000-0000-000000000000", &body, &e) <
-        0)
+    if (tkm_api_node_status_apply(&st, ns, "00000000-0000-0000-0000-000000000000", &body, &e) < 0)
         tkm_err("%s", tkm_err_str(&e));
     agent_status_release(&st);
     if (body)
@@ -225,8 +224,9 @@ static void once_inspected(struct tkm_oci_job *job, int rc, struct tkm_oci_job_r
     (void)job;
     if (rc < 0) {
         snprintf(oi->ac->reason, sizeof oi->ac->reason, "%s",
-                 rc == -ENOENT ? "ImageNotFound" : rc == -EACCES ? "RegistryUnauthorized"
-                                                                 : "InspectFailed");
+                 rc == -ENOENT   ? "ImageNotFound"
+                 : rc == -EACCES ? "RegistryUnauthorized"
+                                 : "InspectFailed");
         snprintf(oi->ac->message, sizeof oi->ac->message, "%s", tkm_err_str(err));
         once_finish(oi);
         return;

@@ -11,58 +11,58 @@
 static void usage(FILE *f)
 {
     fprintf(
-        f,
-        "Usage: tkm-agent [flags]\n"
-        "       tkm-agent --once [-o json|yaml] [--image REF|LAYOUT_DIR [--key cosign.pub]]\n\n"
-        "The tkm node daemon. It probes this node's GPUs, watches TritonKernelCache (all\n"
-        "namespaces) and TritonKernelCacheCluster, and for every cache whose digest\n"
-        "tkm-controller pinned (status.resolvedDigest) it fetches the manifest and config by\n"
-        "that digest, verifies the signature with the effective policy (the cache's\n"
-        "signaturePolicy, else ConfigMap tkm-config), judges every GPU and writes the result\n"
-        "to TritonKernelCacheNodeStatus (one per namespace) and\n"
-        "TritonKernelCacheNodeStatusCluster objects named after the node (server-side apply,\n"
-        "field manager tkm-agent, owned by the Node). See agent/README.md and docs/agent.md.\n\n"
-        "Flags:\n"
-        "  --kubeconfig PATH             kubeconfig (default: in-cluster config, else\n"
-        "                                $KUBECONFIG, else ~/.kube/config)\n"
-        "  --node-name NAME              this node (default $NODE_NAME; required)\n"
-        "  --namespace NS                the agent's namespace, for tkm-config and the Secrets\n"
-        "                                of cluster caches (default $POD_NAMESPACE, else\n"
-        "                                tkm-system)\n"
-        "  --store-dir DIR               the cache store (default /var/lib/tkm/store)\n"
-        "  --socket PATH                 the CSI driver's socket (default\n"
-        "                                /var/run/tkm/agent.sock)\n"
-        "  --store-budget SIZE           disk budget of the store (default 10Gi; Ki Mi Gi Ti)\n"
-        "  --gc-grace DURATION           keep unused caches this long (default 10m; s m h)\n"
-        "  --metrics-bind-address ADDR   /metrics on host:port or :port (default :8080;\n"
-        "                                \"0\" disables)\n"
-        "  --health-probe-bind-address ADDR  /healthz and /readyz (default :8081; \"0\"\n"
-        "                                disables)\n"
-        "  --sysfs-root DIR              read /sys from DIR (default /sys)\n"
-        "  --procfs-root DIR             read /proc from DIR (default /proc)\n"
-        "  --nvml-lib PATH               the NVML library to dlopen (default\n"
-        "                                libnvidia-ml.so.1)\n"
-        "  --no-nvml                     do not load NVML\n"
-        "  -v N                          log verbosity: 0 errors+warnings+info (default),\n"
-        "                                1 debug, 2 trace\n"
-        "  --once                        probe, judge, print the node status it would\n"
-        "                                apply, exit (writes nothing)\n"
-        "  -o, --output json|yaml        --once output format (default json)\n"
-        "  --image REF|LAYOUT_DIR        --once: judge this image (a registry reference or an\n"
-        "                                OCI layout written by tkmctl build) instead of the\n"
-        "                                caches in the apiserver; no apiserver is needed\n"
-        "  --key FILE                    --once --image: verify the cosign signature with this\n"
-        "                                public key (else the signature is not checked)\n"
-        "  -h, --help                    this text\n\n"
-        "Exit status (--once): 0 when every cache is verified (or not enforced) and\n"
-        "compatible with at least one GPU; 1 otherwise (the reason is printed); 2 on a usage\n"
-        "error. Signals: SIGTERM/SIGINT stop gracefully (work in flight is cancelled, nothing\n"
-        "partial is left in the store); SIGHUP probes the GPUs again.\n\n"
-        "Examples:\n"
-        "  NODE_NAME=gpu-1 tkm-agent --kubeconfig ~/.kube/config --store-dir /tmp/store \\\n"
-        "      --socket /tmp/tkm/agent.sock --metrics-bind-address 127.0.0.1:9090\n"
-        "  tkm-agent --once --image ./layout -o json\n"
-        "  tkm-agent --once --image registry.example.com/kernels/add@sha256:... --key cosign.pub\n");
+        f, "Usage: tkm-agent [flags]\n"
+           "       tkm-agent --once [-o json|yaml] [--image REF|LAYOUT_DIR [--key cosign.pub]]\n\n"
+           "The tkm node daemon. It probes this node's GPUs, watches TritonKernelCache (all\n"
+           "namespaces) and TritonKernelCacheCluster, and for every cache whose digest\n"
+           "tkm-controller pinned (status.resolvedDigest) it fetches the manifest and config by\n"
+           "that digest, verifies the signature with the effective policy (the cache's\n"
+           "signaturePolicy, else ConfigMap tkm-config), judges every GPU and writes the result\n"
+           "to TritonKernelCacheNodeStatus (one per namespace) and\n"
+           "TritonKernelCacheNodeStatusCluster objects named after the node (server-side apply,\n"
+           "field manager tkm-agent, owned by the Node). See agent/README.md and docs/agent.md.\n\n"
+           "Flags:\n"
+           "  --kubeconfig PATH             kubeconfig (default: in-cluster config, else\n"
+           "                                $KUBECONFIG, else ~/.kube/config)\n"
+           "  --node-name NAME              this node (default $NODE_NAME; required)\n"
+           "  --namespace NS                the agent's namespace, for tkm-config and the Secrets\n"
+           "                                of cluster caches (default $POD_NAMESPACE, else\n"
+           "                                tkm-system)\n"
+           "  --store-dir DIR               the cache store (default /var/lib/tkm/store)\n"
+           "  --socket PATH                 the CSI driver's socket (default\n"
+           "                                /var/run/tkm/agent.sock)\n"
+           "  --store-budget SIZE           disk budget of the store (default 10Gi; Ki Mi Gi Ti)\n"
+           "  --gc-grace DURATION           keep unused caches this long (default 10m; s m h)\n"
+           "  --metrics-bind-address ADDR   /metrics on host:port or :port (default :8080;\n"
+           "                                \"0\" disables)\n"
+           "  --health-probe-bind-address ADDR  /healthz and /readyz (default :8081; \"0\"\n"
+           "                                disables)\n"
+           "  --sysfs-root DIR              read /sys from DIR (default /sys)\n"
+           "  --procfs-root DIR             read /proc from DIR (default /proc)\n"
+           "  --nvml-lib PATH               the NVML library to dlopen (default\n"
+           "                                libnvidia-ml.so.1)\n"
+           "  --no-nvml                     do not load NVML\n"
+           "  -v N                          log verbosity: 0 errors+warnings+info (default),\n"
+           "                                1 debug, 2 trace\n"
+           "  --once                        probe, judge, print the node status it would\n"
+           "                                apply, exit (writes nothing)\n"
+           "  -o, --output json|yaml        --once output format (default json)\n"
+           "  --image REF|LAYOUT_DIR        --once: judge this image (a registry reference or an\n"
+           "                                OCI layout written by tkmctl build) instead of the\n"
+           "                                caches in the apiserver; no apiserver is needed\n"
+           "  --key FILE                    --once --image: verify the cosign signature with this\n"
+           "                                public key (else the signature is not checked)\n"
+           "  -h, --help                    this text\n\n"
+           "Exit status (--once): 0 when every cache is verified (or not enforced) and\n"
+           "compatible with at least one GPU; 1 otherwise (the reason is printed); 2 on a usage\n"
+           "error. Signals: SIGTERM/SIGINT stop gracefully (work in flight is cancelled, nothing\n"
+           "partial is left in the store); SIGHUP probes the GPUs again.\n\n"
+           "Examples:\n"
+           "  NODE_NAME=gpu-1 tkm-agent --kubeconfig ~/.kube/config --store-dir /tmp/store \\\n"
+           "      --socket /tmp/tkm/agent.sock --metrics-bind-address 127.0.0.1:9090\n"
+           "  tkm-agent --once --image ./layout -o json\n"
+           "  tkm-agent --once --image registry.example.com/kernels/add@sha256:... --key "
+           "cosign.pub\n");
 }
 
 int agent_parse_size(const char *s, uint64_t *out)
@@ -70,7 +70,7 @@ int agent_parse_size(const char *s, uint64_t *out)
     static const struct {
         const char *suf;
         uint64_t mul;
-    } units[] = {{"Ki", 1ULL << 10}, {"Mi", 1ULL << 20}, {"Gi", 1ULL << 30}, {"Ti", 1ULL << 40},
+    } units[] = {{"Ki", 1ULL << 10}, {"Mi", 1ULL << 20}, {"Gi", 1ULL << 30},  {"Ti", 1ULL << 40},
                  {"K", 1000ULL},     {"M", 1000000ULL},  {"G", 1000000000ULL}};
     char num[32];
     size_t n = strlen(s);
@@ -123,16 +123,34 @@ static int bad(const char *flag, const char *v, const char *why)
 
 static const char **opt_slot(struct agent_opts *o, const char *s)
 {
-    static const char *const names[] = {"--kubeconfig", "--node-name",  "--namespace",
-                                        "--store-dir",  "--socket",     "--metrics-bind-address",
-                                        "--health-probe-bind-address",  "--sysfs-root",
-                                        "--procfs-root", "--nvml-lib",  "--image",
-                                        "--key",        "-o",           "--output"};
-    const char **slots[] = {&o->kubeconfig,   &o->node_name,          &o->ns,
-                            &o->store_dir,    &o->socket,             &o->metrics_addr,
-                            &o->health_addr,  &o->probe.sysfs_root,   &o->probe.procfs_root,
-                            &o->probe.nvml_lib, &o->image,            &o->key,
-                            &o->output,       &o->output};
+    static const char *const names[] = {"--kubeconfig",
+                                        "--node-name",
+                                        "--namespace",
+                                        "--store-dir",
+                                        "--socket",
+                                        "--metrics-bind-address",
+                                        "--health-probe-bind-address",
+                                        "--sysfs-root",
+                                        "--procfs-root",
+                                        "--nvml-lib",
+                                        "--image",
+                                        "--key",
+                                        "-o",
+                                        "--output"};
+    const char **slots[] = {&o->kubeconfig,
+                            &o->node_name,
+                            &o->ns,
+                            &o->store_dir,
+                            &o->socket,
+                            &o->metrics_addr,
+                            &o->health_addr,
+                            &o->probe.sysfs_root,
+                            &o->probe.procfs_root,
+                            &o->probe.nvml_lib,
+                            &o->image,
+                            &o->key,
+                            &o->output,
+                            &o->output};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(s, names[i]) == 0)
             return slots[i];

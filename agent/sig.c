@@ -24,7 +24,7 @@ struct agent_sig {
     struct tkm_oci_job *job;
     agent_sig_cb cb;
     void *data;
-    int worst;             /* the most telling failure so far */
+    int worst; /* the most telling failure so far */
     struct tkm_err worst_err;
 };
 

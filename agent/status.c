@@ -20,12 +20,9 @@ const char *agent_compat_reason(const char *s)
 {
     static const struct {
         const char *prefix, *reason;
-    } map[] = {{"backend mismatch", "BackendMismatch"},
-               {"arch mismatch", "ArchMismatch"},
-               {"warp size mismatch", "WarpSizeMismatch"},
-               {"PTX too new", "PTXTooNew"},
-               {"corrupt cache", "CorruptCache"},
-               {"label mismatch", "LabelMismatch"}};
+    } map[] = {{"backend mismatch", "BackendMismatch"},    {"arch mismatch", "ArchMismatch"},
+               {"warp size mismatch", "WarpSizeMismatch"}, {"PTX too new", "PTXTooNew"},
+               {"corrupt cache", "CorruptCache"},          {"label mismatch", "LabelMismatch"}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strncmp(s, map[i].prefix, strlen(map[i].prefix)) == 0)
             return map[i].reason;
@@ -36,8 +33,8 @@ const char *agent_compat_reason(const char *s)
 
 /* ---- building ---------------------------------------------------------------------- */
 
-static int group_add(struct tkm_api_gpu_group **gs, size_t *n, const char *type,
-                     const char *reason, const char *message, int32_t id)
+static int group_add(struct tkm_api_gpu_group **gs, size_t *n, const char *type, const char *reason,
+                     const char *message, int32_t id)
 {
     if (!reason) {
         for (size_t i = 0; i < *n; i++) {
@@ -252,9 +249,10 @@ static void write_failed(struct write_ctx *w, int rc, const struct k8s_status *s
     a->write_backoff_ms = a->write_backoff_ms ? a->write_backoff_ms * 2 : AGENT_BACKOFF_MIN_MS;
     if (a->write_backoff_ms > 30000)
         a->write_backoff_ms = 30000;
-    tkm_warn("%s %s%s%s: %s failed (%d): %s; retrying in %llu ms", nsobj_res(w->o)->kind,
-             w->o->ns, w->o->ns[0] ? "/" : "", a->o.node_name, w->step == 2 ? "delete" : "apply", rc,
-             st ? k8s_status_str(st, msg, sizeof msg) : "", (unsigned long long)a->write_backoff_ms);
+    tkm_warn("%s %s%s%s: %s failed (%d): %s; retrying in %llu ms", nsobj_res(w->o)->kind, w->o->ns,
+             w->o->ns[0] ? "/" : "", a->o.node_name, w->step == 2 ? "delete" : "apply", rc,
+             st ? k8s_status_str(st, msg, sizeof msg) : "",
+             (unsigned long long)a->write_backoff_ms);
     flush_after(a, a->write_backoff_ms);
 }
 
@@ -305,8 +303,8 @@ static void on_written(int rc, json_t *obj, const struct k8s_status *st, void *d
     w->body_cmp = NULL;
     o->last_ms = tkm_now_ms();
     free(o->applied_rv);
-    o->applied_rv = obj && k8s_obj_resource_version(obj) ? strdup(k8s_obj_resource_version(obj))
-                                                          : NULL;
+    o->applied_rv =
+        obj && k8s_obj_resource_version(obj) ? strdup(k8s_obj_resource_version(obj)) : NULL;
 out:
     json_decref(w->body);
     free(w->body_cmp);
