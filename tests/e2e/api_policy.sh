@@ -37,7 +37,9 @@ ${3:-}
 EOF
   kubectl apply -f "$T/$1.yaml" >/dev/null
 }
+# runv: under valgrind (a few calls cover the fetch, failure and credential paths).
 run() { OUT=$("$PBIN" "$@") || fail "e2e_api_policy $*: $OUT"; echo "$OUT"; }
+runv() { OUT=$(e2e_valgrind "$PBIN" "$@") || fail "e2e_api_policy $*: $OUT"; echo "$OUT"; }
 
 step "no tkm-config, no spec policy: the default (Enforce) has no key"
 tkc plain ""
@@ -56,14 +58,14 @@ assert_contains "$OUT" "policy rc=0 source=spec mode=Audit keys=1 root=0" "inlin
 
 step "a key from a Secret in the cache's namespace (default key cosign.pub)"
 tkc secret "  signaturePolicy: {mode: Enforce, publicKeySecretRef: {name: sig}}"
-OUT=$(run "$NS" secret "$SYS")
+OUT=$(runv "$NS" secret "$SYS")
 assert_contains "$OUT" "policy rc=-2 reason=SecretNotFound message=Secret $NS/sig not found" "missing Secret"
 kubectl -n "$NS" create secret generic sig --from-file=other.pub="$T/k1.pub" >/dev/null
 OUT=$(run "$NS" secret "$SYS")
 assert_contains "$OUT" "reason=SecretNotFound message=Secret $NS/sig has no key \"cosign.pub\"" "Secret without the key"
 kubectl -n "$NS" delete secret sig >/dev/null
 kubectl -n "$NS" create secret generic sig --from-file=cosign.pub="$T/both.pub" >/dev/null
-OUT=$(run "$NS" secret "$SYS")
+OUT=$(runv "$NS" secret "$SYS")
 assert_contains "$OUT" "policy rc=0 source=spec mode=Enforce keys=2" "both keys of the Secret"
 assert_contains "$OUT" "key from Secret $NS/sig cosign.pub" "describe names the Secret"
 
@@ -139,7 +141,7 @@ assert_contains "$OUT" "creds rc=-2 reason=SecretNotFound message=imagePullSecre
 kubectl -n "$SYS" create secret generic sig --from-file=cosign.pub="$T/k1.pub" >/dev/null
 kubectl -n "$SYS" create secret docker-registry pull --docker-server=registry.example.com:5000 \
   --docker-username=robot --docker-password=s3cret >/dev/null
-OUT=$(run - "$CC" "$SYS")
+OUT=$(runv - "$CC" "$SYS")
 assert_contains "$OUT" "policy rc=0 source=spec mode=Enforce keys=1" "cluster cache key from the daemons' namespace"
 assert_contains "$OUT" "creds rc=0 user=robot source=Secret $SYS/pull" "pull secret credentials for the image's host"
 
