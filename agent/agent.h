@@ -25,8 +25,13 @@
 #include <tkm/http.h>
 #include <tkm/oci/session.h>
 #include <tkm/triton/cache.h>
+#include <tkm/store.h>
+#include <tkm/store/state.h>
 #include <k8s/client.h>
+#include <k8s/events.h>
 #include <k8s/informer.h>
+
+#include "rpc.h"
 
 #define AGENT_FIELD_MANAGER   "tkm-agent"
 #define AGENT_PROBE_PERIOD_MS (5 * 60 * 1000)
@@ -100,7 +105,10 @@ struct agent_cache {
     char reason[64];   /* CamelCase, "" when usable */
     char message[768]; /* a sentence, "" when usable */
     struct tkm_triton_summary summary;
-    char *layer_digest; /* the image's one layer */
+    char *layer_digest;              /* the image's one layer */
+    uint64_t cache_bytes;            /* extracted size (label cache-size-bytes), for admission */
+    struct tkm_oci_session *session; /* the registry session it was inspected through */
+    int label_checked;               /* the extracted kernels matched the label (this process) */
     struct agent_verdicts verdicts;
     char judged_at[32];
 };
@@ -108,6 +116,15 @@ struct agent_cache {
 /* 1 when the cache may be used on this node: inspected, signature verified
  * (or not enforced) and no reason recorded. */
 int agent_cache_usable(const struct agent_cache *ac);
+
+/* A CSI volume referencing a digest (mirror of the store state's references). */
+struct agent_vol {
+    struct agent_vol *next;
+    char *volume_id, *pod_ns, *pod_name, *pod_uid, *cache_ns, *cache_name;
+    char digest[80];
+};
+
+struct agent_pull;
 
 struct agent_session {
     struct agent_session *next;
@@ -159,6 +176,16 @@ struct agent {
     int exit_code;
     /* --once --image REF */
     struct tkm_oci_session *once_session;
+    /* the store and the socket */
+    struct tkm_store *store;
+    struct tkm_store_state *state;
+    struct agent_rpc_server *rpc;
+    struct agent_pull *pulls;
+    struct agent_vol *vols;
+    uv_timer_t gc_timer;
+    struct k8s_recorder *rec;
+    uint64_t extractions, extract_errors;
+    double extract_seconds;
     /* metrics */
     uint64_t registry_errors, watch_restarts, status_writes;
 };
@@ -218,6 +245,18 @@ const char *agent_compat_reason(const char *sentence);
 /* once.c */
 int agent_once_image(struct agent *a);
 int agent_once_print(struct agent *a);
+
+/* store.c */
+int agent_store_open(struct agent *a, struct tkm_err *err);
+int agent_store_start(struct agent *a, struct tkm_err *err); /* open + GC timer + socket */
+void agent_store_stop(struct agent *a);                      /* cancel pulls, close the socket */
+void agent_store_close(struct agent *a);                     /* after the loop ended */
+void agent_store_prefetch(struct agent *a, struct agent_cache *ac);
+void agent_store_gc(struct agent *a, uint64_t extra);
+int agent_store_extracted(struct agent *a, const char *layer);
+int agent_ready(const struct agent *a);
+int agent_socket_start(struct agent *a, struct tkm_err *err);
+struct agent_vol *agent_vol_find(struct agent *a, const char *volume_id);
 
 /* main.c */
 void agent_stop(struct agent *a, int code);

@@ -188,6 +188,8 @@ static void run_finish(struct agent_run *r, int transient)
         else
             tkm_info("cache %s@%s: verified=%d, judged for %zu GPU(s)", ac->key, ac->digest,
                      ac->verified, ac->verdicts.n);
+        if (!a_once(ac))
+            agent_store_prefetch(ac->a, ac);
     }
     run_free(r);
     agent_status_changed(ac->a);
@@ -359,8 +361,14 @@ static void on_inspect(struct tkm_oci_job *job, int rc, struct tkm_oci_job_resul
     tkm_triton_summary_release(&ac->summary);
     ac->summary = ((struct tkm_triton_image *)im)->summary;
     memset(&((struct tkm_triton_image *)im)->summary, 0, sizeof im->summary);
+    if (!ac->layer_digest || strcmp(ac->layer_digest, m->descs[0].digest) != 0)
+        ac->label_checked = 0;
     free(ac->layer_digest);
     ac->layer_digest = strdup(m->descs[0].digest);
+    uint64_t sz = 0;
+    if (!im->size_bytes || tkm_parse_u64(im->size_bytes, UINT64_MAX, &sz) < 0 || sz == 0)
+        sz = m->descs[0].size * 4; /* no label: a generous guess from the compressed size */
+    ac->cache_bytes = sz;
     ac->inspected = 1;
     ac->reason[0] = 0;
     ac->message[0] = 0;
@@ -413,6 +421,8 @@ static void on_creds(int rc, const struct tkm_oci_creds *creds, const char *reas
     }
     rc = agent_session_get(r->a, r->ref.host, auth, &r->s, &e);
     free(auth);
+    if (rc == 0)
+        r->ac->session = r->s;
     if (rc == 0)
         rc = tkm_triton_job_inspect(r->s, &r->ref, on_inspect, r, &r->job, &e);
     if (rc < 0)

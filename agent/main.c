@@ -32,6 +32,8 @@ static int handles_init(struct agent *a)
     uv_timer_init(a->loop, &a->probe_timer);
     uv_timer_init(a->loop, &a->flush_timer);
     uv_timer_init(a->loop, &a->node_timer);
+    uv_timer_init(a->loop, &a->gc_timer);
+    a->gc_timer.data = a;
     a->flush_timer.data = a->node_timer.data = a->probe_timer.data = a;
     uv_signal_t *ss[] = {&a->sig_term, &a->sig_int, &a->sig_hup};
     int nums[] = {SIGTERM, SIGINT, SIGHUP};
@@ -74,6 +76,13 @@ static int agent_start(struct agent *a)
         goto fail;
     if (!a->o.once && (rc = agent_status_start(a, &e)) < 0)
         goto fail;
+    if (!a->o.once) {
+        struct k8s_recorder_opts ro = {.component = "tkm-agent", .host = a->o.node_name};
+        if ((rc = k8s_recorder_new(a->kc, &ro, &a->rec, &e)) < 0)
+            goto fail;
+        if ((rc = agent_store_start(a, &e)) < 0)
+            goto fail;
+    }
     if ((rc = agent_caches_start(a, &e)) < 0)
         goto fail;
     if (!a->o.once)
@@ -123,6 +132,7 @@ int main(int argc, char **argv)
     }
     uv_loop_close(&loop);
     agent_nsobjs_free(&a);
+    agent_store_close(&a);
     agent_gpus_release(&a);
     tkm_api_config_release(&a.cfg);
     free(a.cfg_inputs);

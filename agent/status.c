@@ -69,6 +69,7 @@ static int group_add(struct tkm_api_gpu_group **gs, size_t *n, const char *type,
 
 void agent_entry_release(struct tkm_api_node_cache *e)
 {
+    free(e->pods);
     for (size_t i = 0; i < e->n_compatible; i++)
         free(e->compatible[i].ids);
     for (size_t i = 0; i < e->n_incompatible; i++)
@@ -79,6 +80,12 @@ void agent_entry_release(struct tkm_api_node_cache *e)
     memset(e, 0, sizeof *e);
 }
 
+static int pod_cmp(const void *x, const void *y)
+{
+    const struct tkm_api_pod_ref *p = x, *q = y;
+    return strcmp(p->volume_id, q->volume_id);
+}
+
 int agent_entry_build(const struct agent *a, const struct agent_cache *ac,
                       struct tkm_api_node_cache *e)
 {
@@ -86,6 +93,24 @@ int agent_entry_build(const struct agent *a, const struct agent_cache *ac,
     e->name = ac->c.meta.name;
     e->digest = tkm_oci_digest_valid(ac->digest) ? (char *)ac->digest : NULL;
     e->verified = ac->verified;
+    e->extracted = agent_store_extracted((struct agent *)a, ac->layer_digest);
+    size_t np = 0;
+    for (const struct agent_vol *v = a->vols; v; v = v->next)
+        np += !strcmp(v->cache_name, ac->c.meta.name) &&
+              !strcmp(v->cache_ns, ac->c.cluster ? "" : ac->c.meta.ns);
+    if (np && !(e->pods = calloc(np, sizeof *e->pods)))
+        return -ENOMEM;
+    for (const struct agent_vol *v = a->vols; v; v = v->next)
+        if (!strcmp(v->cache_name, ac->c.meta.name) &&
+            !strcmp(v->cache_ns, ac->c.cluster ? "" : ac->c.meta.ns)) {
+            struct tkm_api_pod_ref *pr = &e->pods[e->n_pods++];
+            pr->ns = v->pod_ns;
+            pr->name = v->pod_name;
+            pr->uid = v->pod_uid;
+            pr->volume_id = v->volume_id;
+        }
+    if (e->n_pods > 1) /* a stable order: the same state is the same body */
+        qsort(e->pods, e->n_pods, sizeof *e->pods, pod_cmp);
     e->last_updated = ac->judged_at[0] ? (char *)ac->judged_at : NULL;
     for (size_t i = 0; ac->verdicts.judged && i < ac->verdicts.n && i < a->gpus.n; i++) {
         const struct tkm_compat_verdict *v = &ac->verdicts.v[i];

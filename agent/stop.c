@@ -36,6 +36,9 @@ void agent_stop(struct agent *a, int code)
     a->stopping = 1;
     a->exit_code = code;
     tkm_dbg("stopping (exit %d)", code);
+    agent_store_stop(a);
+    k8s_recorder_free(a->rec);
+    a->rec = NULL;
     struct k8s_informer **infs[] = {&a->inf_tkc, &a->inf_tkcc, &a->inf_cfg, &a->inf_ns,
                                     &a->inf_nsc};
     for (size_t i = 0; i < sizeof infs / sizeof infs[0]; i++) {
@@ -59,7 +62,8 @@ void agent_stop(struct agent *a, int code)
     a->once_session = NULL;
     uv_handle_t *hs[] = {(uv_handle_t *)&a->probe_timer, (uv_handle_t *)&a->flush_timer,
                          (uv_handle_t *)&a->node_timer,  (uv_handle_t *)&a->sig_term,
-                         (uv_handle_t *)&a->sig_int,     (uv_handle_t *)&a->sig_hup};
+                         (uv_handle_t *)&a->sig_int,     (uv_handle_t *)&a->sig_hup,
+                         (uv_handle_t *)&a->gc_timer};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
         if (!uv_is_closing(hs[i]))
             uv_close(hs[i], closed_nop);
