@@ -183,6 +183,7 @@ struct agent {
     struct agent_pull *pulls;
     struct agent_vol *vols;
     uv_timer_t gc_timer;
+    int checkpointing;
     struct k8s_recorder *rec;
     uint64_t extractions, extract_errors;
     double extract_seconds;

@@ -19,6 +19,23 @@
 
 /* ---- output ------------------------------------------------------------------------- */
 
+/* 1 when a string must be quoted to read back as a string: it would look like
+ * a number, a boolean or null, or is empty. libyaml quotes what else needs it. */
+static int yaml_needs_quotes(const char *s)
+{
+    static const char *const words[] = {
+        "true", "false", "null", "yes",  "no",    "on",  "off", "~",  "True", "False", "Null",
+        "NULL", "Yes",   "No",   "TRUE", "FALSE", "YES", "NO",  "On", "Off",  "ON",    "OFF"};
+    char *end;
+    if (!s[0])
+        return 1;
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (!strcmp(s, words[i]))
+            return 1;
+    (void)strtod(s, &end);
+    return *end == 0 || strchr("0123456789+-.", s[0]) != NULL;
+}
+
 static int yaml_emit_json(yaml_emitter_t *em, const json_t *v)
 {
     yaml_event_t ev;
@@ -50,7 +67,7 @@ static int yaml_emit_json(yaml_emitter_t *em, const json_t *v)
         return yaml_emitter_emit(em, &ev) ? 0 : -EIO;
     case JSON_STRING:
         text = json_string_value(v);
-        plain = 0; /* quoted when it could read as another type */
+        plain = !yaml_needs_quotes(text); /* quoted when it could read as another type */
         break;
     case JSON_INTEGER:
         snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
@@ -68,7 +85,8 @@ static int yaml_emit_json(yaml_emitter_t *em, const json_t *v)
         text = "null";
     }
     yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)text, (int)strlen(text), plain,
-                                 !plain, YAML_ANY_SCALAR_STYLE);
+                                 !plain,
+                                 plain ? YAML_ANY_SCALAR_STYLE : YAML_SINGLE_QUOTED_SCALAR_STYLE);
     return yaml_emitter_emit(em, &ev) ? 0 : -EIO;
 }
 

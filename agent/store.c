@@ -827,9 +827,26 @@ void agent_store_gc(struct agent *a, uint64_t extra)
     tkm_store_list_free(ds, n);
 }
 
+static void on_checkpoint(int rc, const struct tkm_err *err, void *data)
+{
+    struct agent *a = data;
+    a->checkpointing = 0;
+    if (rc < 0)
+        tkm_warn("store state checkpoint: %s", tkm_err_str(err));
+}
+
 static void on_gc_timer(uv_timer_t *t)
 {
-    agent_store_gc(t->data, 0);
+    struct agent *a = t->data;
+    struct tkm_err e = {0};
+    agent_store_gc(a, 0);
+    /* the WAL goes back into state.db off the loop (docs/store.md) */
+    if (a->state && !a->checkpointing && tkm_store_state_wal_frames(a->state) > 1000) {
+        if (tkm_store_state_checkpoint_start(a->loop, a->state, on_checkpoint, a, &e) == 0)
+            a->checkpointing = 1;
+        else
+            tkm_warn("store state checkpoint: %s", tkm_err_str(&e));
+    }
 }
 
 int agent_store_start(struct agent *a, struct tkm_err *err)

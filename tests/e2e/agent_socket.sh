@@ -83,6 +83,12 @@ assert_contains "$(field .details)" "ArchMismatch" "with the reason"
 [[ -z $(ls "$E2E_TMP/a100/store/sha256" 2>/dev/null) ]] || fail "the A100 node's store is not empty"
 pass "nothing pulled on the incompatible node"
 
+step "no mountPath anywhere: a Warning Event on the pod"
+call "$SOCK1" "$(mat "$NSB" loader-0 vol-7 '{"cacheName":"other"}')"
+assert_eq "$(field .code) $(field .resp.mount_path)" "OK " "other (no mountPath) materialized, no hint"
+wait_for 30 "Warning NoMountPath on pod loader-0" bash -c "kubectl -n $NSB get events --field-selector involvedObject.name=loader-0,reason=NoMountPath -o jsonpath='{.items[0].type}' | grep -q Warning"
+call "$SOCK1" '{"m":"Release","vol":"vol-7"}'
+
 step "Release"
 call "$SOCK1" '{"m":"Release","vol":"vol-1"}' '{"m":"Release","vol":"vol-1"}' '{"m":"Release","vol":"vol-2"}'
 assert_eq "$(jq -rs 'map(.code) | join(" ")' <<<"$R")" "OK NOT_FOUND OK" "released, then unknown"
