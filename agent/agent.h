@@ -187,7 +187,12 @@ struct agent {
     struct k8s_recorder *rec;
     uint64_t extractions, extract_errors;
     double extract_seconds;
-    /* metrics */
+    /* metrics (metrics.c) */
+    struct tkm_metrics *metrics;
+    struct tkm_httpd *httpd_metrics, *httpd_health;
+    struct tkm_metric *m_gpus, *m_store_bytes, *m_store_entries, *m_store_refs, *m_extractions,
+        *m_extract_errors, *m_extract_seconds, *m_registry_errors, *m_watch_restarts,
+        *m_status_writes;
     uint64_t registry_errors, watch_restarts, status_writes;
 };
 
@@ -258,6 +263,15 @@ int agent_store_extracted(struct agent *a, const char *layer);
 int agent_ready(const struct agent *a);
 int agent_socket_start(struct agent *a, struct tkm_err *err);
 struct agent_vol *agent_vol_find(struct agent *a, const char *volume_id);
+
+/* metrics.c: /metrics, /healthz, /readyz */
+struct tkm_metrics;
+struct tkm_metric;
+struct tkm_httpd;
+int agent_metrics_start(struct agent *a, struct tkm_err *err);
+void agent_metrics_extraction(struct agent *a, double seconds);
+void agent_metrics_stop(struct agent *a); /* servers closed (on the loop) */
+void agent_metrics_free(struct agent *a); /* after the loop ended */
 
 /* main.c */
 void agent_stop(struct agent *a, int code);

@@ -449,6 +449,8 @@ static void flush(struct agent *a)
     flush_after(a, next + 10);
 }
 
+static void node_get(uv_timer_t *t);
+
 void agent_status_own_event(struct agent *a, const struct k8s_obj *obj, int deleted)
 {
     struct agent_nsobj *o = nsobj_get(a, obj->ns ? obj->ns : "", !deleted);
@@ -456,6 +458,9 @@ void agent_status_own_event(struct agent *a, const struct k8s_obj *obj, int dele
         return;
     if (deleted) {
         if (!o->inflight && !o->want_delete) {
+            /* the garbage collector deletes it when the Node went away (or came
+             * back with a new uid): read the Node again before recreating */
+            uv_timer_start(&a->node_timer, node_get, 0, 0);
             tkm_warn("node status %s%s was deleted by someone else: recreating it", obj->ns,
                      obj->ns[0] ? "/" : "");
             o->exists = 0;
@@ -477,14 +482,14 @@ void agent_status_own_event(struct agent *a, const struct k8s_obj *obj, int dele
     }
 }
 
-static void node_get(uv_timer_t *t);
-
 static void on_node(int rc, json_t *obj, const struct k8s_status *st, void *data)
 {
     struct agent *a = data;
     char msg[512];
     if (a->stopping)
         return;
+    if (rc == -ENOENT)
+        a->node_uid[0] = 0; /* no Node: writing would only feed the garbage collector */
     if (rc < 0 || !k8s_obj_uid(obj)) {
         tkm_warn("GET Node %s: %s; retrying in 5 s (node status waits for the Node's uid)",
                  a->o.node_name, rc < 0 ? k8s_status_str(st, msg, sizeof msg) : "no uid");

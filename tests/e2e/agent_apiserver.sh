@@ -5,6 +5,15 @@
 # node status without restarting the agent.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/agent.inc"
+DESC=$TKM_BUILD_DIR/agent/proto-tkm_agent_proto/agent.desc
+CLIENT=$TKM_SOURCE_DIR/tests/e2e/agent_rpc_client.py
+[[ -s $DESC ]] || fail "missing $DESC (build first)"
+call() {
+  R=$(printf '%s\n' "$@" | /usr/bin/python3 "$CLIENT" "$DESC" "$E2E_TMP/h200/run/agent.sock" 2>&1) || fail "grpcio client: $R"
+}
+mat() { # POD VOL
+  printf '{"m":"Materialize","ns":"%s","pod":"%s","uid":"0f8e7d6c-1111-4222-8333-%012d","vol":"%s","attrs":{"cacheName":"a"},"timeout":30}' "$NS" "$1" "$RANDOM" "$2"
+}
 e2e_crds
 agent_ns
 cd "$E2E_TMP"
@@ -18,6 +27,10 @@ agent_start h200 h200 "$NODE" "$NS"
 wait_jp 60 "a judged" nvidia-h200 tkcns "$NODE" "$NS" '{.status.caches.a.compatibleGPUs[0].gpuType}'
 wait_jp 60 "b judged" nvidia-h200 tkcns "$NODE" "$NS" '{.status.caches.b.compatibleGPUs[0].gpuType}'
 
+call "$(mat p1 v1)"
+assert_eq OK "$(jq -r .code <<<"$R")" "materialized before the outage"
+P=$(jq -r .resp.store_path <<<"$R")
+
 step "stop kube-apiserver for 60 s"
 PIDF=$TKM_CLUSTER_DIR/kube-apiserver.pid
 PID=$(cat "$PIDF")
@@ -30,6 +43,8 @@ wait_for 30 "kube-apiserver stopped" bash -c "! kill -0 $PID 2>/dev/null"
 t0=$SECONDS
 sleep 20
 kill -HUP "${AGENT_PID[h200]}" # a GPU re-probe while the apiserver is away
+call "$(mat p2 v2)" '{"m":"Release","vol":"v1"}'
+assert_eq "OK $P OK" "$(jq -rs '.[0].code + " " + .[0].resp.store_path + " " + .[1].code' <<<"$R")" "the socket serves from the store while the apiserver is down"
 sleep 40
 kill -0 "${AGENT_PID[h200]}" || fail "the agent exited while the apiserver was down"
 pass "the agent ran through $((SECONDS - t0)) s without the apiserver"

@@ -79,6 +79,15 @@ step "a node status deleted by hand is recreated"
 kubectl delete tkcns "$N1" -n "$NS" >/dev/null
 wait_jp 30 "recreated" true tkcns "$N1" "$NS" '{.status.caches.vadd.verified}'
 
+step "the Node deleted (no garbage collector here: its status deleted by hand), then recreated"
+kubectl delete node "$N2" >/dev/null
+kubectl delete tkcns "$N2" -n "$NS" >/dev/null
+sleep 6
+assert_eq "" "$(kubectl get tkcns "$N2" -n "$NS" --ignore-not-found -o name)" "not recreated while the Node is gone"
+agent_node "$N2"
+N2UID=$(kubectl get node "$N2" -o jsonpath='{.metadata.uid}')
+wait_jp 30 "recreated, owned by the new Node" "Node/$N2UID" tkcns "$N2" "$NS" '{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].uid}'
+
 step "deletion removes entries; an object with no caches left is deleted"
 kubectl delete tkcc "$CC" >/dev/null
 wait_jp 30 "H200: $CC entry gone" "" tkcnsc "$N1" - "{.status.caches.$CC.digest}"
