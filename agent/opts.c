@@ -117,7 +117,10 @@ int agent_parse_duration(const char *s, uint64_t *out_ms)
 
 static int bad(const char *flag, const char *v, const char *why)
 {
-    fprintf(stderr, "tkm-agent: %s %s: %s (see tkm-agent --help)\n", flag, v ? v : "", why);
+    if (v && v[0])
+        fprintf(stderr, "tkm-agent: %s %s: %s (see tkm-agent --help)\n", flag, v, why);
+    else
+        fprintf(stderr, "tkm-agent: %s: %s (see tkm-agent --help)\n", flag, why);
     return -EINVAL;
 }
 
