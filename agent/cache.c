@@ -11,6 +11,7 @@
 #include <tkm/log.h>
 #include <tkm/oci/ref.h>
 #include <tkm/triton/image.h>
+#include <tkm/trust/sigjob.h>
 #include <tkm/util.h>
 
 #include "agent.h"
@@ -318,8 +319,7 @@ static void on_policy(int rc, struct tkm_api_policy *pol, const char *reason,
             judge_and_finish(r);
             return;
         }
-        set_reason(ac, rc == -ENOTSUP ? "KeylessNotSupported" : "InvalidPolicy", "%s",
-                   tkm_err_str(&e));
+        set_reason(ac, tkm_sig_reason(rc), "%s", tkm_err_str(&e));
         judge_and_finish(r);
     }
 }

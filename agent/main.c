@@ -82,6 +82,8 @@ static int agent_start(struct agent *a)
             goto fail;
         if ((rc = agent_store_start(a, &e)) < 0)
             goto fail;
+        if ((rc = agent_metrics_start(a, &e)) < 0)
+            goto fail;
     }
     if ((rc = agent_caches_start(a, &e)) < 0)
         goto fail;
@@ -133,6 +135,7 @@ int main(int argc, char **argv)
     uv_loop_close(&loop);
     agent_nsobjs_free(&a);
     agent_store_close(&a);
+    agent_metrics_free(&a);
     agent_gpus_release(&a);
     tkm_api_config_release(&a.cfg);
     free(a.cfg_inputs);

@@ -37,6 +37,7 @@ void agent_stop(struct agent *a, int code)
     a->exit_code = code;
     tkm_dbg("stopping (exit %d)", code);
     agent_store_stop(a);
+    agent_metrics_stop(a);
     k8s_recorder_free(a->rec);
     a->rec = NULL;
     struct k8s_informer **infs[] = {&a->inf_tkc, &a->inf_tkcc, &a->inf_cfg, &a->inf_ns,

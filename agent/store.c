@@ -359,6 +359,7 @@ static void on_ingested(int rc, const char *digest, const char *path,
     if (info && !info->existed) {
         a->extractions++;
         a->extract_seconds += secs;
+        agent_metrics_extraction(a, secs);
         tkm_info("extracted %s (%s) in %.2f s: %llu files, %llu bytes", p->layer, p->cache_key,
                  secs, (unsigned long long)info->archive.files,
                  (unsigned long long)info->archive.file_bytes);
@@ -692,7 +693,6 @@ static void op_materialize(struct agent_rpc_call *call, const struct agent_mater
     m->call = call;
     m->req = req;
     m->cluster = ac->c.cluster;
-    agent_rpc_call_set_data(call, m);
     if (ac->label_checked && tkm_store_lookup(a->store, ac->layer_digest, &path, NULL) == 0) {
         mat_answer(a, m, path);
         free(path);

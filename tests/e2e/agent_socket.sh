@@ -27,7 +27,7 @@ S=$RANDOM
 N1=e2e-sock-h200-$S N2=e2e-sock-a100-$S
 agent_node "$N1"
 agent_node "$N2"
-agent_start h200 h200 "$N1" "$NSA"
+agent_start h200 h200 "$N1" "$NSA" --metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0
 agent_start a100 a100 "$N2" "$NSA"
 SOCK1=$E2E_TMP/h200/run/agent.sock SOCK2=$E2E_TMP/a100/run/agent.sock
 
@@ -67,6 +67,21 @@ assert_eq "$(jq -rs '.[0].code + " " + .[1].code' <<<"$R")" "OK OK" "by image OK
 assert_eq "$(jq -rs '.[0].resp.store_path' <<<"$R")" "$P" "same store path"
 wait_jp 30 "node status: extracted, two pods" "true trainer-0 trainer-1" tkcns "$N1" "$NSA" \
   '{.status.caches.vadd.extracted} {.status.caches.vadd.pods[*].name}'
+
+step "/metrics, /healthz, /readyz"
+wait_for 10 "metrics address logged" grep -q "metrics on http://" "$E2E_TMP/h200.log"
+MURL=$(grep -o "metrics on http://[^ ]*" "$E2E_TMP/h200.log" | head -1 | sed 's/metrics on //')
+HURL=$(grep -o "probes on http://[^ ]*" "$E2E_TMP/h200.log" | head -1 | sed 's/probes on //; s|/healthz$||')
+assert_eq 200 "$(curl -s -o /dev/null -w '%{http_code}' "$HURL/readyz")" "/readyz 200 once synced"
+assert_eq 200 "$(curl -s -o /dev/null -w '%{http_code}' "$HURL/healthz")" "/healthz 200"
+M=$(curl -s "$MURL")
+assert_contains "$M" 'tkm_agent_caches{state="usable"}' "caches by state"
+assert_contains "$M" "tkm_agent_extractions_total 1" "one extraction counted"
+assert_contains "$M" "tkm_agent_extraction_seconds_count 1" "its seconds observed"
+assert_contains "$M" "tkm_agent_store_entries 1" "one store entry"
+assert_contains "$M" "tkm_agent_store_references 2" "two references"
+assert_contains "$M" "tkm_agent_gpus 1" "one GPU"
+assert_contains "$M" "process_resident_memory_bytes" "process metrics"
 
 step "refusals"
 call "$SOCK1" "$(mat "$NSA" p vol-3 "{\"cacheImage\":\"$TKM_REGISTRY/nobody/declared:v1\"}")"
