@@ -44,6 +44,24 @@ assert_eq 1 "$(entries "$E2E_TMP/pre/store")" "one entry in the store"
 agent_stop pre
 kubectl -n "$NS" delete configmap tkm-config >/dev/null
 
+step "concurrent Materialize calls for one digest share one pull"
+N0=e2e-gc-conc-$RANDOM
+agent_node "$N0"
+agent_start conc h200 "$N0" "$NS"
+SC=$E2E_TMP/conc/run/agent.sock
+wait_for 60 "ready" bash -c "printf '%s\n' '{\"m\":\"Status\"}' | /usr/bin/python3 '$CLIENT' '$DESC' '$SC' 2>/dev/null | grep -q '\"ready\": true'"
+wait_jp 60 "judged" nvidia-h200 tkcns "$N0" "$NS" '{.status.caches.vadd.compatibleGPUs[0].gpuType}'
+pids=()
+for i in 1 2 3 4 5; do
+  printf '%s\n' "$(mat "c$i" "vc$i" vadd)" | /usr/bin/python3 "$CLIENT" "$DESC" "$SC" >"conc$i.out" 2>&1 &
+  pids+=($!)
+done
+wait "${pids[@]}" # the clients only (the agents run in the background too)
+assert_eq "OK OK OK OK OK" "$(cat conc?.out | jq -r .code | tr '\n' ' ' | sed 's/ $//')" "five concurrent calls answered"
+assert_eq 1 "$(jq -r .resp.store_path conc?.out | sort -u | wc -l)" "one store path"
+assert_eq 1 "$(grep -c 'tkm-agent: extracted sha256:' "$E2E_TMP/conc.log")" "one extraction"
+agent_stop conc
+
 step "grace period: a released digest goes"
 cache_create tkc "$NS" small "$BASE/small:v1" "$DS" "$P"
 cache_create tkc "$NS" big "$BASE/big:v1" "$DB" "$P"
@@ -82,5 +100,5 @@ assert_eq "$(field .code)" OK "trim fits once the unused vadd is evicted: $(fiel
 wait_jp 30 "vadd evicted (least recently used, unreferenced)" false tkcns "$N2" "$NS" '{.status.caches.vadd.extracted}'
 assert_eq "true true" "$(jp tkcns "$N2" "$NS" '{.status.caches.small.extracted} {.status.caches.trim.extracted}')" "the referenced ones stay"
 agent_stop gc
-assert_not_contains "$(agent_log gc)$(agent_log pre)" "ERROR" "no error in the logs"
+assert_not_contains "$(agent_log gc)$(agent_log pre)$(agent_log conc)" "ERROR" "no error in the logs"
 e2e_done
