@@ -154,8 +154,9 @@ struct agent {
     struct agent_session *sessions;
     struct agent_cache *caches;
     struct tkm_api_config cfg;
-    int cfg_ready;    /* the tkm-config informer has synced */
-    char *cfg_inputs; /* ConfigMap data JSON: a change re-verifies every cache */
+    int cfg_ready;        /* the tkm-config informer has synced */
+    size_t runs_inflight; /* verifications in flight (a burst ends at 0) */
+    char *cfg_inputs;     /* ConfigMap data JSON: a change re-verifies every cache */
     struct tkm_gpu_list gpus;
     struct tkm_api_gpu *api_gpus; /* the same as the API spells them (owned strings) */
     char *gpus_json;              /* for change detection */

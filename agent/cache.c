@@ -5,6 +5,7 @@
  * docs/agent.md has the state machine.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,9 +34,16 @@ struct agent_run {
 
 static void run_free(struct agent_run *r)
 {
+    struct agent *a = r->a;
     tkm_triton_summary_release(&r->summary);
     free(r->layer);
     free(r);
+    /* A burst of verifications (start, tkm-config changed) has many registry
+     * jobs in flight at once; their buffers are freed in an order that leaves
+     * the heap fragmented, and glibc keeps such memory. Give it back once the
+     * burst is over. */
+    if (a && --a->runs_inflight == 0)
+        malloc_trim(0);
 }
 
 /* Detaches and cancels the run of ac (its callbacks free it). */
@@ -464,6 +472,7 @@ void agent_cache_kick(struct agent_cache *ac)
     r->ac = ac;
     r->a = a;
     ac->run = r;
+    a->runs_inflight++;
     ac->state = AGENT_CS_RUNNING;
     if (tkm_oci_ref_parse(&r->ref, ac->c.spec.cache_image, &e) < 0) {
         run_fail(r, 0, "InvalidImage", tkm_err_str(&e));
