@@ -50,6 +50,7 @@ struct agent_opts {
     const char *socket;
     uint64_t store_budget;
     uint64_t gc_grace_ms;
+    uint64_t once_timeout_ms; /* --once gives up after this long */
     const char *metrics_addr;
     const char *health_addr;
     struct tkm_gpu_probe_opts probe;
@@ -183,7 +184,7 @@ struct agent {
     struct agent_rpc_server *rpc;
     struct agent_pull *pulls;
     struct agent_vol *vols;
-    uv_timer_t gc_timer;
+    uv_timer_t gc_timer, once_timer;
     int checkpointing;
     struct k8s_recorder *rec;
     uint64_t extractions, extract_errors;

@@ -33,7 +33,8 @@ static int handles_init(struct agent *a)
     uv_timer_init(a->loop, &a->flush_timer);
     uv_timer_init(a->loop, &a->node_timer);
     uv_timer_init(a->loop, &a->gc_timer);
-    a->gc_timer.data = a;
+    uv_timer_init(a->loop, &a->once_timer);
+    a->gc_timer.data = a->once_timer.data = a;
     a->flush_timer.data = a->node_timer.data = a->probe_timer.data = a;
     uv_signal_t *ss[] = {&a->sig_term, &a->sig_int, &a->sig_hup};
     int nums[] = {SIGTERM, SIGINT, SIGHUP};
@@ -59,12 +60,31 @@ static int k8s_start(struct agent *a, struct tkm_err *err)
     return rc;
 }
 
+static void on_once_timeout(uv_timer_t *t)
+{
+    struct agent *a = t->data;
+    size_t pending = 0;
+    for (struct agent_cache *ac = a->caches; ac; ac = ac->next)
+        pending += ac->state == AGENT_CS_RUNNING || ac->state == AGENT_CS_BACKOFF;
+    fprintf(stderr,
+            "tkm-agent: --once: no answer after %.1f s (%s; %zu cache(s) still being verified)\n",
+            (double)a->o.once_timeout_ms / 1000,
+            !a->probed                                            ? "the GPU probe did not finish"
+            : a->o.image                                          ? "the registry did not answer"
+            : !a->inf_tkc || !k8s_informer_has_synced(a->inf_tkc) ? "the apiserver did not answer"
+                                                                  : "verification did not finish",
+            pending);
+    agent_stop(a, 1);
+}
+
 static int agent_start(struct agent *a)
 {
     struct tkm_err e = {0};
     int rc;
     if ((rc = tkm_http_new(a->loop, NULL, &a->http, &e)) < 0)
         goto fail;
+    if (a->o.once) /* --once never waits forever for an apiserver or registry */
+        uv_timer_start(&a->once_timer, on_once_timeout, a->o.once_timeout_ms, 0);
     if (a->o.once && a->o.image) {
         if (agent_gpu_start(a) < 0 || agent_once_image(a) != 0)
             return 1;

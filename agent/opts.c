@@ -50,6 +50,8 @@ static void usage(FILE *f)
            "  --image REF|LAYOUT_DIR        --once: judge this image (a registry reference or an\n"
            "                                OCI layout written by tkmctl build) instead of the\n"
            "                                caches in the apiserver; no apiserver is needed\n"
+           "  --once-timeout DURATION       --once: give up (exit 1) after this long without an\n"
+           "                                answer from the apiserver or registry (default 2m)\n"
            "  --key FILE                    --once --image: verify the cosign signature with this\n"
            "                                public key (else the signature is not checked)\n"
            "  -h, --help                    this text\n\n"
@@ -176,7 +178,7 @@ static int opts_check(struct agent_opts *o)
 
 int agent_opts_parse(struct agent_opts *o, int argc, char **argv)
 {
-    const char *budget = "10Gi", *grace = "10m", *ns_env = getenv("POD_NAMESPACE");
+    const char *budget = "10Gi", *grace = "10m", *once_to = "2m", *ns_env = getenv("POD_NAMESPACE");
     memset(o, 0, sizeof *o);
     o->node_name = getenv("NODE_NAME");
     o->ns = ns_env && ns_env[0] ? ns_env : "tkm-system";
@@ -196,7 +198,7 @@ int agent_opts_parse(struct agent_opts *o, int argc, char **argv)
         } else if (!strcmp(s, "--no-nvml")) {
             o->probe.no_nvml = 1;
         } else if (slot || !strcmp(s, "-v") || !strcmp(s, "--store-budget") ||
-                   !strcmp(s, "--gc-grace")) {
+                   !strcmp(s, "--gc-grace") || !strcmp(s, "--once-timeout")) {
             if (!v)
                 return bad(s, NULL, "needs a value");
             i++;
@@ -209,6 +211,8 @@ int agent_opts_parse(struct agent_opts *o, int argc, char **argv)
                 o->verbosity = (int)n;
             } else if (!strcmp(s, "--store-budget")) {
                 budget = v;
+            } else if (!strcmp(s, "--once-timeout")) {
+                once_to = v;
             } else {
                 grace = v;
             }
@@ -220,5 +224,7 @@ int agent_opts_parse(struct agent_opts *o, int argc, char **argv)
         return bad("--store-budget", budget, "expected a size such as 10Gi, 500Mi or 1000000");
     if (agent_parse_duration(grace, &o->gc_grace_ms) < 0)
         return bad("--gc-grace", grace, "expected a duration such as 10m, 30s or 1h");
+    if (agent_parse_duration(once_to, &o->once_timeout_ms) < 0 || o->once_timeout_ms == 0)
+        return bad("--once-timeout", once_to, "expected a duration such as 2m or 30s");
     return opts_check(o);
 }

@@ -64,7 +64,7 @@ void agent_stop(struct agent *a, int code)
     uv_handle_t *hs[] = {(uv_handle_t *)&a->probe_timer, (uv_handle_t *)&a->flush_timer,
                          (uv_handle_t *)&a->node_timer,  (uv_handle_t *)&a->sig_term,
                          (uv_handle_t *)&a->sig_int,     (uv_handle_t *)&a->sig_hup,
-                         (uv_handle_t *)&a->gc_timer};
+                         (uv_handle_t *)&a->gc_timer,    (uv_handle_t *)&a->once_timer};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
         if (!uv_is_closing(hs[i]))
             uv_close(hs[i], closed_nop);

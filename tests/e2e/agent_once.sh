@@ -47,6 +47,16 @@ assert_contains "$OUT" "KeyMismatch" "wrong key named"
 expect_fail "missing image" once h200 --image "$REPO:nope"
 assert_contains "$OUT" "ImageNotFound" "missing image named"
 
+step "--once with an apiserver that does not answer gives up"
+sed "s#server: .*#server: https://127.0.0.1:9#" "$KUBECONFIG" >dead.kubeconfig
+t0=$SECONDS
+expect_fail "no apiserver: exit 1" env TKM_FAKE_NVML="$ROOTS/h200/nvml.conf" "$AGENT" --once \
+  --kubeconfig dead.kubeconfig --node-name n --sysfs-root "$ROOTS/h200/sys" --procfs-root "$ROOTS/h200/proc" \
+  --nvml-lib "$FAKE_NVML" --once-timeout 3s
+assert_contains "$OUT" "no answer after 3.0 s (the apiserver did not answer" "says why"
+((SECONDS - t0 < 20)) || fail "took $((SECONDS - t0)) s"
+pass "gave up in $((SECONDS - t0)) s"
+
 step "--once against the apiserver writes nothing"
 e2e_crds
 agent_ns
