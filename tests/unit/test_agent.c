@@ -37,6 +37,7 @@ TEST(flags_defaults)
     ASSERT_UEQ(o.store_budget, 10ULL << 30);
     ASSERT_UEQ(o.gc_grace_ms, 600000);
     ASSERT_STREQ(o.output, "json");
+    ASSERT_UEQ(o.once_timeout_ms, 120000);
     setenv("POD_NAMESPACE", "ops", 1);
     ASSERT_OK(parse(&o, (const char *[]){"--node-name", "n2", "--store-budget", "512Mi",
                                          "--gc-grace", "30s", "-v", "2", "--no-nvml",
@@ -58,6 +59,7 @@ TEST(flags_bad_values_refused)
     ASSERT_EQ(parse(&o, (const char *[]){"--store-budget", "0", NULL}), -EINVAL);
     ASSERT_EQ(parse(&o, (const char *[]){"--gc-grace", "10 minutes", NULL}), -EINVAL);
     ASSERT_EQ(parse(&o, (const char *[]){"-v", "x", NULL}), -EINVAL);
+    ASSERT_EQ(parse(&o, (const char *[]){"--once-timeout", "0s", NULL}), -EINVAL);
     ASSERT_EQ(parse(&o, (const char *[]){"--bogus", NULL}), -EINVAL);
     ASSERT_EQ(parse(&o, (const char *[]){"--socket", NULL}), -EINVAL);
     ASSERT_EQ(parse(&o, (const char *[]){"--image", "x", NULL}), -EINVAL);         /* no --once */
