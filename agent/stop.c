@@ -15,9 +15,11 @@ static void closed_nop(uv_handle_t *h)
 static void on_shutdown_poll(uv_timer_t *t)
 {
     struct agent *a = t->data;
-    /* the cancelled registry jobs report through the http client: close it
-     * only once nothing is in flight there (at most ~2 s) */
-    if (a->http && tkm_http_inflight(a->http) > 0 && a->shutdown_polls++ < 200)
+    /* the cancelled registry jobs report through the http client, and a
+     * cancelled pull may still have its layout's flush on the thread pool
+     * before it reports: close the clients only once nothing is in flight
+     * there and every pull has reported (at most ~5 s) */
+    if (a->http && (tkm_http_inflight(a->http) > 0 || a->pulls) && a->shutdown_polls++ < 500)
         return;
     uv_timer_stop(t);
     uv_close((uv_handle_t *)t, closed_nop);

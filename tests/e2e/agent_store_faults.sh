@@ -128,6 +128,25 @@ mkdir big && tar -xzf "$BIG" -C big
 diff -r big/tcache-inductor "$(field .resp.store_path)" >/dev/null || fail "the store's files differ from the fixture"
 pass "the complete cache, identical to the fixture"
 
+step "SIGTERM during a pull and extraction: cancelled, nothing partial, exit 0"
+NT=e2e-store-term-$S
+agent_node "$NT"
+for delay in 0.1 0.3; do
+  agent_start term h200 "$NT" "$NS"
+  ST=$E2E_TMP/term/run/agent.sock
+  wait_for 60 "ready" bash -c "printf '%s\n' '{\"m\":\"Status\"}' | /usr/bin/python3 '$CLIENT' '$DESC' '$ST' 2>/dev/null | grep -q '\"ready\": true'"
+  (printf '%s\n' "$(mat p6 v-term big)" | /usr/bin/python3 "$CLIENT" "$DESC" "$ST" >/dev/null 2>&1 &)
+  sleep "$delay"
+  pid=${AGENT_PID[term]}
+  kill -TERM "$pid"
+  rc=0
+  wait "$pid" || rc=$?
+  AGENT_PID[term]=
+  [[ $rc == 0 ]] || { cat "$E2E_TMP/term.log" >&2; fail "SIGTERM after ${delay}s: exit $rc"; }
+  pass "SIGTERM after ${delay}s: exit 0"
+  assert_eq "" "$(partial "$E2E_TMP/term/store")$(ls -A "$E2E_TMP/term/store/staging" 2>/dev/null)$(ls -A "$E2E_TMP/term/store/pulls" 2>/dev/null)" "SIGTERM after ${delay}s: no partial entry, staging and pulls empty"
+done
+
 step "kill -9 right after a reference was written (SQLite)"
 call "$SK" "$(mat p5 v-sql big)"
 assert_eq "$(field .code)" OK "second volume"
@@ -140,7 +159,7 @@ wait_jp 30 "both references survived" "v-kill v-sql" tkcns "$NK" "$NS" '{.status
 call "$SK" '{"m":"Release","vol":"v-sql"}' '{"m":"Release","vol":"v-kill"}'
 assert_eq "$(jq -rs 'map(.code) | join(" ")' <<<"$R")" "OK OK" "released after the restart"
 agent_stop kill
-for a in a100 h200 full kill; do
+for a in a100 h200 full kill term; do
   assert_not_contains "$(agent_log $a)" "ERROR" "$a: no error in the log"
 done
 e2e_done
