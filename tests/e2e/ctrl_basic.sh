@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# ctrl_basic: tkm-controller against the real apiserver and registry, with simulated
+# agents (node statuses applied the way tkm-agent does). A signed cache goes Verified
+# and Ready with correct counts; an incompatible node shows in counts and failedNodes
+# with its reason; a wrong key gives Verified=False, Ready=False and one event; the
+# status is not rewritten when nothing changed; a tag pushed to a new digest leaves
+# resolvedDigest alone until the tkm.io/re-resolve annotation (which is then removed).
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/ctrl_helpers.bash"
+
+ctrl_crds
+NS=$(e2e_namespace)
+CTRL_NS=$NS
+P="e2e-basic-$RANDOM"
+N1=$P-1 N2=$P-2 N3=$P-3
+finish() {
+  kubectl -n "$NS" delete tkc --all --wait=false >/dev/null 2>&1
+  for _ in $(seq 20); do [[ -z $(kubectl -n "$NS" get tkc -o name 2>/dev/null) ]] && break; sleep 0.5; done
+  ctrl_kill_all
+  kubectl delete node "$N1" "$N2" "$N3" --wait=false >/dev/null 2>&1
+}
+e2e_on_exit finish
+
+step "a signed cache image, a second key"
+ctrl_keys
+REPO=$TKM_REGISTRY/e2e-ctrl-$RANDOM/cache
+DA=$(ctrl_image "$REPO" v1)
+ctrl_sign "$REPO@$DA"
+PUB=$(sed 's/^/      /' "$E2E_TMP/cosign.pub")
+OTHER=$(sed 's/^/      /' "$E2E_TMP/other/cosign.pub")
+U1=$(ctrl_node "$N1") U2=$(ctrl_node "$N2") U3=$(ctrl_node "$N3")
+
+step "the controller, and a cache"
+ctrl_start c1
+cat <<EOF2 | kubectl -n "$NS" apply -f - >/dev/null
+apiVersion: tkm.io/v1alpha1
+kind: TritonKernelCache
+metadata: {name: good}
+spec:
+  cacheImage: $REPO:v1
+  signaturePolicy:
+    mode: Enforce
+    publicKey: |
+$PUB
+---
+apiVersion: tkm.io/v1alpha1
+kind: TritonKernelCache
+metadata: {name: badsig}
+spec:
+  cacheImage: $REPO:v1
+  signaturePolicy:
+    mode: Enforce
+    publicKey: |
+$OTHER
+EOF2
+digest_is() { [[ $(kubectl -n "$NS" get tkc "$1" -o jsonpath='{.status.resolvedDigest}') == "$2" ]]; }
+wait_for 30 "the tag is pinned in status.resolvedDigest" digest_is good "$DA"
+assert_contains "$(kubectl -n "$NS" get tkc good -o jsonpath='{.metadata.finalizers}')" "tkm.io/cleanup" "finalizer added"
+cond_is() { [[ $(ctrl_cond "tkc/$2 -n $NS" "$3") == "$1" ]]; }
+wait_for 30 "good: Verified=True" cond_is True good Verified
+assert_eq "False" "$(ctrl_cond "tkc/good -n $NS" Ready)" "good: Ready=False before any node reports"
+assert_eq "NoNodeReports" "$(kubectl -n "$NS" get tkc good -o jsonpath='{.status.conditions[?(@.type=="Ready")].reason}')" "reason NoNodeReports"
+assert_eq "1" "$(kubectl -n "$NS" get tkc good -o jsonpath='{.status.summary.targets[0].warpSize}' | sed 's/32/1/')" "summary from the image labels"
+assert_eq "1" "$(kubectl -n "$NS" get tkc good -o jsonpath='{.status.summary.entryCount}' | awk '{print ($1 > 0)}')" "summary entryCount > 0"
+
+step "wrong key: Verified=False, Ready=False, one event"
+wait_for 30 "badsig: Verified=False" cond_is False badsig Verified
+assert_eq "KeyMismatch" "$(kubectl -n "$NS" get tkc badsig -o jsonpath='{.status.conditions[?(@.type=="Verified")].reason}')" "badsig: reason KeyMismatch"
+assert_eq "False" "$(ctrl_cond "tkc/badsig -n $NS" Ready)" "badsig: Ready=False"
+
+step "agents report: two compatible nodes, one incompatible"
+ctrl_report "$NS" "$N1" "$U1" "{\"good\":$(ctrl_entry "$DA" compat),\"badsig\":$(ctrl_entry "$DA" compat)}"
+ctrl_report "$NS" "$N2" "$U2" "{\"good\":$(ctrl_entry "$DA" compat)}"
+ctrl_report "$NS" "$N3" "$U3" "{\"good\":$(ctrl_entry "$DA" incompat ArchMismatch "the cache targets sm_90, the GPU is sm_80")}"
+counts_are() { [[ $(kubectl -n "$NS" get tkc good -o jsonpath='{.status.counts.nodes}/{.status.counts.compatible}/{.status.counts.incompatible}/{.status.counts.failed}') == "$1" ]]; }
+wait_for 20 "counts nodes/compatible/incompatible/failed = 3/2/1/0" counts_are 3/2/1/0
+assert_eq "True" "$(ctrl_cond "tkc/good -n $NS" Ready)" "good: Ready=True"
+assert_eq "$N3 ArchMismatch" "$(kubectl -n "$NS" get tkc good -o jsonpath='{.status.failedNodes[0].node} {.status.failedNodes[0].reason}')" "failedNodes names the incompatible node and its reason"
+assert_contains "$(kubectl -n "$NS" get tkc good -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}')" "usable on 2 of 3 nodes" "Ready message says on how many"
+assert_eq "False" "$(ctrl_cond "tkc/badsig -n $NS" Ready)" "badsig stays Ready=False although a node reports it compatible"
+
+step "events: one per transition, no storm"
+sleep 3
+assert_eq 1 "$(ctrl_events "$NS" good Verified)" "good: one Verified event"
+assert_eq 1 "$(ctrl_events "$NS" good Ready)" "good: one Ready event"
+assert_eq 1 "$(ctrl_events "$NS" badsig VerificationFailed)" "badsig: exactly one VerificationFailed event"
+assert_eq 0 "$(ctrl_events "$NS" badsig Ready)" "badsig: no Ready event"
+
+step "no write when nothing changed"
+RV=$(kubectl -n "$NS" get tkc good -o jsonpath='{.metadata.resourceVersion}')
+ctrl_report "$NS" "$N2" "$U2" "{\"good\":$(ctrl_entry "$DA" compat)}"
+sleep 3
+assert_eq "$RV" "$(kubectl -n "$NS" get tkc good -o jsonpath='{.metadata.resourceVersion}')" "a node heartbeat with the same facts does not rewrite the status"
+
+step "the tag moves: the pin stays until tkm.io/re-resolve"
+"$CRANE" mutate "$REPO:v1" --annotation tkm.e2e/moved=yes -t "$REPO:v1" >/dev/null 2>&1
+DB=$("$CRANE" digest "$REPO:v1")
+[[ $DB != "$DA" ]] || fail "the tag did not move"
+kubectl -n "$NS" annotate tkc good e2e/poke=1 >/dev/null
+sleep 3
+assert_eq "$DA" "$(kubectl -n "$NS" get tkc good -o jsonpath='{.status.resolvedDigest}')" "moved tag: resolvedDigest unchanged"
+kubectl -n "$NS" annotate tkc good tkm.io/re-resolve=now >/dev/null
+wait_for 30 "re-resolve pins the new digest" digest_is good "$DB"
+ann_gone() { [[ -z $(kubectl -n "$NS" get tkc good -o jsonpath='{.metadata.annotations.tkm\.io/re-resolve}') ]]; }
+wait_for 10 "the annotation is removed" ann_gone
+wait_for 30 "the unsigned new digest: Verified=False" cond_is False good Verified
+assert_eq "NoSignature" "$(kubectl -n "$NS" get tkc good -o jsonpath='{.status.conditions[?(@.type=="Verified")].reason}')" "new digest: reason NoSignature"
+
+e2e_done
