@@ -11,12 +11,96 @@
 
 /* ---- signaturePolicy ------------------------------------------------------- */
 
+void tkm_api_identities_release(struct tkm_api_identity *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(ids[i].issuer);
+        free(ids[i].subject);
+        free(ids[i].subject_regexp);
+    }
+    free(ids);
+}
+
 void tkm_api_signature_policy_release(struct tkm_api_signature_policy *p)
 {
     free(p->public_key);
     free(p->public_key_ref_name);
     free(p->public_key_ref_key);
+    free(p->trusted_root_kind);
+    free(p->trusted_root_name);
+    free(p->trusted_root_namespace);
+    free(p->trusted_root_key);
+    tkm_api_identities_release(p->identities, p->n_identities);
     memset(p, 0, sizeof *p);
+}
+
+int tkm_api_identities_decode(const json_t *arr, const char *field, struct tkm_api_identity **out,
+                              size_t *n, struct tkm_err *err)
+{
+    char p[256];
+    size_t len = json_array_size(arr);
+    int rc;
+    *out = NULL;
+    *n = 0;
+    if (!arr)
+        return 0;
+    if (!json_is_array(arr))
+        return tkm_err_set(err, -EPROTO, "%s: expected an array", field);
+    if (len > 16)
+        return tkm_err_set(err, -EPROTO, "%s: %zu identities, at most 16", field, len);
+    if ((rc = tkm__api_alloc(len, sizeof **out, (void **)out, err)))
+        return rc;
+    for (size_t i = 0; i < len; i++) {
+        const json_t *e = json_array_get(arr, i);
+        struct tkm_api_identity *id = &(*out)[i];
+        snprintf(p, sizeof p, "%s[%zu]", field, i);
+        *n = i + 1;
+        if (!json_is_object(e))
+            return tkm_err_set(err, -EPROTO, "%s: expected an object", p);
+        if ((rc = tkm__api_str(e, p, "issuer", &id->issuer, err)) ||
+            (rc = tkm__api_str(e, p, "subject", &id->subject, err)) ||
+            (rc = tkm__api_str(e, p, "subjectRegExp", &id->subject_regexp, err)))
+            return rc;
+        if (!id->issuer)
+            return tkm_err_set(err, -EPROTO, "%s.issuer: missing", p);
+        if (!id->subject == !id->subject_regexp)
+            return tkm_err_set(err, -EPROTO, "%s: needs exactly one of subject and subjectRegExp",
+                               p);
+    }
+    return 0;
+}
+
+static int keyless_decode(const json_t *kl, const char *field, struct tkm_api_signature_policy *out,
+                          struct tkm_err *err)
+{
+    char kp[256], rp[256];
+    const json_t *root = NULL, *ids = NULL;
+    size_t n = 0;
+    int rc;
+    if (!kl)
+        return 0;
+    snprintf(kp, sizeof kp, "%s.keyless", field);
+    if (!json_is_object(kl))
+        return tkm_err_set(err, -EPROTO, "%s: expected an object", kp);
+    out->has_keyless = 1;
+    snprintf(rp, sizeof rp, "%s.trustedRoot", kp);
+    if ((rc = tkm__api_obj(kl, kp, "trustedRoot", &root, err)) ||
+        (rc = tkm__api_str(root, rp, "kind", &out->trusted_root_kind, err)) ||
+        (rc = tkm__api_str(root, rp, "name", &out->trusted_root_name, err)) ||
+        (rc = tkm__api_str(root, rp, "namespace", &out->trusted_root_namespace, err)) ||
+        (rc = tkm__api_str(root, rp, "key", &out->trusted_root_key, err)) ||
+        (rc = tkm__api_arr(kl, kp, "identities", 16, &ids, &n, err)))
+        return rc;
+    snprintf(rp, sizeof rp, "%s.identities", kp);
+    if ((rc = tkm_api_identities_decode(ids, rp, &out->identities, &out->n_identities, err)))
+        return rc;
+    if (!root || !out->trusted_root_name || !out->trusted_root_kind)
+        return tkm_err_set(err, -EPROTO, "%s.trustedRoot: needs kind and name", kp);
+    if (strcmp(out->trusted_root_kind, "ConfigMap") && strcmp(out->trusted_root_kind, "Secret"))
+        return tkm_err_set(err, -EPROTO,
+                           "%s.trustedRoot.kind: \"%s\", expected ConfigMap or Secret", kp,
+                           out->trusted_root_kind);
+    return 0;
 }
 
 static int sig_mode(const char *m, const char *field, enum tkm_api_sig_mode *out,
@@ -53,7 +137,9 @@ int tkm_api_signature_policy_decode(const json_t *v, const char *field,
         (rc = tkm__api_str(v, field, "publicKey", &out->public_key, err)) ||
         (rc = tkm__api_obj(v, field, "publicKeySecretRef", &ref, err)) ||
         (rc = tkm__api_str(ref, refpath, "name", &out->public_key_ref_name, err)) ||
-        (rc = tkm__api_str(ref, refpath, "key", &out->public_key_ref_key, err)))
+        (rc = tkm__api_str(ref, refpath, "key", &out->public_key_ref_key, err)) ||
+        (rc = keyless_decode(json_object_get(v, "keyless"), field, out, err)) ||
+        (rc = tkm__api_bool(v, field, "allowCrossRepository", &out->allow_cross_repository, err)))
         goto out;
     if (ref && !out->public_key_ref_name)
         rc = tkm_err_set(err, -EPROTO, "%s.name: missing", refpath);

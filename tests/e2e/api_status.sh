@@ -8,11 +8,7 @@ source "$(dirname "$0")/lib.sh"
 
 PBIN=$TKM_BUILD_DIR/tests/e2e_api_status
 [[ -x $PBIN ]] || fail "missing $PBIN (build first)"
-kubectl apply -f "$TKM_SOURCE_DIR/crds/" >/dev/null
-for crd in tritonkernelcaches tritonkernelcacheclusters tritonkernelcachenodestatuses \
-  tritonkernelcachenodestatusclusters; do
-  kubectl wait --for=condition=Established "crd/$crd.tkm.io" --timeout=30s >/dev/null
-done
+e2e_crds
 NS=$(e2e_namespace)
 T=$E2E_TMP
 NODE="e2e-api-node-$RANDOM"

@@ -107,6 +107,19 @@ wait_for() {
 e2e_done() { echo "$E2E_NAME: $E2E_CHECKS checks passed"; }
 
 # A scratch namespace per scenario, deleted at exit.
+# Installs the tkm CRDs and waits until the apiserver serves them. `kubectl wait`
+# right after `apply` can fail with "conditions accessor error" before the CRD
+# controller has written any condition, so wait for the condition in a loop.
+e2e_crds() {
+  kubectl apply -f "$TKM_SOURCE_DIR/crds/" >/dev/null
+  local crd
+  for crd in tritonkernelcaches tritonkernelcacheclusters tritonkernelcachenodestatuses \
+    tritonkernelcachenodestatusclusters; do
+    wait_for 30 "CRD $crd.tkm.io Established" \
+      bash -c "[[ \$(kubectl get crd $crd.tkm.io -o jsonpath='{.status.conditions[?(@.type==\"Established\")].status}' 2>/dev/null) == True ]]"
+  done
+}
+
 e2e_namespace() {
   local ns="e2e-$E2E_NAME-$RANDOM"
   ns=${ns//_/-}

@@ -1,5 +1,6 @@
 /* test_api.c - lib/api: tkm.io/v1alpha1 decoding (from the bytes the apiserver
  * and the informer store hold) and the server-side-apply status bodies. */
+#include <tkm/api/policy.h>
 #include <tkm/api/v1alpha1.h>
 #include <tkm/buf.h>
 #include <tkm/util.h>
@@ -116,6 +117,14 @@ TEST(cache_decode_rejects_wrong_types_naming_the_field)
         {"{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"Pod\"," MD "\"spec\":{}}",
          "kind: \"Pod\""},
         {TKC_PRE "\"metadata\":{},\"spec\":{}}", "metadata.name: missing"},
+        {TKC_PRE MD "\"spec\":{\"cacheImage\":\"a\",\"signaturePolicy\":{\"keyless\":{"
+                    "\"trustedRoot\":{\"kind\":\"Pod\",\"name\":\"r\"}}}}}",
+         "spec.signaturePolicy.keyless.trustedRoot.kind: \"Pod\", expected ConfigMap or Secret"},
+        {TKC_PRE MD "\"spec\":{\"cacheImage\":\"a\",\"signaturePolicy\":{\"keyless\":{"
+                    "\"trustedRoot\":{\"kind\":\"Secret\",\"name\":\"r\"},\"identities\":[{"
+                    "\"issuer\":\"i\",\"subject\":\"s\",\"subjectRegExp\":\"x\"}]}}}}",
+         "spec.signaturePolicy.keyless.identities[0]: needs exactly one of subject and "
+         "subjectRegExp"},
     };
     for (size_t i = 0; i < TKM_ARRAY_SIZE(bad); i++) {
         struct tkm_api_cache c;
@@ -329,4 +338,99 @@ TEST(resources_and_now)
     tkm_api_now(now, sizeof now);
     ASSERT_UEQ(strlen(now), 20);
     ASSERT(now[4] == '-' && now[10] == 'T' && now[19] == 'Z');
+}
+
+TEST(signature_policy_keyless_decoded)
+{
+    static const char js[] =
+        TKC_PRE MD "\"spec\":{\"cacheImage\":\"a\",\"signaturePolicy\":{\"mode\":\"Audit\","
+                   "\"allowCrossRepository\":true,\"keyless\":{\"trustedRoot\":{\"kind\":"
+                   "\"ConfigMap\",\"name\":\"root\",\"key\":\"tr.json\"},\"identities\":[{"
+                   "\"issuer\":\"https://i\",\"subject\":\"me@example.com\"},{\"issuer\":"
+                   "\"https://j\",\"subjectRegExp\":\"https://x/.*\"}]}}}}";
+    struct tkm_api_cache c;
+    struct tkm_err err = {0};
+    ASSERT_EQ(tkm_api_cache_decode(js, strlen(js), &c, &err), 0);
+    const struct tkm_api_signature_policy *p = &c.spec.signature_policy;
+    ASSERT_EQ(p->mode, TKM_API_SIG_AUDIT);
+    ASSERT_EQ(p->allow_cross_repository, 1);
+    ASSERT_EQ(p->has_keyless, 1);
+    ASSERT_STREQ(p->trusted_root_kind, "ConfigMap");
+    ASSERT_STREQ(p->trusted_root_name, "root");
+    ASSERT_STREQ(p->trusted_root_key, "tr.json");
+    ASSERT_NULL(p->trusted_root_namespace);
+    ASSERT_EQ(p->n_identities, 2);
+    ASSERT_STREQ(p->identities[0].subject, "me@example.com");
+    ASSERT_NULL(p->identities[0].subject_regexp);
+    ASSERT_STREQ(p->identities[1].subject_regexp, "https://x/.*");
+    tkm_api_cache_release(&c);
+    tkm_api_cache_release(&c);
+}
+
+static int config_of(const char *data_json, struct tkm_api_config *cfg, struct tkm_err *err)
+{
+    json_t *cm =
+        json_pack("{s:s, s:o}", "kind", "ConfigMap", "data", json_loads(data_json, 0, NULL));
+    int rc = tkm_api_config_decode(cm, cfg, err);
+    json_decref(cm);
+    return rc;
+}
+
+TEST(config_decode_reads_every_key_and_defaults)
+{
+    struct tkm_api_config cfg;
+    struct tkm_err err = {0};
+    ASSERT_EQ(tkm_api_config_decode(NULL, &cfg, &err), 0);
+    ASSERT_EQ(cfg.present, 0);
+    ASSERT_EQ(cfg.mode, TKM_API_SIG_UNSET);
+    ASSERT_EQ(config_of("{\"signatureMode\":\"Audit\",\"signaturePublicKeys\":\"PEM\","
+                        "\"signatureTrustedRootRef\":\"Secret/root\",\"signatureIdentities\":"
+                        "\"[{\\\"issuer\\\":\\\"https://i\\\",\\\"subject\\\":\\\"s\\\"}]\","
+                        "\"signatureAllowCrossRepository\":\"true\",\"prefetch\":\"true\","
+                        "\"somethingElse\":\"ignored\"}",
+                        &cfg, &err),
+              0);
+    ASSERT_EQ(cfg.present, 1);
+    ASSERT_EQ(cfg.mode, TKM_API_SIG_AUDIT);
+    ASSERT_STREQ(cfg.public_keys, "PEM");
+    ASSERT_STREQ(cfg.trusted_root_kind, "Secret");
+    ASSERT_STREQ(cfg.trusted_root_name, "root");
+    ASSERT_STREQ(cfg.trusted_root_key, "trusted_root.json");
+    ASSERT_EQ(cfg.n_identities, 1);
+    ASSERT_STREQ(cfg.identities[0].issuer, "https://i");
+    ASSERT_EQ(cfg.allow_cross_repository, 1);
+    ASSERT_EQ(cfg.prefetch, 1);
+    tkm_api_config_release(&cfg);
+    ASSERT_EQ(config_of("{\"signatureTrustedRootRef\":\"ConfigMap/r/k.json\","
+                        "\"signatureIdentities\":\"[{\\\"issuer\\\":\\\"i\\\","
+                        "\\\"subjectRegExp\\\":\\\".*\\\"}]\"}",
+                        &cfg, &err),
+              0);
+    ASSERT_STREQ(cfg.trusted_root_kind, "ConfigMap");
+    ASSERT_STREQ(cfg.trusted_root_key, "k.json");
+    tkm_api_config_release(&cfg);
+}
+
+TEST(config_decode_names_the_bad_key)
+{
+    static const struct bad_case bad[] = {
+        {"{\"signatureMode\":\"enforce\"}", "signatureMode: \"enforce\" is not Enforce"},
+        {"{\"prefetch\":\"yes\"}", "prefetch: \"yes\" is not \"true\" or \"false\""},
+        {"{\"signatureTrustedRootRef\":\"Pod/x\"}", "is not ConfigMap/<name>[/<key>]"},
+        {"{\"signatureTrustedRootRef\":\"Secret/\"}", "is not ConfigMap/<name>[/<key>]"},
+        {"{\"signatureTrustedRootRef\":\"Secret/a/b/c\"}", "is not ConfigMap/<name>[/<key>]"},
+        {"{\"signatureIdentities\":\"[{\\\"issuer\\\":\\\"i\\\"}]\",\"signatureTrustedRootRef\":"
+         "\"Secret/r\"}",
+         "needs exactly one of subject and subjectRegExp"},
+        {"{\"signatureIdentities\":\"not json\"}", "signatureIdentities: not JSON"},
+        {"{\"signatureTrustedRootRef\":\"Secret/r\"}", "go together"},
+        {"{\"signatureMode\":7}", "signatureMode: expected a string"},
+    };
+    for (size_t i = 0; i < TKM_ARRAY_SIZE(bad); i++) {
+        struct tkm_api_config cfg;
+        struct tkm_err err = {0};
+        ASSERT_EQ(config_of(bad[i].json, &cfg, &err), -EINVAL);
+        ASSERT_STRCONTAINS(err.msg, bad[i].msg);
+        ASSERT_NULL(cfg.public_keys);
+    }
 }

@@ -39,10 +39,6 @@
 
 /* ---- ConfigMap tkm-config ----------------------------------------------------- */
 
-struct tkm_api_identity {
-    char *issuer, *subject, *subject_regexp; /* owned; one of subject/regexp NULL */
-};
-
 /* The ConfigMap's data, decoded. Owned strings; release with
  * tkm_api_config_release(). A zeroed struct is the defaults. */
 struct tkm_api_config {

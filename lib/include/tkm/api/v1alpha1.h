@@ -87,6 +87,12 @@ enum tkm_api_sig_mode {
     TKM_API_SIG_DISABLED,
 };
 
+/* A keyless signer: an OIDC issuer and exactly one of subject /
+ * subject_regexp (owned strings). */
+struct tkm_api_identity {
+    char *issuer, *subject, *subject_regexp;
+};
+
 /* spec.signaturePolicy. Decoded by tkm_api_signature_policy_decode() so new
  * fields (keyless identities, a trusted root) are added in one place. */
 struct tkm_api_signature_policy {
@@ -95,6 +101,15 @@ struct tkm_api_signature_policy {
     char *public_key;          /* PEM, or NULL */
     char *public_key_ref_name; /* publicKeySecretRef.name, or NULL */
     char *public_key_ref_key;  /* publicKeySecretRef.key, or NULL (the default key) */
+    /* keyless (has_keyless: the field was there) */
+    int has_keyless;
+    char *trusted_root_kind;             /* keyless.trustedRoot.kind: "ConfigMap" or "Secret" */
+    char *trusted_root_name;             /* keyless.trustedRoot.name */
+    char *trusted_root_namespace;        /* keyless.trustedRoot.namespace (cluster kind), or NULL */
+    char *trusted_root_key;              /* keyless.trustedRoot.key, or NULL (trusted_root.json) */
+    struct tkm_api_identity *identities; /* keyless.identities */
+    size_t n_identities;
+    int allow_cross_repository; /* allowCrossRepository */
 };
 
 struct tkm_api_cache_spec {
@@ -158,6 +173,12 @@ void tkm_api_cache_release(struct tkm_api_cache *c);
 int tkm_api_signature_policy_decode(const json_t *v, const char *field,
                                     struct tkm_api_signature_policy *out, struct tkm_err *err);
 void tkm_api_signature_policy_release(struct tkm_api_signature_policy *p);
+/* Decodes a list of keyless identities (arr: a JSON array, NULL = none; at
+ * most 16). *out owned: tkm_api_identities_release(*out, *n), also after a
+ * failure. 0, -EPROTO, -ENOMEM. */
+int tkm_api_identities_decode(const json_t *arr, const char *field, struct tkm_api_identity **out,
+                              size_t *n, struct tkm_err *err);
+void tkm_api_identities_release(struct tkm_api_identity *ids, size_t n);
 
 void tkm_api_cache_status_release(struct tkm_api_cache_status *st);
 
