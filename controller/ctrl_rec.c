@@ -543,6 +543,8 @@ static void verify_done(const struct ctrl_reg_result *r, void *data)
         return;
     }
     cc->c->m.verifications++;
+    tkm_dbg("controller: %s: signature check of %s: rc %d %s", cc->qkey, cc->pin, r->rc,
+            r->rc ? r->reason : "ok");
     if (r->rc == 0) {
         snprintf(msg, sizeof msg, "%s verified with key %s (%s); %s", cc->pin, r->key_id,
                  cc->pol_desc, r->message);
@@ -575,6 +577,8 @@ static void policy_done(int rc, struct tkm_api_policy *pol, const char *reason,
         finish(cc, K8S_WQ_OK, 0);
         return;
     }
+    tkm_dbg("controller: %s: effective policy: rc %d %s", cc->qkey, rc,
+            rc ? reason : pol->describe);
     if (rc < 0) {
         cc->ver_mode = TKM_SIG_MODE_ENFORCE;
         ver_set(cc, 0, reason ? reason : "InvalidPolicy", tkm_err_str(err), 1);
@@ -844,6 +848,7 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
                               status_done, cc)) < 0)
         goto fail;
     cc->c->m.status_writes++;
+    tkm_dbg("controller: %s: writing status", cc->qkey);
     json_decref(body);
     tkm_api_cache_status_release(&st);
     return;

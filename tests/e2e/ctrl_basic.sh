@@ -56,9 +56,9 @@ EOF2
 digest_is() { [[ $(kubectl -n "$NS" get tkc "$1" -o jsonpath='{.status.resolvedDigest}') == "$2" ]]; }
 wait_for 30 "the tag is pinned in status.resolvedDigest" digest_is good "$DA"
 assert_contains "$(kubectl -n "$NS" get tkc good -o jsonpath='{.metadata.finalizers}')" "tkm.io/cleanup" "finalizer added"
-cond_is() { [[ $(ctrl_cond "tkc/$2 -n $NS" "$3") == "$1" ]]; }
+cond_is() { [[ $(ctrl_cond "$NS" "tkc/$2" "$3") == "$1" ]]; }
 wait_for 30 "good: Verified=True" cond_is True good Verified
-assert_eq "False" "$(ctrl_cond "tkc/good -n $NS" Ready)" "good: Ready=False before any node reports"
+assert_eq "False" "$(ctrl_cond "$NS" tkc/good Ready)" "good: Ready=False before any node reports"
 assert_eq "NoNodeReports" "$(kubectl -n "$NS" get tkc good -o jsonpath='{.status.conditions[?(@.type=="Ready")].reason}')" "reason NoNodeReports"
 assert_eq "1" "$(kubectl -n "$NS" get tkc good -o jsonpath='{.status.summary.targets[0].warpSize}' | sed 's/32/1/')" "summary from the image labels"
 assert_eq "1" "$(kubectl -n "$NS" get tkc good -o jsonpath='{.status.summary.entryCount}' | awk '{print ($1 > 0)}')" "summary entryCount > 0"
@@ -66,7 +66,7 @@ assert_eq "1" "$(kubectl -n "$NS" get tkc good -o jsonpath='{.status.summary.ent
 step "wrong key: Verified=False, Ready=False, one event"
 wait_for 30 "badsig: Verified=False" cond_is False badsig Verified
 assert_eq "KeyMismatch" "$(kubectl -n "$NS" get tkc badsig -o jsonpath='{.status.conditions[?(@.type=="Verified")].reason}')" "badsig: reason KeyMismatch"
-assert_eq "False" "$(ctrl_cond "tkc/badsig -n $NS" Ready)" "badsig: Ready=False"
+assert_eq "False" "$(ctrl_cond "$NS" tkc/badsig Ready)" "badsig: Ready=False"
 
 step "agents report: two compatible nodes, one incompatible"
 ctrl_report "$NS" "$N1" "$U1" "{\"good\":$(ctrl_entry "$DA" compat),\"badsig\":$(ctrl_entry "$DA" compat)}"
@@ -74,10 +74,10 @@ ctrl_report "$NS" "$N2" "$U2" "{\"good\":$(ctrl_entry "$DA" compat)}"
 ctrl_report "$NS" "$N3" "$U3" "{\"good\":$(ctrl_entry "$DA" incompat ArchMismatch "the cache targets sm_90, the GPU is sm_80")}"
 counts_are() { [[ $(kubectl -n "$NS" get tkc good -o jsonpath='{.status.counts.nodes}/{.status.counts.compatible}/{.status.counts.incompatible}/{.status.counts.failed}') == "$1" ]]; }
 wait_for 20 "counts nodes/compatible/incompatible/failed = 3/2/1/0" counts_are 3/2/1/0
-assert_eq "True" "$(ctrl_cond "tkc/good -n $NS" Ready)" "good: Ready=True"
+assert_eq "True" "$(ctrl_cond "$NS" tkc/good Ready)" "good: Ready=True"
 assert_eq "$N3 ArchMismatch" "$(kubectl -n "$NS" get tkc good -o jsonpath='{.status.failedNodes[0].node} {.status.failedNodes[0].reason}')" "failedNodes names the incompatible node and its reason"
 assert_contains "$(kubectl -n "$NS" get tkc good -o jsonpath='{.status.conditions[?(@.type=="Ready")].message}')" "usable on 2 of 3 nodes" "Ready message says on how many"
-assert_eq "False" "$(ctrl_cond "tkc/badsig -n $NS" Ready)" "badsig stays Ready=False although a node reports it compatible"
+assert_eq "False" "$(ctrl_cond "$NS" tkc/badsig Ready)" "badsig stays Ready=False although a node reports it compatible"
 
 step "events: one per transition, no storm"
 sleep 3

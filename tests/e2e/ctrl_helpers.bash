@@ -13,7 +13,7 @@
 #   ctrl_report NS NODE UID JSON   apply a node status the way tkm-agent does (server-side,
 #                                  field manager tkm-agent, status subresource); JSON is the
 #                                  value of status.caches
-#   ctrl_cond KIND/NAME TYPE       the condition's status ("" when absent)
+#   ctrl_cond NS KIND/NAME TYPE    the condition's status ("" when absent); ctrl_reason: its reason
 #   ctrl_events NS NAME REASON     how many times REASON was recorded for the object (sum of counts)
 COSIGN=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path cosign)
 CRANE=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path crane)
@@ -106,10 +106,30 @@ ctrl_entry() {
 }
 
 ctrl_cond() {
-  kubectl get "$1" -o jsonpath="{.status.conditions[?(@.type==\"$2\")].status}" 2>/dev/null
+  kubectl -n "$1" get "$2" -o jsonpath="{.status.conditions[?(@.type==\"$3\")].status}" 2>/dev/null
+}
+# ctrl_reason NS KIND/NAME TYPE: the condition's reason
+ctrl_reason() {
+  kubectl -n "$1" get "$2" -o jsonpath="{.status.conditions[?(@.type==\"$3\")].reason}" 2>/dev/null
 }
 
 ctrl_events() {
   kubectl get events -n "$1" --field-selector "involvedObject.name=$2,reason=$3" \
     -o jsonpath='{range .items[*]}{.count}{"\n"}{end}' 2>/dev/null | awk '{s+=$1} END {print s+0}'
+}
+
+# On failure, the controllers' logs are the first thing to read.
+ctrl_dump_logs() {
+  local f
+  for f in "$E2E_TMP"/*.log; do
+    [[ -f $f ]] || continue
+    echo "=== tail of $(basename "$f")" >&2
+    tail -n "${CTRL_LOG_LINES:-25}" "$f" >&2
+  done
+}
+trap 'echo "FAIL [$E2E_NAME]: line $LINENO: \"$BASH_COMMAND\" exited $?" >&2; ctrl_dump_logs' ERR
+fail() {
+  ctrl_dump_logs
+  echo "FAIL [$E2E_NAME]: $*" >&2
+  exit 1
 }
