@@ -34,7 +34,10 @@ static int leading(const struct ctrl *c)
 
 void ctrl_enqueue(struct ctrl *c, const char *qkey)
 {
-    if (!leading(c) || !c->q)
+    /* Nothing runs before every store has synced: a cache reconciled against
+     * a half-filled node index would write wrong counts (and could lose its
+     * finalizer); the synced callback queues everything. */
+    if (!leading(c) || !c->q || !ctrl_synced(c))
         return;
     if (!ctrl_map_get(&c->queued_at, qkey))
         ctrl_map_put(&c->queued_at, qkey, (void *)(uintptr_t)(uv_now(c->loop) + 1), NULL);
@@ -185,6 +188,7 @@ static void synced(void *data)
                  "objects, %zu nodes)",
                  k8s_informer_count(c->inf[0]), k8s_informer_count(c->inf[1]), c->idx.objs.n,
                  c->idx.nodes.n);
+        enqueue_all(c);
         ctrl_gc_scan(c);
     }
 }

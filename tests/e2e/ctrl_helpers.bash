@@ -7,7 +7,8 @@
 #   ctrl_keys                      cosign key pairs in $E2E_TMP (cosign.pub, other/cosign.pub)
 #   ctrl_sign REF@DIGEST           cosign sign with $E2E_TMP/cosign.key (no tlog)
 #   ctrl_start NAME [FLAGS...]     start tkm-controller (log $E2E_TMP/NAME.log, pid in
-#                                  CTRL_PID[NAME]); CTRL_NS is its namespace
+#                                  CTRL_PID[NAME]); CTRL_NS is its namespace; the state dir is
+#                                  $E2E_TMP/state-${CTRL_STATE:-main} (shared by restarts)
 #   ctrl_kill NAME [SIG]           signal it (default TERM) and wait for it
 #   ctrl_node NAME                 create a Node; prints its uid
 #   ctrl_report NS NODE UID JSON   apply a node status the way tkm-agent does (server-side,
@@ -55,7 +56,7 @@ ctrl_sign() {
 ctrl_start() {
   local name=$1
   shift
-  "$CTRL_BIN" --kubeconfig "$KUBECONFIG" --namespace "$CTRL_NS" --state-dir "$E2E_TMP/state-$name" \
+  "$CTRL_BIN" --kubeconfig "$KUBECONFIG" --namespace "$CTRL_NS" --state-dir "$E2E_TMP/state-${CTRL_STATE:-main}" \
     --metrics-bind-address 0 --health-probe-bind-address 0 --cleanup-timeout 3 \
     --node-gc-grace 1 --registry-timeout 3 -v 1 "$@" >>"$E2E_TMP/$name.log" 2>&1 &
   CTRL_PID[$name]=$!
