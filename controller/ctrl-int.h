@@ -88,11 +88,11 @@ struct ctrl_entry {
 
 /* One node status object (tkcns ns/node, or tkcnsc node). */
 struct ctrl_nsobj {
-    char *key;  /* owned: "ns/name" or "name" */
-    char *ns;   /* owned: "" for the cluster kind */
-    char *node; /* owned: metadata.name (= the node's name) */
-    char *uid;  /* owned */
-    char *bad_rv;  /* owned: the resourceVersion last reported as invalid */
+    char *key;        /* owned: "ns/name" or "name" */
+    char *ns;         /* owned: "" for the cluster kind */
+    char *node;       /* owned: metadata.name (= the node's name) */
+    char *uid;        /* owned */
+    char *bad_rv;     /* owned: the resourceVersion last reported as invalid */
     uint64_t seen_ms; /* uv_now when first seen (node GC grace) */
     int cluster;
     unsigned mark;

@@ -126,8 +126,8 @@ static int tally(const struct ctrl_cidx *c, uint64_t pin, struct tally *t)
 static void list_nodes(struct tkm_buf *b, struct ctrl_entry *const *list, size_t n)
 {
     for (size_t i = 0; i < n && i < 3; i++)
-        tkm_buf_printf(b, "%s%s: %s%s%.160s", i ? "; " : "", list[i]->obj->node, why_reason(list[i]),
-                       *why_msg(list[i]) ? ": " : "", why_msg(list[i]));
+        tkm_buf_printf(b, "%s%s: %s%s%.160s", i ? "; " : "", list[i]->obj->node,
+                       why_reason(list[i]), *why_msg(list[i]) ? ": " : "", why_msg(list[i]));
     if (n > 3)
         tkm_buf_printf(b, "; and %zu more", n - 3);
 }
@@ -262,7 +262,9 @@ int ctrl_agg_build(const struct ctrl_cidx *c, const struct ctrl_verdict *v, int6
         tkm_buf_printf(&m, "every node that reports this cache is at the pinned digest");
     rc = set_cond(&st->conditions[2], "Progressing",
                   v->in_progress || t.pending ? TKM_API_COND_TRUE : TKM_API_COND_FALSE,
-                  v->in_progress ? v->reason : t.pending ? "RollingOut" : "Complete",
+                  v->in_progress ? v->reason
+                  : t.pending    ? "RollingOut"
+                                 : "Complete",
                   m.data ? m.data : "", gen, prev, n_prev, now);
     if (rc < 0)
         goto out;

@@ -266,12 +266,12 @@ static void idx_node_gone(const char *node, void *data)
 static void idx_invalid(const struct ctrl_nsobj *o, const char *msg, void *data)
 {
     struct ctrl *c = data;
-    struct k8s_object_ref ref = {
-        .api_version = TKM_API_GROUP_VERSION,
-        .kind = o->cluster ? "TritonKernelCacheNodeStatusCluster" : "TritonKernelCacheNodeStatus",
-        .namespace = o->cluster ? NULL : o->ns,
-        .name = o->node,
-        .uid = o->uid};
+    struct k8s_object_ref ref = {.api_version = TKM_API_GROUP_VERSION,
+                                 .kind = o->cluster ? "TritonKernelCacheNodeStatusCluster"
+                                                    : "TritonKernelCacheNodeStatus",
+                                 .namespace = o->cluster ? NULL : o->ns,
+                                 .name = o->node,
+                                 .uid = o->uid};
     tkm_warn("controller: ignoring %s %s: %s", ref.kind, o->key, msg);
     if (c->rec && leading(c)) {
         c->m.events++;
@@ -312,11 +312,16 @@ int ctrl_start(struct ctrl *c, struct tkm_err *err)
 {
     char sel[128];
     const struct k8s_resource *cres[2] = {&tkm_api_res_tkc, &tkm_api_res_tkcc};
-    const struct k8s_informer_handler ch[2] = {
-        {.on_add = tkc_add, .on_update = tkc_update, .on_delete = tkc_delete,
-         .on_synced = synced, .on_error = inf_error},
-        {.on_add = tkcc_add, .on_update = tkcc_update, .on_delete = tkcc_delete,
-         .on_synced = synced, .on_error = inf_error}};
+    const struct k8s_informer_handler ch[2] = {{.on_add = tkc_add,
+                                                .on_update = tkc_update,
+                                                .on_delete = tkc_delete,
+                                                .on_synced = synced,
+                                                .on_error = inf_error},
+                                               {.on_add = tkcc_add,
+                                                .on_update = tkcc_update,
+                                                .on_delete = tkcc_delete,
+                                                .on_synced = synced,
+                                                .on_error = inf_error}};
     int rc;
     for (int i = 0; i < 2; i++) {
         struct k8s_informer_opts io = {.watch = {.res = cres[i]}, .handler = ch[i], .data = c};
@@ -326,8 +331,11 @@ int ctrl_start(struct ctrl *c, struct tkm_err *err)
     snprintf(sel, sizeof sel, "metadata.name=%s", TKM_API_CONFIG_NAME);
     struct k8s_informer_opts co = {
         .watch = {.res = &k8s_res_configmaps, .ns = c->o.ns, .field_selector = sel},
-        .handler = {.on_add = cfg_add, .on_update = cfg_update, .on_delete = cfg_delete,
-                    .on_synced = synced, .on_error = inf_error},
+        .handler = {.on_add = cfg_add,
+                    .on_update = cfg_update,
+                    .on_delete = cfg_delete,
+                    .on_synced = synced,
+                    .on_error = inf_error},
         .data = c};
     if ((rc = k8s_informer_start(c->c, &co, &c->inf[2], err)) < 0)
         return rc;
@@ -336,8 +344,7 @@ int ctrl_start(struct ctrl *c, struct tkm_err *err)
                                                 .list_end = w_list_end,
                                                 .event = w_item,
                                                 .error = w_error};
-    const struct k8s_resource *wres[3] = {&tkm_api_res_tkcns, &tkm_api_res_tkcnsc,
-                                          &k8s_res_nodes};
+    const struct k8s_resource *wres[3] = {&tkm_api_res_tkcns, &tkm_api_res_tkcnsc, &k8s_res_nodes};
     for (int i = 0; i < 3; i++) {
         struct k8s_watch_opts wo = {.res = wres[i], .metadata_only = i == 2};
         if ((rc = k8s_watch_start(c->c, &wo, &wh, &c->wctx[i], &c->w[i], err)) < 0)

@@ -149,9 +149,9 @@ static int fill_entry(struct ctrl_entry *e, const struct tkm_api_node_cache *nc)
     e->n_compat = sat16(nc_ids);
     e->n_incompat = sat16(ni_ids);
     e->n_pods = sat16(nc->n_pods);
-    e->flags = (uint8_t)((nc->verified ? CTRL_E_VERIFIED : 0) |
-                         (nc->extracted ? CTRL_E_EXTRACTED : 0) |
-                         (nc->error && *nc->error ? CTRL_E_ERROR : 0));
+    e->flags =
+        (uint8_t)((nc->verified ? CTRL_E_VERIFIED : 0) | (nc->extracted ? CTRL_E_EXTRACTED : 0) |
+                  (nc->error && *nc->error ? CTRL_E_ERROR : 0));
     e->why = why_of(nc);
     if (!e->why && (e->flags & CTRL_E_ERROR || (!e->n_compat && e->n_incompat)))
         return -ENOMEM;
@@ -314,8 +314,8 @@ int ctrl_nodes_upsert(struct ctrl_nodes *n, int cluster, const char *json, size_
     int rc = tkm_api_nodestatus_decode(json, len, &d, &err);
     if (rc == 0 && (d.cluster != cluster || !d.meta.name)) {
         rc = -EPROTO;
-        tkm_err_set(&err, rc, "not a %s", cluster ? "TritonKernelCacheNodeStatusCluster"
-                                                  : "TritonKernelCacheNodeStatus");
+        tkm_err_set(&err, rc, "not a %s",
+                    cluster ? "TritonKernelCacheNodeStatusCluster" : "TritonKernelCacheNodeStatus");
     }
     if (rc < 0) {
         /* Name what we can from the raw object to report it. */
@@ -325,8 +325,8 @@ int ctrl_nodes_upsert(struct ctrl_nodes *n, int cluster, const char *json, size_
         const char *ns = json_string_value(json_object_get(md, "namespace"));
         const char *uid = json_string_value(json_object_get(md, "uid"));
         const char *rv = json_string_value(json_object_get(md, "resourceVersion"));
-        struct ctrl_nsobj *o = name ? obj_get_or_new(n, cluster, ns ? ns : "", name, uid, now_ms)
-                                    : NULL;
+        struct ctrl_nsobj *o =
+            name ? obj_get_or_new(n, cluster, ns ? ns : "", name, uid, now_ms) : NULL;
         if (o) {
             o->mark = n->mark[cluster];
             if (!o->bad_rv || !rv || strcmp(o->bad_rv, rv) != 0) {
@@ -398,7 +398,8 @@ struct stale {
 static int collect_stale(const char *key, void *val, void *data)
 {
     struct stale *s = data;
-    unsigned mark = s->kind == 2 ? ((struct ctrl_node *)val)->mark : ((struct ctrl_nsobj *)val)->mark;
+    unsigned mark =
+        s->kind == 2 ? ((struct ctrl_node *)val)->mark : ((struct ctrl_nsobj *)val)->mark;
     if (s->kind != 2 && ((struct ctrl_nsobj *)val)->cluster != s->kind)
         return 0;
     if (mark == s->n->mark[s->kind])

@@ -207,8 +207,8 @@ static int view_load(struct ctrl_cache *cc, struct view *v, struct tkm_err *err)
     json_t *md = json_object_get(v->j, "metadata");
     v->deletion_ts = json_string_value(json_object_get(md, "deletionTimestamp"));
     v->has_fin = has_finalizer(md);
-    v->rr = json_string_value(json_object_get(json_object_get(md, "annotations"),
-                                              CTRL_ANN_RERESOLVE));
+    v->rr =
+        json_string_value(json_object_get(json_object_get(md, "annotations"), CTRL_ANN_RERESOLVE));
     return 0;
 }
 
@@ -256,8 +256,8 @@ static int finalizer_apply(struct ctrl_cache *cc, int add)
         json_object_set_new(md, "finalizers", json_pack("[s]", CTRL_FINALIZER));
     cc->patches = add ? 0 : 1;
     cc->c->m.finalizer_writes++;
-    rc = k8s_apply_async(cc->c->c, res_of(cc), cc->cluster ? NULL : cc->ns, body, &ao, fin_done,
-                         cc);
+    rc =
+        k8s_apply_async(cc->c->c, res_of(cc), cc->cluster ? NULL : cc->ns, body, &ao, fin_done, cc);
 out:
     json_decref(body);
     return rc;
@@ -283,10 +283,11 @@ static int entry_remove(struct ctrl_cache *cc, const struct ctrl_nsobj *o)
     snprintf(path, sizeof path, "/status/caches/%s", cc->name);
     json_t *patch = json_pack("[{s:s, s:s}]", "op", "remove", "path", path);
     struct k8s_patch_opts po = {.type = K8S_PATCH_JSON, .subresource = "status"};
-    int rc = patch ? k8s_patch_async(cc->c->c, o->cluster ? &tkm_api_res_tkcnsc : &tkm_api_res_tkcns,
-                                     o->cluster ? NULL : o->ns, o->node, patch, &po,
-                                     entry_patch_done, cc)
-                   : -ENOMEM;
+    int rc =
+        patch
+            ? k8s_patch_async(cc->c->c, o->cluster ? &tkm_api_res_tkcnsc : &tkm_api_res_tkcns,
+                              o->cluster ? NULL : o->ns, o->node, patch, &po, entry_patch_done, cc)
+            : -ENOMEM;
     json_decref(patch);
     if (rc == 0)
         tkm_info("controller: %s: removing the entry of node %s (its agent did not)", cc->qkey,
@@ -375,14 +376,12 @@ static int creds_step(struct ctrl_cache *cc, const struct view *v)
     free(cc->auth);
     cc->auth = NULL;
     cc->auth_len = 0;
-    if (!k->spec.n_image_pull_secrets ||
-        tkm_oci_ref_parse(&ref, k->spec.cache_image, NULL) < 0)
+    if (!k->spec.n_image_pull_secrets || tkm_oci_ref_parse(&ref, k->spec.cache_image, NULL) < 0)
         return 0;
     free(cc->want_image);
     cc->want_image = strdup(k->spec.cache_image);
     if (tkm_api_pull_creds_resolve(cc->c->c, k, cc->c->o.ns, ref.host, creds_done, cc, &err) < 0) {
-        fail_set(&cc->pin_f, err.code, "InvalidPolicy", tkm_err_str(&err), 0,
-                 uv_now(cc->c->loop));
+        fail_set(&cc->pin_f, err.code, "InvalidPolicy", tkm_err_str(&err), 0, uv_now(cc->c->loop));
         return 0;
     }
     return 1;
@@ -467,8 +466,8 @@ static int pin_step(struct ctrl_cache *cc, const struct view *v)
     free(cc->want_image);
     cc->want_image = strdup(image);
     cc->c->m.registry_ops++;
-    if (!cc->want_image || ctrl_reg_resolve(cc->c->reg, image, cc->auth, cc->auth_len,
-                                            resolve_done, cc, NULL, &err) < 0) {
+    if (!cc->want_image || ctrl_reg_resolve(cc->c->reg, image, cc->auth, cc->auth_len, resolve_done,
+                                            cc, NULL, &err) < 0) {
         fail_set(&cc->pin_f, err.code ? err.code : -ENOMEM, "InvalidImage", tkm_err_str(&err), 0,
                  now);
         return 0;
@@ -521,7 +520,8 @@ static void ver_set(struct ctrl_cache *cc, int ok, const char *reason, const cha
     snprintf(cc->ver_key, sizeof cc->ver_key, "%s", cc->want_key);
     cc->ver_done = 1;
     cc->ver_status = ok ? TKM_API_COND_TRUE : TKM_API_COND_FALSE;
-    cc->ver_usable = ok || cc->ver_mode == TKM_SIG_MODE_AUDIT || cc->ver_mode == TKM_SIG_MODE_DISABLED;
+    cc->ver_usable =
+        ok || cc->ver_mode == TKM_SIG_MODE_AUDIT || cc->ver_mode == TKM_SIG_MODE_DISABLED;
     snprintf(cc->ver_reason, sizeof cc->ver_reason, "%s", reason);
     snprintf(cc->ver_msg, sizeof cc->ver_msg, "%s", msg);
     cc->ver_retry = !ok && retry;
@@ -602,8 +602,8 @@ static void policy_done(int rc, struct tkm_api_policy *pol, const char *reason,
     cc->c->m.registry_ops++;
     if (ctrl_reg_verify(cc->c->reg, cc->pin_image, cc->pin, &pol->pol, cc->auth, cc->auth_len,
                         verify_done, cc, NULL, &e2) < 0) {
-        ver_set(cc, 0, e2.code == -EINVAL ? "InvalidPolicy" : "VerificationError",
-                tkm_err_str(&e2), 1);
+        ver_set(cc, 0, e2.code == -EINVAL ? "InvalidPolicy" : "VerificationError", tkm_err_str(&e2),
+                1);
         goto next;
     }
     tkm_api_policy_free(pol);
@@ -734,7 +734,8 @@ static void plan_events(struct ctrl_cache *cc, const struct tkm_api_cache_status
     cc->n_ev = 0;
     for (int i = 0; i < 3; i++) {
         const char *r;
-        enum tkm_api_cond_status was = ctrl_cond_get(old->conditions, old->n_conditions, types[i], &r);
+        enum tkm_api_cond_status was =
+            ctrl_cond_get(old->conditions, old->n_conditions, types[i], &r);
         enum tkm_api_cond_status now = TKM_API_COND_UNKNOWN;
         const struct tkm_api_condition *nc = NULL;
         for (size_t k = 0; k < st->n_conditions; k++)
@@ -840,7 +841,8 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
     }
     plan_events(cc, &v->cache.status, &st);
     st.last_updated = strdup(now);
-    struct k8s_apply_opts ao = {.field_manager = CTRL_FIELD_MANAGER, .force = 1, .subresource = "status"};
+    struct k8s_apply_opts ao = {
+        .field_manager = CTRL_FIELD_MANAGER, .force = 1, .subresource = "status"};
     if (!st.last_updated ||
         (rc = tkm_api_cache_status_apply(&st, cc->name, cc->cluster ? NULL : cc->ns, &body, NULL)) <
             0 ||

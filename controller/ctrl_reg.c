@@ -32,8 +32,8 @@ struct ctrl_reg_op {
     struct ctrl_reg *reg;
     ctrl_reg_cb cb;
     void *data;
-    struct tkm_oci_job *job;         /* resolve/inspect */
-    struct tkm_oci_registry *sreg;   /* verify (thread pool) */
+    struct tkm_oci_job *job;       /* resolve/inspect */
+    struct tkm_oci_registry *sreg; /* verify (thread pool) */
     int cancelled;
     char digest[CTRL_DIGEST_MAX];
 };
@@ -115,8 +115,8 @@ static const char *sig_reason(int rc, int *retry)
     }
 }
 
-static struct tkm_oci_session *session_for(struct ctrl_reg *r, const char *host,
-                                           const void *auth, size_t auth_len, struct tkm_err *err)
+static struct tkm_oci_session *session_for(struct ctrl_reg *r, const char *host, const void *auth,
+                                           size_t auth_len, struct tkm_err *err)
 {
     char key[TKM_OCI_NAME_MAX + 2 + CTRL_DIGEST_MAX] = {0};
     char ad[CTRL_DIGEST_MAX] = "anonymous";

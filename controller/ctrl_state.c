@@ -124,8 +124,7 @@ int ctrl_state_pin_get(struct ctrl_state *s, const char *uid, const char *image,
     return found ? 1 : rc == SQLITE_DONE ? 0 : -EIO;
 }
 
-int ctrl_state_pin_put(struct ctrl_state *s, const char *uid, const char *image,
-                       const char *digest)
+int ctrl_state_pin_put(struct ctrl_state *s, const char *uid, const char *image, const char *digest)
 {
     const char *d[] = {uid, NULL};
     const char *a[] = {uid, image, digest, NULL};
@@ -161,8 +160,8 @@ int ctrl_state_verify_put(struct ctrl_state *s, const char *uid, const char *dig
                           const char *policy_fp, const struct ctrl_verify_rec *r)
 {
     const char *d[] = {uid, NULL};
-    const char *a[] = {uid,       digest, policy_fp, r->ok ? "1" : "0", r->reason, r->message,
-                       r->key_id, NULL};
+    const char *a[] = {uid,       digest,     policy_fp, r->ok ? "1" : "0",
+                       r->reason, r->message, r->key_id, NULL};
     /* Only the latest verification of a cache is worth keeping. */
     if (exec_args(s, "DELETE FROM verifications WHERE uid=?1", d) < 0)
         return -EIO;
@@ -201,8 +200,7 @@ int ctrl_state_forget(struct ctrl_state *s, const char *uid)
     return rc ? -EIO : 0;
 }
 
-int ctrl_state_foreach_uid(struct ctrl_state *s, int (*fn)(const char *uid, void *data),
-                           void *data)
+int ctrl_state_foreach_uid(struct ctrl_state *s, int (*fn)(const char *uid, void *data), void *data)
 {
     sqlite3_stmt *st = prep(s,
                             "SELECT uid FROM pins UNION SELECT uid FROM verifications UNION "

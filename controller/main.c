@@ -45,42 +45,68 @@ struct app {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: tkm-controller [flags]\n\n"
-            "The control plane of tkm: pins each TritonKernelCache / TritonKernelCacheCluster image\n"
-            "tag to a digest, verifies its signature, aggregates what the node agents report into the\n"
-            "cache's status (Verified, Ready, Progressing, Degraded, counts, failedNodes) and cleans\n"
-            "up after deleted caches and Nodes. See controller/README.md and docs/controller.md.\n\n"
-            "Flags (--flag VALUE or --flag=VALUE):\n"
-            "  --kubeconfig PATH                  kubeconfig; default $KUBECONFIG, else in-cluster,\n"
-            "                                     else ~/.kube/config\n"
-            "  --namespace NS                     the controller's namespace (ConfigMap tkm-config,\n"
-            "                                     Secrets of cluster caches); default $POD_NAMESPACE,\n"
-            "                                     else tkm-system\n"
-            "  --leader-elect[=true|false]        elect a leader on a Lease before acting (default false)\n"
-            "  --leader-election-namespace NS     the Lease's namespace (default: --namespace)\n"
-            "  --leader-election-id NAME          the Lease's name (default tkm-controller)\n"
-            "  --metrics-bind-address ADDR        /metrics on host:port or :port; \"0\" disables (default :8080)\n"
-            "  --health-probe-bind-address ADDR   /healthz and /readyz; \"0\" disables (default :8081)\n"
-            "  --state-dir DIR                    SQLite state (pins, verifications, status hashes);\n"
-            "                                     default /var/lib/tkm-controller; \"\" keeps it in memory\n"
-            "  -v N, --zap-log-level LEVEL        0 info (default), 1+ debug; or error|info|debug\n"
-            "  --cleanup-timeout SECONDS          how long a deleted cache waits for the agents to drop\n"
-            "                                     their entries before the controller removes them (60)\n"
-            "  --registry-timeout SECONDS         per registry request (30)\n"
-            "  --status-min-interval MS           least time between two status writes of one cache (500)\n"
-            "  --node-gc-grace SECONDS            a node status younger than this is never collected (5)\n"
-            "  --workers N                        caches reconciled at once (16)\n"
-            "  --lease-duration S, --renew-deadline S, --retry-period S   leader election (15, 10, 2)\n"
-            "  -h, --help                         this text\n\n"
-            "Example (by hand, against a dev cluster):\n"
-            "  tkm-controller --kubeconfig ~/.kube/config --namespace tkm-system --state-dir /tmp/tkmc \\\n"
-            "      --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 -v 1\n");
+    fprintf(
+        f,
+        "Usage: tkm-controller [flags]\n\n"
+        "The control plane of tkm: pins each TritonKernelCache / TritonKernelCacheCluster image\n"
+        "tag to a digest, verifies its signature, aggregates what the node agents report into the\n"
+        "cache's status (Verified, Ready, Progressing, Degraded, counts, failedNodes) and cleans\n"
+        "up after deleted caches and Nodes. See controller/README.md and docs/controller.md.\n\n"
+        "Flags (--flag VALUE or --flag=VALUE):\n"
+        "  --kubeconfig PATH                  kubeconfig; default $KUBECONFIG, else in-cluster,\n"
+        "                                     else ~/.kube/config\n"
+        "  --namespace NS                     the controller's namespace (ConfigMap tkm-config,\n"
+        "                                     Secrets of cluster caches); default $POD_NAMESPACE,\n"
+        "                                     else tkm-system\n"
+        "  --leader-elect[=true|false]        elect a leader on a Lease before acting (default "
+        "false)\n"
+        "  --leader-election-namespace NS     the Lease's namespace (default: --namespace)\n"
+        "  --leader-election-id NAME          the Lease's name (default tkm-controller)\n"
+        "  --metrics-bind-address ADDR        /metrics on host:port or :port; \"0\" disables "
+        "(default :8080)\n"
+        "  --health-probe-bind-address ADDR   /healthz and /readyz; \"0\" disables (default "
+        ":8081)\n"
+        "  --state-dir DIR                    SQLite state (pins, verifications, status hashes);\n"
+        "                                     default /var/lib/tkm-controller; \"\" keeps it in "
+        "memory\n"
+        "  -v N, --zap-log-level LEVEL        0 info (default), 1+ debug; or error|info|debug\n"
+        "  --cleanup-timeout SECONDS          how long a deleted cache waits for the agents to "
+        "drop\n"
+        "                                     their entries before the controller removes them "
+        "(60)\n"
+        "  --registry-timeout SECONDS         per registry request (30)\n"
+        "  --status-min-interval MS           least time between two status writes of one cache "
+        "(500)\n"
+        "  --node-gc-grace SECONDS            a node status younger than this is never collected "
+        "(5)\n"
+        "  --workers N                        caches reconciled at once (16)\n"
+        "  --lease-duration S, --renew-deadline S, --retry-period S   leader election (15, 10, 2)\n"
+        "  -h, --help                         this text\n\n"
+        "Example (by hand, against a dev cluster):\n"
+        "  tkm-controller --kubeconfig ~/.kube/config --namespace tkm-system --state-dir /tmp/tkmc "
+        "\\\n"
+        "      --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 -v "
+        "1\n");
 }
 
 enum {
-    O_KUBECONFIG = 256, O_NS, O_LE, O_LE_NS, O_LE_ID, O_METRICS, O_HEALTH, O_STATE, O_ZAP,
-    O_CLEANUP, O_REGTIMEOUT, O_STATUSINT, O_GCGRACE, O_WORKERS, O_LEASE, O_RENEW, O_RETRY,
+    O_KUBECONFIG = 256,
+    O_NS,
+    O_LE,
+    O_LE_NS,
+    O_LE_ID,
+    O_METRICS,
+    O_HEALTH,
+    O_STATE,
+    O_ZAP,
+    O_CLEANUP,
+    O_REGTIMEOUT,
+    O_STATUSINT,
+    O_GCGRACE,
+    O_WORKERS,
+    O_LEASE,
+    O_RENEW,
+    O_RETRY,
 };
 
 static int parse_secs(const char *name, const char *v, uint64_t mult, uint64_t *out)
@@ -168,23 +194,55 @@ static int parse_args(int argc, char **argv, struct args *a)
         case 'h':
             usage(stdout);
             exit(0);
-        case O_KUBECONFIG: a->kubeconfig = optarg; break;
-        case O_NS: a->ns = optarg; break;
-        case O_LE: rc = parse_bool(optarg, &a->leader_elect); break;
-        case O_LE_NS: a->le_ns = optarg; break;
-        case O_LE_ID: a->le_id = optarg; break;
-        case O_METRICS: a->metrics_addr = optarg; break;
-        case O_HEALTH: a->health_addr = optarg; break;
-        case O_STATE: a->state_dir = optarg; break;
+        case O_KUBECONFIG:
+            a->kubeconfig = optarg;
+            break;
+        case O_NS:
+            a->ns = optarg;
+            break;
+        case O_LE:
+            rc = parse_bool(optarg, &a->leader_elect);
+            break;
+        case O_LE_NS:
+            a->le_ns = optarg;
+            break;
+        case O_LE_ID:
+            a->le_id = optarg;
+            break;
+        case O_METRICS:
+            a->metrics_addr = optarg;
+            break;
+        case O_HEALTH:
+            a->health_addr = optarg;
+            break;
+        case O_STATE:
+            a->state_dir = optarg;
+            break;
         case 'v':
-        case O_ZAP: rc = parse_level(optarg, &a->level); break;
-        case O_CLEANUP: rc = parse_secs("--cleanup-timeout", optarg, 1000, &a->cleanup_timeout_ms); break;
-        case O_REGTIMEOUT: rc = parse_secs("--registry-timeout", optarg, 1000, &a->registry_timeout_ms); break;
-        case O_STATUSINT: rc = parse_secs("--status-min-interval", optarg, 1, &a->status_interval_ms); break;
-        case O_GCGRACE: rc = parse_secs("--node-gc-grace", optarg, 1000, &a->node_gc_grace_ms); break;
-        case O_LEASE: rc = parse_secs("--lease-duration", optarg, 1000, &a->lease_ms); break;
-        case O_RENEW: rc = parse_secs("--renew-deadline", optarg, 1000, &a->renew_ms); break;
-        case O_RETRY: rc = parse_secs("--retry-period", optarg, 1000, &a->retry_ms); break;
+        case O_ZAP:
+            rc = parse_level(optarg, &a->level);
+            break;
+        case O_CLEANUP:
+            rc = parse_secs("--cleanup-timeout", optarg, 1000, &a->cleanup_timeout_ms);
+            break;
+        case O_REGTIMEOUT:
+            rc = parse_secs("--registry-timeout", optarg, 1000, &a->registry_timeout_ms);
+            break;
+        case O_STATUSINT:
+            rc = parse_secs("--status-min-interval", optarg, 1, &a->status_interval_ms);
+            break;
+        case O_GCGRACE:
+            rc = parse_secs("--node-gc-grace", optarg, 1000, &a->node_gc_grace_ms);
+            break;
+        case O_LEASE:
+            rc = parse_secs("--lease-duration", optarg, 1000, &a->lease_ms);
+            break;
+        case O_RENEW:
+            rc = parse_secs("--renew-deadline", optarg, 1000, &a->renew_ms);
+            break;
+        case O_RETRY:
+            rc = parse_secs("--retry-period", optarg, 1000, &a->retry_ms);
+            break;
         case O_WORKERS:
             rc = parse_secs("--workers", optarg, 1, &w);
             if (rc == 0 && (w < 1 || w > 256)) {
