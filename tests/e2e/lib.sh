@@ -111,7 +111,7 @@ e2e_done() { echo "$E2E_NAME: $E2E_CHECKS checks passed"; }
 # right after `apply` can fail with "conditions accessor error" before the CRD
 # controller has written any condition, so wait for the condition in a loop.
 e2e_crds() {
-  kubectl apply -f "$TKM_SOURCE_DIR/crds/" >/dev/null
+  kubectl apply --server-side --force-conflicts -f "$TKM_SOURCE_DIR/crds/" >/dev/null
   local crd
   for crd in tritonkernelcaches tritonkernelcacheclusters tritonkernelcachenodestatuses \
     tritonkernelcachenodestatusclusters; do
