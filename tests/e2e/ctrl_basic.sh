@@ -13,11 +13,14 @@ NS=$(e2e_namespace)
 CTRL_NS=$NS
 P="e2e-basic-$RANDOM"
 N1=$P-1 N2=$P-2 N3=$P-3
+CC=e2e-basic-cluster-$RANDOM
 finish() {
   kubectl -n "$NS" delete tkc --all --wait=false >/dev/null 2>&1
-  for _ in $(seq 20); do [[ -z $(kubectl -n "$NS" get tkc -o name 2>/dev/null) ]] && break; sleep 0.5; done
+  kubectl delete tkcc "$CC" --wait=false >/dev/null 2>&1
+  for _ in $(seq 20); do [[ -z $(kubectl -n "$NS" get tkc -o name 2>/dev/null) ]] && ! kubectl get tkcc "$CC" >/dev/null 2>&1 && break; sleep 0.5; done
   ctrl_kill_all
   kubectl delete node "$N1" "$N2" "$N3" --wait=false >/dev/null 2>&1
+  kubectl delete tkcnsc "$N1" "$N2" --wait=false >/dev/null 2>&1
 }
 e2e_on_exit finish
 
@@ -106,4 +109,37 @@ wait_for 10 "the annotation is removed" ann_gone
 wait_for 30 "the unsigned new digest: Verified=False" cond_is False good Verified
 assert_eq "NoSignature" "$(kubectl -n "$NS" get tkc good -o jsonpath='{.status.conditions[?(@.type=="Verified")].reason}')" "new digest: reason NoSignature"
 
+step "the cluster kind: key from a Secret in the controller's namespace, cluster node statuses"
+kubectl -n "$CTRL_NS" create secret generic signing-key --from-file=cosign.pub="$E2E_TMP/cosign.pub" >/dev/null
+cat <<EOF2 | kubectl apply -f - >/dev/null
+apiVersion: tkm.io/v1alpha1
+kind: TritonKernelCacheCluster
+metadata: {name: $CC}
+spec:
+  cacheImage: $REPO@$DA
+  signaturePolicy: {mode: Enforce, publicKeySecretRef: {name: signing-key, key: cosign.pub}}
+EOF2
+ccond() { kubectl get tkcc "$CC" -o jsonpath="{.status.conditions[?(@.type==\"$1\")].status}"; }
+cverified() { [[ $(ccond Verified) == True ]]; }
+wait_for 30 "tkcc: Verified=True with the key from Secret $CTRL_NS/signing-key" cverified
+assert_eq "$DA" "$(kubectl get tkcc "$CC" -o jsonpath='{.status.resolvedDigest}')" "tkcc: a digest in spec.cacheImage is taken as is"
+report_cluster() { # NODE UID ENTRY
+  cat >"$E2E_TMP/rc.json" <<EOF2
+{"apiVersion":"tkm.io/v1alpha1","kind":"TritonKernelCacheNodeStatusCluster",
+ "metadata":{"name":"$1","ownerReferences":[{"apiVersion":"v1","kind":"Node","name":"$1","uid":"$2"}]},
+ "status":{"nodeName":"$1","caches":{"$CC":$3}}}
+EOF2
+  kubectl apply --server-side --field-manager=tkm-agent -f "$E2E_TMP/rc.json" >/dev/null
+  kubectl apply --server-side --field-manager=tkm-agent --subresource=status -f "$E2E_TMP/rc.json" >/dev/null
+}
+report_cluster "$N1" "$U1" "$(ctrl_entry "$DA" compat)"
+report_cluster "$N2" "$U2" "$(ctrl_entry "$DA" error "disk full")"
+cready() { [[ $(ccond Ready) == True && $(ccond Degraded) == True ]]; }
+wait_for 20 "tkcc: Ready=True, Degraded=True (one node failed)" cready
+assert_eq "2/1/1" "$(kubectl get tkcc "$CC" -o jsonpath='{.status.counts.nodes}/{.status.counts.compatible}/{.status.counts.failed}')" "tkcc counts nodes/compatible/failed"
+assert_contains "$(kubectl get tkcc "$CC" -o jsonpath='{.status.conditions[?(@.type=="Degraded")].message}')" "$N2: NodeError: disk full" "Degraded says which node and why"
+kubectl delete tkcc "$CC" --wait=false >/dev/null
+ccgone() { ! kubectl get tkcc "$CC" >/dev/null 2>&1; }
+wait_for 20 "tkcc deleted after its entries are removed (agents silent: --cleanup-timeout 3 s)" ccgone
+assert_not_contains "$(kubectl get tkcnsc "$N1" -o json)" "$CC" "the cluster node status entry is gone"
 e2e_done
