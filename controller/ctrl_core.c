@@ -11,6 +11,7 @@
  * again). No polling: time-based requeues only for retries and timeouts.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +191,7 @@ static void synced(void *data)
                  c->idx.nodes.n);
         enqueue_all(c);
         ctrl_gc_scan(c);
+        malloc_trim(0); /* the lists' transient trees are gone: give the pages back */
     }
 }
 
@@ -235,6 +237,8 @@ static int w_list_end(const char *rv, void *data)
     (void)rv;
     struct ctrl_wctx *w = data;
     ctrl_nodes_list_end(&w->c->idx, w->kind);
+    if (w->c->w_synced[w->kind])
+        malloc_trim(0); /* a relist (after a 410) parsed every object once more */
     if (!w->c->w_synced[w->kind]) {
         w->c->w_synced[w->kind] = 1;
         synced(w->c);

@@ -29,6 +29,7 @@ struct ctrl_state {
 static const char schema[] =
     "PRAGMA journal_mode=WAL;"
     "PRAGMA synchronous=NORMAL;"
+    "PRAGMA cache_size=-256;" /* KiB: the tables are small; keep RSS down */
     "CREATE TABLE IF NOT EXISTS pins(uid TEXT NOT NULL, image TEXT NOT NULL, digest TEXT NOT "
     "NULL, PRIMARY KEY(uid, image));"
     "CREATE TABLE IF NOT EXISTS verifications(uid TEXT NOT NULL, digest TEXT NOT NULL, policy "

@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -387,6 +388,9 @@ int main(int argc, char **argv)
     struct tkm_err err = {0};
     if (parse_args(argc, argv, &app.a) < 0)
         return 2;
+    /* Two malloc arenas: the thread pool's few short jobs need no arena each
+     * (every arena keeps pages resident). */
+    mallopt(M_ARENA_MAX, 2);
     tkm_log_init("tkm-controller", (enum tkm_log_level)app.a.level, 0);
     if (tkm_threadpool_init(0, &err) < 0 || tkm_http_global_init(&err) < 0) {
         fprintf(stderr, "tkm-controller: %s\n", tkm_err_str(&err));
