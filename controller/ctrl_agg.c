@@ -207,7 +207,12 @@ static int ready_cond(struct tkm_api_condition *c, const struct ctrl_verdict *v,
         reason = "NodesFailed";
         tkm_buf_printf(m, "no node can use it: %d failed (", t->failed);
         list_nodes(m, t->bad, t->n_failed);
-        tkm_buf_printf(m, ")%s", t->incompatible ? ", the others are incompatible" : "");
+        tkm_buf_puts(m, ")");
+        if (t->incompatible) {
+            tkm_buf_printf(m, "; %d incompatible (", t->incompatible);
+            list_nodes(m, t->bad + t->n_failed, t->n_bad - t->n_failed);
+            tkm_buf_puts(m, ")");
+        }
     } else {
         reason = "WaitingForNodes";
         tkm_buf_printf(m, "%d of %d nodes have not reported the pinned digest yet", t->pending,
