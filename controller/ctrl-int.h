@@ -333,6 +333,9 @@ void ctrl_reconcile_node(struct ctrl *c, const char *qkey);
 /* Per-cache memory (owned by cidx->rec). */
 struct ctrl_cache;
 void ctrl_cache_free(struct ctrl_cache *cc);
+/* The conditions last computed for the cache (Verified, Ready, Progressing,
+ * Degraded), UNKNOWN before the first status. */
+void ctrl_cache_conds(const struct ctrl_cache *cc, enum tkm_api_cond_status out[4]);
 /* Enqueues every node whose Node is gone but whose status objects remain. */
 void ctrl_gc_scan(struct ctrl *c);
 /* Finishes a reconcile of qkey (kind, t0 for metrics). */

@@ -79,6 +79,7 @@ struct ctrl_cache {
     uint64_t sum_retry_at;
     /* status */
     char written_hash[72];
+    enum tkm_api_cond_status conds[4]; /* Verified, Ready, Progressing, Degraded, as last computed */
     uint64_t written_at;
     char new_hash[72];
     struct pending_event ev[3];
@@ -825,6 +826,8 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
     int rc = status_build(cc, v, &st, now);
     if (rc == 0)
         rc = body_hash(&st, cc, cc->new_hash);
+    for (size_t i = 0; rc == 0 && i < st.n_conditions && i < 4; i++)
+        cc->conds[i] = st.conditions[i].status;
     if (rc < 0)
         goto fail;
     body_hash(&v->cache.status, cc, cur_hash);
@@ -941,4 +944,9 @@ void ctrl_reconcile_cache(struct ctrl *c, const char *qkey)
     }
     cc->t0 = uv_now(c->loop);
     step(cc);
+}
+
+void ctrl_cache_conds(const struct ctrl_cache *cc, enum tkm_api_cond_status out[4])
+{
+    memcpy(out, cc->conds, sizeof cc->conds);
 }
