@@ -79,7 +79,10 @@ struct ctrl_cache {
     uint64_t sum_retry_at;
     /* status */
     char written_hash[72];
-    enum tkm_api_cond_status conds[4]; /* Verified, Ready, Progressing, Degraded, as last computed */
+    char prewrite_hash[72]; /* the informer's status when we wrote: it has not caught up while equal
+                             */
+    enum tkm_api_cond_status
+        conds[4]; /* Verified, Ready, Progressing, Degraded, as last computed */
     uint64_t written_at;
     char new_hash[72];
     struct pending_event ev[3];
@@ -832,7 +835,8 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
         goto fail;
     body_hash(&v->cache.status, cc, cur_hash);
     if (strcmp(cur_hash, cc->new_hash) == 0 ||
-        (strcmp(cc->written_hash, cc->new_hash) == 0 && t - cc->written_at < 10000)) {
+        (strcmp(cc->written_hash, cc->new_hash) == 0 && strcmp(cur_hash, cc->prewrite_hash) == 0 &&
+         t - cc->written_at < 10000)) {
         tkm_api_cache_status_release(&st);
         finish(cc, K8S_WQ_OK, next_retry(cc)); /* nothing changed: no write */
         return;
@@ -843,6 +847,7 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
         return;
     }
     plan_events(cc, &v->cache.status, &st);
+    snprintf(cc->prewrite_hash, sizeof cc->prewrite_hash, "%s", cur_hash);
     st.last_updated = strdup(now);
     struct k8s_apply_opts ao = {
         .field_manager = CTRL_FIELD_MANAGER, .force = 1, .subresource = "status"};
