@@ -88,33 +88,6 @@ const char *ctrl_reg_reason(int rc, int *retry)
     }
 }
 
-static const char *sig_reason(int rc, int *retry)
-{
-    *retry = 0;
-    switch (rc) {
-    case -ENOENT:
-        return "NoSignature";
-    case -EKEYREJECTED:
-        return "KeyMismatch";
-    case -EBADMSG:
-        return "SignatureMismatch";
-    case -ENOTSUP:
-        return "KeylessUnsupported";
-    case -EINVAL:
-    case -EPROTONOSUPPORT:
-        return "InvalidSignature";
-    case -EACCES:
-        *retry = 1;
-        return "RegistryUnauthorized";
-    case -EPERM:
-        *retry = 1;
-        return "RegistryForbidden";
-    default:
-        *retry = 1;
-        return "RegistryUnreachable";
-    }
-}
-
 static struct tkm_oci_session *session_for(struct ctrl_reg *r, const char *host, const void *auth,
                                            size_t auth_len, struct tkm_err *err)
 {
@@ -293,6 +266,85 @@ int ctrl_reg_inspect(struct ctrl_reg *r, const char *image, const char *digest, 
 
 /* ---- the signature step --------------------------------------------------------- */
 
+#if __has_include(<tkm/trust/sigjob.h>)
+#include <tkm/trust/sigjob.h>
+
+/* The search as a job on the host's session (tkm_sig_job_verify): every
+ * request and check on the loop, cancellable like the other jobs. */
+static void sig_done(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
+                     const struct tkm_err *err, void *data)
+{
+    (void)job;
+    struct ctrl_reg_op *op = data;
+    struct ctrl_reg_result r = {.rc = rc};
+    const struct tkm_sig_result *sr = rc == 0 && res ? res->detail : NULL;
+    if (rc < 0) {
+        r.reason = tkm_sig_reason(rc);
+        r.retry = strcmp(r.reason, "RegistryUnreachable") == 0 ||
+                  strcmp(r.reason, "RegistryUnauthorized") == 0 ||
+                  strcmp(r.reason, "InternalError") == 0;
+        snprintf(r.message, sizeof r.message, "%s", err ? tkm_err_str(err) : strerror(-rc));
+    } else {
+        snprintf(r.digest, sizeof r.digest, "%s", op->digest);
+        snprintf(r.key_id, sizeof r.key_id, "%s", sr && sr->key_id[0] ? sr->key_id : "keyless");
+        snprintf(r.message, sizeof r.message, "signature found by %s (%s) at %s",
+                 sr ? tkm_sig_source_name(sr->source) : "?",
+                 sr ? tkm_sig_format_name(sr->format) : "?", sr ? sr->location : "?");
+    }
+    finish(op, &r);
+}
+
+int ctrl_reg_verify(struct ctrl_reg *r, const char *image, const char *digest,
+                    const struct tkm_sig_policy *pol, const void *auth, size_t auth_len,
+                    ctrl_reg_cb cb, void *data, struct ctrl_reg_op **out, struct tkm_err *err)
+{
+    struct tkm_oci_ref ref;
+    int rc = tkm_oci_ref_parse(&ref, image, err);
+    if (rc < 0)
+        return rc;
+    struct tkm_oci_session *s = session_for(r, ref.host, auth, auth_len, err);
+    if (!s)
+        return err->code ? err->code : -ENOMEM;
+    struct ctrl_reg_op *op = op_new(r, cb, data, err);
+    if (!op)
+        return -ENOMEM;
+    snprintf(op->digest, sizeof op->digest, "%s", digest);
+    if ((rc = tkm_sig_job_verify(s, ref.repo, digest, pol, sig_done, op, &op->job, err)) < 0) {
+        free(op);
+        return rc;
+    }
+    if (out)
+        *out = op;
+    return 0;
+}
+#else
+static const char *sig_reason(int rc, int *retry)
+{
+    *retry = 0;
+    switch (rc) {
+    case -ENOENT:
+        return "NoSignature";
+    case -EKEYREJECTED:
+        return "KeyMismatch";
+    case -EBADMSG:
+        return "SignatureMismatch";
+    case -ENOTSUP:
+        return "KeylessUnsupported";
+    case -EINVAL:
+    case -EPROTONOSUPPORT:
+        return "InvalidSignature";
+    case -EACCES:
+        *retry = 1;
+        return "RegistryUnauthorized";
+    case -EPERM:
+        *retry = 1;
+        return "RegistryForbidden";
+    default:
+        *retry = 1;
+        return "RegistryUnreachable";
+    }
+}
+
 static void sig_done(int rc, const struct tkm_sig_result *res, const struct tkm_err *err,
                      void *data)
 {
@@ -340,6 +392,8 @@ int ctrl_reg_verify(struct ctrl_reg *r, const char *image, const char *digest,
         *out = op;
     return 0;
 }
+
+#endif
 
 void ctrl_reg_cancel(struct ctrl_reg_op *op)
 {
