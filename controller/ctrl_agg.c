@@ -117,6 +117,8 @@ static int tally(const struct ctrl_cidx *c, uint64_t pin, struct tally *t)
         if (pin && e->digest == pin && !(e->flags & CTRL_E_ERROR) && !e->n_compat && e->n_incompat)
             t->bad[t->n_bad++] = c->entries[i];
     }
+    if (!t->n_bad)
+        return 0;
     qsort(t->bad, t->n_failed, sizeof *t->bad, cmp_entry_node);
     qsort(t->bad + t->n_failed, t->n_bad - t->n_failed, sizeof *t->bad, cmp_entry_node);
     return 0;

@@ -19,7 +19,7 @@
 COSIGN=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path cosign)
 CRANE=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path crane)
 TKMCTL=$TKM_BUILD_DIR/cli/tkmctl
-CTRL_BIN=$TKM_BUILD_DIR/controller/tkm-controller
+CTRL_BIN=${TKM_CTRL_BIN:-$TKM_BUILD_DIR/controller/tkm-controller}
 [[ -x $TKMCTL && -x $CTRL_BIN ]] || fail "build tkmctl and tkm-controller first"
 export COSIGN_PASSWORD= COSIGN_YES=true
 declare -A CTRL_PID=()
