@@ -834,11 +834,19 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
     if (rc < 0)
         goto fail;
     body_hash(&v->cache.status, cc, cur_hash);
-    if (strcmp(cur_hash, cc->new_hash) == 0 ||
-        (strcmp(cc->written_hash, cc->new_hash) == 0 && strcmp(cur_hash, cc->prewrite_hash) == 0 &&
-         t - cc->written_at < 10000)) {
+    if (strcmp(cur_hash, cc->new_hash) == 0) {
         tkm_api_cache_status_release(&st);
         finish(cc, K8S_WQ_OK, next_retry(cc)); /* nothing changed: no write */
+        return;
+    }
+    if (cc->written_at && t - cc->written_at < 10000 && strcmp(cur_hash, cc->prewrite_hash) == 0 &&
+        strcmp(cur_hash, cc->written_hash) != 0) {
+        /* The informer still shows the status from before our last write: its
+         * update event is on the way and queues the cache again. Comparing
+         * with (and computing transitions from) the stale status would write
+         * twice and emit a transition's Event twice. */
+        tkm_api_cache_status_release(&st);
+        finish(cc, K8S_WQ_OK, 1000);
         return;
     }
     if (cc->written_at && t - cc->written_at < cc->c->o.status_min_interval_ms) {

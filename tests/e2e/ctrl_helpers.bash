@@ -127,6 +127,10 @@ ctrl_dump_logs() {
     echo "=== tail of $(basename "$f")" >&2
     tail -n "${CTRL_LOG_LINES:-25}" "$f" >&2
   done
+  if [[ -n ${NS:-} ]]; then
+    echo "=== events in $NS" >&2
+    kubectl -n "$NS" get events -o custom-columns=OBJ:.involvedObject.name,REASON:.reason,COUNT:.count,MSG:.message 2>&1 | cut -c1-200 >&2
+  fi
 }
 trap 'echo "FAIL [$E2E_NAME]: line $LINENO: \"$BASH_COMMAND\" exited $?" >&2; ctrl_dump_logs' ERR
 fail() {
