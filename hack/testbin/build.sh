@@ -16,6 +16,8 @@
 #                             with the OCI referrers API on; crane serve has it off)
 #   sigstore-testca/ sigstore-testca (ours: keyless bundles from sigstore-go's
 #                             offline virtual Sigstore, pkg/testing/ca, for tests)
+#   csi-sanity/ csi-sanity   (github.com/kubernetes-csi/csi-test/v5; v5.6.0 runs the
+#                             Node suite against a node-only driver, PR #597/#598)
 #
 # Usage: hack/testbin/build.sh [TOOL...]     (default: all)
 #        hack/testbin/build.sh --path TOOL   print the cached binary's path (build if needed)
@@ -34,6 +36,7 @@ CRANE_VERSION=0.22.1
 COSIGN3_VERSION=3.1.3
 SIGSTORE_TESTCA_VERSION=4
 REFERRERS_REGISTRY_VERSION=1
+CSI_SANITY_VERSION=5.6.0
 
 die() { echo "testbin: $*" >&2; exit 1; }
 
@@ -46,7 +49,8 @@ tool_version() {
     cosign3) echo "v$COSIGN3_VERSION" ;;
     sigstore-testca) echo "v$SIGSTORE_TESTCA_VERSION" ;;
     referrers-registry) echo "v$REFERRERS_REGISTRY_VERSION" ;;
-    *) die "unknown tool '$1' (known: kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager etcd cosign crane cosign3 referrers-registry sigstore-testca)" ;;
+    csi-sanity) echo "v$CSI_SANITY_VERSION" ;;
+    *) die "unknown tool '$1' (known: kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager etcd cosign crane cosign3 referrers-registry sigstore-testca csi-sanity)" ;;
   esac
 }
 
@@ -87,6 +91,7 @@ build_one() {
       ldflags+=(-X "sigs.k8s.io/release-utils/version.gitVersion=v$COSIGN3_VERSION") ;;
     sigstore-testca) mod=sigstore-testca pkg=. ;;
     referrers-registry) mod=cosign3 pkg=./referrers-registry ;;
+    csi-sanity) mod=csi-sanity pkg=github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity ;;
   esac
   dir=$(dirname "$out")
   mkdir -p "$dir" "$cache/logs"
@@ -113,7 +118,7 @@ main() {
     return
   fi
   local tools=("$@")
-  [[ ${#tools[@]} -gt 0 ]] || tools=(etcd kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager cosign crane cosign3 referrers-registry sigstore-testca)
+  [[ ${#tools[@]} -gt 0 ]] || tools=(etcd kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager cosign crane cosign3 referrers-registry sigstore-testca csi-sanity)
   for t in "${tools[@]}"; do build_one "$t"; done
   for t in "${tools[@]}"; do echo "$t $(tool_path "$t")"; done
 }

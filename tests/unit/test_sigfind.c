@@ -1,11 +1,10 @@
 /*
  * test_sigfind.c - finding an image's signatures as cosign v3 does
- * (tkm_oci_registry_get_referrers, tkm_sig_verify_registry and its
- * thread-pool job tkm_sig_verify_start) against a canned registry that
+ * (tkm_oci_registry_get_referrers and tkm_sig_verify_registry, the
+ * synchronous form of tkm_sig_job_verify: test_sigjob.c) against a canned registry that
  * records each request. The bundle is real cosign v3.1.3 output.
  */
 #include <openssl/evp.h>
-#include <uv.h>
 
 #include <tkm/buf.h>
 #include <tkm/http.h>
@@ -172,10 +171,13 @@ TEST(tag_schema_fallback_and_unsigned)
         {200, INDEX, a.idx.data, 0, 0, 0},                             /* sha256-<hex> */
         {200, MANIF, a.man.data, 0, 0, 0},
         {200, OCTET, BUNDLE, 0, 0, 0},
-        {404, "", "{\"errors\":[{\"code\":\"NOT_FOUND\"}]}", 0, 0, 0}, /* all from here */
+        {404, "", "{\"errors\":[{\"code\":\"NOT_FOUND\"}]}", 0, 0, 0}, /* referrers */
+        {404, "", "{\"errors\":[{\"code\":\"NOT_FOUND\"}]}", 0, 0, 0}, /* sha256-<hex> */
+        {404, "", "{\"errors\":[{\"code\":\"NOT_FOUND\"}]}", 0, 0, 0}, /* .sig */
+        {200, MANIF, "{}", 0, 0, 0}, /* HEAD of the image manifest: it is there */
     };
     struct tsrv srv;
-    int port = tsrv_start(&srv, replies, 5);
+    int port = tsrv_start(&srv, replies, 8);
     ASSERT(port > 0);
     struct tkm_oci_registry *reg = reg_for(port);
     struct tkm_sig_key k = {PUB, strlen(PUB)};
@@ -192,63 +194,7 @@ TEST(tag_schema_fallback_and_unsigned)
     ASSERT_STRCONTAINS(err.msg, "t/a@" IMG " is not signed: no signature found; looked at the "
                                 "referrers API (none on this registry), the tag t/a:sha256-" HEX
                                 " (not found) and the tag t/a:sha256-" HEX ".sig (not found)");
-    tkm_oci_registry_free(reg);
-    art_release(&a);
-    tsrv_stop(&srv);
-}
-
-struct jout {
-    int calls, rc;
-    enum tkm_sig_source src;
-    char msg[1024];
-};
-
-static void on_done(int rc, const struct tkm_sig_result *res, const struct tkm_err *err, void *d)
-{
-    struct jout *o = d;
-    o->calls++;
-    o->rc = rc;
-    if (res)
-        o->src = res->source;
-    snprintf(o->msg, sizeof o->msg, "%s", rc ? err->msg : "");
-}
-
-TEST(verify_start_on_the_thread_pool)
-{
-    struct art a;
-    art_init(&a, TKM_BUNDLE_MEDIA_TYPE_V03);
-    struct tsrv_reply replies[] = {{200, INDEX, a.idx.data, 0, 0, 0},
-                                   {200, MANIF, a.man.data, 0, 0, 0},
-                                   {200, OCTET, BUNDLE, 0, 0, 0}};
-    struct tsrv srv;
-    int port = tsrv_start(&srv, replies, 3);
-    ASSERT(port > 0);
-    struct tkm_oci_registry *reg = reg_for(port);
-    uv_loop_t loop;
-    ASSERT_OK(uv_loop_init(&loop));
-    struct jout out = {0};
-    struct tkm_err err = {0};
-    /* the policy is copied: the caller's copy goes away before the job runs */
-    char *pem = strdup(PUB);
-    struct tkm_sig_key k = {pem, strlen(pem)};
-    struct tkm_sig_policy pol = {.keys = &k, .nkeys = 1};
-    ASSERT_OK(tkm_sig_verify_start(&loop, reg, "t/a", IMG, &pol, on_done, &out, &err));
-    memset(pem, 'x', strlen(pem));
-    free(pem);
-    ASSERT_EQ(out.calls, 0);
-    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
-    ASSERT_EQ(out.calls, 1);
-    if (out.rc)
-        tkm_test_fail(__FILE__, __LINE__, "%s", out.msg);
-    ASSERT_EQ(out.src, TKM_SIG_SRC_REFERRERS);
-    /* a policy that is not one: refused at once, the callback never runs */
-    struct tkm_sig_identity none = {0};
-    struct tkm_sig_policy kl = {.trusted_root = "{}", .trusted_root_len = 2, .identities = &none};
-    ASSERT_EQ(tkm_sig_verify_start(&loop, reg, "t/a", IMG, &kl, on_done, &out, &err), -EINVAL);
-    ASSERT_STRCONTAINS(err.msg, "any signer at all is not a policy");
-    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
-    ASSERT_EQ(out.calls, 1);
-    ASSERT_OK(uv_loop_close(&loop));
+    ASSERT_STRCONTAINS(tsrv_req(&srv, 7), "HEAD /v2/t/a/manifests/" IMG " HTTP/1.1");
     tkm_oci_registry_free(reg);
     art_release(&a);
     tsrv_stop(&srv);

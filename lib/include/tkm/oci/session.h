@@ -25,6 +25,8 @@
  *   tkm_oci_job_referrers  GET /v2/<repo>/referrers/<digest>.
  *   tkm_cosign_job_verify  (trust/cosign.h) the classic cosign .sig check,
  *                          same handle, cancel and callback.
+ *   tkm_sig_job_verify     (trust/sigjob.h) the whole signature search
+ *                          (referrers, tag schema, .sig) against a policy.
  *
  * What runs where: every request, token fetch, retry wait (a loop timer)
  * and callback runs on the loop thread. Bytes are hashed as they arrive
@@ -87,7 +89,8 @@ struct tkm_oci_job_result {
     struct tkm_oci_pull_result image; /* inspect, pull (owned by the job until cb returns) */
     struct tkm_buf referrers;         /* referrers: the index bytes */
     /* Jobs defined outside lib/oci (tkm_cosign_job_verify: a struct
-     * tkm_cosign_result), borrowed like res; NULL otherwise. */
+     * tkm_cosign_result; tkm_sig_job_verify: a struct tkm_sig_result),
+     * borrowed like res; NULL otherwise. */
     const void *detail;
 };
 

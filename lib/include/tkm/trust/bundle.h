@@ -54,36 +54,14 @@ int tkm_bundle_verify(const unsigned char *bundle, size_t len, const struct tkm_
                       struct tkm_err *err);
 
 /*
- * Finds and verifies the signatures of repo@image_digest with lib/oci's
- * synchronous client (never on a loop thread): the referrers API (entries
- * whose artifactType is a Sigstore bundle; every page, see
- * tkm_oci_registry_get_referrers; at most TKM_OCI_REFERRERS_MAX tried, and
- * the message says when that cap was hit), or, when the registry has none,
- * the index tagged "sha256-<hex>"; then the classic "sha256-<hex>.sig". The
- * first signature that satisfies pol wins and res says which and where.
- * -ENOENT: no signature anywhere (err names the places looked at); otherwise
- * the most telling failure of those found (see tkm_bundle_verify and
- * tkm_cosign_verify), with how many there were. r, strings and pol borrowed.
+ * The signature search of sigjob.h (tkm_sig_job_verify: the same order,
+ * limits, messages and codes), run to the end on r's private loop; never
+ * call it on a daemon's loop thread. On success res (may be NULL) says which
+ * signature satisfied pol and where. r, strings and pol borrowed.
  */
 struct tkm_oci_registry;
 int tkm_sig_verify_registry(struct tkm_oci_registry *r, const char *repo, const char *image_digest,
                             const struct tkm_sig_policy *pol, struct tkm_sig_result *res,
                             struct tkm_err *err);
-
-/*
- * tkm_sig_verify_registry on the libuv thread pool, for daemons with one
- * loop. repo, image_digest and the policy (keys, trusted root, identities)
- * are copied. r is borrowed and used on the worker thread: do not use it
- * anywhere else until cb has run. If _start fails (< 0: a policy that is not
- * one, -ENOMEM) cb is never called; otherwise it runs exactly once on the loop
- * thread (res and err borrowed for the call; res NULL unless rc == 0;
- * -ECANCELED when the loop closed before the work started).
- */
-struct uv_loop_s;
-typedef void (*tkm_sig_verify_cb)(int rc, const struct tkm_sig_result *res,
-                                  const struct tkm_err *err, void *data);
-int tkm_sig_verify_start(struct uv_loop_s *loop, struct tkm_oci_registry *r, const char *repo,
-                         const char *image_digest, const struct tkm_sig_policy *pol,
-                         tkm_sig_verify_cb cb, void *data, struct tkm_err *err);
 
 #endif

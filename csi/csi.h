@@ -1,0 +1,154 @@
+/*
+ * csi.h - tkm-csi, the CSI node driver csi.tkm.io: its configuration, the
+ * driver object main() runs, and the pure helpers the driver is built from
+ * (checked by tests/unit/test_csi.c). Shared by the csi/ sources, tkm-csi's main and
+ * the unit test; nothing outside csi/ and its test includes it.
+ *
+ * The volume's layout on the node (docs/csi.md):
+ *   <state>/<namespace>/<pod>/<volume-id>/groups/   lower: the rewritten group files
+ *   <state>/<namespace>/<pod>/<volume-id>/upper/    upper: the pod's scratch (or its copy)
+ *   <state>/<namespace>/<pod>/<volume-id>/work/     overlayfs work dir (same filesystem)
+ * and the target is an overlay "tkm-csi:<volume-id>" of groups over the store.
+ *
+ * Threading: csi_driver_* run on the loop's thread; the helpers below are pure
+ * or touch only the paths given and are safe on the thread pool.
+ * Ownership: every const char * parameter is borrowed for the call unless
+ * said otherwise; results written to a struct tkm_buf are owned by the caller.
+ * Errors: 0 or a negative errno-style code, err (optional) says why in a
+ * sentence that names the path or attribute.
+ */
+#ifndef TKM_CSI_H
+#define TKM_CSI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include <tkm/buf.h>
+#include <tkm/err.h>
+
+#define CSI_DRIVER_NAME      "csi.tkm.io"
+#define CSI_MOUNT_SOURCE     "tkm-csi:" /* + volume id: how our mounts are recognised */
+#define CSI_VOLUME_ID_MAX    128
+#define CSI_MAX_TARGET_ROOTS 8
+
+/* How the pod sees the cache (the readOnly attribute). */
+enum csi_mode {
+    CSI_MODE_OVERLAY = 0, /* default: groups + store, per-pod scratch upper */
+    CSI_MODE_STRICT,      /* readOnly "true": read-only overlay, no upper */
+    CSI_MODE_COPY,        /* readOnly "false": a private writable copy */
+};
+
+/* Settings; every pointer is borrowed for the life of the driver. */
+struct csi_config {
+    const char *endpoint;         /* CSI socket path (absolute) */
+    const char *agent_socket;     /* tkm-agent's socket */
+    const char *node_id;          /* NodeGetInfo's node_id */
+    const char *state_dir;        /* per-pod dirs: <state>/<ns>/<pod>/<vol>/ */
+    const char *registration_dir; /* kubelet's plugins_registry dir, or NULL: none */
+    const char *target_roots[CSI_MAX_TARGET_ROOTS]; /* targets must lie below one */
+    size_t n_target_roots;
+    uint64_t agent_timeout_ms; /* Materialize/Release deadline */
+    uint64_t retry_release_ms; /* how often pending releases are retried */
+    int64_t max_volumes;       /* NodeGetInfo max_volumes_per_node (0: no limit) */
+};
+
+/* ---- the driver (csi/driver.c) --------------------------------------------- */
+
+struct csi_driver;
+
+/* Recovers state (csi_recover), starts the CSI server on cfg->endpoint and,
+ * when cfg->registration_dir is set, the plugin-registration server on
+ * <registration_dir>/csi.tkm.io-reg.sock. loop and cfg are borrowed and must
+ * outlive the driver. *out is owned: end it with csi_driver_close(). */
+int csi_driver_new(uv_loop_t *loop, const struct csi_config *cfg, struct csi_driver **out,
+                   struct tkm_err *err);
+/* Closes the servers and the agent client (operations in flight finish their
+ * filesystem work first); closed_cb runs from the loop when everything is
+ * closed and freed. NULL: no-op. */
+void csi_driver_close(struct csi_driver *d, void (*closed_cb)(void *data), void *data);
+
+/* ---- pure checks (csi/paths.c) ---------------------------------------------- */
+
+/* Volume ids become a directory name and a mount source: 1..128 of
+ * [A-Za-z0-9._-], not "." or "..". */
+int csi_check_volume_id(const char *id, struct tkm_err *err);
+/* A pod namespace (DNS label) or pod name (DNS subdomain): what names the
+ * state directories. what is "namespace" or "pod name" for the message. */
+int csi_check_k8s_name(const char *name, size_t max, const char *what, struct tkm_err *err);
+/* An absolute, canonical path (no "", ".", ".." component, no "//", no
+ * trailing '/', no control characters), shorter than PATH_MAX. */
+int csi_check_abs_path(const char *path, const char *what, struct tkm_err *err);
+/* A path that may go into overlay mount options: csi_check_abs_path() and
+ * none of ',' ':' '\\' '=' (the option and lowerdir separators; rejected,
+ * never escaped, so the kernel's parsing cannot be fooled). */
+int csi_check_option_path(const char *path, const char *what, struct tkm_err *err);
+/* The root (one of roots) below which target lies, or NULL (target must be
+ * strictly below it). */
+const char *csi_target_root(const char *target, const char *const *roots, size_t n);
+
+/* The overlay options for a volume dir and a store path into out (reset):
+ * "lowerdir=<vol>/groups:<store>,upperdir=<vol>/upper,workdir=<vol>/work"
+ * (OVERLAY), "lowerdir=<vol>/groups:<store>" (STRICT), or
+ * "lowerdir=<vol>/groups,upperdir=<vol>/upper,workdir=<vol>/work" (COPY).
+ * Each path is checked with csi_check_option_path(); -E2BIG when the options
+ * exceed a page (mount(2)'s limit). */
+int csi_overlay_opts(struct tkm_buf *out, enum csi_mode mode, const char *vol_dir,
+                     const char *store, struct tkm_err *err);
+
+/* The volume's attributes after checking (pointers borrowed from the request). */
+struct csi_attrs {
+    const char *cache_name;  /* cacheName, or NULL */
+    const char *cache_image; /* cacheImage, or NULL */
+    const char *mount_path;  /* mountPath, or NULL */
+    const char *pod_namespace, *pod_name, *pod_uid;
+    enum csi_mode mode;
+};
+/* Checks the n key/value pairs of a volume context: exactly one of cacheName
+ * and cacheImage; readOnly "true" or "false"; mountPath absolute and
+ * canonical; the pod info keys present (csi.storage.k8s.io/pod.namespace,
+ * pod.name, pod.uid) and ephemeral "true"; any other key is an error (a
+ * typo must not be ignored). readonly is the request's readonly flag (the
+ * pod's volume readOnly: makes the default mode STRICT; with readOnly
+ * "false" it is a contradiction). -EINVAL with the reason. */
+int csi_attrs_parse(struct csi_attrs *a, const char *const *keys, const char *const *values,
+                    size_t n, int readonly, struct tkm_err *err);
+
+/* One mount of /proc/self/mountinfo. */
+struct csi_mount {
+    char *mount_point; /* unescaped; owned */
+    char *fstype;      /* owned */
+    char *source;      /* unescaped; owned */
+};
+/* Finds the topmost mount at mount_point in mountinfo text (the last line
+ * with that mount point). Returns 1 and fills m (release with
+ * csi_mount_release), 0 when nothing is mounted there, or a negative code. */
+int csi_mountinfo_find(const char *text, const char *mount_point, struct csi_mount *m);
+/* 1 when any mount in text has source src (our volume is still in use). */
+int csi_mountinfo_has_source(const char *text, const char *src);
+void csi_mount_release(struct csi_mount *m);
+/* Reads /proc/self/mountinfo into out (reset). */
+int csi_mountinfo_read(struct tkm_buf *out, struct tkm_err *err);
+
+/* ---- filesystem work (csi/fsops.c; BLOCKING: thread pool or startup) -------- */
+
+/* Opens target (below root, both checked paths) component by component with
+ * O_PATH|O_NOFOLLOW|O_DIRECTORY, so no symlink is ever followed; the last
+ * component is created 0750 when create is set and it is missing. *fd is
+ * owned (close it). -ELOOP/-ENOTDIR name the component that is a symlink or
+ * not a directory. */
+int csi_open_target(const char *root, const char *target, int create, int *fd, struct tkm_err *err);
+/* Removes path and everything below it without following symlinks
+ * (-ENOENT is success). */
+int csi_remove_tree(const char *path, struct tkm_err *err);
+/* Copies the tree src (directories, regular files; symlinks and special
+ * files are skipped) to dst (created). *bytes (optional) gets the bytes
+ * written. */
+int csi_copy_tree(const char *src, const char *dst, uint64_t *bytes, struct tkm_err *err);
+/* Removes stale volume dirs under state_dir: every <ns>/<pod>/<vol> whose
+ * mount source tkm-csi:<vol> is not in mountinfo is removed, and a pending
+ * release marker <state>/.release/<vol> is written so the agent drops its
+ * reference; empty <ns>/<pod> dirs go too. *removed (optional) counts them. */
+int csi_recover(const char *state_dir, size_t *removed, struct tkm_err *err);
+
+#endif
