@@ -17,7 +17,7 @@
 #include <tkm/oci/registry.h>
 #include <tkm/oci/session.h>
 #include <tkm/triton/image.h>
-#include <tkm/trust/bundle.h>
+#include <tkm/trust/sigjob.h>
 
 #include "ctrl-int.h"
 
@@ -33,7 +33,6 @@ struct ctrl_reg_op {
     ctrl_reg_cb cb;
     void *data;
     struct tkm_oci_job *job;       /* resolve/inspect */
-    struct tkm_oci_registry *sreg; /* verify (thread pool) */
     int cancelled;
     char digest[CTRL_DIGEST_MAX];
 };
@@ -266,9 +265,6 @@ int ctrl_reg_inspect(struct ctrl_reg *r, const char *image, const char *digest, 
 
 /* ---- the signature step --------------------------------------------------------- */
 
-#if __has_include(<tkm/trust/sigjob.h>)
-#include <tkm/trust/sigjob.h>
-
 /* The search as a job on the host's session (tkm_sig_job_verify): every
  * request and check on the loop, cancellable like the other jobs. */
 static void sig_done(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
@@ -317,83 +313,6 @@ int ctrl_reg_verify(struct ctrl_reg *r, const char *image, const char *digest,
         *out = op;
     return 0;
 }
-#else
-static const char *sig_reason(int rc, int *retry)
-{
-    *retry = 0;
-    switch (rc) {
-    case -ENOENT:
-        return "NoSignature";
-    case -EKEYREJECTED:
-        return "KeyMismatch";
-    case -EBADMSG:
-        return "SignatureMismatch";
-    case -ENOTSUP:
-        return "KeylessUnsupported";
-    case -EINVAL:
-    case -EPROTONOSUPPORT:
-        return "InvalidSignature";
-    case -EACCES:
-        *retry = 1;
-        return "RegistryUnauthorized";
-    case -EPERM:
-        *retry = 1;
-        return "RegistryForbidden";
-    default:
-        *retry = 1;
-        return "RegistryUnreachable";
-    }
-}
-
-static void sig_done(int rc, const struct tkm_sig_result *res, const struct tkm_err *err,
-                     void *data)
-{
-    struct ctrl_reg_op *op = data;
-    struct ctrl_reg_result r = {.rc = rc};
-    if (rc < 0) {
-        r.reason = sig_reason(rc, &r.retry);
-        snprintf(r.message, sizeof r.message, "%s", err ? tkm_err_str(err) : strerror(-rc));
-    } else {
-        snprintf(r.digest, sizeof r.digest, "%s", op->digest);
-        snprintf(r.key_id, sizeof r.key_id, "%s", res && res->key_id[0] ? res->key_id : "keyless");
-        snprintf(r.message, sizeof r.message, "signature found by %s (%s) at %s",
-                 res ? tkm_sig_source_name(res->source) : "?",
-                 res ? tkm_sig_format_name(res->format) : "?", res ? res->location : "?");
-    }
-    tkm_oci_registry_free(op->sreg);
-    op->sreg = NULL;
-    finish(op, &r);
-}
-
-int ctrl_reg_verify(struct ctrl_reg *r, const char *image, const char *digest,
-                    const struct tkm_sig_policy *pol, const void *auth, size_t auth_len,
-                    ctrl_reg_cb cb, void *data, struct ctrl_reg_op **out, struct tkm_err *err)
-{
-    struct tkm_oci_ref ref;
-    int rc = tkm_oci_ref_parse(&ref, image, err);
-    if (rc < 0)
-        return rc;
-    struct ctrl_reg_op *op = op_new(r, cb, data, err);
-    if (!op)
-        return -ENOMEM;
-    snprintf(op->digest, sizeof op->digest, "%s", digest);
-    struct tkm_oci_registry_opts o = {.auth_json = auth,
-                                      .auth_json_len = auth_len,
-                                      .anonymous = !(auth && auth_len),
-                                      .timeout_ms = r->timeout_ms};
-    if ((rc = tkm_oci_registry_new(ref.host, &o, &op->sreg, err)) < 0 ||
-        (rc = tkm_sig_verify_start(r->loop, op->sreg, ref.repo, digest, pol, sig_done, op, err)) <
-            0) {
-        tkm_oci_registry_free(op->sreg);
-        free(op);
-        return rc;
-    }
-    if (out)
-        *out = op;
-    return 0;
-}
-
-#endif
 
 void ctrl_reg_cancel(struct ctrl_reg_op *op)
 {
