@@ -275,18 +275,27 @@ struct ctrl_opts {
     unsigned workers;
 };
 
-/* Counters for /metrics (kind 0: TritonKernelCache, 1: ...Cluster, 2: Node). */
-#define CTRL_HIST_N 12
+struct ctrl;
+
+/* Counters kept by the controller, exposed by ctrl_metrics.c (kind 0:
+ * TritonKernelCache, 1: ...Cluster, 2: Node). */
 struct ctrl_metrics {
     uint64_t reconciles[3], errors[3];
-    uint64_t dur_bucket[3][CTRL_HIST_N + 1]; /* cumulative at export */
-    double dur_sum[3];
     uint64_t status_writes, finalizer_writes, registry_ops, verifications, events;
     uint64_t queue_adds;
-    double queue_latency_sum;
-    uint64_t queue_latency_n;
 };
-extern const double ctrl_hist_bounds[CTRL_HIST_N];
+
+/* The Prometheus side (ctrl_metrics.c): histograms observed as things
+ * happen, everything else read at scrape time. NULL-safe. */
+struct ctrl_prom;
+struct tkm_metrics;
+int ctrl_prom_new(struct ctrl *c, struct tkm_metrics *reg, struct ctrl_prom **out,
+                  struct tkm_err *err);
+void ctrl_prom_free(struct ctrl_prom *p);
+void ctrl_prom_reconciled(struct ctrl_prom *p, int kind, double seconds);
+void ctrl_prom_queued(struct ctrl_prom *p, double seconds);
+/* The /readyz check: every informer and watch has synced. */
+int ctrl_ready_check(void *data, char *reason, size_t n);
 
 struct ctrl_wctx {
     struct ctrl *c;
@@ -311,6 +320,7 @@ struct ctrl {
     char cfg_rv[64];
     struct ctrl_opts o;
     struct ctrl_metrics m;
+    struct ctrl_prom *prom; /* NULL: no /metrics */
     struct ctrl_wctx wctx[3];
     struct ctrl_map queued_at; /* queue key -> enqueue time (ms, as a pointer-sized int) */
 };

@@ -25,9 +25,6 @@
 
 #include "ctrl-int.h"
 
-const double ctrl_hist_bounds[CTRL_HIST_N] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                              0.1,   0.25,   0.5,   1,    2.5,   10};
-
 static int leading(const struct ctrl *c)
 {
     return !c->stopping && (!c->lease || c->leading);
@@ -56,13 +53,8 @@ static void enqueue_cache(struct ctrl *c, int cluster, const char *key)
 void ctrl_done(struct ctrl *c, const char *qkey, int kind, uint64_t t0, int result,
                uint64_t after_ms)
 {
-    double d = (double)(uv_now(c->loop) - t0) / 1000.0;
-    int b = 0;
-    while (b < CTRL_HIST_N && d > ctrl_hist_bounds[b])
-        b++;
     c->m.reconciles[kind]++;
-    c->m.dur_bucket[kind][b]++;
-    c->m.dur_sum[kind] += d;
+    ctrl_prom_reconciled(c->prom, kind, (double)(uv_now(c->loop) - t0) / 1000.0);
     if (result == K8S_WQ_RETRY)
         c->m.errors[kind]++;
     if (after_ms && result == K8S_WQ_OK)
@@ -76,10 +68,8 @@ static void handle(struct k8s_workqueue *q, const char *key, void *data)
     (void)q;
     struct ctrl *c = data;
     uintptr_t at = (uintptr_t)ctrl_map_del(&c->queued_at, key);
-    if (at) {
-        c->m.queue_latency_sum += (double)(uv_now(c->loop) + 1 - at) / 1000.0;
-        c->m.queue_latency_n++;
-    }
+    if (at)
+        ctrl_prom_queued(c->prom, (double)(uv_now(c->loop) + 1 - at) / 1000.0);
     if (!leading(c)) {
         k8s_workqueue_done(c->q, key, K8S_WQ_OK);
         return;

@@ -32,7 +32,7 @@ struct ctrl_reg_op {
     struct ctrl_reg *reg;
     ctrl_reg_cb cb;
     void *data;
-    struct tkm_oci_job *job;       /* resolve/inspect */
+    struct tkm_oci_job *job; /* resolve/inspect */
     int cancelled;
     char digest[CTRL_DIGEST_MAX];
 };

@@ -14,6 +14,8 @@
 #include <uv.h>
 
 #include <tkm/http.h>
+#include <tkm/httpd.h>
+#include <tkm/metrics.h>
 #include <tkm/log.h>
 #include <tkm/util.h>
 #include <k8s/client.h>
@@ -39,6 +41,8 @@ struct app {
     struct k8s_client *client;
     struct tkm_http *http;
     struct k8s_lease *lease;
+    struct tkm_metrics *metrics;
+    struct tkm_httpd *srv_metrics, *srv_health;
     uv_signal_t sig_term, sig_int;
     uv_timer_t exit_timer;
     int exiting;
@@ -321,6 +325,36 @@ static void on_signal(uv_signal_t *s, int signum)
         k8s_lease_stop(app->lease, lease_closed, app);
 }
 
+/* /metrics, /healthz, /readyz: one server when both addresses are the same. */
+static int serve(struct app *app, struct tkm_err *err)
+{
+    struct args *a = &app->a;
+    int rc;
+    if ((rc = tkm_metrics_new(&app->metrics, err)) < 0 ||
+        (rc = tkm_metrics_add_standard(app->metrics, err)) < 0 ||
+        (rc = ctrl_prom_new(&app->ctrl, app->metrics, &app->ctrl.prom, err)) < 0)
+        return rc;
+    if ((rc = tkm_httpd_new(app->loop, a->metrics_addr, NULL, &app->srv_metrics, err)) < 0)
+        goto bind;
+    if (strcmp(a->health_addr, a->metrics_addr) == 0 && strcmp(a->health_addr, "0") != 0)
+        app->srv_health = app->srv_metrics;
+    else if ((rc = tkm_httpd_new(app->loop, a->health_addr, NULL, &app->srv_health, err)) < 0)
+        goto bind;
+    if ((rc = tkm_metrics_serve(app->metrics, app->srv_metrics, "/metrics", err)) < 0 ||
+        (rc = tkm_httpd_health(app->srv_health, "/healthz", err)) < 0 ||
+        (rc = tkm_httpd_add_check(app->srv_health, "/readyz", "informers", ctrl_ready_check,
+                                  &app->ctrl, err)) < 0)
+        return rc;
+    if (app->srv_metrics)
+        tkm_info("controller: /metrics on %s", tkm_httpd_addr(app->srv_metrics));
+    if (app->srv_health)
+        tkm_info("controller: /healthz and /readyz on %s", tkm_httpd_addr(app->srv_health));
+    return 0;
+bind:
+    tkm_err_prefix(err, "--metrics-bind-address / --health-probe-bind-address");
+    return rc;
+}
+
 static int setup(struct app *app, struct tkm_err *err)
 {
     struct args *a = &app->a;
@@ -355,7 +389,7 @@ static int setup(struct app *app, struct tkm_err *err)
     if ((rc = k8s_recorder_new(app->client, &rco, &rec, err)) < 0)
         return rc;
     app->ctrl.rec = rec;
-    if ((rc = ctrl_start(&app->ctrl, err)) < 0)
+    if ((rc = serve(app, err)) < 0 || (rc = ctrl_start(&app->ctrl, err)) < 0)
         return rc;
     if (!a->leader_elect) {
         ctrl_set_leading(&app->ctrl, 1);

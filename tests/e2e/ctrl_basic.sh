@@ -34,7 +34,7 @@ OTHER=$(sed 's/^/      /' "$E2E_TMP/other/cosign.pub")
 U1=$(ctrl_node "$N1") U2=$(ctrl_node "$N2") U3=$(ctrl_node "$N3")
 
 step "the controller, and a cache"
-ctrl_start c1
+ctrl_start c1 --metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0
 cat <<EOF2 | kubectl -n "$NS" apply -f - >/dev/null
 apiVersion: tkm.io/v1alpha1
 kind: TritonKernelCache
@@ -142,4 +142,26 @@ kubectl delete tkcc "$CC" --wait=false >/dev/null
 ccgone() { ! kubectl get tkcc "$CC" >/dev/null 2>&1; }
 wait_for 20 "tkcc deleted after its entries are removed (agents silent: --cleanup-timeout 3 s)" ccgone
 assert_not_contains "$(kubectl get tkcnsc "$N1" -o json)" "$CC" "the cluster node status entry is gone"
+step "metrics and probes"
+port=$(sed -n 's/.*http server listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$E2E_TMP/c1.log" | head -1)
+[[ -n $port ]] || fail "no http server port in the log"
+assert_eq "ok" "$(curl -sf "http://127.0.0.1:$port/readyz")" "/readyz ok once synced"
+assert_eq "ok" "$(curl -sf "http://127.0.0.1:$port/healthz")" "/healthz ok"
+M=$(curl -sf "http://127.0.0.1:$port/metrics")
+assert_contains "$M" 'tkm_controller_caches{condition="Ready",status="False"} 2' "caches by condition (both namespaced caches are unverified now)"
+assert_contains "$M" 'tkm_controller_reconcile_duration_seconds_count{kind="TritonKernelCache"}' "reconcile histogram"
+assert_contains "$M" 'tkm_controller_workqueue_latency_seconds_count' "queue latency histogram"
+assert_contains "$M" 'tkm_controller_watch_restarts_total{resource="tritonkernelcachenodestatuses"}' "watch restarts"
+assert_contains "$M" 'process_resident_memory_bytes' "process metrics"
+writes=$(sed -n 's/^tkm_controller_status_writes_total \([0-9]*\)$/\1/p' <<<"$M")
+((writes >= 4 && writes <= 20)) || fail "status writes $writes: expected a handful for this scenario"
+pass "status writes: $writes"
+
+step "bad flags are named"
+expect_fail "--workers 0" "$CTRL_BIN" --workers 0
+assert_contains "$OUT" "--workers 0: use 1..256" "names the flag"
+expect_fail "a bind address that is not one" "$CTRL_BIN" --kubeconfig "$KUBECONFIG" --namespace "$NS" --state-dir "" --metrics-bind-address nohost:x
+assert_contains "$OUT" "--metrics-bind-address" "names the bind flag"
+expect_fail "an unknown flag" "$CTRL_BIN" --bogus
+assert_contains "$("$CTRL_BIN" --help)" "--leader-election-id NAME" "--help teaches the flags"
 e2e_done
