@@ -470,6 +470,7 @@ static int pin_step(struct ctrl_cache *cc, const struct view *v)
     free(cc->want_image);
     cc->want_image = strdup(image);
     cc->c->m.registry_ops++;
+    tkm_dbg("controller: %s: resolving %s", cc->qkey, image);
     if (!cc->want_image || ctrl_reg_resolve(cc->c->reg, image, cc->auth, cc->auth_len, resolve_done,
                                             cc, NULL, &err) < 0) {
         fail_set(&cc->pin_f, err.code ? err.code : -ENOMEM, "InvalidImage", tkm_err_str(&err), 0,
@@ -604,6 +605,7 @@ static void policy_done(int rc, struct tkm_api_policy *pol, const char *reason,
         goto next;
     }
     cc->c->m.registry_ops++;
+    tkm_dbg("controller: %s: searching the signature of %s", cc->qkey, cc->pin);
     if (ctrl_reg_verify(cc->c->reg, cc->pin_image, cc->pin, &pol->pol, cc->auth, cc->auth_len,
                         verify_done, cc, NULL, &e2) < 0) {
         ver_set(cc, 0, e2.code == -EINVAL ? "InvalidPolicy" : "VerificationError", tkm_err_str(&e2),
@@ -679,6 +681,7 @@ static int summary_step(struct ctrl_cache *cc, const struct view *v)
     if (uv_now(cc->c->loop) < cc->sum_retry_at)
         return 0;
     cc->c->m.registry_ops++;
+    tkm_dbg("controller: %s: reading the summary labels of %s", cc->qkey, cc->pin);
     if (ctrl_reg_inspect(cc->c->reg, cc->pin_image, cc->pin, cc->auth, cc->auth_len, inspect_done,
                          cc, NULL, &err) < 0) {
         snprintf(cc->sum_digest, sizeof cc->sum_digest, "%s", cc->pin);

@@ -71,7 +71,8 @@ const char *ctrl_reg_reason(int rc, int *retry)
 {
     *retry = 1;
     switch (rc) {
-    case -ENOENT:
+    case -ENOENT: /* pushed later, perhaps: looked at again every 5 min */
+        *retry = 0;
         return "ImageNotFound";
     case -EACCES:
         return "RegistryUnauthorized";

@@ -127,4 +127,24 @@ assert_eq 0 "$storm" "at most one Verified event per cache"
 total=$(kubectl -n "$NS" get events -o jsonpath='{range .items[*]}{.count}{"\n"}{end}' | awk '{s+=$1} END {print s+0}')
 ((total < 60)) || fail "too many events: $total"
 pass "events in all: $total"
+
+step "a restart with the same state: nothing re-resolved, re-verified or rewritten"
+ctrl_kill c2 TERM
+ctrl_start c3 --metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0
+port_of() { sed -n 's/.*http server listening on 127.0.0.1:\([0-9]*\).*/\1/p' "$E2E_TMP/c3.log" | head -1; }
+has_port() { [[ -n $(port_of) ]]; }
+wait_for 10 "c3 serves /readyz" has_port
+ready_ok() { [[ $(curl -sf "http://127.0.0.1:$(port_of)/readyz") == ok ]]; }
+wait_for 20 "c3 is ready (synced)" ready_ok
+reconciled() { curl -sf "http://127.0.0.1:$(port_of)/metrics" | grep -q '^tkm_controller_reconcile_total{kind="TritonKernelCache"} [1-9]'; }
+wait_for 20 "c3 reconciled the caches" reconciled
+sleep 3
+M=$(curl -sf "http://127.0.0.1:$(port_of)/metrics")
+metric() { sed -n "s/^$1 \([0-9.e+]*\)$/\1/p" <<<"$M"; }
+assert_eq 0 "$(metric tkm_controller_verifications_total)" "no signature searched again"
+assert_eq 0 "$(metric tkm_controller_status_writes_total)" "no status rewritten (no flap)"
+# The only registry work left: caches whose last attempt failed (missing, slow, edited's first image).
+regops=$(metric tkm_controller_registry_operations_total)
+((regops <= 3)) || fail "registry operations after the restart: $regops (only the failing caches may retry)"
+pass "registry operations after the restart: $regops (the failing caches only)"
 e2e_done
