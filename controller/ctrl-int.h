@@ -343,6 +343,9 @@ void ctrl_reconcile_node(struct ctrl *c, const char *qkey);
 /* Per-cache memory (owned by cidx->rec). */
 struct ctrl_cache;
 void ctrl_cache_free(struct ctrl_cache *cc);
+/* The cache object changed: a registry operation in flight for it is
+ * cancelled (its result would be for the old spec). */
+void ctrl_cache_changed(struct ctrl_cache *cc);
 /* The conditions last computed for the cache (Verified, Ready, Progressing,
  * Degraded), UNKNOWN before the first status. */
 void ctrl_cache_conds(const struct ctrl_cache *cc, enum tkm_api_cond_status out[4]);

@@ -88,10 +88,21 @@ static void tkc_add(const struct k8s_obj *o, void *data)
 {
     enqueue_cache(data, 0, o->key);
 }
+static void cache_changed(struct ctrl *c, int cluster, const char *key)
+{
+    char k[600];
+    snprintf(k, sizeof k, "%s%s", cluster ? "/" : "", key);
+    struct ctrl_cidx *x = ctrl_nodes_cache(&c->idx, k, 0);
+    if (x && x->rec)
+        ctrl_cache_changed(x->rec);
+}
+
 static void tkc_update(const struct k8s_obj *old, const struct k8s_obj *cur, void *data)
 {
-    if (strcmp(old->resource_version, cur->resource_version) != 0)
+    if (strcmp(old->resource_version, cur->resource_version) != 0) {
+        cache_changed(data, 0, cur->key);
         enqueue_cache(data, 0, cur->key);
+    }
 }
 static void tkc_delete(const struct k8s_obj *o, int unknown, void *data)
 {
@@ -104,8 +115,10 @@ static void tkcc_add(const struct k8s_obj *o, void *data)
 }
 static void tkcc_update(const struct k8s_obj *old, const struct k8s_obj *cur, void *data)
 {
-    if (strcmp(old->resource_version, cur->resource_version) != 0)
+    if (strcmp(old->resource_version, cur->resource_version) != 0) {
+        cache_changed(data, 1, cur->key);
         enqueue_cache(data, 1, cur->key);
+    }
 }
 static void tkcc_delete(const struct k8s_obj *o, int unknown, void *data)
 {

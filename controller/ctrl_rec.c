@@ -88,6 +88,7 @@ struct ctrl_cache {
     struct pending_event ev[3];
     int n_ev;
     unsigned patches;
+    struct ctrl_reg_op *op; /* the registry operation in flight, or NULL */
 };
 
 /* The object as a step sees it. */
@@ -409,6 +410,7 @@ static void pin_set(struct ctrl_cache *cc, const char *image, const char *digest
 static void resolve_done(const struct ctrl_reg_result *r, void *data)
 {
     struct ctrl_cache *cc = data;
+    cc->op = NULL;
     uint64_t now = uv_now(cc->c->loop);
     if (r->rc == -ECANCELED) {
         finish(cc, K8S_WQ_OK, 0);
@@ -472,7 +474,7 @@ static int pin_step(struct ctrl_cache *cc, const struct view *v)
     cc->c->m.registry_ops++;
     tkm_dbg("controller: %s: resolving %s", cc->qkey, image);
     if (!cc->want_image || ctrl_reg_resolve(cc->c->reg, image, cc->auth, cc->auth_len, resolve_done,
-                                            cc, NULL, &err) < 0) {
+                                            cc, &cc->op, &err) < 0) {
         fail_set(&cc->pin_f, err.code ? err.code : -ENOMEM, "InvalidImage", tkm_err_str(&err), 0,
                  now);
         return 0;
@@ -541,6 +543,7 @@ static void ver_set(struct ctrl_cache *cc, int ok, const char *reason, const cha
 static void verify_done(const struct ctrl_reg_result *r, void *data)
 {
     struct ctrl_cache *cc = data;
+    cc->op = NULL;
     struct ctrl_verify_rec rec = {.ok = r->rc == 0};
     char msg[1100];
     if (r->rc == -ECANCELED) {
@@ -607,7 +610,7 @@ static void policy_done(int rc, struct tkm_api_policy *pol, const char *reason,
     cc->c->m.registry_ops++;
     tkm_dbg("controller: %s: searching the signature of %s", cc->qkey, cc->pin);
     if (ctrl_reg_verify(cc->c->reg, cc->pin_image, cc->pin, &pol->pol, cc->auth, cc->auth_len,
-                        verify_done, cc, NULL, &e2) < 0) {
+                        verify_done, cc, &cc->op, &e2) < 0) {
         ver_set(cc, 0, e2.code == -EINVAL ? "InvalidPolicy" : "VerificationError", tkm_err_str(&e2),
                 1);
         goto next;
@@ -643,6 +646,7 @@ static int verify_step(struct ctrl_cache *cc, const struct view *v)
 static void inspect_done(const struct ctrl_reg_result *r, void *data)
 {
     struct ctrl_cache *cc = data;
+    cc->op = NULL;
     if (r->rc == -ECANCELED) {
         finish(cc, K8S_WQ_OK, 0);
         return;
@@ -683,7 +687,7 @@ static int summary_step(struct ctrl_cache *cc, const struct view *v)
     cc->c->m.registry_ops++;
     tkm_dbg("controller: %s: reading the summary labels of %s", cc->qkey, cc->pin);
     if (ctrl_reg_inspect(cc->c->reg, cc->pin_image, cc->pin, cc->auth, cc->auth_len, inspect_done,
-                         cc, NULL, &err) < 0) {
+                         cc, &cc->op, &err) < 0) {
         snprintf(cc->sum_digest, sizeof cc->sum_digest, "%s", cc->pin);
         return 0;
     }
@@ -965,4 +969,12 @@ void ctrl_reconcile_cache(struct ctrl *c, const char *qkey)
 void ctrl_cache_conds(const struct ctrl_cache *cc, enum tkm_api_cond_status out[4])
 {
     memcpy(out, cc->conds, sizeof cc->conds);
+}
+
+void ctrl_cache_changed(struct ctrl_cache *cc)
+{
+    if (cc && cc->op) {
+        tkm_dbg("controller: %s: changed during a registry operation: cancelling it", cc->qkey);
+        ctrl_reg_cancel(cc->op); /* the callback finishes the key; the update queued it again */
+    }
 }

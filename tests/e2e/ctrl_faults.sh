@@ -71,6 +71,7 @@ tkc edited "$REPO:v1"
 digest_is() { [[ $(kubectl -n "$NS" get tkc "$1" -o jsonpath='{.status.resolvedDigest}') == "$2" ]]; }
 wait_for 60 "edited: the new image is pinned" digest_is edited "$DA"
 wait_for 30 "edited: verified" reason_is edited SignatureVerified
+assert_contains "$(cat "$E2E_TMP/c1.log")" "/edited: changed during a registry operation: cancelling it" "the resolve of the old image was cancelled"
 wait_for 60 "a registry that never answers: RegistryUnreachable" reason_is slow RegistryUnreachable
 assert_contains "$(kubectl -n "$NS" get tkc slow -o jsonpath='{.status.conditions[?(@.type=="Verified")].message}')" "$SLOW" "the message names the registry"
 
