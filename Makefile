@@ -3,7 +3,7 @@ BUILD ?= build
 CMAKE_FLAGS ?=
 JOBS ?= 2
 
-.PHONY: help deps testbin build test unit e2e demo fuzz bench format format-check crds cluster-up cluster-down clean
+.PHONY: help deps testbin build test unit e2e demo fuzz bench bench-daemons format format-check crds cluster-up cluster-down clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -39,6 +39,10 @@ bench: build testbin ## benchmarks, each side by side with its baseline (numbers
 	hack/cluster.sh up
 	rc=0; TKM_BUILD_DIR=$(CURDIR)/$(BUILD) bash bench/run-watch.sh || rc=$$?; \
 	  bash bench/pull_extract.sh $(CURDIR)/$(BUILD) 200 5 || rc=$$?; exit $$rc
+
+bench-daemons: build testbin ## tkm-agent and tkm-controller against GKM's agent and operator (bench/README.md)
+	rc=0; TKM_BUILD_DIR=$(CURDIR)/$(BUILD) bash bench/agent.sh || rc=$$?; \
+	  TKM_BUILD_DIR=$(CURDIR)/$(BUILD) bash bench/controller.sh small || rc=$$?; exit $$rc
 
 format: ## clang-format every C file in place
 	git ls-files '*.c' '*.h' | xargs clang-format -i

@@ -1,0 +1,308 @@
+#!/usr/bin/env bash
+# bench/agent.sh - tkm-agent against upstream GKM's agent, side by side, on one
+# private control plane with the same objects.
+#
+# Usage: bench/agent.sh [-r PIN_ROUNDS]          (default 10)
+#   env: TKM_BUILD_DIR  (default <repo>/build: cli/tkmctl, bench/bench_simagents)
+#        TKM_AGENT      (default $TKM_BUILD_DIR/agent/tkm-agent)
+#        TKM_AGENT_GPU_ARGS (default: one H200 through the tests' fake NVML,
+#                        $TKM_BUILD_DIR/fakenvml/libnvidia-ml.so.1 (ninja fakenvml),
+#                        with the values recorded on a real H200 (tests/fixtures/gpu/
+#                        h200-device) and empty sysfs/procfs roots; --no-nvml when
+#                        that library is not built)
+#        GKM_BIN_DIR    (default: bench/gkm-build.sh builds GKM f0e65de4 once into
+#                        ~/.cache/tkm/gkm/<commit>/)
+#        CACHES=100 PODS=10000 SETTLE=10 (seconds before each RSS reading)
+#        BENCH_DIR      (default a new temp dir; holds the cluster, logs, store)
+#        KEEP=1         leave the control plane running and BENCH_DIR in place
+#
+# What runs: hack/cluster.sh up in BENCH_DIR/cluster (etcd, kube-apiserver,
+# registry, all on 127.0.0.1), tkm's and GKM's CRDs, a Node "bench-node", the
+# cache image built from the real fixture triton-3.6.0-cuda-sm90 by
+# `tkmctl build --push` into the local registry. Both agents run for that
+# node at the same time:
+#   tkm-agent --kubeconfig K --node-name bench-node --namespace tkm-system
+#     --store-dir D --socket S --metrics-bind-address 0
+#     --health-probe-bind-address 0 $TKM_AGENT_GPU_ARGS (see above)
+#   gkm-agent (NO_GPU=true: its stub GPUs, KUBE_NODE_NAME=bench-node,
+#     --metrics-bind-address=0 --health-probe-bind-address=0)
+# Points measured (VmRSS and VmHWM from /proc/PID/status, SETTLE s after each):
+#   idle      no caches
+#   caches    CACHES caches each side, every one pinned and in the node status
+#             (tkm: TritonKernelCache in bench-agent, spec.signaturePolicy.mode
+#             Disabled, status.resolvedDigest pinned by this script through
+#             /status since no controller runs; GKM: GKMCache in bench-gkm with
+#             the annotations its webhook writes (gkm.io/resolvedDigest,
+#             gkm.io/cache-size-bytes) and status.pvcOwner=Agent, which its
+#             operator writes)
+#   pods      plus PODS Pods in bench-pods (half bound to another node, half to
+#             none; no scheduler runs, so they stay Pending)
+# Pin -> status latency, PIN_ROUNDS times per side, sides alternated: a fresh
+#   cache is created unpinned, then pinned with one PATCH of /status (curl);
+#   a watch on the node's status object (one per side, opened before the
+#   rounds, timestamps taken by jq as each event arrives) gives the time the
+#   entry "<cache>" with the pinned digest first appears. Median and max.
+# Signature policy Disabled, on purpose: GKM's agent verifies nothing (its
+# webhook and Kyverno do, at admission, outside what is measured); with
+# Enforce tkm would add a cosign verification GKM's agent never does.
+# Goals (the issue): tkm-agent RSS < 8 MiB idle, < 16 MiB with CACHES caches and
+# with PODS Pods, each <= 0.2x GKM's agent; every pin in the node status
+# within 1 s. Exits 1 when a goal is missed or the tkm side cannot run.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+BENCH_NAME=agent
+ROUNDS=10
+while getopts "r:" o; do
+  case $o in
+    r) ROUNDS=$OPTARG ;;
+    *) sed -n '2,47p' "$0" >&2; exit 2 ;;
+  esac
+done
+TKM_BUILD_DIR=${TKM_BUILD_DIR:-$repo/build}
+TKM_AGENT=${TKM_AGENT:-$TKM_BUILD_DIR/agent/tkm-agent}
+CACHES=${CACHES:-100} PODS=${PODS:-10000} SETTLE=${SETTLE:-10}
+# shellcheck source=bench/lib-daemons.sh
+source "$here/lib-daemons.sh"
+
+for t in jq curl; do command -v "$t" >/dev/null || bench_die "$t is needed"; done
+sim=$TKM_BUILD_DIR/bench/bench_simagents
+[[ -x $sim && -x $TKM_BUILD_DIR/cli/tkmctl ]] ||
+  bench_die "missing $sim or $TKM_BUILD_DIR/cli/tkmctl (build first: ninja -C $TKM_BUILD_DIR)"
+tkm_ok=1 tkm_why=
+if [[ ! -x $TKM_AGENT ]]; then
+  tkm_ok=0 tkm_why="tkm-agent not found at $TKM_AGENT, build it first (ninja -C $TKM_BUILD_DIR)"
+  echo "agent: $tkm_why; running the GKM side only" >&2
+fi
+gkm=$(bench_gkm)
+
+work=${BENCH_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/tkm-bench-agent-XXXXXX")}
+mkdir -p "$work"
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do bench_stop "$p"; done
+  if [[ ${KEEP:-0} != 1 ]]; then
+    bench_cluster_down
+    rm -rf "$work"
+  else
+    echo "agent: kept $work (cluster: TKM_CLUSTER_DIR=$work/cluster hack/cluster.sh down)" >&2
+  fi
+}
+trap cleanup EXIT
+bench_cluster_up "$work/cluster"
+bench_crds "$repo/crds/" "$gkm/crds/"
+for ns in tkm-system bench-agent bench-gkm bench-pods; do kubectl create ns "$ns" >/dev/null; done
+kubectl create -f - >/dev/null <<<'{"apiVersion":"v1","kind":"Node","metadata":{"name":"bench-node","labels":{"kubernetes.io/hostname":"bench-node"}}}'
+read -r image digest < <(bench_image "$work")
+[[ $digest == sha256:* ]] || bench_die "no digest from tkmctl build --push"
+bench_log "cache image $image@$digest"
+
+# ---- the agents ---------------------------------------------------------------
+tkm_pid= gkm_pid=
+fake_nvml=$TKM_BUILD_DIR/fakenvml/libnvidia-ml.so.1
+if [[ -n ${TKM_AGENT_GPU_ARGS:-} ]]; then
+  gpu_args=$TKM_AGENT_GPU_ARGS gpu_desc="TKM_AGENT_GPU_ARGS=$TKM_AGENT_GPU_ARGS"
+elif [[ -f $fake_nvml ]]; then
+  mkdir -p "$work/gpu/sys" "$work/gpu/proc"
+  printf '%s\n' driver=580.159.04 cuda=13000 '[gpu]' 'name=NVIDIA H200' \
+    uuid=GPU-e94096f6-d7bf-1394-9a46-472036dacea0 cc=9.0 mem=150754820096 \
+    busid=00000000:00:06.0 pcidevid=0x233510de mig=0 >"$work/gpu/nvml.txt"
+  gpu_args="--nvml-lib $fake_nvml --sysfs-root $work/gpu/sys --procfs-root $work/gpu/proc"
+  gpu_desc="one H200 through the tests' fake NVML (values of tests/fixtures/gpu/h200-device)"
+else
+  gpu_args=--no-nvml gpu_desc="no GPU (--no-nvml; ninja -C $TKM_BUILD_DIR fakenvml gives a fake H200)"
+fi
+if ((tkm_ok)); then
+  # The agent wants its socket directory and store private (0700).
+  mkdir -p -m 0700 "$work/tkm-store" "$work/tkm-sock"
+  # shellcheck disable=SC2086
+  TKM_FAKE_NVML=$work/gpu/nvml.txt "$TKM_AGENT" --kubeconfig "$KUBECONFIG" --node-name bench-node \
+    --namespace tkm-system --store-dir "$work/tkm-store" --socket "$work/tkm-sock/agent.sock" \
+    --metrics-bind-address 0 --health-probe-bind-address 0 $gpu_args >"$work/tkm-agent.log" 2>&1 &
+  tkm_pid=$!
+  disown "$tkm_pid"
+  pids+=("$tkm_pid")
+fi
+(cd "$work" && NO_GPU=true KUBE_NODE_NAME=bench-node exec "$gkm/gkm-agent" --kubeconfig "$KUBECONFIG" \
+  --metrics-bind-address=0 --health-probe-bind-address=0 >"$work/gkm-agent.log" 2>&1) &
+gkm_pid=$!
+disown "$gkm_pid"
+pids+=("$gkm_pid")
+
+alive() { # SIDE: fails the side (tkm) or the run (gkm) when its agent has exited
+  if [[ $1 == tkm ]] && ((tkm_ok)) && ! kill -0 "$tkm_pid" 2>/dev/null; then
+    tkm_ok=0 tkm_why="tkm-agent exited (log: $work/tkm-agent.log)"
+    tail -15 "$work/tkm-agent.log" >&2
+    echo "agent: $tkm_why" >&2
+  fi
+  if [[ $1 == gkm ]] && ! kill -0 "$gkm_pid" 2>/dev/null; then
+    tail -15 "$work/gkm-agent.log" >&2
+    bench_die "gkm-agent exited (log: $work/gkm-agent.log)"
+  fi
+}
+declare -A R
+measure() { # POINT: RSS of both after SETTLE s
+  sleep "$SETTLE"
+  alive tkm
+  alive gkm
+  local r h
+  read -r r h < <(bench_rss "$gkm_pid")
+  R[gkm.$1.rss]=$r R[gkm.$1.hwm]=$h
+  if ((tkm_ok)); then
+    read -r r h < <(bench_rss "$tkm_pid")
+    R[tkm.$1.rss]=$r R[tkm.$1.hwm]=$h
+  else
+    R[tkm.$1.rss]=- R[tkm.$1.hwm]=-
+  fi
+  bench_log "$1: VmRSS/VmHWM KiB: tkm ${R[tkm.$1.rss]}/${R[tkm.$1.hwm]}, gkm ${R[gkm.$1.rss]}/${R[gkm.$1.hwm]}"
+}
+measure idle
+
+# ---- caches ---------------------------------------------------------------------
+tkm_path=/apis/tkm.io/v1alpha1/namespaces/bench-agent/tritonkernelcaches
+gkm_path=/apis/gkm.io/v1alpha1/namespaces/bench-gkm/gkmcaches
+counts0='{"nodeCnt":0,"nodeInUseCnt":0,"nodeNotInUseCnt":0,"nodeErrorCnt":0,"podRunningCnt":0,"podDeletingCnt":0,"podOutdatedCnt":0}'
+create_cache() { # SIDE NAME: an unpinned cache
+  if [[ $1 == tkm ]]; then
+    bench_api POST "$tkm_path" "{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"TritonKernelCache\",\"metadata\":{\"name\":\"$2\"},\"spec\":{\"cacheImage\":\"$image\",\"signaturePolicy\":{\"mode\":\"Disabled\"}}}" application/json >/dev/null
+  else
+    bench_api POST "$gkm_path" "{\"apiVersion\":\"gkm.io/v1alpha1\",\"kind\":\"GKMCache\",\"metadata\":{\"name\":\"$2\",\"annotations\":{\"gkm.io/resolvedDigest\":\"$digest\",\"gkm.io/cache-size-bytes\":\"758102\"}},\"spec\":{\"image\":\"$image\"}}" application/json >/dev/null
+  fi
+}
+pin_cache() { # SIDE NAME: what the controller (tkm) / operator (GKM) writes to make it actionable
+  if [[ $1 == tkm ]]; then
+    bench_api PATCH "$tkm_path/$2/status" "{\"status\":{\"resolvedDigest\":\"$digest\"}}" >/dev/null
+  else
+    bench_api PATCH "$gkm_path/$2/status" "{\"status\":{\"pvcOwner\":\"Agent\",\"counts\":$counts0}}" >/dev/null
+  fi
+}
+entries() { # SIDE: number of caches with the pinned digest in the node's status
+  if [[ $1 == tkm ]]; then
+    kubectl -n bench-agent get tritonkernelcachenodestatuses bench-node -o json 2>/dev/null |
+      jq --arg d "$digest" '[.status.caches // {} | to_entries[] | select(.value.digest == $d)] | length'
+  else
+    kubectl -n bench-gkm get gkmcachenodes bench-node -o json 2>/dev/null |
+      jq --arg d "$digest" '[.status.caches // {} | to_entries[] | select(.value[$d] != null)] | length'
+  fi
+}
+wait_entries() { # SIDE N TIMEOUT_S T0_MS: until N entries (prints the seconds since T0, or "timeout")
+  local t0=$4 n
+  while :; do
+    n=$(entries "$1" || echo 0)
+    [[ ${n:-0} -ge $2 ]] && { awk -v ms=$(($(bench_now_ms) - t0)) 'BEGIN { printf "%.1f", ms / 1000 }'; return 0; }
+    (($(bench_now_ms) - t0 > $3 * 1000)) && { echo "timeout($n/$2)"; return 0; }
+    sleep 1
+  done
+}
+bench_log "creating and pinning $CACHES caches per side"
+sides=(gkm)
+((tkm_ok)) && sides=(tkm gkm)
+for s in "${sides[@]}"; do
+  for i in $(seq 0 $((CACHES - 1))); do create_cache "$s" "$(printf 'c-%05d' "$i")"; done
+  for i in $(seq 0 $((CACHES - 1))); do pin_cache "$s" "$(printf 'c-%05d' "$i")"; done
+  R[$s.pinned_ms]=$(bench_now_ms)
+done
+for s in "${sides[@]}"; do
+  R[$s.fill]=$(wait_entries "$s" "$CACHES" 300 "${R[$s.pinned_ms]}")
+  bench_log "$s: $CACHES caches in the node status ${R[$s.fill]} s after its last pin"
+done
+((tkm_ok)) || R[tkm.fill]=-
+measure caches
+
+# ---- pods -----------------------------------------------------------------------
+bench_log "creating $PODS Pods in bench-pods"
+"$sim" pods --count "$PODS" --ns bench-pods --node other-node >/dev/null ||
+  bench_die "bench_simagents pods failed"
+measure pods
+
+# ---- pin -> status ----------------------------------------------------------------
+watch_status() { # SIDE OUT: timestamped "<ms>\t<name>@<digest> ..." per event
+  local path filter
+  if [[ $1 == tkm ]]; then
+    path=/apis/tkm.io/v1alpha1/namespaces/bench-agent/tritonkernelcachenodestatuses
+    filter='.object.status.caches // {} | to_entries | map(.key + "@" + (.value.digest // ""))'
+  else
+    path=/apis/gkm.io/v1alpha1/namespaces/bench-gkm/gkmcachenodes
+    filter='.object.status.caches // {} | to_entries | map(.key + "@" + ((.value | keys)[0] // ""))'
+  fi
+  bench_api GET "$path?watch=1&fieldSelector=metadata.name%3Dbench-node&timeoutSeconds=3600" 2>/dev/null |
+    jq --unbuffered -r "[(now * 1000 | floor | tostring), (($filter) | join(\" \"))] | join(\"\\t\")" >"$2" &
+  pids+=($!)
+}
+for s in "${sides[@]}"; do watch_status "$s" "$work/$s.events"; done
+sleep 2
+pin_once() { # SIDE NAME: prints the ms from the pin to the entry (or "timeout")
+  local t0 line ts
+  create_cache "$1" "$2"
+  sleep 1
+  t0=$(bench_now_ms)
+  pin_cache "$1" "$2"
+  while :; do
+    line=$(awk -F'\t' -v t="$t0" -v k=" $2@$digest " '$1 >= t && index(" " $2 " ", k) { print $1; exit }' "$work/$1.events")
+    [[ -n $line ]] && { echo $((line - t0)); return 0; }
+    (($(bench_now_ms) - t0 > 15000)) && { echo timeout; return 0; }
+    sleep 0.02
+  done
+}
+declare -A L
+for r in $(seq 1 "$ROUNDS"); do
+  order=("${sides[@]}")
+  ((r % 2 == 0 && ${#sides[@]} == 2)) && order=(gkm tkm)
+  for s in "${order[@]}"; do
+    L[$s]+="$(pin_once "$s" "$(printf 'pin-%03d' "$r")") "
+  done
+done
+stats() { # "v v v" -> "median max" (ms; timeouts count as 15000 and are shown)
+  tr ' ' '\n' <<<"$1" | sed '/^$/d; s/timeout/15000/' | sort -n |
+    awk '{ v[NR] = $1 } END { if (NR == 0) print "- -"; else print v[int((NR + 1) / 2)], v[NR] }'
+}
+read -r gkm_med gkm_max < <(stats "${L[gkm]}")
+tkm_med=- tkm_max=-
+((tkm_ok)) && read -r tkm_med tkm_max < <(stats "${L[tkm]}")
+alive tkm
+alive gkm
+
+# ---- report ------------------------------------------------------------------------
+mib() { [[ $1 == - ]] && echo - || awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+echo
+echo "agent benchmark: tkm-agent vs GKM $(cat "$gkm/COMMIT" 2>/dev/null | cut -c1-8) gkm-agent, one node, $CACHES caches, $PODS Pods, $(nproc) CPUs"
+echo "load average (1/5/15 min) at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "tkm-agent's GPU: $gpu_desc; gkm-agent: NO_GPU=true (its stub GPUs)"
+printf '%-40s %12s %12s %8s  %s\n' metric tkm-agent gkm-agent tkm/gkm goal
+for p in idle caches pods; do
+  case $p in
+    idle) label="RSS idle (MiB)" lim=8 ;;
+    caches) label="RSS with $CACHES caches (MiB)" lim=16 ;;
+    pods) label="RSS + $PODS Pods (MiB)" lim=16 ;;
+  esac
+  printf '%-40s %12s %12s %8s  %s\n' "$label" "$(mib "${R[tkm.$p.rss]}")" "$(mib "${R[gkm.$p.rss]}")" \
+    "$(bench_ratio "${R[tkm.$p.rss]}" "${R[gkm.$p.rss]}")" "< $lim MiB, <= 0.2x"
+  printf '%-40s %12s %12s %8s\n' "  peak VmHWM so far (MiB)" "$(mib "${R[tkm.$p.hwm]}")" "$(mib "${R[gkm.$p.hwm]}")" \
+    "$(bench_ratio "${R[tkm.$p.hwm]}" "${R[gkm.$p.hwm]}")"
+done
+printf '%-40s %12s %12s\n' "last of $CACHES pins -> all in status (s)" "${R[tkm.fill]}" "${R[gkm.fill]}"
+printf '%-40s %12s %12s %8s  %s\n' "pin -> node status, median (ms)" "$tkm_med" "$gkm_med" "$(bench_ratio "$tkm_med" "$gkm_med")" "<= 1000 ms"
+printf '%-40s %12s %12s %8s  %s\n' "pin -> node status, max of $ROUNDS (ms)" "$tkm_max" "$gkm_max" "$(bench_ratio "$tkm_max" "$gkm_max")" "<= 1000 ms"
+echo "per round (ms): tkm [${L[tkm]:-}] gkm [${L[gkm]}]"
+echo "logs: $work/{tkm,gkm}-agent.log$([[ ${KEEP:-0} == 1 ]] || echo ' (removed; KEEP=1 keeps them)')"
+
+if ((!tkm_ok)); then
+  echo "goal NOT checked: $tkm_why"
+  exit 1
+fi
+ok=1
+within() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a != "-" && a <= b) }'; }
+within "${R[tkm.idle.rss]}" 8192 || ok=0
+within "${R[tkm.caches.rss]}" 16384 || ok=0
+within "${R[tkm.pods.rss]}" 16384 || ok=0
+for p in idle caches pods; do
+  within "${R[tkm.$p.rss]}" "$(awk -v g="${R[gkm.$p.rss]}" 'BEGIN { print g * 0.2 }')" || ok=0
+done
+within "$tkm_max" 1000 || ok=0
+if ((ok)); then
+  echo "goal met: RSS < 8/16/16 MiB and <= 0.2x GKM's agent; every pin in the node status within 1 s"
+else
+  echo "goal NOT met: RSS < 8/16/16 MiB and <= 0.2x GKM's agent; every pin in the node status within 1 s"
+  exit 1
+fi

@@ -1,0 +1,295 @@
+#!/usr/bin/env bash
+# bench/controller.sh - tkm-controller against upstream GKM's operator
+# (webhooks off), one after the other on one private control plane, fed by the
+# same simulated agents (bench_simagents) on the same Node objects.
+#
+# Usage: bench/controller.sh [small|large]      (default small)
+#   small  NODES=1000 CACHES=100   goal: all Ready within 5 s of the last node
+#                                  status, RSS < 15 MiB
+#   large  NODES=5000 CACHES=1000  goal: all Ready within 60 s; takes long and
+#                                  needs memory (5000 node status objects of
+#                                  1000 entries, ~1.3 GB in etcd per side):
+#                                  not for a shared 2-core machine
+#   env: NODES, CACHES (override the preset), INCOMPATIBLE (fraction of nodes
+#        whose GPU fits no cache; default 0), CONCURRENCY (simulator requests in
+#        flight; default 32), TIMEOUT (s to wait for Ready after the last
+#        write; default 300 small, 900 large), SIDES ("tkm gkm"), SETTLE (s; default 5)
+#        TKM_BUILD_DIR (default <repo>/build), TKM_CONTROLLER (default
+#        $TKM_BUILD_DIR/controller/tkm-controller), GKM_BIN_DIR (default: built by
+#        bench/gkm-build.sh), BENCH_DIR (default a temp dir), KEEP=1 (leave it up)
+#
+# Per side:
+#   1. start the controller:
+#        tkm-controller --kubeconfig K --namespace tkm-system --state-dir D
+#          --metrics-bind-address 0 --health-probe-bind-address 0
+#        gkm-operator (ENABLE_WEBHOOKS=false, NO_GPU=true,
+#          --metrics-bind-address=0 --health-probe-bind-address=0)
+#      on CACHES caches (tkm: TritonKernelCache in bench-ctrl, image built from
+#      the real fixture and pushed to the local registry, signaturePolicy
+#      Disabled; GKM: GKMCache in bench-gkm with the annotations its webhook
+#      would write) and NODES Node objects with empty node status objects
+#      (bench_simagents setup), and wait until every cache is pinned (tkm:
+#      status.resolvedDigest; GKM: status.resolvedDigest and pvcOwner);
+#   2. scrape apiserver_request_total from the apiserver's /metrics;
+#   3. start `bench_simagents wait` (one list + watch of the caches), then
+#      `bench_simagents write`: one server-side apply on /status per node
+#      listing every cache at the pinned digest (tkm: TritonKernelCacheNodeStatus,
+#      field manager tkm-agent, owned by the Node; GKM: GKMCacheNode with
+#      per-cache PVC condition Extracted and counts, as GKM's agent fills it);
+#   4. Ready latency = when the waiter saw the last cache Ready (tkm: condition
+#      Ready=True and counts.nodes >= NODES; GKM: counts.nodeCnt >= NODES and
+#      condition Extracted, Running or Error) minus when the simulator's last
+#      write returned;
+#   5. scrape /metrics again after SETTLE s; controller VmRSS/VmHWM;
+#   6. one change: node sim-00000 re-reports every cache incompatible (one
+#      apply; compatible when INCOMPATIBLE > 0 made it incompatible); writes to the caches within CHANGE_WAIT (10) s, per cache, are
+#      the cost of one change (goal <= 2); stop the controller.
+# Request counts are deltas over steps 2-5, by verb/resource/subresource; the
+# simulator's NODES applies and the waiter's list and watch are subtracted
+# from the totals. Writes = POST/PUT/PATCH/APPLY/DELETE on the cache resource
+# (any subresource). While NODES statuses arrive over tens of seconds each
+# cache changes many times, so that count is shown per cache without a goal;
+# the goal "<= 2 writes per cache per change" is checked on step 6.
+# Goals (the issue): small: Ready within 5 s, RSS < 15 MiB; large: Ready within
+# 60 s; both: RSS <= 0.2x GKM's operator, <= 2 writes per cache. Exits 1 when
+# one is missed or the tkm side cannot run.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+BENCH_NAME=controller
+preset=${1:-small}
+case $preset in
+  small) NODES=${NODES:-1000} CACHES=${CACHES:-100} goal_s=5 goal_rss=15 TIMEOUT=${TIMEOUT:-300} ;;
+  large) NODES=${NODES:-5000} CACHES=${CACHES:-1000} goal_s=60 goal_rss= TIMEOUT=${TIMEOUT:-900} ;;
+  *) sed -n '2,54p' "$0" >&2; exit 2 ;;
+esac
+INCOMPATIBLE=${INCOMPATIBLE:-0} CONCURRENCY=${CONCURRENCY:-32} SETTLE=${SETTLE:-5}
+CHANGE_WAIT=${CHANGE_WAIT:-10}
+SIDES=${SIDES:-tkm gkm}
+TKM_BUILD_DIR=${TKM_BUILD_DIR:-$repo/build}
+TKM_CONTROLLER=${TKM_CONTROLLER:-$TKM_BUILD_DIR/controller/tkm-controller}
+# shellcheck source=bench/lib-daemons.sh
+source "$here/lib-daemons.sh"
+
+for t in jq curl; do command -v "$t" >/dev/null || bench_die "$t is needed"; done
+sim=$TKM_BUILD_DIR/bench/bench_simagents
+[[ -x $sim && -x $TKM_BUILD_DIR/cli/tkmctl ]] ||
+  bench_die "missing $sim or $TKM_BUILD_DIR/cli/tkmctl (build first: ninja -C $TKM_BUILD_DIR)"
+tkm_ok=0 tkm_why="not run (SIDES=$SIDES)"
+if [[ " $SIDES " == *" tkm "* ]]; then
+  tkm_ok=1 tkm_why=
+  if [[ ! -x $TKM_CONTROLLER ]]; then
+    tkm_ok=0 tkm_why="tkm-controller not found at $TKM_CONTROLLER, build it first (ninja -C $TKM_BUILD_DIR)"
+    echo "controller: $tkm_why; running the GKM side only" >&2
+  fi
+fi
+gkm=$(bench_gkm)
+
+work=${BENCH_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/tkm-bench-ctrl-XXXXXX")}
+mkdir -p "$work"
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do bench_stop "$p"; done
+  if [[ ${KEEP:-0} != 1 ]]; then
+    bench_cluster_down
+    rm -rf "$work"
+  else
+    echo "controller: kept $work (cluster: TKM_CLUSTER_DIR=$work/cluster hack/cluster.sh down)" >&2
+  fi
+}
+trap cleanup EXIT
+bench_cluster_up "$work/cluster"
+bench_crds "$repo/crds/" "$gkm/crds/"
+for ns in tkm-system bench-ctrl bench-gkm; do kubectl create ns "$ns" >/dev/null; done
+read -r image digest < <(bench_image "$work")
+[[ $digest == sha256:* ]] || bench_die "no digest from tkmctl build --push"
+bench_log "cache image $image@$digest; $NODES nodes x $CACHES caches"
+
+# ---- objects ----------------------------------------------------------------------
+make_caches() { # SIDE: CACHES caches, created through one kubectl create of a List
+  local i items=()
+  for i in $(seq 0 $((CACHES - 1))); do
+    if [[ $1 == tkm ]]; then
+      items+=("{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"TritonKernelCache\",\"metadata\":{\"name\":\"$(printf 'bench-%05d' "$i")\",\"namespace\":\"bench-ctrl\"},\"spec\":{\"cacheImage\":\"$image\",\"signaturePolicy\":{\"mode\":\"Disabled\"}}}")
+    else
+      items+=("{\"apiVersion\":\"gkm.io/v1alpha1\",\"kind\":\"GKMCache\",\"metadata\":{\"name\":\"$(printf 'bench-%05d' "$i")\",\"namespace\":\"bench-gkm\",\"annotations\":{\"gkm.io/resolvedDigest\":\"$digest\",\"gkm.io/cache-size-bytes\":\"758102\"}},\"spec\":{\"image\":\"$image\"}}")
+    fi
+  done
+  local IFS=,
+  echo "{\"apiVersion\":\"v1\",\"kind\":\"List\",\"items\":[${items[*]}]}" >"$work/$1-caches.json"
+  kubectl create -f "$work/$1-caches.json" >/dev/null
+}
+t=$(bench_now_ms)
+"$sim" setup --nodes "$NODES" --kind tkm --ns bench-ctrl --concurrency "$CONCURRENCY" >/dev/null ||
+  bench_die "bench_simagents setup (tkm) failed"
+"$sim" setup --nodes "$NODES" --kind gkm --ns bench-gkm --concurrency "$CONCURRENCY" >/dev/null ||
+  bench_die "bench_simagents setup (gkm) failed"
+bench_log "$NODES Nodes and their empty node status objects created in $((($(bench_now_ms) - t) / 1000)) s"
+
+metrics() { # OUT: apiserver_request_total summed by verb resource subresource
+  kubectl get --raw /metrics | awk '
+    /^apiserver_request_total\{/ {
+      v = r = s = ""
+      if (match($0, /verb="[^"]*"/)) v = substr($0, RSTART + 6, RLENGTH - 7)
+      if (match($0, /resource="[^"]*"/)) r = substr($0, RSTART + 10, RLENGTH - 11)
+      if (match($0, /subresource="[^"]*"/)) s = substr($0, RSTART + 13, RLENGTH - 14)
+      n[v " " (r == "" ? "-" : r) " " (s == "" ? "-" : s)] += $NF
+    }
+    END { for (k in n) print k, n[k] }' | sort >"$1"
+}
+pinned() { # SIDE: number of caches the controller has pinned
+  if [[ $1 == tkm ]]; then
+    kubectl -n bench-ctrl get tritonkernelcaches -o json |
+      jq --arg d "$digest" '[.items[] | select(.status.resolvedDigest == $d)] | length'
+  else
+    kubectl -n bench-gkm get gkmcaches -o json |
+      jq --arg d "$digest" '[.items[] | select(.status.resolvedDigest == $d and .status.pvcOwner == "Agent")] | length'
+  fi
+}
+
+declare -A R
+run_side() { # SIDE
+  local s=$1 pid t0 n res node_res
+  if [[ $s == tkm ]]; then
+    res=tritonkernelcaches node_res=tritonkernelcachenodestatuses
+    mkdir -p "$work/tkm-state"
+    "$TKM_CONTROLLER" --kubeconfig "$KUBECONFIG" --namespace tkm-system --state-dir "$work/tkm-state" \
+      --metrics-bind-address 0 --health-probe-bind-address 0 >"$work/tkm-controller.log" 2>&1 &
+    pid=$!
+    disown "$pid"
+  else
+    res=gkmcaches node_res=gkmcachenodes
+    (cd "$work" && ENABLE_WEBHOOKS=false NO_GPU=true exec "$gkm/gkm-operator" \
+      --metrics-bind-address=0 --health-probe-bind-address=0 >"$work/gkm-operator.log" 2>&1) &
+    pid=$!
+    disown "$pid"
+  fi
+  pids+=("$pid")
+  make_caches "$s"
+  t0=$(bench_now_ms)
+  while :; do
+    kill -0 "$pid" 2>/dev/null || { tail -15 "$work/$s-"*.log >&2; echo "$s controller exited (log in $work)" >&2; return 1; }
+    n=$(pinned "$s" || echo 0)
+    ((n >= CACHES)) && break
+    (($(bench_now_ms) - t0 > TIMEOUT * 1000)) && { echo "$s: only $n/$CACHES caches pinned after $TIMEOUT s" >&2; return 1; }
+    sleep 1
+  done
+  R[$s.pin_s]=$(awk -v ms=$(($(bench_now_ms) - t0)) 'BEGIN { printf "%.1f", ms / 1000 }')
+  bench_log "$s: $CACHES caches pinned after ${R[$s.pin_s]} s; settling $SETTLE s"
+  sleep "$SETTLE"
+  metrics "$work/$s.m0"
+  # The waiter has no timeout of its own: TIMEOUT counts from the last write.
+  "$sim" wait --nodes "$NODES" --caches "$CACHES" --kind "$s" --ns "bench-${s/tkm/ctrl}" \
+    --timeout 0 >"$work/$s.wait" 2>"$work/$s.wait.err" &
+  local wpid=$!
+  pids+=("$wpid")
+  sleep 2
+  bench_log "$s: writing $NODES node statuses of $CACHES caches"
+  "$sim" write --nodes "$NODES" --caches "$CACHES" --kind "$s" --ns "bench-${s/tkm/ctrl}" \
+    --digest "$digest" --incompatible "$INCOMPATIBLE" --concurrency "$CONCURRENCY" >"$work/$s.write" ||
+    { cat "$work/$s.write" >&2; echo "$s: bench_simagents write failed" >&2; return 1; }
+  bench_log "$s: writes done in $(jq -r .write_s "$work/$s.write") s (slowest request $(jq -r .max_request_ms "$work/$s.write") ms); waiting for all caches Ready (timeout $TIMEOUT s)"
+  local tw
+  tw=$(jq -r .last_write_ms "$work/$s.write")
+  while kill -0 "$wpid" 2>/dev/null && (($(bench_now_ms) - tw < TIMEOUT * 1000)); do sleep 0.2; done
+  if grep -q '"all_ready_ms"' "$work/$s.wait"; then # (jq -e on an empty file exits 0)
+    R[$s.ready_s]=$(jq -r --argjson t "$tw" '(.all_ready_ms - $t) / 1000' "$work/$s.wait")
+  else
+    bench_stop "$wpid"
+    R[$s.ready_s]="timeout($(sed -n 's/.*wait: \([0-9]*\)\/.*/\1/p' "$work/$s.wait.err" | tail -1)/$CACHES)"
+  fi
+  R[$s.write_s]=$(jq -r .write_s "$work/$s.write")
+  sleep "$SETTLE"
+  metrics "$work/$s.m1"
+  if kill -0 "$pid" 2>/dev/null; then
+    read -r R[$s.rss] R[$s.hwm] < <(bench_rss "$pid")
+  else
+    R[$s.rss]=- R[$s.hwm]=-
+    echo "$s: the controller exited during the run (log in $work)" >&2
+  fi
+  # One change after everything settled: node sim-00000 re-reports every cache
+  # as incompatible (one node status write touching every cache); the writes to
+  # the caches in the next CHANGE_WAIT s are that change's cost.
+  # (With INCOMPATIBLE > 0 node sim-00000 already is incompatible: it turns compatible.)
+  metrics "$work/$s.m2"
+  "$sim" write --nodes 1 --caches "$CACHES" --kind "$s" --ns "bench-${s/tkm/ctrl}" --digest "$digest" \
+    --incompatible "$(awk -v f="$INCOMPATIBLE" 'BEGIN { print (f > 0 ? 0 : 1) }')" >/dev/null ||
+    echo "$s: the single-change write failed" >&2
+  sleep "$CHANGE_WAIT"
+  metrics "$work/$s.m3"
+  R[$s.change_writes]=$(awk -v r="$res" 'NR == FNR { a[$1 " " $2 " " $3] = $4; next }
+    $2 == r && $1 ~ /^(POST|PUT|PATCH|APPLY|DELETE)$/ { n += $4 - a[$1 " " $2 " " $3] }
+    END { print n + 0 }' "$work/$s.m2" "$work/$s.m3")
+  bench_stop "$pid"
+  # Deltas; the simulator's applies and the waiter's list+watch taken out.
+  awk 'NR == FNR { a[$1 " " $2 " " $3] = $4; next }
+    { d = $4 - a[$1 " " $2 " " $3]; if (d > 0) print $1, $2, $3, d }' "$work/$s.m0" "$work/$s.m1" >"$work/$s.delta"
+  R[$s.writes]=$(awk -v r="$res" '$2 == r && $1 ~ /^(POST|PUT|PATCH|APPLY|DELETE)$/ { n += $4 } END { print n + 0 }' "$work/$s.delta")
+  R[$s.reqs]=$(awk -v nr="$node_res" -v r="$res" -v nodes="$NODES" '
+    $2 != "-" { n += $4 }
+    $1 == "APPLY" && $2 == nr && $3 == "status" { sim += $4 < nodes ? $4 : nodes }
+    ($1 == "LIST" || $1 == "WATCH") && $2 == r { if (!seen[$1]++) sim += 1 }
+    END { print n - sim }' "$work/$s.delta")
+  bench_log "$s: Ready ${R[$s.ready_s]} s after the last write; RSS ${R[$s.rss]} KiB; ${R[$s.writes]} writes to $res"
+}
+
+for s in $SIDES; do
+  if [[ $s == tkm ]] && ((!tkm_ok)); then continue; fi
+  if ! run_side "$s"; then
+    [[ $s == tkm ]] || bench_die "the GKM side failed"
+    tkm_ok=0 tkm_why="the tkm side failed (log: $work/tkm-controller.log)"
+  fi
+done
+for k in pin_s ready_s write_s rss hwm writes reqs change_writes; do
+  ((tkm_ok)) || R[tkm.$k]=-
+  [[ -n ${R[gkm.$k]:-} ]] || R[gkm.$k]=-
+done
+
+# ---- report --------------------------------------------------------------------------
+mib() { [[ $1 == - ]] && echo - || awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+per() { [[ $1 == - ]] && echo - || awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+echo
+echo "controller benchmark ($preset): $NODES nodes x $CACHES caches, incompatible fraction $INCOMPATIBLE, $(nproc) CPUs"
+echo "tkm-controller vs GKM $(cut -c1-8 "$gkm/COMMIT" 2>/dev/null) gkm-operator (webhooks off); load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-54s %14s %14s %8s  %s\n' metric tkm-controller gkm-operator tkm/gkm goal
+printf '%-54s %14s %14s\n' "caches created -> all pinned (s)" "${R[tkm.pin_s]}" "${R[gkm.pin_s]}"
+printf '%-54s %14s %14s\n' "simulator: $NODES status applies took (s)" "${R[tkm.write_s]}" "${R[gkm.write_s]}"
+printf '%-54s %14s %14s %8s  %s\n' "last node status -> all caches Ready (s)" "${R[tkm.ready_s]}" "${R[gkm.ready_s]}" \
+  "$(bench_ratio "${R[tkm.ready_s]}" "${R[gkm.ready_s]}")" "<= $goal_s s"
+printf '%-54s %14s %14s %8s  %s\n' "controller RSS at the end (MiB)" "$(mib "${R[tkm.rss]}")" "$(mib "${R[gkm.rss]}")" \
+  "$(bench_ratio "${R[tkm.rss]}" "${R[gkm.rss]}")" "${goal_rss:+< $goal_rss MiB, }<= 0.2x"
+printf '%-54s %14s %14s %8s\n' "  peak VmHWM (MiB)" "$(mib "${R[tkm.hwm]}")" "$(mib "${R[gkm.hwm]}")" \
+  "$(bench_ratio "${R[tkm.hwm]}" "${R[gkm.hwm]}")"
+printf '%-54s %14s %14s %8s\n' "writes to the caches while $NODES nodes report, per cache" "$(per "${R[tkm.writes]}" "$CACHES")" \
+  "$(per "${R[gkm.writes]}" "$CACHES")" "$(bench_ratio "${R[tkm.writes]}" "${R[gkm.writes]}")"
+printf '%-54s %14s %14s %8s  %s\n' "writes per cache for one change (1 node, all caches)" "$(per "${R[tkm.change_writes]}" "$CACHES")" \
+  "$(per "${R[gkm.change_writes]}" "$CACHES")" "$(bench_ratio "${R[tkm.change_writes]}" "${R[gkm.change_writes]}")" "<= 2"
+printf '%-54s %14s %14s %8s\n' "apiserver requests, not the simulator's, per cache" "$(per "${R[tkm.reqs]}" "$CACHES")" \
+  "$(per "${R[gkm.reqs]}" "$CACHES")" "$(bench_ratio "${R[tkm.reqs]}" "${R[gkm.reqs]}")"
+for s in tkm gkm; do
+  [[ -s $work/$s.delta ]] || continue
+  echo "apiserver_request_total deltas, $s side (verb resource subresource count):"
+  sort -k4,4nr "$work/$s.delta" | head -25 | awk '{ printf "  %-7s %-34s %-10s %8d\n", $1, $2, $3, $4 }'
+done
+
+if ((!tkm_ok)); then
+  echo "goal NOT checked: $tkm_why"
+  exit 1
+fi
+ok=1
+num() { [[ $1 =~ ^[0-9.]+$ ]]; }
+num "${R[tkm.ready_s]}" && awk -v a="${R[tkm.ready_s]}" -v g="$goal_s" 'BEGIN { exit !(a <= g) }' || ok=0
+[[ -z $goal_rss ]] || { num "${R[tkm.rss]}" && ((R[tkm.rss] < goal_rss * 1024)); } || ok=0
+if num "${R[gkm.rss]}"; then
+  awk -v a="${R[tkm.rss]}" -v b="${R[gkm.rss]}" 'BEGIN { exit !(a <= 0.2 * b) }' || ok=0
+fi
+num "${R[tkm.change_writes]}" && awk -v a="${R[tkm.change_writes]}" -v c="$CACHES" 'BEGIN { exit !(a <= 2 * c) }' || ok=0
+if ((ok)) && ! num "${R[gkm.rss]}"; then
+  echo "goal met without the GKM comparison (no GKM side): Ready within $goal_s s${goal_rss:+, RSS < $goal_rss MiB}, <= 2 writes per cache"
+elif ((ok)); then
+  echo "goal met: Ready within $goal_s s, RSS${goal_rss:+ < $goal_rss MiB and} <= 0.2x GKM's operator, <= 2 writes per cache"
+else
+  echo "goal NOT met: Ready within $goal_s s, RSS${goal_rss:+ < $goal_rss MiB and} <= 0.2x GKM's operator, <= 2 writes per cache"
+  exit 1
+fi

@@ -1,0 +1,106 @@
+"""inductor_workload.py [--miss] [--json FILE]: the torch.compile program of csi-proof.sh.
+
+Like the Inductor fixture (tests/fixtures/triton-cache/triton-3.6.0-cuda-sm90-inductor-block:
+two transformer blocks, three shapes, forward and backward): a training step of
+two pre-norm transformer blocks (LayerNorm, attention, GELU MLP) compiled with
+torch.compile(dynamic=False), run on three sequence lengths. The fixture's model
+source is not in the repository and Inductor's kernel source (so Triton's cache
+key) depends on every detail of the model, so csi-proof.sh compiles this one on
+the device and takes THAT Triton cache through tkm (see bench/gpu/README.md).
+
+What tkm carries is Triton's cache (TRITON_CACHE_DIR). Inductor's own caches are
+cold in every run (csi-proof.sh gives each run a fresh TORCHINDUCTOR_CACHE_DIR and
+turns the FX graph and AOT autograd caches off): Inductor traces and generates
+code every time, and every Triton kernel it asks for must come from the cache.
+
+--miss adds a fourth sequence length: new kernels that compile into the pod's
+scratch layer. Prints one JSON line like triton_workload.py.
+"""
+
+import time
+
+T0 = time.perf_counter()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+T_IMPORT = time.perf_counter()
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, 4 * d)
+        self.fc2 = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, self.heads, d // self.heads).unbind(2)
+        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class Model(nn.Module):
+    def __init__(self, d=256, heads=4):
+        super().__init__()
+        self.blocks = nn.Sequential(Block(d, heads), Block(d, heads))
+        self.ln = nn.LayerNorm(d)
+
+    def forward(self, x):
+        return self.ln(self.blocks(x))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--miss", action="store_true")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    for v in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        if not os.environ.get(v):
+            sys.exit(f"inductor_workload: {v} is not set")
+    torch.manual_seed(0)
+    torch.empty(1, device="cuda")
+    model = Model().cuda()
+    step = torch.compile(lambda x: model(x).float().pow(2).mean(), dynamic=False)
+    seqs = [64, 128, 256] + ([512] if a.miss else [])
+    t_k = time.perf_counter()
+    ok = True
+    for s in seqs:
+        x = torch.randn(8, s, 256, device="cuda", requires_grad=True)
+        loss = step(x)
+        loss.backward()
+        ok = ok and bool(torch.isfinite(loss).item()) and bool(torch.isfinite(x.grad).all().item())
+    torch.cuda.synchronize()
+    t_end = time.perf_counter()
+    import triton
+
+    r = {
+        "workload": "inductor", "miss": a.miss, "ok": ok, "seqs": seqs,
+        "import_s": round(T_IMPORT - T0, 4), "kernels_s": round(t_end - t_k, 4),
+        "startup_s": round(t_end - T0, 4), "triton": triton.__version__,
+        "torch": torch.__version__, "device": torch.cuda.get_device_name(0),
+        "cache_dir": os.environ["TRITON_CACHE_DIR"],
+    }
+    line = json.dumps(r, sort_keys=True)
+    print(line)
+    if a.json:
+        with open(a.json, "w") as f:
+            f.write(line + "\n")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

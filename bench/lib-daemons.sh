@@ -1,0 +1,103 @@
+# bench/lib-daemons.sh - helpers shared by bench/agent.sh and bench/controller.sh
+# (sourced, not run): a private control plane, raw API calls, RSS, the GKM
+# baseline and the cache image.
+# shellcheck shell=bash
+
+bench_die() {
+  echo "${BENCH_NAME:-bench}: $*" >&2
+  exit 1
+}
+bench_log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
+
+# bench_now_ms: wall-clock ms since the epoch, without a fork.
+bench_now_ms() {
+  local t=${EPOCHREALTIME/./}
+  echo "${t:0:13}"
+}
+
+# bench_cluster_up DIR: a control plane and registry of hack/cluster.sh of its
+# own in DIR (loopback only); exports KUBECONFIG, TKM_REGISTRY, TKM_APISERVER.
+# bench_cluster_down stops it (call it from the EXIT trap).
+bench_cluster_up() {
+  export TKM_CLUSTER_DIR=$1
+  bench_log "starting a control plane and registry in $TKM_CLUSTER_DIR (hack/cluster.sh up)"
+  # A free port chosen by `up` can be taken by another process before the
+  # component binds it (other engineers' clusters): try three times.
+  local try
+  for try in 1 2 3; do
+    "$repo/hack/cluster.sh" up >"$TKM_CLUSTER_DIR.up.log" 2>&1 && break
+    "$repo/hack/cluster.sh" down >/dev/null 2>&1 || true
+    rm -f "$TKM_CLUSTER_DIR"/*.port
+    ((try < 3)) || { tail -20 "$TKM_CLUSTER_DIR.up.log" >&2; bench_die "hack/cluster.sh up failed 3 times (log: $TKM_CLUSTER_DIR.up.log)"; }
+    bench_log "hack/cluster.sh up failed ($(grep -m1 -o 'port [0-9]* is in use' "$TKM_CLUSTER_DIR.up.log" || echo see log)); trying again"
+  done
+  # shellcheck disable=SC1091
+  source "$TKM_CLUSTER_DIR/env"
+}
+bench_cluster_down() {
+  [[ -n ${TKM_CLUSTER_DIR:-} && -f $TKM_CLUSTER_DIR/env ]] || return 0
+  "$repo/hack/cluster.sh" down >/dev/null 2>&1 || true
+}
+
+# bench_api METHOD PATH [BODY [CONTENT-TYPE]]: one request as the admin (client
+# certificate), through curl: a few ms, where kubectl costs ~100 ms of startup.
+bench_api() {
+  local pki=$TKM_CLUSTER_DIR/pki
+  curl -sSN --fail-with-body --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \
+    -X "$1" ${3:+-H "Content-Type: ${4:-application/merge-patch+json}"} ${3:+--data-binary "$3"} \
+    "$TKM_APISERVER$2"
+}
+
+# bench_crds DIR...: apply the CRDs in each DIR and wait until established.
+bench_crds() {
+  local d
+  for d in "$@"; do kubectl apply -f "$d" >/dev/null; done
+  kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
+}
+
+# bench_rss PID: "VmRSS VmHWM" in KiB.
+bench_rss() {
+  awk '/^VmRSS:/ { r = $2 } /^VmHWM:/ { h = $2 } END { print r + 0, h + 0 }' "/proc/$1/status"
+}
+
+# bench_gkm: builds (once) and prints the directory of GKM's binaries;
+# GKM_BIN_DIR overrides (a directory with gkm-agent, gkm-operator, crds/).
+bench_gkm() {
+  if [[ -n ${GKM_BIN_DIR:-} ]]; then
+    [[ -x $GKM_BIN_DIR/gkm-agent && -x $GKM_BIN_DIR/gkm-operator && -d $GKM_BIN_DIR/crds ]] ||
+      bench_die "GKM_BIN_DIR=$GKM_BIN_DIR lacks gkm-agent, gkm-operator or crds/"
+    echo "$GKM_BIN_DIR"
+  else
+    bash "$repo/bench/gkm-build.sh"
+  fi
+}
+
+# bench_image WORKDIR: builds the cache image from the real fixture
+# triton-3.6.0-cuda-sm90 with tkmctl and pushes it to $TKM_REGISTRY; prints
+# "REF DIGEST".
+bench_image() {
+  local work=$1 fx out
+  mkdir -p "$work/fx"
+  tar -xzf "$repo/tests/fixtures/triton-cache/triton-3.6.0-cuda-sm90.tar.gz" -C "$work/fx"
+  fx=$work/fx/$(ls "$work/fx")
+  out=$("$TKM_BUILD_DIR/cli/tkmctl" build "$fx" --push "$TKM_REGISTRY/bench/cache:sm90" -o json) ||
+    bench_die "tkmctl build --push failed"
+  echo "$TKM_REGISTRY/bench/cache:sm90 $(jq -r .manifest <<<"$out")"
+}
+
+# bench_stop PID: TERM, then KILL after 5 s; only the pid we started.
+bench_stop() {
+  local pid=$1
+  [[ -n $pid ]] || return 0
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for _ in $(seq 1 50); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
+# bench_ratio A B: A/B with 2 decimals ("-" when either is missing).
+bench_ratio() {
+  awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || a == "-" || b == "-" || b == 0) print "-"; else printf "%.2f", a / b }'
+}
