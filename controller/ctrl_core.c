@@ -184,6 +184,54 @@ static void cfg_delete(const struct k8s_obj *o, int unknown, void *data)
     cfg_set(data, NULL);
 }
 
+/* ---- state of caches that are gone ---------------------------------------------------- */
+
+struct prune {
+    struct ctrl_map uids;
+    char **stale;
+    size_t n, cap;
+};
+
+static int uid_of(const struct k8s_obj *o, void *data)
+{
+    struct prune *p = data;
+    return ctrl_map_put(&p->uids, o->uid, (void *)1, NULL);
+}
+
+static int stale_uid(const char *uid, void *data)
+{
+    struct prune *p = data;
+    if (ctrl_map_get(&p->uids, uid))
+        return 0;
+    if (p->n == p->cap) {
+        size_t nc = p->cap ? p->cap * 2 : 16;
+        char **v = realloc(p->stale, nc * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        p->stale = v;
+        p->cap = nc;
+    }
+    return (p->stale[p->n] = strdup(uid)) ? (p->n++, 0) : -ENOMEM;
+}
+
+/* Forgets the SQLite rows of caches that no longer exist (deleted without
+ * the finalizer's help, e.g. force-removed while the controller was down). */
+static void prune_state(struct ctrl *c)
+{
+    struct prune p = {0};
+    if (k8s_informer_foreach(c->inf[0], uid_of, &p) == 0 &&
+        k8s_informer_foreach(c->inf[1], uid_of, &p) == 0 &&
+        ctrl_state_foreach_uid(c->state, stale_uid, &p) == 0)
+        for (size_t i = 0; i < p.n; i++)
+            ctrl_state_forget(c->state, p.stale[i]);
+    if (p.n)
+        tkm_info("controller: forgot the state of %zu cache(s) that no longer exist", p.n);
+    for (size_t i = 0; i < p.n; i++)
+        free(p.stale[i]);
+    free(p.stale);
+    ctrl_map_release(&p.uids);
+}
+
 static void synced(void *data)
 {
     struct ctrl *c = data;
@@ -194,6 +242,8 @@ static void synced(void *data)
                  c->idx.nodes.n);
         enqueue_all(c);
         ctrl_gc_scan(c);
+        if (leading(c))
+            prune_state(c);
         malloc_trim(0); /* the lists' transient trees are gone: give the pages back */
     }
 }
@@ -374,6 +424,8 @@ void ctrl_set_leading(struct ctrl *c, int on)
     if (!on)
         return;
     tkm_info("controller: leading: reconciling every cache");
+    if (ctrl_synced(c))
+        prune_state(c);
     enqueue_all(c);
     ctrl_gc_scan(c);
 }

@@ -24,7 +24,7 @@ e2e_on_exit finish
 REPO=$TKM_REGISTRY/e2e-ctrl-$RANDOM/cache
 D=$(ctrl_image "$REPO" v1)
 U1=$(ctrl_node "$N1") U2=$(ctrl_node "$N2") U3=$(ctrl_node "$N3")
-for c in gone keep; do
+for c in gone keep forced; do
   cat <<EOF2 | kubectl -n "$NS" apply -f - >/dev/null
 apiVersion: tkm.io/v1alpha1
 kind: TritonKernelCache
@@ -42,6 +42,9 @@ step "the controller adds its finalizer and aggregates"
 ctrl_start c1
 has_fin() { [[ $(kubectl -n "$NS" get tkc "$1" -o jsonpath='{.metadata.finalizers}') == *tkm.io/cleanup* ]]; }
 wait_for 30 "finalizer on gone" has_fin gone
+wait_for 30 "finalizer on forced" has_fin forced
+pinned() { [[ -n $(kubectl -n "$NS" get tkc "$1" -o jsonpath='{.status.resolvedDigest}') ]]; }
+wait_for 30 "forced is pinned (state written)" pinned forced
 ready() { [[ $(ctrl_cond "$NS" "tkc/$1" Ready) == True ]]; }
 wait_for 30 "gone is Ready (verification Disabled: usable)" ready gone
 assert_eq "VerificationDisabled" "$(ctrl_reason "$NS" tkc/gone Verified)" "Verified reason says checks are disabled"
@@ -49,6 +52,8 @@ assert_eq "VerificationDisabled" "$(ctrl_reason "$NS" tkc/gone Verified)" "Verif
 step "the cache is deleted while the controller is down"
 ctrl_kill c1 KILL
 kubectl -n "$NS" delete tkc gone --wait=false >/dev/null
+kubectl -n "$NS" patch tkc forced --type=json -p '[{"op":"remove","path":"/metadata/finalizers"}]' >/dev/null
+kubectl -n "$NS" delete tkc forced >/dev/null
 sleep 1
 assert_eq "gone" "$(kubectl -n "$NS" get tkc gone -o jsonpath='{.metadata.name}')" "the finalizer holds the deleted cache"
 step "agent 1 drops its entry; agent 2 is dead and does not"
@@ -56,6 +61,7 @@ ctrl_report "$NS" "$N1" "$U1" "$only_keep"
 ctrl_start c2
 absent() { ! kubectl -n "$NS" get tkc "$1" >/dev/null 2>&1; }
 wait_for 30 "the deleted cache is finished after the controller starts" absent gone
+assert_contains "$(cat "$E2E_TMP/c2.log")" "forgot the state of 1 cache(s) that no longer exist" "the state of a cache force-removed while down is dropped"
 entries() { kubectl -n "$NS" get tkcns "$1" -o jsonpath='{.status.caches}' | python3 -c 'import json,sys; print(" ".join(sorted(json.load(sys.stdin))))'; }
 assert_eq "keep" "$(entries "$N2")" "the dead agent's entry was removed by the controller, the other kept"
 assert_eq "keep" "$(entries "$N1")" "agent 1's object keeps its other cache"
