@@ -14,13 +14,15 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$src/build}
 dest=${2:-$src/.device/csi-proof}
-bins=(cli/tkmctl csi/tkm-csi tests/e2e_csi_testagent tests/e2e_csi_client)
+# TKM_BUNDLE_BINS (space-separated build-dir paths) overrides the list (bench/gpu/agent-once.sh).
+read -r -a bins <<<"${TKM_BUNDLE_BINS:-cli/tkmctl csi/tkm-csi tests/e2e_csi_testagent tests/e2e_csi_client}"
 for b in "${bins[@]}"; do
   [[ -x $build/$b ]] || { echo "bundle: $build/$b missing (ninja -C $build tkmctl tkm-csi e2e_csi_testagent e2e_csi_client)" >&2; exit 1; }
 done
 rm -rf "$dest" "$dest.tar.gz"
 mkdir -p "$dest/lib" "$dest/bin" "$dest/cli" "$dest/csi" "$dest/tests"
 for b in "${bins[@]}"; do
+  mkdir -p "$(dirname "$dest/$b")"
   cp "$build/$b" "$dest/bin/"
   printf '#!/bin/sh\nd=$(cd "$(dirname "$0")/.." && pwd)\nLD_LIBRARY_PATH=$d/lib exec "$d/bin/%s" "$@"\n' \
     "$(basename "$b")" >"$dest/$b"

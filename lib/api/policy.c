@@ -262,7 +262,7 @@ struct resolve {
 static void resolve_closed(uv_handle_t *h)
 {
     struct resolve *r = h->data;
-    if (r->f) /* NULL when the policy was handed to the callback */
+    if (r->f) /* NULL once the policy was handed to the callback */
         tkm_api_policy_free(&r->f->pub);
     free(r);
 }

@@ -1,0 +1,356 @@
+/*
+ * once.c - `tkm-agent --once`: probe, judge, print the node status the agent
+ * would apply, exit. With --image no apiserver is needed (support, GPU
+ * machines without a control plane); without it the caches come from the
+ * apiserver and nothing is written.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <yaml.h>
+
+#include <tkm/log.h>
+#include <tkm/oci/ref.h>
+#include <tkm/triton/image.h>
+
+#include "agent.h"
+
+/* ---- output ------------------------------------------------------------------------- */
+
+/* 1 when a string must be quoted to read back as a string: it would look like
+ * a number, a boolean or null, or is empty. libyaml quotes what else needs it. */
+static int yaml_needs_quotes(const char *s)
+{
+    static const char *const words[] = {
+        "true", "false", "null", "yes",  "no",    "on",  "off", "~",  "True", "False", "Null",
+        "NULL", "Yes",   "No",   "TRUE", "FALSE", "YES", "NO",  "On", "Off",  "ON",    "OFF"};
+    char *end;
+    if (!s[0])
+        return 1;
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (!strcmp(s, words[i]))
+            return 1;
+    (void)strtod(s, &end);
+    return *end == 0 || strchr("0123456789+-.", s[0]) != NULL;
+}
+
+static int yaml_emit_json(yaml_emitter_t *em, const json_t *v)
+{
+    yaml_event_t ev;
+    char num[64];
+    const char *text = num, *key;
+    size_t i;
+    json_t *x;
+    int plain = 1;
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_MAPPING_STYLE);
+        if (!yaml_emitter_emit(em, &ev))
+            return -EIO;
+        json_object_foreach((json_t *)v, key, x)
+        {
+            yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)key, (int)strlen(key), 1,
+                                         1, YAML_ANY_SCALAR_STYLE);
+            if (!yaml_emitter_emit(em, &ev) || yaml_emit_json(em, x) < 0)
+                return -EIO;
+        }
+        yaml_mapping_end_event_initialize(&ev);
+        return yaml_emitter_emit(em, &ev) ? 0 : -EIO;
+    case JSON_ARRAY:
+        yaml_sequence_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_SEQUENCE_STYLE);
+        if (!yaml_emitter_emit(em, &ev))
+            return -EIO;
+        json_array_foreach(v, i, x) if (yaml_emit_json(em, x) < 0) return -EIO;
+        yaml_sequence_end_event_initialize(&ev);
+        return yaml_emitter_emit(em, &ev) ? 0 : -EIO;
+    case JSON_STRING:
+        text = json_string_value(v);
+        plain = !yaml_needs_quotes(text); /* quoted when it could read as another type */
+        break;
+    case JSON_INTEGER:
+        snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        break;
+    case JSON_REAL:
+        snprintf(num, sizeof num, "%.17g", json_real_value(v));
+        break;
+    case JSON_TRUE:
+        text = "true";
+        break;
+    case JSON_FALSE:
+        text = "false";
+        break;
+    default:
+        text = "null";
+    }
+    yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)text, (int)strlen(text), plain,
+                                 !plain,
+                                 plain ? YAML_ANY_SCALAR_STYLE : YAML_SINGLE_QUOTED_SCALAR_STYLE);
+    return yaml_emitter_emit(em, &ev) ? 0 : -EIO;
+}
+
+static int print_obj(const json_t *v, const char *fmt)
+{
+    if (strcmp(fmt, "yaml") != 0)
+        return json_dumpf(v, stdout, JSON_INDENT(2)) == 0 && fputc('\n', stdout) != EOF ? 0 : -EIO;
+    yaml_emitter_t em;
+    yaml_event_t ev;
+    int rc = -EIO;
+    if (!yaml_emitter_initialize(&em))
+        return -ENOMEM;
+    yaml_emitter_set_output_file(&em, stdout);
+    yaml_emitter_set_unicode(&em, 1);
+    yaml_stream_start_event_initialize(&ev, YAML_UTF8_ENCODING);
+    if (!yaml_emitter_emit(&em, &ev))
+        goto out;
+    yaml_document_start_event_initialize(&ev, NULL, NULL, NULL, 1);
+    if (!yaml_emitter_emit(&em, &ev) || yaml_emit_json(&em, v) < 0)
+        goto out;
+    yaml_document_end_event_initialize(&ev, 1);
+    if (!yaml_emitter_emit(&em, &ev))
+        goto out;
+    yaml_stream_end_event_initialize(&ev);
+    rc = yaml_emitter_emit(&em, &ev) ? 0 : -EIO;
+out:
+    yaml_emitter_delete(&em);
+    return rc;
+}
+
+/* The apply body of one node status, without the ownerReference (no Node
+ * uid is needed to print). */
+static json_t *status_obj(struct agent *a, const char *ns)
+{
+    struct tkm_api_node_status st;
+    struct tkm_err e = {0};
+    json_t *body = NULL;
+    char ts[32];
+    tkm_api_now(ts, sizeof ts);
+    if (agent_status_build(a, ns, ts, &st) < 0)
+        return NULL;
+    if (tkm_api_node_status_apply(&st, ns, "00000000-0000-0000-0000-000000000000", &body, &e) < 0)
+        tkm_err("%s", tkm_err_str(&e));
+    agent_status_release(&st);
+    if (body)
+        json_object_del(json_object_get(body, "metadata"), "ownerReferences");
+    return body;
+}
+
+/* 0 when every cache is usable and compatible with a GPU; else 1 with each
+ * reason on stderr. */
+static int once_verdict(struct agent *a)
+{
+    int bad = 0;
+    for (struct agent_cache *ac = a->caches; ac; ac = ac->next) {
+        size_t ok = 0;
+        for (size_t i = 0; i < ac->verdicts.n; i++)
+            ok += ac->verdicts.v[i].compatible;
+        if (ac->reason[0]) {
+            fprintf(stderr, "tkm-agent: %s: %s: %s\n", ac->key, ac->reason, ac->message);
+            bad = 1;
+        } else if (!ok) {
+            fprintf(stderr, "tkm-agent: %s: no compatible GPU on this node%s\n", ac->key,
+                    a->gpus.n ? "" : " (no GPU found)");
+            for (size_t i = 0; i < ac->verdicts.n; i++)
+                fprintf(stderr, "  %s: %s\n", agent_compat_reason(ac->verdicts.v[i].reason),
+                        ac->verdicts.v[i].reason);
+            bad = 1;
+        }
+    }
+    return bad;
+}
+
+int agent_once_print(struct agent *a)
+{
+    json_t *out = NULL;
+    int rc;
+    if (a->o.image) {
+        out = status_obj(a, NULL);
+    } else {
+        json_t *items = json_array();
+        out = json_pack("{s:s,s:s,s:o}", "apiVersion", "v1", "kind", "List", "items", items);
+        for (struct agent_cache *ac = a->caches; out && ac; ac = ac->next) {
+            const char *ns = ac->c.cluster ? "" : ac->c.meta.ns;
+            int seen = 0;
+            for (struct agent_cache *p = a->caches; p != ac; p = p->next)
+                seen |= !strcmp(p->c.cluster ? "" : p->c.meta.ns, ns);
+            if (!seen)
+                json_array_append_new(items, status_obj(a, ns[0] ? ns : NULL));
+        }
+    }
+    if (!out) {
+        fprintf(stderr, "tkm-agent: out of memory\n");
+        return 1;
+    }
+    rc = print_obj(out, a->o.output);
+    json_decref(out);
+    fflush(stdout);
+    if (rc < 0) {
+        fprintf(stderr, "tkm-agent: writing the output failed\n");
+        return 1;
+    }
+    return once_verdict(a);
+}
+
+/* ---- --image ---------------------------------------------------------------------------- */
+
+struct once_img {
+    struct agent *a;
+    struct agent_cache *ac;
+    struct tkm_oci_session *s;
+    struct tkm_oci_ref ref;
+    char *pem;
+    size_t pem_len;
+};
+
+static void once_finish(struct once_img *oi)
+{
+    struct agent *a = oi->a;
+    oi->ac->state = AGENT_CS_DONE;
+    free(oi->pem);
+    free(oi);
+    agent_once_check(a);
+}
+
+static void once_sig(int rc, const char *reason, const char *desc, const struct tkm_err *err,
+                     void *data)
+{
+    struct once_img *oi = data;
+    if (rc == 0) {
+        oi->ac->verified = 1;
+        tkm_info("%s: signature verified (%s)", oi->ac->key, desc);
+    } else {
+        snprintf(oi->ac->reason, sizeof oi->ac->reason, "%s", reason);
+        snprintf(oi->ac->message, sizeof oi->ac->message, "%s", tkm_err_str(err));
+    }
+    once_finish(oi);
+}
+
+static void take_image(struct agent_cache *ac, struct tkm_triton_image *im)
+{
+    ac->summary = im->summary;
+    memset(&im->summary, 0, sizeof im->summary);
+    snprintf(ac->digest, sizeof ac->digest, "%s", im->manifest_digest);
+    ac->inspected = 1;
+}
+
+static void once_inspected(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
+                           const struct tkm_err *err, void *data)
+{
+    struct once_img *oi = data;
+    struct tkm_err e = {0};
+    (void)job;
+    if (rc < 0) {
+        snprintf(oi->ac->reason, sizeof oi->ac->reason, "%s",
+                 rc == -ENOENT   ? "ImageNotFound"
+                 : rc == -EACCES ? "RegistryUnauthorized"
+                                 : "InspectFailed");
+        snprintf(oi->ac->message, sizeof oi->ac->message, "%s", tkm_err_str(err));
+        once_finish(oi);
+        return;
+    }
+    take_image(oi->ac, (struct tkm_triton_image *)res->detail);
+    snprintf(oi->ac->digest, sizeof oi->ac->digest, "%s", res->digest);
+    if (!oi->pem) {
+        snprintf(oi->ac->message, sizeof oi->ac->message, "signature not checked (no --key)");
+        once_finish(oi);
+        return;
+    }
+    struct tkm_sig_key k = {oi->pem, oi->pem_len};
+    struct tkm_sig_policy pol = {.mode = TKM_SIG_MODE_ENFORCE, .keys = &k, .nkeys = 1};
+    if (agent_sig_verify(oi->s, oi->ref.repo, oi->ac->digest, &pol, once_sig, oi, NULL, &e) < 0) {
+        snprintf(oi->ac->reason, sizeof oi->ac->reason, "InvalidPolicy");
+        snprintf(oi->ac->message, sizeof oi->ac->message, "%s", tkm_err_str(&e));
+        once_finish(oi);
+    }
+}
+
+static int read_key(const char *path, char **out, size_t *len)
+{
+    FILE *f = fopen(path, "r");
+    char *buf = NULL;
+    if (!f)
+        return -errno;
+    buf = calloc(1, 65537);
+    size_t n = buf ? fread(buf, 1, 65536, f) : 0;
+    fclose(f);
+    if (!buf)
+        return -ENOMEM;
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+static struct agent_cache *image_cache(struct agent *a)
+{
+    struct agent_cache *ac = calloc(1, sizeof *ac);
+    if (!ac)
+        return NULL;
+    ac->a = a;
+    ac->c.cluster = 1;
+    ac->key = strdup("image");
+    ac->c.meta.name = strdup("image");
+    if (!ac->key || !ac->c.meta.name) {
+        agent_cache_free(ac);
+        return NULL;
+    }
+    a->caches = ac;
+    return ac;
+}
+
+/* Starts judging --image; the loop then runs until it has printed. 0, or 1
+ * after printing why it cannot start. */
+int agent_once_image(struct agent *a)
+{
+    struct tkm_err e = {0};
+    struct stat sb;
+    struct once_img *oi = calloc(1, sizeof *oi);
+    if (!oi || !(oi->ac = image_cache(a)))
+        goto nomem;
+    oi->a = a;
+    if (a->o.key && read_key(a->o.key, &oi->pem, &oi->pem_len) < 0) {
+        fprintf(stderr, "tkm-agent: --key %s: %s\n", a->o.key, strerror(errno));
+        goto fail;
+    }
+    if (stat(a->o.image, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        struct tkm_triton_image im = {0};
+        if (a->o.key) {
+            fprintf(stderr, "tkm-agent: --key: a layout directory carries no signature; "
+                            "verify the image in its registry instead\n");
+            goto fail;
+        }
+        if (tkm_triton_image_load_layout(&im, a->o.image, NULL, &e) < 0) {
+            snprintf(oi->ac->reason, sizeof oi->ac->reason, "InvalidImage");
+            snprintf(oi->ac->message, sizeof oi->ac->message, "%s", tkm_err_str(&e));
+        } else {
+            take_image(oi->ac, &im);
+            snprintf(oi->ac->message, sizeof oi->ac->message, "signature not checked (layout)");
+        }
+        tkm_triton_image_release(&im);
+        oi->ac->state = AGENT_CS_DONE;
+        free(oi->pem);
+        free(oi);
+        return 0; /* printed once the GPUs are probed (agent_once_check) */
+    }
+    if (tkm_oci_ref_parse(&oi->ref, a->o.image, &e) < 0) {
+        fprintf(stderr, "tkm-agent: --image %s: not a directory, and %s\n", a->o.image,
+                tkm_err_str(&e));
+        goto fail;
+    }
+    if (tkm_oci_session_new(a->http, oi->ref.host, NULL, &oi->s, &e) < 0 ||
+        tkm_triton_job_inspect(oi->s, &oi->ref, once_inspected, oi, NULL, &e) < 0) {
+        fprintf(stderr, "tkm-agent: --image %s: %s\n", a->o.image, tkm_err_str(&e));
+        tkm_oci_session_free(oi->s);
+        goto fail;
+    }
+    oi->ac->state = AGENT_CS_RUNNING;
+    a->once_session = oi->s;
+    return 0;
+nomem:
+    fprintf(stderr, "tkm-agent: out of memory\n");
+fail:
+    if (oi)
+        free(oi->pem);
+    free(oi);
+    return 1;
+}

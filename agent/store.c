@@ -1,0 +1,902 @@
+/*
+ * store.c - the verified store and the CSI-facing socket's operations.
+ *
+ * Materialize: declared for the pod's namespace (agent/declared.h) -> the
+ * cache verified and compatible here (else FAILED_PRECONDITION with the
+ * entry's reason) -> admission by the disk budget (else RESOURCE_EXHAUSTED)
+ * -> the layer pulled by digest (a session pull job into a private layout
+ * under <store>/pulls) and extracted into the store (lib/store's state
+ * ingest on the thread pool; concurrent requests for one digest share one
+ * pull) -> the extracted kernels checked against the config label (a label
+ * that lies about the arch removes the entry: LabelMismatch) -> a reference
+ * for (pod, volume) -> store path, target arch, mountPath hint.
+ * Release drops the reference; a GC timer removes unused digests after the
+ * grace period and when the budget is exceeded, least recently used first.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <tkm/archive.h>
+#include <tkm/log.h>
+#include <tkm/oci/ref.h>
+#include <tkm/util.h>
+
+#include "agent.h"
+#include "declared.h"
+
+#define GC_PERIOD_MS (60 * 1000)
+
+/* A Materialize call waiting for its digest to be present. */
+struct agent_mat {
+    struct agent_mat *next;
+    struct agent_rpc_call *call;
+    const struct agent_materialize_req *req; /* borrowed from call */
+    int cluster;
+    char *cache_ns, *cache_name;
+};
+
+/* One layer digest being made present (pull, extract, check). */
+struct agent_pull {
+    struct agent_pull *next;
+    struct agent *a;
+    char layer[80], manifest[80];
+    char *cache_key;
+    struct tkm_oci_ref ref;
+    char *layout;
+    struct tkm_oci_job *job;
+    struct tkm_store_state_job *sjob;
+    struct agent_mat *waiters;
+    uint64_t t0;
+    int cancelled;
+};
+
+static int64_t now_s(void)
+{
+    return (int64_t)time(NULL);
+}
+
+static void mat_free(struct agent_mat *m)
+{
+    free(m->cache_ns);
+    free(m->cache_name);
+    free(m);
+}
+
+struct agent_vol *agent_vol_find(struct agent *a, const char *volume_id)
+{
+    for (struct agent_vol *v = a->vols; v; v = v->next)
+        if (!strcmp(v->volume_id, volume_id))
+            return v;
+    return NULL;
+}
+
+static void vol_free(struct agent_vol *v)
+{
+    free(v->volume_id);
+    free(v->pod_ns);
+    free(v->pod_name);
+    free(v->pod_uid);
+    free(v->cache_ns);
+    free(v->cache_name);
+    free(v);
+}
+
+static int vol_add(struct agent *a, const struct tkm_store_ref *r)
+{
+    struct agent_vol *v = calloc(1, sizeof *v);
+    if (!v)
+        return -ENOMEM;
+    v->volume_id = strdup(r->volume_id);
+    v->pod_ns = strdup(r->pod_namespace ? r->pod_namespace : "");
+    v->pod_name = strdup(r->pod_name ? r->pod_name : "");
+    v->pod_uid = strdup(r->pod_uid ? r->pod_uid : "");
+    v->cache_ns = strdup(r->cache_namespace ? r->cache_namespace : "");
+    v->cache_name = strdup(r->cache_name ? r->cache_name : "");
+    snprintf(v->digest, sizeof v->digest, "%s", r->digest);
+    if (!v->volume_id || !v->pod_ns || !v->pod_name || !v->pod_uid || !v->cache_ns ||
+        !v->cache_name) {
+        vol_free(v);
+        return -ENOMEM;
+    }
+    v->next = a->vols;
+    a->vols = v;
+    return 0;
+}
+
+static void vol_remove(struct agent *a, const char *volume_id)
+{
+    for (struct agent_vol **pp = &a->vols; *pp; pp = &(*pp)->next)
+        if (!strcmp((*pp)->volume_id, volume_id)) {
+            struct agent_vol *v = *pp;
+            *pp = v->next;
+            vol_free(v);
+            return;
+        }
+}
+
+int agent_store_extracted(struct agent *a, const char *layer)
+{
+    char *p = NULL;
+    if (!a->store || !layer || !layer[0])
+        return 0;
+    int rc = tkm_store_lookup(a->store, layer, &p, NULL);
+    free(p);
+    return rc == 0;
+}
+
+/* ---- opening ---------------------------------------------------------------------------- */
+
+/* mkdir -p (0755) of path's parents and path itself. 0 or -errno. */
+static int mkdir_p(const char *path)
+{
+    char p[4096];
+    int n = snprintf(p, sizeof p, "%s", path);
+    if (n <= 0 || (size_t)n >= sizeof p)
+        return -ENAMETOOLONG;
+    for (char *c = p + 1; *c; c++) {
+        if (*c != '/')
+            continue;
+        *c = 0;
+        if (mkdir(p, 0755) < 0 && errno != EEXIST)
+            return -errno;
+        *c = '/';
+    }
+    if (mkdir(p, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    return 0;
+}
+
+int agent_store_open(struct agent *a, struct tkm_err *err)
+{
+    struct tkm_store_state_report rep = {0};
+    struct tkm_store_ref *refs = NULL;
+    size_t n = 0;
+    char pulls[4096];
+    int rc = mkdir_p(a->o.store_dir);
+    if (rc < 0)
+        return tkm_err_set(err, rc, "--store-dir %s: cannot create it: %s", a->o.store_dir,
+                           strerror(-rc));
+    rc = tkm_store_open(a->o.store_dir, &a->store, err);
+    if (rc < 0)
+        return rc;
+    rc = tkm_store_state_open(a->store, now_s(), &a->state, &rep, err);
+    if (rc < 0)
+        return rc;
+    if (rep.rebuilt)
+        tkm_warn("store %s: state.db was unreadable, moved to %s and rebuilt from the directory",
+                 a->o.store_dir, rep.moved_to);
+    if (rep.rows_dropped || rep.adopted || rep.unmarked || rep.unreadable)
+        tkm_info("store %s reconciled: %llu rows dropped, %llu trees adopted, %llu unmarked, "
+                 "%llu unreadable removed",
+                 a->o.store_dir, (unsigned long long)rep.rows_dropped,
+                 (unsigned long long)rep.adopted, (unsigned long long)rep.unmarked,
+                 (unsigned long long)rep.unreadable);
+    /* pulls of an earlier run are partial by definition: start clean */
+    snprintf(pulls, sizeof pulls, "%s/pulls", a->o.store_dir);
+    if ((rc = tkm_rmtree_at(AT_FDCWD, pulls)) < 0)
+        tkm_warn("%s: %s (left behind)", pulls, strerror(-rc));
+    if (mkdir(pulls, 0700) < 0 && errno != EEXIST)
+        return tkm_err_set(err, -errno, "%s: %s", pulls, strerror(errno));
+    rc = tkm_store_state_refs(a->state, NULL, &refs, &n, err);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = vol_add(a, &refs[i]);
+    tkm_store_state_refs_free(refs, n);
+    if (n)
+        tkm_info("store %s: %zu volume reference(s) kept from the last run", a->o.store_dir, n);
+    return rc;
+}
+
+void agent_store_close(struct agent *a)
+{
+    while (a->vols) {
+        struct agent_vol *v = a->vols;
+        a->vols = v->next;
+        vol_free(v);
+    }
+    tkm_store_state_free(a->state);
+    a->state = NULL;
+    tkm_store_free(a->store);
+    a->store = NULL;
+}
+
+/* ---- pulling and extracting one digest --------------------------------------------------- */
+
+static void pull_free(struct agent_pull *p)
+{
+    free(p->cache_key);
+    free(p->layout);
+    free(p);
+}
+
+static void pull_unlink(struct agent *a, struct agent_pull *p)
+{
+    for (struct agent_pull **pp = &a->pulls; *pp; pp = &(*pp)->next)
+        if (*pp == p) {
+            *pp = p->next;
+            return;
+        }
+}
+
+static void mat_answer(struct agent *a, struct agent_mat *m, const char *store_path);
+
+/* Ends a pull: every waiter gets the store path, or code and message. */
+static void pull_done(struct agent_pull *p, const char *path, int code, const char *msg)
+{
+    struct agent *a = p->a;
+    pull_unlink(a, p);
+    if (p->layout)
+        tkm_rmtree_at(AT_FDCWD, p->layout);
+    while (p->waiters) {
+        struct agent_mat *m = p->waiters;
+        p->waiters = m->next;
+        if (path)
+            mat_answer(a, m, path);
+        else
+            agent_rpc_fail(m->call, code, msg);
+        mat_free(m);
+    }
+    pull_free(p);
+    agent_status_changed(a);
+}
+
+/* The label must not lie: the arch targets of the kernels actually in the
+ * layer must be those the config label announced (lib/triton scans each
+ * kernel's metadata). Runs on the thread pool. */
+struct label_check {
+    uv_work_t w;
+    struct agent_pull *p;
+    char *path;
+    struct tkm_triton_summary label; /* copy of the label's targets */
+    int rc;
+    char msg[768];
+};
+
+static void label_targets(const struct tkm_triton_summary *s, char *out, size_t n)
+{
+    size_t used = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < s->n_targets && used < n; i++) {
+        const struct tkm_triton_target *t = &s->targets[i].target;
+        int w = snprintf(out + used, n - used, "%s%s %s warp %d", i ? ", " : "", t->backend,
+                         t->arch, t->warp_size);
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
+}
+
+static void label_run(uv_work_t *w)
+{
+    struct label_check *lc = w->data;
+    struct tkm_triton_cache c = {0};
+    struct tkm_err e = {0};
+    char got[256], want[256];
+    lc->rc = tkm_triton_cache_scan(&c, lc->path, &e);
+    if (lc->rc < 0) {
+        snprintf(lc->msg, sizeof lc->msg, "the extracted cache cannot be read: %s",
+                 tkm_err_str(&e));
+        return;
+    }
+    int same = c.summary.n_targets == lc->label.n_targets;
+    for (size_t i = 0; same && i < c.summary.n_targets; i++) {
+        const struct tkm_triton_target *x = &c.summary.targets[i].target,
+                                       *y = &lc->label.targets[i].target;
+        same = !strcmp(x->backend, y->backend) && !strcmp(x->arch, y->arch) &&
+               x->warp_size == y->warp_size;
+    }
+    if (!same) {
+        label_targets(&c.summary, got, sizeof got);
+        label_targets(&lc->label, want, sizeof want);
+        snprintf(lc->msg, sizeof lc->msg,
+                 "label mismatch: the image config's cache.triton.image/summary label says "
+                 "[%s], but the %zu kernels in the layer are built for [%s]",
+                 want, c.n_kernels, got[0] ? got : "nothing");
+        lc->rc = -EBADMSG;
+    }
+    tkm_triton_cache_release(&c);
+}
+
+static void on_removed_bad(int rc, const char *digest, uint64_t freed, const struct tkm_err *err,
+                           void *data)
+{
+    (void)freed;
+    (void)data;
+    if (rc < 0)
+        tkm_warn("removing %s from the store: %s", digest, tkm_err_str(err));
+    else
+        tkm_info("removed %s from the store (its label lied)", digest);
+}
+
+static void label_done(uv_work_t *w, int status)
+{
+    struct label_check *lc = w->data;
+    struct agent_pull *p = lc->p;
+    struct agent *a = p->a;
+    struct agent_cache *ac = NULL;
+    struct tkm_err e = {0};
+    for (struct agent_cache *c = a->caches; c; c = c->next)
+        if (!strcmp(c->key, p->cache_key))
+            ac = c;
+    if (status == 0 && lc->rc == 0) {
+        if (ac)
+            ac->label_checked = 1;
+        pull_done(p, lc->path, 0, NULL);
+    } else {
+        if (ac && lc->rc == -EBADMSG) {
+            snprintf(ac->reason, sizeof ac->reason, "LabelMismatch");
+            snprintf(ac->message, sizeof ac->message, "%s", lc->msg);
+        }
+        if (tkm_store_state_remove_start(a->loop, a->state, p->layer, on_removed_bad, NULL, &e) < 0)
+            tkm_warn("%s", tkm_err_str(&e));
+        tkm_warn("cache %s@%s: %s", p->cache_key, p->layer, lc->msg);
+        char m[900];
+        snprintf(m, sizeof m, "%s: %s", lc->rc == -EBADMSG ? "LabelMismatch" : "ExtractFailed",
+                 lc->msg);
+        pull_done(p, NULL, TKM_GRPC_FAILED_PRECONDITION, m);
+    }
+    tkm_triton_summary_release(&lc->label);
+    free(lc->path);
+    free(lc);
+}
+
+static int summary_copy(struct tkm_triton_summary *dst, const struct tkm_triton_summary *src)
+{
+    memset(dst, 0, sizeof *dst);
+    dst->targets = calloc(src->n_targets + 1, sizeof *dst->targets);
+    if (!dst->targets)
+        return -ENOMEM;
+    memcpy(dst->targets, src->targets, src->n_targets * sizeof *dst->targets);
+    dst->n_targets = src->n_targets;
+    return 0;
+}
+
+static void pull_check(struct agent_pull *p, const char *path);
+
+static void on_ingested(int rc, const char *digest, const char *path,
+                        const struct tkm_store_ingest_info *info, const struct tkm_err *err,
+                        void *data)
+{
+    struct agent_pull *p = data;
+    struct agent *a = p->a;
+    (void)digest;
+    p->sjob = NULL;
+    if (rc < 0) {
+        char m[1200];
+        int code = rc == -ECANCELED ? TKM_GRPC_UNAVAILABLE : TKM_GRPC_INTERNAL;
+        snprintf(m, sizeof m, "%s: extracting %s into the store failed: %s",
+                 rc == -ENOSPC ? "DiskFull" : "ExtractFailed", p->layer, tkm_err_str(err));
+        if (rc != -ECANCELED)
+            tkm_warn("%s", m);
+        a->extract_errors++;
+        pull_done(p, NULL, code, m);
+        return;
+    }
+    double secs = (double)(tkm_now_ms() - p->t0) / 1000.0;
+    if (info && !info->existed) {
+        a->extractions++;
+        a->extract_seconds += secs;
+        agent_metrics_extraction(a, secs);
+        tkm_info("extracted %s (%s) in %.2f s: %llu files, %llu bytes", p->layer, p->cache_key,
+                 secs, (unsigned long long)info->archive.files,
+                 (unsigned long long)info->archive.file_bytes);
+    }
+    pull_check(p, path);
+}
+
+/* The digest is in the store at path: check the kernels against the label
+ * once per process, then answer the waiters. */
+static void pull_check(struct agent_pull *p, const char *path)
+{
+    struct agent *a = p->a;
+    struct agent_cache *ac = NULL;
+    for (struct agent_cache *c = a->caches; c; c = c->next)
+        if (!strcmp(c->key, p->cache_key))
+            ac = c;
+    if (!ac) {
+        pull_done(p, NULL, TKM_GRPC_UNAVAILABLE, "the cache was deleted while it was pulled");
+        return;
+    }
+    if (ac->label_checked) {
+        pull_done(p, path, 0, NULL);
+        return;
+    }
+    struct label_check *lc = calloc(1, sizeof *lc);
+    if (!lc || !(lc->path = strdup(path)) || summary_copy(&lc->label, &ac->summary) < 0) {
+        if (lc) {
+            free(lc->path);
+            tkm_triton_summary_release(&lc->label);
+        }
+        free(lc);
+        pull_done(p, NULL, TKM_GRPC_INTERNAL, "out of memory");
+        return;
+    }
+    lc->w.data = lc;
+    lc->p = p;
+    if (uv_queue_work(a->loop, &lc->w, label_run, label_done) < 0) {
+        free(lc->path);
+        tkm_triton_summary_release(&lc->label);
+        free(lc);
+        pull_done(p, NULL, TKM_GRPC_INTERNAL, "cannot queue the label check");
+    }
+}
+
+static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
+                      const struct tkm_err *err, void *data)
+{
+    struct agent_pull *p = data;
+    struct agent *a = p->a;
+    struct tkm_err e = {0};
+    char blob[4200], src[600];
+    (void)job;
+    p->job = NULL;
+    if (rc < 0) {
+        char m[1200];
+        int transient = rc != -EBADMSG && rc != -ENOENT && rc != -EACCES && rc != -EPERM &&
+                        rc != -EINVAL && rc != -ECANCELED;
+        if (transient)
+            a->registry_errors++;
+        snprintf(m, sizeof m, "%s: pulling %s: %s",
+                 rc == -EBADMSG ? "DigestMismatch"
+                 : transient    ? "RegistryUnreachable"
+                                : "PullFailed",
+                 p->layer, tkm_err_str(err));
+        pull_done(p, NULL, transient || rc == -ECANCELED ? TKM_GRPC_UNAVAILABLE : TKM_GRPC_INTERNAL,
+                  m);
+        return;
+    }
+    if (strcmp(res->digest, p->manifest) != 0 || res->image.parsed.n_descs != 1 ||
+        strcmp(res->image.parsed.descs[0].digest, p->layer) != 0) {
+        pull_done(p, NULL, TKM_GRPC_FAILED_PRECONDITION,
+                  "DigestMismatch: the pulled image is not the one that was verified");
+        return;
+    }
+    struct tkm_archive_opts o;
+    tkm_archive_opts_init(&o);
+    o.strip = "io.triton.cache/";
+    o.blob_size = res->image.parsed.descs[0].size;
+    if (res->image.config.n_diff_ids == 1)
+        o.diff_id = res->image.config.diff_ids[0];
+    snprintf(blob, sizeof blob, "%s/blobs/sha256/%s", p->layout, p->layer + 7);
+    snprintf(src, sizeof src, "%s %s@%s", p->cache_key, p->ref.repo, p->manifest);
+    rc = tkm_store_state_ingest_start(a->loop, a->state, p->layer, blob, &o, src, on_ingested, p,
+                                      &p->sjob, &e);
+    if (rc < 0) {
+        char m[1200];
+        snprintf(m, sizeof m, "ExtractFailed: %s", tkm_err_str(&e));
+        pull_done(p, NULL, TKM_GRPC_INTERNAL, m);
+    }
+}
+
+/* Starts making ac's layer present (or joins the pull in flight); m (taken,
+ * may be NULL for a prefetch) waits for it. 0, or < 0 with m untouched. */
+static int pull_start(struct agent *a, struct agent_cache *ac, struct agent_mat *m,
+                      struct tkm_err *err)
+{
+    for (struct agent_pull *p = a->pulls; p; p = p->next)
+        if (!strcmp(p->layer, ac->layer_digest)) {
+            if (m) {
+                m->next = p->waiters;
+                p->waiters = m;
+            }
+            return 0;
+        }
+    struct agent_pull *p = calloc(1, sizeof *p);
+    if (!p)
+        return tkm_err_set(err, -ENOMEM, "out of memory");
+    p->a = a;
+    p->t0 = tkm_now_ms();
+    snprintf(p->layer, sizeof p->layer, "%s", ac->layer_digest);
+    snprintf(p->manifest, sizeof p->manifest, "%s", ac->digest);
+    struct tkm_buf lb;
+    tkm_buf_init(&lb, 4096);
+    p->cache_key = strdup(ac->key);
+    if (!p->cache_key ||
+        tkm_buf_printf(&lb, "%s/pulls/%.16s-%d", a->o.store_dir, ac->digest + 7, (int)getpid()) <
+            0 ||
+        tkm_oci_ref_parse(&p->ref, ac->c.spec.cache_image, err) < 0) {
+        tkm_buf_release(&lb);
+        pull_free(p);
+        return err->code ? err->code : tkm_err_set(err, -ENOMEM, "out of memory");
+    }
+    p->layout = tkm_buf_detach(&lb, NULL);
+    char *have = NULL;
+    if (tkm_store_lookup(a->store, p->layer, &have, NULL) == 0) {
+        /* already extracted (an earlier run): only the label check */
+        if (m)
+            p->waiters = m;
+        p->next = a->pulls;
+        a->pulls = p;
+        free(p->layout);
+        p->layout = NULL;
+        pull_check(p, have);
+        free(have);
+        return 0;
+    }
+    struct agent_session *sess = NULL;
+    for (struct agent_session *s = a->sessions; s; s = s->next)
+        if (ac->session && s->s == ac->session)
+            sess = s;
+    if (!sess) {
+        pull_free(p);
+        return tkm_err_set(err, -EAGAIN, "no registry session for %s yet", ac->key);
+    }
+    snprintf(p->ref.digest, sizeof p->ref.digest, "%s", ac->digest);
+    p->ref.tag[0] = 0;
+    int rc = tkm_oci_job_pull(sess->s, &p->ref, p->layout, "agent", on_pulled, p, &p->job, err);
+    if (rc < 0) {
+        pull_free(p);
+        return rc;
+    }
+    if (m)
+        p->waiters = m;
+    p->next = a->pulls;
+    a->pulls = p;
+    return 0;
+}
+
+/* ---- the socket's operations ------------------------------------------------------------------
+ */
+
+static struct agent_cache *mat_cache(struct agent *a, const struct agent_mat *m)
+{
+    return agent_cache_find(a, m->cluster, m->cache_ns, m->cache_name);
+}
+
+/* The arch the cache was judged compatible for here ("" when none). */
+static const char *target_arch(const struct agent_cache *ac)
+{
+    for (size_t i = 0; i < ac->verdicts.n; i++) {
+        const struct tkm_compat_verdict *v = &ac->verdicts.v[i];
+        if (v->compatible && v->target_index >= 0 &&
+            (size_t)v->target_index < ac->summary.n_targets)
+            return ac->summary.targets[v->target_index].target.arch;
+    }
+    return "";
+}
+
+/* The digest is present at store_path: take the reference and reply. */
+static void mat_answer(struct agent *a, struct agent_mat *m, const char *store_path)
+{
+    struct agent_cache *ac = mat_cache(a, m);
+    const struct agent_materialize_req *req = m->req;
+    struct tkm_err e = {0};
+    int created = 0;
+    if (!ac || !agent_cache_usable(ac)) {
+        char msg[1000];
+        snprintf(msg, sizeof msg, "%s: %s", ac ? ac->reason : "NotDeclared",
+                 ac ? ac->message : "the cache was deleted");
+        agent_rpc_fail(m->call, TKM_GRPC_FAILED_PRECONDITION, msg);
+        return;
+    }
+    struct tkm_store_ref r = {.volume_id = req->volume_id,
+                              .digest = ac->layer_digest,
+                              .pod_namespace = req->pod_ns,
+                              .pod_name = req->pod_name,
+                              .pod_uid = req->pod_uid,
+                              .cache_namespace = ac->c.cluster ? "" : ac->c.meta.ns,
+                              .cache_name = ac->c.meta.name};
+    int rc = tkm_store_state_acquire(a->state, &r, now_s(), &created, &e);
+    if (rc < 0) {
+        agent_rpc_fail(m->call,
+                       rc == -EEXIST   ? TKM_GRPC_ALREADY_EXISTS
+                       : rc == -ENOENT ? TKM_GRPC_UNAVAILABLE
+                                       : TKM_GRPC_INTERNAL,
+                       tkm_err_str(&e));
+        return;
+    }
+    if (created && vol_add(a, &r) < 0)
+        tkm_err("out of memory recording volume %s", req->volume_id);
+    const char *mp = req->mount_path ? req->mount_path : ac->c.spec.mount_path;
+    if (!mp && a->rec && created) {
+        struct k8s_object_ref pod = {.api_version = "v1",
+                                     .kind = "Pod",
+                                     .namespace = req->pod_ns,
+                                     .name = req->pod_name,
+                                     .uid = req->pod_uid};
+        k8s_event_emit(a->rec, &pod, "Warning", "NoMountPath",
+                       "cache %s%s%s has no mountPath (neither the volume attribute nor the "
+                       "cache's spec.mountPath): the group files keep the paths they were built "
+                       "with, so Triton will not hit the cache unless TRITON_CACHE_DIR is that "
+                       "path",
+                       ac->c.cluster ? "" : ac->c.meta.ns, ac->c.cluster ? "" : "/",
+                       ac->c.meta.name);
+    }
+    struct agent_materialize_result res = {.store_path = store_path,
+                                           .target_arch = target_arch(ac),
+                                           .mount_path = mp,
+                                           .cache_namespace = ac->c.cluster ? "" : ac->c.meta.ns,
+                                           .cache_name = ac->c.meta.name,
+                                           .digest = ac->digest};
+    tkm_info("materialized %s for pod %s/%s volume %s: %s", ac->key, req->pod_ns, req->pod_name,
+             req->volume_id, store_path);
+    agent_rpc_reply_materialize(m->call, &res);
+    agent_status_changed(a);
+}
+
+/* Why ac cannot be used here, as a gRPC code and a message; 0 when it can. */
+static int cache_refusal(const struct agent *a, const struct agent_cache *ac, char *msg, size_t n)
+{
+    if (!ac) {
+        snprintf(msg, n, "the cache is not known to this agent yet");
+        return TKM_GRPC_UNAVAILABLE;
+    }
+    if (ac->state == AGENT_CS_PENDING || !ac->digest[0]) {
+        snprintf(msg, n, "%s: %s", ac->reason[0] ? ac->reason : "DigestNotPinned", ac->message);
+        return TKM_GRPC_FAILED_PRECONDITION;
+    }
+    if (!ac->inspected && !ac->reason[0]) {
+        snprintf(msg, n, "cache %s@%s is still being verified on node %s; retry", ac->key,
+                 ac->digest, a->o.node_name);
+        return TKM_GRPC_UNAVAILABLE;
+    }
+    if (!agent_cache_usable(ac)) {
+        snprintf(msg, n, "%s: %s", ac->reason, ac->message);
+        return !strcmp(ac->reason, "RegistryUnreachable") || !strcmp(ac->reason, "APIUnavailable")
+                   ? TKM_GRPC_UNAVAILABLE
+                   : TKM_GRPC_FAILED_PRECONDITION;
+    }
+    if (!target_arch(ac)[0]) {
+        const char *why = ac->verdicts.n ? ac->verdicts.v[0].reason : "this node has no GPU";
+        snprintf(msg, n, "%s: no GPU on node %s can use cache %s: %s",
+                 ac->verdicts.n ? agent_compat_reason(why) : "NoGPU", a->o.node_name, ac->key, why);
+        return TKM_GRPC_FAILED_PRECONDITION;
+    }
+    return 0;
+}
+
+/* Admission: the cache fits the disk budget once unreferenced entries go. */
+static int admit(struct agent *a, const struct agent_cache *ac, char *msg, size_t n)
+{
+    struct tkm_err e = {0};
+    int fits = 0;
+    uint64_t need = 0, bytes = ac->cache_bytes;
+    if (tkm_store_state_would_fit(a->state, bytes, a->o.store_budget, &fits, &need, &e) < 0) {
+        snprintf(msg, n, "%s", tkm_err_str(&e));
+        return TKM_GRPC_INTERNAL;
+    }
+    if (!fits) {
+        snprintf(msg, n,
+                 "StoreBudgetExceeded: cache %s needs %llu bytes; the store's budget of %llu "
+                 "bytes is held by caches in use on node %s",
+                 ac->key, (unsigned long long)bytes, (unsigned long long)a->o.store_budget,
+                 a->o.node_name);
+        return TKM_GRPC_RESOURCE_EXHAUSTED;
+    }
+    if (need)
+        agent_store_gc(a, bytes); /* evict least recently used unreferenced entries first */
+    return 0;
+}
+
+static void op_materialize(struct agent_rpc_call *call, const struct agent_materialize_req *req,
+                           void *data)
+{
+    struct agent *a = data;
+    struct agent_declared d = {0};
+    struct agent_objsrc tkc, tkcc;
+    struct tkm_err e = {0};
+    char msg[1200];
+    char *path = NULL;
+    if (!agent_ready(a)) {
+        agent_rpc_fail(call, TKM_GRPC_UNAVAILABLE,
+                       "tkm-agent is starting: informers not synced or the store not open");
+        return;
+    }
+    agent_objsrc_informer(&tkc, a->inf_tkc);
+    agent_objsrc_informer(&tkcc, a->inf_tkcc);
+    int rc = agent_declared_find(&tkc, &tkcc, req->pod_ns, req, &d, &e);
+    if (rc < 0) {
+        agent_rpc_fail(call, agent_declared_grpc_code(rc), tkm_err_str(&e));
+        return;
+    }
+    struct agent_cache *ac = agent_cache_find(a, d.cluster, d.ns, d.name);
+    int code = cache_refusal(a, ac, msg, sizeof msg);
+    if (!code && !agent_store_extracted(a, ac->layer_digest))
+        code = admit(a, ac, msg, sizeof msg);
+    if (code) {
+        agent_declared_release(&d);
+        agent_rpc_fail(call, code, msg);
+        return;
+    }
+    struct agent_mat *m = calloc(1, sizeof *m);
+    if (!m || !(m->cache_ns = strdup(d.ns ? d.ns : "")) || !(m->cache_name = strdup(d.name))) {
+        if (m)
+            mat_free(m);
+        agent_declared_release(&d);
+        agent_rpc_fail(call, TKM_GRPC_INTERNAL, "out of memory");
+        return;
+    }
+    agent_declared_release(&d);
+    m->call = call;
+    m->req = req;
+    m->cluster = ac->c.cluster;
+    if (ac->label_checked && tkm_store_lookup(a->store, ac->layer_digest, &path, NULL) == 0) {
+        mat_answer(a, m, path);
+        free(path);
+        mat_free(m);
+        return;
+    }
+    if (pull_start(a, ac, m, &e) < 0) {
+        agent_rpc_fail(call, TKM_GRPC_UNAVAILABLE, tkm_err_str(&e));
+        mat_free(m);
+    }
+}
+
+static void op_cancel(struct agent_rpc_call *call, void *data)
+{
+    /* the pull goes on for the other waiters and the store; the reply will
+     * only free the handle */
+    (void)call;
+    (void)data;
+}
+
+static void op_release(struct agent_rpc_call *call, const struct agent_release_req *req, void *data)
+{
+    struct agent *a = data;
+    struct tkm_err e = {0};
+    if (!a->state) {
+        agent_rpc_fail(call, TKM_GRPC_UNAVAILABLE, "tkm-agent is starting: the store is not open");
+        return;
+    }
+    int rc = tkm_store_state_release(a->state, req->volume_id, now_s(), &e);
+    if (rc == -ENOENT) {
+        agent_rpc_reply_release(call, 0);
+        return;
+    }
+    if (rc < 0) {
+        agent_rpc_fail(call, TKM_GRPC_INTERNAL, tkm_err_str(&e));
+        return;
+    }
+    vol_remove(a, req->volume_id);
+    tkm_info("released volume %s", req->volume_id);
+    agent_rpc_reply_release(call, 1);
+    agent_status_changed(a);
+}
+
+static void op_status(struct agent_rpc_call *call, void *data)
+{
+    struct agent *a = data;
+    char msg[256];
+    int ready = agent_ready(a);
+    size_t n = 0;
+    for (struct agent_cache *ac = a->caches; ac; ac = ac->next)
+        n += agent_cache_usable(ac);
+    if (ready)
+        snprintf(msg, sizeof msg, "%zu GPU(s), %zu usable cache(s)", a->gpus.n, n);
+    else
+        snprintf(msg, sizeof msg, "starting: %s",
+                 a->state ? "informers not synced" : "store not open");
+    struct agent_status_result r = {.ready = ready, .message = msg, .node_name = a->o.node_name};
+    agent_rpc_reply_status(call, &r);
+}
+
+static const struct agent_rpc_ops ops = {
+    .materialize = op_materialize, .release = op_release, .status = op_status, .cancel = op_cancel};
+
+int agent_ready(const struct agent *a)
+{
+    return a->state && a->probed && a->inf_tkc && k8s_informer_has_synced(a->inf_tkc) &&
+           k8s_informer_has_synced(a->inf_tkcc) && a->cfg_ready;
+}
+
+int agent_socket_start(struct agent *a, struct tkm_err *err)
+{
+    return agent_rpc_server_new(a->loop, a->o.socket, &ops, a, NULL, &a->rpc, err);
+}
+
+/* ---- prefetch and GC --------------------------------------------------------------------------
+ */
+
+void agent_store_prefetch(struct agent *a, struct agent_cache *ac)
+{
+    struct tkm_err e = {0};
+    char msg[1200];
+    if (!a->state || !a->cfg.prefetch || a->stopping || cache_refusal(a, ac, msg, sizeof msg))
+        return;
+    if (ac->label_checked && agent_store_extracted(a, ac->layer_digest))
+        return;
+    if (admit(a, ac, msg, sizeof msg)) {
+        tkm_warn("prefetch of %s skipped: %s", ac->key, msg);
+        return;
+    }
+    if (pull_start(a, ac, NULL, &e) < 0)
+        tkm_warn("prefetch of %s: %s", ac->key, tkm_err_str(&e));
+}
+
+static void on_gc_removed(int rc, const char *digest, uint64_t freed, const struct tkm_err *err,
+                          void *data)
+{
+    struct agent *a = data;
+    if (rc < 0) {
+        tkm_warn("GC of %s: %s", digest, tkm_err_str(err));
+        return;
+    }
+    tkm_info("GC removed %s (%llu bytes)", digest, (unsigned long long)freed);
+    for (struct agent_cache *ac = a->caches; ac; ac = ac->next)
+        if (ac->layer_digest && !strcmp(ac->layer_digest, digest))
+            ac->label_checked = 0;
+    agent_status_changed(a);
+}
+
+/* Removes unused digests: idle past the grace period, and, while the store
+ * (plus extra bytes about to come) exceeds the budget, least recently used. */
+void agent_store_gc(struct agent *a, uint64_t extra)
+{
+    struct tkm_err e = {0};
+    char **ds = NULL;
+    size_t n = 0;
+    uint64_t budget = a->o.store_budget > extra ? a->o.store_budget - extra : 1;
+    if (!a->state || a->stopping)
+        return;
+    if (tkm_store_state_gc_plan(a->state, now_s(), (int64_t)(a->o.gc_grace_ms / 1000), budget, &ds,
+                                &n, NULL, NULL, &e) < 0) {
+        tkm_warn("GC plan: %s", tkm_err_str(&e));
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int busy = 0;
+        for (struct agent_pull *p = a->pulls; p; p = p->next)
+            busy |= !strcmp(p->layer, ds[i]);
+        if (!busy &&
+            tkm_store_state_remove_start(a->loop, a->state, ds[i], on_gc_removed, a, &e) < 0)
+            tkm_dbg("GC of %s: %s", ds[i], tkm_err_str(&e));
+    }
+    tkm_store_list_free(ds, n);
+}
+
+static void on_checkpoint(int rc, const struct tkm_err *err, void *data)
+{
+    struct agent *a = data;
+    a->checkpointing = 0;
+    if (rc < 0)
+        tkm_warn("store state checkpoint: %s", tkm_err_str(err));
+}
+
+static void on_gc_timer(uv_timer_t *t)
+{
+    struct agent *a = t->data;
+    struct tkm_err e = {0};
+    agent_store_gc(a, 0);
+    /* the WAL goes back into state.db off the loop (docs/store.md) */
+    if (a->state && !a->checkpointing && tkm_store_state_wal_frames(a->state) > 1000) {
+        if (tkm_store_state_checkpoint_start(a->loop, a->state, on_checkpoint, a, &e) == 0)
+            a->checkpointing = 1;
+        else
+            tkm_warn("store state checkpoint: %s", tkm_err_str(&e));
+    }
+}
+
+int agent_store_start(struct agent *a, struct tkm_err *err)
+{
+    int rc = agent_store_open(a, err);
+    if (rc < 0)
+        return rc;
+    /* at least once a minute; more often for a short grace period */
+    uint64_t period = a->o.gc_grace_ms / 2 < GC_PERIOD_MS ? a->o.gc_grace_ms / 2 : GC_PERIOD_MS;
+    if (period < 1000)
+        period = 1000;
+    uv_timer_start(&a->gc_timer, on_gc_timer, period, period);
+    return agent_socket_start(a, err);
+}
+
+/* Stops what is in flight: pulls cancelled (a cancelled pull removes its
+ * staging directory, a cancelled ingest leaves nothing visible), the socket
+ * closed (calls in flight get UNAVAILABLE). */
+void agent_store_stop(struct agent *a)
+{
+    for (struct agent_pull *p = a->pulls; p; p = p->next) {
+        if (p->job)
+            tkm_oci_job_cancel(p->job);
+        if (p->sjob)
+            tkm_store_state_job_cancel(p->sjob);
+    }
+    agent_rpc_server_close(a->rpc, NULL, NULL);
+    a->rpc = NULL;
+}

@@ -1,0 +1,232 @@
+/*
+ * test_agent.c - tkm-agent's pure parts (agent/): flags, the node status entries
+ * and bodies it writes, the CamelCase reasons of verdicts. The daemon itself is
+ * tested end to end (tests/e2e/agent_*.sh).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <tkm/api/v1alpha1.h>
+#include <tkm/gpu/compat.h>
+
+#include "test.h"
+#include "agent.h"
+
+static int parse(struct agent_opts *o, const char *const *args)
+{
+    char *argv[32];
+    int argc = 0;
+    argv[argc++] = (char *)"tkm-agent";
+    for (; *args; args++)
+        argv[argc++] = (char *)*args;
+    argv[argc] = NULL;
+    return agent_opts_parse(o, argc, argv);
+}
+
+TEST(flags_defaults)
+{
+    struct agent_opts o;
+    unsetenv("POD_NAMESPACE");
+    setenv("NODE_NAME", "gpu-1", 1);
+    ASSERT_OK(parse(&o, (const char *[]){NULL}));
+    ASSERT_STREQ(o.node_name, "gpu-1");
+    ASSERT_STREQ(o.ns, "tkm-system");
+    ASSERT_STREQ(o.store_dir, "/var/lib/tkm/store");
+    ASSERT_STREQ(o.socket, "/var/run/tkm/agent.sock");
+    ASSERT_UEQ(o.store_budget, 10ULL << 30);
+    ASSERT_UEQ(o.gc_grace_ms, 600000);
+    ASSERT_STREQ(o.output, "json");
+    ASSERT_UEQ(o.once_timeout_ms, 120000);
+    setenv("POD_NAMESPACE", "ops", 1);
+    ASSERT_OK(parse(&o, (const char *[]){"--node-name", "n2", "--store-budget", "512Mi",
+                                         "--gc-grace", "30s", "-v", "2", "--no-nvml",
+                                         "--metrics-bind-address", "0", NULL}));
+    ASSERT_STREQ(o.node_name, "n2");
+    ASSERT_STREQ(o.ns, "ops");
+    ASSERT_UEQ(o.store_budget, 512ULL << 20);
+    ASSERT_UEQ(o.gc_grace_ms, 30000);
+    ASSERT_EQ(o.verbosity, 2);
+    ASSERT_EQ(o.probe.no_nvml, 1);
+    ASSERT_STREQ(o.metrics_addr, "0");
+}
+
+TEST(flags_bad_values_refused)
+{
+    struct agent_opts o;
+    setenv("NODE_NAME", "gpu-1", 1);
+    ASSERT_EQ(parse(&o, (const char *[]){"--store-budget", "lots", NULL}), -EINVAL);
+    ASSERT_EQ(parse(&o, (const char *[]){"--store-budget", "0", NULL}), -EINVAL);
+    ASSERT_EQ(parse(&o, (const char *[]){"--gc-grace", "10 minutes", NULL}), -EINVAL);
+    ASSERT_EQ(parse(&o, (const char *[]){"-v", "x", NULL}), -EINVAL);
+    ASSERT_EQ(parse(&o, (const char *[]){"--once-timeout", "0s", NULL}), -EINVAL);
+    ASSERT_EQ(parse(&o, (const char *[]){"--bogus", NULL}), -EINVAL);
+    ASSERT_EQ(parse(&o, (const char *[]){"--socket", NULL}), -EINVAL);
+    ASSERT_EQ(parse(&o, (const char *[]){"--image", "x", NULL}), -EINVAL);         /* no --once */
+    ASSERT_EQ(parse(&o, (const char *[]){"--once", "-o", "xml", NULL}), -EINVAL);  /* format */
+    ASSERT_EQ(parse(&o, (const char *[]){"--once", "--key", "k", NULL}), -EINVAL); /* no image */
+    unsetenv("NODE_NAME");
+    ASSERT_EQ(parse(&o, (const char *[]){NULL}), -EINVAL);
+    ASSERT_OK(parse(&o, (const char *[]){"--once", "--image", "/x", NULL})); /* no node needed */
+    ASSERT_EQ(parse(&o, (const char *[]){"--help", NULL}), 1);
+}
+
+TEST(sizes_and_durations)
+{
+    uint64_t v;
+    ASSERT_OK(agent_parse_size("10Gi", &v));
+    ASSERT_UEQ(v, 10737418240ULL);
+    ASSERT_OK(agent_parse_size("1000000", &v));
+    ASSERT_UEQ(v, 1000000);
+    ASSERT_OK(agent_parse_size("2G", &v));
+    ASSERT_UEQ(v, 2000000000ULL);
+    ASSERT_EQ(agent_parse_size("Gi", &v), -EINVAL);
+    ASSERT_EQ(agent_parse_size("99999999999999999999", &v), -EINVAL);
+    ASSERT_OK(agent_parse_duration("10m", &v));
+    ASSERT_UEQ(v, 600000);
+    ASSERT_OK(agent_parse_duration("1h", &v));
+    ASSERT_UEQ(v, 3600000);
+    ASSERT_OK(agent_parse_duration("250ms", &v));
+    ASSERT_UEQ(v, 250);
+    ASSERT_OK(agent_parse_duration("45", &v)); /* seconds */
+    ASSERT_UEQ(v, 45000);
+    ASSERT_EQ(agent_parse_duration("-1m", &v), -EINVAL);
+}
+
+static void gpu(struct tkm_gpu *g, int idx, const char *type, const char *backend, const char *arch,
+                int warp)
+{
+    memset(g, 0, sizeof *g);
+    g->index = idx;
+    snprintf(g->gpu_type, sizeof g->gpu_type, "%s", type);
+    snprintf(g->name, sizeof g->name, "GPU %s", type);
+    snprintf(g->backend, sizeof g->backend, "%s", backend);
+    snprintf(g->vendor, sizeof g->vendor, "%s", !strcmp(backend, "hip") ? "amd" : "nvidia");
+    snprintf(g->arch, sizeof g->arch, "%s", arch);
+    g->warp_size = warp;
+    g->cc_major = -1;
+    g->mig_mode = -1;
+    g->usable = 1;
+    g->cuda_driver_version = 13000;
+    snprintf(g->cuda_version, sizeof g->cuda_version, "13.0");
+}
+
+/* An agent with four GPUs (two H200, an A100, an MI300X) and one judged cache. */
+struct world {
+    struct agent a;
+    struct agent_cache ac;
+    struct tkm_gpu g[4];
+    struct tkm_api_gpu ag[4];
+};
+
+static void world(struct world *w)
+{
+    struct tkm_err e = {0};
+    memset(w, 0, sizeof *w);
+    gpu(&w->g[0], 0, "nvidia-h200", "cuda", "90", 32);
+    gpu(&w->g[1], 1, "nvidia-h200", "cuda", "90", 32);
+    gpu(&w->g[2], 2, "nvidia-a100", "cuda", "80", 32);
+    gpu(&w->g[3], 3, "amd-mi300x", "hip", "gfx942", 64);
+    w->a.gpus.gpus = w->g;
+    w->a.gpus.n = 4;
+    for (int i = 0; i < 4; i++) {
+        w->ag[i].id = i;
+        w->ag[i].gpu_type = w->g[i].gpu_type;
+        w->ag[i].vendor = w->g[i].vendor;
+    }
+    w->a.api_gpus = w->ag;
+    w->a.o.node_name = "node-1";
+    w->ac.a = &w->a;
+    w->ac.c.meta.name = (char *)"vadd";
+    w->ac.c.meta.ns = (char *)"ml";
+    w->ac.key = (char *)"ml/vadd";
+    w->a.caches = &w->ac;
+    ASSERT_OK(tkm_triton_summary_parse(
+        &w->ac.summary, "{\"targets\":[{\"backend\":\"cuda\",\"arch\":\"90\",\"warp_size\":32}]}",
+        &e));
+    snprintf(w->ac.digest, sizeof w->ac.digest, "sha256:%064d", 7);
+    w->ac.inspected = 1;
+    w->ac.verified = 1;
+    agent_cache_rejudge(&w->ac);
+}
+
+static void world_release(struct world *w)
+{
+    tkm_triton_summary_release(&w->ac.summary);
+    free(w->ac.verdicts.v);
+}
+
+TEST(entry_groups_gpus_with_reasons)
+{
+    struct world w;
+    struct tkm_api_node_cache e;
+    world(&w);
+    ASSERT_EQ(w.ac.verdicts.n, 4);
+    ASSERT(agent_cache_usable(&w.ac));
+    ASSERT_OK(agent_entry_build(&w.a, &w.ac, &e));
+    ASSERT_STREQ(e.name, "vadd");
+    ASSERT_EQ(e.verified, 1);
+    ASSERT_EQ(e.n_compatible, 1); /* both H200s in one group */
+    ASSERT_STREQ(e.compatible[0].gpu_type, "nvidia-h200");
+    ASSERT_EQ(e.compatible[0].n_ids, 2);
+    ASSERT_EQ(e.compatible[0].ids[1], 1);
+    ASSERT_EQ(e.n_incompatible, 2);
+    ASSERT_STREQ(e.incompatible[0].reason, "ArchMismatch");
+    ASSERT_STRCONTAINS(e.incompatible[0].message, "cache built for sm90, GPU 2");
+    ASSERT_STREQ(e.incompatible[1].reason, "BackendMismatch");
+    ASSERT_NULL(e.error);
+    agent_entry_release(&e);
+    /* a failed signature under Enforce: not usable, the reason in error */
+    snprintf(w.ac.reason, sizeof w.ac.reason, "KeyMismatch");
+    snprintf(w.ac.message, sizeof w.ac.message, "signature does not verify with key sha256:ab");
+    w.ac.verified = 0;
+    ASSERT(!agent_cache_usable(&w.ac));
+    ASSERT_OK(agent_entry_build(&w.a, &w.ac, &e));
+    ASSERT_STREQ(e.error, "KeyMismatch: signature does not verify with key sha256:ab");
+    agent_entry_release(&e);
+    world_release(&w);
+}
+
+TEST(status_body_is_stable_and_owned)
+{
+    struct world w;
+    struct tkm_api_node_status st;
+    struct tkm_err e = {0};
+    struct tkm_buf b1, b2;
+    json_t *body = NULL;
+    world(&w);
+    tkm_buf_init(&b1, 1 << 20);
+    tkm_buf_init(&b2, 1 << 20);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_OK(agent_status_build(&w.a, "ml", NULL, &st));
+        ASSERT_EQ(st.n_caches, 1);
+        ASSERT_EQ(st.n_gpus, 4);
+        ASSERT_OK(tkm_api_node_status_apply(&st, "ml", "uid-1", &body, &e));
+        ASSERT_OK(tkm_api_dump(body, i ? &b2 : &b1));
+        json_decref(body);
+        agent_status_release(&st);
+    }
+    ASSERT_EQ(b1.len, b2.len); /* write only on change: an unchanged status is the same body */
+    ASSERT_MEMEQ(b1.data, b2.data, b1.len);
+    ASSERT_STRCONTAINS(b1.data, "\"ownerReferences\":[{\"apiVersion\":\"v1\",\"kind\":\"Node\"");
+    ASSERT_STRCONTAINS(b1.data, "\"vadd\":{\"digest\":\"sha256:");
+    /* the cluster kind holds no namespaced cache */
+    ASSERT_OK(agent_status_build(&w.a, NULL, NULL, &st));
+    ASSERT_EQ(st.n_caches, 0);
+    agent_status_release(&st);
+    tkm_buf_release(&b1);
+    tkm_buf_release(&b2);
+    world_release(&w);
+}
+
+TEST(compat_reasons_are_camel_case)
+{
+    ASSERT_STREQ(agent_compat_reason("arch mismatch: cache built for sm90, GPU 0 is sm80"),
+                 "ArchMismatch");
+    ASSERT_STREQ(agent_compat_reason("backend mismatch: ..."), "BackendMismatch");
+    ASSERT_STREQ(agent_compat_reason("warp size mismatch: ..."), "WarpSizeMismatch");
+    ASSERT_STREQ(agent_compat_reason("PTX too new for the driver on GPU 0"), "PTXTooNew");
+    ASSERT_STREQ(agent_compat_reason("corrupt cache: 3 of the 4 kernels"), "CorruptCache");
+    ASSERT_STREQ(agent_compat_reason("GPU 1 (x) cannot be used: driver not loaded"), "GPUUnusable");
+    ASSERT_STREQ(agent_compat_reason("something new"), "Incompatible");
+}
