@@ -82,4 +82,7 @@ echo
 echo "\$ kubectl get tkc -n ml"
 kubectl get tkc -n ml
 echo
+echo "vector-add-h200 (manifests/samples) names an image this machine cannot pull; its Ready condition says why:"
+kubectl -n ml get tkc vector-add-h200 -o jsonpath='{range .status.conditions[?(@.type=="Ready")]}  {.reason}: {.message}{"\n"}{end}'
+echo
 echo "Use it from your shell:  eval \"\$(hack/cluster.sh env)\"   Stop it:  hack/tkm-local.sh down; hack/cluster.sh down"
