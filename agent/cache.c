@@ -608,11 +608,30 @@ void agent_cache_remove(struct agent *a, const char *key)
     }
 }
 
+/* 1 when the object carries metadata.deletionTimestamp: its finalizer (the
+ * controller's) waits for every node to drop the entry, so the agent treats it
+ * as deleted at once. */
+static int being_deleted(const struct k8s_obj *o)
+{
+    struct tkm_err e = {0};
+    json_t *root = NULL;
+    int del = 0;
+    if (k8s_obj_parse(o, &root, &e) == 0) {
+        del = json_object_get(json_object_get(root, "metadata"), "deletionTimestamp") != NULL;
+        json_decref(root);
+    }
+    return del;
+}
+
 static void on_cache_obj(const struct k8s_obj *o, void *data)
 {
     struct agent *a = data;
     struct agent_cache *ac = NULL;
     struct tkm_err e = {0};
+    if (being_deleted(o)) {
+        agent_cache_remove(a, o->key);
+        return;
+    }
     if (agent_cache_upsert_json(a, o->json, o->json_len, &ac, &e) < 0) {
         tkm_warn("ignoring %s: %s", o->key, tkm_err_str(&e));
         return;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # agent_gpu_replay: the agent issue's real-GPU run, replayed. bench/gpu/agent-once.sh
 # ran `tkm-agent --once -o json --image <layout>` on an NVIDIA H100 (results in
-# bench/gpu/results/2026-11-23-h100-agent-once/). Here the same binary runs on a
+# bench/gpu/results-agent-once/2026-11-23-h100/). Here the same binary runs on a
 # node made from what that machine's nvidia-smi reported in the same run (the fake
 # NVML answers the CSV/XML values; a sysfs and procfs tree hold the PCI device and
 # the driver version), with layouts built here from the same fixtures by tkmctl:
@@ -14,7 +14,7 @@
 # A missing or altered result file fails the test.
 source "$(dirname "$0")/lib.sh"
 
-R=$TKM_SOURCE_DIR/bench/gpu/results/2026-11-23-h100-agent-once
+R=$TKM_SOURCE_DIR/bench/gpu/results-agent-once/2026-11-23-h100
 AGENT=$TKM_BUILD_DIR/agent/tkm-agent
 TKMCTL=$TKM_BUILD_DIR/cli/tkmctl
 NVML=$TKM_BUILD_DIR/fakenvml/libnvidia-ml.so.1

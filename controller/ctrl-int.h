@@ -1,0 +1,358 @@
+/*
+ * ctrl-int.h - tkm-controller's private interfaces (controller/ only; see
+ * docs/controller.md for the design).
+ *
+ * Pieces:
+ *   ctrl_map      a string-keyed hash map (the controller's indexes)
+ *   ctrl_nodes    compact stores of the node status objects (both kinds) and
+ *                 of the Nodes: what the reconcilers read, never the JSON;
+ *                 per cache, the entries the nodes report for it
+ *   ctrl_agg      pure aggregation: entries + verification -> the status
+ *                 (counts, failedNodes, conditions) the controller writes
+ *   ctrl_state    SQLite: pinned digests, verification results (with the key
+ *                 fingerprint), the last written status hash
+ *   ctrl_reg      registry work on the loop: sessions per host, resolve,
+ *                 inspect, and the one signature step
+ *   ctrl_rec      the reconcilers (caches, nodes) and the controller object
+ *
+ * Everything runs on the one libuv loop of the process.
+ */
+#ifndef TKM_CTRL_INT_H
+#define TKM_CTRL_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include <tkm/err.h>
+#include <tkm/api/v1alpha1.h>
+#include <tkm/trust/policy.h>
+#include <tkm/api/policy.h>
+#include <k8s/client.h>
+
+#define CTRL_FIELD_MANAGER "tkm-controller"
+#define CTRL_FINALIZER     "tkm.io/cleanup"
+#define CTRL_ANN_RERESOLVE "tkm.io/re-resolve"
+#define CTRL_MAX_FAILED    16
+#define CTRL_DIGEST_MAX    72 /* "sha256:" + 64 hex + NUL */
+
+/* ---- ctrl_map: string -> pointer hash map ------------------------------------ */
+
+struct ctrl_map_ent {
+    struct ctrl_map_ent *next;
+    uint64_t hash;
+    void *val; /* borrowed by the map */
+    char key[];
+};
+
+struct ctrl_map {
+    struct ctrl_map_ent **tab;
+    size_t cap, n;
+};
+
+/* A zeroed map is empty. Keys are copied; values are the caller's. */
+void *ctrl_map_get(const struct ctrl_map *m, const char *key);
+/* Inserts or replaces. *slot_key (optional) gets the map's copy of the key
+ * (borrowed: valid until the key is deleted). 0 or -ENOMEM. */
+int ctrl_map_put(struct ctrl_map *m, const char *key, void *val, const char **slot_key);
+/* Removes key; returns its value (or NULL). */
+void *ctrl_map_del(struct ctrl_map *m, const char *key);
+/* Calls fn for each (key, value) until it returns non-zero (returned). fn
+ * must not change the map. */
+int ctrl_map_foreach(const struct ctrl_map *m, int (*fn)(const char *key, void *val, void *data),
+                     void *data);
+/* Frees the table (not the values). */
+void ctrl_map_release(struct ctrl_map *m);
+
+/* ---- ctrl_nodes: the node status index ---------------------------------------- */
+
+struct ctrl_nsobj;
+struct ctrl_cidx;
+
+#define CTRL_E_VERIFIED  0x01
+#define CTRL_E_EXTRACTED 0x02
+#define CTRL_E_ERROR     0x04
+
+/* One node's view of one cache: 48 bytes, plus why only when something is
+ * wrong. */
+struct ctrl_entry {
+    struct ctrl_cidx *cache; /* borrowed: the index of the cache it belongs to */
+    struct ctrl_nsobj *obj;  /* borrowed: the node status object it came from */
+    uint64_t digest;         /* ctrl_digest_id() of the digest the node reports */
+    uint32_t pos;            /* position in cache->entries */
+    uint16_t n_compat, n_incompat, n_pods;
+    uint8_t flags;
+    char *why; /* owned: "Reason\0message\0" of the first incompatible GPU group or
+                  the error, or NULL */
+};
+
+/* One node status object (tkcns ns/node, or tkcnsc node). */
+struct ctrl_nsobj {
+    char *key;        /* owned: "ns/name" or "name" */
+    char *ns;         /* owned: "" for the cluster kind */
+    char *node;       /* owned: metadata.name (= the node's name) */
+    char *uid;        /* owned */
+    char *bad_rv;     /* owned: the resourceVersion last reported as invalid */
+    uint64_t seen_ms; /* uv_now when first seen (node GC grace) */
+    int cluster;
+    unsigned mark;
+    struct ctrl_entry *ents; /* owned array sorted by cache key */
+    size_t n_ents;
+};
+
+/* Per cache key ("ns/name" of a tkc, "/name" of a tkcc): the entries the
+ * nodes report, and the reconciler's memory of the cache (struct ctrl_cache,
+ * owned by ctrl_rec). Exists while entries exist or the cache does. */
+struct ctrl_cidx {
+    const char *key; /* borrowed from the map */
+    struct ctrl_entry **entries;
+    size_t n, cap;
+    void *rec; /* ctrl_rec's struct ctrl_cache, or NULL */
+};
+
+/* Identifies a digest string in 8 bytes (its first 16 hex digits): the index
+ * compares what nodes report with the pinned digest only. 0 for NULL/bad. */
+uint64_t ctrl_digest_id(const char *digest);
+
+struct ctrl_nodes {
+    struct ctrl_map objs;   /* nsobj key ("c:" + key for the cluster kind) -> struct ctrl_nsobj */
+    struct ctrl_map caches; /* cache key -> struct ctrl_cidx */
+    struct ctrl_map nodes;  /* node name -> uid (owned string) */
+    unsigned mark[3];       /* relist generations: tkcns, tkcnsc, nodes */
+    size_t n_entries;
+    /* Called for each cache whose entries changed (key borrowed). */
+    void (*changed)(const char *cache_key, void *data);
+    /* Called with a node's name when it vanished (deleted, or gone in a relist). */
+    void (*node_gone)(const char *node, void *data);
+    /* An object that could not be decoded (first time per resourceVersion). */
+    void (*invalid)(const struct ctrl_nsobj *o, const char *msg, void *data);
+    void *data;
+};
+
+void ctrl_nodes_init(struct ctrl_nodes *n);
+void ctrl_nodes_release(struct ctrl_nodes *n);
+/* The cache key of a cache: "ns/name", or "/name" for the cluster kind. */
+int ctrl_cache_key(char *out, size_t n, const char *ns, const char *name);
+/* Upserts a node status object from its raw JSON (borrowed). cluster: 1 for
+ * TritonKernelCacheNodeStatusCluster. Undecodable input keeps the previous
+ * entries and calls invalid(). 0 or -ENOMEM. */
+int ctrl_nodes_upsert(struct ctrl_nodes *n, int cluster, const char *json, size_t len,
+                      uint64_t now_ms);
+/* Removes a node status object (its entries go; caches are notified). */
+void ctrl_nodes_remove(struct ctrl_nodes *n, int cluster, const char *ns, const char *name);
+/* Relists: begin marks, upsert, end removes what was not seen. kind: 0 tkcns,
+ * 1 tkcnsc, 2 nodes. */
+void ctrl_nodes_list_begin(struct ctrl_nodes *n, int kind);
+void ctrl_nodes_list_end(struct ctrl_nodes *n, int kind);
+/* Nodes (name, uid borrowed). */
+int ctrl_nodes_node_upsert(struct ctrl_nodes *n, const char *name, const char *uid);
+void ctrl_nodes_node_remove(struct ctrl_nodes *n, const char *name);
+/* The index of a cache key; create 1 makes one. NULL when absent (or ENOMEM). */
+struct ctrl_cidx *ctrl_nodes_cache(struct ctrl_nodes *n, const char *key, int create);
+/* Drops the index of a cache when it has no entries and no rec. */
+void ctrl_nodes_cache_gc(struct ctrl_nodes *n, struct ctrl_cidx *c);
+
+/* ---- ctrl_agg: status from entries ------------------------------------------- */
+
+/* The verification outcome the aggregation needs. Strings borrowed. */
+struct ctrl_verdict {
+    /* Verified: TRUE, FALSE or UNKNOWN (not known yet: resolving/verifying). */
+    enum tkm_api_cond_status verified;
+    const char *reason;  /* Verified's reason (CamelCase) */
+    const char *message; /* Verified's message */
+    int usable;          /* 1: nodes may use the digest (verified, or Audit/Disabled) */
+    int in_progress;     /* 1: resolving or verifying now */
+    const char *digest;  /* pinned digest, or NULL */
+};
+
+/* The conditions and numbers of one cache. Builds st (owned: release with
+ * tkm_api_cache_status_release) from the cache's entries, the verdict and
+ * the previous conditions (borrowed: their lastTransitionTime is kept when
+ * the status did not change). now: RFC 3339. Returns 0 or -ENOMEM. */
+int ctrl_agg_build(const struct ctrl_cidx *c, const struct ctrl_verdict *v, int64_t generation,
+                   const struct tkm_api_condition *prev, size_t n_prev, const char *now,
+                   struct tkm_api_cache_status *st);
+/* Copies a summary (deep). 0 or -ENOMEM. */
+int ctrl_summary_copy(struct tkm_api_summary *dst, const struct tkm_api_summary *src);
+void ctrl_summary_release(struct tkm_api_summary *s);
+/* The status of a condition type in st, or UNKNOWN when absent (with reason). */
+enum tkm_api_cond_status ctrl_cond_get(const struct tkm_api_condition *c, size_t n,
+                                       const char *type, const char **reason);
+
+/* ---- ctrl_state: SQLite ------------------------------------------------------ */
+
+struct ctrl_state;
+
+struct ctrl_verify_rec {
+    int ok;
+    char reason[64];
+    char message[512];
+    char key_id[64];
+};
+
+/* Opens (creates) <dir>/controller.db. dir NULL: in memory. *out owned:
+ * ctrl_state_close(). */
+int ctrl_state_open(const char *dir, struct ctrl_state **out, struct tkm_err *err);
+void ctrl_state_close(struct ctrl_state *s);
+/* The digest pinned for (uid, image); 1 found, 0 not, < 0 error. */
+int ctrl_state_pin_get(struct ctrl_state *s, const char *uid, const char *image,
+                       char digest[CTRL_DIGEST_MAX]);
+int ctrl_state_pin_put(struct ctrl_state *s, const char *uid, const char *image,
+                       const char *digest);
+/* Verification result for (uid, digest, policy fingerprint). 1/0/<0. */
+int ctrl_state_verify_get(struct ctrl_state *s, const char *uid, const char *digest,
+                          const char *policy_fp, struct ctrl_verify_rec *out);
+int ctrl_state_verify_put(struct ctrl_state *s, const char *uid, const char *digest,
+                          const char *policy_fp, const struct ctrl_verify_rec *r);
+/* The hash of the status last written for uid. 1/0/<0. */
+int ctrl_state_status_get(struct ctrl_state *s, const char *uid, char hash[72]);
+int ctrl_state_status_put(struct ctrl_state *s, const char *uid, const char *hash);
+/* Forgets everything about uid (a cache that is gone). */
+int ctrl_state_forget(struct ctrl_state *s, const char *uid);
+/* Uids known (for pruning caches deleted while down): fn per uid. */
+int ctrl_state_foreach_uid(struct ctrl_state *s, int (*fn)(const char *uid, void *data),
+                           void *data);
+
+/* ---- ctrl_reg: registry work -------------------------------------------------- */
+
+struct ctrl_reg;
+struct tkm_http;
+
+/* The outcome of a registry step. reason is CamelCase ("ImageNotFound",
+ * "RegistryUnreachable", "NoSignature", "KeyMismatch", ...), message a
+ * sentence; retry 1 when trying again later may help. */
+struct ctrl_reg_result {
+    int rc;
+    const char *reason;
+    char message[768];
+    int retry;
+    char digest[CTRL_DIGEST_MAX];
+    char key_id[64];
+    struct tkm_api_summary summary; /* inspect: owned by the result until cb returns */
+    int has_summary;
+};
+typedef void (*ctrl_reg_cb)(const struct ctrl_reg_result *r, void *data);
+
+struct ctrl_reg_opts {
+    uint64_t timeout_ms; /* per registry request */
+};
+int ctrl_reg_new(uv_loop_t *loop, struct tkm_http *http, const struct ctrl_reg_opts *o,
+                 struct ctrl_reg **out, struct tkm_err *err);
+void ctrl_reg_free(struct ctrl_reg *r);
+/* auth_json: docker config bytes for the image's host (copied), or NULL.
+ * If a start fails (< 0) cb is never called; else once, from the loop. The
+ * returned token (optional) cancels with ctrl_reg_cancel (cb: -ECANCELED). */
+struct ctrl_reg_op;
+int ctrl_reg_resolve(struct ctrl_reg *r, const char *image, const void *auth_json, size_t auth_len,
+                     ctrl_reg_cb cb, void *data, struct ctrl_reg_op **op, struct tkm_err *err);
+int ctrl_reg_inspect(struct ctrl_reg *r, const char *image, const char *digest,
+                     const void *auth_json, size_t auth_len, ctrl_reg_cb cb, void *data,
+                     struct ctrl_reg_op **op, struct tkm_err *err);
+/* The signature step: image's repository at digest against pol (borrowed
+ * for the call). The one place that knows how signatures are searched. */
+int ctrl_reg_verify(struct ctrl_reg *r, const char *image, const char *digest,
+                    const struct tkm_sig_policy *pol, const void *auth_json, size_t auth_len,
+                    ctrl_reg_cb cb, void *data, struct ctrl_reg_op **op, struct tkm_err *err);
+void ctrl_reg_cancel(struct ctrl_reg_op *op);
+/* CamelCase reason of a registry failure code (resolve/inspect). */
+const char *ctrl_reg_reason(int rc, int *retry);
+/* Hex sha256 fingerprint of a policy (mode, keys, root, identities). */
+void ctrl_policy_fingerprint(const struct tkm_sig_policy *p, char out[72]);
+
+/* ---- ctrl_rec: the controller ------------------------------------------------- */
+
+struct k8s_informer;
+struct k8s_workqueue;
+struct k8s_recorder;
+struct k8s_lease;
+struct k8s_watch;
+
+struct ctrl_opts {
+    const char *ns;                  /* the controller's namespace (config, cluster Secrets) */
+    uint64_t cleanup_timeout_ms;     /* wait for agents to drop a deleted cache's entries */
+    uint64_t status_min_interval_ms; /* between two status writes of one cache */
+    uint64_t node_gc_grace_ms;       /* a node status younger than this is never collected */
+    unsigned workers;
+};
+
+struct ctrl;
+
+/* Counters kept by the controller, exposed by ctrl_metrics.c (kind 0:
+ * TritonKernelCache, 1: ...Cluster, 2: Node). */
+struct ctrl_metrics {
+    uint64_t reconciles[3], errors[3];
+    uint64_t status_writes, finalizer_writes, registry_ops, verifications, events;
+    uint64_t queue_adds;
+};
+
+/* The Prometheus side (ctrl_metrics.c): histograms observed as things
+ * happen, everything else read at scrape time. NULL-safe. */
+struct ctrl_prom;
+struct tkm_metrics;
+int ctrl_prom_new(struct ctrl *c, struct tkm_metrics *reg, struct ctrl_prom **out,
+                  struct tkm_err *err);
+void ctrl_prom_free(struct ctrl_prom *p);
+void ctrl_prom_reconciled(struct ctrl_prom *p, int kind, double seconds);
+void ctrl_prom_queued(struct ctrl_prom *p, double seconds);
+/* The /readyz check: every informer and watch has synced. */
+int ctrl_ready_check(void *data, char *reason, size_t n);
+
+struct ctrl_wctx {
+    struct ctrl *c;
+    int kind; /* 0 tkcns, 1 tkcnsc, 2 nodes */
+};
+
+struct ctrl {
+    uv_loop_t *loop;
+    struct k8s_client *c;
+    struct ctrl_reg *reg;
+    struct ctrl_state *state;
+    struct k8s_recorder *rec;
+    struct k8s_workqueue *q;
+    struct k8s_informer *inf[3]; /* tkc, tkcc, tkm-config */
+    struct k8s_watch *w[3];      /* tkcns, tkcnsc, nodes */
+    int w_synced[3];
+    struct k8s_lease *lease; /* NULL without --leader-elect */
+    int leading;
+    int stopping;
+    struct ctrl_nodes idx;
+    struct tkm_api_config cfg;
+    char cfg_rv[64];
+    struct ctrl_opts o;
+    struct ctrl_metrics m;
+    struct ctrl_prom *prom; /* NULL: no /metrics */
+    struct ctrl_wctx wctx[3];
+    struct ctrl_map queued_at; /* queue key -> enqueue time (ms, as a pointer-sized int) */
+};
+
+/* Sets up the indexes and queue (informers and watches are started by
+ * ctrl_start). 0 or -errno with err. */
+int ctrl_init(struct ctrl *c, uv_loop_t *loop, struct k8s_client *client, struct ctrl_reg *reg,
+              struct ctrl_state *state, const struct ctrl_opts *o, struct tkm_err *err);
+int ctrl_start(struct ctrl *c, struct tkm_err *err);
+/* 1 once every informer and watch has synced. */
+int ctrl_synced(const struct ctrl *c);
+/* Leadership changed: on 1 every object is enqueued. */
+void ctrl_set_leading(struct ctrl *c, int leading);
+/* Adds a queue key ("c:<cache key>" or "n:<node>"), recording when. */
+void ctrl_enqueue(struct ctrl *c, const char *qkey);
+
+/* Reconcilers (ctrl_rec.c, ctrl_gc.c). */
+void ctrl_reconcile_cache(struct ctrl *c, const char *qkey);
+void ctrl_reconcile_node(struct ctrl *c, const char *qkey);
+/* Per-cache memory (owned by cidx->rec). */
+struct ctrl_cache;
+void ctrl_cache_free(struct ctrl_cache *cc);
+/* The cache object changed: a registry operation in flight for it is
+ * cancelled (its result would be for the old spec). */
+void ctrl_cache_changed(struct ctrl_cache *cc);
+/* The conditions last computed for the cache (Verified, Ready, Progressing,
+ * Degraded), UNKNOWN before the first status. */
+void ctrl_cache_conds(const struct ctrl_cache *cc, enum tkm_api_cond_status out[4]);
+/* Enqueues every node whose Node is gone but whose status objects remain. */
+void ctrl_gc_scan(struct ctrl *c);
+/* Finishes a reconcile of qkey (kind, t0 for metrics). */
+void ctrl_done(struct ctrl *c, const char *qkey, int kind, uint64_t t0, int result,
+               uint64_t after_ms);
+
+#endif

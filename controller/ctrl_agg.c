@@ -1,0 +1,296 @@
+/*
+ * ctrl_agg.c - a cache's status from what its nodes report (pure: no I/O).
+ *
+ * A node's entry counts for the pinned digest only: an entry for another
+ * digest is a node that has not caught up yet (Progressing). Of the entries
+ * at the pinned digest, an error is "failed", a compatible GPU "compatible"
+ * (the node has extracted the cache or can), incompatible GPUs only
+ * "incompatible". Ready = the digest may be used (verified, or the policy
+ * is Audit/Disabled) and at least one node is compatible without error.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <tkm/buf.h>
+
+#include "ctrl-int.h"
+
+enum tkm_api_cond_status ctrl_cond_get(const struct tkm_api_condition *c, size_t n,
+                                       const char *type, const char **reason)
+{
+    for (size_t i = 0; i < n; i++)
+        if (c[i].type && strcmp(c[i].type, type) == 0) {
+            if (reason)
+                *reason = c[i].reason;
+            return c[i].status;
+        }
+    if (reason)
+        *reason = NULL;
+    return TKM_API_COND_UNKNOWN;
+}
+
+int ctrl_summary_copy(struct tkm_api_summary *dst, const struct tkm_api_summary *src)
+{
+    memset(dst, 0, sizeof *dst);
+    dst->entry_count = src->entry_count;
+    dst->cache_size_bytes = src->cache_size_bytes;
+    if (!src->n_targets)
+        return 0;
+    dst->targets = calloc(src->n_targets, sizeof *dst->targets);
+    if (!dst->targets)
+        return -ENOMEM;
+    dst->n_targets = src->n_targets;
+    for (size_t i = 0; i < src->n_targets; i++) {
+        const struct tkm_api_target *s = &src->targets[i];
+        struct tkm_api_target *d = &dst->targets[i];
+        d->warp_size = s->warp_size;
+        if ((s->backend && !(d->backend = strdup(s->backend))) ||
+            (s->arch && !(d->arch = strdup(s->arch))) ||
+            (s->triton_version && !(d->triton_version = strdup(s->triton_version))) ||
+            (s->ptx_version && !(d->ptx_version = strdup(s->ptx_version))))
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+void ctrl_summary_release(struct tkm_api_summary *s)
+{
+    for (size_t i = 0; i < s->n_targets; i++) {
+        free(s->targets[i].backend);
+        free(s->targets[i].arch);
+        free(s->targets[i].triton_version);
+        free(s->targets[i].ptx_version);
+    }
+    free(s->targets);
+    memset(s, 0, sizeof *s);
+}
+
+static const char *why_reason(const struct ctrl_entry *e)
+{
+    return e->why ? e->why : "Unknown";
+}
+
+static const char *why_msg(const struct ctrl_entry *e)
+{
+    return e->why ? e->why + strlen(e->why) + 1 : "";
+}
+
+static int cmp_entry_node(const void *a, const void *b)
+{
+    const struct ctrl_entry *x = *(const struct ctrl_entry *const *)a;
+    const struct ctrl_entry *y = *(const struct ctrl_entry *const *)b;
+    return strcmp(x->obj->node, y->obj->node);
+}
+
+struct tally {
+    int32_t nodes, compatible, incompatible, failed, in_use, pending;
+    struct ctrl_entry **bad; /* failed, then incompatible; sorted by node each */
+    size_t n_bad, n_failed;
+};
+
+static int tally(const struct ctrl_cidx *c, uint64_t pin, struct tally *t)
+{
+    memset(t, 0, sizeof *t);
+    t->bad = c->n ? calloc(c->n, sizeof *t->bad) : NULL;
+    if (c->n && !t->bad)
+        return -ENOMEM;
+    for (size_t i = 0; i < c->n; i++) {
+        const struct ctrl_entry *e = c->entries[i];
+        t->nodes++;
+        if (e->n_pods)
+            t->in_use++;
+        if (!pin || e->digest != pin)
+            t->pending++;
+        else if (e->flags & CTRL_E_ERROR)
+            t->failed++, t->bad[t->n_failed++] = c->entries[i];
+        else if (e->n_compat)
+            t->compatible++;
+        else if (e->n_incompat)
+            t->incompatible++;
+        else
+            t->pending++;
+    }
+    t->n_bad = t->n_failed;
+    for (size_t i = 0; i < c->n; i++) {
+        const struct ctrl_entry *e = c->entries[i];
+        if (pin && e->digest == pin && !(e->flags & CTRL_E_ERROR) && !e->n_compat && e->n_incompat)
+            t->bad[t->n_bad++] = c->entries[i];
+    }
+    if (!t->n_bad)
+        return 0;
+    qsort(t->bad, t->n_failed, sizeof *t->bad, cmp_entry_node);
+    qsort(t->bad + t->n_failed, t->n_bad - t->n_failed, sizeof *t->bad, cmp_entry_node);
+    return 0;
+}
+
+/* Appends "node: Reason: message; ..." for list[0..n) (at most 3, then "and N more"). */
+static void list_nodes(struct tkm_buf *b, struct ctrl_entry *const *list, size_t n)
+{
+    for (size_t i = 0; i < n && i < 3; i++)
+        tkm_buf_printf(b, "%s%s: %s%s%.160s", i ? "; " : "", list[i]->obj->node,
+                       why_reason(list[i]), *why_msg(list[i]) ? ": " : "", why_msg(list[i]));
+    if (n > 3)
+        tkm_buf_printf(b, "; and %zu more", n - 3);
+}
+
+static int set_cond(struct tkm_api_condition *c, const char *type, enum tkm_api_cond_status s,
+                    const char *reason, const char *msg, int64_t gen,
+                    const struct tkm_api_condition *prev, size_t n_prev, const char *now)
+{
+    const char *ltt = now;
+    for (size_t i = 0; i < n_prev; i++)
+        if (prev[i].type && strcmp(prev[i].type, type) == 0 && prev[i].status == s &&
+            prev[i].last_transition_time)
+            ltt = prev[i].last_transition_time;
+    c->type = strdup(type);
+    c->status = s;
+    c->observed_generation = gen;
+    c->last_transition_time = strdup(ltt);
+    c->reason = strdup(reason);
+    c->message = strdup(msg ? msg : "");
+    return c->type && c->last_transition_time && c->reason && c->message ? 0 : -ENOMEM;
+}
+
+static int failed_nodes(struct tkm_api_cache_status *st, const struct tally *t)
+{
+    size_t n = t->n_bad < CTRL_MAX_FAILED ? t->n_bad : CTRL_MAX_FAILED;
+    if (!n)
+        return 0;
+    st->failed_nodes = calloc(n, sizeof *st->failed_nodes);
+    if (!st->failed_nodes)
+        return -ENOMEM;
+    st->n_failed_nodes = n;
+    for (size_t i = 0; i < n; i++) {
+        struct tkm_api_failed_node *f = &st->failed_nodes[i];
+        f->node = strdup(t->bad[i]->obj->node);
+        f->reason = strdup(why_reason(t->bad[i]));
+        f->message = strdup(why_msg(t->bad[i]));
+        if (!f->node || !f->reason || !f->message)
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+static int ready_cond(struct tkm_api_condition *c, const struct ctrl_verdict *v,
+                      const struct tally *t, int64_t gen, const struct tkm_api_condition *prev,
+                      size_t n_prev, const char *now, struct tkm_buf *m)
+{
+    enum tkm_api_cond_status s = TKM_API_COND_FALSE;
+    const char *reason;
+    tkm_buf_reset(m);
+    if (!v->usable) {
+        reason = v->in_progress ? v->reason : "NotVerified";
+        tkm_buf_printf(m, "%s: %s", v->reason, v->message);
+    } else if (t->compatible > 0) {
+        s = TKM_API_COND_TRUE;
+        reason = "CompatibleNodes";
+        tkm_buf_printf(m, "usable on %d of %d nodes", t->compatible, t->nodes);
+        if (t->incompatible) {
+            tkm_buf_printf(m, "; %d incompatible (", t->incompatible);
+            list_nodes(m, t->bad + t->n_failed, t->n_bad - t->n_failed);
+            tkm_buf_puts(m, ")");
+        }
+        if (t->failed) {
+            tkm_buf_printf(m, "; %d failed (", t->failed);
+            list_nodes(m, t->bad, t->n_failed);
+            tkm_buf_puts(m, ")");
+        }
+        if (t->pending)
+            tkm_buf_printf(m, "; %d not reported yet", t->pending);
+    } else if (t->nodes == 0) {
+        reason = "NoNodeReports";
+        tkm_buf_puts(m, "no node has reported this cache yet");
+    } else if (t->incompatible && !t->failed && !t->pending) {
+        reason = "NoCompatibleNode";
+        tkm_buf_printf(m, "none of %d nodes has a compatible GPU: ", t->nodes);
+        list_nodes(m, t->bad + t->n_failed, t->n_bad - t->n_failed);
+    } else if (t->failed && !t->pending) {
+        reason = "NodesFailed";
+        tkm_buf_printf(m, "no node can use it: %d failed (", t->failed);
+        list_nodes(m, t->bad, t->n_failed);
+        tkm_buf_puts(m, ")");
+        if (t->incompatible) {
+            tkm_buf_printf(m, "; %d incompatible (", t->incompatible);
+            list_nodes(m, t->bad + t->n_failed, t->n_bad - t->n_failed);
+            tkm_buf_puts(m, ")");
+        }
+    } else {
+        reason = "WaitingForNodes";
+        tkm_buf_printf(m, "%d of %d nodes have not reported the pinned digest yet", t->pending,
+                       t->nodes);
+        if (t->n_bad) {
+            tkm_buf_puts(m, "; ");
+            list_nodes(m, t->bad, t->n_bad);
+        }
+    }
+    if (t->n_bad > CTRL_MAX_FAILED)
+        tkm_buf_printf(m, " (failedNodes lists %d, and %zu more)", CTRL_MAX_FAILED,
+                       t->n_bad - CTRL_MAX_FAILED);
+    return set_cond(c, "Ready", s, reason, m->data ? m->data : "", gen, prev, n_prev, now);
+}
+
+int ctrl_agg_build(const struct ctrl_cidx *c, const struct ctrl_verdict *v, int64_t gen,
+                   const struct tkm_api_condition *prev, size_t n_prev, const char *now,
+                   struct tkm_api_cache_status *st)
+{
+    struct tally t;
+    struct tkm_buf m = TKM_BUF_INIT(1200);
+    int rc;
+    static const struct ctrl_cidx empty = {0};
+    if ((rc = tally(c ? c : &empty, ctrl_digest_id(v->digest), &t)) < 0)
+        return rc;
+    st->observed_generation = gen;
+    st->has_counts = 1;
+    st->counts = (struct tkm_api_counts){.nodes = t.nodes,
+                                         .compatible = t.compatible,
+                                         .incompatible = t.incompatible,
+                                         .failed = t.failed,
+                                         .in_use = t.in_use};
+    if ((rc = failed_nodes(st, &t)) < 0)
+        goto out;
+    st->conditions = calloc(4, sizeof *st->conditions);
+    rc = -ENOMEM;
+    if (!st->conditions)
+        goto out;
+    st->n_conditions = 4;
+    if ((rc = set_cond(&st->conditions[0], "Verified", v->verified, v->reason, v->message, gen,
+                       prev, n_prev, now)) < 0)
+        goto out;
+    if ((rc = ready_cond(&st->conditions[1], v, &t, gen, prev, n_prev, now, &m)) < 0)
+        goto out;
+    tkm_buf_reset(&m);
+    if (v->in_progress)
+        tkm_buf_printf(&m, "%s", v->message);
+    else if (t.pending)
+        tkm_buf_printf(&m, "%d of %d nodes have not reported the pinned digest yet", t.pending,
+                       t.nodes);
+    else
+        tkm_buf_printf(&m, "every node that reports this cache is at the pinned digest");
+    rc = set_cond(&st->conditions[2], "Progressing",
+                  v->in_progress || t.pending ? TKM_API_COND_TRUE : TKM_API_COND_FALSE,
+                  v->in_progress ? v->reason
+                  : t.pending    ? "RollingOut"
+                                 : "Complete",
+                  m.data ? m.data : "", gen, prev, n_prev, now);
+    if (rc < 0)
+        goto out;
+    tkm_buf_reset(&m);
+    if (t.failed) {
+        tkm_buf_printf(&m, "%d node%s report%s errors: ", t.failed, t.failed == 1 ? "" : "s",
+                       t.failed == 1 ? "s" : "");
+        list_nodes(&m, t.bad, t.n_failed);
+        if (t.n_bad > CTRL_MAX_FAILED)
+            tkm_buf_printf(&m, " (failedNodes lists %d, and %zu more)", CTRL_MAX_FAILED,
+                           t.n_bad - CTRL_MAX_FAILED);
+    } else {
+        tkm_buf_puts(&m, "no node reports an error");
+    }
+    rc = set_cond(&st->conditions[3], "Degraded", t.failed ? TKM_API_COND_TRUE : TKM_API_COND_FALSE,
+                  t.failed ? "NodeErrors" : "AsExpected", m.data ? m.data : "", gen, prev, n_prev,
+                  now);
+out:
+    free(t.bad);
+    tkm_buf_release(&m);
+    return rc;
+}

@@ -1,0 +1,980 @@
+/*
+ * ctrl_rec.c - the cache reconciler.
+ *
+ * One queue key per cache ("c:ns/name", "c:/name" for the cluster kind). A
+ * reconcile is a chain of steps; each step either finds its result in
+ * memory (struct ctrl_cache) or SQLite, or starts ONE asynchronous operation
+ * whose callback runs the chain again from the top with the current object
+ * from the informer. The key stays "processing" meanwhile, so a cache is
+ * never worked on twice at once, and an edit made during a step is seen by
+ * the next one (a result computed for an old spec is kept only under the
+ * inputs it was computed for).
+ *
+ *   finalizer -> credentials -> pin (resolve) -> re-resolve annotation ->
+ *   verify (policy, SQLite, registry) -> summary (inspect) -> status
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <tkm/log.h>
+#include <tkm/oci/digest.h>
+#include <tkm/oci/ref.h>
+#include <tkm/api/policy.h>
+#include <k8s/events.h>
+#include <k8s/informer.h>
+#include <k8s/workqueue.h>
+
+#include "ctrl-int.h"
+
+struct fail {
+    int rc;
+    char reason[48];
+    char msg[768];
+    uint64_t retry_at;
+    unsigned n;
+};
+
+struct pending_event {
+    const char *type, *reason;
+    char msg[600];
+};
+
+struct ctrl_cache {
+    struct ctrl *c;
+    struct ctrl_cidx *cidx;
+    char qkey[600];
+    int cluster;
+    uint64_t t0;
+    char uid[80];
+    char name[256], ns[128];
+    /* credentials from imagePullSecrets */
+    char *auth;
+    size_t auth_len;
+    int64_t creds_gen;
+    /* the pin */
+    char *pin_image;
+    char pin[CTRL_DIGEST_MAX];
+    char *want_image;
+    struct fail pin_f;
+    int rr_state; /* 0 none, 1 re-resolved (annotation to remove), 2 removed */
+    /* verification */
+    char ver_key[256], want_key[256];
+    int ver_done, ver_usable, ver_mode;
+    enum tkm_api_cond_status ver_status;
+    char ver_reason[48];
+    char ver_msg[768];
+    char key_id[64];
+    int ver_retry;
+    uint64_t ver_retry_at;
+    unsigned ver_n;
+    char policy_fp[72];
+    char pol_desc[256];
+    /* summary */
+    char sum_digest[CTRL_DIGEST_MAX];
+    struct tkm_api_summary sum;
+    int has_sum;
+    uint64_t sum_retry_at;
+    /* status */
+    char written_hash[72];
+    char prewrite_hash[72]; /* the informer's status when we wrote: it has not caught up while equal
+                             */
+    enum tkm_api_cond_status
+        conds[4]; /* Verified, Ready, Progressing, Degraded, as last computed */
+    uint64_t written_at;
+    char new_hash[72];
+    struct pending_event ev[3];
+    int n_ev;
+    unsigned patches;
+    struct ctrl_reg_op *op; /* the registry operation in flight, or NULL */
+};
+
+/* The object as a step sees it. */
+struct view {
+    json_t *j;
+    struct tkm_api_cache cache;
+    const char *deletion_ts;
+    int has_fin;
+    const char *rr;
+};
+
+static void step(struct ctrl_cache *cc);
+
+static const struct k8s_resource *res_of(const struct ctrl_cache *cc)
+{
+    return cc->cluster ? &tkm_api_res_tkcc : &tkm_api_res_tkc;
+}
+
+static const char *kind_of(const struct ctrl_cache *cc)
+{
+    return cc->cluster ? "TritonKernelCacheCluster" : "TritonKernelCache";
+}
+
+static uint64_t backoff_ms(unsigned n, int retry)
+{
+    if (!retry)
+        return 300000;
+    uint64_t d = 1000ULL << (n < 9 ? n : 9);
+    return d > 300000 ? 300000 : d;
+}
+
+void ctrl_cache_free(struct ctrl_cache *cc)
+{
+    if (!cc)
+        return;
+    free(cc->auth);
+    free(cc->pin_image);
+    free(cc->want_image);
+    ctrl_summary_release(&cc->sum);
+    free(cc);
+}
+
+static void cache_reset(struct ctrl_cache *cc)
+{
+    struct ctrl *c = cc->c;
+    struct ctrl_cidx *x = cc->cidx;
+    char qkey[sizeof cc->qkey];
+    int cluster = cc->cluster;
+    memcpy(qkey, cc->qkey, sizeof qkey);
+    free(cc->auth);
+    free(cc->pin_image);
+    free(cc->want_image);
+    ctrl_summary_release(&cc->sum);
+    memset(cc, 0, sizeof *cc);
+    cc->c = c;
+    cc->cidx = x;
+    cc->cluster = cluster;
+    cc->creds_gen = -1;
+    memcpy(cc->qkey, qkey, sizeof qkey);
+}
+
+static void finish(struct ctrl_cache *cc, int result, uint64_t after_ms)
+{
+    ctrl_done(cc->c, cc->qkey, cc->cluster, cc->t0, result, after_ms);
+}
+
+static void fail_set(struct fail *f, int rc, const char *reason, const char *msg, int retry,
+                     uint64_t now)
+{
+    f->rc = rc;
+    snprintf(f->reason, sizeof f->reason, "%s", reason);
+    snprintf(f->msg, sizeof f->msg, "%s", msg);
+    f->retry_at = now + backoff_ms(f->n, retry);
+    f->n++;
+}
+
+static void event(struct ctrl_cache *cc, const char *type, const char *reason, const char *msg)
+{
+    struct k8s_object_ref ref = {.api_version = TKM_API_GROUP_VERSION,
+                                 .kind = kind_of(cc),
+                                 .namespace = cc->cluster ? NULL : cc->ns,
+                                 .name = cc->name,
+                                 .uid = cc->uid};
+    if (!cc->c->rec)
+        return;
+    cc->c->m.events++;
+    k8s_event_emit(cc->c->rec, &ref, type, reason, "%s", msg);
+}
+
+/* ---- the view ------------------------------------------------------------------- */
+
+static int has_finalizer(const json_t *md)
+{
+    size_t i;
+    json_t *f;
+    json_array_foreach(json_object_get(md, "finalizers"), i, f)
+    {
+        if (json_is_string(f) && strcmp(json_string_value(f), CTRL_FINALIZER) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static int view_load(struct ctrl_cache *cc, struct view *v, struct tkm_err *err)
+{
+    struct ctrl *c = cc->c;
+    const char *key = cc->qkey + 2 + (cc->cluster ? 1 : 0);
+    const struct k8s_obj *o = k8s_informer_get_key(c->inf[cc->cluster], key);
+    memset(v, 0, sizeof *v);
+    if (!o)
+        return -ENOENT;
+    int rc = tkm_api_cache_decode(o->json, o->json_len, &v->cache, err);
+    if (rc < 0) {
+        snprintf(cc->name, sizeof cc->name, "%s", o->name);
+        snprintf(cc->ns, sizeof cc->ns, "%s", o->ns);
+        snprintf(cc->uid, sizeof cc->uid, "%s", o->uid);
+        return rc;
+    }
+    if ((rc = k8s_obj_parse(o, &v->j, err)) < 0)
+        return rc;
+    json_t *md = json_object_get(v->j, "metadata");
+    v->deletion_ts = json_string_value(json_object_get(md, "deletionTimestamp"));
+    v->has_fin = has_finalizer(md);
+    v->rr =
+        json_string_value(json_object_get(json_object_get(md, "annotations"), CTRL_ANN_RERESOLVE));
+    return 0;
+}
+
+static void view_release(struct view *v)
+{
+    json_decref(v->j);
+    tkm_api_cache_release(&v->cache);
+}
+
+/* ---- finalizer -------------------------------------------------------------------- */
+
+static void fin_done(int rc, json_t *obj, const struct k8s_status *st, void *data)
+{
+    (void)obj;
+    struct ctrl_cache *cc = data;
+    char line[512];
+    if (rc < 0) {
+        tkm_warn("controller: %s: finalizer: %s", cc->qkey, k8s_status_str(st, line, sizeof line));
+        cc->c->m.errors[cc->cluster]++;
+        finish(cc, rc == -ENOENT ? K8S_WQ_OK : K8S_WQ_RETRY, 0);
+        return;
+    }
+    if (!cc->c->stopping && cc->patches == 1) { /* removed: the cache is gone for us */
+        ctrl_state_forget(cc->c->state, cc->uid);
+        finish(cc, K8S_WQ_OK, 0);
+        return;
+    }
+    finish(cc, K8S_WQ_OK, 0); /* the update event runs the next round */
+}
+
+/* Applies metadata.finalizers = [ours] (add 1) or no finalizers (add 0: SSA
+ * then drops the one this manager owns). */
+static int finalizer_apply(struct ctrl_cache *cc, int add)
+{
+    json_t *md = json_pack("{s:s}", "name", cc->name);
+    json_t *body = json_pack("{s:s, s:s, s:o}", "apiVersion", TKM_API_GROUP_VERSION, "kind",
+                             kind_of(cc), "metadata", md);
+    struct k8s_apply_opts ao = {.field_manager = CTRL_FIELD_MANAGER, .force = 1};
+    int rc = -ENOMEM;
+    if (!body)
+        goto out;
+    if (!cc->cluster)
+        json_object_set_new(md, "namespace", json_string(cc->ns));
+    if (add)
+        json_object_set_new(md, "finalizers", json_pack("[s]", CTRL_FINALIZER));
+    cc->patches = add ? 0 : 1;
+    cc->c->m.finalizer_writes++;
+    rc =
+        k8s_apply_async(cc->c->c, res_of(cc), cc->cluster ? NULL : cc->ns, body, &ao, fin_done, cc);
+out:
+    json_decref(body);
+    return rc;
+}
+
+/* ---- cleanup of a deleted cache ---------------------------------------------------- */
+
+static void entry_patch_done(int rc, json_t *obj, const struct k8s_status *st, void *data)
+{
+    (void)obj;
+    struct ctrl_cache *cc = data;
+    char line[512];
+    if (rc < 0 && rc != -ENOENT && rc != -EINVAL)
+        tkm_warn("controller: %s: removing a node's entry: %s", cc->qkey,
+                 k8s_status_str(st, line, sizeof line));
+    if (--cc->patches == 0)
+        finish(cc, K8S_WQ_OK, 2000);
+}
+
+static int entry_remove(struct ctrl_cache *cc, const struct ctrl_nsobj *o)
+{
+    char path[400];
+    snprintf(path, sizeof path, "/status/caches/%s", cc->name);
+    json_t *patch = json_pack("[{s:s, s:s}]", "op", "remove", "path", path);
+    struct k8s_patch_opts po = {.type = K8S_PATCH_JSON, .subresource = "status"};
+    int rc =
+        patch
+            ? k8s_patch_async(cc->c->c, o->cluster ? &tkm_api_res_tkcnsc : &tkm_api_res_tkcns,
+                              o->cluster ? NULL : o->ns, o->node, patch, &po, entry_patch_done, cc)
+            : -ENOMEM;
+    json_decref(patch);
+    if (rc == 0)
+        tkm_info("controller: %s: removing the entry of node %s (its agent did not)", cc->qkey,
+                 o->node);
+    return rc;
+}
+
+static time_t parse_ts(const char *s)
+{
+    struct tm tm = {0};
+    if (!s || !strptime(s, "%Y-%m-%dT%H:%M:%S", &tm))
+        return 0;
+    return timegm(&tm);
+}
+
+static void cleanup(struct ctrl_cache *cc, const struct view *v)
+{
+    struct ctrl *c = cc->c;
+    struct ctrl_cidx *x = cc->cidx;
+    if (!v->has_fin) {
+        finish(cc, K8S_WQ_OK, 0);
+        return;
+    }
+    if (x->n == 0) {
+        if (finalizer_apply(cc, 0) < 0)
+            finish(cc, K8S_WQ_RETRY, 0);
+        return;
+    }
+    time_t deadline = parse_ts(v->deletion_ts) + (time_t)(c->o.cleanup_timeout_ms / 1000);
+    time_t now = time(NULL);
+    int expired = now >= deadline;
+    cc->patches = 0;
+    for (size_t i = 0; i < x->n; i++) {
+        const struct ctrl_nsobj *o = x->entries[i]->obj;
+        int node_gone = c->w_synced[2] && !ctrl_map_get(&c->idx.nodes, o->node);
+        if ((expired || node_gone) && entry_remove(cc, o) == 0)
+            cc->patches++;
+    }
+    if (cc->patches)
+        return; /* entry_patch_done finishes */
+    uint64_t left = expired ? 5000 : (uint64_t)(deadline - now) * 1000 + 100;
+    tkm_dbg("controller: %s: waiting for %zu node(s) to drop their entries", cc->qkey, x->n);
+    finish(cc, K8S_WQ_OK, left < 5000 ? left : 5000);
+}
+
+/* ---- credentials ------------------------------------------------------------------- */
+
+static void creds_done(int rc, const struct tkm_oci_creds *cr, const char *reason,
+                       const struct tkm_err *err, void *data)
+{
+    struct ctrl_cache *cc = data;
+    uint64_t now = uv_now(cc->c->loop);
+    free(cc->auth);
+    cc->auth = NULL;
+    cc->auth_len = 0;
+    if (rc == -ECANCELED) {
+        finish(cc, K8S_WQ_OK, 0);
+        return;
+    }
+    if (rc < 0) {
+        fail_set(&cc->pin_f, rc, reason ? reason : "SecretNotFound", tkm_err_str(err),
+                 rc == -EAGAIN || (reason && strcmp(reason, "APIUnavailable") == 0), now);
+    } else if (cr && (cr->username[0] || cr->identity_token[0])) {
+        struct tkm_oci_ref ref;
+        json_t *a = NULL;
+        if (cc->want_image && tkm_oci_ref_parse(&ref, cc->want_image, NULL) == 0) {
+            a = json_pack("{s:{s:{s:s, s:s, s:s}}}", "auths", ref.host, "username", cr->username,
+                          "password", cr->password, "identitytoken", cr->identity_token);
+            cc->auth = a ? json_dumps(a, JSON_COMPACT) : NULL;
+            cc->auth_len = cc->auth ? strlen(cc->auth) : 0;
+        }
+        json_decref(a);
+    }
+    step(cc);
+}
+
+/* 1: started (the callback continues), 0: nothing to do. */
+static int creds_step(struct ctrl_cache *cc, const struct view *v)
+{
+    const struct tkm_api_cache *k = &v->cache;
+    struct tkm_oci_ref ref;
+    struct tkm_err err = {0};
+    if (cc->creds_gen == k->meta.generation)
+        return 0;
+    cc->creds_gen = k->meta.generation;
+    free(cc->auth);
+    cc->auth = NULL;
+    cc->auth_len = 0;
+    if (!k->spec.n_image_pull_secrets || tkm_oci_ref_parse(&ref, k->spec.cache_image, NULL) < 0)
+        return 0;
+    free(cc->want_image);
+    cc->want_image = strdup(k->spec.cache_image);
+    if (tkm_api_pull_creds_resolve(cc->c->c, k, cc->c->o.ns, ref.host, creds_done, cc, &err) < 0) {
+        fail_set(&cc->pin_f, err.code, "InvalidPolicy", tkm_err_str(&err), 0, uv_now(cc->c->loop));
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- the pin ------------------------------------------------------------------------ */
+
+static void pin_set(struct ctrl_cache *cc, const char *image, const char *digest)
+{
+    if (!cc->pin_image || strcmp(cc->pin_image, image) != 0) {
+        free(cc->pin_image);
+        cc->pin_image = strdup(image);
+    }
+    if (strcmp(cc->pin, digest) != 0 || cc->pin_f.rc) {
+        snprintf(cc->pin, sizeof cc->pin, "%s", digest);
+        ctrl_state_pin_put(cc->c->state, cc->uid, image, digest);
+    }
+    memset(&cc->pin_f, 0, sizeof cc->pin_f);
+}
+
+static void resolve_done(const struct ctrl_reg_result *r, void *data)
+{
+    struct ctrl_cache *cc = data;
+    cc->op = NULL;
+    uint64_t now = uv_now(cc->c->loop);
+    if (r->rc == -ECANCELED) {
+        finish(cc, K8S_WQ_OK, 0);
+        return;
+    }
+    if (r->rc < 0) {
+        tkm_warn("controller: %s: resolving %s: %s", cc->qkey, cc->want_image, r->message);
+        fail_set(&cc->pin_f, r->rc, r->reason, r->message, r->retry, now);
+        if (cc->pin[0])
+            event(cc, "Warning", "ResolveFailed", r->message);
+    } else {
+        tkm_info("controller: %s: %s pinned to %s", cc->qkey, cc->want_image, r->digest);
+        if (cc->pin[0] && strcmp(cc->pin, r->digest) != 0) {
+            char m[400];
+            snprintf(m, sizeof m, "%s re-resolved: %s (was %s)", cc->want_image, r->digest,
+                     cc->pin);
+            event(cc, "Normal", "Repinned", m);
+        }
+        pin_set(cc, cc->want_image, r->digest);
+        if (cc->rr_state == 0)
+            cc->rr_state = 1;
+    }
+    step(cc);
+}
+
+static int pin_step(struct ctrl_cache *cc, const struct view *v)
+{
+    const struct tkm_api_cache *k = &v->cache;
+    const char *image = k->spec.cache_image;
+    struct tkm_oci_ref ref;
+    struct tkm_err err = {0};
+    char d[CTRL_DIGEST_MAX];
+    uint64_t now = uv_now(cc->c->loop);
+    int same = cc->pin_image && strcmp(cc->pin_image, image) == 0 && cc->pin[0];
+    int rr = v->rr && cc->rr_state == 0;
+    if (tkm_oci_ref_parse(&ref, image, &err) < 0) {
+        fail_set(&cc->pin_f, err.code, "InvalidImage", tkm_err_str(&err), 0, now);
+        return 0;
+    }
+    if (ref.digest[0]) { /* a digest in the spec is taken as is */
+        pin_set(cc, image, ref.digest);
+        if (v->rr && cc->rr_state == 0)
+            cc->rr_state = 1;
+        return 0;
+    }
+    if (same && !rr)
+        return 0;
+    if (!same && !rr && ctrl_state_pin_get(cc->c->state, cc->uid, image, d) == 1) {
+        pin_set(cc, image, d);
+        return 0;
+    }
+    if (!same && !rr && !cc->pin_image && k->status.resolved_digest &&
+        k->status.observed_generation == k->meta.generation) {
+        pin_set(cc, image, k->status.resolved_digest); /* pinned by an earlier run */
+        return 0;
+    }
+    if (cc->pin_f.rc && now < cc->pin_f.retry_at)
+        return 0;
+    free(cc->want_image);
+    cc->want_image = strdup(image);
+    cc->c->m.registry_ops++;
+    tkm_dbg("controller: %s: resolving %s", cc->qkey, image);
+    if (!cc->want_image || ctrl_reg_resolve(cc->c->reg, image, cc->auth, cc->auth_len, resolve_done,
+                                            cc, &cc->op, &err) < 0) {
+        fail_set(&cc->pin_f, err.code ? err.code : -ENOMEM, "InvalidImage", tkm_err_str(&err), 0,
+                 now);
+        return 0;
+    }
+    return 1;
+}
+
+static void rr_done(int rc, json_t *obj, const struct k8s_status *st, void *data)
+{
+    (void)obj;
+    struct ctrl_cache *cc = data;
+    char line[512];
+    if (rc < 0 && rc != -EINVAL && rc != -ENOENT)
+        tkm_warn("controller: %s: removing %s: %s", cc->qkey, CTRL_ANN_RERESOLVE,
+                 k8s_status_str(st, line, sizeof line));
+    cc->rr_state = 2;
+    step(cc);
+}
+
+/* The annotation tkm.io/re-resolve, once acted upon, is removed (only if it
+ * still holds the value seen: a JSON patch test). */
+static int rr_step(struct ctrl_cache *cc, const struct view *v)
+{
+    if (!v->rr) {
+        cc->rr_state = 0;
+        return 0;
+    }
+    if (cc->rr_state != 1)
+        return 0;
+    json_t *p = json_pack("[{s:s, s:s, s:s}, {s:s, s:s}]", "op", "test", "path",
+                          "/metadata/annotations/tkm.io~1re-resolve", "value", v->rr, "op",
+                          "remove", "path", "/metadata/annotations/tkm.io~1re-resolve");
+    struct k8s_patch_opts po = {.type = K8S_PATCH_JSON};
+    int rc = p ? k8s_patch_async(cc->c->c, res_of(cc), cc->cluster ? NULL : cc->ns, cc->name, p,
+                                 &po, rr_done, cc)
+               : -ENOMEM;
+    json_decref(p);
+    if (rc < 0) {
+        cc->rr_state = 2;
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- verification -------------------------------------------------------------------- */
+
+static void ver_set(struct ctrl_cache *cc, int ok, const char *reason, const char *msg, int retry)
+{
+    uint64_t now = uv_now(cc->c->loop);
+    snprintf(cc->ver_key, sizeof cc->ver_key, "%s", cc->want_key);
+    cc->ver_done = 1;
+    cc->ver_status = ok ? TKM_API_COND_TRUE : TKM_API_COND_FALSE;
+    cc->ver_usable =
+        ok || cc->ver_mode == TKM_SIG_MODE_AUDIT || cc->ver_mode == TKM_SIG_MODE_DISABLED;
+    snprintf(cc->ver_reason, sizeof cc->ver_reason, "%s", reason);
+    snprintf(cc->ver_msg, sizeof cc->ver_msg, "%s", msg);
+    cc->ver_retry = !ok && retry;
+    if (ok) {
+        cc->ver_n = 0;
+    } else {
+        cc->ver_retry_at = now + backoff_ms(cc->ver_n, 1);
+        cc->ver_n++;
+    }
+}
+
+static void verify_done(const struct ctrl_reg_result *r, void *data)
+{
+    struct ctrl_cache *cc = data;
+    cc->op = NULL;
+    struct ctrl_verify_rec rec = {.ok = r->rc == 0};
+    char msg[1100];
+    if (r->rc == -ECANCELED) {
+        finish(cc, K8S_WQ_OK, 0);
+        return;
+    }
+    cc->c->m.verifications++;
+    tkm_dbg("controller: %s: signature check of %s: rc %d %s", cc->qkey, cc->pin, r->rc,
+            r->rc ? r->reason : "ok");
+    if (r->rc == 0) {
+        snprintf(msg, sizeof msg, "%s verified with key %s (%s); %s", cc->pin, r->key_id,
+                 cc->pol_desc, r->message);
+        snprintf(cc->key_id, sizeof cc->key_id, "%s", r->key_id);
+        ver_set(cc, 1, "SignatureVerified", msg, 0);
+    } else {
+        snprintf(msg, sizeof msg, "%s%s (policy: %s)", r->message,
+                 cc->ver_mode == TKM_SIG_MODE_AUDIT ? "; Audit mode: nodes may use it anyway" : "",
+                 cc->pol_desc);
+        ver_set(cc, 0, r->reason, msg, r->retry);
+    }
+    if (!r->retry || r->rc == 0) {
+        rec.ok = r->rc == 0;
+        snprintf(rec.reason, sizeof rec.reason, "%s", cc->ver_reason);
+        snprintf(rec.message, sizeof rec.message, "%s", cc->ver_msg);
+        snprintf(rec.key_id, sizeof rec.key_id, "%s", cc->key_id);
+        ctrl_state_verify_put(cc->c->state, cc->uid, cc->pin, cc->policy_fp, &rec);
+    }
+    step(cc);
+}
+
+static void policy_done(int rc, struct tkm_api_policy *pol, const char *reason,
+                        const struct tkm_err *err, void *data)
+{
+    struct ctrl_cache *cc = data;
+    struct ctrl_verify_rec rec;
+    struct tkm_err e2 = {0};
+    char msg[900];
+    if (rc == -ECANCELED) {
+        finish(cc, K8S_WQ_OK, 0);
+        return;
+    }
+    tkm_dbg("controller: %s: effective policy: rc %d %s", cc->qkey, rc,
+            rc ? reason : pol->describe);
+    if (rc < 0) {
+        cc->ver_mode = TKM_SIG_MODE_ENFORCE;
+        ver_set(cc, 0, reason ? reason : "InvalidPolicy", tkm_err_str(err), 1);
+        step(cc);
+        return;
+    }
+    cc->ver_mode = (int)pol->pol.mode;
+    snprintf(cc->pol_desc, sizeof cc->pol_desc, "%s", pol->describe);
+    if (pol->pol.mode == TKM_SIG_MODE_DISABLED) {
+        snprintf(msg, sizeof msg, "signature checks are disabled by %s", pol->describe);
+        ver_set(cc, 0, "VerificationDisabled", msg, 0);
+        goto next;
+    }
+    ctrl_policy_fingerprint(&pol->pol, cc->policy_fp);
+    if (ctrl_state_verify_get(cc->c->state, cc->uid, cc->pin, cc->policy_fp, &rec) == 1) {
+        tkm_dbg("controller: %s: verification of %s known from the state", cc->qkey, cc->pin);
+        snprintf(cc->key_id, sizeof cc->key_id, "%s", rec.key_id);
+        ver_set(cc, rec.ok, rec.reason, rec.message, 1);
+        goto next;
+    }
+    cc->c->m.registry_ops++;
+    tkm_dbg("controller: %s: searching the signature of %s", cc->qkey, cc->pin);
+    if (ctrl_reg_verify(cc->c->reg, cc->pin_image, cc->pin, &pol->pol, cc->auth, cc->auth_len,
+                        verify_done, cc, &cc->op, &e2) < 0) {
+        ver_set(cc, 0, e2.code == -EINVAL ? "InvalidPolicy" : "VerificationError", tkm_err_str(&e2),
+                1);
+        goto next;
+    }
+    tkm_api_policy_free(pol);
+    return;
+next:
+    tkm_api_policy_free(pol);
+    step(cc);
+}
+
+static int verify_step(struct ctrl_cache *cc, const struct view *v)
+{
+    struct tkm_err err = {0};
+    uint64_t now = uv_now(cc->c->loop);
+    if (!cc->pin[0] || strcmp(cc->pin_image, v->cache.spec.cache_image) != 0)
+        return 0;
+    snprintf(cc->want_key, sizeof cc->want_key, "%s|%lld|%s", cc->pin,
+             (long long)v->cache.meta.generation, cc->c->cfg_rv);
+    if (cc->ver_done && strcmp(cc->ver_key, cc->want_key) == 0 &&
+        !(cc->ver_retry && now >= cc->ver_retry_at))
+        return 0;
+    if (tkm_api_policy_resolve(cc->c->c, &v->cache, &cc->c->cfg, cc->c->o.ns, policy_done, cc,
+                               &err) < 0) {
+        ver_set(cc, 0, "InvalidPolicy", tkm_err_str(&err), 1);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- summary ------------------------------------------------------------------------- */
+
+static void inspect_done(const struct ctrl_reg_result *r, void *data)
+{
+    struct ctrl_cache *cc = data;
+    cc->op = NULL;
+    if (r->rc == -ECANCELED) {
+        finish(cc, K8S_WQ_OK, 0);
+        return;
+    }
+    ctrl_summary_release(&cc->sum);
+    cc->has_sum = 0;
+    if (r->rc == 0 && r->has_summary) {
+        cc->sum = r->summary;
+        memset((void *)&r->summary, 0, sizeof r->summary); /* moved out */
+        cc->has_sum = 1;
+        snprintf(cc->sum_digest, sizeof cc->sum_digest, "%s", r->digest);
+    } else if (r->rc == -ENOENT || r->rc == -EINVAL || r->rc == -EPROTO) {
+        /* not a Triton cache image (no summary label): nothing to show */
+        tkm_warn("controller: %s: no summary for %s: %s", cc->qkey, cc->pin, r->message);
+        snprintf(cc->sum_digest, sizeof cc->sum_digest, "%s", cc->pin);
+    } else {
+        cc->sum_retry_at = uv_now(cc->c->loop) + 30000;
+    }
+    step(cc);
+}
+
+static int summary_step(struct ctrl_cache *cc, const struct view *v)
+{
+    const struct tkm_api_cache_status *st = &v->cache.status;
+    struct tkm_err err = {0};
+    if (!cc->pin[0] || strcmp(cc->sum_digest, cc->pin) == 0 || !cc->ver_usable)
+        return 0;
+    if (st->resolved_digest && strcmp(st->resolved_digest, cc->pin) == 0 && st->has_summary) {
+        ctrl_summary_release(&cc->sum);
+        if (ctrl_summary_copy(&cc->sum, &st->summary) < 0)
+            return 0;
+        cc->has_sum = 1;
+        snprintf(cc->sum_digest, sizeof cc->sum_digest, "%s", cc->pin);
+        return 0;
+    }
+    if (uv_now(cc->c->loop) < cc->sum_retry_at)
+        return 0;
+    cc->c->m.registry_ops++;
+    tkm_dbg("controller: %s: reading the summary labels of %s", cc->qkey, cc->pin);
+    if (ctrl_reg_inspect(cc->c->reg, cc->pin_image, cc->pin, cc->auth, cc->auth_len, inspect_done,
+                         cc, &cc->op, &err) < 0) {
+        snprintf(cc->sum_digest, sizeof cc->sum_digest, "%s", cc->pin);
+        return 0;
+    }
+    return 1;
+}
+
+/* ---- status ------------------------------------------------------------------------------ */
+
+static void verdict_of(struct ctrl_cache *cc, const struct view *v, struct ctrl_verdict *vd)
+{
+    const char *image = v->cache.spec.cache_image;
+    int pinned = cc->pin[0] && cc->pin_image && strcmp(cc->pin_image, image) == 0;
+    memset(vd, 0, sizeof *vd);
+    if (cc->pin_f.rc && !pinned) {
+        vd->verified = TKM_API_COND_FALSE;
+        vd->reason = cc->pin_f.reason;
+        vd->message = cc->pin_f.msg;
+        return;
+    }
+    vd->digest = cc->pin;
+    if (!pinned || !cc->ver_done || strcmp(cc->ver_key, cc->want_key) != 0) {
+        vd->verified = TKM_API_COND_UNKNOWN;
+        vd->reason = pinned ? "Verifying" : "Resolving";
+        vd->message = pinned ? "the signature is being verified" : "the tag is being resolved";
+        vd->in_progress = 1;
+        return;
+    }
+    vd->verified = cc->ver_status;
+    vd->reason = cc->ver_reason;
+    vd->message = cc->ver_msg;
+    vd->usable = cc->ver_usable;
+}
+
+static int body_hash(const struct tkm_api_cache_status *st, const struct ctrl_cache *cc,
+                     char out[72])
+{
+    struct tkm_api_cache_status tmp = *st;
+    json_t *body = NULL;
+    struct tkm_buf b = TKM_BUF_INIT(1 << 20);
+    int rc;
+    tmp.last_updated = NULL; /* a heartbeat is not a change */
+    if ((rc = tkm_api_cache_status_apply(&tmp, cc->name, cc->cluster ? NULL : cc->ns, &body,
+                                         NULL)) == 0 &&
+        (rc = tkm_api_dump(body, &b)) == 0)
+        rc = tkm_oci_digest_bytes(b.data, b.len, out);
+    json_decref(body);
+    tkm_buf_release(&b);
+    return rc;
+}
+
+static void plan_events(struct ctrl_cache *cc, const struct tkm_api_cache_status *old,
+                        const struct tkm_api_cache_status *st)
+{
+    static const char *const types[] = {"Verified", "Ready", "Degraded"};
+    cc->n_ev = 0;
+    for (int i = 0; i < 3; i++) {
+        const char *r;
+        enum tkm_api_cond_status was =
+            ctrl_cond_get(old->conditions, old->n_conditions, types[i], &r);
+        enum tkm_api_cond_status now = TKM_API_COND_UNKNOWN;
+        const struct tkm_api_condition *nc = NULL;
+        for (size_t k = 0; k < st->n_conditions; k++)
+            if (strcmp(st->conditions[k].type, types[i]) == 0)
+                nc = &st->conditions[k], now = nc->status;
+        if (!nc || was == now)
+            continue;
+        struct pending_event *e = &cc->ev[cc->n_ev];
+        if (i == 0 && now == TKM_API_COND_TRUE)
+            e->type = "Normal", e->reason = "Verified";
+        else if (i == 0 && now == TKM_API_COND_FALSE && strcmp(nc->reason, "VerificationDisabled"))
+            e->type = "Warning", e->reason = "VerificationFailed";
+        else if (i == 1 && now == TKM_API_COND_TRUE)
+            e->type = "Normal", e->reason = "Ready";
+        else if (i == 2 && now == TKM_API_COND_TRUE)
+            e->type = "Warning", e->reason = "Degraded";
+        else
+            continue;
+        snprintf(e->msg, sizeof e->msg, "%s: %s", nc->reason, nc->message);
+        cc->n_ev++;
+    }
+}
+
+static uint64_t next_retry(const struct ctrl_cache *cc)
+{
+    uint64_t now = uv_now(cc->c->loop), at = UINT64_MAX;
+    if (cc->pin_f.rc)
+        at = cc->pin_f.retry_at;
+    if (cc->ver_done && cc->ver_retry && cc->ver_retry_at < at)
+        at = cc->ver_retry_at;
+    if (cc->pin[0] && strcmp(cc->sum_digest, cc->pin) != 0 && cc->sum_retry_at &&
+        cc->sum_retry_at < at)
+        at = cc->sum_retry_at;
+    if (at == UINT64_MAX)
+        return 0;
+    return at > now ? at - now + 10 : 10;
+}
+
+static void status_done(int rc, json_t *obj, const struct k8s_status *st, void *data)
+{
+    (void)obj;
+    struct ctrl_cache *cc = data;
+    char line[512];
+    if (rc < 0) {
+        tkm_warn("controller: %s: status: %s", cc->qkey, k8s_status_str(st, line, sizeof line));
+        cc->c->m.errors[cc->cluster]++;
+        finish(cc, rc == -ENOENT ? K8S_WQ_OK : K8S_WQ_RETRY, 0);
+        return;
+    }
+    snprintf(cc->written_hash, sizeof cc->written_hash, "%s", cc->new_hash);
+    cc->written_at = uv_now(cc->c->loop);
+    ctrl_state_status_put(cc->c->state, cc->uid, cc->new_hash);
+    for (int i = 0; i < cc->n_ev; i++)
+        event(cc, cc->ev[i].type, cc->ev[i].reason, cc->ev[i].msg);
+    cc->n_ev = 0;
+    uint64_t after = next_retry(cc);
+    finish(cc, K8S_WQ_OK, after);
+}
+
+static int status_build(struct ctrl_cache *cc, const struct view *v,
+                        struct tkm_api_cache_status *st, char *now)
+{
+    struct ctrl_verdict vd;
+    const struct tkm_api_cache_status *old = &v->cache.status;
+    verdict_of(cc, v, &vd);
+    tkm_api_now(now, 32);
+    int rc = ctrl_agg_build(cc->cidx, &vd, v->cache.meta.generation, old->conditions,
+                            old->n_conditions, now, st);
+    if (rc < 0)
+        return rc;
+    if (vd.digest && vd.digest[0] && !(st->resolved_digest = strdup(vd.digest)))
+        return -ENOMEM;
+    if (cc->has_sum && strcmp(cc->sum_digest, cc->pin) == 0) {
+        if (ctrl_summary_copy(&st->summary, &cc->sum) < 0)
+            return -ENOMEM;
+        st->has_summary = 1;
+    }
+    return 0;
+}
+
+static void status_step(struct ctrl_cache *cc, const struct view *v)
+{
+    struct tkm_api_cache_status st = {0};
+    char now[32], cur_hash[72] = "";
+    json_t *body = NULL;
+    uint64_t t = uv_now(cc->c->loop);
+    int rc = status_build(cc, v, &st, now);
+    if (rc == 0)
+        rc = body_hash(&st, cc, cc->new_hash);
+    for (size_t i = 0; rc == 0 && i < st.n_conditions && i < 4; i++)
+        cc->conds[i] = st.conditions[i].status;
+    if (rc < 0)
+        goto fail;
+    body_hash(&v->cache.status, cc, cur_hash);
+    if (strcmp(cur_hash, cc->new_hash) == 0) {
+        tkm_api_cache_status_release(&st);
+        finish(cc, K8S_WQ_OK, next_retry(cc)); /* nothing changed: no write */
+        return;
+    }
+    if (cc->written_at && t - cc->written_at < 10000 && strcmp(cur_hash, cc->prewrite_hash) == 0 &&
+        strcmp(cur_hash, cc->written_hash) != 0) {
+        /* The informer still shows the status from before our last write: its
+         * update event is on the way and queues the cache again. Comparing
+         * with (and computing transitions from) the stale status would write
+         * twice and emit a transition's Event twice. */
+        tkm_api_cache_status_release(&st);
+        finish(cc, K8S_WQ_OK, 1000);
+        return;
+    }
+    if (cc->written_at && t - cc->written_at < cc->c->o.status_min_interval_ms) {
+        tkm_api_cache_status_release(&st);
+        finish(cc, K8S_WQ_OK, cc->c->o.status_min_interval_ms - (t - cc->written_at));
+        return;
+    }
+    plan_events(cc, &v->cache.status, &st);
+    snprintf(cc->prewrite_hash, sizeof cc->prewrite_hash, "%s", cur_hash);
+    st.last_updated = strdup(now);
+    struct k8s_apply_opts ao = {
+        .field_manager = CTRL_FIELD_MANAGER, .force = 1, .subresource = "status"};
+    if (!st.last_updated ||
+        (rc = tkm_api_cache_status_apply(&st, cc->name, cc->cluster ? NULL : cc->ns, &body, NULL)) <
+            0 ||
+        (rc = k8s_apply_async(cc->c->c, res_of(cc), cc->cluster ? NULL : cc->ns, body, &ao,
+                              status_done, cc)) < 0)
+        goto fail;
+    cc->c->m.status_writes++;
+    tkm_dbg("controller: %s: writing status", cc->qkey);
+    json_decref(body);
+    tkm_api_cache_status_release(&st);
+    return;
+fail:
+    tkm_warn("controller: %s: cannot build the status: %s", cc->qkey, strerror(-rc));
+    json_decref(body);
+    tkm_api_cache_status_release(&st);
+    finish(cc, K8S_WQ_RETRY, 0);
+}
+
+/* ---- the chain -------------------------------------------------------------------------- */
+
+static void gone(struct ctrl_cache *cc)
+{
+    struct ctrl *c = cc->c;
+    struct ctrl_cidx *x = cc->cidx;
+    char qkey[sizeof cc->qkey];
+    int kind = cc->cluster;
+    uint64_t t0 = cc->t0;
+    snprintf(qkey, sizeof qkey, "%s", cc->qkey);
+    if (cc->uid[0])
+        ctrl_state_forget(c->state, cc->uid);
+    x->rec = NULL;
+    ctrl_cache_free(cc);
+    ctrl_nodes_cache_gc(&c->idx, x);
+    ctrl_done(c, qkey, kind, t0, K8S_WQ_OK, 0);
+}
+
+static void step(struct ctrl_cache *cc)
+{
+    struct view v;
+    struct tkm_err err = {0};
+    int rc;
+    if (cc->c->stopping || (cc->c->lease && !cc->c->leading)) {
+        finish(cc, K8S_WQ_OK, 0);
+        return;
+    }
+    rc = view_load(cc, &v, &err);
+    if (rc == -ENOENT) {
+        view_release(&v);
+        gone(cc);
+        return;
+    }
+    if (rc < 0) {
+        tkm_warn("controller: %s: %s", cc->qkey, tkm_err_str(&err));
+        event(cc, "Warning", "InvalidSpec", tkm_err_str(&err));
+        view_release(&v);
+        finish(cc, K8S_WQ_DROP, 0);
+        return;
+    }
+    if (strcmp(cc->uid, v.cache.meta.uid ? v.cache.meta.uid : "") != 0) {
+        if (cc->uid[0])
+            cache_reset(cc); /* deleted and created again under the same name */
+        snprintf(cc->uid, sizeof cc->uid, "%s", v.cache.meta.uid ? v.cache.meta.uid : "");
+    }
+    snprintf(cc->name, sizeof cc->name, "%s", v.cache.meta.name);
+    snprintf(cc->ns, sizeof cc->ns, "%s", v.cache.meta.ns ? v.cache.meta.ns : "");
+    if (v.deletion_ts)
+        cleanup(cc, &v);
+    else if (!v.has_fin) {
+        if (finalizer_apply(cc, 1) < 0)
+            finish(cc, K8S_WQ_RETRY, 0);
+    } else if (!creds_step(cc, &v) && !pin_step(cc, &v) && !rr_step(cc, &v) &&
+               !verify_step(cc, &v) && !summary_step(cc, &v))
+        status_step(cc, &v);
+    view_release(&v);
+}
+
+void ctrl_reconcile_cache(struct ctrl *c, const char *qkey)
+{
+    struct ctrl_cidx *x = ctrl_nodes_cache(&c->idx, qkey + 2, 1);
+    struct ctrl_cache *cc = x ? x->rec : NULL;
+    int cluster = qkey[2] == '/';
+    if (x && !cc) {
+        cc = calloc(1, sizeof *cc);
+        if (cc) {
+            cc->c = c;
+            cc->cidx = x;
+            cc->cluster = cluster;
+            cc->creds_gen = -1;
+            snprintf(cc->qkey, sizeof cc->qkey, "%s", qkey);
+            x->rec = cc;
+        }
+    }
+    if (!cc) {
+        ctrl_done(c, qkey, cluster, uv_now(c->loop), K8S_WQ_RETRY, 0);
+        return;
+    }
+    cc->t0 = uv_now(c->loop);
+    step(cc);
+}
+
+void ctrl_cache_conds(const struct ctrl_cache *cc, enum tkm_api_cond_status out[4])
+{
+    memcpy(out, cc->conds, sizeof cc->conds);
+}
+
+void ctrl_cache_changed(struct ctrl_cache *cc)
+{
+    if (cc && cc->op) {
+        tkm_dbg("controller: %s: changed during a registry operation: cancelling it", cc->qkey);
+        ctrl_reg_cancel(cc->op); /* the callback finishes the key; the update queued it again */
+    }
+}
