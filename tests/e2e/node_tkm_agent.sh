@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # node_tkm_agent: the real tkm-agent (merged) and tkm-csi as the tkm-node DaemonSet
-# from manifests/overlays/fixture-gpu on the real node. tkm-controller is not merged
-# yet, so its Deployment is left out and the test pins the digest in the cache's
-# status as the controller would (as e2e.agent_three does); the controller's steps
-# are in node_tkm_full.sh.pending, which supersedes this file once it is registered.
+# from manifests/overlays/fixture-gpu on the real node, without tkm-controller: its
+# Deployment is left out and the test pins the digest in the cache's status as the
+# controller would (as e2e.agent_three does), so a node-side failure is told apart
+# from a controller one; e2e.node_tkm_full runs the same with the controller.
 #
 # The scenario: tkm-agent + tkm-csi as the tkm-node DaemonSet with the
 # tkm-agent ServiceAccount's bound token, the H200 GPU root of

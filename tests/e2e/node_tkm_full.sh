@@ -1,13 +1,6 @@
 #!/usr/bin/env bash
-# node_tkm_full: NOT REGISTERED YET (.pending: ctest globs *.sh only). It needs
-# tkm-controller, not in main yet (tkm-agent is, and e2e.node_tkm_agent runs the rest
-# of this scenario with the digest pinned by the test). To
-# enable: `make images` must print "tkm-agent ..." and "tkm-controller ..."; rename
-# this file to node_tkm_full.sh and run it on the test node. It passed (60 checks,
-# 41-45 s) on 2026-11-23 13:51 and 13:57 UTC with tkm-agent/tkmctl/fakenvml from h2-agent e795a59, 49ff566
-# and tkm-controller from h2-ctrl eb1e030, 97c6fa2 (TKM_BUILD_DIR pointing at those binaries,
-# TKM_FIXTURES at h2-agent's tests/fixtures with gpu/roots). Then decide whether
-# node_tkm.sh's stand-in agent stays as the driver-only variant.
+# node_tkm_full: the whole scenario with tkm-controller and tkm-agent (both in main
+# since 2026-11-23 14:15-14:25 UTC).
 #
 # The scenario with the real daemons, from manifests/overlays/fixture-gpu
 # (the H200 GPU root of tests/fixtures/gpu/roots/h200 and the fake NVML) on the real
