@@ -3,7 +3,10 @@ BUILD ?= build
 CMAKE_FLAGS ?=
 JOBS ?= 2
 
-.PHONY: help deps testbin build test unit e2e demo fuzz bench bench-daemons format format-check crds cluster-up cluster-down clean
+REGISTRY ?=
+TAG ?= dev
+
+.PHONY: help deps testbin build images test unit e2e demo fuzz bench bench-daemons format format-check crds cluster-up cluster-down clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -17,6 +20,9 @@ testbin: deps ## build etcd, kube-apiserver, kubectl, cosign, crane from Go modu
 build: deps ## configure and build everything into $(BUILD)/
 	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
 	ninja -C $(BUILD) -j $(JOBS)
+
+images: build testbin ## tkm's images (tkm-csi, and tkm-agent/-controller/tkmctl when built) pushed to REGISTRY (default: the local one), TAG (dev)
+	hack/images/all.sh $(BUILD) "$(REGISTRY)" $(TAG)
 
 test: ## all tests: build, unit, e2e (real control plane), sanitizers, valgrind, fuzz; ends with "N passed, N failed"
 	hack/test.sh

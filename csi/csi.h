@@ -68,6 +68,11 @@ int csi_driver_new(uv_loop_t *loop, const struct csi_config *cfg, struct csi_dri
  * closed and freed. NULL: no-op. */
 void csi_driver_close(struct csi_driver *d, void (*closed_cb)(void *data), void *data);
 
+/* `tkm-csi probe [--endpoint PATH] [--timeout SEC]` (csi/probe.c): exit status 0 when
+ * the driver answers GetPluginInfo as csi.tkm.io on its CSI socket, else 1 (2: usage).
+ * argv[0] is "probe"; argv is borrowed. */
+int csi_probe_main(int argc, char **argv);
+
 /* ---- pure checks (csi/paths.c) ---------------------------------------------- */
 
 /* Volume ids become a directory name and a mount source: 1..128 of

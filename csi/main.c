@@ -45,6 +45,9 @@ static const char usage[] =
     "  --log-json              log one JSON object per line\n"
     "  -h, --help              this text\n"
     "\n"
+    "tkm-csi probe [--endpoint PATH] [--timeout SEC]: exit 0 when the driver answers on its CSI\n"
+    "socket (the DaemonSet's exec liveness/readiness probe), else 1 with the reason.\n"
+    "\n"
     "Pod volume (docs/csi.md):\n"
     "  volumes:\n"
     "  - name: triton-cache\n"
@@ -163,6 +166,8 @@ int main(int argc, char **argv)
     size_t n_extra = 0;
     const char *extra[CSI_MAX_TARGET_ROOTS];
 
+    if (argc > 1 && strcmp(argv[1], "probe") == 0)
+        return csi_probe_main(argc - 1, argv + 1);
     while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
         switch (c) {
         case O_ENDPOINT:

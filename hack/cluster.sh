@@ -15,6 +15,10 @@
 # State lives in ${TKM_CLUSTER_DIR:-<repo>/.tkm/cluster}; etcd's data in a tmpfs
 # directory under /dev/shm. Ports are free ones chosen at `up`, unless set with
 # TKM_APISERVER_PORT, TKM_ETCD_PORT, TKM_REGISTRY_PORT.
+# ServiceAccounts: the ServiceAccount admission plugin is on and tokens are
+# signed with pki/sa.key (issuer and audience https://127.0.0.1:<port>), so
+# pods on the test node (hack/node.sh) get bound projected tokens that carry
+# the pod and node names (user extra authentication.kubernetes.io/node-name).
 # Files written there:
 #   admin.kubeconfig  client certificate, group system:masters (the default KUBECONFIG)
 #   alice.kubeconfig  client certificate of the unprivileged user "alice"
@@ -173,7 +177,7 @@ start_apiserver() {
     --service-cluster-ip-range=10.0.0.0/24 --authorization-mode=Node,RBAC --allow-privileged=true \
     --kubelet-preferred-address-types=InternalIP --kubelet-client-certificate="$pki/kubelet-client.crt" \
     --kubelet-client-key="$pki/kubelet-client.key" \
-    --disable-admission-plugins=ServiceAccount --enable-priority-and-fairness=true \
+    --enable-admission-plugins=ServiceAccount --enable-priority-and-fairness=true \
     --profiling=false --v=1 >"$dir/kube-apiserver.log" 2>&1 </dev/null &
   echo $! >"$dir/kube-apiserver.pid"
   local t0=$SECONDS

@@ -18,7 +18,7 @@
 #   env      exports for eval: TKM_NODE_NAME, TKM_PAUSE_IMAGE, TKM_BUSYBOX_IMAGE,
 #            CONTAINERD_ADDRESS/CONTAINERD_NAMESPACE (for ctr), TKM_KUBELET_ROOT, ...
 #   check FILE|-   refuse a manifest breaking the network rule (below); exit 1 with reasons
-#   apply FILE|-   check, then kubectl apply
+#   apply FILE|- [FLAGS]   check, then kubectl apply (FLAGS: more kubectl apply flags)
 #
 # Network rule (enforced by check/apply): every pod is hostNetwork; every image
 # comes from the local registry ($TKM_REGISTRY); every container of a pod that
@@ -126,6 +126,9 @@ check_prereqs() {
   cmdline=$(tr '\0' ' ' <"/proc/$(cat "$dir/kube-apiserver.pid")/cmdline")
   [[ $cmdline == *--kubelet-preferred-address-types=InternalIP* && $cmdline == *--authorization-mode=Node,RBAC* ]] ||
     die "kube-apiserver was started by an older hack/cluster.sh (no --kubelet-preferred-address-types=InternalIP / Node authorizer); run: hack/cluster.sh restart-apiserver"
+  # Pods get ServiceAccount tokens (bound to the pod and node: the tkm-agent policy needs the node name).
+  [[ $cmdline != *--disable-admission-plugins=ServiceAccount* ]] ||
+    die "kube-apiserver runs without the ServiceAccount admission plugin (an older hack/cluster.sh): pods would get no tokens; run: hack/cluster.sh restart-apiserver"
   [[ -s $dir/node.kubeconfig && -s $dir/kube-controller-manager.kubeconfig && -s $dir/kube-scheduler.kubeconfig ]] ||
     die "no node/controller-manager/scheduler kubeconfigs in $dir; run: hack/cluster.sh up (it adds them)"
   [[ -s $dir/registry/addr ]] || die "no local registry in $dir; run: hack/cluster.sh up"
@@ -635,8 +638,9 @@ cmd_apply() {
     cat >"$manifest_tmp"
     f=$manifest_tmp
   fi
-  cmd_check "$f" || die "manifest $1 breaks the test network rule (see hack/node.sh header); not applied"
-  kc apply -f "$f"
+  shift
+  cmd_check "$f" || die "manifest $f breaks the test network rule (see hack/node.sh header); not applied"
+  kc apply -f "$f" "$@"
 }
 
 case ${1:-} in

@@ -129,3 +129,29 @@ e2e_namespace() {
   e2e_on_exit "kubectl -n $ns delete tkc,tkcns,configmaps,secrets,leases,events --all --wait=false >/dev/null 2>&1; kubectl delete namespace $ns --wait=false >/dev/null 2>&1"
   echo "$ns"
 }
+
+# e2e_base_no_workloads DIR: writes DIR/kustomization.yaml, manifests/base without the
+# tkm-controller Deployment and the tkm-node DaemonSet, for scenarios that apply the base
+# for real: with a node running, the base's workloads would start pods that break the
+# test node's rule (not hostNetwork, public image names). The workloads run on the test
+# node only from manifests/overlays/local (node_tkm); the others dry-run them.
+e2e_base_no_workloads() {
+  mkdir -p "$1"
+  cat >"$1/kustomization.yaml" <<EOK
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- $(realpath --relative-to="$1" "$TKM_SOURCE_DIR/manifests/base")
+patches:
+- patch: |-
+    \$patch: delete
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: tkm-controller, namespace: tkm-system}
+- patch: |-
+    \$patch: delete
+    apiVersion: apps/v1
+    kind: DaemonSet
+    metadata: {name: tkm-node, namespace: tkm-system}
+EOK
+}

@@ -1,0 +1,120 @@
+/*
+ * probe.c - `tkm-csi probe`: the container's liveness and readiness check (an exec
+ * probe: the image has no shell, and kubelet's own probes cannot reach a unix
+ * socket). Asks the driver's CSI socket for Identity/GetPluginInfo and exits 0 when
+ * it answers csi.tkm.io, else 1 with the reason on stderr. It does not ask Probe: a
+ * driver whose agent is down is alive and must not be restarted for it (docs/csi.md).
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <tkm/grpc.h>
+#include <tkm/util.h>
+
+#include "csi.h"
+#include "csi.pb-c.h"
+
+struct probe {
+    int done, ok;
+    char msg[512];
+};
+
+static void on_info(int code, const char *message, const void *resp, size_t len, void *data)
+{
+    struct probe *p = data;
+    Csi__V1__GetPluginInfoResponse *r = NULL;
+    p->done = 1;
+    if (code != 0) {
+        snprintf(p->msg, sizeof(p->msg), "GetPluginInfo failed (gRPC code %d): %s", code, message);
+        return;
+    }
+    r = csi__v1__get_plugin_info_response__unpack(NULL, len, resp);
+    if (!r)
+        snprintf(p->msg, sizeof(p->msg), "GetPluginInfo: the response does not decode");
+    else if (!r->name || strcmp(r->name, CSI_DRIVER_NAME) != 0)
+        snprintf(p->msg, sizeof(p->msg), "GetPluginInfo: driver \"%.64s\", not " CSI_DRIVER_NAME,
+                 r->name ? r->name : "");
+    else {
+        p->ok = 1;
+        snprintf(p->msg, sizeof(p->msg), "%s %.64s", r->name,
+                 r->vendor_version ? r->vendor_version : "");
+    }
+    if (r)
+        csi__v1__get_plugin_info_response__free_unpacked(r, NULL);
+}
+
+static int probe_args(int argc, char **argv, const char **endpoint, uint64_t *timeout_ms)
+{
+    static const struct option opts[] = {
+        {"endpoint", required_argument, NULL, 'e'},
+        {"timeout", required_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    uint64_t s;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'e':
+            *endpoint = strncmp(optarg, "unix://", 7) == 0 ? optarg + 7 : optarg;
+            break;
+        case 't':
+            if (tkm_parse_u64(optarg, 60, &s) < 0 || s == 0) {
+                fprintf(stderr, "tkm-csi probe: --timeout \"%s\": 1 to 60 seconds\n", optarg);
+                return 2;
+            }
+            *timeout_ms = s * 1000;
+            break;
+        case 'h':
+            fputs("Usage: tkm-csi probe [--endpoint PATH] [--timeout SEC]\n"
+                  "Exit 0 when tkm-csi answers GetPluginInfo on its CSI socket (default\n"
+                  "/var/lib/kubelet/plugins/" CSI_DRIVER_NAME "/csi.sock, timeout 5 s), else 1.\n",
+                  stdout);
+            return 0;
+        default:
+            fputs("Try 'tkm-csi probe --help'.\n", stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "tkm-csi probe: unexpected argument \"%s\"\n", argv[optind]);
+        return 2;
+    }
+    return -1;
+}
+
+int csi_probe_main(int argc, char **argv)
+{
+    const char *endpoint = "/var/lib/kubelet/plugins/" CSI_DRIVER_NAME "/csi.sock";
+    uint64_t timeout_ms = 5000;
+    struct tkm_grpc_client *cli = NULL;
+    struct probe p = {0};
+    struct tkm_err err = {0};
+    static const uint8_t empty[1];
+    uv_loop_t loop;
+    int rc = probe_args(argc, argv, &endpoint, &timeout_ms);
+    if (rc >= 0)
+        return rc;
+    if (uv_loop_init(&loop) != 0) {
+        fputs("tkm-csi probe: cannot create an event loop\n", stderr);
+        return 1;
+    }
+    if (tkm_grpc_client_new(&loop, endpoint, NULL, &cli, &err) < 0 ||
+        tkm_grpc_client_call(cli, "/csi.v1.Identity/GetPluginInfo", empty, 0, timeout_ms, NULL,
+                             on_info, &p, NULL, &err) < 0)
+        snprintf(p.msg, sizeof(p.msg), "%s", tkm_err_str(&err));
+    else
+        while (!p.done && uv_run(&loop, UV_RUN_ONCE))
+            ;
+    tkm_grpc_client_close(cli, NULL, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    if (!p.ok) {
+        fprintf(stderr, "tkm-csi probe: %s: %s\n", endpoint, p.msg[0] ? p.msg : "no answer");
+        return 1;
+    }
+    printf("%s\n", p.msg);
+    return 0;
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# `make images`: tkm's images from the binaries of a build dir, pushed with
+# hack/images/tkm.sh (one shared base layer + one layer per binary).
+#
+# Usage: hack/images/all.sh BUILD_DIR REGISTRY TAG
+#   REGISTRY  127.0.0.1:PORT; empty: the local control plane's registry
+#             ($TKM_CLUSTER_DIR or .tkm/cluster, see hack/cluster.sh)
+# Images: tkm-csi (required), tkm-agent, tkm-controller, tkmctl (each when its
+# binary is built; a missing one is named on stderr, never silently left out).
+# Prints hack/images/tkm.sh's lines: NAME REF:TAG REF@DIGEST BYTES, and `base ...`.
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+# shellcheck source=hack/lib.sh
+source "$here/../lib.sh"
+
+build=${1:-build} reg=${2:-} tag=${3:-dev}
+[[ $build == /* ]] || build=$repo/$build
+if [[ -z $reg ]]; then
+  cdir=${TKM_CLUSTER_DIR:-$repo/.tkm/cluster}
+  [[ -s $cdir/registry/addr ]] || die "images: no REGISTRY given and no local registry in $cdir (run: hack/cluster.sh up, or make images REGISTRY=127.0.0.1:PORT)"
+  reg=$(cat "$cdir/registry/addr")
+fi
+args=()
+for nb in tkm-csi=csi/tkm-csi tkm-agent=agent/tkm-agent tkm-controller=controller/tkm-controller tkmctl=cli/tkmctl; do
+  n=${nb%%=*} b=$build/${nb#*=}
+  if [[ -x $b ]]; then
+    args+=("$n=$b")
+  elif [[ $n == tkm-csi ]]; then
+    die "images: $b is missing; build it first (make build, or ninja -C $build tkm-csi)"
+  else
+    echo "images: $n not built ($b missing): no image for it" >&2
+  fi
+done
+log "images: ${args[*]%%=*} -> $reg (tag $tag)"
+"$here/tkm.sh" "$reg" "$tag" "${args[@]}"

@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# node_tkm_full: the whole scenario with tkm-controller and tkm-agent (both in main
+# since 2026-11-23 14:15-14:25 UTC).
+#
+# The issue's scenario with the real daemons, from manifests/overlays/fixture-gpu
+# (the H200 GPU root of tests/fixtures/gpu/roots/h200 and the fake NVML) on the real
+# node: tkm-controller as a Deployment and tkm-agent + tkm-csi as the tkm-node
+# DaemonSet, with their ServiceAccounts' bound tokens; a TritonKernelCache of the
+# sm90 fixture image, signed with cosign, pinned and verified by the controller,
+# reported compatible by the agent; a workload pod with a csi.tkm.io inline volume
+# sees the cache at its mountPath with group files rewritten for it and writes a
+# kernel into its scratch layer only; a second pod shares the store copy; a pod in
+# another namespace naming the first namespace's cache stays ContainerCreating with
+# PermissionDenied in `kubectl describe pod`; deleting the agent pod mid-publish and
+# restarting kubelet both converge; deleting the pods leaves no mount and no dir.
+# shellcheck source=tests/e2e/lib.sh
+source "$(dirname "$0")/lib.sh"
+hack=$TKM_SOURCE_DIR/hack
+eval "$("$hack/node.sh" env)"
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}'; }
+is() { [[ $(kubectl -n "$1" get "$2" -o jsonpath="$3" 2>/dev/null) == "$4" ]]; } # NS OBJ JSONPATH VALUE
+none() { [[ -z $("$@" 2>/dev/null) ]]; }
+TAG=e2e
+NSA=e2e-tkm-a-$RANDOM NSB=e2e-tkm-b-$RANDOM # workload namespaces (a later run never meets a terminating one)
+STORE=/var/lib/tkm/store
+CACHES=/var/run/tkm/caches
+KROOT=$TKM_KUBELET_ROOT
+TKMCTL=$TKM_BUILD_DIR/cli/tkmctl
+FAKE_NVML=$TKM_BUILD_DIR/fakenvml/libnvidia-ml.so.1
+COSIGN=$("$hack/testbin/build.sh" --path cosign)
+export COSIGN_PASSWORD= COSIGN_YES=true
+[[ $KROOT == /var/lib/kubelet ]] || fail "the DaemonSet mounts /var/lib/kubelet; the test node's kubelet root is $KROOT"
+[[ -x $TKMCTL && -f $FAKE_NVML ]] || fail "build tkmctl and the fake NVML first"
+t_all=$(now)
+
+step "images: make images (tkm-agent, tkm-controller, tkm-csi)"
+t0=$(now)
+new_dirs=()
+for d in /var/lib/tkm /var/run/tkm /var/lib/tkm-fixture-gpu; do [[ -e $d ]] || new_dirs+=("$d"); done
+# At exit, in this order: the workload pods (kubelet unpublishes their volumes through the
+# driver), tkm's workloads, the CSIDriver, then what this test put on the host.
+e2e_on_exit "kubectl delete pods -n $NSA --all --wait=true --timeout=60s >/dev/null 2>&1; kubectl delete pods -n $NSB --all --wait=true --timeout=60s >/dev/null 2>&1; kubectl delete ns $NSA $NSB --ignore-not-found --wait=false >/dev/null 2>&1; kubectl -n tkm-system delete deploy tkm-controller ds tkm-node --ignore-not-found --wait=true --timeout=60s >/dev/null 2>&1; kubectl delete csidriver csi.tkm.io --ignore-not-found >/dev/null 2>&1; ${new_dirs[*]:+rm -rf --one-file-system ${new_dirs[*]}}"
+expect_ok "hack/images/all.sh" "$hack/images/all.sh" "$TKM_BUILD_DIR" "$TKM_REGISTRY" "$TAG"
+for n in tkm-agent tkm-controller tkm-csi; do
+  assert_contains "$OUT" "$n $TKM_REGISTRY/tkm/$n:$TAG" "$n image pushed"
+done
+echo "timing: images: $(since "$t0") s"
+
+step "the cache image: the sm90 fixture built with tkmctl, pushed, signed with cosign"
+IMG=$E2E_TMP/img
+REPO=$TKM_REGISTRY/e2e-node-tkm-$RANDOM/vadd
+mkdir -p "$IMG/c" && tar -xzf "$TKM_FIXTURES/triton-cache/triton-3.6.0-cuda-sm90.tar.gz" -C "$IMG/c"
+"$TKMCTL" build "$IMG/c/$(ls "$IMG/c")" --output "$IMG/layout" >/dev/null 2>&1 || fail "tkmctl build"
+"$TKMCTL" push "$IMG/layout" "$REPO:v1" -o json >"$IMG/push.json" 2>"$IMG/push.err" || fail "tkmctl push: $(cat "$IMG/push.err")"
+D=$(jq -r .digest "$IMG/push.json")
+[[ $D == sha256:* ]] || fail "no digest from tkmctl push: $D"
+(cd "$IMG" && "$COSIGN" generate-key-pair >/dev/null 2>&1 && "$COSIGN" sign --key cosign.key --tlog-upload=false -y "$REPO@$D" >/dev/null 2>&1) ||
+  fail "cosign sign"
+pass "image $REPO@$D signed"
+
+step "deploy: manifests/overlays/fixture-gpu (H200 root), with the ServiceAccounts' tokens"
+t_deploy=$(now)
+expect_ok "hack/deploy.sh" "$hack/deploy.sh" --overlay fixture-gpu --tag "$TAG" \
+  --fixture-gpu-root "$TKM_FIXTURES/gpu/roots/h200" --fakenvml "$FAKE_NVML"
+e2e_crds >/dev/null
+wait_for 180 "tkm-node Ready (agent and csi, probes passing)" is tkm-system ds/tkm-node '{.status.numberReady}' 1
+wait_for 180 "tkm-controller Available (readiness probe passing)" kubectl -n tkm-system wait --for=condition=Available deploy/tkm-controller --timeout=1s
+echo "timing: deploy -> controller and node pods Ready: $(since "$t_deploy") s"
+NODEPOD=$(kubectl -n tkm-system get pods -l app.kubernetes.io/name=tkm-node -o jsonpath='{.items[0].metadata.name}')
+CTRLPOD=$(kubectl -n tkm-system get pods -l app.kubernetes.io/name=tkm-controller -o jsonpath='{.items[0].metadata.name}')
+assert_eq "tkm-agent" "$(kubectl -n tkm-system get pod "$NODEPOD" -o jsonpath='{.spec.serviceAccountName}')" "node pod: ServiceAccount tkm-agent"
+assert_eq "tkm-controller 65532" "$(kubectl -n tkm-system get pod "$CTRLPOD" -o jsonpath='{.spec.serviceAccountName} {.spec.securityContext.runAsUser}')" "controller pod: ServiceAccount tkm-controller, non-root"
+# (the identity is <hostname>_<pid>; with hostNetwork the hostname is the node's, not the pod's)
+holder() { [[ -n $(kubectl -n tkm-system get lease tkm-controller -o jsonpath='{.spec.holderIdentity}' 2>/dev/null) ]]; }
+wait_for 60 "the Lease tkm-system/tkm-controller is held" holder
+assert_contains "$(kubectl -n tkm-system logs "$CTRLPOD")" "became the leader (Lease tkm-system/tkm-controller)" "by the controller pod"
+wait_for 60 "CSINode lists csi.tkm.io" is default "csinode/$TKM_NODE_NAME" '{.spec.drivers[*].name}' csi.tkm.io
+for c in tkm-agent tkm-csi; do
+  assert_eq "true" "$(kubectl -n tkm-system get pod "$NODEPOD" -o jsonpath="{.status.containerStatuses[?(@.name==\"$c\")].ready}")" "$c ready"
+done
+
+step "a TritonKernelCache of the fixture image: pinned, verified, compatible on the H200 node"
+kubectl create namespace "$NSA" >/dev/null
+kubectl create namespace "$NSB" >/dev/null
+kubectl -n $NSA create secret generic kernel-signing-key --from-file=cosign.pub="$IMG/cosign.pub" >/dev/null
+MP=/home/ml/.triton/cache
+kubectl apply -f - >/dev/null <<EOT
+apiVersion: tkm.io/v1alpha1
+kind: TritonKernelCache
+metadata: {name: vadd, namespace: $NSA}
+spec:
+  cacheImage: $REPO:v1
+  mountPath: $MP
+  signaturePolicy:
+    mode: Enforce
+    publicKeySecretRef: {name: kernel-signing-key, key: cosign.pub}
+EOT
+wait_for 60 "the controller pinned the digest" is $NSA tkc/vadd '{.status.resolvedDigest}' "$D"
+wait_for 60 "Verified=True" is $NSA tkc/vadd '{.status.conditions[?(@.type=="Verified")].status}' True
+wait_for 90 "the agent (its own token) reports vadd verified on $TKM_NODE_NAME" is $NSA "tkcns/$TKM_NODE_NAME" '{.status.caches.vadd.verified}' true
+assert_eq "nvidia-h200" "$(kubectl -n $NSA get tkcns "$TKM_NODE_NAME" -o jsonpath='{.status.caches.vadd.compatibleGPUs[0].gpuType}')" "compatible with the fixture H200"
+MGR=$(kubectl -n $NSA get tkcns "$TKM_NODE_NAME" --show-managed-fields -o jsonpath='{range .metadata.managedFields[*]}{.manager}:{.operation}:{.subresource};{end}')
+assert_contains "$MGR" "tkm-agent:Apply:status" "the node status was applied by tkm-agent"
+wait_for 60 "Ready=True" is $NSA tkc/vadd '{.status.conditions[?(@.type=="Ready")].status}' True
+
+# wpod NS NAME CACHE: a workload pod with a csi.tkm.io inline volume at $MP
+wpod() {
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: $2, namespace: $1}
+spec:
+  hostNetwork: true
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: $TKM_BUSYBOX_IMAGE
+    command: [sleep, "3600"]
+    env: [{name: TRITON_CACHE_DIR, value: $MP}]
+    volumeMounts: [{name: triton-cache, mountPath: $MP}]
+  volumes:
+  - name: triton-cache
+    csi: {driver: csi.tkm.io, volumeAttributes: {cacheName: $3, mountPath: $MP}}
+EOF
+}
+target() { echo "$KROOT/pods/$(kubectl -n "$1" get pod "$2" -o jsonpath='{.metadata.uid}')/volumes/kubernetes.io~csi/triton-cache/mount"; }
+tkm_mounts() { awk '$0 ~ / - overlay tkm-csi:/ {print $5}' /proc/self/mountinfo; }
+exec_in() { kubectl -n "$1" exec "$2" -- sh -c "$3"; }
+step "a workload pod mounts the cache"
+t0=$(now)
+expect_ok "apply w1" "$hack/node.sh" apply - < <(wpod $NSA w1 vadd)
+wait_for 180 "w1 Running" is $NSA pod/w1 '{.status.phase}' Running
+echo "timing: first pod with the cache created -> Running (includes pull and extraction): $(since "$t0") s"
+T1=$(target $NSA w1)
+assert_eq "$T1" "$(tkm_mounts | grep -F "$T1")" "an overlay at w1's volume target, visible on the host"
+opts1=$(findmnt -n -o OPTIONS "$T1")
+SD=$(sed -n 's/.*lowerdir=[^:]*:\([^,]*\).*/\1/p' <<<"$opts1")
+[[ $SD == "$STORE"/* && -d $SD ]] || fail "w1's lower store layer is not below $STORE: $opts1"
+pass "the store copy is its lower layer ($SD)"
+a_kernel=$(cd "$SD" && find . -name '*.cubin' | head -1)
+a_kernel=${a_kernel#./}
+grp=$(cd "$SD" && find . -name '__grp__*.json' | head -1)
+grp=${grp#./}
+store_sum() { (cd "$SD" && find . -printf '%p %s %m\n' | sort && find . -type f -exec sha256sum {} + | sort) | sha256sum; }
+sum0=$(store_sum)
+assert_eq "$(sha256sum <"$SD/$a_kernel")" "$(exec_in $NSA w1 "cat $MP/$a_kernel" | sha256sum)" "w1 sees the kernel binary at $MP"
+assert_contains "$(exec_in $NSA w1 "cat $MP/$grp")" "\"$MP/" "w1's group files name its mountPath"
+expect_ok "w1 writes a new kernel" exec_in $NSA w1 "mkdir -p $MP/NEWKERNEL && echo compiled-in-w1 > $MP/NEWKERNEL/k.cubin"
+upper=$(find "$CACHES/$NSA/w1" -path '*/upper/NEWKERNEL/k.cubin' 2>/dev/null | head -1)
+[[ -n $upper ]] || fail "the new kernel is not in w1's scratch layer"
+assert_eq "compiled-in-w1" "$(cat "$upper")" "it lands in w1's scratch layer only"
+[[ ! -e $SD/NEWKERNEL ]] || fail "the new kernel reached the store"
+assert_eq "$sum0" "$(store_sum)" "the store is unchanged"
+
+step "a second pod shares the store copy"
+expect_ok "apply w2" "$hack/node.sh" apply - < <(wpod $NSA w2 vadd)
+wait_for 120 "w2 Running" is $NSA pod/w2 '{.status.phase}' Running
+assert_contains "$(findmnt -n -o OPTIONS "$(target $NSA w2)")" ":$SD," "w2's lower layer is the same store copy"
+expect_fail "w2 does not see w1's new kernel" exec_in $NSA w2 "cat $MP/NEWKERNEL/k.cubin"
+
+step "a pod in another namespace naming the first namespace's cache: PermissionDenied"
+expect_ok "apply other" "$hack/node.sh" apply - < <(wpod $NSB other vadd)
+has_reason() { kubectl -n $NSB describe pod other | grep -q "code = PermissionDenied"; }
+wait_for 90 "describe pod shows PermissionDenied" has_reason
+d=$(kubectl -n $NSB describe pod other)
+assert_contains "$d" "tkm-agent: cache \"vadd\" is not declared for namespace \"$NSB\"" "the message names the cache and the pod's namespace"
+assert_contains "$d" "ContainerCreating" "the pod stays ContainerCreating"
+[[ ! -e $CACHES/$NSB/other ]] || fail "a layer dir was left for the denied pod"
+pass "no layer dir for it"
+
+step "deleting the agent pod mid-publish converges"
+t0=$(now)
+expect_ok "apply w3" "$hack/node.sh" apply - < <(wpod $NSA w3 vadd)
+kubectl -n tkm-system delete pod "$NODEPOD" --wait=false >/dev/null
+new_node_pod() { n=$(kubectl -n tkm-system get pods -l app.kubernetes.io/name=tkm-node -o jsonpath='{.items[?(@.status.phase=="Running")].metadata.name}'); [[ -n $n && $n != "$NODEPOD" ]]; }
+wait_for 120 "a new tkm-node pod Running" new_node_pod
+wait_for 180 "tkm-node Ready again" is tkm-system ds/tkm-node '{.status.numberReady}' 1
+wait_for 180 "w3 Running" is $NSA pod/w3 '{.status.phase}' Running
+echo "timing: agent pod deleted mid-publish -> w3 Running: $(since "$t0") s"
+T3=$(target $NSA w3)
+assert_eq "$T3" "$(tkm_mounts | grep -F "$T3")" "exactly one overlay at w3's target"
+assert_eq "compiled-in-w1" "$(exec_in $NSA w1 "cat $MP/NEWKERNEL/k.cubin")" "w1's mount survived"
+
+step "restarting the node's kubelet converges"
+t0=$(now)
+kpid=$(cat "$TKM_NODE_DIR/kubelet.pid")
+kill -TERM "$kpid"
+wait_for 30 "kubelet $kpid exited" bash -c "! kill -0 $kpid"
+expect_ok "node.sh up (restarts kubelet only)" "$hack/node.sh" up
+wait_for 60 "CSINode still lists csi.tkm.io" is default "csinode/$TKM_NODE_NAME" '{.spec.drivers[*].name}' csi.tkm.io
+expect_ok "apply w4" "$hack/node.sh" apply - < <(wpod $NSA w4 vadd)
+wait_for 120 "w4 Running" is $NSA pod/w4 '{.status.phase}' Running
+echo "timing: kubelet restart -> new pod Running: $(since "$t0") s"
+assert_eq "4" "$(tkm_mounts | grep -c -F "$KROOT/pods/")" "4 overlays, none stacked"
+
+step "deleting the pods leaves no mount and no directory"
+t0=$(now)
+kubectl -n $NSA delete pod w1 w2 w3 w4 --wait=false >/dev/null
+kubectl -n $NSB delete pod other --wait=false >/dev/null
+wait_for 120 "pods gone" none kubectl get pods -n $NSA -o name
+wait_for 60 "no tkm-csi overlay left" none tkm_mounts
+echo "timing: delete -> no mount: $(since "$t0") s"
+assert_eq "" "$(find "$CACHES" -mindepth 1 -not -name .release 2>/dev/null | grep -v -e "^$CACHES/$NSA\$" -e "^$CACHES/$NSB\$" || true)" "no layer dir left"
+assert_eq "" "$(ls "$CACHES/.release" 2>/dev/null || true)" "every release confirmed by the agent"
+assert_eq "$sum0" "$(store_sum)" "the store is unchanged"
+echo "timing: node_tkm_full total: $(since "$t_all") s"
+e2e_done
