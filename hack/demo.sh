@@ -26,7 +26,12 @@ eval "$(hack/cluster.sh env)"
 log "5/8 CRDs, tkm-system, least-privilege RBAC and samples"
 kubectl apply --server-side -f crds/
 kubectl wait --for=condition=Established crd -l app.kubernetes.io/part-of=tkm --timeout=60s
-kubectl apply -k manifests/base --server-side >/dev/null
+# The namespace, RBAC and admission policy of manifests/base; its workloads (the
+# controller Deployment and the node DaemonSet) need a node: here the daemons run
+# as local processes (step 7), on the real node as pods (docs/deploy.md).
+for f in namespace rbac-controller rbac-agent admission-nodestatus; do
+  kubectl apply --server-side -f "manifests/base/$f.yaml" >/dev/null
+done
 kubectl apply -f manifests/samples/namespace.yaml
 kubectl apply -f manifests/samples/
 log "6/8 a real kernel cache image, signed"
