@@ -93,6 +93,9 @@ trap cleanup EXIT
 bench_cluster_up "$work/cluster"
 bench_crds "$repo/crds/" "$gkm/crds/"
 for ns in tkm-system bench-agent bench-gkm bench-pods; do kubectl create ns "$ns" >/dev/null; done
+# Pods need their namespace's "default" ServiceAccount (ServiceAccount admission is on);
+# kube-controller-manager, which would make it, does not run here.
+kubectl -n bench-pods create serviceaccount default >/dev/null 2>&1 || true
 kubectl create -f - >/dev/null <<<'{"apiVersion":"v1","kind":"Node","metadata":{"name":"bench-node","labels":{"kubernetes.io/hostname":"bench-node"}}}'
 read -r image digest < <(bench_image "$work")
 [[ $digest == sha256:* ]] || bench_die "no digest from tkmctl build --push"

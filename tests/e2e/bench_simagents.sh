@@ -34,6 +34,9 @@ MGR=$(kubectl -n "$NS" get tkcns sim-00007 --show-managed-fields -o jsonpath='{r
 assert_contains "$MGR" "tkm-agent:Apply:status" "applied on /status by tkm-agent"
 
 step "pods: Pending Pods bound to another node or none"
+# The ServiceAccount admission plugin wants the namespace's "default" ServiceAccount,
+# which kube-controller-manager makes only when a test node runs (hack/node.sh).
+kubectl -n "$NS" create serviceaccount default >/dev/null 2>&1 || true
 expect_ok "pods" "$SIM" pods --count 10 --ns "$NS" --node sim-other
 assert_eq "5 5" "$(kubectl -n "$NS" get pods -o json | jq -r '([.items[] | select(.spec.nodeName == "sim-other")] | length), ([.items[] | select(.spec.nodeName == null)] | length)' | paste -sd' ')" "5 bound to sim-other, 5 to no node"
 

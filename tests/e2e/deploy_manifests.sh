@@ -44,7 +44,10 @@ expect_ok "the namespace" kubectl apply --server-side -f "$M/base/namespace.yaml
 # ports, other managers) would make it about them. None belong here; see the end.
 expect_ok "no workloads left from an earlier deployment" kubectl -n tkm-system delete ds/tkm-node deploy/tkm-controller --ignore-not-found --wait=true
 for o in base local fixture-gpu local-filled; do
-  expect_ok "dry run $o" kubectl apply --server-side --force-conflicts --dry-run=server -f "$T/$o.yaml" -o json
+  # stdout only: kubectl's warnings (stderr) are not part of the JSON
+  OUT=$(kubectl apply --server-side --force-conflicts --dry-run=server -f "$T/$o.yaml" -o json 2>"$T/$o.err") ||
+    fail "dry run $o: $(cat "$T/$o.err")"
+  pass "dry run $o"
   jq -c 'if .kind == "List" then .items[] else . end' <<<"$OUT" >"$T/$o.json"
   [[ $(jq -s length "$T/$o.json") -ge 20 ]] || fail "dry run $o: expected at least 20 objects back, got $(jq -s length "$T/$o.json")"
 done

@@ -23,10 +23,23 @@ E2E_NAME=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
 E2E_TMP=$(mktemp -d "${TMPDIR:-/tmp}/tkm-e2e-$E2E_NAME-XXXXXX")
 E2E_CHECKS=0
 e2e_cleanup_hooks=()
-e2e_on_exit() { e2e_cleanup_hooks+=("$1"); }
+# e2e_on_exit CMD: run CMD when the scenario exits. Helpers called as $(...)
+# (e2e_namespace) run in a subshell, whose array the scenario never sees: there the
+# hook goes to a file the exit handler reads too (subshell hooks run after the
+# scenario's own, in the order they were added).
+e2e_on_exit() {
+  if [[ $BASHPID == "$$" ]]; then
+    e2e_cleanup_hooks+=("$1")
+  else
+    printf '%s\0' "$1" >>"$E2E_TMP/exit-hooks"
+  fi
+}
 e2e_exit() {
-  local rc=$?
+  local rc=$? h
   for h in "${e2e_cleanup_hooks[@]}"; do eval "$h" || true; done
+  if [[ -s $E2E_TMP/exit-hooks ]]; then
+    while IFS= read -r -d '' h; do eval "$h" || true; done <"$E2E_TMP/exit-hooks"
+  fi
   if [[ -d $E2E_TMP/valgrind ]] && [[ -n $(find "$E2E_TMP/valgrind" -type f -size +0 2>/dev/null) ]]; then
     echo "FAIL [$E2E_NAME]: valgrind reported errors or leaks:" >&2
     find "$E2E_TMP/valgrind" -type f -size +0 -exec cat {} + >&2
