@@ -221,14 +221,14 @@ TEST(image_exact_match_only)
     struct agent_declared d;
     struct tkm_err err;
     const char *near[] = {
-        "registry.example.com:5000/kernels/vector-add",        /* no tag */
-        "registry.example.com:5000/kernels/vector-add:v1 ",    /* trailing space */
-        "registry.example.com:5000/kernels/vector-add:v",      /* prefix */
-        "registry.example.com:5000/kernels/vector-add:v10",    /* longer */
-        "REGISTRY.example.com:5000/kernels/vector-add:v1",     /* case */
-        "registry.example.com/kernels/vector-add:v1",          /* no port */
-        "registry.example.com:5000/kernels/vector-add@sha256:" /* digest form */
-        "1111111111111111111111111111111111111111111111111111111111111111",
+        "registry.example.com:5000/kernels/vector-add",         /* no tag */
+        "registry.example.com:5000/kernels/vector-add:v1 ",     /* trailing space */
+        "registry.example.com:5000/kernels/vector-add:v",       /* prefix */
+        "registry.example.com:5000/kernels/vector-add:v10",     /* longer */
+        "REGISTRY.example.com:5000/kernels/vector-add:v1",      /* case */
+        "registry.example.com/kernels/vector-add:v1",           /* no port */
+        ("registry.example.com:5000/kernels/vector-add@sha256:" /* digest form */
+         "1111111111111111111111111111111111111111111111111111111111111111"),
     };
     world_init(&w);
     for (size_t i = 0; i < sizeof near / sizeof near[0]; i++) {
