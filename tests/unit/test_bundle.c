@@ -19,31 +19,17 @@
 
 #include "test.h"
 
-#define IMG       "sha256:ca5028e4e017430615443cd0ec724e48340e283e2c8a7cbf98f83647ad38b440"
-#define IMG_OTHER "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+#include "cosign3_bundle.h"
 
-static const char COSIGN_PUB[] =
-    "-----BEGIN PUBLIC KEY-----\n"
-    "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAErG5Xnr3E4G9Pdatajn51qBRjWb/w\n"
-    "js2xr881Xuy3PoD2Y9T75Ej3IlwlSP/XBm2eP90RakmH1cFF2mZ3HBBu+g==\n"
-    "-----END PUBLIC KEY-----\n";
+#define IMG         COSIGN3_IMG
+#define COSIGN_PUB  COSIGN3_PUB
+#define DSSE_BUNDLE COSIGN3_BUNDLE
+#define IMG_OTHER   "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+
 static const char OTHER_PUB[] = "-----BEGIN PUBLIC KEY-----\n"
                                 "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEVLSffGHKwpNflzFmjKEdVCvlTABS\n"
                                 "h9lObI5FG9Otw5IuFM5Zg3J5uEoumQvf460aslCsUikbDTcqVqIsP8t3vQ==\n"
                                 "-----END PUBLIC KEY-----\n";
-
-/* cosign v3.1.3 sign --key cosign.key --use-signing-config=false --tlog-upload=false */
-static const char DSSE_BUNDLE[] =
-    "{\"mediaType\":\"application/vnd.dev.sigstore.bundle.v0.3+json\", "
-    "\"verificationMaterial\":{\"publicKey\":{\"hint\":\"5j8EsdDcpAl9DFfV/"
-    "a+wDwHXxvNNFhRlvBBAjZJSwH4="
-    "\"}}, \"dsseEnvelope\":{\"payload\":"
-    "\"eyJfdHlwZSI6Imh0dHBzOi8vaW4tdG90by5pby9TdGF0ZW1lbnQvdjEiLCAic3ViamVjdCI6W3siZGlnZXN0Ijp7InNo"
-    "YTI1NiI6ImNhNTAyOGU0ZTAxNzQzMDYxNTQ0M2NkMGVjNzI0ZTQ4MzQwZTI4M2UyYzhhN2NiZjk4ZjgzNjQ3YWQzOGI0ND"
-    "AifSwgImFubm90YXRpb25zIjp7fX1dLCAicHJlZGljYXRlVHlwZSI6Imh0dHBzOi8vc2lnc3RvcmUuZGV2L2Nvc2lnbi9z"
-    "aWduL3YxIiwgInByZWRpY2F0ZSI6e319\", \"payloadType\":\"application/vnd.in-toto+json\", "
-    "\"signatures\":[{\"sig\":\"MEQCIGFIslMzKL11nn1xQ0xpHIUMCLcByoiL3sr5SceoHqZTAiA0+"
-    "eeqaAfb8EjPwPWQuGudSCyBc1UNO7tsrrvqvqZyzg==\"}]}}";
 
 /* cosign v3.1.3 sign-blob --key cosign.key --bundle msg.json manifest.json */
 static const char MSG_BUNDLE[] =

@@ -4,11 +4,11 @@
  * synchronous form of tkm_sig_job_verify: test_sigjob.c) against a canned registry that
  * records each request. The bundle is real cosign v3.1.3 output.
  */
-#include <openssl/evp.h>
 
 #include <tkm/buf.h>
 #include <tkm/http.h>
 #include <tkm/oci/registry.h>
+#include <tkm/oci/digest.h>
 #include <tkm/trust/bundle.h>
 #include <tkm/trust/keys.h>
 #include <tkm/util.h>
@@ -16,38 +16,21 @@
 #include "test.h"
 #include "tsrv.h"
 
-#define IMG "sha256:ca5028e4e017430615443cd0ec724e48340e283e2c8a7cbf98f83647ad38b440"
-#define HEX "ca5028e4e017430615443cd0ec724e48340e283e2c8a7cbf98f83647ad38b440"
+#include "cosign3_bundle.h"
 
-static const char PUB[] = "-----BEGIN PUBLIC KEY-----\n"
-                          "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAErG5Xnr3E4G9Pdatajn51qBRjWb/w\n"
-                          "js2xr881Xuy3PoD2Y9T75Ej3IlwlSP/XBm2eP90RakmH1cFF2mZ3HBBu+g==\n"
-                          "-----END PUBLIC KEY-----\n";
-
-/* cosign v3.1.3 sign --key (see test_bundle.c) */
-static const char BUNDLE[] =
-    "{\"mediaType\":\"application/vnd.dev.sigstore.bundle.v0.3+json\", "
-    "\"verificationMaterial\":{\"publicKey\":{\"hint\":\"5j8EsdDcpAl9DFfV/"
-    "a+wDwHXxvNNFhRlvBBAjZJSwH4="
-    "\"}}, \"dsseEnvelope\":{\"payload\":"
-    "\"eyJfdHlwZSI6Imh0dHBzOi8vaW4tdG90by5pby9TdGF0ZW1lbnQvdjEiLCAic3ViamVjdCI6W3siZGlnZXN0Ijp7InNo"
-    "YTI1NiI6ImNhNTAyOGU0ZTAxNzQzMDYxNTQ0M2NkMGVjNzI0ZTQ4MzQwZTI4M2UyYzhhN2NiZjk4ZjgzNjQ3YWQzOGI0ND"
-    "AifSwgImFubm90YXRpb25zIjp7fX1dLCAicHJlZGljYXRlVHlwZSI6Imh0dHBzOi8vc2lnc3RvcmUuZGV2L2Nvc2lnbi9z"
-    "aWduL3YxIiwgInByZWRpY2F0ZSI6e319\", \"payloadType\":\"application/vnd.in-toto+json\", "
-    "\"signatures\":[{\"sig\":\"MEQCIGFIslMzKL11nn1xQ0xpHIUMCLcByoiL3sr5SceoHqZTAiA0+"
-    "eeqaAfb8EjPwPWQuGudSCyBc1UNO7tsrrvqvqZyzg==\"}]}}";
+#define IMG    COSIGN3_IMG
+#define HEX    COSIGN3_HEX
+#define PUB    COSIGN3_PUB
+#define BUNDLE COSIGN3_BUNDLE
 
 #define OCTET "Content-Type: application/octet-stream\r\n"
 #define INDEX "Content-Type: application/vnd.oci.image.index.v1+json\r\n"
 #define MANIF "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n"
 
+/* "sha256:<hex>" of the string p (the test fails if hashing does). */
 static void digest_of(const char *p, char out[72])
 {
-    unsigned char md[32];
-    unsigned int l;
-    ASSERT_EQ(EVP_Digest(p, strlen(p), md, &l, EVP_sha256(), NULL), 1);
-    memcpy(out, "sha256:", 7);
-    tkm_hex(md, 32, out + 7);
+    ASSERT_EQ(tkm_oci_digest_bytes(p, strlen(p), out), 0);
 }
 
 /* The referrer manifest for BUNDLE and an index listing it. */
