@@ -555,6 +555,16 @@ int agent_cache_upsert_json(struct agent *a, const char *json, size_t len, struc
     if (rc < 0)
         return rc;
     struct agent_cache *ac = agent_cache_find(a, c.cluster, c.meta.ns, c.meta.name);
+    if (c.meta.deletion_timestamp) {
+        /* Being deleted: the controller's finalizer waits for every node to drop the
+         * entry, so it goes at once. */
+        if (ac)
+            agent_cache_remove(a, ac->key);
+        tkm_api_cache_release(&c);
+        if (out)
+            *out = NULL;
+        return 0;
+    }
     char *inputs = cache_inputs(json, len, c.status.resolved_digest);
     if (!inputs) {
         tkm_api_cache_release(&c);
@@ -608,30 +618,11 @@ void agent_cache_remove(struct agent *a, const char *key)
     }
 }
 
-/* 1 when the object carries metadata.deletionTimestamp: its finalizer (the
- * controller's) waits for every node to drop the entry, so the agent treats it
- * as deleted at once. */
-static int being_deleted(const struct k8s_obj *o)
-{
-    struct tkm_err e = {0};
-    json_t *root = NULL;
-    int del = 0;
-    if (k8s_obj_parse(o, &root, &e) == 0) {
-        del = json_object_get(json_object_get(root, "metadata"), "deletionTimestamp") != NULL;
-        json_decref(root);
-    }
-    return del;
-}
-
 static void on_cache_obj(const struct k8s_obj *o, void *data)
 {
     struct agent *a = data;
     struct agent_cache *ac = NULL;
     struct tkm_err e = {0};
-    if (being_deleted(o)) {
-        agent_cache_remove(a, o->key);
-        return;
-    }
     if (agent_cache_upsert_json(a, o->json, o->json_len, &ac, &e) < 0) {
         tkm_warn("ignoring %s: %s", o->key, tkm_err_str(&e));
         return;

@@ -138,6 +138,7 @@ void tkm__api_meta_release(struct tkm_api_meta *m)
     free(m->ns);
     free(m->uid);
     free(m->resource_version);
+    free(m->deletion_timestamp);
     memset(m, 0, sizeof *m);
 }
 
@@ -159,6 +160,8 @@ static int meta_decode(const json_t *root, struct tkm_api_meta *m, struct tkm_er
         rc = tkm__api_str(md, "metadata", "resourceVersion", &m->resource_version, err);
     if (rc == 0)
         rc = tkm__api_int(md, "metadata", "generation", 0, INT64_MAX, &m->generation, err);
+    if (rc == 0)
+        rc = tkm__api_str(md, "metadata", "deletionTimestamp", &m->deletion_timestamp, err);
     return rc;
 }
 

@@ -45,17 +45,11 @@ static int cfg_bool(const json_t *data, const char *key, int *out, struct tkm_er
     return 0;
 }
 
+/* data[key] as an owned string (NULL when absent); a ConfigMap's garbage is -EINVAL. */
 static int cfg_str(const json_t *data, const char *key, char **out, struct tkm_err *err)
 {
-    const json_t *v = json_object_get(data, key);
-    *out = NULL;
-    if (!v)
-        return 0;
-    if (!json_is_string(v))
-        return tkm_err_set(err, -EINVAL, "tkm-config %s: expected a string", key);
-    if (!(*out = strdup(json_string_value(v))))
-        return tkm_err_set(err, -ENOMEM, "out of memory");
-    return 0;
+    int rc = tkm__api_str(data, "tkm-config", key, out, err);
+    return rc == -EPROTO ? -EINVAL : rc;
 }
 
 /* "ConfigMap/<name>[/<key>]" or "Secret/<name>[/<key>]". */

@@ -13,7 +13,8 @@
 static const char *const TKC_JSON =
     "{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"TritonKernelCache\",\"metadata\":{"
     "\"name\":\"vector-add\",\"namespace\":\"ml\",\"uid\":\"u-1\",\"resourceVersion\":\"42\","
-    "\"generation\":3,\"creationTimestamp\":\"2026-01-01T00:00:00Z\",\"managedFields\":[{"
+    "\"generation\":3,\"creationTimestamp\":\"2026-01-01T00:00:00Z\","
+    "\"deletionTimestamp\":\"2026-01-02T00:00:00Z\",\"managedFields\":[{"
     "\"manager\":\"kubectl\",\"operation\":\"Apply\"}]},\"spec\":{\"cacheImage\":"
     "\"registry.example.com:5000/kernels/vector-add:v1\",\"mountPath\":\"/home/ml/.triton/cache\","
     "\"signaturePolicy\":{\"mode\":\"Enforce\",\"publicKeySecretRef\":{\"name\":\"sig\","
@@ -40,6 +41,7 @@ TEST(cache_decode_reads_spec_status_and_ignores_unknown)
     ASSERT_STREQ(c.meta.uid, "u-1");
     ASSERT_STREQ(c.meta.resource_version, "42");
     ASSERT_EQ(c.meta.generation, 3);
+    ASSERT_STREQ(c.meta.deletion_timestamp, "2026-01-02T00:00:00Z");
     ASSERT_STREQ(c.spec.cache_image, "registry.example.com:5000/kernels/vector-add:v1");
     ASSERT_STREQ(c.spec.mount_path, "/home/ml/.triton/cache");
     ASSERT_EQ(c.spec.signature_policy.present, 1);

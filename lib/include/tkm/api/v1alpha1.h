@@ -60,6 +60,7 @@ struct tkm_api_meta {
     char *uid;
     char *resource_version;
     int64_t generation;
+    char *deletion_timestamp; /* RFC 3339; set once the object is being deleted */
 };
 
 enum tkm_api_cond_status {
