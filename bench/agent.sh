@@ -48,6 +48,12 @@
 # Goals (the issue): tkm-agent RSS < 8 MiB idle, < 16 MiB with CACHES caches and
 # with PODS Pods, each <= 0.2x GKM's agent; every pin in the node status
 # within 1 s. Exits 1 when a goal is missed or the tkm side cannot run.
+# The floor: bench_rss_floor (bench/rss_floor.c) links only libcurl and libuv,
+#   initializes libcurl and idles. Its VmRSS (about 9.5 MiB on Debian 12, mostly
+#   libcrypto, libc and the libraries Debian's libcurl loads) is the least any
+#   daemon built on the design's libcurl-multi-on-libuv can have, so the 8 MiB
+#   idle goal cannot be met by any build of that design here; the report prints
+#   the floor and what tkm-agent uses above it.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -56,7 +62,7 @@ ROUNDS=10
 while getopts "r:" o; do
   case $o in
     r) ROUNDS=$OPTARG ;;
-    *) sed -n '2,47p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,53p' "$0" >&2; exit 2 ;;
   esac
 done
 TKM_BUILD_DIR=${TKM_BUILD_DIR:-$repo/build}
@@ -161,6 +167,19 @@ measure() { # POINT: RSS of both after SETTLE s
   bench_log "$1: VmRSS/VmHWM KiB: tkm ${R[tkm.$1.rss]}/${R[tkm.$1.hwm]}, gkm ${R[gkm.$1.rss]}/${R[gkm.$1.hwm]}"
 }
 measure idle
+floor_bin=$TKM_BUILD_DIR/bench/bench_rss_floor
+if [[ -x $floor_bin ]]; then
+  "$floor_bin" 120 >"$work/floor.out" &
+  floor_pid=$!
+  for _ in $(seq 50); do grep -q ready "$work/floor.out" 2>/dev/null && break; sleep 0.1; done
+  sleep 1
+  read -r r h < <(bench_rss "$floor_pid")
+  R[floor.rss]=$r
+  kill "$floor_pid" 2>/dev/null || true
+  wait "$floor_pid" 2>/dev/null || true
+else
+  R[floor.rss]=-
+fi
 
 # ---- caches ---------------------------------------------------------------------
 tkm_path=/apis/tkm.io/v1alpha1/namespaces/bench-agent/tritonkernelcaches
@@ -284,6 +303,9 @@ for p in idle caches pods; do
   printf '%-40s %12s %12s %8s\n' "  peak VmHWM so far (MiB)" "$(mib "${R[tkm.$p.hwm]}")" "$(mib "${R[gkm.$p.hwm]}")" \
     "$(bench_ratio "${R[tkm.$p.hwm]}" "${R[gkm.$p.hwm]}")"
 done
+printf '%-40s %12s %12s %8s  %s\n' "floor: libcurl+libuv only, idle (MiB)" "$(mib "${R[floor.rss]}")" "" "" \
+  "bench/rss_floor.c; tkm-agent idle above it: $(awk -v a="${R[tkm.idle.rss]}" -v b="${R[floor.rss]}" \
+    'BEGIN { if (a == "-" || b == "-") print "-"; else printf "%.1f MiB", (a - b) / 1024 }')"
 printf '%-40s %12s %12s\n' "last of $CACHES pins -> all in status (s)" "${R[tkm.fill]}" "${R[gkm.fill]}"
 printf '%-40s %12s %12s %8s  %s\n' "pin -> node status, median (ms)" "$tkm_med" "$gkm_med" "$(bench_ratio "$tkm_med" "$gkm_med")" "<= 1000 ms"
 printf '%-40s %12s %12s %8s  %s\n' "pin -> node status, max of $ROUNDS (ms)" "$tkm_max" "$gkm_max" "$(bench_ratio "$tkm_max" "$gkm_max")" "<= 1000 ms"

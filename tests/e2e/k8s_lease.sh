@@ -96,9 +96,18 @@ assert_eq "" "$(grep ' LEADING B' "$E2E_TMP/B.out" | tail -n +2)" "B did not gra
 step "release on SIGTERM hands over without waiting for expiry"
 released=$(now_ms)
 stop_candidate C
-wait_for 10 "B takes over after C released" bash -c "grep -c ' LEADING B' '$E2E_TMP/B.out' | grep -q 2"
+wait_for 30 "B takes over after C released" bash -c "grep -c ' LEADING B' '$E2E_TMP/B.out' | grep -q 2"
 b2=$(awk '$2 == "LEADING" { n++; if (n == 2) print $1 }' "$E2E_TMP/B.out")
-((b2 - released < LEASE_MS)) || fail "B needed $((b2 - released)) ms after the release"
-pass "B led again $((b2 - released)) ms after C released (less than the lease duration)"
+# C prints STOPPED after its release PUT returned: measure from there, not from
+# the SIGTERM (C runs under valgrind; on a loaded machine it may take seconds to
+# reach the release). Waiting for the lease to expire would take LEASE_MS.
+c_released=$(first_ms "$E2E_TMP/C.out" STOPPED C)
+[[ -n $c_released ]] || fail "C printed no STOPPED line (release never completed)"
+if ((b2 - c_released >= LEASE_MS)); then
+  echo "--- C.out"; tail -5 "$E2E_TMP/C.out"; echo "--- C.err"; tail -20 "$E2E_TMP/C.err"
+  echo "--- B.out"; tail -8 "$E2E_TMP/B.out"
+  fail "B needed $((b2 - c_released)) ms after C's release returned (SIGTERM $((c_released - released)) ms before that)"
+fi
+pass "B led again $((b2 - c_released)) ms after C's release returned ($((b2 - released)) ms after the SIGTERM; less than the lease duration)"
 stop_candidate B
 e2e_done
