@@ -20,6 +20,8 @@
  *                                 1-128 of [A-Za-z0-9._-] -> INVALID_ARGUMENT
  *   DeleteVolume               -> OK (nothing to delete)
  *   ControllerGetCapabilities  -> CREATE_DELETE_VOLUME
+ *   Identity (csi-sanity asks both endpoints): GetPluginInfo csi.tkm.io/test-controller,
+ *   GetPluginCapabilities CONTROLLER_SERVICE, Probe ready
  * Logs one line per call on stdout ("CreateVolume <id> params=<n>", "DeleteVolume
  * <id>"). Ends on SIGINT/SIGTERM.
  */
@@ -132,7 +134,7 @@ struct create_req {
     size_t n;
 };
 
-/* CreateVolumeRequest: name = 1, parameters = 3 (map entries: key 1, value 2). */
+/* CreateVolumeRequest: name = 1, parameters = 4 (map entries: key 1, value 2). */
 static int create_parse(const uint8_t *b, size_t n, struct create_req *q)
 {
     struct rd r = {b, b + n};
@@ -144,7 +146,7 @@ static int create_parse(const uint8_t *b, size_t n, struct create_req *q)
             return -1;
         if (num == 1 && f && copy_str(q->name, f, fn) < 0)
             return -1;
-        if (num != 3 || !f)
+        if (num != 4 || !f)
             continue;
         if (q->n == MAX_PARAMS)
             return -1;
@@ -252,6 +254,33 @@ static void get_caps(struct tkm_grpc_call *call, void *data)
     tkm_grpc_call_reply(call, resp, sizeof resp);
 }
 
+/* csi-sanity also asks the controller endpoint's Identity service (identity.go: "Controller
+ * Service" beside "Node Service" when the endpoints differ). */
+static void identity_info(struct tkm_grpc_call *call, void *data)
+{
+    /* name = 1 "csi.tkm.io", vendor_version = 2 "test-controller" */
+    static const uint8_t resp[] = {0x0a, 10,  'c',  's', 'i', '.', 't', 'k', 'm', '.',
+                                   'i',  'o', 0x12, 15,  't', 'e', 's', 't', '-', 'c',
+                                   'o',  'n', 't',  'r', 'o', 'l', 'l', 'e', 'r'};
+    (void)data;
+    tkm_grpc_call_reply(call, resp, sizeof resp);
+}
+
+static void identity_caps(struct tkm_grpc_call *call, void *data)
+{
+    /* capabilities[0] = {service = {type = CONTROLLER_SERVICE (1)}} */
+    static const uint8_t resp[] = {0x0a, 0x04, 0x0a, 0x02, 0x08, 0x01};
+    (void)data;
+    tkm_grpc_call_reply(call, resp, sizeof resp);
+}
+
+static void identity_probe(struct tkm_grpc_call *call, void *data)
+{
+    static const uint8_t resp[] = {0x0a, 0x02, 0x08, 0x01}; /* ready = {value: true} */
+    (void)data;
+    tkm_grpc_call_reply(call, resp, sizeof resp);
+}
+
 static void on_signal(uv_signal_t *s, int signum)
 {
     struct tc *t = s->data;
@@ -278,7 +307,12 @@ int main(int argc, char **argv)
         tkm_grpc_server_register(t.srv, "/csi.v1.Controller/DeleteVolume", delete_volume, &t,
                                  &err) < 0 ||
         tkm_grpc_server_register(t.srv, "/csi.v1.Controller/ControllerGetCapabilities", get_caps,
-                                 &t, &err) < 0) {
+                                 &t, &err) < 0 ||
+        tkm_grpc_server_register(t.srv, "/csi.v1.Identity/GetPluginInfo", identity_info, &t, &err) <
+            0 ||
+        tkm_grpc_server_register(t.srv, "/csi.v1.Identity/GetPluginCapabilities", identity_caps, &t,
+                                 &err) < 0 ||
+        tkm_grpc_server_register(t.srv, "/csi.v1.Identity/Probe", identity_probe, &t, &err) < 0) {
         fprintf(stderr, "csi_testcontroller: %s\n", tkm_err_str(&err));
         return 1;
     }
