@@ -32,7 +32,8 @@
 #define CSI_VOLUME_ID_MAX    128
 #define CSI_MAX_TARGET_ROOTS 8
 /* --agent-socket's default = tkm-agent's --socket default (AGENT_DEFAULT_SOCKET) and
- * what manifests/base/daemonset-node.yaml passes (unit.csi.agent_socket_default_matches_manifest). */
+ * what manifests/base/daemonset-node.yaml passes (unit.csi.agent_socket_default_matches_manifest).
+ */
 #define CSI_DEFAULT_AGENT_SOCKET "/var/run/tkm/agent/agent.sock"
 
 /* How the pod sees the cache (the readOnly attribute). */

@@ -27,9 +27,9 @@
 static inline const struct k8s__ynode *node_manifest_container(const struct k8s__ynode *root,
                                                                const char *name)
 {
-    const struct k8s__ynode *c = k8s__yaml_get(
-        k8s__yaml_get(k8s__yaml_get(k8s__yaml_get(root, "spec"), "template"), "spec"),
-        "containers");
+    const struct k8s__ynode *c =
+        k8s__yaml_get(k8s__yaml_get(k8s__yaml_get(k8s__yaml_get(root, "spec"), "template"), "spec"),
+                      "containers");
     for (size_t i = 0; c && c->kind == K8S_Y_SEQ && i < c->n; i++) {
         const struct k8s__ynode *n = k8s__yaml_get(c->items[i], "name");
         if (n && n->kind == K8S_Y_SCALAR && strcmp(n->str, name) == 0)
