@@ -72,27 +72,47 @@ sums() { (cd "$1" && find . -printf '%p %s %m\n' | sort && find . -type f -exec 
 said() { echo "  tkm-csi said: $OUT"; }
 mounts_at() { awk -v t="$1" '{ split($0, a, " - "); split(a[1], f, " "); if (f[5] == t) n++ } END {print n+0}' /proc/self/mountinfo; }
 
+step "N clients publish one volume at once, the first publish of the cache (the agent pulls and extracts meanwhile)"
+N=8
+mkdir -p "$P/c"
+pids=()
+t0=$(now)
+for i in $(seq "$N"); do
+  pub vol-c "$P/c/mount" cacheName=vadd >"$CSI_TMP/c$i.out" 2>&1 &
+  pids+=($!)
+done
+okn=0
+for i in $(seq "$N"); do wait "${pids[$((i - 1))]}" && okn=$((okn + 1)); done
+echo "timing: $N concurrent first publishes (pull + extract + mount): $(since "$t0") s"
+assert_eq "$N" "$okn" "all $N publishes succeeded: $(cat "$CSI_TMP"/c*.out | sort | uniq -c | tr '\n' ' ')"
+assert_eq 1 "$(mounts_at "$P/c/mount")" "one mount at the target"
+assert_eq "$P/c/mount tkm-csi:vol-c" "$(csi_mounts | grep ' tkm-csi:vol-c$')" "an overlay of vol-c"
+assert_eq 1 "$(grep -c "Materialize from pid .* volume vol-c " "$E2E_TMP/h200.log")" "one Materialize reached the agent"
+assert_eq $((N - 1)) "$(grep -c "publish vol-c at $P/c/mount: already published" "$CSI_TMP/csi.log")" \
+  "the other $((N - 1)) waited in the volume's queue and found it published"
+expect_ok "and $N more in one client" pub vol-c "$P/c/mount" cacheName=vadd --repeat "$N"
+assert_eq 1 "$(mounts_at "$P/c/mount")" "still one mount"
+
 step "two pods, one store copy"
 t0=$(now)
-expect_ok "publish pod a (first: pull + extract + mount)" pub vol-a "$P/a/mount" cacheName=vadd
-echo "timing: first publish through the real agent: $(since "$t0") s"
-t0=$(now)
+expect_ok "publish pod a" pub vol-a "$P/a/mount" cacheName=vadd
+echo "timing: a publish through the real agent (store hit): $(since "$t0") s"
 expect_ok "publish pod b" pub vol-b "$P/b/mount" cacheName=vadd
-echo "timing: second publish (store hit): $(since "$t0") s"
 read -r ga STORE <<<"$(lowers "$P/a/mount")"
 read -r gb store_b <<<"$(lowers "$P/b/mount")"
 assert_eq "$STORE" "$store_b" "both overlays' lower layer is the same store copy"
+assert_eq "$STORE" "$(lowers "$P/c/mount" | cut -d' ' -f2)" "vol-c's too"
 [[ $STORE == "$E2E_TMP/h200/store/"* && -d $STORE ]] || fail "lower layer '$STORE' is not in the agent's store"
 pass "it is the agent's store entry $STORE"
 assert_eq "$CSI_STATE/$NSA/pod-vol-a/vol-a/groups" "$ga" "pod a's group files are its own"
 diff -r "$E2E_TMP/fx/tcache" "$STORE" >"$E2E_TMP/diff.out" 2>&1 || fail "the store differs from the fixture: $(head -5 "$E2E_TMP/diff.out")"
 pass "the store copy holds exactly the fixture's files"
-assert_eq 1 "$(extractions)" "extracted once for two pods (tkm_agent_extractions_total)"
+assert_eq 1 "$(extractions)" "extracted once for three pods (tkm_agent_extractions_total)"
 grp=$(cd "$P/a/mount" && find . -name '__grp__*.json' | head -1)
 kernel=$(cd "$STORE" && find . -name '*.cubin' | head -1)
 assert_contains "$(cat "$P/a/mount/$grp")" "\"$MP/" "group files name the cache's mountPath $MP"
 cmp "$STORE/$kernel" "$P/b/mount/$kernel" && pass "pod b sees the store's kernel binary"
-wait_jp 30 "the agent holds a reference per pod" "pod-vol-a pod-vol-b" tkcns "$N1" "$NSA" '{.status.caches.vadd.pods[*].name}'
+wait_jp 30 "the agent holds a reference per pod" "pod-vol-a pod-vol-b pod-vol-c" tkcns "$N1" "$NSA" '{.status.caches.vadd.pods[*].name}'
 
 step "writes in one pod reach neither the store nor the other pod"
 sum0=$(sums "$STORE")
@@ -115,23 +135,6 @@ assert_contains "$OUT" "Read-only file system" "EROFS"
 expect_fail "removing a group file" rm "$P/ro/mount/$grp"
 assert_contains "$OUT" "Read-only file system" "EROFS"
 assert_eq "$sum0" "$(sums "$STORE")" "the store's sha256 list is unchanged"
-
-step "N clients publish one volume at once"
-N=8
-mkdir -p "$P/c"
-pids=()
-for i in $(seq "$N"); do
-  pub vol-c "$P/c/mount" cacheName=vadd >"$CSI_TMP/c$i.out" 2>&1 &
-  pids+=($!)
-done
-okn=0
-for i in $(seq "$N"); do wait "${pids[$((i - 1))]}" && okn=$((okn + 1)); done
-assert_eq "$N" "$okn" "all $N publishes succeeded: $(cat "$CSI_TMP"/c*.out | sort | uniq -c | tr '\n' ' ')"
-assert_eq 1 "$(mounts_at "$P/c/mount")" "one mount at the target"
-assert_eq "$P/c/mount tkm-csi:vol-c" "$(csi_mounts | grep ' tkm-csi:vol-c$')" "an overlay of vol-c"
-assert_eq 1 "$(grep -c "Materialize from pid .* volume vol-c " "$E2E_TMP/h200.log")" "one Materialize reached the agent"
-expect_ok "and $N more in one client" pub vol-c "$P/c/mount" cacheName=vadd --repeat "$N"
-assert_eq 1 "$(mounts_at "$P/c/mount")" "still one mount"
 
 step "errors a person reads in kubectl describe pod"
 expect_fail "a cache not declared for the pod's namespace" csi publish vol-e1 "$P/e1/mount" \
