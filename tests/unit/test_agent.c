@@ -66,6 +66,10 @@ TEST(socket_default_matches_manifest)
     ASSERT_STREQ(agent_sock, o.socket);
     ASSERT_STREQ(csi_sock, o.socket);
     ASSERT_STREQ(AGENT_DEFAULT_SOCKET, o.socket);
+    /* and the store: tkm-csi mounts the agent's store paths at the same path */
+    char store[512];
+    node_manifest_arg("tkm-agent", "--store-dir", store, sizeof store);
+    ASSERT_STREQ(store, o.store_dir);
 }
 
 TEST(flags_bad_values_refused)
