@@ -28,6 +28,8 @@ NSA=$NS
 agent_ns
 NSB=$NS
 csi_setup "$E2E_TMP/csi"
+# at exit after a failure ($rc is e2e_exit's): the end of tkm-csi's log
+e2e_on_exit '[[ ${rc:-0} == 0 ]] || { echo "--- last lines of the tkm-csi log:" >&2; tail -n 40 "$CSI_TMP/csi.log" >&2; }'
 e2e_on_exit csi_teardown
 : >"$CSI_TMP/agent.log" # csi_logs_clean reads it; the real agent logs to $E2E_TMP/h200.log
 P=$CSI_TMP/pods

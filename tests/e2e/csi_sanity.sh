@@ -21,7 +21,8 @@ source "$(dirname "$0")/lib.sh"
 sanity=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path csi-sanity)
 csi_setup "$E2E_TMP/csi"
 e2e_on_exit csi_teardown
-e2e_on_exit 'kill $CTRL_PID 2>/dev/null; wait $CTRL_PID 2>/dev/null'
+CTRL_PID=
+e2e_on_exit '[[ -z $CTRL_PID ]] || { kill "$CTRL_PID" 2>/dev/null; wait "$CTRL_PID" 2>/dev/null; }'
 csi_agent_start
 csi_driver_start
 CTRL_SOCK=$CSI_TMP/controller/csi.sock
@@ -87,6 +88,11 @@ assert_eq "2:Controller Service not provided: CreateVolume not supported;6:Group
 assert_eq 15 "$(awk -F'\t' '$1 == "passed"' <<<"$specs" | wc -l)" "15 specs passed (13 before the CreateVolume stand-in)"
 csi_driver_stop
 assert_eq 0 "$CSI_DRIVER_RC" "tkm-csi exits 0 on SIGTERM"
+kill "$CTRL_PID"
+ctrl_rc=0
+wait "$CTRL_PID" || ctrl_rc=$?
+CTRL_PID=
+assert_eq 0 "$ctrl_rc" "the CreateVolume stand-in exits 0 on SIGTERM"
 assert_eq "" "$(csi_mounts)" "no mount left"
 csi_logs_clean && pass "no sanitizer report in the logs"
 e2e_done
