@@ -14,8 +14,8 @@
  * the Node calls that follow go to the real tkm-csi. It allocates nothing.
  *
  * Usage: e2e_csi_testcontroller --socket PATH
- * Serves on lib/grpc, without generated code (the three messages are encoded by
- * hand below):
+ * Serves on lib/grpc, without generated code (the few messages are encoded and
+ * decoded by hand below):
  *   CreateVolume               -> Volume{volume_id, volume_context}; a name that is not
  *                                 1-128 of [A-Za-z0-9._-] -> INVALID_ARGUMENT
  *   DeleteVolume               -> OK (nothing to delete)
