@@ -40,6 +40,11 @@
 #define AGENT_BACKOFF_MIN_MS  1000
 #define AGENT_BACKOFF_MAX_MS  (5 * 60 * 1000)
 #define AGENT_FLUSH_DELAY_MS  200 /* coalesces many cache changes into one write */
+/* --socket's default: what manifests/base/daemonset-node.yaml mounts and tkm-csi's
+ * --agent-socket default (CSI_DEFAULT_AGENT_SOCKET); a directory of its own, since the
+ * agent makes the socket's directory 0700 and the shared /var/run/tkm is 0755
+ * (unit.agent.socket_default_matches_manifest checks all three agree). */
+#define AGENT_DEFAULT_SOCKET "/var/run/tkm/agent/agent.sock"
 
 /* Borrowed strings (argv / environment), process lifetime. */
 struct agent_opts {

@@ -30,7 +30,7 @@ static void usage(FILE *f)
            "                                tkm-system)\n"
            "  --store-dir DIR               the cache store (default /var/lib/tkm/store)\n"
            "  --socket PATH                 the CSI driver's socket (default\n"
-           "                                /var/run/tkm/agent.sock)\n"
+           "                                " AGENT_DEFAULT_SOCKET ")\n"
            "  --store-budget SIZE           disk budget of the store (default 10Gi; Ki Mi Gi Ti)\n"
            "  --gc-grace DURATION           keep unused caches this long (default 10m; s m h)\n"
            "  --metrics-bind-address ADDR   /metrics on host:port or :port (default :8080;\n"
@@ -183,7 +183,7 @@ int agent_opts_parse(struct agent_opts *o, int argc, char **argv)
     o->node_name = getenv("NODE_NAME");
     o->ns = ns_env && ns_env[0] ? ns_env : "tkm-system";
     o->store_dir = "/var/lib/tkm/store";
-    o->socket = "/var/run/tkm/agent.sock";
+    o->socket = AGENT_DEFAULT_SOCKET;
     o->metrics_addr = ":8080";
     o->health_addr = ":8081";
     o->output = "json";

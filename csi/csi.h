@@ -31,6 +31,9 @@
 #define CSI_MOUNT_SOURCE     "tkm-csi:" /* + volume id: how our mounts are recognised */
 #define CSI_VOLUME_ID_MAX    128
 #define CSI_MAX_TARGET_ROOTS 8
+/* --agent-socket's default: tkm-agent's --socket default (AGENT_DEFAULT_SOCKET) and what
+ * manifests/base/daemonset-node.yaml passes (checked by unit.csi.agent_socket_default_*). */
+#define CSI_DEFAULT_AGENT_SOCKET "/var/run/tkm/agent/agent.sock"
 
 /* How the pod sees the cache (the readOnly attribute). */
 enum csi_mode {

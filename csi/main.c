@@ -28,7 +28,7 @@ static const char usage[] =
     "Flags:\n"
     "  --endpoint PATH         CSI socket to serve (unix:// prefix allowed)\n"
     "                          [/var/lib/kubelet/plugins/" CSI_DRIVER_NAME "/csi.sock]\n"
-    "  --agent-socket PATH     tkm-agent's socket [/var/run/tkm/agent.sock]\n"
+    "  --agent-socket PATH     tkm-agent's socket [" CSI_DEFAULT_AGENT_SOCKET "]\n"
     "  --node-id NAME          this node's name for NodeGetInfo [$NODE_NAME]\n"
     "  --state-dir DIR         per-pod layers: DIR/<namespace>/<pod>/<volume-id>/ "
     "[/var/run/tkm/caches]\n"
@@ -151,7 +151,7 @@ int main(int argc, char **argv)
     };
     struct csi_config cfg = {
         .endpoint = "/var/lib/kubelet/plugins/" CSI_DRIVER_NAME "/csi.sock",
-        .agent_socket = "/var/run/tkm/agent.sock",
+        .agent_socket = CSI_DEFAULT_AGENT_SOCKET,
         .node_id = getenv("NODE_NAME"),
         .state_dir = "/var/run/tkm/caches",
         .agent_timeout_ms = 100000,

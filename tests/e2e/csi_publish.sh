@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # csi_publish: tkm-csi's publish/unpublish as a pod sees it, in a private mount
 # namespace, against e2e_csi_testagent (a protocol-level stand-in for tkm-agent that
-# answers from the real Triton fixture cache; the same scenarios with the real agent
-# and apiserver come with the agent, tests/e2e/csi/env.sh).
+# answers from the real Triton fixture cache, tests/e2e/csi/env.sh; the list
+# with the real tkm-agent and apiserver is csi_agent.sh).
 #   two pods share one store copy; a pod's writes reach neither the store nor the
 #   other pod; strict read-only is read-only; readOnly "false" is a private copy;
 #   bytes written per pod = the rewritten group files only; unpublish leaves no

@@ -12,6 +12,7 @@
 
 #include "test.h"
 #include "agent.h"
+#include "node_manifest.h"
 
 static int parse(struct agent_opts *o, const char *const *args)
 {
@@ -33,7 +34,7 @@ TEST(flags_defaults)
     ASSERT_STREQ(o.node_name, "gpu-1");
     ASSERT_STREQ(o.ns, "tkm-system");
     ASSERT_STREQ(o.store_dir, "/var/lib/tkm/store");
-    ASSERT_STREQ(o.socket, "/var/run/tkm/agent.sock");
+    ASSERT_STREQ(o.socket, "/var/run/tkm/agent/agent.sock");
     ASSERT_UEQ(o.store_budget, 10ULL << 30);
     ASSERT_UEQ(o.gc_grace_ms, 600000);
     ASSERT_STREQ(o.output, "json");
@@ -49,6 +50,26 @@ TEST(flags_defaults)
     ASSERT_EQ(o.verbosity, 2);
     ASSERT_EQ(o.probe.no_nvml, 1);
     ASSERT_STREQ(o.metrics_addr, "0");
+}
+
+/* The DaemonSet (manifests/base/daemonset-node.yaml) passes the agent's --socket and
+ * tkm-csi's --agent-socket; both must be the agent's built-in default, so a node run
+ * without the flags (or a manifest edited without the code) still meets. */
+TEST(socket_default_matches_manifest)
+{
+    struct agent_opts o;
+    char agent_sock[512], csi_sock[512];
+    setenv("NODE_NAME", "gpu-1", 1);
+    ASSERT_OK(parse(&o, (const char *[]){NULL}));
+    node_manifest_arg("tkm-agent", "--socket", agent_sock, sizeof agent_sock);
+    node_manifest_arg("tkm-csi", "--agent-socket", csi_sock, sizeof csi_sock);
+    ASSERT_STREQ(agent_sock, o.socket);
+    ASSERT_STREQ(csi_sock, o.socket);
+    ASSERT_STREQ(AGENT_DEFAULT_SOCKET, o.socket);
+    /* and the store: tkm-csi mounts the agent's store paths at the same path */
+    char store[512];
+    node_manifest_arg("tkm-agent", "--store-dir", store, sizeof store);
+    ASSERT_STREQ(store, o.store_dir);
 }
 
 TEST(flags_bad_values_refused)

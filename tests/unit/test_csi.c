@@ -10,7 +10,20 @@
 #include <unistd.h>
 
 #include "csi.h"
+#include "node_manifest.h"
 #include "test.h"
+
+/* tkm-csi's --agent-socket default (main.c uses CSI_DEFAULT_AGENT_SOCKET) is what the
+ * DaemonSet passes to both containers (unit.agent.socket_default_matches_manifest checks
+ * the agent's side). */
+TEST(agent_socket_default_matches_manifest)
+{
+    char agent_sock[512], csi_sock[512];
+    node_manifest_arg("tkm-csi", "--agent-socket", csi_sock, sizeof csi_sock);
+    node_manifest_arg("tkm-agent", "--socket", agent_sock, sizeof agent_sock);
+    ASSERT_STREQ(csi_sock, CSI_DEFAULT_AGENT_SOCKET);
+    ASSERT_STREQ(agent_sock, CSI_DEFAULT_AGENT_SOCKET);
+}
 
 TEST(volume_id)
 {
