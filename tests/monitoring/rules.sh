@@ -113,6 +113,17 @@ jq -e '[.panels[] | select(.type == "table") | .transformations[]? | select(.id 
   "$dash" >/dev/null || fail "the fleet matrix is not a groupingToMatrix table"
 pass "dashboard: JSON, schemaVersion $(jq .schemaVersion "$dash"), datasource variable, $(jq '.panels | length' "$dash") panels with the listed ones"
 
+echo "--- the kustomization"
+kubectl=$("$root/hack/testbin/build.sh" --path kubectl) || fail "cannot build kubectl"
+"$kubectl" kustomize "$mon" >"$tmp/rendered.yaml" 2>"$tmp/kustomize.err" ||
+  fail "kubectl kustomize $mon: $(cat "$tmp/kustomize.err")"
+kinds=$(grep -E '^kind: ' "$tmp/rendered.yaml" | sort | tr '\n' ' ')
+[[ $kinds == "kind: ConfigMap kind: PodMonitor kind: PodMonitor kind: PrometheusRule " ]] ||
+  fail "kubectl kustomize $mon renders: $kinds"
+grep -q '^    grafana_dashboard: "1"$' "$tmp/rendered.yaml" || fail "the dashboard ConfigMap lacks its grafana_dashboard label"
+grep -rq monitoring "$root/manifests/base/kustomization.yaml" && fail "manifests/base must not include manifests/monitoring"
+pass "kubectl kustomize: the dashboard ConfigMap, two PodMonitors, the PrometheusRule; not in manifests/base"
+
 echo "--- metric names are documented"
 names() { grep -oE '(^|[^A-Za-z0-9_:])(tkm|process)_[a-z0-9_]+' | sed -E 's/^[^a-z]//; s/_(bucket|sum|count)$//' | sort -u; }
 { jq -r '.panels[].targets[].expr' "$dash"; grep -E '^ +expr:|^      ' "$rules"; } | names >"$tmp/names"
