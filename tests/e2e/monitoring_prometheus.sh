@@ -160,6 +160,12 @@ sb=$(promv "sum(tkm_agent_store_bytes{node=\"$H\"})")
 [[ $sb =~ ^[0-9]+$ ]] && ((sb > 0)) || fail "the H200's store bytes: '$sb'"
 pass "the H200's store holds $sb bytes"
 assert_eq 0 "$(promv "sum(tkm_agent_store_bytes{node=\"$A\"})")" "the A100's store holds nothing"
+assert_eq 10737418240 "$(promv "tkm_agent_store_budget_bytes{node=\"$H\"}")" "the store budget is --store-budget's default, 10Gi"
+# Both agents wrote their node status (change, then heartbeats) within the last two minutes.
+age=$(promv 'max(time() - tkm_agent_last_status_write_timestamp_seconds)')
+awk -v a="$age" 'BEGIN { exit !(a != "" && a >= 0 && a < 120) }' ||
+  fail "the agents' last status writes are '$age' s old (expected 0 to 120)"
+pass "the agents' last node status writes are at most ${age%.*} s old"
 
 step "the rules evaluate on real data, and the healthy fleet raises no alert"
 nrules=$(grep -c '^  - alert: ' "$RULES")
