@@ -14,7 +14,7 @@ help: ## this list
 deps: ## install the Debian packages (idempotent)
 	hack/deps.sh
 
-testbin: deps ## build etcd, kube-apiserver, kubectl, cosign, crane from Go modules (cached in ~/.cache/tkm)
+testbin: deps ## build etcd, kube-apiserver, kubectl, cosign, crane, prometheus, promtool, ... from Go modules (cached in ~/.cache/tkm)
 	hack/testbin/build.sh
 
 build: deps ## configure and build everything into $(BUILD)/

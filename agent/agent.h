@@ -199,8 +199,9 @@ struct agent {
     struct tkm_httpd *httpd_metrics, *httpd_health;
     struct tkm_metric *m_gpus, *m_store_bytes, *m_store_entries, *m_store_refs, *m_extractions,
         *m_extract_errors, *m_extract_seconds, *m_registry_errors, *m_watch_restarts,
-        *m_status_writes;
+        *m_status_writes, *m_store_budget, *m_status_write_time;
     uint64_t registry_errors, watch_restarts, status_writes;
+    double status_write_time; /* wall clock (Unix seconds) of the last accepted status apply */
 };
 
 /* gpu.c: probes on the thread pool; on change re-judges every cache. */

@@ -60,6 +60,10 @@ static void collect_counters(struct tkm_metric *m, void *data)
         tkm_metric_set(m, NULL, (double)a->extract_errors);
     else if (m == a->m_gpus)
         tkm_metric_set(m, NULL, (double)a->gpus.n);
+    else if (m == a->m_store_budget)
+        tkm_metric_set(m, NULL, (double)a->o.store_budget);
+    else if (m == a->m_status_write_time)
+        tkm_metric_set(m, NULL, a->status_write_time);
 }
 
 static int add(struct agent *a, enum tkm_metric_type t, const char *name, const char *help,
@@ -90,6 +94,9 @@ static int metrics_register(struct agent *a, struct tkm_err *err)
         (rc = add(a, TKM_METRIC_GAUGE, "tkm_agent_store_bytes",
                   "Bytes of the extracted caches in the store.", NULL, collect_store,
                   &a->m_store_bytes, err)) < 0 ||
+        (rc = add(a, TKM_METRIC_GAUGE, "tkm_agent_store_budget_bytes",
+                  "The store's disk budget (--store-budget).", NULL, collect_counters,
+                  &a->m_store_budget, err)) < 0 ||
         (rc = add(a, TKM_METRIC_GAUGE, "tkm_agent_store_entries", "Extracted digests in the store.",
                   NULL, collect_store, &a->m_store_entries, err)) < 0 ||
         (rc = add(a, TKM_METRIC_GAUGE, "tkm_agent_store_references",
@@ -112,7 +119,10 @@ static int metrics_register(struct agent *a, struct tkm_err *err)
                   &a->m_watch_restarts, err)) < 0 ||
         (rc = add(a, TKM_METRIC_COUNTER, "tkm_agent_status_writes_total",
                   "Node status applies the apiserver accepted.", NULL, collect_counters,
-                  &a->m_status_writes, err)) < 0)
+                  &a->m_status_writes, err)) < 0 ||
+        (rc = add(a, TKM_METRIC_GAUGE, "tkm_agent_last_status_write_timestamp_seconds",
+                  "Unix time of the last node status apply the apiserver accepted (0: none yet).",
+                  NULL, collect_counters, &a->m_status_write_time, err)) < 0)
         return rc;
     return 0;
 }

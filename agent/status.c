@@ -9,12 +9,21 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <tkm/log.h>
 #include <tkm/oci/ref.h>
 #include <tkm/util.h>
 
 #include "agent.h"
+
+/* Unix time in seconds, for tkm_agent_last_status_write_timestamp_seconds. */
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 const char *agent_compat_reason(const char *s)
 {
@@ -323,6 +332,7 @@ static void on_written(int rc, json_t *obj, const struct k8s_status *st, void *d
     }
     a->write_backoff_ms = 0;
     a->status_writes++;
+    a->status_write_time = wall_s();
     free(o->last_body);
     o->last_body = w->body_cmp;
     w->body_cmp = NULL;

@@ -349,6 +349,9 @@ void ctrl_cache_changed(struct ctrl_cache *cc);
 /* The conditions last computed for the cache (Verified, Ready, Progressing,
  * Degraded), UNKNOWN before the first status. */
 void ctrl_cache_conds(const struct ctrl_cache *cc, enum tkm_api_cond_status out[4]);
+/* 1 when the cache's last written Verified condition is False because its signature
+ * search failed (not VerificationDisabled), else 0 (tkm_controller_verification_failed_caches). */
+int ctrl_cache_ver_failed(const struct ctrl_cache *cc);
 /* Enqueues every node whose Node is gone but whose status objects remain. */
 void ctrl_gc_scan(struct ctrl *c);
 /* Finishes a reconcile of qkey (kind, t0 for metrics). */

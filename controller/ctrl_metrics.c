@@ -19,6 +19,7 @@
  *   tkm_controller_verifications_total, _events_total
  *   tkm_controller_node_status_objects, tkm_controller_node_status_entries, tkm_controller_nodes
  *   tkm_controller_leader                           1 while this replica acts
+ *   tkm_controller_verification_failed_caches       caches whose signature search failed
  * plus the process_* families and tkm_build_info.
  */
 #include <errno.h>
@@ -140,6 +141,24 @@ static void c_caches(struct tkm_metric *m, void *data)
         }
 }
 
+static int count_ver_failed(const char *key, void *val, void *data)
+{
+    (void)key;
+    struct ctrl_cidx *x = val;
+    unsigned *n = data;
+    if (x->rec && ctrl_cache_ver_failed(x->rec))
+        (*n)++;
+    return 0;
+}
+
+static void c_ver_failed(struct tkm_metric *m, void *data)
+{
+    struct ctrl *c = data;
+    unsigned n = 0;
+    ctrl_map_foreach(&c->idx.caches, count_ver_failed, &n);
+    set0(m, n);
+}
+
 #define SIMPLE(fn, expr)                                                                           \
     static void fn(struct tkm_metric *m, void *data)                                               \
     {                                                                                              \
@@ -196,6 +215,9 @@ int ctrl_prom_new(struct ctrl *c, struct tkm_metrics *reg, struct ctrl_prom **ou
          "Registry operations started (resolve, verify, inspect).", NULL, c_reg},
         {TKM_METRIC_COUNTER, "tkm_controller_verifications_total",
          "Signature searches that reported.", NULL, c_ver},
+        {TKM_METRIC_GAUGE, "tkm_controller_verification_failed_caches",
+         "Caches whose signature search failed (Verified False, not VerificationDisabled).", NULL,
+         c_ver_failed},
         {TKM_METRIC_COUNTER, "tkm_controller_events_total", "Events emitted.", NULL, c_events},
         {TKM_METRIC_GAUGE, "tkm_controller_node_status_objects",
          "Node status objects in the index.", NULL, c_objs},

@@ -971,6 +971,13 @@ void ctrl_cache_conds(const struct ctrl_cache *cc, enum tkm_api_cond_status out[
     memcpy(out, cc->conds, sizeof cc->conds);
 }
 
+int ctrl_cache_ver_failed(const struct ctrl_cache *cc)
+{
+    return cc->conds[0] == TKM_API_COND_FALSE && cc->ver_done &&
+           cc->ver_status == TKM_API_COND_FALSE &&
+           strcmp(cc->ver_reason, "VerificationDisabled") != 0;
+}
+
 void ctrl_cache_changed(struct ctrl_cache *cc)
 {
     if (cc && cc->op) {

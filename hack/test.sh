@@ -2,7 +2,8 @@
 # Runs every test tkm has, the way CI does (`make test`, `.ci/run`):
 #
 #   1. Debian packages (hack/deps.sh) and the Go-built test binaries
-#      (hack/testbin/build.sh: etcd, kube-apiserver, kubectl, cosign, crane;
+#      (hack/testbin/build.sh: etcd, kube-apiserver, kubectl, cosign, crane,
+#      prometheus, promtool, ...;
 #      cached in ${TKM_CACHE:-~/.cache/tkm}, built only the first time)
 #   2. build/          gcc, -Werror: unit tests, lint, and the end-to-end tests
 #                      against a real etcd + kube-apiserver + registry that the

@@ -18,6 +18,9 @@
 #                             offline virtual Sigstore, pkg/testing/ca, for tests)
 #   csi-sanity/ csi-sanity   (github.com/kubernetes-csi/csi-test/v5; v5.6.0 runs the
 #                             Node suite against a node-only driver, PR #597/#598)
+#   prometheus/ prometheus, promtool (github.com/prometheus/prometheus v0.316.0 =
+#                             Prometheus v3.16.0; tag remove_all_sd: static and file
+#                             service discovery only; no built-in web UI assets)
 #
 # Usage: hack/testbin/build.sh [TOOL...]     (default: all)
 #        hack/testbin/build.sh --path TOOL   print the cached binary's path (build if needed)
@@ -37,6 +40,7 @@ COSIGN3_VERSION=3.1.3
 SIGSTORE_TESTCA_VERSION=4
 REFERRERS_REGISTRY_VERSION=1
 CSI_SANITY_VERSION=5.6.0
+PROMETHEUS_VERSION=3.16.0
 
 die() { echo "testbin: $*" >&2; exit 1; }
 
@@ -50,7 +54,8 @@ tool_version() {
     sigstore-testca) echo "v$SIGSTORE_TESTCA_VERSION" ;;
     referrers-registry) echo "v$REFERRERS_REGISTRY_VERSION" ;;
     csi-sanity) echo "v$CSI_SANITY_VERSION" ;;
-    *) die "unknown tool '$1' (known: kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager etcd cosign crane cosign3 referrers-registry sigstore-testca csi-sanity)" ;;
+    prometheus | promtool) echo "v$PROMETHEUS_VERSION" ;;
+    *) die "unknown tool '$1' (known: kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager etcd cosign crane cosign3 referrers-registry sigstore-testca csi-sanity prometheus promtool)" ;;
   esac
 }
 
@@ -61,7 +66,7 @@ tool_path() {
 }
 
 build_one() {
-  local tool=$1 ver out dir mod pkg ldflags=(-s -w)
+  local tool=$1 ver out dir mod pkg tags= ldflags=(-s -w)
   ver=$(tool_version "$tool")
   out=$(tool_path "$tool")
   [[ -x $out ]] && return 0
@@ -92,6 +97,13 @@ build_one() {
     sigstore-testca) mod=sigstore-testca pkg=. ;;
     referrers-registry) mod=cosign3 pkg=./referrers-registry ;;
     csi-sanity) mod=csi-sanity pkg=github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity ;;
+    prometheus | promtool)
+      # Version stamps as Prometheus's own promu build sets them (prometheus
+      # --version, build_info); remove_all_sd leaves out the cloud service
+      # discoveries (AWS, Azure, GCE, Kubernetes, ...) the tests never use.
+      mod=prometheus pkg=github.com/prometheus/prometheus/cmd/$tool tags=remove_all_sd
+      ldflags+=(-X "github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION"
+        -X "github.com/prometheus/common/version.Branch=HEAD") ;;
   esac
   dir=$(dirname "$out")
   mkdir -p "$dir" "$cache/logs"
@@ -99,7 +111,7 @@ build_one() {
   echo "testbin: building $tool $ver from Go modules into $dir (first run only; 1-6 min each on 2 cores)..." >&2
   local t0=$SECONDS
   if ! (cd "$here/$mod" && GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 \
-        go build -trimpath -o "$out.tmp" -ldflags "${ldflags[*]}" "$pkg") >"$log" 2>&1; then
+        go build -trimpath -tags "$tags" -o "$out.tmp" -ldflags "${ldflags[*]}" "$pkg") >"$log" 2>&1; then
     rm -f "$out.tmp"
     tail -20 "$log" >&2
     die "building $tool failed; full log: $log"
@@ -118,7 +130,7 @@ main() {
     return
   fi
   local tools=("$@")
-  [[ ${#tools[@]} -gt 0 ]] || tools=(etcd kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager cosign crane cosign3 referrers-registry sigstore-testca csi-sanity)
+  [[ ${#tools[@]} -gt 0 ]] || tools=(etcd kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager cosign crane cosign3 referrers-registry sigstore-testca csi-sanity prometheus promtool)
   for t in "${tools[@]}"; do build_one "$t"; done
   for t in "${tools[@]}"; do echo "$t $(tool_path "$t")"; done
 }
