@@ -268,6 +268,15 @@ int kt__groups(const struct kt_matrix *m, struct kt_group **out, size_t *n)
     return 0;
 }
 
+/* How good a state is: in use best, absent worst. */
+static int rank(int s)
+{
+    static const int r[KT_STATE_COUNT] = {
+        [KT_IN_USE] = 7,       [KT_EXTRACTED] = 6,  [KT_READY] = 5,  [KT_PENDING] = 4,
+        [KT_INCOMPATIBLE] = 3, [KT_UNVERIFIED] = 2, [KT_FAILED] = 1, [KT_ABSENT] = 0};
+    return s >= 0 && s < KT_STATE_COUNT ? r[s] : -1;
+}
+
 /* Nodes per state of row r within group g; returns the dominant state. */
 enum kt_state kt__group_counts(const struct kt_matrix *m, const struct kt_row *r,
                                const struct kt_group *g, size_t *cnt, int *pods)
@@ -282,11 +291,8 @@ enum kt_state kt__group_counts(const struct kt_matrix *m, const struct kt_row *r
         *pods += r->cells[j].state == KT_IN_USE ? r->cells[j].pods : 0;
     }
     /* ties go to the better state, so the worse nodes are the exceptions */
-    static const int rank[KT_STATE_COUNT] = {
-        [KT_IN_USE] = 7,       [KT_EXTRACTED] = 6,  [KT_READY] = 5,  [KT_PENDING] = 4,
-        [KT_INCOMPATIBLE] = 3, [KT_UNVERIFIED] = 2, [KT_FAILED] = 1, [KT_ABSENT] = 0};
     for (int s = 0; s < KT_STATE_COUNT; s++)
-        if (cnt[s] > cnt[best] || (cnt[s] && cnt[s] == cnt[best] && rank[s] > rank[best]))
+        if (cnt[s] > cnt[best] || (cnt[s] && cnt[s] == cnt[best] && rank(s) > rank(best)))
             best = (enum kt_state)s;
     return best;
 }
@@ -305,16 +311,17 @@ static void group_cell(const size_t *cnt, enum kt_state best, int pods, char *ou
         return;
     }
     out[0] = '\0';
-    /* by count, largest first */
+    /* by count, largest first; ties: the better state first */
     size_t done[KT_STATE_COUNT] = {0};
     for (size_t k = 0; k < kinds && o < n; k++) {
         int pick = -1;
         for (int s = 0; s < KT_STATE_COUNT; s++)
-            if (cnt[s] && !done[s] && (pick < 0 || cnt[s] > cnt[pick]))
+            if (cnt[s] && !done[s] &&
+                (pick < 0 || cnt[s] > cnt[pick] || (cnt[s] == cnt[pick] && rank(s) > rank(pick))))
                 pick = s;
         done[pick] = 1;
         int w = snprintf(out + o, n - o, "%s%zu %s", k ? ", " : "", cnt[pick],
-                         kt_state_text((enum kt_state)pick));
+                         pick == KT_ABSENT ? "unreported" : kt_state_text((enum kt_state)pick));
         if (w < 0)
             break;
         o += (size_t)w;
@@ -429,6 +436,8 @@ static int group_notes(const struct kt_matrix *m, const struct kt_group *g, size
                 kt__clean(why, clean, sizeof clean);
                 char txt[64];
                 kt__cell_text(c->state, c->pods, txt, sizeof txt);
+                if (c->state == KT_ABSENT)
+                    snprintf(txt, sizeof txt, "unreported");
                 rc = tkm_buf_printf(out, "  %s  %s (%s): %s%s%s\n", ref, m->nodes[j].name,
                                     g[k].label, txt, clean[0] ? ": " : "", clean);
             }
