@@ -200,7 +200,8 @@ assert_eq "997 1 2 0" "$(jq -r '.caches[0].counts | [.extracted, .inUse, .incomp
 assert_eq "997 0 2 1" "$(jq -r '.caches[1].counts | [.extracted, .inUse, .incompatible, .failed] | join(" ")' <<<"$OUT")" "kt-00001: 997 extracted, 2 incompatible, 1 failed"
 assert_eq "nvidia-h200:998 amd-mi300x:2" "$(jq -r '[.gpuTypes[] | "\(.gpuType):\(.nodes)"] | join(" ")' <<<"$OUT")" "GPU types"
 assert_eq "failed" "$(jq -r '.caches[1].nodes[] | select(.node == "sim-00500") | .state' <<<"$OUT")" "sim-00500 failed"
-OUT=$(kubectl tkm status -n "$BIG" --by node --width 0 | head -1)
+OUT=$(kubectl tkm status -n "$BIG" --by node --width 0)
+OUT=${OUT%%$'\n'*}
 assert_eq 1001 "$(wc -w <<<"$OUT" | tr -d ' ')" "--by node: a column per node (CACHE + 1000)"
 
 e2e_done
