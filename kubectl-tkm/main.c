@@ -99,7 +99,7 @@ static const char *const usage_why =
     "  kubectl tkm why tkcc/shared-kernels -o yaml\n";
 
 static const char *const usage_check =
-    "kubectl tkm check IMAGE [-o wide|json|yaml] [--no-color]\n"
+    "kubectl tkm check IMAGE [-n NS] [-o wide|json|yaml] [--no-color]\n"
     "\n"
     "Reads the image's Triton summary (the cache.triton.image/summary label of its config;\n"
     "the layer is not pulled) and judges every node's GPUs, as reported in the node status\n"
@@ -108,6 +108,9 @@ static const char *const usage_check =
     "verdict and reason (-o wide lists every node name).\n"
     "Registries on loopback are reached over plain HTTP; others over HTTPS with the docker\n"
     "credentials (~/.docker/config.json).\n"
+    "\n"
+    "Every node that reports status anywhere is judged; with -n NS only the nodes that\n"
+    "report in NS.\n"
     "\n"
     "Exit status: 0 when at least one node could use it, 1 when none could (or on an error).\n"
     "\n"
