@@ -142,6 +142,11 @@ expect_ok "status -o yaml" kubectl tkm status -n "$NS" -o yaml
 assert_contains "$OUT" "kind: CacheStatus" "yaml document"
 assert_eq "inUse" "$(python3 -c 'import sys, yaml; d = yaml.safe_load(sys.stdin); print(d["caches"][2]["nodes"][0]["state"])' <<<"$OUT")" "the yaml reads back"
 
+step "small: kubectl-tkm under valgrind (no leak, no error)"
+expect_ok "status -o yaml under valgrind" e2e_valgrind "$PLUGIN_DIR/kubectl-tkm" status -n "$NS" -o yaml
+expect_ok "status --by gpu-type under valgrind" e2e_valgrind "$PLUGIN_DIR/kubectl-tkm" status -n "$NS" --by gpu-type -o wide
+expect_ok "why under valgrind" e2e_valgrind "$PLUGIN_DIR/kubectl-tkm" why vector-add -n "$NS" --node node-a -o json
+
 step "small: why"
 golden why-vector-add-node-a kubectl tkm why vector-add -n "$NS" --node node-a
 golden why-vector-add-node-b kubectl tkm why tkc/vector-add -n "$NS" --node node-b
@@ -157,6 +162,7 @@ expect_ok "check -o json" kubectl tkm check "$IMAGE" -n "$NS" -o json
 assert_eq "node-a:true node-b:false node-c:false" "$(jq -r '[.nodes[] | "\(.node):\(.compatible)"] | join(" ")' <<<"$OUT")" "H200 compatible, A100 and old-driver H200 not"
 assert_contains "$(jq -r '.nodes[1].gpus[0].reason' <<<"$OUT")" "arch mismatch" "A100: arch mismatch"
 assert_contains "$(jq -r '.nodes[2].gpus[0].reason' <<<"$OUT")" "PTX too new" "CUDA 12.4: PTX too new"
+expect_ok "check under valgrind" e2e_valgrind "$PLUGIN_DIR/kubectl-tkm" check "$IMAGE" -n "$NS"
 kubectl -n "$NS" delete tkcns node-a >/dev/null
 expect_fail "check: no compatible node -> exit 1" kubectl tkm check "$IMAGE" -n "$NS"
 assert_contains "$OUT" "0 of 2 nodes could use it" "says none"
@@ -171,6 +177,8 @@ assert_contains "$OUT" "node \"node-z\" has no TritonKernelCacheNodeStatus" "nam
 sed -E 's#server: https://127.0.0.1:[0-9]+#server: https://127.0.0.1:1#' "$KUBECONFIG" >"$E2E_TMP/dead.kubeconfig"
 expect_fail "an unreachable apiserver" kubectl-tkm status --kubeconfig "$E2E_TMP/dead.kubeconfig"
 assert_contains "$OUT" "cannot reach the apiserver at https://127.0.0.1:1" "names the apiserver"
+expect_fail "an unreachable apiserver, under valgrind" e2e_valgrind "$PLUGIN_DIR/kubectl-tkm" why x --kubeconfig "$E2E_TMP/dead.kubeconfig"
+expect_fail "a cache that does not exist, under valgrind" e2e_valgrind "$PLUGIN_DIR/kubectl-tkm" why nope -n "$NS"
 expect_fail "a bad -o" kubectl tkm status -o xml
 assert_contains "$OUT" "-o takes wide, json or yaml, not 'xml'" "names the value"
 assert_eq 2 "$(kubectl-tkm status -o xml >/dev/null 2>&1; echo $?)" "usage error: exit 2"
