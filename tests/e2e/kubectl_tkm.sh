@@ -11,6 +11,7 @@
 #   - 1000 nodes written by bench_simagents (998 H200, 2 MI300X) plus two exceptions:
 #     the grouped table (golden) and the JSON counts;
 #   - errors: a cache that does not exist, an unreachable apiserver, a bad flag.
+# `status` runs with --kind tkc: cluster caches that other scenarios leave would add rows.
 # TKM_GOLDEN_UPDATE=1 rewrites the golden files from this run instead of comparing.
 source "$(dirname "$0")/lib.sh"
 
@@ -111,40 +112,61 @@ report node-c "$H200OLD" "{
  \"softmax\":{\"digest\":\"$D3\",\"verified\":true,\"extracted\":true,\"compatibleGPUs\":[{\"ids\":[0],\"gpuType\":\"nvidia-h200\"}],\"lastUpdated\":\"$T\"}}"
 
 step "small: status, through the real kubectl"
-golden status-small kubectl tkm status -n "$NS"
+golden status-small kubectl tkm status -n "$NS" --kind tkc
 # the registry's port may have 4 or 5 digits: squeeze the padding of the wide table
-wide() { kubectl tkm status -n "$NS" -o wide --width 0 | tr -s ' '; }
+wide() { kubectl tkm status -n "$NS" --kind tkc -o wide --width 0 | tr -s ' '; }
 golden status-small-wide wide
-golden status-small-by-gpu kubectl tkm status -n "$NS" --by gpu-type
-OUT=$(kubectl tkm status -n "$NS")
+golden status-small-by-gpu kubectl tkm status -n "$NS" --kind tkc --by gpu-type
+OUT=$(kubectl tkm status -n "$NS" --kind tkc)
 assert_not_contains "$OUT" $'\033' "no colour when piped"
-OUT=$(script -qec "kubectl tkm status -n $NS" /dev/null)
+OUT=$(script -qec "kubectl tkm status -n $NS --kind tkc" /dev/null)
 assert_contains "$OUT" $'\033[1;32min use (2)' "colour on a terminal"
-OUT=$(NO_COLOR=1 script -qec "kubectl tkm status -n $NS" /dev/null)
+OUT=$(NO_COLOR=1 script -qec "kubectl tkm status -n $NS --kind tkc" /dev/null)
 assert_not_contains "$OUT" $'\033[' "NO_COLOR turns colour off on a terminal"
 # the node table is 54 columns wide, the table by GPU type too: at 53 one line per GPU type
-OUT=$(kubectl tkm status -n "$NS" --width 54)
+OUT=$(kubectl tkm status -n "$NS" --kind tkc --width 54)
 assert_contains "$OUT" "node-a       node-b" "54 columns: a column per node"
-OUT=$(kubectl tkm status -n "$NS" --width 53)
+OUT=$(kubectl tkm status -n "$NS" --kind tkc --width 53)
 assert_contains "$OUT" "GPU TYPE   NODES   STATE" "53 columns: one line per cache and GPU type"
-OUT=$(COLUMNS=53 kubectl tkm status -n "$NS")
+OUT=$(COLUMNS=53 kubectl tkm status -n "$NS" --kind tkc)
 assert_contains "$OUT" "GPU TYPE   NODES   STATE" "COLUMNS=53 too"
 cp "$KUBECONFIG" "$E2E_TMP/kc"
 kubectl --kubeconfig "$E2E_TMP/kc" config set-context kt-ctx --cluster=tkm-dev --user=admin --namespace="$NS" >/dev/null
-expect_ok "--kubeconfig and --context pick the namespace" kubectl tkm status --kubeconfig "$E2E_TMP/kc" --context kt-ctx -o json
+expect_ok "--kubeconfig and --context pick the namespace" kubectl tkm status --kubeconfig "$E2E_TMP/kc" --context kt-ctx --kind tkc -o json
 assert_eq "3 3" "$(jq -r '[(.caches | length), (.nodes | length)] | join(" ")' <<<"$OUT")" "3 caches x 3 nodes from the context's namespace"
-expect_ok "status -o json" kubectl tkm status -n "$NS" -o json
+expect_ok "status -o json" kubectl tkm status -n "$NS" --kind tkc -o json
 assert_eq "inUse incompatible failed" "$(jq -r '[.caches[] | select(.name == "vector-add") | .nodes[].state] | join(" ")' <<<"$OUT")" "vector-add per node"
 assert_eq "unverified unverified ready" "$(jq -r '[.caches[] | select(.name == "matmul") | .nodes[].state] | join(" ")' <<<"$OUT")" "matmul per node"
 assert_eq "pending absent extracted" "$(jq -r '[.caches[] | select(.name == "softmax") | .nodes[].state] | join(" ")' <<<"$OUT")" "softmax per node"
 assert_eq "2" "$(jq -r '.caches[] | select(.name == "vector-add") | .counts.pods' <<<"$OUT")" "two pods use vector-add"
-expect_ok "status -o yaml" kubectl tkm status -n "$NS" -o yaml
+expect_ok "status -o yaml" kubectl tkm status -n "$NS" --kind tkc -o yaml
 assert_contains "$OUT" "kind: CacheStatus" "yaml document"
 assert_eq "inUse" "$(python3 -c 'import sys, yaml; d = yaml.safe_load(sys.stdin); print(d["caches"][2]["nodes"][0]["state"])' <<<"$OUT")" "the yaml reads back"
 
+step "small: -A, and a cluster cache read from the cluster kind"
+expect_ok "status -A" kubectl tkm status -A --kind tkc
+assert_contains "$OUT" "NAMESPACE" "a NAMESPACE column"
+assert_contains "$OUT" "$NS" "the namespace's caches are there"
+CC=kt-$NS NODE=kt-$NS-node
+e2e_on_exit "kubectl delete tkcc $CC --wait=false >/dev/null 2>&1; kubectl delete tkcnsc $NODE --wait=false >/dev/null 2>&1"
+kubectl create -f - >/dev/null <<EOF
+{"apiVersion":"tkm.io/v1alpha1","kind":"TritonKernelCacheCluster","metadata":{"name":"$CC"},"spec":{"cacheImage":"$IMAGE"}}
+EOF
+kubectl patch tkcc "$CC" --subresource=status --type=merge -p "{\"status\":{\"resolvedDigest\":\"$DIGEST\"}}" >/dev/null
+cat >"$E2E_TMP/cl.json" <<EOF
+{"apiVersion":"tkm.io/v1alpha1","kind":"TritonKernelCacheNodeStatusCluster","metadata":{"name":"$NODE"},
+ "status":{"nodeName":"$NODE","gpus":[$H200],"caches":{"$CC":{"digest":"$DIGEST","verified":true,"extracted":false,"compatibleGPUs":[{"ids":[0],"gpuType":"nvidia-h200"}],"lastUpdated":"$T"}},"lastUpdated":"$T"}}
+EOF
+kubectl apply --server-side --field-manager=tkm-agent -f "$E2E_TMP/cl.json" >/dev/null
+kubectl apply --server-side --field-manager=tkm-agent --subresource=status -f "$E2E_TMP/cl.json" >/dev/null
+expect_ok "status tkcc/NAME" kubectl tkm status "tkcc/$CC" -o json
+assert_eq "TritonKernelCacheCluster ready" "$(jq -r --arg n "$NODE" '.caches[0].kind + " " + (.caches[0].nodes[] | select(.node == $n) | .state)' <<<"$OUT")" "the cluster cache is ready on its node"
+expect_ok "why NAME finds the cluster cache" kubectl tkm why "$CC" -n "$NS" --node "$NODE"
+assert_contains "$OUT" "from TritonKernelCacheNodeStatusCluster $NODE status.caches[\"$CC\"].digest" "read from the cluster kind"
+
 step "small: kubectl-tkm under valgrind (no leak, no error)"
-expect_ok "status -o yaml under valgrind" e2e_valgrind "$PLUGIN_DIR/kubectl-tkm" status -n "$NS" -o yaml
-expect_ok "status --by gpu-type under valgrind" e2e_valgrind "$PLUGIN_DIR/kubectl-tkm" status -n "$NS" --by gpu-type -o wide
+expect_ok "status -o yaml under valgrind" e2e_valgrind "$PLUGIN_DIR/kubectl-tkm" status -n "$NS" --kind tkc -o yaml
+expect_ok "status --by gpu-type under valgrind" e2e_valgrind "$PLUGIN_DIR/kubectl-tkm" status -n "$NS" --kind tkc --by gpu-type -o wide
 expect_ok "why under valgrind" e2e_valgrind "$PLUGIN_DIR/kubectl-tkm" why vector-add -n "$NS" --node node-a -o json
 
 step "small: why"
@@ -199,16 +221,16 @@ kubectl -n "$BIG" patch tkcns sim-00500 --subresource=status --type=merge \
 kubectl -n "$BIG" patch tkcns sim-00042 --subresource=status --type=merge \
   -p "{\"status\":{\"caches\":{\"kt-00000\":{\"pods\":[{\"namespace\":\"$BIG\",\"name\":\"server-0\",\"uid\":\"u\",\"volumeId\":\"v\"}]}}}}" >/dev/null
 t0=$SECONDS
-golden status-1000 kubectl tkm status -n "$BIG"
+golden status-1000 kubectl tkm status -n "$BIG" --kind tkc
 pass "1000-node status in $((SECONDS - t0)) s"
-golden status-1000-width-40 kubectl tkm status -n "$BIG" --width 40
-expect_ok "1000 nodes -o json" kubectl tkm status -n "$BIG" -o json
+golden status-1000-width-40 kubectl tkm status -n "$BIG" --kind tkc --width 40
+expect_ok "1000 nodes -o json" kubectl tkm status -n "$BIG" --kind tkc -o json
 assert_eq "1000 2" "$(jq -r '[(.nodes | length), (.caches | length)] | join(" ")' <<<"$OUT")" "1000 nodes, 2 caches"
 assert_eq "997 1 2 0" "$(jq -r '.caches[0].counts | [.extracted, .inUse, .incompatible, .failed] | join(" ")' <<<"$OUT")" "kt-00000: 997 extracted, 1 in use, 2 incompatible"
 assert_eq "997 0 2 1" "$(jq -r '.caches[1].counts | [.extracted, .inUse, .incompatible, .failed] | join(" ")' <<<"$OUT")" "kt-00001: 997 extracted, 2 incompatible, 1 failed"
 assert_eq "nvidia-h200:998 amd-mi300x:2" "$(jq -r '[.gpuTypes[] | "\(.gpuType):\(.nodes)"] | join(" ")' <<<"$OUT")" "GPU types"
 assert_eq "failed" "$(jq -r '.caches[1].nodes[] | select(.node == "sim-00500") | .state' <<<"$OUT")" "sim-00500 failed"
-OUT=$(kubectl tkm status -n "$BIG" --by node --width 0)
+OUT=$(kubectl tkm status -n "$BIG" --kind tkc --by node --width 0)
 OUT=${OUT%%$'\n'*}
 assert_eq 1001 "$(wc -w <<<"$OUT" | tr -d ' ')" "--by node: a column per node (CACHE + 1000)"
 
