@@ -60,9 +60,32 @@ static int flag_value(int argc, char **argv, int *i, const char *sh, const char 
     return 0;
 }
 
-static int check_values(struct kt_cli *a, const char *by, const char *width)
+/* "30", "30s", "2m", "500ms" -> ms; 0 is refused. */
+static int parse_duration(const char *s, uint64_t *ms)
+{
+    char num[32];
+    size_t n = strspn(s, "0123456789");
+    int64_t v;
+    uint64_t mul = !strcmp(s + n, "") || !strcmp(s + n, "s") ? 1000
+                   : !strcmp(s + n, "m")                     ? 60000
+                   : !strcmp(s + n, "ms")                    ? 1
+                                                             : 0;
+    if (!n || n >= sizeof num || !mul)
+        return -EINVAL;
+    snprintf(num, sizeof num, "%.*s", (int)n, s);
+    if (tkm_parse_i64(num, 1, 86400000, &v) < 0 || (uint64_t)v * mul > 86400000ULL)
+        return -EINVAL;
+    *ms = (uint64_t)v * mul;
+    return 0;
+}
+
+static int check_values(struct kt_cli *a, const char *by, const char *width, const char *timeout)
 {
     int64_t v;
+    a->timeout_ms = 30000;
+    if (timeout && parse_duration(timeout, &a->timeout_ms) < 0)
+        return usage_error(a, "--request-timeout takes a duration (30s, 2m, 500ms), not '%s'",
+                           timeout);
     if (strcmp(a->output, "") && strcmp(a->output, "wide") && strcmp(a->output, "json") &&
         strcmp(a->output, "yaml"))
         return usage_error(a, "-o takes wide, json or yaml, not '%s'", a->output);
@@ -88,7 +111,7 @@ static int check_values(struct kt_cli *a, const char *by, const char *width)
 
 int kt_cli_parse(struct kt_cli *a, int argc, char **argv)
 {
-    const char *by = NULL, *width = NULL;
+    const char *by = NULL, *width = NULL, *timeout = NULL;
     int help = 0;
     memset(a, 0, sizeof *a);
     a->output = "";
@@ -108,7 +131,8 @@ int kt_cli_parse(struct kt_cli *a, int argc, char **argv)
                    flag_value(argc, argv, &i, NULL, "--node", &a->node, &miss) ||
                    flag_value(argc, argv, &i, NULL, "--kind", &a->kind, &miss) ||
                    flag_value(argc, argv, &i, NULL, "--by", &by, &miss) ||
-                   flag_value(argc, argv, &i, NULL, "--width", &width, &miss)) {
+                   flag_value(argc, argv, &i, NULL, "--width", &width, &miss) ||
+                   flag_value(argc, argv, &i, NULL, "--request-timeout", &timeout, &miss)) {
             if (miss)
                 return usage_error(a, "%s needs a value", s);
         } else if (s[0] == '-' && s[1]) {
@@ -135,7 +159,7 @@ int kt_cli_parse(struct kt_cli *a, int argc, char **argv)
     }
     if (a->ns && a->all_ns)
         return usage_error(a, "give -n NS or -A, not both");
-    return check_values(a, by, width);
+    return check_values(a, by, width, timeout);
 }
 
 /* ---- the apiserver ----------------------------------------------------------------------- */
@@ -170,7 +194,9 @@ static int conn_open(struct kt_conn *k, const struct kt_cli *a)
 {
     struct tkm_err err = {0};
     char path[4096];
-    struct k8s_client_opts co = {.user_agent = "kubectl-tkm/" TKM_VERSION, .timeout_ms = 30000};
+    /* one retry: a person is waiting (the daemons' default is 3) */
+    struct k8s_client_opts co = {
+        .user_agent = "kubectl-tkm/" TKM_VERSION, .timeout_ms = a->timeout_ms, .max_retries = 1};
     int rc;
     memset(k, 0, sizeof *k);
     k8s_config_init(&k->cfg);

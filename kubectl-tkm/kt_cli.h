@@ -5,6 +5,7 @@
 #ifndef KT_CLI_H
 #define KT_CLI_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "kt.h"
@@ -15,7 +16,8 @@ struct kt_cli {
     const char *kubeconfig, *context, *ns, *node, *kind;
     const char *output; /* "", "wide", "json", "yaml" */
     enum kt_by by;
-    long width; /* -1: not given */
+    long width;          /* -1: not given */
+    uint64_t timeout_ms; /* --request-timeout; default 30 s */
     int all_ns, no_color;
 };
 

@@ -40,6 +40,7 @@ static const char *const usage_top =
     "  -A, --all-namespaces     every namespace\n"
     "  -o, --output FORMAT      wide, json or yaml (default: a table)\n"
     "  --no-color               no colours (also: NO_COLOR set, or stdout not a terminal)\n"
+    "  --request-timeout D      per apiserver request (30s, 2m, 500ms; default 30s)\n"
     "  -h, --help               help; 'kubectl tkm COMMAND --help' for a command's\n"
     "\n"
     "CACHE is NAME (a TritonKernelCache in the namespace, else a TritonKernelCacheCluster),\n"

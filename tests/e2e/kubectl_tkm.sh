@@ -206,6 +206,9 @@ expect_fail "a cache that does not exist, under valgrind" e2e_valgrind "$PLUGIN_
 expect_fail "a bad -o" kubectl tkm status -o xml
 assert_contains "$OUT" "-o takes wide, json or yaml, not 'xml'" "names the value"
 assert_eq 2 "$(kubectl-tkm status -o xml >/dev/null 2>&1; echo $?)" "usage error: exit 2"
+expect_fail "a bad --request-timeout" kubectl tkm status --request-timeout soon
+assert_contains "$OUT" "--request-timeout takes a duration" "names the flag"
+expect_ok "--request-timeout 20s" kubectl tkm status -n "$NS" --kind tkc --request-timeout 20s
 
 step "1000 nodes: bench_simagents writes their node status objects"
 DS=sha256:$(printf 'kubectl-tkm 1000' | sha256sum | cut -d' ' -f1)
