@@ -9,111 +9,26 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <yaml.h>
 
+#include <tkm/buf.h>
 #include <tkm/log.h>
 #include <tkm/oci/ref.h>
 #include <tkm/triton/image.h>
+#include <tkm/yaml_out.h>
 
 #include "agent.h"
 
 /* ---- output ------------------------------------------------------------------------- */
 
-/* 1 when a string must be quoted to read back as a string: it would look like
- * a number, a boolean or null, or is empty. libyaml quotes what else needs it. */
-static int yaml_needs_quotes(const char *s)
-{
-    static const char *const words[] = {
-        "true", "false", "null", "yes",  "no",    "on",  "off", "~",  "True", "False", "Null",
-        "NULL", "Yes",   "No",   "TRUE", "FALSE", "YES", "NO",  "On", "Off",  "ON",    "OFF"};
-    char *end;
-    if (!s[0])
-        return 1;
-    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
-        if (!strcmp(s, words[i]))
-            return 1;
-    (void)strtod(s, &end);
-    return *end == 0 || strchr("0123456789+-.", s[0]) != NULL;
-}
-
-static int yaml_emit_json(yaml_emitter_t *em, const json_t *v)
-{
-    yaml_event_t ev;
-    char num[64];
-    const char *text = num, *key;
-    size_t i;
-    json_t *x;
-    int plain = 1;
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_MAPPING_STYLE);
-        if (!yaml_emitter_emit(em, &ev))
-            return -EIO;
-        json_object_foreach((json_t *)v, key, x)
-        {
-            yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)key, (int)strlen(key), 1,
-                                         1, YAML_ANY_SCALAR_STYLE);
-            if (!yaml_emitter_emit(em, &ev) || yaml_emit_json(em, x) < 0)
-                return -EIO;
-        }
-        yaml_mapping_end_event_initialize(&ev);
-        return yaml_emitter_emit(em, &ev) ? 0 : -EIO;
-    case JSON_ARRAY:
-        yaml_sequence_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_SEQUENCE_STYLE);
-        if (!yaml_emitter_emit(em, &ev))
-            return -EIO;
-        json_array_foreach(v, i, x) if (yaml_emit_json(em, x) < 0) return -EIO;
-        yaml_sequence_end_event_initialize(&ev);
-        return yaml_emitter_emit(em, &ev) ? 0 : -EIO;
-    case JSON_STRING:
-        text = json_string_value(v);
-        plain = !yaml_needs_quotes(text); /* quoted when it could read as another type */
-        break;
-    case JSON_INTEGER:
-        snprintf(num, sizeof num, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-        break;
-    case JSON_REAL:
-        snprintf(num, sizeof num, "%.17g", json_real_value(v));
-        break;
-    case JSON_TRUE:
-        text = "true";
-        break;
-    case JSON_FALSE:
-        text = "false";
-        break;
-    default:
-        text = "null";
-    }
-    yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)text, (int)strlen(text), plain,
-                                 !plain,
-                                 plain ? YAML_ANY_SCALAR_STYLE : YAML_SINGLE_QUOTED_SCALAR_STYLE);
-    return yaml_emitter_emit(em, &ev) ? 0 : -EIO;
-}
-
 static int print_obj(const json_t *v, const char *fmt)
 {
     if (strcmp(fmt, "yaml") != 0)
         return json_dumpf(v, stdout, JSON_INDENT(2)) == 0 && fputc('\n', stdout) != EOF ? 0 : -EIO;
-    yaml_emitter_t em;
-    yaml_event_t ev;
-    int rc = -EIO;
-    if (!yaml_emitter_initialize(&em))
-        return -ENOMEM;
-    yaml_emitter_set_output_file(&em, stdout);
-    yaml_emitter_set_unicode(&em, 1);
-    yaml_stream_start_event_initialize(&ev, YAML_UTF8_ENCODING);
-    if (!yaml_emitter_emit(&em, &ev))
-        goto out;
-    yaml_document_start_event_initialize(&ev, NULL, NULL, NULL, 1);
-    if (!yaml_emitter_emit(&em, &ev) || yaml_emit_json(&em, v) < 0)
-        goto out;
-    yaml_document_end_event_initialize(&ev, 1);
-    if (!yaml_emitter_emit(&em, &ev))
-        goto out;
-    yaml_stream_end_event_initialize(&ev);
-    rc = yaml_emitter_emit(&em, &ev) ? 0 : -EIO;
-out:
-    yaml_emitter_delete(&em);
+    struct tkm_buf b = TKM_BUF_INIT(1u << 30);
+    int rc = tkm_yaml_from_json(v, &b);
+    if (rc == 0 && b.len && fwrite(b.data, 1, b.len, stdout) != b.len)
+        rc = -EIO;
+    tkm_buf_release(&b);
     return rc;
 }
 

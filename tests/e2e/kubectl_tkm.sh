@@ -141,7 +141,7 @@ assert_eq "pending absent extracted" "$(jq -r '[.caches[] | select(.name == "sof
 assert_eq "2" "$(jq -r '.caches[] | select(.name == "vector-add") | .counts.pods' <<<"$OUT")" "two pods use vector-add"
 expect_ok "status -o yaml" kubectl tkm status -n "$NS" --kind tkc -o yaml
 assert_contains "$OUT" "kind: CacheStatus" "yaml document"
-assert_contains "$OUT" $'  name: vector-add\n  image: '"$IMAGE" "vector-add's entry"
+assert_contains "$OUT" $'  name: vector-add\n  image: "'"$IMAGE"'"' "vector-add's entry (a string that starts like a number is quoted)"
 assert_contains "$OUT" $'  nodes:\n  - node: node-a\n    state: inUse\n    pods: 2\n' "its node-a cell, block style"
 assert_contains "$OUT" $'verified: "True"' "a string that reads as a bool is quoted"
 
