@@ -155,27 +155,7 @@ if [[ $mode == node ]]; then
     echo "  no nvidia-smi: tkm-agent probes the recorded H200 of tests/fixtures/gpu/roots/h200 (overlays/fixture-gpu)"
   fi
   rm -rf "$ov"
-  mkdir -p "$ov"
-  cp "$D/keys/cosign.pub" "$ov/cosign.pub"
-  cat >"$ov/kustomization.yaml" <<EOF
-# written by hack/demo.sh: $(realpath --relative-to="$repo" "$base") + the demo's cosign key
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-- $(realpath --relative-to="$ov" "$base")
-configMapGenerator:
-- name: tkm-config
-  namespace: tkm-system
-  behavior: merge
-  files: [signaturePublicKeys=cosign.pub]
-secretGenerator:
-- name: tkm-trusted-keys
-  namespace: tkm-system
-  behavior: replace
-  files: [cosign.pub]
-generatorOptions:
-  disableNameSuffixHash: true
-EOF
+  tkm_key_overlay "$ov" "$base" "$D/keys/cosign.pub" || die "the demo's overlay (above)"
   quiet deploy hack/deploy.sh --overlay "$ov" --tag dev "${gpuflags[@]}"
   step "wait for the tkm-controller Deployment and the tkm-node DaemonSet to be Ready"
   quiet rollout-controller kubectl -n tkm-system rollout status deploy/tkm-controller --timeout=300s

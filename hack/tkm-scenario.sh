@@ -68,3 +68,35 @@ ${restart}  containers:
     csi: {driver: csi.tkm.io, volumeAttributes: {cacheName: $cache, mountPath: $mp}}
 EOF
 }
+
+# tkm_key_overlay DIR BASE PUB: writes DIR/kustomization.yaml, a kustomize overlay of
+# the overlay dir BASE (e.g. manifests/overlays/fixture-gpu) that puts the cosign
+# public key PUB where the manifests expect it: tkm-config's signaturePublicKeys (the
+# cluster default, Enforce with this key, for caches without spec.signaturePolicy)
+# and the Secret tkm-trusted-keys (cosign.pub, for TritonKernelCacheClusters).
+# Deploy it with hack/deploy.sh --overlay DIR.
+tkm_key_overlay() {
+  local dir=$1 base=$2 pub=$3
+  [[ -s $base/kustomization.yaml ]] || { echo "tkm_key_overlay: no kustomization.yaml in $base" >&2; return 1; }
+  grep -q 'BEGIN PUBLIC KEY' "$pub" 2>/dev/null || { echo "tkm_key_overlay: $pub is not a PEM public key" >&2; return 1; }
+  mkdir -p "$dir" && cp "$pub" "$dir/cosign.pub" || return 1
+  cat >"$dir/kustomization.yaml" <<EOT
+# $(realpath "$base") with a cosign key in tkm-config and tkm-trusted-keys (hack/tkm-scenario.sh)
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- $(realpath --relative-to="$dir" "$base")
+configMapGenerator:
+- name: tkm-config
+  namespace: tkm-system
+  behavior: merge
+  files: [signaturePublicKeys=cosign.pub]
+secretGenerator:
+- name: tkm-trusted-keys
+  namespace: tkm-system
+  behavior: replace
+  files: [cosign.pub]
+generatorOptions:
+  disableNameSuffixHash: true
+EOT
+}
