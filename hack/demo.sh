@@ -66,11 +66,17 @@ cluster_up() { [[ -s .tkm/cluster/env ]] && hack/cluster.sh status >/dev/null 2>
 
 down() {
   mkdir -p "$D"
-  if cluster_up; then
+  step "workload pods and caches, then tkm's workloads (tkm-csi unmounts, the controller drops its finalizers)"
+  if ! cluster_up; then
+    echo "  no control plane running"
+  else
     eval "$(hack/cluster.sh env)"
-    step "the demo's pod and cache, then tkm's workloads (the node unmounts, the controller drops its finalizers)"
-    kubectl -n "$NS" delete pod "$POD" --ignore-not-found --wait=true --timeout=60s >/dev/null 2>&1 || true
-    kubectl -n "$NS" delete tkc "$CACHE" --ignore-not-found --wait=true --timeout=60s >/dev/null 2>&1 || true
+    # Workload pods first (every namespace but tkm-system), so that tkm-csi unmounts their volumes.
+    local ns
+    for ns in $(kubectl get pods -A --no-headers 2>/dev/null | awk '$1 != "tkm-system" {print $1}' | sort -u); do
+      kubectl -n "$ns" delete pods --all --wait=true --timeout=60s >/dev/null 2>&1 || true
+    done
+    kubectl delete tkc,tkcc -A --all --wait=true --timeout=60s >/dev/null 2>&1 || true
     kubectl -n tkm-system delete deploy/tkm-controller ds/tkm-node --ignore-not-found --wait=true --timeout=60s \
       >/dev/null 2>&1 || true
   fi
@@ -121,6 +127,11 @@ if [[ $mode == node ]]; then
   done
   quiet node hack/node.sh up
   eval "$(hack/node.sh env)"
+  # A control plane left by TKM_DEMO_MODE=local: its daemons and Node object go.
+  if [[ -s .tkm/cluster/tkm-controller.pid || -s .tkm/cluster/tkm-agent.pid ]]; then
+    quiet tkm-local-down hack/tkm-local.sh down
+    kubectl delete node demo-node --ignore-not-found >/dev/null
+  fi
   echo "  $(kubectl get node "$TKM_NODE_NAME" --no-headers)"
   step "tkm's images: tkm-controller, tkm-agent, tkm-csi, tkmctl (make images: hack/images/all.sh)"
   quiet images hack/images/all.sh "$BUILD" "" dev
