@@ -216,7 +216,7 @@ if [[ $mode == node ]]; then
   script='g=$(find "$TRITON_CACHE_DIR" -name "__grp__*.json" | sort | head -1)
 echo "TRITON_CACHE_DIR=$TRITON_CACHE_DIR"
 echo "$g:"
-tr "," "\n" <"$g" | sed -n "s/.*\"\([^\"]*\)\": \"\([^\"]*\)\".*/  \1 -> \2/p"'
+tr "," "\n" <"$g" | sed -n "s/.*\"\([^\"]*\)\": *\"\([^\"]*\)\".*/  \1 -> \2/p"'
   kubectl -n "$NS" delete pod "$POD" --ignore-not-found --wait=true --timeout=60s >/dev/null
   tkm_workload_pod "$NS" "$POD" "$CACHE" "$MP" "$TKM_BUSYBOX_IMAGE" "$script" >"$D/pod.yaml"
   quiet pod hack/node.sh apply "$D/pod.yaml"
