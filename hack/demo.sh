@@ -148,8 +148,12 @@ digest=$(tkm_cache_image "$BUILD/cli/tkmctl" tests/fixtures/triton-cache/triton-
 echo "  \$ tkmctl build <cache dir> --output layout && tkmctl push layout $image"
 echo "  \$ tkmctl inspect $image"
 "$BUILD/cli/tkmctl" inspect "$image" | sed 's/^/    /'
-echo "  \$ cosign sign --key cosign.key ${image%:*}@$digest   (key: $D/keys/cosign.pub)"
-tkm_cosign_sign "$cosign" "$D/keys" "${image%:*}@$digest" || die "cosign sign failed (above)"
+if [[ -s $D/keys/cosign.pub ]] && "$BUILD/cli/tkmctl" verify "$image" --key "$D/keys/cosign.pub" >/dev/null 2>&1; then
+  echo "  already signed with $D/keys/cosign.pub (tkmctl verify): not signed again"
+else
+  echo "  \$ cosign sign --key cosign.key ${image%:*}@$digest   (key: $D/keys/cosign.pub)"
+  tkm_cosign_sign "$cosign" "$D/keys" "${image%:*}@$digest" || die "cosign sign failed (above)"
+fi
 
 if [[ $mode == node ]]; then
   step "deploy tkm with kustomize (hack/deploy.sh): CRDs, RBAC, tkm-config with the key, controller, node DaemonSet"
@@ -228,6 +232,10 @@ tr "," "\n" <"$g" | sed -n "s/.*\"\([^\"]*\)\": *\"\([^\"]*\)\".*/  \1 -> \2/p"'
   logs=$(kubectl -n "$NS" logs "$POD")
   echo "$logs"
   grep -q " -> $MP/" <<<"$logs" || die "the group file's child paths do not point at $MP"
+  # The same file in the image names the directory the kernels were compiled in.
+  rel=$(sed -n "s#^$MP/\(.*\):\$#\1#p" <<<"$logs")
+  orig=$(find "$D/img/c" -path "*/$rel" 2>/dev/null | head -1)
+  [[ -n $orig ]] && echo "  (in the image, $rel names $(jq -r '.child_paths | to_entries[0].value' "$orig" | xargs dirname)/...)"
   ! grep -q " -> " <<<"$(grep -v " -> $MP/" <<<"$logs")" || die "a child path does not point at $MP"
 fi
 
