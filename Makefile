@@ -6,7 +6,7 @@ JOBS ?= 2
 REGISTRY ?=
 TAG ?= dev
 
-.PHONY: help deps testbin build images test unit e2e demo fuzz bench bench-daemons format format-check crds cluster-up cluster-down clean
+.PHONY: help deps testbin build images test unit e2e demo demo-down fuzz bench bench-daemons format format-check crds cluster-up cluster-down clean
 
 help: ## this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -33,8 +33,11 @@ unit: build ## unit tests only
 e2e: build testbin ## end-to-end tests against a real kube-apiserver, etcd, registry
 	cd $(BUILD) && ctest -L e2e --output-on-failure
 
-demo: ## local control plane + registry + CRDs + samples, ending with `kubectl get tkm`
+demo: ## the whole thing on a local control plane and a real node (hack/demo.sh): a signed cache Ready, a pod using it
 	hack/demo.sh
+
+demo-down: ## stop what `make demo` started (node, control plane) and remove its host dirs; idempotent
+	hack/demo.sh down
 
 fuzz: deps ## build the libFuzzer targets with clang and run each for TKM_FUZZ_SECONDS (default 20)
 	cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DTKM_FUZZ=ON -DTKM_E2E=OFF -DTKM_FUZZ_SECONDS=$${TKM_FUZZ_SECONDS:-20}

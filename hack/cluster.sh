@@ -255,7 +255,7 @@ cmd_down() {
   if [[ -d $dir/node ]]; then
     "$here/node.sh" down || log "hack/node.sh down failed; see its messages above"
   fi
-  # tkm's daemons run as local processes by hack/tkm-local.sh (make demo).
+  # tkm's daemons run as local processes by hack/tkm-local.sh (TKM_DEMO_MODE=local make demo).
   stop_pidfile "$dir/tkm-agent.pid" tkm-agent
   stop_pidfile "$dir/tkm-controller.pid" tkm-controller
   "$here/registry.sh" stop "$dir/registry" 2>/dev/null || true

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs tkm's daemons as local processes against the control plane of
-# hack/cluster.sh, for `make demo` and by hand: tkm-controller, and one
+# hack/cluster.sh, for `TKM_DEMO_MODE=local make demo` and by hand: tkm-controller, and one
 # tkm-agent for a Node object "demo-node" whose GPU is the H200 of the fixture
 # GPU root (tests/fixtures/gpu/roots/h200 through the fake NVML): the GPU a
 # real cache of the fixtures was compiled on. No kubelet is needed; the real
