@@ -35,8 +35,8 @@ NS=ml CACHE=vector-add MP=/home/ml/.triton/cache POD=triton-demo
 BUILD=$repo/build
 HOSTDIRS=(/var/lib/tkm /var/run/tkm /var/lib/tkm-fixture-gpu) # what the node's pods create on the host
 t0=$(date +%s)
-n=0 total=12
-[[ $mode == local ]] && total=9
+n=0 total=13
+[[ $mode == local ]] && total=10
 step() {
   local e=$(($(date +%s) - t0))
   n=$((n + 1))
@@ -238,6 +238,10 @@ tr "," "\n" <"$g" | sed -n "s/.*\"\([^\"]*\)\": *\"\([^\"]*\)\".*/  \1 -> \2/p"'
   [[ -n $orig ]] && echo "  (in the image, $rel names $(jq -r '.child_paths | to_entries[0].value' "$orig" | xargs dirname)/...)"
   ! grep -q " -> " <<<"$(grep -v " -> $MP/" <<<"$logs")" || die "a child path does not point at $MP"
 fi
+
+step "kubectl tkm status -A (the kubectl plugin: each cache on each node, and why not where it is not ready)"
+echo "\$ kubectl tkm status -A"
+PATH=$BUILD/kubectl-tkm:$PATH kubectl tkm status -A || die "kubectl tkm status failed"
 
 e=$(($(date +%s) - t0))
 printf '[%02d:%02d] done: the demo took %d min %02d s\n' $((e / 60)) $((e % 60)) $((e / 60)) $((e % 60))
