@@ -323,6 +323,12 @@ struct ctrl {
     struct ctrl_prom *prom; /* NULL: no /metrics */
     struct ctrl_wctx wctx[3];
     struct ctrl_map queued_at; /* queue key -> enqueue time (ms, as a pointer-sized int) */
+    /* Catching up (the "caught up" log line; bench/controller.sh splits its
+     * latency with it): wall-clock ms of the last node status event and of
+     * the last status write answered, and writes since the queue was last
+     * idle. */
+    int64_t ns_event_wall_ms, write_wall_ms;
+    uint64_t writes_since_idle;
 };
 
 /* Sets up the indexes and queue (informers and watches are started by
@@ -351,6 +357,8 @@ void ctrl_cache_changed(struct ctrl_cache *cc);
 void ctrl_cache_conds(const struct ctrl_cache *cc, enum tkm_api_cond_status out[4]);
 /* Enqueues every node whose Node is gone but whose status objects remain. */
 void ctrl_gc_scan(struct ctrl *c);
+/* CLOCK_REALTIME in ms (compared across processes by the benchmark). */
+int64_t ctrl_wall_ms(void);
 /* Finishes a reconcile of qkey (kind, t0 for metrics). */
 void ctrl_done(struct ctrl *c, const char *qkey, int kind, uint64_t t0, int result,
                uint64_t after_ms);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <tkm/log.h>
 #include <tkm/api/policy.h>
@@ -50,6 +51,30 @@ static void enqueue_cache(struct ctrl *c, int cluster, const char *key)
     ctrl_enqueue(c, q);
 }
 
+int64_t ctrl_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One info line each time the queue drains after status writes: how many,
+ * when the last was answered and when the last node status event came (wall
+ * clock, ms), so that the time from a node's report to the caches' status
+ * splits into the apiserver's delivery, the controller's work and the
+ * apiserver's delivery of the result. */
+static void caught_up(struct ctrl *c)
+{
+    if (!c->writes_since_idle || k8s_workqueue_len(c->q) || k8s_workqueue_processing(c->q) ||
+        k8s_workqueue_waiting(c->q))
+        return;
+    tkm_info("controller: caught up: %llu status writes, the last answered at %lld ms; last node "
+             "status event at %lld ms (wall clock)",
+             (unsigned long long)c->writes_since_idle, (long long)c->write_wall_ms,
+             (long long)c->ns_event_wall_ms);
+    c->writes_since_idle = 0;
+}
+
 void ctrl_done(struct ctrl *c, const char *qkey, int kind, uint64_t t0, int result,
                uint64_t after_ms)
 {
@@ -61,6 +86,7 @@ void ctrl_done(struct ctrl *c, const char *qkey, int kind, uint64_t t0, int resu
         k8s_workqueue_done_after(c->q, qkey, after_ms);
     else
         k8s_workqueue_done(c->q, qkey, (enum k8s_wq_result)result);
+    caught_up(c);
 }
 
 static void handle(struct k8s_workqueue *q, const char *key, void *data)
@@ -273,6 +299,7 @@ static void w_apply(struct ctrl_wctx *w, const struct k8s_watch_event *ev)
             ctrl_nodes_node_upsert(&c->idx, ev->name, ev->uid);
         return;
     }
+    c->ns_event_wall_ms = ctrl_wall_ms();
     if (ev->type == K8S_WATCH_DELETED)
         ctrl_nodes_remove(&c->idx, w->kind, ev->ns, ev->name);
     else if (ctrl_nodes_upsert(&c->idx, w->kind, ev->raw, ev->raw_len, uv_now(c->loop)) < 0)

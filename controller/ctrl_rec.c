@@ -798,6 +798,8 @@ static void status_done(int rc, json_t *obj, const struct k8s_status *st, void *
     }
     snprintf(cc->written_hash, sizeof cc->written_hash, "%s", cc->new_hash);
     cc->written_at = uv_now(cc->c->loop);
+    cc->c->write_wall_ms = ctrl_wall_ms();
+    cc->c->writes_since_idle++;
     ctrl_state_status_put(cc->c->state, cc->uid, cc->new_hash);
     for (int i = 0; i < cc->n_ev; i++)
         event(cc, cc->ev[i].type, cc->ev[i].reason, cc->ev[i].msg);

@@ -6,6 +6,7 @@
 #include <getopt.h>
 #include <malloc.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -355,6 +356,23 @@ bind:
     return rc;
 }
 
+/* The Lease holder: $POD_NAME (the downward API, manifests/base) plus a random
+ * suffix, so that a restarted container of the same pod is a new candidate,
+ * as controller-runtime's "<pod>_<uuid>"; without POD_NAME, "<host>_<pid>". */
+static void lease_identity(char *out, size_t n)
+{
+    const char *pod = getenv("POD_NAME");
+    unsigned char r[6] = {0};
+    if (pod && *pod && getrandom(r, sizeof r, 0) == (ssize_t)sizeof r) {
+        snprintf(out, n, "%.150s_%02x%02x%02x%02x%02x%02x", pod, r[0], r[1], r[2], r[3], r[4],
+                 r[5]);
+        return;
+    }
+    char host[128] = "tkm-controller";
+    gethostname(host, sizeof host - 1);
+    snprintf(out, n, "%s_%d", host, (int)getpid());
+}
+
 static int setup(struct app *app, struct tkm_err *err)
 {
     struct args *a = &app->a;
@@ -395,9 +413,8 @@ static int setup(struct app *app, struct tkm_err *err)
         ctrl_set_leading(&app->ctrl, 1);
         return 0;
     }
-    char host[128] = "tkm-controller", id[200];
-    gethostname(host, sizeof host - 1);
-    snprintf(id, sizeof id, "%s_%d", host, (int)getpid());
+    char id[200];
+    lease_identity(id, sizeof id);
     struct k8s_lease_opts lo = {.ns = a->le_ns,
                                 .name = a->le_id,
                                 .identity = id,
@@ -422,9 +439,14 @@ int main(int argc, char **argv)
     struct tkm_err err = {0};
     if (parse_args(argc, argv, &app.a) < 0)
         return 2;
-    /* Two malloc arenas: the thread pool's few short jobs need no arena each
-     * (every arena keeps pages resident). */
-    mallopt(M_ARENA_MAX, 2);
+    /* One malloc arena: the loop does the work, the thread pool's few short
+     * jobs need no arena of their own (each keeps pages resident). Fixed
+     * mmap and trim thresholds: glibc's dynamic threshold would grow after
+     * the first large buffer is freed (a list response, a watch chunk) and
+     * keep later ones in the heap, where they fragment it. */
+    mallopt(M_ARENA_MAX, 1);
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    mallopt(M_TRIM_THRESHOLD, 256 * 1024);
     tkm_log_init("tkm-controller", (enum tkm_log_level)app.a.level, 0);
     if (tkm_threadpool_init(0, &err) < 0 || tkm_http_global_init(&err) < 0) {
         fprintf(stderr, "tkm-controller: %s\n", tkm_err_str(&err));
