@@ -203,21 +203,23 @@ run_side() { # SIDE
     R[$s.ready_s]="timeout($(sed -n 's/.*wait: \([0-9]*\)\/.*/\1/p' "$work/$s.wait.err" | tail -1)/$CACHES)"
   fi
   R[$s.write_s]=$(jq -r .write_s "$work/$s.write")
-  # Where the time went (tkm): the controller's last "caught up" line before all
-  # were Ready gives when it saw the last node status event and when its last
-  # status write was answered (wall clock, ms, as the simulator's).
+  sleep "$SETTLE"
+  # Where the time went (tkm): the controller's last "caught up" line (its queue
+  # drained) SETTLE s after all were Ready, if its last node status event came
+  # after the simulator's first write, gives when it saw the last node status
+  # event and when its last status write was answered (wall clock, ms, as the
+  # simulator's).
   R[$s.lag_in]=- R[$s.lag_work]=- R[$s.lag_out]=-
   if [[ $s == tkm && ${R[$s.ready_s]} =~ ^[0-9.]+$ ]]; then
     local ar cu
     ar=$(jq -r .all_ready_ms "$work/$s.wait")
     cu=$(sed -n 's/.*caught up: [0-9]* status writes, the last answered at \([0-9]*\) ms; last node status event at \([0-9]*\) ms.*/\1 \2/p' \
-      "$work/tkm-controller.log" | awk -v ar="$ar" '$1 <= ar { l = $0 } END { print l }')
+      "$work/tkm-controller.log" | awk -v t="$(jq -r .first_write_ms "$work/$s.write")" '$2 >= t { l = $0 } END { print l }')
     if [[ -n $cu ]]; then
       read -r R[$s.lag_in] R[$s.lag_work] R[$s.lag_out] < <(awk -v tw="$tw" -v ar="$ar" -v cu="$cu" \
         'BEGIN { split(cu, a, " "); printf "%.3f %.3f %.3f\n", (a[2] - tw) / 1000, (a[1] - a[2]) / 1000, (ar - a[1]) / 1000 }')
     fi
   fi
-  sleep "$SETTLE"
   metrics "$work/$s.m1"
   if kill -0 "$pid" 2>/dev/null; then
     read -r R[$s.rss] R[$s.hwm] < <(bench_rss "$pid")

@@ -107,7 +107,8 @@ struct ctrl_cidx {
     const char *key; /* borrowed from the map */
     struct ctrl_entry **entries;
     size_t n, cap;
-    void *rec; /* ctrl_rec's struct ctrl_cache, or NULL */
+    void *rec;           /* ctrl_rec's struct ctrl_cache, or NULL */
+    uint64_t changed_ms; /* uv_now when the entries last changed (0: never) */
 };
 
 /* Identifies a digest string in 8 bytes (its first 16 hex digits): the index
@@ -271,6 +272,8 @@ struct ctrl_opts {
     const char *ns;                  /* the controller's namespace (config, cluster Secrets) */
     uint64_t cleanup_timeout_ms;     /* wait for agents to drop a deleted cache's entries */
     uint64_t status_min_interval_ms; /* between two status writes of one cache */
+    uint64_t status_settle_ms;       /* node entries quiet this long before a write; 0 = none */
+    uint64_t status_max_delay_ms;    /* ... but at most this after the first unwritten change */
     uint64_t node_gc_grace_ms;       /* a node status younger than this is never collected */
     unsigned workers;
 };
@@ -357,6 +360,20 @@ void ctrl_cache_changed(struct ctrl_cache *cc);
 void ctrl_cache_conds(const struct ctrl_cache *cc, enum tkm_api_cond_status out[4]);
 /* Enqueues every node whose Node is gone but whose status objects remain. */
 void ctrl_gc_scan(struct ctrl *c);
+/* Status write coalescing (ctrl_agg.c). While nodes keep reporting (a
+ * rollout: every node status write changes the entries of every cache it
+ * lists) a cache's status is written once its entries have been quiet for
+ * o->status_settle_ms, or o->status_max_delay_ms after the first change not
+ * written yet while they never are: the status shows the rollout's progress
+ * without a write per report, and the apiserver, busy with the reports, is
+ * not handed a status write per cache per report. A change of the cache
+ * itself (pin, verification) is written at once. changed_ms: uv_now of the
+ * entries' last change (0: never); *dirty_since: the caller's memory of the
+ * first unwritten change (set here; the caller zeroes it after a write or
+ * when nothing is to be written). Returns 0 = write now, else the ms to
+ * wait. */
+uint64_t ctrl_settle_wait(const struct ctrl_opts *o, uint64_t changed_ms, uint64_t *dirty_since,
+                          uint64_t now);
 /* CLOCK_REALTIME in ms (compared across processes by the benchmark). */
 int64_t ctrl_wall_ms(void);
 /* Finishes a reconcile of qkey (kind, t0 for metrics). */

@@ -294,3 +294,17 @@ out:
     tkm_buf_release(&m);
     return rc;
 }
+
+uint64_t ctrl_settle_wait(const struct ctrl_opts *o, uint64_t changed_ms, uint64_t *dirty_since,
+                          uint64_t now)
+{
+    if (!o->status_settle_ms || !changed_ms || now - changed_ms >= o->status_settle_ms)
+        return 0;
+    if (!*dirty_since)
+        *dirty_since = now;
+    if (now - *dirty_since >= o->status_max_delay_ms)
+        return 0;
+    uint64_t w = o->status_settle_ms - (now - changed_ms);
+    uint64_t left = o->status_max_delay_ms - (now - *dirty_since);
+    return w < left ? w : left;
+}

@@ -31,6 +31,7 @@ struct args {
     int leader_elect;
     int level;
     uint64_t cleanup_timeout_ms, registry_timeout_ms, status_interval_ms, node_gc_grace_ms;
+    uint64_t status_settle_ms;
     uint64_t lease_ms, renew_ms, retry_ms;
     unsigned workers;
 };
@@ -85,7 +86,12 @@ static void usage(FILE *f)
         "(500)\n"
         "  --node-gc-grace SECONDS            a node status younger than this is never collected "
         "(5)\n"
-        "  --workers N                        caches reconciled at once (16)\n"
+        "  --status-settle MS                 write a cache's status once the node reports for "
+        "it\n"
+        "                                     have been quiet this long, or at the latest\n"
+        "                                     10 x --status-min-interval after a change; 0 = at "
+        "once (250)\n"
+        "  --workers N                        caches reconciled at once (64)\n"
         "  --lease-duration S, --renew-deadline S, --retry-period S   leader election (15, 10, 2)\n"
         "  -h, --help                         this text\n\n"
         "Example (by hand, against a dev cluster):\n"
@@ -108,6 +114,7 @@ enum {
     O_CLEANUP,
     O_REGTIMEOUT,
     O_STATUSINT,
+    O_SETTLE,
     O_GCGRACE,
     O_WORKERS,
     O_LEASE,
@@ -171,6 +178,7 @@ static int parse_args(int argc, char **argv, struct args *a)
         {"cleanup-timeout", required_argument, NULL, O_CLEANUP},
         {"registry-timeout", required_argument, NULL, O_REGTIMEOUT},
         {"status-min-interval", required_argument, NULL, O_STATUSINT},
+        {"status-settle", required_argument, NULL, O_SETTLE},
         {"node-gc-grace", required_argument, NULL, O_GCGRACE},
         {"workers", required_argument, NULL, O_WORKERS},
         {"lease-duration", required_argument, NULL, O_LEASE},
@@ -190,8 +198,9 @@ static int parse_args(int argc, char **argv, struct args *a)
                        .cleanup_timeout_ms = 60000,
                        .registry_timeout_ms = 30000,
                        .status_interval_ms = 500,
+                       .status_settle_ms = 250,
                        .node_gc_grace_ms = 5000,
-                       .workers = 16,
+                       .workers = 64,
                        .lease_ms = 15000,
                        .renew_ms = 10000,
                        .retry_ms = 2000};
@@ -236,6 +245,9 @@ static int parse_args(int argc, char **argv, struct args *a)
             break;
         case O_STATUSINT:
             rc = parse_secs("--status-min-interval", optarg, 1, &a->status_interval_ms);
+            break;
+        case O_SETTLE:
+            rc = parse_secs("--status-settle", optarg, 1, &a->status_settle_ms);
             break;
         case O_GCGRACE:
             rc = parse_secs("--node-gc-grace", optarg, 1000, &a->node_gc_grace_ms);
@@ -399,6 +411,7 @@ static int setup(struct app *app, struct tkm_err *err)
     struct ctrl_opts co = {.ns = a->ns,
                            .cleanup_timeout_ms = a->cleanup_timeout_ms,
                            .status_min_interval_ms = a->status_interval_ms,
+                           .status_settle_ms = a->status_settle_ms,
                            .node_gc_grace_ms = a->node_gc_grace_ms,
                            .workers = a->workers};
     if ((rc = ctrl_init(&app->ctrl, app->loop, app->client, reg, state, &co, err)) < 0)
