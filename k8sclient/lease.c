@@ -33,12 +33,9 @@ struct k8s_lease {
     uint64_t attempt_ms;    /* monotonic start of the current attempt */
     char *observed_spec;    /* the record last seen (compact, sorted JSON) */
     char *observed_holder;
-    uint64_t observed_ms;   /* when observed_spec last changed, monotonic */
-    uint64_t seen_ms;       /* start of the last attempt that read observed_spec (0: none) */
-    uint64_t changed_lo_ms; /* the change happened after this (start of the attempt that
-                             * still read the record before it; 0: unknown) */
-    uint64_t expiry_ms;     /* another holder's lease may be taken from then on (0: none) */
-    json_t *last_obj;       /* the Lease as last written by us (for release) */
+    uint64_t observed_ms; /* when observed_spec last changed, monotonic */
+    uint64_t expiry_ms;   /* another holder's lease may be taken from then on (0: none) */
+    json_t *last_obj;     /* the Lease as last written by us (for release) */
     struct k8s_req *req;
     enum pending_op op;
     uv_timer_t tick, deadline;
@@ -109,14 +106,11 @@ static void observe(struct k8s_lease *l, json_t *spec)
         return;
     if (l->observed_spec && strcmp(s, l->observed_spec) == 0) {
         free(s);
-        l->seen_ms = l->attempt_ms;
         return;
     }
-    l->changed_lo_ms = l->observed_spec ? l->seen_ms : 0;
     free(l->observed_spec);
     l->observed_spec = s;
     l->observed_ms = tkm_now_ms();
-    l->seen_ms = l->attempt_ms;
     if (!l->observed_holder || strcmp(holder, l->observed_holder) != 0) {
         char *h = strdup(holder);
         if (h) {
@@ -152,28 +146,6 @@ static int fill_spec(struct k8s_lease *l, json_t *spec, int release)
     return rc ? -ENOMEM : 0;
 }
 
-/* When another holder's record, unchanged since, may be taken over. The
- * change was written after changed_lo_ms (the start of the attempt that
- * still read the record before it) and before observed_ms; counting the
- * lease duration from changed_lo_ms instead of observed_ms takes over up to
- * a retry period sooner, so that the takeover comes within the lease
- * duration of the holder's last renewal rather than lease + retry. It stays
- * safe: the holder stops leading at the latest renew_deadline after it
- * started the write (the same renew deadline on every replica), i.e. before
- * observed_ms + renew_deadline; so the estimate is never earlier than
- * observed_ms - (duration - renew_deadline). All on CLOCK_MONOTONIC. */
-static uint64_t lease_expiry(const struct k8s_lease *l, uint64_t dur_ms)
-{
-    uint64_t from = l->observed_ms, margin = 0;
-    if (dur_ms > l->o.renew_deadline_ms)
-        margin = dur_ms - l->o.renew_deadline_ms;
-    if (l->changed_lo_ms && l->changed_lo_ms < from) {
-        uint64_t floor = from > margin ? from - margin : 0;
-        from = l->changed_lo_ms > floor ? l->changed_lo_ms : floor;
-    }
-    return from + dur_ms;
-}
-
 static void on_got(struct k8s_lease *l, json_t *obj)
 {
     json_t *spec = json_object_get(obj, "spec");
@@ -183,7 +155,7 @@ static void on_got(struct k8s_lease *l, json_t *obj)
     uint64_t dur_ms = dur_s > 0 ? (uint64_t)dur_s * 1000u : l->o.lease_duration_ms;
     l->expiry_ms = 0;
     if (*holder && strcmp(holder, l->identity) != 0) {
-        l->expiry_ms = lease_expiry(l, dur_ms);
+        l->expiry_ms = l->observed_ms + dur_ms;
         if (tkm_now_ms() >= l->expiry_ms)
             l->expiry_ms = 0;
     }

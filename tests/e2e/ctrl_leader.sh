@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ctrl_leader: two replicas with --leader-elect: exactly one acts (the other writes
-# nothing), and after the leader is SIGKILLed the other takes over within the lease
-# duration of the old leader's last renewal (the Lease's renewTime -> the new
-# holder's acquireTime, both as written in the Lease) and goes on reconciling. The
+# nothing), and after the leader is SIGKILLed the other takes over no sooner than the
+# lease duration after the old leader's last renewal and at most one retry period later
+# (the Lease's renewTime -> the new holder's acquireTime, both as written in the Lease)
+# and goes on reconciling. The
 # holder identity is $POD_NAME plus a random suffix (replica a), else host_pid
 # (replica b). A replica stopped with SIGTERM releases the lease.
 source "$(dirname "$0")/lib.sh"
@@ -47,7 +48,7 @@ assert_not_contains "$(cat "$E2E_TMP/$FOLLOWER.log")" "became the leader" "the f
 managers=$(kubectl -n "$NS" get tkc one --show-managed-fields -o jsonpath='{range .metadata.managedFields[*]}{.manager}{"\n"}{end}' | sort -u | tr '\n' ' ')
 assert_contains "$managers" "tkm-controller" "status written by tkm-controller"
 
-step "the leader is SIGKILLed: the other takes over within the lease duration"
+step "the leader is SIGKILLed: the other takes over a lease duration after the last renewal"
 # The reference is the old leader's last renewal as the Lease records it (a renewal
 # in flight at the kill may still land): its renewTime, read until the holder
 # changes; the takeover is the new holder's acquireTime. Both are written by
@@ -58,7 +59,7 @@ ctrl_kill "$LEADER" KILL
 last_renew='' new_acquire=''
 took_over() {
   local h r a
-  read -r h r a < <(lease_rec) || return 1
+  read -r h r a < <(lease_rec) # (no newline at the end: read says 1 but fills the fields)
   if [[ $h == "$H" ]]; then last_renew=$r; return 1; fi
   [[ -n $h ]] || return 1
   new_acquire=$a
@@ -74,10 +75,12 @@ epoch() { # RFC 3339 with microseconds -> seconds since the epoch
 }
 dt=$(awk -v a="$(epoch "$last_renew")" -v b="$(epoch "$new_acquire")" 'BEGIN {printf "%.3f", b - a}')
 dk=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}')
-# The lease is 6 s; 0.2 s for the old leader's renewal request in flight (renewTime is
-# set when it is sent, the standby counts from when it could have landed).
-awk -v d="$dt" 'BEGIN {exit !(d > 0 && d <= 6 + 0.2)}' ||
-  fail "took over ${dt}s after the last renewal ($last_renew -> $new_acquire; lease 6 s)"
+# The bound, from the last renewal: the lease (6 s) plus the time until the standby's poll
+# saw that renewal (a retry period, 1 s, jittered up to +20 %; the standby then takes over
+# the instant the 6 s run out, not at its next poll), plus 0.5 s for the requests in
+# flight and a late timer on a loaded machine. (client-go: lease + 2 retry periods.)
+awk -v d="$dt" 'BEGIN {exit !(d >= 6 && d <= 6 + 1.2 + 0.5)}' ||
+  fail "took over ${dt}s after the last renewal ($last_renew -> $new_acquire; lease 6 s, retry 1 s)"
 pass "took over ${dt}s after the old leader's last renewal (lease duration 6 s; ${dk}s after the kill)"
 tkc two
 wait_for 30 "the new leader reconciles" pinned two

@@ -6,15 +6,13 @@
  * (creating it when absent). It takes the lease over only when the record
  * (holder, times, transitions) has not CHANGED for leaseDurationSeconds as
  * observed locally on CLOCK_MONOTONIC: the remote timestamps are never
- * compared with the local clock. The duration counts from the start of the
- * last attempt that still read the previous record (the change came after
- * it), but never from earlier than observed - (leaseDuration -
- * renew_deadline), so a holder with the same renew deadline has stopped
- * acting first; and a candidate tries again at the instant the lease runs
- * out, not at its next retry tick. The takeover therefore comes within the
- * lease duration (plus a request's latency) of the holder's last renewal
- * when lease - renew_deadline >= 1.2 x retry (client-go: up to lease +
- * 2 retry periods). Acquiring or renewing is an UPDATE that
+ * compared with the local clock. A candidate waiting for such a record
+ * tries again at the instant the duration runs out rather than at its next
+ * retry tick, so the takeover comes at most leaseDuration + one (jittered)
+ * retry period after the holder's last renewal: the time until a poll sees
+ * that renewal (client-go: up to lease + 2 retry periods; a tighter bound
+ * would need the holder's renewTime compared with the local clock). Acquiring
+ * or renewing is an UPDATE that
  * carries the resourceVersion read (optimistic lock: a racing candidate gets
  * 409 and loses the round); a takeover increments leaderTransitions.
  *
