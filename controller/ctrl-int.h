@@ -72,18 +72,23 @@ struct ctrl_cidx;
 #define CTRL_E_VERIFIED  0x01
 #define CTRL_E_EXTRACTED 0x02
 #define CTRL_E_ERROR     0x04
+#define CTRL_E_COMPAT    0x08      /* at least one compatible GPU group */
+#define CTRL_E_INCOMPAT  0x10      /* at least one incompatible GPU group */
+#define CTRL_E_PODS      0x20      /* pods use it on the node */
+#define CTRL_POS_MAX     0xffffffu /* nodes per cache (the 24-bit pos) */
 
-/* One node's view of one cache: 48 bytes, plus why only when something is
- * wrong. */
+/* One node's view of one cache: 32 bytes (100,000 of them at 1000 nodes x
+ * 100 caches, 5 million at 5000 x 1000), plus why only when something is
+ * wrong. The aggregation needs only whether there are compatible or
+ * incompatible GPU groups and pods, so those are flags, not counts. */
 struct ctrl_entry {
     struct ctrl_cidx *cache; /* borrowed: the index of the cache it belongs to */
     struct ctrl_nsobj *obj;  /* borrowed: the node status object it came from */
-    uint64_t digest;         /* ctrl_digest_id() of the digest the node reports */
-    uint32_t pos;            /* position in cache->entries */
-    uint16_t n_compat, n_incompat, n_pods;
-    uint8_t flags;
-    char *why; /* owned: "Reason\0message\0" of the first incompatible GPU group or
-                  the error, or NULL */
+    char *why;               /* owned: "Reason\0message\0" of the first incompatible GPU group or
+                                the error, or NULL */
+    uint32_t digest;         /* ctrl_digest_id() of the digest the node reports */
+    uint32_t pos : 24;       /* position in cache->entries */
+    uint32_t flags : 8;      /* CTRL_E_* */
 };
 
 /* One node status object (tkcns ns/node, or tkcnsc node). */
@@ -111,9 +116,11 @@ struct ctrl_cidx {
     uint64_t changed_ms; /* uv_now when the entries last changed (0: never) */
 };
 
-/* Identifies a digest string in 8 bytes (its first 16 hex digits): the index
- * compares what nodes report with the pinned digest only. 0 for NULL/bad. */
-uint64_t ctrl_digest_id(const char *digest);
+/* Identifies a digest string in 4 bytes (its first 8 hex digits; 1 where
+ * those are all zero): the index compares what the nodes of one cache report
+ * with its pinned digest only, a handful of digests at most (a false match
+ * between two of them: about 2^-32). 0 for NULL/bad. */
+uint32_t ctrl_digest_id(const char *digest);
 
 struct ctrl_nodes {
     struct ctrl_map objs;   /* nsobj key ("c:" + key for the cluster kind) -> struct ctrl_nsobj */

@@ -124,7 +124,7 @@ TEST(nodes_update_notifies_only_changed_caches)
     ASSERT_STREQ(seen.keys[2], "ml/d");
     ASSERT_NULL(ctrl_nodes_cache(&n, "ml/c", 0)); /* no entries, no rec: dropped */
     const struct ctrl_entry *e = ctrl_nodes_cache(&n, "ml/b", 0)->entries[0];
-    ASSERT_EQ(e->n_incompat, 1);
+    ASSERT_EQ(e->flags & (CTRL_E_COMPAT | CTRL_E_INCOMPAT), CTRL_E_INCOMPAT);
     ASSERT_STREQ(e->why, "ArchMismatch");
     ASSERT_STREQ(e->why + strlen(e->why) + 1, "sm_80");
     ASSERT_UEQ(n.n_entries, 3);
@@ -372,6 +372,10 @@ TEST(policy_fingerprint_changes_with_the_key)
 
 TEST(digest_id)
 {
+    ASSERT_EQ(sizeof(struct ctrl_entry), 32);
+    ASSERT_UEQ(ctrl_digest_id(DA), 0xaaaaaaaau);
+    ASSERT_UEQ(ctrl_digest_id("sha256:0000000000000000aaaa"), 1); /* valid, never 0 */
+    ASSERT_EQ(ctrl_digest_id("sha256:aaaaaaaaaaaaaaaX"), 0);      /* the 16 are checked */
     ASSERT(ctrl_digest_id(DA) != 0);
     ASSERT(ctrl_digest_id(DA) != ctrl_digest_id(DB));
     ASSERT_EQ(ctrl_digest_id(NULL), 0);
