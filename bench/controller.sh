@@ -69,6 +69,15 @@ esac
 INCOMPATIBLE=${INCOMPATIBLE:-0} CONCURRENCY=${CONCURRENCY:-32} SETTLE=${SETTLE:-5}
 CHANGE_WAIT=${CHANGE_WAIT:-10}
 SIDES=${SIDES:-tkm gkm}
+# Every simulated node lists every cache in one node status object; the CRD caps
+# status.caches (maxProperties): the apiserver would reject each write with 422.
+max_caches=$(awk '/^ *caches:$/ { c = 1 } c && /maxProperties:/ { print $2; exit }' \
+  "$here/../crds/tkm.io_tritonkernelcachenodestatuses.yaml")
+if [[ " $SIDES " == *" tkm "* && -n $max_caches ]] && ((CACHES > max_caches)); then
+  echo "controller: CACHES=$CACHES, but a TritonKernelCacheNodeStatus lists at most $max_caches caches" \
+    "(status.caches maxProperties in crds/): every node's write would be rejected; use CACHES=$max_caches" >&2
+  exit 2
+fi
 TKM_BUILD_DIR=${TKM_BUILD_DIR:-$repo/build}
 TKM_CONTROLLER=${TKM_CONTROLLER:-$TKM_BUILD_DIR/controller/tkm-controller}
 # shellcheck source=bench/lib-daemons.sh
