@@ -60,12 +60,24 @@ BENCH_NAME=controller
 preset=${1:-small}
 case $preset in
   small) NODES=${NODES:-1000} CACHES=${CACHES:-100} goal_s=5 goal_rss=15 TIMEOUT=${TIMEOUT:-300} ;;
-  large) NODES=${NODES:-5000} CACHES=${CACHES:-1000} goal_s=60 goal_rss= TIMEOUT=${TIMEOUT:-900} ;;
+  large) NODES=${NODES:-5000} CACHES=${CACHES:-1000} goal_s=60 goal_rss= TIMEOUT=${TIMEOUT:-900}
+    # 5000 node statuses of 1000 entries, each written twice, exceed etcd's
+    # default 2 GiB backend quota (etcdserver: mvcc: database space exceeded).
+    export TKM_ETCD_QUOTA=${TKM_ETCD_QUOTA:-8589934592} ;;
   *) sed -n '2,54p' "$0" >&2; exit 2 ;;
 esac
 INCOMPATIBLE=${INCOMPATIBLE:-0} CONCURRENCY=${CONCURRENCY:-32} SETTLE=${SETTLE:-5}
 CHANGE_WAIT=${CHANGE_WAIT:-10}
 SIDES=${SIDES:-tkm gkm}
+# Every simulated node lists every cache in one node status object; the CRD caps
+# status.caches (maxProperties): the apiserver would reject each write with 422.
+max_caches=$(awk '/^ *caches:$/ { c = 1 } c && /maxProperties:/ { print $2; exit }' \
+  "$here/../crds/tkm.io_tritonkernelcachenodestatuses.yaml")
+if [[ " $SIDES " == *" tkm "* && -n $max_caches ]] && ((CACHES > max_caches)); then
+  echo "controller: CACHES=$CACHES, but a TritonKernelCacheNodeStatus lists at most $max_caches caches" \
+    "(status.caches maxProperties in crds/): every node's write would be rejected; use CACHES=$max_caches" >&2
+  exit 2
+fi
 TKM_BUILD_DIR=${TKM_BUILD_DIR:-$repo/build}
 TKM_CONTROLLER=${TKM_CONTROLLER:-$TKM_BUILD_DIR/controller/tkm-controller}
 # shellcheck source=bench/lib-daemons.sh
@@ -201,11 +213,28 @@ run_side() { # SIDE
   fi
   R[$s.write_s]=$(jq -r .write_s "$work/$s.write")
   sleep "$SETTLE"
+  # Where the time went (tkm): the controller's last "caught up" line (its queue
+  # drained) SETTLE s after all were Ready, if its last node status event came
+  # after the simulator's first write, gives when it saw the last node status
+  # event and when its last status write was answered (wall clock, ms, as the
+  # simulator's).
+  R[$s.lag_in]=- R[$s.lag_work]=- R[$s.lag_out]=-
+  if [[ $s == tkm && ${R[$s.ready_s]} =~ ^[0-9.]+$ ]]; then
+    local ar cu
+    ar=$(jq -r .all_ready_ms "$work/$s.wait")
+    cu=$(sed -n 's/.*caught up: [0-9]* status writes, the last answered at \([0-9]*\) ms; last node status event at \([0-9]*\) ms.*/\1 \2/p' \
+      "$work/tkm-controller.log" | awk -v t="$(jq -r .first_write_ms "$work/$s.write")" '$2 >= t { l = $0 } END { print l }')
+    if [[ -n $cu ]]; then
+      read -r R[$s.lag_in] R[$s.lag_work] R[$s.lag_out] < <(awk -v tw="$tw" -v ar="$ar" -v cu="$cu" \
+        'BEGIN { split(cu, a, " "); printf "%.3f %.3f %.3f\n", (a[2] - tw) / 1000, (a[1] - a[2]) / 1000, (ar - a[1]) / 1000 }')
+    fi
+  fi
   metrics "$work/$s.m1"
   if kill -0 "$pid" 2>/dev/null; then
     read -r R[$s.rss] R[$s.hwm] < <(bench_rss "$pid")
+    read -r R[$s.anon] R[$s.file] < <(bench_rss_split "$pid")
   else
-    R[$s.rss]=- R[$s.hwm]=-
+    R[$s.rss]=- R[$s.hwm]=- R[$s.anon]=- R[$s.file]=-
     echo "$s: the controller exited during the run (log in $work)" >&2
   fi
   # One change after everything settled: node sim-00000 re-reports every cache
@@ -241,7 +270,7 @@ for s in $SIDES; do
     tkm_ok=0 tkm_why="the tkm side failed (log: $work/tkm-controller.log)"
   fi
 done
-for k in pin_s ready_s write_s rss hwm writes reqs change_writes; do
+for k in pin_s ready_s write_s rss hwm anon file writes reqs change_writes lag_in lag_work lag_out; do
   ((tkm_ok)) || R[tkm.$k]=-
   [[ -n ${R[gkm.$k]:-} ]] || R[gkm.$k]=-
 done
@@ -257,8 +286,15 @@ printf '%-54s %14s %14s\n' "caches created -> all pinned (s)" "${R[tkm.pin_s]}" 
 printf '%-54s %14s %14s\n' "simulator: $NODES status applies took (s)" "${R[tkm.write_s]}" "${R[gkm.write_s]}"
 printf '%-54s %14s %14s %8s  %s\n' "last node status -> all caches Ready (s)" "${R[tkm.ready_s]}" "${R[gkm.ready_s]}" \
   "$(bench_ratio "${R[tkm.ready_s]}" "${R[gkm.ready_s]}")" "<= $goal_s s"
-printf '%-54s %14s %14s %8s  %s\n' "controller RSS at the end (MiB)" "$(mib "${R[tkm.rss]}")" "$(mib "${R[gkm.rss]}")" \
+printf '%-54s %14s\n' "  last node status -> seen by the controller (apiserver)" "${R[tkm.lag_in]}"
+printf '%-54s %14s\n' "  -> its last status write answered (controller)" "${R[tkm.lag_work]}"
+printf '%-54s %14s\n' "  -> seen Ready by the waiter (apiserver)" "${R[tkm.lag_out]}"
+printf '%-54s %14s %14s %8s  %s\n' "controller RSS at the end, VmRSS as ps shows (MiB)" "$(mib "${R[tkm.rss]}")" "$(mib "${R[gkm.rss]}")" \
   "$(bench_ratio "${R[tkm.rss]}" "${R[gkm.rss]}")" "${goal_rss:+< $goal_rss MiB, }<= 0.2x"
+printf '%-54s %14s %14s %8s\n' "  anonymous (heap, stacks) (MiB)" "$(mib "${R[tkm.anon]}")" "$(mib "${R[gkm.anon]}")" \
+  "$(bench_ratio "${R[tkm.anon]}" "${R[gkm.anon]}")"
+printf '%-54s %14s %14s %8s\n' "  file-backed (binary, shared libraries) (MiB)" "$(mib "${R[tkm.file]}")" \
+  "$(mib "${R[gkm.file]}")" "$(bench_ratio "${R[tkm.file]}" "${R[gkm.file]}")"
 printf '%-54s %14s %14s %8s\n' "  peak VmHWM (MiB)" "$(mib "${R[tkm.hwm]}")" "$(mib "${R[gkm.hwm]}")" \
   "$(bench_ratio "${R[tkm.hwm]}" "${R[gkm.hwm]}")"
 printf '%-54s %14s %14s %8s\n' "writes to the caches while $NODES nodes report, per cache" "$(per "${R[tkm.writes]}" "$CACHES")" \

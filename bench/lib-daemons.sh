@@ -60,6 +60,13 @@ bench_rss() {
   awk '/^VmRSS:/ { r = $2 } /^VmHWM:/ { h = $2 } END { print r + 0, h + 0 }' "/proc/$1/status"
 }
 
+# bench_rss_split PID: "anonymous file-backed" resident KiB from
+# /proc/PID/smaps_rollup (Anonymous, and Rss minus it: mapped pages of the
+# binary and its shared libraries). Their sum is VmRSS, what `ps` reports.
+bench_rss_split() {
+  awk '/^Rss:/ { r = $2 } /^Anonymous:/ { a = $2 } END { print a + 0, r - a }' "/proc/$1/smaps_rollup"
+}
+
 # bench_gkm: builds (once) and prints the directory of GKM's binaries;
 # GKM_BIN_DIR overrides (a directory with gkm-agent, gkm-operator, crds/).
 bench_gkm() {

@@ -72,18 +72,23 @@ struct ctrl_cidx;
 #define CTRL_E_VERIFIED  0x01
 #define CTRL_E_EXTRACTED 0x02
 #define CTRL_E_ERROR     0x04
+#define CTRL_E_COMPAT    0x08      /* at least one compatible GPU group */
+#define CTRL_E_INCOMPAT  0x10      /* at least one incompatible GPU group */
+#define CTRL_E_PODS      0x20      /* pods use it on the node */
+#define CTRL_POS_MAX     0xffffffu /* nodes per cache (the 24-bit pos) */
 
-/* One node's view of one cache: 48 bytes, plus why only when something is
- * wrong. */
+/* One node's view of one cache: 32 bytes (100,000 of them at 1000 nodes x
+ * 100 caches, 5 million at 5000 x 1000), plus why only when something is
+ * wrong. The aggregation needs only whether there are compatible or
+ * incompatible GPU groups and pods, so those are flags, not counts. */
 struct ctrl_entry {
     struct ctrl_cidx *cache; /* borrowed: the index of the cache it belongs to */
     struct ctrl_nsobj *obj;  /* borrowed: the node status object it came from */
-    uint64_t digest;         /* ctrl_digest_id() of the digest the node reports */
-    uint32_t pos;            /* position in cache->entries */
-    uint16_t n_compat, n_incompat, n_pods;
-    uint8_t flags;
-    char *why; /* owned: "Reason\0message\0" of the first incompatible GPU group or
-                  the error, or NULL */
+    char *why;               /* owned: "Reason\0message\0" of the first incompatible GPU group or
+                                the error, or NULL */
+    uint32_t digest;         /* ctrl_digest_id() of the digest the node reports */
+    uint32_t pos : 24;       /* position in cache->entries */
+    uint32_t flags : 8;      /* CTRL_E_* */
 };
 
 /* One node status object (tkcns ns/node, or tkcnsc node). */
@@ -107,12 +112,15 @@ struct ctrl_cidx {
     const char *key; /* borrowed from the map */
     struct ctrl_entry **entries;
     size_t n, cap;
-    void *rec; /* ctrl_rec's struct ctrl_cache, or NULL */
+    void *rec;           /* ctrl_rec's struct ctrl_cache, or NULL */
+    uint64_t changed_ms; /* uv_now when the entries last changed (0: never) */
 };
 
-/* Identifies a digest string in 8 bytes (its first 16 hex digits): the index
- * compares what nodes report with the pinned digest only. 0 for NULL/bad. */
-uint64_t ctrl_digest_id(const char *digest);
+/* Identifies a digest string in 4 bytes (its first 8 hex digits; 1 where
+ * those are all zero): the index compares what the nodes of one cache report
+ * with its pinned digest only, a handful of digests at most (a false match
+ * between two of them: about 2^-32). 0 for NULL/bad. */
+uint32_t ctrl_digest_id(const char *digest);
 
 struct ctrl_nodes {
     struct ctrl_map objs;   /* nsobj key ("c:" + key for the cluster kind) -> struct ctrl_nsobj */
@@ -271,6 +279,8 @@ struct ctrl_opts {
     const char *ns;                  /* the controller's namespace (config, cluster Secrets) */
     uint64_t cleanup_timeout_ms;     /* wait for agents to drop a deleted cache's entries */
     uint64_t status_min_interval_ms; /* between two status writes of one cache */
+    uint64_t status_settle_ms;       /* node entries quiet this long before a write; 0 = none */
+    uint64_t status_max_delay_ms;    /* ... but at most this after the first unwritten change */
     uint64_t node_gc_grace_ms;       /* a node status younger than this is never collected */
     unsigned workers;
 };
@@ -323,6 +333,12 @@ struct ctrl {
     struct ctrl_prom *prom; /* NULL: no /metrics */
     struct ctrl_wctx wctx[3];
     struct ctrl_map queued_at; /* queue key -> enqueue time (ms, as a pointer-sized int) */
+    /* Catching up (the "caught up" log line; bench/controller.sh splits its
+     * latency with it): wall-clock ms of the last node status event and of
+     * the last status write answered, and writes since the queue was last
+     * idle. */
+    int64_t ns_event_wall_ms, write_wall_ms;
+    uint64_t writes_since_idle;
 };
 
 /* Sets up the indexes and queue (informers and watches are started by
@@ -354,6 +370,22 @@ void ctrl_cache_conds(const struct ctrl_cache *cc, enum tkm_api_cond_status out[
 int ctrl_cache_ver_failed(const struct ctrl_cache *cc);
 /* Enqueues every node whose Node is gone but whose status objects remain. */
 void ctrl_gc_scan(struct ctrl *c);
+/* Status write coalescing (ctrl_agg.c). While nodes keep reporting (a
+ * rollout: every node status write changes the entries of every cache it
+ * lists) a cache's status is written once its entries have been quiet for
+ * o->status_settle_ms, or o->status_max_delay_ms after the first change not
+ * written yet while they never are: the status shows the rollout's progress
+ * without a write per report, and the apiserver, busy with the reports, is
+ * not handed a status write per cache per report. A change of the cache
+ * itself (pin, verification) is written at once. changed_ms: uv_now of the
+ * entries' last change (0: never); *dirty_since: the caller's memory of the
+ * first unwritten change (set here; the caller zeroes it after a write or
+ * when nothing is to be written). Returns 0 = write now, else the ms to
+ * wait. */
+uint64_t ctrl_settle_wait(const struct ctrl_opts *o, uint64_t changed_ms, uint64_t *dirty_since,
+                          uint64_t now);
+/* CLOCK_REALTIME in ms (compared across processes by the benchmark). */
+int64_t ctrl_wall_ms(void);
 /* Finishes a reconcile of qkey (kind, t0 for metrics). */
 void ctrl_done(struct ctrl *c, const char *qkey, int kind, uint64_t t0, int result,
                uint64_t after_ms);

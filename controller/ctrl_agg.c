@@ -89,7 +89,7 @@ struct tally {
     size_t n_bad, n_failed;
 };
 
-static int tally(const struct ctrl_cidx *c, uint64_t pin, struct tally *t)
+static int tally(const struct ctrl_cidx *c, uint32_t pin, struct tally *t)
 {
     memset(t, 0, sizeof *t);
     t->bad = c->n ? calloc(c->n, sizeof *t->bad) : NULL;
@@ -98,15 +98,15 @@ static int tally(const struct ctrl_cidx *c, uint64_t pin, struct tally *t)
     for (size_t i = 0; i < c->n; i++) {
         const struct ctrl_entry *e = c->entries[i];
         t->nodes++;
-        if (e->n_pods)
+        if (e->flags & CTRL_E_PODS)
             t->in_use++;
         if (!pin || e->digest != pin)
             t->pending++;
         else if (e->flags & CTRL_E_ERROR)
             t->failed++, t->bad[t->n_failed++] = c->entries[i];
-        else if (e->n_compat)
+        else if (e->flags & CTRL_E_COMPAT)
             t->compatible++;
-        else if (e->n_incompat)
+        else if (e->flags & CTRL_E_INCOMPAT)
             t->incompatible++;
         else
             t->pending++;
@@ -114,7 +114,8 @@ static int tally(const struct ctrl_cidx *c, uint64_t pin, struct tally *t)
     t->n_bad = t->n_failed;
     for (size_t i = 0; i < c->n; i++) {
         const struct ctrl_entry *e = c->entries[i];
-        if (pin && e->digest == pin && !(e->flags & CTRL_E_ERROR) && !e->n_compat && e->n_incompat)
+        if (pin && e->digest == pin &&
+            (e->flags & (CTRL_E_ERROR | CTRL_E_COMPAT | CTRL_E_INCOMPAT)) == CTRL_E_INCOMPAT)
             t->bad[t->n_bad++] = c->entries[i];
     }
     if (!t->n_bad)
@@ -293,4 +294,18 @@ out:
     free(t.bad);
     tkm_buf_release(&m);
     return rc;
+}
+
+uint64_t ctrl_settle_wait(const struct ctrl_opts *o, uint64_t changed_ms, uint64_t *dirty_since,
+                          uint64_t now)
+{
+    if (!o->status_settle_ms || !changed_ms || now - changed_ms >= o->status_settle_ms)
+        return 0;
+    if (!*dirty_since)
+        *dirty_since = now;
+    if (now - *dirty_since >= o->status_max_delay_ms)
+        return 0;
+    uint64_t w = o->status_settle_ms - (now - changed_ms);
+    uint64_t left = o->status_max_delay_ms - (now - *dirty_since);
+    return w < left ? w : left;
 }

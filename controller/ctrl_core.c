@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <tkm/log.h>
 #include <tkm/api/policy.h>
@@ -50,6 +51,33 @@ static void enqueue_cache(struct ctrl *c, int cluster, const char *key)
     ctrl_enqueue(c, q);
 }
 
+int64_t ctrl_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Each time the queue drains after status writes: one info line (how many,
+ * when the last was answered and when the last node status event came, wall
+ * clock ms, so that the time from a node's report to the caches' status
+ * splits into the apiserver's delivery, the controller's work and the
+ * apiserver's delivery of the result), and malloc_trim. */
+static void caught_up(struct ctrl *c)
+{
+    if (!c->writes_since_idle || k8s_workqueue_len(c->q) || k8s_workqueue_processing(c->q) ||
+        k8s_workqueue_waiting(c->q))
+        return;
+    tkm_info("controller: caught up: %llu status writes, the last answered at %lld ms; last node "
+             "status event at %lld ms (wall clock)",
+             (unsigned long long)c->writes_since_idle, (long long)c->write_wall_ms,
+             (long long)c->ns_event_wall_ms);
+    c->writes_since_idle = 0;
+    /* The burst's decoded node statuses, status bodies and responses left
+     * free chunks all over the heap: give their pages back while idle. */
+    malloc_trim(0);
+}
+
 void ctrl_done(struct ctrl *c, const char *qkey, int kind, uint64_t t0, int result,
                uint64_t after_ms)
 {
@@ -61,6 +89,7 @@ void ctrl_done(struct ctrl *c, const char *qkey, int kind, uint64_t t0, int resu
         k8s_workqueue_done_after(c->q, qkey, after_ms);
     else
         k8s_workqueue_done(c->q, qkey, (enum k8s_wq_result)result);
+    caught_up(c);
 }
 
 static void handle(struct k8s_workqueue *q, const char *key, void *data)
@@ -273,6 +302,7 @@ static void w_apply(struct ctrl_wctx *w, const struct k8s_watch_event *ev)
             ctrl_nodes_node_upsert(&c->idx, ev->name, ev->uid);
         return;
     }
+    c->ns_event_wall_ms = ctrl_wall_ms();
     if (ev->type == K8S_WATCH_DELETED)
         ctrl_nodes_remove(&c->idx, w->kind, ev->ns, ev->name);
     else if (ctrl_nodes_upsert(&c->idx, w->kind, ev->raw, ev->raw_len, uv_now(c->loop)) < 0)
@@ -307,7 +337,10 @@ static void w_error(int rc, const char *msg, uint64_t delay_ms, void *data)
 static void idx_changed(const char *cache_key, void *data)
 {
     struct ctrl *c = data;
+    struct ctrl_cidx *x = ctrl_nodes_cache(&c->idx, cache_key, 0);
     char q[600];
+    if (x)
+        x->changed_ms = uv_now(c->loop);
     snprintf(q, sizeof q, "c:%s", cache_key);
     ctrl_enqueue(c, q);
 }
@@ -353,7 +386,9 @@ int ctrl_init(struct ctrl *c, uv_loop_t *loop, struct k8s_client *client, struct
     if (!c->o.node_gc_grace_ms)
         c->o.node_gc_grace_ms = 5000;
     if (!c->o.workers)
-        c->o.workers = 16;
+        c->o.workers = 64;
+    if (!c->o.status_max_delay_ms)
+        c->o.status_max_delay_ms = 10 * c->o.status_min_interval_ms;
     ctrl_nodes_init(&c->idx);
     c->idx.changed = idx_changed;
     c->idx.node_gone = idx_node_gone;

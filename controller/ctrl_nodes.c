@@ -22,9 +22,9 @@ struct ctrl_node {
     unsigned mark;
 };
 
-uint64_t ctrl_digest_id(const char *d)
+uint32_t ctrl_digest_id(const char *d)
 {
-    uint64_t v = 0;
+    uint32_t v = 0;
     if (!d || strncmp(d, "sha256:", 7) != 0 || strlen(d) < 7 + 16)
         return 0;
     for (int i = 0; i < 16; i++) {
@@ -36,7 +36,8 @@ uint64_t ctrl_digest_id(const char *d)
             x = (unsigned)(ch - 'a' + 10);
         else
             return 0;
-        v = v << 4 | x;
+        if (i < 8)
+            v = v << 4 | x;
     }
     return v ? v : 1;
 }
@@ -80,6 +81,8 @@ void ctrl_nodes_cache_gc(struct ctrl_nodes *n, struct ctrl_cidx *c)
 
 static int cidx_link(struct ctrl_cidx *c, struct ctrl_entry *e)
 {
+    if (c->n >= CTRL_POS_MAX)
+        return -E2BIG;
     if (c->n == c->cap) {
         size_t ncap = c->cap ? c->cap * 2 : 4;
         struct ctrl_entry **v = realloc(c->entries, ncap * sizeof *v);
@@ -133,35 +136,23 @@ static char *why_of(const struct tkm_api_node_cache *nc)
     return w;
 }
 
-static uint16_t sat16(size_t v)
-{
-    return v > 65535 ? 65535 : (uint16_t)v;
-}
-
 static int fill_entry(struct ctrl_entry *e, const struct tkm_api_node_cache *nc)
 {
-    size_t nc_ids = 0, ni_ids = 0;
-    for (size_t i = 0; i < nc->n_compatible; i++)
-        nc_ids += nc->compatible[i].n_ids ? nc->compatible[i].n_ids : 1;
-    for (size_t i = 0; i < nc->n_incompatible; i++)
-        ni_ids += nc->incompatible[i].n_ids ? nc->incompatible[i].n_ids : 1;
     e->digest = ctrl_digest_id(nc->digest);
-    e->n_compat = sat16(nc_ids);
-    e->n_incompat = sat16(ni_ids);
-    e->n_pods = sat16(nc->n_pods);
-    e->flags =
-        (uint8_t)((nc->verified ? CTRL_E_VERIFIED : 0) | (nc->extracted ? CTRL_E_EXTRACTED : 0) |
-                  (nc->error && *nc->error ? CTRL_E_ERROR : 0));
+    e->flags = (nc->verified ? CTRL_E_VERIFIED : 0) | (nc->extracted ? CTRL_E_EXTRACTED : 0) |
+               (nc->error && *nc->error ? CTRL_E_ERROR : 0) |
+               (nc->n_compatible ? CTRL_E_COMPAT : 0) | (nc->n_incompatible ? CTRL_E_INCOMPAT : 0) |
+               (nc->n_pods ? CTRL_E_PODS : 0);
     e->why = why_of(nc);
-    if (!e->why && (e->flags & CTRL_E_ERROR || (!e->n_compat && e->n_incompat)))
+    if (!e->why &&
+        (e->flags & CTRL_E_ERROR || (!(e->flags & CTRL_E_COMPAT) && e->flags & CTRL_E_INCOMPAT)))
         return -ENOMEM;
     return 0;
 }
 
 static int entry_same(const struct ctrl_entry *a, const struct ctrl_entry *b)
 {
-    if (a->digest != b->digest || a->n_compat != b->n_compat || a->n_incompat != b->n_incompat ||
-        a->n_pods != b->n_pods || a->flags != b->flags)
+    if (a->digest != b->digest || a->flags != b->flags)
         return 0;
     if (!a->why || !b->why)
         return a->why == b->why;

@@ -84,6 +84,7 @@ struct ctrl_cache {
     enum tkm_api_cond_status
         conds[4]; /* Verified, Ready, Progressing, Degraded, as last computed */
     uint64_t written_at;
+    uint64_t dirty_since; /* uv_now of the first change not written yet (settling), or 0 */
     char new_hash[72];
     struct pending_event ev[3];
     int n_ev;
@@ -798,6 +799,9 @@ static void status_done(int rc, json_t *obj, const struct k8s_status *st, void *
     }
     snprintf(cc->written_hash, sizeof cc->written_hash, "%s", cc->new_hash);
     cc->written_at = uv_now(cc->c->loop);
+    cc->dirty_since = 0;
+    cc->c->write_wall_ms = ctrl_wall_ms();
+    cc->c->writes_since_idle++;
     ctrl_state_status_put(cc->c->state, cc->uid, cc->new_hash);
     for (int i = 0; i < cc->n_ev; i++)
         event(cc, cc->ev[i].type, cc->ev[i].reason, cc->ev[i].msg);
@@ -842,8 +846,15 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
         goto fail;
     body_hash(&v->cache.status, cc, cur_hash);
     if (strcmp(cur_hash, cc->new_hash) == 0) {
+        cc->dirty_since = 0;
         tkm_api_cache_status_release(&st);
         finish(cc, K8S_WQ_OK, next_retry(cc)); /* nothing changed: no write */
+        return;
+    }
+    uint64_t wait = ctrl_settle_wait(&cc->c->o, cc->cidx->changed_ms, &cc->dirty_since, t);
+    if (wait) {
+        tkm_api_cache_status_release(&st);
+        finish(cc, K8S_WQ_OK, wait);
         return;
     }
     if (cc->written_at && t - cc->written_at < 10000 && strcmp(cur_hash, cc->prewrite_hash) == 0 &&

@@ -6,6 +6,7 @@
 #include <getopt.h>
 #include <malloc.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@ struct args {
     int leader_elect;
     int level;
     uint64_t cleanup_timeout_ms, registry_timeout_ms, status_interval_ms, node_gc_grace_ms;
+    uint64_t status_settle_ms;
     uint64_t lease_ms, renew_ms, retry_ms;
     unsigned workers;
 };
@@ -84,7 +86,12 @@ static void usage(FILE *f)
         "(500)\n"
         "  --node-gc-grace SECONDS            a node status younger than this is never collected "
         "(5)\n"
-        "  --workers N                        caches reconciled at once (16)\n"
+        "  --status-settle MS                 write a cache's status once the node reports for "
+        "it\n"
+        "                                     have been quiet this long, or at the latest\n"
+        "                                     10 x --status-min-interval after a change; 0 = at "
+        "once (250)\n"
+        "  --workers N                        caches reconciled at once (64)\n"
         "  --lease-duration S, --renew-deadline S, --retry-period S   leader election (15, 10, 2)\n"
         "  -h, --help                         this text\n\n"
         "Example (by hand, against a dev cluster):\n"
@@ -107,6 +114,7 @@ enum {
     O_CLEANUP,
     O_REGTIMEOUT,
     O_STATUSINT,
+    O_SETTLE,
     O_GCGRACE,
     O_WORKERS,
     O_LEASE,
@@ -170,6 +178,7 @@ static int parse_args(int argc, char **argv, struct args *a)
         {"cleanup-timeout", required_argument, NULL, O_CLEANUP},
         {"registry-timeout", required_argument, NULL, O_REGTIMEOUT},
         {"status-min-interval", required_argument, NULL, O_STATUSINT},
+        {"status-settle", required_argument, NULL, O_SETTLE},
         {"node-gc-grace", required_argument, NULL, O_GCGRACE},
         {"workers", required_argument, NULL, O_WORKERS},
         {"lease-duration", required_argument, NULL, O_LEASE},
@@ -189,8 +198,9 @@ static int parse_args(int argc, char **argv, struct args *a)
                        .cleanup_timeout_ms = 60000,
                        .registry_timeout_ms = 30000,
                        .status_interval_ms = 500,
+                       .status_settle_ms = 250,
                        .node_gc_grace_ms = 5000,
-                       .workers = 16,
+                       .workers = 64,
                        .lease_ms = 15000,
                        .renew_ms = 10000,
                        .retry_ms = 2000};
@@ -235,6 +245,9 @@ static int parse_args(int argc, char **argv, struct args *a)
             break;
         case O_STATUSINT:
             rc = parse_secs("--status-min-interval", optarg, 1, &a->status_interval_ms);
+            break;
+        case O_SETTLE:
+            rc = parse_secs("--status-settle", optarg, 1, &a->status_settle_ms);
             break;
         case O_GCGRACE:
             rc = parse_secs("--node-gc-grace", optarg, 1000, &a->node_gc_grace_ms);
@@ -355,6 +368,23 @@ bind:
     return rc;
 }
 
+/* The Lease holder: $POD_NAME (the downward API, manifests/base) plus a random
+ * suffix, so that a restarted container of the same pod is a new candidate,
+ * as controller-runtime's "<pod>_<uuid>"; without POD_NAME, "<host>_<pid>". */
+static void lease_identity(char *out, size_t n)
+{
+    const char *pod = getenv("POD_NAME");
+    unsigned char r[6] = {0};
+    if (pod && *pod && getrandom(r, sizeof r, 0) == (ssize_t)sizeof r) {
+        snprintf(out, n, "%.150s_%02x%02x%02x%02x%02x%02x", pod, r[0], r[1], r[2], r[3], r[4],
+                 r[5]);
+        return;
+    }
+    char host[128] = "tkm-controller";
+    gethostname(host, sizeof host - 1);
+    snprintf(out, n, "%s_%d", host, (int)getpid());
+}
+
 static int setup(struct app *app, struct tkm_err *err)
 {
     struct args *a = &app->a;
@@ -381,6 +411,7 @@ static int setup(struct app *app, struct tkm_err *err)
     struct ctrl_opts co = {.ns = a->ns,
                            .cleanup_timeout_ms = a->cleanup_timeout_ms,
                            .status_min_interval_ms = a->status_interval_ms,
+                           .status_settle_ms = a->status_settle_ms,
                            .node_gc_grace_ms = a->node_gc_grace_ms,
                            .workers = a->workers};
     if ((rc = ctrl_init(&app->ctrl, app->loop, app->client, reg, state, &co, err)) < 0)
@@ -395,9 +426,8 @@ static int setup(struct app *app, struct tkm_err *err)
         ctrl_set_leading(&app->ctrl, 1);
         return 0;
     }
-    char host[128] = "tkm-controller", id[200];
-    gethostname(host, sizeof host - 1);
-    snprintf(id, sizeof id, "%s_%d", host, (int)getpid());
+    char id[200];
+    lease_identity(id, sizeof id);
     struct k8s_lease_opts lo = {.ns = a->le_ns,
                                 .name = a->le_id,
                                 .identity = id,
@@ -422,9 +452,14 @@ int main(int argc, char **argv)
     struct tkm_err err = {0};
     if (parse_args(argc, argv, &app.a) < 0)
         return 2;
-    /* Two malloc arenas: the thread pool's few short jobs need no arena each
-     * (every arena keeps pages resident). */
-    mallopt(M_ARENA_MAX, 2);
+    /* One malloc arena: the loop does the work, the thread pool's few short
+     * jobs need no arena of their own (each keeps pages resident). Fixed
+     * mmap and trim thresholds: glibc's dynamic threshold would grow after
+     * the first large buffer is freed (a list response, a watch chunk) and
+     * keep later ones in the heap, where they fragment it. */
+    mallopt(M_ARENA_MAX, 1);
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    mallopt(M_TRIM_THRESHOLD, 256 * 1024);
     tkm_log_init("tkm-controller", (enum tkm_log_level)app.a.level, 0);
     if (tkm_threadpool_init(0, &err) < 0 || tkm_http_global_init(&err) < 0) {
         fprintf(stderr, "tkm-controller: %s\n", tkm_err_str(&err));

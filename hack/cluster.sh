@@ -14,7 +14,9 @@
 #
 # State lives in ${TKM_CLUSTER_DIR:-<repo>/.tkm/cluster}; etcd's data in a tmpfs
 # directory under /dev/shm. Ports are free ones chosen at `up`, unless set with
-# TKM_APISERVER_PORT, TKM_ETCD_PORT, TKM_REGISTRY_PORT.
+# TKM_APISERVER_PORT, TKM_ETCD_PORT, TKM_REGISTRY_PORT. TKM_ETCD_QUOTA: etcd's
+# --quota-backend-bytes (default 2147483648, etcd's own default; the large
+# controller benchmark needs more: bench/controller.sh large sets 8 GiB).
 # ServiceAccounts: the ServiceAccount admission plugin is on and tokens are
 # signed with pki/sa.key (issuer and audience https://127.0.0.1:<port>), so
 # pods on the test node (hack/node.sh) get bound projected tokens that carry
@@ -141,7 +143,9 @@ choose_port() { # VAR_NAME ENV_OVERRIDE FILE
 
 start_etcd() {
   local etcd=$1 port=$2 peer=$3
-  local data
+  local data quota=${TKM_ETCD_QUOTA:-2147483648}
+  [[ $quota =~ ^[0-9]+$ ]] && ((quota >= 1048576)) ||
+    die "TKM_ETCD_QUOTA=$quota: give etcd's backend quota in bytes (at least 1048576; default 2147483648)"
   if [[ -s $dir/etcd.datadir && -d $(cat "$dir/etcd.datadir") ]]; then
     data=$(cat "$dir/etcd.datadir")
   else
@@ -154,7 +158,7 @@ start_etcd() {
     --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
     --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
     --initial-cluster "tkm-dev=http://127.0.0.1:$peer" --unsafe-no-fsync=true \
-    --log-level warn >"$dir/etcd.log" 2>&1 </dev/null &
+    --quota-backend-bytes "$quota" --log-level warn >"$dir/etcd.log" 2>&1 </dev/null &
   echo $! >"$dir/etcd.pid"
   for _ in $(seq 1 100); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0

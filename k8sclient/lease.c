@@ -34,6 +34,7 @@ struct k8s_lease {
     char *observed_spec;    /* the record last seen (compact, sorted JSON) */
     char *observed_holder;
     uint64_t observed_ms; /* when observed_spec last changed, monotonic */
+    uint64_t expiry_ms;   /* another holder's lease may be taken from then on (0: none) */
     json_t *last_obj;     /* the Lease as last written by us (for release) */
     struct k8s_req *req;
     enum pending_op op;
@@ -152,7 +153,13 @@ static void on_got(struct k8s_lease *l, json_t *obj)
     const char *holder = l->observed_holder;
     json_int_t dur_s = json_integer_value(json_object_get(spec, "leaseDurationSeconds"));
     uint64_t dur_ms = dur_s > 0 ? (uint64_t)dur_s * 1000u : l->o.lease_duration_ms;
-    if (*holder && strcmp(holder, l->identity) != 0 && tkm_now_ms() < l->observed_ms + dur_ms) {
+    l->expiry_ms = 0;
+    if (*holder && strcmp(holder, l->identity) != 0) {
+        l->expiry_ms = l->observed_ms + dur_ms;
+        if (tkm_now_ms() >= l->expiry_ms)
+            l->expiry_ms = 0;
+    }
+    if (l->expiry_ms) {
         lose(l, "another candidate holds the lease");
         round_end(l);
         return;
@@ -296,9 +303,13 @@ static void round_end(struct k8s_lease *l)
         return;
     if (l->leader && tkm_now_ms() - l->last_renew_ms >= l->o.renew_deadline_ms)
         lose(l, "no renewal succeeded within the renew deadline");
-    uint64_t d = l->o.retry_period_ms;
+    uint64_t d = l->o.retry_period_ms, now = tkm_now_ms();
     if (!l->leader)
         d += k8s__rand_range(&l->rng, 0, l->o.retry_period_ms / 5);
+    /* A candidate waiting for another holder's lease to run out tries at
+     * that instant, not up to a retry period after it. */
+    if (!l->leader && l->expiry_ms > now && l->expiry_ms - now < d)
+        d = l->expiry_ms - now;
     uv_timer_start(&l->tick, on_tick, d, 0);
 }
 

@@ -73,16 +73,6 @@ const char *tkm_compression_name(enum tkm_compression c)
     }
 }
 
-int tkm_digest_valid(const char *s)
-{
-    if (!s || strncmp(s, "sha256:", 7) != 0 || strlen(s) != 71)
-        return 0;
-    for (const char *p = s + 7; *p; p++)
-        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-            return 0;
-    return 1;
-}
-
 /* ---- the header screen ---------------------------------------------------- */
 
 enum sc_state { SC_HEADER, SC_SKIP, SC_META, SC_END };
@@ -1141,37 +1131,6 @@ out:
     tkm_buf_release(&norm);
     rc = rc < 0 && c->e.code ? c->e.code : rc;
     free(c);
-    return rc;
-}
-
-int tkm_rmtree_at(int dirfd, const char *name)
-{
-    struct stat st;
-    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-        return errno == ENOENT ? 0 : -errno;
-    if (!S_ISDIR(st.st_mode))
-        return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
-    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        int e = errno;
-        close(fd);
-        return -e;
-    }
-    int rc = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        int r = tkm_rmtree_at(fd, de->d_name);
-        if (r < 0 && rc == 0)
-            rc = r;
-    }
-    closedir(d);
-    if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && rc == 0)
-        rc = -errno;
     return rc;
 }
 

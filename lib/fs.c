@@ -1,5 +1,6 @@
 /* fs.c - see fs.h. */
 #include <tkm/fs.h>
+#include <tkm/archive.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -128,4 +129,37 @@ int tkm_list_dir(int dirfd, enum tkm_list_filter filter, size_t max, char ***nam
     *names = v;
     *n = cnt;
     return 0;
+}
+
+/* Declared in <tkm/archive.h>; here so that a program that removes trees but
+ * extracts nothing (tkm-controller) links no libarchive. */
+int tkm_rmtree_at(int dirfd, const char *name)
+{
+    struct stat st;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (!S_ISDIR(st.st_mode))
+        return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -errno : 0;
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    int rc = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        int r = tkm_rmtree_at(fd, de->d_name);
+        if (r < 0 && rc == 0)
+            rc = r;
+    }
+    closedir(d);
+    if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && rc == 0)
+        rc = -errno;
+    return rc;
 }

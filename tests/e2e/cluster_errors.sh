@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # hack/cluster.sh and hack/testbin/build.sh fail clearly: a port in use is
 # named, a stale or recycled pid file never makes `down` kill a stranger,
-# a missing Go and a failed build say so (with the log's path), and `status`
-# tells what runs.
+# a missing Go and a failed build say so (with the log's path), a bad
+# TKM_ETCD_QUOTA is named, and `status` tells what runs.
 source "$(dirname "$0")/lib.sh"
 hack=$TKM_SOURCE_DIR/hack
 other=$E2E_TMP/cluster
@@ -37,6 +37,12 @@ kill -0 "$stranger" 2>/dev/null || fail "down killed a process it did not start 
 pass "down left the stranger alive"
 [[ ! -e $other/kube-apiserver.pid && ! -e $other/etcd.pid ]] || fail "stale pid files were not removed"
 pass "stale pid files removed"
+
+step "a bad etcd quota is named before etcd starts"
+expect_fail "up with TKM_ETCD_QUOTA=lots" env TKM_CLUSTER_DIR="$other" TKM_ETCD_QUOTA=lots "$hack/cluster.sh" up
+assert_contains "$OUT" "TKM_ETCD_QUOTA=lots: give etcd's backend quota in bytes" "error names the variable"
+[[ ! -e $other/etcd.pid ]] || fail "etcd was started with a bad quota"
+pass "no etcd started"
 
 step "Go missing, and a failed build, are explained"
 nogo=$E2E_TMP/nogo-bin

@@ -124,7 +124,7 @@ TEST(nodes_update_notifies_only_changed_caches)
     ASSERT_STREQ(seen.keys[2], "ml/d");
     ASSERT_NULL(ctrl_nodes_cache(&n, "ml/c", 0)); /* no entries, no rec: dropped */
     const struct ctrl_entry *e = ctrl_nodes_cache(&n, "ml/b", 0)->entries[0];
-    ASSERT_EQ(e->n_incompat, 1);
+    ASSERT_EQ(e->flags & (CTRL_E_COMPAT | CTRL_E_INCOMPAT), CTRL_E_INCOMPAT);
     ASSERT_STREQ(e->why, "ArchMismatch");
     ASSERT_STREQ(e->why + strlen(e->why) + 1, "sm_80");
     ASSERT_UEQ(n.n_entries, 3);
@@ -372,6 +372,10 @@ TEST(policy_fingerprint_changes_with_the_key)
 
 TEST(digest_id)
 {
+    ASSERT_EQ(sizeof(struct ctrl_entry), 32);
+    ASSERT_UEQ(ctrl_digest_id(DA), 0xaaaaaaaau);
+    ASSERT_UEQ(ctrl_digest_id("sha256:0000000000000000aaaa"), 1); /* valid, never 0 */
+    ASSERT_EQ(ctrl_digest_id("sha256:aaaaaaaaaaaaaaaX"), 0);      /* the 16 are checked */
     ASSERT(ctrl_digest_id(DA) != 0);
     ASSERT(ctrl_digest_id(DA) != ctrl_digest_id(DB));
     ASSERT_EQ(ctrl_digest_id(NULL), 0);
@@ -490,4 +494,28 @@ TEST(reg_resolve_failures_have_reasons)
     ASSERT(o.rc < 0);
     ASSERT_STREQ(o.reason, "RegistryUnreachable");
     ASSERT_EQ(o.retry, 1);
+}
+
+TEST(settle_waits_for_quiet_entries_up_to_the_max_delay)
+{
+    struct ctrl_opts o = {.status_settle_ms = 250, .status_max_delay_ms = 5000};
+    uint64_t dirty = 0;
+    /* Entries never changed, or quiet for the settle time: write now. */
+    ASSERT_EQ(ctrl_settle_wait(&o, 0, &dirty, 1000), 0);
+    ASSERT_EQ(ctrl_settle_wait(&o, 1000, &dirty, 1250), 0);
+    ASSERT_EQ(dirty, 0);
+    /* A change 100 ms ago: wait the 150 ms left, remembering the first. */
+    ASSERT_EQ(ctrl_settle_wait(&o, 10000, &dirty, 10100), 150);
+    ASSERT_EQ(dirty, 10100);
+    /* Reports keep coming every 100 ms: never quiet, but written once the
+     * first unwritten change is 5 s old (and the wait never passes that). */
+    ASSERT_EQ(ctrl_settle_wait(&o, 14900, &dirty, 15000), 100);
+    ASSERT_EQ(ctrl_settle_wait(&o, 15000, &dirty, 15050), 50);
+    ASSERT_EQ(ctrl_settle_wait(&o, 15050, &dirty, 15100), 0);
+    ASSERT_EQ(dirty, 10100);
+    /* Settling off: always now. */
+    o.status_settle_ms = 0;
+    dirty = 0;
+    ASSERT_EQ(ctrl_settle_wait(&o, 20000, &dirty, 20001), 0);
+    ASSERT_EQ(dirty, 0);
 }

@@ -6,7 +6,13 @@
  * (creating it when absent). It takes the lease over only when the record
  * (holder, times, transitions) has not CHANGED for leaseDurationSeconds as
  * observed locally on CLOCK_MONOTONIC: the remote timestamps are never
- * compared with the local clock. Acquiring or renewing is an UPDATE that
+ * compared with the local clock. A candidate waiting for such a record
+ * tries again at the instant the duration runs out rather than at its next
+ * retry tick, so the takeover comes at most leaseDuration + one (jittered)
+ * retry period after the holder's last renewal: the time until a poll sees
+ * that renewal (client-go: up to lease + 2 retry periods; a tighter bound
+ * would need the holder's renewTime compared with the local clock). Acquiring
+ * or renewing is an UPDATE that
  * carries the resourceVersion read (optimistic lock: a racing candidate gets
  * 409 and loses the round); a takeover increments leaderTransitions.
  *

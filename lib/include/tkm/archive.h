@@ -179,10 +179,11 @@ int tkm_staging_live(int parent_fd, const char *name);
 int tkm_staging_purge(int parent_fd, const char *where);
 
 /* Removes name (a file or a whole tree) beneath dirfd without following
- * symlinks. 0, or 0 when it does not exist, or -errno. */
+ * symlinks. 0, or 0 when it does not exist, or -errno. (Defined in lib/fs.c.) */
 int tkm_rmtree_at(int dirfd, const char *name);
 
-/* 1 when s is "sha256:" + 64 lower-case hex digits, else 0. */
+/* 1 when s is "sha256:" + 64 lower-case hex digits, else 0 (defined in
+ * lib/oci/digest.c, so that using it links no libarchive). */
 int tkm_digest_valid(const char *s);
 
 #endif
