@@ -54,6 +54,10 @@ struct ctrl_cache {
     char *auth;
     size_t auth_len;
     int64_t creds_gen;
+    /* the generation whose pull Secrets could not be read: read again at
+     * pin_f.retry_at (a Secret created after the cache is the usual order of
+     * `kubectl apply -f dir/`), -1 when none failed */
+    int64_t creds_fail_gen;
     /* the pin */
     char *pin_image;
     char pin[CTRL_DIGEST_MAX];
@@ -148,6 +152,7 @@ static void cache_reset(struct ctrl_cache *cc)
     cc->cidx = x;
     cc->cluster = cluster;
     cc->creds_gen = -1;
+    cc->creds_fail_gen = -1;
     memcpy(cc->qkey, qkey, sizeof qkey);
 }
 
@@ -354,8 +359,11 @@ static void creds_done(int rc, const struct tkm_oci_creds *cr, const char *reaso
         return;
     }
     if (rc < 0) {
-        fail_set(&cc->pin_f, rc, reason ? reason : "SecretNotFound", tkm_err_str(err),
-                 rc == -EAGAIN || (reason && strcmp(reason, "APIUnavailable") == 0), now);
+        /* Retried with backoff (1 s doubling to 5 min), the Secret read again
+         * each time: it may simply not exist yet. */
+        fail_set(&cc->pin_f, rc, reason ? reason : "SecretNotFound", tkm_err_str(err), 1, now);
+        cc->creds_fail_gen = cc->creds_gen;
+        cc->creds_gen = -1;
     } else if (cr && (cr->username[0] || cr->identity_token[0])) {
         struct tkm_oci_ref ref;
         json_t *a = NULL;
@@ -378,6 +386,9 @@ static int creds_step(struct ctrl_cache *cc, const struct view *v)
     struct tkm_err err = {0};
     if (cc->creds_gen == k->meta.generation)
         return 0;
+    if (cc->creds_fail_gen == k->meta.generation && cc->pin_f.rc &&
+        uv_now(cc->c->loop) < cc->pin_f.retry_at)
+        return 0; /* pin_step waits for the retry too */
     cc->creds_gen = k->meta.generation;
     free(cc->auth);
     cc->auth = NULL;
@@ -965,6 +976,7 @@ void ctrl_reconcile_cache(struct ctrl *c, const char *qkey)
             cc->cidx = x;
             cc->cluster = cluster;
             cc->creds_gen = -1;
+            cc->creds_fail_gen = -1;
             snprintf(cc->qkey, sizeof cc->qkey, "%s", qkey);
             x->rec = cc;
         }

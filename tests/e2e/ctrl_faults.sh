@@ -55,6 +55,7 @@ tkc slow "$SLOW/e2e/cache:v1"
 tkc nosecret "$REPO:v1" '  signaturePolicy: {mode: Enforce, publicKeySecretRef: {name: absent-secret, key: cosign.pub}}'
 tkc nokey "$REPO:v1" '  signaturePolicy: {mode: Enforce, publicKeySecretRef: {name: empty-secret, key: cosign.pub}}'
 tkc edited "$SLOW/e2e/cache:v2"
+tkc latepull "$REPO:v1" '  imagePullSecrets: [{name: late-pull}]'
 
 step "each failure is a condition with a reason a person understands"
 wait_for 30 "ok: verified with the key from tkm-config" reason_is ok SignatureVerified
@@ -64,6 +65,16 @@ wait_for 30 "missing Secret: SecretNotFound" reason_is nosecret SecretNotFound
 assert_contains "$(kubectl -n "$NS" get tkc nosecret -o jsonpath='{.status.conditions[?(@.type=="Verified")].message}')" "absent-secret" "the message names the Secret"
 wait_for 30 "Secret without the key: SecretNotFound" reason_is nokey SecretNotFound
 assert_contains "$(kubectl -n "$NS" get tkc nokey -o jsonpath='{.status.conditions[?(@.type=="Verified")].message}')" "cosign.pub" "the message names the key"
+
+step "Secrets created after the cache are read again (kubectl apply -f dir/ creates them in name order)"
+wait_for 30 "missing pull Secret: SecretNotFound" reason_is latepull SecretNotFound
+assert_contains "$(kubectl -n "$NS" get tkc latepull -o jsonpath='{.status.conditions[?(@.type=="Verified")].message}')" "late-pull" "the message names the pull Secret"
+kubectl -n "$NS" create secret docker-registry late-pull --docker-server="$TKM_REGISTRY" \
+  --docker-username=e2e --docker-password=e2e >/dev/null
+wait_for 30 "the pull Secret, created later, is read: pinned and verified" reason_is latepull SignatureVerified
+assert_eq "$DA" "$(kubectl -n "$NS" get tkc latepull -o jsonpath='{.status.resolvedDigest}')" "latepull: the pinned digest"
+kubectl -n "$NS" create secret generic absent-secret --from-file=cosign.pub="$E2E_TMP/cosign.pub" >/dev/null
+wait_for 60 "the key Secret, created later, is read: verified" reason_is nosecret SignatureVerified
 
 step "a cache edited while its registry step is in flight"
 sleep 1
