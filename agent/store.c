@@ -22,6 +22,7 @@
 
 #include <fcntl.h>
 
+#include <tkm/triton/parts.h>
 #include <tkm/archive.h>
 #include <tkm/log.h>
 #include <tkm/oci/ref.h>
@@ -460,7 +461,12 @@ static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
     }
     struct tkm_archive_opts o;
     tkm_archive_opts_init(&o);
-    o.strip = "io.triton.cache/";
+    /* A multi-part image (Inductor, vLLM beside Triton) lands as triton/,
+     * inductor/, vllm/ in the store; a Triton-only one as the cache itself. */
+    if (tkm_parts_from_config(&res->image.config) & (TKM_PART_INDUCTOR | TKM_PART_VLLM))
+        o.rename = tkm_parts_rename_pairs();
+    else
+        o.strip = "io.triton.cache/";
     o.blob_size = res->image.parsed.descs[0].size;
     if (res->image.config.n_diff_ids == 1)
         o.diff_id = res->image.config.diff_ids[0];

@@ -32,6 +32,46 @@ import torch.nn.functional as F  # noqa: E402
 
 T_IMPORT = time.perf_counter()
 
+# Triton's compile events (hits and misses) and, with --events, every kernel's
+# identity: what its cache key is made of, to see which keys differ between
+# processes (bench/gpu/README.md, docs/inductor.md).
+EVENTS = {"hit": 0, "miss": 0, "names": [], "detail": []}
+
+
+def _listener(*args, **kw):
+    try:  # Triton 3.6 calls it with keywords: src, metadata, metadata_group, times, cache_hit
+        hit = bool(kw.get("cache_hit"))
+        EVENTS["hit" if hit else "miss"] += 1
+        md = kw.get("metadata") or {}
+        EVENTS["names"].append(md.get("name", "?"))
+        if EVENTS.get("want_detail"):
+            src = kw.get("src")
+            fn = getattr(src, "fn", None)
+            text = getattr(fn, "src", "") or ""
+            import hashlib
+            EVENTS["detail"].append({
+                "name": md.get("name"), "hash": md.get("hash"), "cache_hit": hit,
+                "src_hash": src.hash() if hasattr(src, "hash") else None,
+                "fn_src_sha": hashlib.sha256(text.encode()).hexdigest(),
+                "fn_cache_key": getattr(fn, "cache_key", None),
+                "constants": repr(getattr(src, "constants", None)),
+                "attrs": repr(getattr(src, "attrs", None)),
+                "signature": repr(getattr(src, "signature", None)),
+                "num_warps": md.get("num_warps"), "num_stages": md.get("num_stages"),
+                "src": text,
+            })
+    except Exception as e:  # noqa: BLE001
+        EVENTS.setdefault("errors", []).append(repr(e))
+
+
+try:
+    import triton  # noqa: E402
+
+    triton.knobs.compilation.listener = _listener
+    LISTENER = True
+except Exception:  # an older Triton without knobs
+    LISTENER = False
+
 
 class Block(nn.Module):
     def __init__(self, d, heads):
@@ -54,9 +94,9 @@ class Block(nn.Module):
 
 
 class Model(nn.Module):
-    def __init__(self, d=256, heads=4):
+    def __init__(self, d=256, heads=4, n=2):
         super().__init__()
-        self.blocks = nn.Sequential(Block(d, heads), Block(d, heads))
+        self.blocks = nn.Sequential(*[Block(d, heads) for _ in range(n)])
         self.ln = nn.LayerNorm(d)
 
     def forward(self, x):
@@ -67,33 +107,49 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--miss", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument("--events", help="write every compile event's key parts here")
+    ap.add_argument("--small", action="store_true", help="one block, d=64, one length (the fixture)")
     a = ap.parse_args()
-    for v in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+    EVENTS["want_detail"] = bool(a.events)
+    for v in ("TORCHINDUCTOR_CACHE_DIR",):
         if not os.environ.get(v):
             sys.exit(f"inductor_workload: {v} is not set")
     torch.manual_seed(0)
     torch.empty(1, device="cuda")
-    model = Model().cuda()
+    model = (Model(d=64, heads=2, n=1) if a.small else Model()).cuda()
     step = torch.compile(lambda x: model(x).float().pow(2).mean(), dynamic=False)
-    seqs = [64, 128, 256] + ([512] if a.miss else [])
+    seqs = [64] if a.small else [64, 128, 256] + ([512] if a.miss else [])
     t_k = time.perf_counter()
     ok = True
     for s in seqs:
-        x = torch.randn(8, s, 256, device="cuda", requires_grad=True)
+        x = torch.randn(8, s, 64 if a.small else 256, device="cuda", requires_grad=True)
         loss = step(x)
         loss.backward()
         ok = ok and bool(torch.isfinite(loss).item()) and bool(torch.isfinite(x.grad).all().item())
     torch.cuda.synchronize()
     t_end = time.perf_counter()
-    import triton
+    from torch._dynamo.utils import counters
 
+    ind = {k: v for k, v in counters["inductor"].items() if "cache" in k}
+    aot = {k: v for k, v in counters["aot_autograd"].items() if "cache" in k}
     r = {
         "workload": "inductor", "miss": a.miss, "ok": ok, "seqs": seqs,
         "import_s": round(T_IMPORT - T0, 4), "kernels_s": round(t_end - t_k, 4),
         "startup_s": round(t_end - T0, 4), "triton": triton.__version__,
         "torch": torch.__version__, "device": torch.cuda.get_device_name(0),
-        "cache_dir": os.environ["TRITON_CACHE_DIR"],
+        "cache_dir": os.environ.get("TRITON_CACHE_DIR", ""),
+        "inductor_dir": os.environ["TORCHINDUCTOR_CACHE_DIR"], "listener": LISTENER,
+        "compile_hits": EVENTS["hit"], "compile_misses": EVENTS["miss"],
+        "fxgraph_cache_hit": ind.get("fxgraph_cache_hit", 0),
+        "fxgraph_cache_miss": ind.get("fxgraph_cache_miss", 0),
+        "autograd_cache_hit": aot.get("autograd_cache_hit", 0),
+        "autograd_cache_miss": aot.get("autograd_cache_miss", 0),
+        "inductor_counters": ind, "aot_counters": aot,
+        "missed_names": [d["name"] for d in EVENTS["detail"] if not d["cache_hit"]],
     }
+    if a.events:
+        with open(a.events, "w") as f:
+            json.dump({"events": EVENTS["detail"], "errors": EVENTS.get("errors", [])}, f)
     line = json.dumps(r, sort_keys=True)
     print(line)
     if a.json:
