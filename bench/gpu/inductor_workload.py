@@ -35,7 +35,7 @@ T_IMPORT = time.perf_counter()
 # Triton's compile events (hits and misses) and, with --events, every kernel's
 # identity: what its cache key is made of, to see which keys differ between
 # processes (bench/gpu/README.md, docs/inductor.md).
-EVENTS = {"hit": 0, "miss": 0, "names": [], "detail": []}
+EVENTS = {"hit": 0, "miss": 0, "names": [], "missed": [], "detail": []}
 
 
 def _listener(*args, **kw):
@@ -44,6 +44,8 @@ def _listener(*args, **kw):
         EVENTS["hit" if hit else "miss"] += 1
         md = kw.get("metadata") or {}
         EVENTS["names"].append(md.get("name", "?"))
+        if not hit:
+            EVENTS["missed"].append(md.get("name", "?"))
         if EVENTS.get("want_detail"):
             src = kw.get("src")
             fn = getattr(src, "fn", None)
@@ -145,7 +147,7 @@ def main():
         "autograd_cache_hit": aot.get("autograd_cache_hit", 0),
         "autograd_cache_miss": aot.get("autograd_cache_miss", 0),
         "inductor_counters": ind, "aot_counters": aot,
-        "missed_names": [d["name"] for d in EVENTS["detail"] if not d["cache_hit"]],
+        "missed_names": EVENTS["missed"],
     }
     if a.events:
         with open(a.events, "w") as f:
