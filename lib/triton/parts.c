@@ -353,7 +353,8 @@ int tkm_inductor_summary_parse(struct tkm_inductor_info *in, const char *label, 
     int rc = 0;
     memset(in, 0, sizeof *in);
     if (!json_is_object(root)) {
-        rc = tkm_err_set(err, -EINVAL, "%s: not a JSON object (%s)", L, je.text);
+        rc = tkm_err_set(err, -EINVAL, "%s: not a JSON object%s%s", L, root ? "" : ": ",
+                         root ? "" : je.text);
         goto out;
     }
     if ((rc = copy_str(root, "torch_version", f->torch_version, sizeof f->torch_version, L, err)) ||
