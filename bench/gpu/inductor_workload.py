@@ -1,4 +1,4 @@
-"""inductor_workload.py [--miss] [--json FILE]: the torch.compile program of csi-proof.sh.
+"""inductor_workload.py [--miss] [--small] [--json FILE] [--events FILE]: the torch.compile program of csi-proof.sh.
 
 Like the Inductor fixture (tests/fixtures/triton-cache/triton-3.6.0-cuda-sm90-inductor-block:
 two transformer blocks, three shapes, forward and backward): a training step of
@@ -8,10 +8,14 @@ source is not in the repository and Inductor's kernel source (so Triton's cache
 key) depends on every detail of the model, so csi-proof.sh compiles this one on
 the device and takes THAT Triton cache through tkm (see bench/gpu/README.md).
 
-What tkm carries is Triton's cache (TRITON_CACHE_DIR). Inductor's own caches are
-cold in every run (csi-proof.sh gives each run a fresh TORCHINDUCTOR_CACHE_DIR and
-turns the FX graph and AOT autograd caches off): Inductor traces and generates
-code every time, and every Triton kernel it asks for must come from the cache.
+Part inductor of csi-proof.sh carries Triton's cache (TRITON_CACHE_DIR) only: Inductor's
+own caches are cold in every run (a fresh TORCHINDUCTOR_CACHE_DIR, the FX graph and AOT
+autograd caches off). Part full carries both (TRITON_CACHE_DIR=DIR/triton,
+TORCHINDUCTOR_CACHE_DIR=DIR/inductor, caches on). TRITON_CACHE_DIR unset: Inductor's
+own triton/ subdir (the fixture, --small). The JSON line adds torch's counters
+(fxgraph_cache_hit/miss, autograd_cache_hit/miss), Triton's compile events (hits,
+misses, missed_names) and, with --events FILE, every compile event's key parts
+(bench/gpu/inductor-regen.sh, docs/inductor.md).
 
 --miss adds a fourth sequence length: new kernels that compile into the pod's
 scratch layer. Prints one JSON line like triton_workload.py.
