@@ -279,8 +279,10 @@ static void label_run(uv_work_t *w)
     struct label_check *lc = w->data;
     struct tkm_triton_cache c = {0};
     struct tkm_err e = {0};
-    char got[256], want[256];
-    lc->rc = tkm_triton_cache_scan(&c, lc->path, &e);
+    char got[256], want[256], tp[4200];
+    /* a multi-part image's store: the Triton part is <path>/triton */
+    snprintf(tp, sizeof tp, "%s%s", lc->path, tkm_parts_is_root(lc->path) ? "/triton" : "");
+    lc->rc = tkm_triton_cache_scan(&c, tp, &e);
     if (lc->rc < 0) {
         snprintf(lc->msg, sizeof lc->msg, "the extracted cache cannot be read: %s",
                  tkm_err_str(&e));
