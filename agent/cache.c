@@ -140,19 +140,10 @@ void agent_cache_rejudge(struct agent_cache *ac)
     if (!ac->verdicts.v)
         return;
     for (size_t i = 0; i < a->gpus.n; i++) {
-        struct tkm_compat_verdict *v = &ac->verdicts.v[i];
-        char why[512];
-        tkm_compat_check(&ac->summary, &a->gpus.gpus[i], v);
-        if (!ac->has_inductor || !v->compatible)
-            continue;
+        tkm_compat_check(&ac->summary, &a->gpus.gpus[i], &ac->verdicts.v[i]);
         /* the Inductor part too: a GPU uses the image only if every part fits */
-        size_t l = strlen(v->reason);
-        if (!tkm_inductor_compat_check(&ac->inductor, &a->gpus.gpus[i], why, sizeof why)) {
-            v->compatible = 0;
-            snprintf(v->reason, sizeof v->reason, "Inductor part: %s", why);
-        } else if (l + 20 < sizeof v->reason) {
-            snprintf(v->reason + l, sizeof v->reason - l, "; Inductor part %s", why);
-        }
+        if (ac->has_inductor)
+            tkm_inductor_compat_combine(&ac->inductor, &a->gpus.gpus[i], &ac->verdicts.v[i]);
     }
     ac->verdicts.n = a->gpus.n;
     ac->verdicts.judged = 1;

@@ -13,6 +13,7 @@
 
 #include <tkm/buf.h>
 #include <tkm/fs.h>
+#include <tkm/gpu/compat.h>
 #include <tkm/util.h>
 
 #include "pathf-int.h"
@@ -470,6 +471,21 @@ int tkm_inductor_compat_check(const struct tkm_inductor_facts *f, const struct t
              f->triton_version[0] ? f->triton_version : "unknown",
              strcmp(f->backend, "cuda") == 0 ? "sm" : "", f->arch);
     return 1;
+}
+
+void tkm_inductor_compat_combine(const struct tkm_inductor_facts *f, const struct tkm_gpu *g,
+                                 struct tkm_compat_verdict *v)
+{
+    char why[512];
+    size_t l = strlen(v->reason);
+    if (!v->compatible)
+        return;
+    if (!tkm_inductor_compat_check(f, g, why, sizeof why)) {
+        v->compatible = 0;
+        snprintf(v->reason, sizeof v->reason, "Inductor part: %s", why);
+    } else if (l + 20 < sizeof v->reason) {
+        snprintf(v->reason + l, sizeof v->reason - l, "; Inductor part %s", why);
+    }
 }
 
 /* ---- vLLM --------------------------------------------------------------------- */

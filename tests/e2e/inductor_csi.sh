@@ -41,7 +41,7 @@ n_store=$(find "$CSI_STORE" -name '__grp__*.json' | wc -l)
 n_layer=$(find "$CSI_STATE/default/pod-p/vol-p/groups" -name '__grp__*.json' | wc -l)
 assert_eq "$n_store" "$n_layer" "the per-pod layer rewrote every part's group files ($n_store)"
 for part in triton inductor/triton/0 vllm/torch_compile_cache/d4ec7c2a7d/rank_0_0/triton_cache; do
-  g=$(cd "$P/p/mount" && find "$part" -maxdepth 2 -name '__grp__*.json' | head -1)
+  g=$(cd "$P/p/mount" && find "$part" -maxdepth 2 -name '__grp__*.json' -print -quit)
   [[ -n $g ]] || fail "no group file under $part"
   child=$(jq -r '.child_paths | to_entries[0].value' "$P/p/mount/$g")
   assert_eq "$MP/$(dirname "$g")/$(basename "$child")" "$child" "$part: a child path names the mount path"

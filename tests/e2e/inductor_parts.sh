@@ -55,9 +55,9 @@ for d in triton inductor/fxgraph inductor/aotautograd inductor/triton/0 vllm/tor
   [[ -d $T/store/$d ]] || fail "no $d in the extracted store"
 done
 pass "triton/ inductor/ vllm/ laid out"
-g=$(find "$T/store/inductor/triton/0" -name '__grp__*.json' | head -1)
+g=$(find "$T/store/inductor/triton/0" -name '__grp__*.json' -print -quit)
 assert_contains "$(cat "$g")" '"/cache/inductor/triton/0/' "Inductor's own Triton groups point at the mount path"
-g=$(find "$T/store/vllm" -name '__grp__*.json' | head -1)
+g=$(find "$T/store/vllm" -name '__grp__*.json' -print -quit)
 assert_contains "$(cat "$g")" '"/cache/vllm/torch_compile_cache/d4ec7c2a7d/rank_0_0/triton_cache/' "vLLM's Triton groups point at the mount path"
 assert_not_contains "$(cat "$T"/store/triton/*/__grp__*.json)" "$T" "no producer path left in the Triton part"
 assert_contains "$("$TKMCTL" inspect "$T/store")" "torch 2.11.0+cu130 (cache)" "inspect of the extracted directory shows the parts"
@@ -102,6 +102,18 @@ rm -rf "$T/inductor-a100/triton"
 assert_eq "$(once "$T/img-a100" "$T/once-a100.json")" 1 "an Inductor part for sm80: exit 1"
 assert_contains "$(jq -r '.status.caches.image.incompatibleGPUs[0].message' "$T/once-a100.json")" \
   "Inductor part: arch mismatch: Inductor part built for sm80, GPU 0 is sm90" "refused with the reason"
+
+step "tkmctl check judges the Inductor part the same way"
+rc=0
+TKM_FAKE_NVML=$T/nvml.conf "$TKMCTL" check --image-layout "$T/img" --sysfs-root "$T/sys" --procfs-root "$T/proc" \
+  --nvml-lib "$NVML" -o json >"$T/check-ok.json" 2>&1 || rc=$?
+assert_eq 0 "$rc" "check: compatible, exit 0"
+assert_contains "$(jq -r '.results[0].reason' "$T/check-ok.json")" "; Inductor part compatible: Inductor part of torch 2.11.0+cu130 (CUDA 13.0, Triton 3.6.0) for sm90" "check: the reason names both parts"
+rc=0
+TKM_FAKE_NVML=$T/nvml.conf "$TKMCTL" check --image-layout "$T/img-a100" --sysfs-root "$T/sys" --procfs-root "$T/proc" \
+  --nvml-lib "$NVML" >"$T/check-a100.txt" 2>&1 || rc=$?
+assert_eq 1 "$rc" "check: an sm80 Inductor part, exit 1"
+assert_contains "$(cat "$T/check-a100.txt")" "INCOMPATIBLE Inductor part: arch mismatch: Inductor part built for sm80, GPU 0 is sm90" "check: the reason"
 
 step "bad input: a clear error, nothing written"
 expect_fail "an Inductor dir that is none" "$TKMCTL" build "$T/tcache" --inductor-dir "$T/tcache" --output "$T/bad1"

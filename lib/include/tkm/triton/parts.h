@@ -103,6 +103,14 @@ int tkm_inductor_summary_parse(struct tkm_inductor_info *in, const char *label,
 int tkm_inductor_compat_check(const struct tkm_inductor_facts *f, const struct tkm_gpu *g,
                               char *reason, size_t reason_size);
 
+/* Adds the Inductor part's judgement to a Triton verdict v (tkm_compat_check's, on
+ * the same GPU): a compatible v becomes incompatible with the reason "Inductor
+ * part: ...", or gets "; Inductor part compatible: ..." appended. The agent
+ * and tkmctl check both judge an image so. */
+struct tkm_compat_verdict;
+void tkm_inductor_compat_combine(const struct tkm_inductor_facts *f, const struct tkm_gpu *g,
+                                 struct tkm_compat_verdict *v);
+
 /* A vLLM cache root: torch_compile_cache/<hash>/rank_<r>_<dp>/{triton_cache,
  * inductor_cache, ...} as MCV packs it. */
 struct tkm_vllm_info {
