@@ -14,9 +14,11 @@
 #include <tkm/buf.h>
 #include <tkm/fs.h>
 #include <tkm/oci/image.h>
+#include <tkm/oci/layout.h>
 #include <tkm/oci/manifest.h>
 #include <tkm/triton/build.h>
 #include <tkm/triton/extract.h>
+#include <tkm/triton/image.h>
 #include <tkm/triton/parts.h>
 
 #include "test.h"
@@ -346,4 +348,81 @@ TEST(archive_rename_lays_prefixes_out)
     ASSERT_EQ(stat(p, &st), -1); /* under no pair: skipped */
     ASSERT(ar.skipped >= 2);
     ASSERT_UEQ(ar.files, r.files);
+}
+
+/* Puts text as a blob of media type mt into the layout; fills d. */
+static void put(const char *layout, const void *p, size_t n, const char *mt, struct tkm_oci_desc *d)
+{
+    struct tkm_err e = {0};
+    memset(d, 0, sizeof *d);
+    snprintf(d->media_type, sizeof d->media_type, "%s", mt);
+    d->size = n;
+    ASSERT_OK(tkm_oci_layout_put_blob(layout, p, n, d->digest, &e));
+}
+
+/* An image as upstream MCV makes it from a vLLM cache: one plain tar layer with
+ * io.vllm.cache/ and io.vllm.manifest/, only the cache.vllm.image labels. */
+TEST_TIMEOUT(reads_an_mcv_vllm_only_image, 60)
+{
+    const char *vc = untar(VLLM_FX, "vllm-cache");
+    char d[1100], cmd[3000], layout[1100], dest[1100], p[1400];
+    struct tkm_err e = {0};
+    struct tkm_buf tar = TKM_BUF_INIT(16u << 20), cfg = TKM_BUF_INIT(1u << 20);
+    struct tkm_oci_desc ld, cd, md;
+    snprintf(d, sizeof d, "%s/ctx", tkm_test_tmpdir());
+    snprintf(
+        cmd, sizeof cmd,
+        "mkdir -p '%s/io.vllm.manifest' && cp -r '%s' '%s/io.vllm.cache' && "
+        "echo '{\"vllm\":[{\"vllmHash\":\"d4ec7c2a7d\"}]}' >'%s/io.vllm.manifest/manifest.json' && "
+        "tar -C '%s' -cf '%s/layer.tar' io.vllm.cache io.vllm.manifest",
+        d, vc, d, d, d, tkm_test_tmpdir());
+    ASSERT_EQ(system(cmd), 0);
+    snprintf(p, sizeof p, "%s/layer.tar", tkm_test_tmpdir());
+    ASSERT_OK(tkm_read_file(p, 16u << 20, &tar, "layer", &e));
+    snprintf(layout, sizeof layout, "%s/mcv", tkm_test_tmpdir());
+    ASSERT_OK(tkm_oci_layout_init(layout, &e));
+    put(layout, tar.data, tar.len, TKM_OCI_MT_LAYER_TAR, &ld);
+    ASSERT_OK(tkm_buf_printf(
+        &cfg,
+        "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Labels\":{"
+        "\"cache.vllm.image/entry-count\":\"1\",\"cache.vllm.image/cache-size-bytes\":\"2255554\","
+        "\"cache.vllm.image/format\":\"triton\",\"cache.vllm.image/summary\":"
+        "\"{\\\"targets\\\":[{\\\"backend\\\":\\\"hip\\\",\\\"arch\\\":\\\"gfx90a\\\",\\\"warp_"
+        "size\\\":64}]}\"}},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"%s\"]}}",
+        ld.digest));
+    put(layout, cfg.data, cfg.len, TKM_OCI_MT_CONFIG, &cd);
+    tkm_buf_reset(&cfg);
+    ASSERT_OK(tkm_buf_printf(&cfg,
+                             "{\"schemaVersion\":2,\"mediaType\":\"%s\",\"config\":{\"mediaType\":"
+                             "\"%s\",\"digest\":\"%s\",\"size\":%zu},\"layers\":[{\"mediaType\":"
+                             "\"%s\",\"digest\":\"%s\",\"size\":%zu}]}",
+                             TKM_OCI_MT_MANIFEST, TKM_OCI_MT_CONFIG, cd.digest, (size_t)cd.size,
+                             TKM_OCI_MT_LAYER_TAR, ld.digest, (size_t)ld.size));
+    put(layout, cfg.data, cfg.len, TKM_OCI_MT_MANIFEST, &md);
+    ASSERT_OK(tkm_oci_layout_add_manifest(layout, &md, "mcv", &e));
+    /* inspected through its vLLM labels */
+    struct tkm_triton_image im;
+    ASSERT_OK(tkm_triton_image_load_layout(&im, layout, "mcv", &e));
+    ASSERT_EQ(tkm_parts_from_config(&im.config), TKM_PART_VLLM);
+    ASSERT_UEQ(im.summary.n_targets, 1);
+    ASSERT_STREQ(im.summary.targets[0].target.arch, "gfx90a");
+    ASSERT_STREQ(im.entry_count, "1");
+    tkm_triton_image_release(&im);
+    /* extracted as <dest>/vllm, its Triton groups pointing where pods see it */
+    struct tkm_triton_extract_result x;
+    snprintf(dest, sizeof dest, "%s/store", tkm_test_tmpdir());
+    ASSERT_OK(tkm_triton_extract_layout(layout, "mcv", dest, "/home/vllm", &x, &e));
+    ASSERT_EQ(x.parts, TKM_PART_VLLM);
+    ASSERT_UEQ(x.groups, 6);
+    ASSERT_UEQ(x.file_bytes, 2255554);
+    snprintf(
+        p, sizeof p,
+        "%s/vllm/torch_compile_cache/d4ec7c2a7d/rank_0_0/triton_cache/"
+        "CLGERUUZRLHT73J2VAUCCDR5ZG34VIZXGHFLZH6HGZRILMOKHGQQ/__grp__triton_poi_fused_cat_1.json",
+        dest);
+    char *g = file_text(p);
+    ASSERT_STRCONTAINS(g, "\"/home/vllm/vllm/torch_compile_cache/d4ec7c2a7d/");
+    free(g);
+    tkm_buf_release(&tar);
+    tkm_buf_release(&cfg);
 }
