@@ -280,9 +280,20 @@ static void label_run(uv_work_t *w)
     struct tkm_triton_cache c = {0};
     struct tkm_err e = {0};
     char got[256], want[256], tp[4200];
-    /* a multi-part image's store: the Triton part is <path>/triton */
+    struct stat st;
+    /* a multi-part image's store: the Triton part is <path>/triton; an MCV vLLM-only
+     * image's label describes the Triton kernels under <path>/vllm */
     snprintf(tp, sizeof tp, "%s%s", lc->path, tkm_parts_is_root(lc->path) ? "/triton" : "");
-    lc->rc = tkm_triton_cache_scan(&c, tp, &e);
+    if (tkm_parts_is_root(lc->path) && stat(tp, &st) != 0) {
+        struct tkm_vllm_info v = {0};
+        snprintf(tp, sizeof tp, "%s/vllm", lc->path);
+        lc->rc = tkm_vllm_scan(&v, tp, &e);
+        if (lc->rc == 0)
+            lc->rc = tkm_triton_summary_parse(&c.summary, v.summary, &e);
+        tkm_vllm_info_release(&v);
+    } else {
+        lc->rc = tkm_triton_cache_scan(&c, tp, &e);
+    }
     if (lc->rc < 0) {
         snprintf(lc->msg, sizeof lc->msg, "the extracted cache cannot be read: %s",
                  tkm_err_str(&e));

@@ -6,7 +6,10 @@
 #     the driver's CUDA 13.0 runs torch 2.11.0+cu130);
 #   - Materialize pulls and extracts it into the store as triton/ inductor/ vllm/ (the
 #     label check reads the Triton part under triton/), and a second cache whose
-#     Inductor part was made for sm80 is refused on the H200 with the reason.
+#     Inductor part was made for sm80 is refused on the H200 with the reason;
+#   - an image shaped as upstream MCV makes it from a vLLM cache (no Triton labels) is
+#     read through its cache.vllm.image labels and judged (MCV's example is ROCm gfx90a:
+#     refused on the H200, with the reason).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/agent.inc"
 DESC=$TKM_BUILD_DIR/agent/proto-tkm_agent_proto/agent.desc
@@ -57,4 +60,44 @@ done
 pass "the store entry holds triton/, inductor/, vllm/"
 assert_eq "$(cd tcache && find . -type f | wc -l)" "$(cd "$SP/triton" && find . -type f | wc -l)" "the Triton part whole"
 assert_eq "$(cd inductor-cache && find . -type f | wc -l)" "$(cd "$SP/inductor" && find . -type f | wc -l)" "the Inductor part whole"
+step "an upstream MCV vLLM-only image (no Triton labels): judged by its vLLM summary"
+# what MCV's builder makes: one plain tar layer (io.vllm.cache/, io.vllm.manifest/), cache.vllm.image labels
+M=$E2E_TMP/mcv
+mkdir -p "$M/ctx/io.vllm.manifest" "$M/layout/blobs/sha256"
+cp -r vllm-cache "$M/ctx/io.vllm.cache"
+echo '{"vllm":[{"vllmHash":"d4ec7c2a7d","cacheFormat":"triton"}]}' >"$M/ctx/io.vllm.manifest/manifest.json"
+tar -C "$M/ctx" -cf "$M/layer.tar" io.vllm.cache io.vllm.manifest
+blob() { # FILE -> digest hex, stored in the layout
+  local h
+  h=$(sha256sum "$1" | cut -d' ' -f1)
+  cp "$1" "$M/layout/blobs/sha256/$h"
+  echo "$h"
+}
+L=$(blob "$M/layer.tar")
+jq -cn --arg d "sha256:$L" '{architecture:"amd64",os:"linux",config:{Labels:{
+  "cache.vllm.image/entry-count":"1","cache.vllm.image/cache-size-bytes":"2255554",
+  "cache.vllm.image/format":"triton",
+  "cache.vllm.image/summary":"{\"targets\":[{\"backend\":\"hip\",\"arch\":\"gfx90a\",\"warp_size\":64}]}"}},
+  rootfs:{type:"layers",diff_ids:[$d]}}' >"$M/config.json"
+C=$(blob "$M/config.json")
+jq -cn --arg c "sha256:$C" --argjson cs "$(stat -c %s "$M/config.json")" --arg l "sha256:$L" \
+  --argjson ls "$(stat -c %s "$M/layer.tar")" '{schemaVersion:2,mediaType:"application/vnd.oci.image.manifest.v1+json",
+  config:{mediaType:"application/vnd.oci.image.config.v1+json",digest:$c,size:$cs},
+  layers:[{mediaType:"application/vnd.oci.image.layer.v1.tar",digest:$l,size:$ls}]}' >"$M/manifest.json"
+MD=$(blob "$M/manifest.json")
+echo '{"imageLayoutVersion":"1.0.0"}' >"$M/layout/oci-layout"
+jq -cn --arg d "sha256:$MD" --argjson s "$(stat -c %s "$M/manifest.json")" '{schemaVersion:2,manifests:[{
+  mediaType:"application/vnd.oci.image.manifest.v1+json",digest:$d,size:$s,
+  annotations:{"org.opencontainers.image.ref.name":"v1"}}]}' >"$M/layout/index.json"
+"$TKMCTL" push "$M/layout" "$BASE/mcv-vllm:v1" -o json >"$M/push.json" 2>"$M/push.err" || fail "tkmctl push: $(cat "$M/push.err")"
+DV=$(jq -r .digest "$M/push.json")
+assert_contains "$("$TKMCTL" inspect "$BASE/mcv-vllm:v1")" "hip   arch gfx90a" "tkmctl inspect reads MCV's vLLM labels"
+cache_create tkc "$NS" mcvvllm "$BASE/mcv-vllm:v1" "$DV" "$P"
+t0=$SECONDS
+until [[ -n $(jp tkcns "$N" "$NS" '{.status.caches.mcvvllm.incompatibleGPUs[0].message}') ]]; do
+  ((SECONDS - t0 < 60)) || fail "the MCV vLLM image was not judged in 60 s"
+  sleep 0.5
+done
+assert_contains "$(jp tkcns "$N" "$NS" '{.status.caches.mcvvllm.incompatibleGPUs[0].message}')" \
+  "backend mismatch: cache built for hip" "judged by its vLLM summary (ROCm gfx90a): the H200 refused, with the reason"
 e2e_done
