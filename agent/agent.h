@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include <tkm/triton/parts.h>
 #include <tkm/api/policy.h>
 #include <tkm/api/v1alpha1.h>
 #include <tkm/gpu/compat.h>
@@ -117,7 +118,17 @@ struct agent_cache {
     int label_checked;               /* the extracted kernels matched the label (this process) */
     struct agent_verdicts verdicts;
     char judged_at[32];
+    /* the image's Inductor part (cache.inductor.image/summary), judged per GPU
+     * beside the Triton summary; a malformed label leaves the facts empty, so
+     * every GPU is refused (fail closed) */
+    int has_inductor;
+    struct tkm_inductor_facts inductor;
 };
+
+/* Takes the torch.compile parts an image config announces into ac (the
+ * Inductor facts); returns the bytes their cache-size-bytes labels add to
+ * the Triton part's (for admission). cfg is borrowed. */
+uint64_t agent_cache_take_parts(struct agent_cache *ac, const struct tkm_oci_config *cfg);
 
 /* 1 when the cache may be used on this node: inspected, signature verified
  * (or not enforced) and no reason recorded. */

@@ -139,11 +139,31 @@ void agent_cache_rejudge(struct agent_cache *ac)
     ac->verdicts.v = calloc(a->gpus.n ? a->gpus.n : 1, sizeof *ac->verdicts.v);
     if (!ac->verdicts.v)
         return;
-    for (size_t i = 0; i < a->gpus.n; i++)
+    for (size_t i = 0; i < a->gpus.n; i++) {
         tkm_compat_check(&ac->summary, &a->gpus.gpus[i], &ac->verdicts.v[i]);
+        /* the Inductor part too: a GPU uses the image only if every part fits */
+        if (ac->has_inductor)
+            tkm_inductor_compat_combine(&ac->inductor, &a->gpus.gpus[i], &ac->verdicts.v[i]);
+    }
     ac->verdicts.n = a->gpus.n;
     ac->verdicts.judged = 1;
     tkm_api_now(ac->judged_at, sizeof ac->judged_at);
+}
+
+uint64_t agent_cache_take_parts(struct agent_cache *ac, const struct tkm_oci_config *cfg)
+{
+    struct tkm_inductor_info in;
+    const char *l = tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_SUMMARY);
+    uint64_t extra = 0, v;
+    memset(&ac->inductor, 0, sizeof ac->inductor);
+    ac->has_inductor = l != NULL;
+    if (l && tkm_inductor_summary_parse(&in, l, NULL) == 0)
+        ac->inductor = in.facts;
+    static const char *const sizes[] = {TKM_INDUCTOR_LABEL_SIZE, TKM_VLLM_LABEL_SIZE};
+    for (size_t i = 0; i < 2; i++)
+        if ((l = tkm_oci_config_label(cfg, sizes[i])) && tkm_parse_u64(l, UINT64_MAX, &v) == 0)
+            extra += v;
+    return extra;
 }
 
 void agent_caches_rejudge_all(struct agent *a)
@@ -376,7 +396,7 @@ static void on_inspect(struct tkm_oci_job *job, int rc, struct tkm_oci_job_resul
     uint64_t sz = 0;
     if (!im->size_bytes || tkm_parse_u64(im->size_bytes, UINT64_MAX, &sz) < 0 || sz == 0)
         sz = m->descs[0].size * 4; /* no label: a generous guess from the compressed size */
-    ac->cache_bytes = sz;
+    ac->cache_bytes = sz + agent_cache_take_parts(ac, &im->config);
     ac->inspected = 1;
     ac->reason[0] = 0;
     ac->message[0] = 0;

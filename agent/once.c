@@ -146,6 +146,7 @@ static void take_image(struct agent_cache *ac, struct tkm_triton_image *im)
     ac->summary = im->summary;
     memset(&im->summary, 0, sizeof im->summary);
     snprintf(ac->digest, sizeof ac->digest, "%s", im->manifest_digest);
+    agent_cache_take_parts(ac, &im->config);
     ac->inspected = 1;
 }
 

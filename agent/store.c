@@ -22,6 +22,7 @@
 
 #include <fcntl.h>
 
+#include <tkm/triton/parts.h>
 #include <tkm/archive.h>
 #include <tkm/log.h>
 #include <tkm/oci/ref.h>
@@ -278,8 +279,21 @@ static void label_run(uv_work_t *w)
     struct label_check *lc = w->data;
     struct tkm_triton_cache c = {0};
     struct tkm_err e = {0};
-    char got[256], want[256];
-    lc->rc = tkm_triton_cache_scan(&c, lc->path, &e);
+    char got[256], want[256], tp[4200];
+    struct stat st;
+    /* a multi-part image's store: the Triton part is <path>/triton; an MCV vLLM-only
+     * image's label describes the Triton kernels under <path>/vllm */
+    snprintf(tp, sizeof tp, "%s%s", lc->path, tkm_parts_is_root(lc->path) ? "/triton" : "");
+    if (tkm_parts_is_root(lc->path) && stat(tp, &st) != 0) {
+        struct tkm_vllm_info v = {0};
+        snprintf(tp, sizeof tp, "%s/vllm", lc->path);
+        lc->rc = tkm_vllm_scan(&v, tp, &e);
+        if (lc->rc == 0)
+            lc->rc = tkm_triton_summary_parse(&c.summary, v.summary, &e);
+        tkm_vllm_info_release(&v);
+    } else {
+        lc->rc = tkm_triton_cache_scan(&c, tp, &e);
+    }
     if (lc->rc < 0) {
         snprintf(lc->msg, sizeof lc->msg, "the extracted cache cannot be read: %s",
                  tkm_err_str(&e));
@@ -460,7 +474,12 @@ static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
     }
     struct tkm_archive_opts o;
     tkm_archive_opts_init(&o);
-    o.strip = "io.triton.cache/";
+    /* A multi-part image (Inductor, vLLM beside Triton) lands as triton/,
+     * inductor/, vllm/ in the store; a Triton-only one as the cache itself. */
+    if (tkm_parts_from_config(&res->image.config) & (TKM_PART_INDUCTOR | TKM_PART_VLLM))
+        o.rename = tkm_parts_rename_pairs();
+    else
+        o.strip = "io.triton.cache/";
     o.blob_size = res->image.parsed.descs[0].size;
     if (res->image.config.n_diff_ids == 1)
         o.diff_id = res->image.config.diff_ids[0];

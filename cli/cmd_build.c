@@ -36,6 +36,14 @@ static void usage(FILE *f)
             "  --push REF         push the image to REF, e.g. quay.io/me/cache:sm90\n"
             "  --title TEXT       org.opencontainers.image.title (default triton-kernel-cache)\n"
             "  --level N          gzip level 1-9 (default 6)\n"
+            "  --inductor-dir DIR also pack Inductor's cache (TORCHINDUCTOR_CACHE_DIR: FX graph,\n"
+            "                     AOTAutograd, generated code, its triton/) as io.inductor.cache/\n"
+            "  --vllm-dir DIR     also pack a vLLM cache root (VLLM_CACHE_ROOT) as io.vllm.cache/\n"
+            "                     with MCV's cache.vllm.image/* and io.kserve.km/* labels\n"
+            "  --torch-version V, --cuda-version V, --triton-version V, --arch A\n"
+            "                     what Inductor's keys depend on, where its cache records\n"
+            "                     nothing (a flag contradicting the cache is an error)\n"
+            "  --vllm-root-env E  io.kserve.km/cache-root-env (default VLLM_CACHE_ROOT=<dir>)\n"
             "  -o json            print the result as JSON\n\n"
             "%s\n"
             "Examples:\n"
@@ -61,6 +69,15 @@ static void print_result(const struct tkm_triton_build_result *r, const char *la
             json_object_set_new(j, "layout", json_string(layout));
             json_object_set_new(j, "tag", json_string(tag));
         }
+        if (j && r->inductor_bytes) {
+            json_object_set_new(j, "inductor_entries",
+                                json_integer((json_int_t)r->inductor_entries));
+            json_object_set_new(j, "inductor_bytes", json_integer((json_int_t)r->inductor_bytes));
+        }
+        if (j && r->vllm_bytes) {
+            json_object_set_new(j, "vllm_entries", json_integer((json_int_t)r->vllm_entries));
+            json_object_set_new(j, "vllm_bytes", json_integer((json_int_t)r->vllm_bytes));
+        }
         if (j && pushed)
             json_object_set_new(j, "pushed", json_string(pushed));
         char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
@@ -74,6 +91,13 @@ static void print_result(const struct tkm_triton_build_result *r, const char *la
            (unsigned long long)r->entries, (unsigned long long)r->files,
            ctl_human_bytes(r->cache_bytes, a, sizeof a),
            ctl_human_bytes(r->layer.size, b, sizeof b));
+    if (r->inductor_bytes)
+        printf("  inductor part: %llu FX graph + AOTAutograd entries, %s\n",
+               (unsigned long long)r->inductor_entries,
+               ctl_human_bytes(r->inductor_bytes, a, sizeof a));
+    if (r->vllm_bytes)
+        printf("  vllm part: %llu cache hash dirs, %s\n", (unsigned long long)r->vllm_entries,
+               ctl_human_bytes(r->vllm_bytes, a, sizeof a));
     if (layout)
         printf("layout %s (tag %s)\n", layout, tag);
     if (pushed)
@@ -92,9 +116,19 @@ static int cmd_build(int argc, char **argv)
     int rc = 1;
     ctl_oci_flags_init(&f, "push");
     const char *level = NULL, *pos[1];
-    const struct ctl_arg args[] = {{"--output", &output, NULL}, {"--tag", &tag, NULL},
-                                   {"--push", &push, NULL},     {"--title", &bo.title, NULL},
-                                   {"--level", &level, NULL},   {0}};
+    const struct ctl_arg args[] = {{"--output", &output, NULL},
+                                   {"--tag", &tag, NULL},
+                                   {"--push", &push, NULL},
+                                   {"--title", &bo.title, NULL},
+                                   {"--level", &level, NULL},
+                                   {"--inductor-dir", &bo.inductor_dir, NULL},
+                                   {"--vllm-dir", &bo.vllm_dir, NULL},
+                                   {"--torch-version", &bo.torch_version, NULL},
+                                   {"--cuda-version", &bo.cuda_version, NULL},
+                                   {"--triton-version", &bo.triton_version, NULL},
+                                   {"--arch", &bo.arch, NULL},
+                                   {"--vllm-root-env", &bo.vllm_root_env, NULL},
+                                   {0}};
     const struct ctl_args_spec spec = {"build", args, pos, 1, usage, &f};
     int st = ctl_args_parse(&spec, argc, argv);
     if (st >= 0)

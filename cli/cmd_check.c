@@ -13,6 +13,7 @@
 #include <tkm/oci/layout.h>
 #include <tkm/triton/cache.h>
 #include <tkm/triton/image.h>
+#include <tkm/triton/parts.h>
 #include <tkm/util.h>
 
 #include "tkmctl.h"
@@ -282,8 +283,16 @@ static int cmd_check(int argc, char **argv)
         fprintf(stderr, "tkmctl check: out of memory\n");
         goto out;
     }
+    /* an image with an Inductor part: judged too (as the agent does) */
+    struct tkm_inductor_info ind = {0};
+    const char *il =
+        c.is_dir ? NULL : tkm_oci_config_label(&c.image.config, TKM_INDUCTOR_LABEL_SUMMARY);
+    if (il && tkm_inductor_summary_parse(&ind, il, NULL) != 0)
+        memset(&ind, 0, sizeof ind); /* unreadable: every GPU refused (fail closed) */
     for (size_t i = 0; i < l.n; i++) {
         tkm_compat_check(c.summary, &l.gpus[i], &v[i]);
+        if (il)
+            tkm_inductor_compat_combine(&ind.facts, &l.gpus[i], &v[i]);
         ok += v[i].compatible ? 1 : 0;
     }
     if (a.json) {

@@ -12,6 +12,7 @@
 #include <tkm/oci/layout.h>
 #include <tkm/triton/cache.h>
 #include <tkm/triton/image.h>
+#include <tkm/triton/parts.h>
 #include <tkm/util.h>
 
 #include "tkmctl.h"
@@ -29,7 +30,9 @@ static void inspect_usage(FILE *f)
             "skipped) and one line per kernel: directory, name, backend, arch, warps, stages,\n"
             "Triton version, PTX ISA version, size. For an image (an OCI layout or a registry\n"
             "reference): its cache.triton.image/* labels, read from the config without pulling\n"
-            "the layer.\n\n"
+            "the layer, and its torch.compile parts (Inductor: torch/CUDA/Triton versions and\n"
+            "GPU; vLLM: MCV's cache.vllm.image/* and io.kserve.km/* labels). A directory that\n"
+            "an extracted multi-part image left (triton/ inductor/ vllm/): each part.\n\n"
             "Options:\n"
             "  -o, --output json|text  output format (default text)\n"
             "  --image-layout DIR      an OCI image layout (as written by 'tkmctl build')\n"
@@ -132,6 +135,143 @@ static json_t *label_num(const char *s)
     return json_string(s);
 }
 
+/* The Inductor and vLLM parts an image config announces (labels). */
+static json_t *parts_json(const struct tkm_oci_config *cfg)
+{
+    static const char *const kserve[] = {TKM_KSERVE_LABEL_CACHE_HASH,
+                                         TKM_KSERVE_LABEL_MOUNT_SUBPATH, TKM_KSERVE_LABEL_ROOT_ENV,
+                                         TKM_KSERVE_LABEL_CACHE_TYPE, TKM_KSERVE_LABEL_FRAMEWORK};
+    json_t *o = json_object();
+    const char *v;
+    if (!o)
+        return NULL;
+    if ((v = tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_SUMMARY)) != NULL)
+        json_object_set_new(
+            o, "inductor",
+            json_pack("{s:o*,s:o*,s:o*}", "entryCount",
+                      label_num(tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_ENTRY_COUNT)),
+                      "cacheSizeBytes",
+                      label_num(tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_SIZE)), "summary",
+                      json_loads(v, 0, NULL)));
+    if (tkm_oci_config_label(cfg, TKM_VLLM_LABEL_ENTRY_COUNT)) {
+        json_t *k = json_object();
+        for (size_t i = 0; k && i < sizeof kserve / sizeof kserve[0]; i++)
+            if ((v = tkm_oci_config_label(cfg, kserve[i])) != NULL)
+                json_object_set_new(k, kserve[i], json_string(v));
+        const char *sum = tkm_oci_config_label(cfg, TKM_VLLM_LABEL_SUMMARY);
+        json_object_set_new(
+            o, "vllm",
+            json_pack("{s:o*,s:o*,s:s?,s:o*,s:o*}", "entryCount",
+                      label_num(tkm_oci_config_label(cfg, TKM_VLLM_LABEL_ENTRY_COUNT)),
+                      "cacheSizeBytes", label_num(tkm_oci_config_label(cfg, TKM_VLLM_LABEL_SIZE)),
+                      "format", tkm_oci_config_label(cfg, TKM_VLLM_LABEL_FORMAT), "summary",
+                      sum ? json_loads(sum, 0, NULL) : NULL, "kserve", k));
+    }
+    return o;
+}
+
+static void inductor_text(const char *summary, const char *n, const char *b)
+{
+    struct tkm_inductor_info in;
+    struct tkm_err e = {0};
+    printf("Inductor:     %s FX graph + AOTAutograd entries, %s bytes\n", n ? n : "?", b ? b : "?");
+    if (tkm_inductor_summary_parse(&in, summary, &e) != 0) {
+        printf("  summary label unreadable: %s\n", tkm_err_str(&e));
+        return;
+    }
+    const struct tkm_inductor_facts *f = &in.facts;
+    printf("  torch %s (%s), CUDA %s (%s), Triton %s (%s), %s arch %s warp %d (%s)\n",
+           f->torch_version[0] ? f->torch_version : "?", f->torch_from,
+           f->cuda_version[0] ? f->cuda_version : "?", f->cuda_from,
+           f->triton_version[0] ? f->triton_version : "?", f->triton_from,
+           f->backend[0] ? f->backend : "?", f->arch[0] ? f->arch : "?", f->warp_size,
+           f->arch_from);
+    printf("  %llu FX graphs, %llu AOTAutograd, %llu generated modules, %llu Triton kernels in "
+           "its triton/\n",
+           (unsigned long long)in.fxgraph, (unsigned long long)in.aotautograd,
+           (unsigned long long)in.code_files, (unsigned long long)in.triton_kernels);
+}
+
+static void parts_text(const struct tkm_oci_config *cfg)
+{
+    const char *v = tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_SUMMARY);
+    if (v)
+        inductor_text(v, tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_ENTRY_COUNT),
+                      tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_SIZE));
+    if ((v = tkm_oci_config_label(cfg, TKM_VLLM_LABEL_ENTRY_COUNT)) != NULL) {
+        const char *b = tkm_oci_config_label(cfg, TKM_VLLM_LABEL_SIZE);
+        const char *fm = tkm_oci_config_label(cfg, TKM_VLLM_LABEL_FORMAT);
+        const char *sm = tkm_oci_config_label(cfg, TKM_VLLM_LABEL_SUMMARY);
+        const char *h = tkm_oci_config_label(cfg, TKM_KSERVE_LABEL_CACHE_HASH);
+        const char *env = tkm_oci_config_label(cfg, TKM_KSERVE_LABEL_ROOT_ENV);
+        printf("vLLM:         %s cache hash dirs (%s), %s bytes, format %s\n", v, h ? h : "?",
+               b ? b : "?", fm ? fm : "?");
+        printf("  summary %s; %s\n", sm ? sm : "?", env ? env : "no cache-root-env");
+    }
+}
+
+/* A directory that an extracted multi-part image left: each part. */
+static int inspect_parts_dir(const char *dir, int json)
+{
+    char p[4200], *label = NULL;
+    struct tkm_inductor_info in;
+    struct tkm_vllm_info v = {0};
+    struct tkm_triton_cache c = {0};
+    struct tkm_err e = {0};
+    int rc = 1, has_t, has_i, has_v;
+    json_t *o = json_object();
+    snprintf(p, sizeof p, "%s/triton", dir);
+    has_t = tkm_triton_cache_scan(&c, p, &e) == 0;
+    snprintf(p, sizeof p, "%s/inductor", dir);
+    has_i = tkm_inductor_scan(&in, p, &e) == 0 && tkm_inductor_summary_label(&in, &label, &e) == 0;
+    snprintf(p, sizeof p, "%s/vllm", dir);
+    has_v = tkm_vllm_scan(&v, p, &e) == 0;
+    if (!o || (!has_t && !has_i && !has_v)) {
+        fprintf(stderr, "tkmctl inspect: %s: no readable part (%s)\n", dir, tkm_err_str(&e));
+        goto out;
+    }
+    if (json) {
+        if (has_t)
+            json_object_set_new(o, "triton",
+                                json_pack("{s:I,s:I}", "entryCount", (json_int_t)c.n_kernels,
+                                          "cacheSizeBytes", (json_int_t)c.size_bytes));
+        if (has_i)
+            json_object_set_new(o, "inductor",
+                                json_pack("{s:I,s:o*}", "cacheSizeBytes", (json_int_t)in.size_bytes,
+                                          "summary", json_loads(label, 0, NULL)));
+        if (has_v)
+            json_object_set_new(o, "vllm",
+                                json_pack("{s:I,s:I,s:s,s:s,s:o*}", "entryCount",
+                                          (json_int_t)v.entries, "cacheSizeBytes",
+                                          (json_int_t)v.size_bytes, "format", v.format, "hashes",
+                                          v.hashes, "summary", json_loads(v.summary, 0, NULL)));
+        rc = json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 ? 0 : 1;
+        putchar('\n');
+        goto out;
+    }
+    printf("Parts of:     %s\n", dir);
+    if (has_t)
+        printf("Triton:       %zu kernels, %llu bytes (inspect %s/triton for each kernel)\n",
+               c.n_kernels, (unsigned long long)c.size_bytes, dir);
+    if (has_i) {
+        char n[32], b[32];
+        snprintf(n, sizeof n, "%llu", (unsigned long long)(in.fxgraph + in.aotautograd));
+        snprintf(b, sizeof b, "%llu", (unsigned long long)in.size_bytes);
+        inductor_text(label, n, b);
+    }
+    if (has_v)
+        printf("vLLM:         %llu cache hash dirs (%s), %llu bytes, format %s\n  summary %s\n",
+               (unsigned long long)v.entries, v.hashes, (unsigned long long)v.size_bytes, v.format,
+               v.summary);
+    rc = 0;
+out:
+    json_decref(o);
+    free(label);
+    tkm_vllm_info_release(&v);
+    tkm_triton_cache_release(&c);
+    return rc;
+}
+
 static int inspect_image(const char *layout, const char *tag, const char *ref, int json,
                          struct ctl_oci_flags *oci)
 {
@@ -150,6 +290,8 @@ static int inspect_image(const char *layout, const char *tag, const char *ref, i
             json_pack("{s:s,s:s,s:o*,s:o*,s:o*}", "image", im.what, "manifestDigest",
                       im.manifest_digest, "entryCount", label_num(im.entry_count), "cacheSizeBytes",
                       label_num(im.size_bytes), "summary", json_loads(im.summary_label, 0, NULL));
+        if (o)
+            json_object_set_new(o, "parts", parts_json(&im.config));
         rc = o && json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 ? 0 : 1;
         putchar('\n');
         json_decref(o);
@@ -161,6 +303,7 @@ static int inspect_image(const char *layout, const char *tag, const char *ref, i
         for (size_t i = 0; i < im.summary.n_targets; i++)
             printf("  %-5s arch %-8s warp %d\n", im.summary.targets[i].target.backend,
                    im.summary.targets[i].target.arch, im.summary.targets[i].target.warp_size);
+        parts_text(&im.config);
         printf("(per-kernel details need the layer: 'tkmctl extract' it, then inspect the "
                "directory)\n");
     }
@@ -214,6 +357,8 @@ static int cmd_inspect(int argc, char **argv)
     /* "/x", "./x", "../x" are paths (a missing one is reported as such); others refs */
     if (src[0] != '/' && src[0] != '.' && (stat(src, &st) != 0 || !S_ISDIR(st.st_mode)))
         return inspect_image(NULL, NULL, src, json, &oci);
+    if (tkm_parts_is_root(src))
+        return inspect_parts_dir(src, json);
     struct tkm_triton_cache c;
     struct tkm_err err = {0};
     if (tkm_triton_cache_scan(&c, src, &err) != 0) {

@@ -14,6 +14,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <tkm/triton/parts.h>
 #include <tkm/log.h>
 #include <tkm/triton/cache.h>
 
@@ -243,11 +244,11 @@ static int pub_layers(struct csi_op *op)
         if (chmod(p, 01777) < 0)
             return tkm_err_set(&op->err, -errno, "chmod %s: %s", p, strerror(errno));
         if (op->mount_path[0] &&
-            (rc = tkm_triton_groups_rewrite(p, op->mount_path, &rs, &op->err)) < 0)
+            (rc = tkm_parts_groups_rewrite_to(p, p, op->mount_path, &rs, &op->err)) < 0)
             return rc;
     } else if (op->mount_path[0]) {
         snprintf(p, sizeof(p), "%s/groups", vd);
-        if ((rc = tkm_triton_groups_rewrite_to(op->store, p, op->mount_path, &rs, &op->err)) < 0)
+        if ((rc = tkm_parts_groups_rewrite_to(op->store, p, op->mount_path, &rs, &op->err)) < 0)
             return rc;
     }
     tkm_dbg("volume %s: %zu group files rewritten for %s", op->vol, rs.groups,

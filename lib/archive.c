@@ -687,7 +687,8 @@ static int check_name(struct xctx *c, const char *raw, const char *name, struct 
 
 /* Applies opts.include and opts.strip to a normalised name. Returns 1 to
  * extract (*rel = the name to write), 0 to skip. */
-static int filter_name(const struct tkm_archive_opts *o, const char *name, const char **rel)
+static int filter_name(const struct tkm_archive_opts *o, const char *name, const char **rel,
+                       char *tmp, size_t tmp_size)
 {
     *rel = name;
     if (o->include) {
@@ -700,6 +701,23 @@ static int filter_name(const struct tkm_archive_opts *o, const char *name, const
         }
         if (!hit)
             return 0;
+    }
+    if (o->rename) {
+        for (const char *const *p = o->rename; p[0] && p[1]; p += 2) {
+            size_t n = strlen(p[0]), m = strlen(p[1]);
+            while (n > 0 && p[0][n - 1] == '/')
+                n--;
+            while (m > 0 && p[1][m - 1] == '/')
+                m--;
+            if (n == 0 || strncmp(name, p[0], n) != 0 || (name[n] != '\0' && name[n] != '/'))
+                continue;
+            int w = snprintf(tmp, tmp_size, "%.*s%s", (int)m, p[1], name + n);
+            if (w < 0 || (size_t)w >= tmp_size)
+                return -1;
+            *rel = tmp;
+            return 1;
+        }
+        return 0;
     }
     if (o->strip) {
         size_t n = strlen(o->strip);
@@ -903,7 +921,11 @@ static int handle_entry(struct xctx *c, struct archive *a, struct archive_entry 
     if (check_name(c, raw, name, norm) < 0)
         return c->e.code;
     const char *rel;
-    if (!filter_name(c->o, norm->data, &rel)) {
+    char renamed[PATH_MAX];
+    int keep = filter_name(c->o, norm->data, &rel, renamed, sizeof renamed);
+    if (keep < 0)
+        return xfail(c, -ENAMETOOLONG, "entry %s: name too long once renamed", name);
+    if (!keep) {
         c->skipped++;
         return 0;
     }

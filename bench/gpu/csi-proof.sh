@@ -25,6 +25,12 @@
 # checked), median of N; also the in-process kernels' share. New kernels per run =
 # new files in the cache dir (cold, warm-local) or in the pod's upper dir (tkm).
 # Goal: tkm-mounted start-up within 5% of warm-local, 0 new cubins.
+# Part full (--parts full; docs/inductor.md): inductor_workload.py with BOTH
+# caches, each run's dir holding triton/ (TRITON_CACHE_DIR) and inductor/
+# (TORCHINDUCTOR_CACHE_DIR, FX graph + AOTAutograd caches on); the image is
+# `tkmctl build DIR/triton --inductor-dir DIR/inductor`, the volume serves both
+# (MP/triton, MP/inductor); fx.tsv adds torch's counters per run
+# (fxgraph_cache_hit/miss, autograd_cache_hit/miss) and Triton's compile events.
 #
 # Binaries: TKM_BUILD_DIR (default: the bundle .device/csi-proof.tar.gz from
 # bench/gpu/bundle.sh if present, unpacked to a temp dir; else build/). Python:
@@ -164,31 +170,47 @@ trap cleanup EXIT
 printf 'part\tmode\trep\trc\twall_s\tstartup_s\tkernels_s\tnew_files\tnew_cubins\thits\tmisses\tpublish_ms\n' >"$out/runs.tsv"
 
 # run_workload PART CACHE_DIR LOG [--miss]: one fresh process; prints
-# "rc wall startup kernels hits misses".
+# "rc wall startup kernels hits misses". Part full: also a row in fx.tsv.
 run_workload() {
-  local part=$1 cache=$2 log=$3 extra=${4:-} ind=$work/torchinductor rc t0 t1 js
-  # Inductor's own cache: empty in every run, always at the same path (so no path
-  # can differ between runs but TRITON_CACHE_DIR's).
-  rm -rf "$ind" && mkdir -p "$ind"
-  local cmd=("$TKM_PYTHON" "$here/${part}_workload.py")
+  local part=$1 cache=$2 log=$3 extra=${4:-} ind=$work/torchinductor rc t0 t1 js fx=0
+  local tdir=$cache wl=$part
+  if [[ $part == full ]]; then # both caches, from the one dir (a pod's volume)
+    tdir=$cache/triton ind=$cache/inductor fx=1 wl=inductor
+    mkdir -p "$tdir" "$ind" 2>/dev/null || true # a read-only view has them already
+  else
+    # Inductor's own cache: empty in every run, always at the same path (so no path
+    # can differ between runs but TRITON_CACHE_DIR's).
+    rm -rf "$ind" && mkdir -p "$ind"
+  fi
+  local cmd=("$TKM_PYTHON" "$here/${wl}_workload.py")
   [[ $fake == 1 ]] && cmd=("$TKM_PYTHON" "$here/fake_workload.py" "$part")
   js=$log.json
   t0=$(date +%s.%N)
   rc=0
-  env TRITON_CACHE_DIR="$cache" TORCHINDUCTOR_CACHE_DIR="$ind" TORCHINDUCTOR_FX_GRAPH_CACHE=0 \
-    TORCHINDUCTOR_AUTOGRAD_CACHE=0 FAKE_SEED="${FAKE_SEED:-}" \
+  env TRITON_CACHE_DIR="$tdir" TORCHINDUCTOR_CACHE_DIR="$ind" TORCHINDUCTOR_FX_GRAPH_CACHE=$fx \
+    TORCHINDUCTOR_AUTOGRAD_CACHE=$fx FAKE_SEED="${FAKE_SEED:-}" FAKE_INDUCTOR_SEED="${FAKE_INDUCTOR_SEED:-}" \
     "${cmd[@]}" $extra --json "$js" >"$log" 2>&1 || rc=$?
   t1=$(date +%s.%N)
-  rm -rf "$ind"
-  "$TKM_PYTHON" - "$js" "$rc" "$t0" "$t1" <<'EOF'
-import json, sys
+  [[ $part == full ]] || rm -rf "$ind"
+  "$TKM_PYTHON" - "$js" "$rc" "$t0" "$t1" "$part" "$(basename "$log" .log)" "$out/fx.tsv" <<'EOF'
+import json, os, sys
 js, rc, t0, t1 = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+part, run, fx = sys.argv[5], sys.argv[6], sys.argv[7]
 try:
     r = json.load(open(js))
 except Exception:
     r = {}
 print(rc, f"{t1 - t0:.3f}", r.get("startup_s", "nan"), r.get("kernels_s", "nan"),
       r.get("compile_hits", "-"), r.get("compile_misses", "-"))
+if part == "full":
+    new = not os.path.exists(fx)
+    with open(fx, "a") as f:
+        if new:
+            f.write("part\trun\trc\tfx_hit\tfx_miss\taot_hit\taot_miss\tcompile_hits\tcompile_misses\tmissed_names\n")
+        g = lambda k: str(r.get(k, "-"))
+        f.write("\t".join([part, run, str(rc), g("fxgraph_cache_hit"), g("fxgraph_cache_miss"),
+                           g("autograd_cache_hit"), g("autograd_cache_miss"), g("compile_hits"),
+                           g("compile_misses"), ",".join(r.get("missed_names") or []) or "-"]) + "\n")
 EOF
 }
 count() { find "$1" -type f ${2:+-name "$2"} 2>/dev/null | wc -l; }
@@ -244,9 +266,16 @@ proof_part() { # PART
     FAKE_SEED=$work/seed-$PART
     mkdir -p "$FAKE_SEED"
     local fx=triton-3.6.0-cuda-sm90
-    [[ $PART == inductor ]] && fx=triton-3.6.0-cuda-sm90-inductor-block
+    [[ $PART != triton ]] && fx=triton-3.6.0-cuda-sm90-inductor-block
     tar -xzf "$TKM_FIXTURES/triton-cache/$fx.tar.gz" -C "$FAKE_SEED" --strip-components=1
     export FAKE_SEED
+    if [[ $PART == full ]]; then # Inductor's files: the real fixture's (its triton/ left out)
+      FAKE_INDUCTOR_SEED=$work/seed-inductor-cache
+      mkdir -p "$FAKE_INDUCTOR_SEED"
+      tar -xzf "$TKM_FIXTURES/inductor-cache/torch-2.11.0-cu130-sm90-block.tar.gz" \
+        -C "$FAKE_INDUCTOR_SEED" --strip-components=1 --exclude='inductor-cache/triton'
+      export FAKE_INDUCTOR_SEED
+    fi
   fi
   echo "== $PART: cold runs (empty TRITON_CACHE_DIR)"
   for i in $(seq "$n"); do
@@ -258,7 +287,13 @@ proof_part() { # PART
   done
   local orig=$work/$PART-cold-1
   echo "== $PART: tkmctl build, tkmctl extract into the store"
-  "$TKM_BUILD_DIR/cli/tkmctl" build "$orig" --output "$work/oci-$PART" --tag "$PART" -o json >"$d/build.json"
+  if [[ $PART == full ]]; then
+    "$TKM_BUILD_DIR/cli/tkmctl" build "$orig/triton" --inductor-dir "$orig/inductor" \
+      --output "$work/oci-$PART" --tag "$PART" -o json >"$d/build.json"
+    "$TKM_BUILD_DIR/cli/tkmctl" inspect --image-layout "$work/oci-$PART" >"$d/inspect.txt"
+  else
+    "$TKM_BUILD_DIR/cli/tkmctl" build "$orig" --output "$work/oci-$PART" --tag "$PART" -o json >"$d/build.json"
+  fi
   local store=$work/store/$PART
   mkdir -p "$work/store"
   "$TKM_BUILD_DIR/cli/tkmctl" extract "$work/oci-$PART" --output "$store" -o json >"$d/extract.json"

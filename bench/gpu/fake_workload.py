@@ -11,6 +11,11 @@ the kernels of a seed cache (FAKE_SEED: an extracted fixture) as "its" kernels:
     absolute child paths, as Triton does; on a read-only cache dir this raises
     OSError (EROFS), as Triton does;
   - --miss adds one kernel the seed lacks (a new key).
+KIND full (csi-proof.sh --parts full) also treats TORCHINDUCTOR_CACHE_DIR as
+Inductor does with its FX graph cache, with the files of FAKE_INDUCTOR_SEED (the
+extracted Inductor fixture) as "its" entries: a file present is a hit (counted
+for fxgraph/ entries as fxgraph_cache_hit), a missing one is written through a
+temporary file and rename (fxgraph_cache_miss); --miss adds one FX graph entry.
 Prints one JSON line shaped like triton_workload.py's. Proves nothing about GPUs;
 it exercises tkm's extraction, publish and overlay with Triton's file behaviour.
 """
@@ -73,6 +78,31 @@ def compile_into(cache, seed, key, grp, files, src_key=None):
         os.rmdir(tmp)
 
 
+def inductor(cache, seed, miss):
+    """(fx hits, fx misses) over the seed's files, as the FX graph cache does."""
+    hits = misses = 0
+    todo = []
+    for dp, _, fs in os.walk(seed):
+        for f in fs:
+            rel = os.path.relpath(os.path.join(dp, f), seed)
+            todo.append((rel, rel))
+    if miss:
+        fx = sorted(r for r, _ in todo if r.startswith("fxgraph/"))[0]
+        todo.append(("fxgraph/zz/fakemiss/" + os.path.basename(fx), fx))
+    for rel, src in sorted(todo):
+        dst = os.path.join(cache, rel)
+        is_fx = rel.startswith("fxgraph/")
+        if os.path.exists(dst):
+            hits += is_fx
+            continue
+        misses += is_fx
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        tmp = dst + f".tmp{os.getpid()}"
+        shutil.copyfile(os.path.join(seed, src), tmp)
+        os.replace(tmp, dst)
+    return hits, misses
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("kind")
@@ -95,8 +125,14 @@ def main():
         else:
             misses += 1
             compile_into(cache, seed, key, grp, files, k[3] if len(k) > 3 else None)
+    fx = (0, 0)
+    if a.kind == "full":
+        ind, iseed = os.environ.get("TORCHINDUCTOR_CACHE_DIR"), os.environ.get("FAKE_INDUCTOR_SEED")
+        if not ind or not iseed:
+            sys.exit("fake_workload full: TORCHINDUCTOR_CACHE_DIR and FAKE_INDUCTOR_SEED must be set")
+        fx = inductor(ind, iseed, a.miss)
     t_end = time.perf_counter()
-    r = {"workload": a.kind, "fake": True, "miss": a.miss, "ok": True,
+    r = {"fxgraph_cache_hit": fx[0], "fxgraph_cache_miss": fx[1], "workload": a.kind, "fake": True, "miss": a.miss, "ok": True,
          "import_s": 0.0, "kernels_s": round(t_end - t_k, 4), "startup_s": round(t_end - T0, 4),
          "listener": True, "compile_hits": hits, "compile_misses": misses,
          "triton": "fake", "torch": "fake", "device": "cpu (fake workload)", "cache_dir": cache}

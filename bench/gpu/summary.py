@@ -22,6 +22,10 @@ def main():
     out, mode, fake = sys.argv[1], sys.argv[2], "--fake" in sys.argv[3:]
     with open(os.path.join(out, "runs.tsv")) as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
+    fxrows = []
+    if os.path.exists(os.path.join(out, "fx.tsv")):  # part full: torch's counters per run
+        with open(os.path.join(out, "fx.tsv")) as f:
+            fxrows = list(csv.DictReader(f, delimiter="\t"))
     s = {"mode": mode, "fake": fake, "parts": {}}
     lines = []
     if fake:
@@ -78,6 +82,28 @@ def main():
         how = "NodePublishVolume + bind mount" if mode == "overlay" else "tkmctl extract to the mount path"
         lines.append(f"  a pod's volume before its process starts ({how}): "
                      f"median {p['publish_ms_median']} ms, not in the wall times above")
+        fr = [r for r in fxrows if r["part"] == part]
+        if fr:
+            def fxmax(prefix, k):
+                v = [int(r[k]) for r in fr if r["run"].startswith(prefix) and r[k].isdigit()]
+                return max(v) if v else None
+            p["fx"] = {m: {"fx_miss_max": fxmax(pre, "fx_miss"), "fx_hit_max": fxmax(pre, "fx_hit"),
+                           "compile_misses_max": fxmax(pre, "compile_misses")}
+                       for m, pre in (("cold", "cold-"), ("warm-local", "warm-"),
+                                      ("tkm-mounted", "tkm-"), ("tkm-miss", "miss"))}
+            t = p["fx"]["tkm-mounted"]
+            p["tkm_no_fx_miss"] = t["fx_miss_max"] == 0 and (t["fx_hit_max"] or 0) > 0
+            p["tkm_no_triton_compile"] = t["compile_misses_max"] == 0
+            lines.append(f"  {'fx miss max':<13}{p['fx']['cold']['fx_miss_max']!s:>10}"
+                         f"{p['fx']['warm-local']['fx_miss_max']!s:>12}{t['fx_miss_max']!s:>13}")
+            lines.append(f"  {'fx hit max':<13}{p['fx']['cold']['fx_hit_max']!s:>10}"
+                         f"{p['fx']['warm-local']['fx_hit_max']!s:>12}{t['fx_hit_max']!s:>13}")
+            lines.append(f"  {'compiles max':<13}{p['fx']['cold']['compile_misses_max']!s:>10}"
+                         f"{p['fx']['warm-local']['compile_misses_max']!s:>12}"
+                         f"{t['compile_misses_max']!s:>13}")
+            lines.append(f"  through tkm: no FX graph cache miss: "
+                         f"{'MET' if p['tkm_no_fx_miss'] else 'MISSED'}; no Triton compile "
+                         f"(listener): {'MET' if p['tkm_no_triton_compile'] else 'MISSED'}")
         if strict:
             lines.append(f"  the same miss under readOnly \"true\" (strict): rc {p['strict_miss_rc']} "
                          f"(expected non-zero: EROFS)")
@@ -87,7 +113,8 @@ def main():
     print("\n".join(lines))
     if "--check" in sys.argv[3:]:  # exit 1 when a run says tkm broke something (not the 5%)
         bad = [k for k, p in s["parts"].items()
-               if not (p["tkm_no_new_cubins"] and p["miss_ok"] and p["store_unchanged"])]
+               if not (p["tkm_no_new_cubins"] and p["miss_ok"] and p["store_unchanged"]
+                       and p.get("tkm_no_fx_miss", True))]
         sys.exit(1 if bad or not s["parts"] else 0)
 
 

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,11 +20,11 @@
 #include <tkm/oci/digest.h>
 #include <tkm/oci/layout.h>
 #include <tkm/triton/cache.h>
+#include <tkm/triton/parts.h>
 
 #define BUILD_OUT_CHUNK (256u << 10)
 #define BUILD_MAX_DEPTH 32
 #define BUILD_PATH_MAX  4096
-#define CACHE_PREFIX    "io.triton.cache"
 
 /* The tar stream: hashed (diff_id), gzipped, hashed again (digest), written. */
 struct layer_writer {
@@ -221,16 +222,50 @@ out:
     return rc;
 }
 
-/* Writes the layer blob file into tmp_path; fills w's counters and digests. */
-static int write_layer(const char *cache_dir, const struct tkm_triton_cache *c, int level,
-                       const char *tmp_path, struct layer_writer *w, struct tkm_err *err)
+/* One part of the layer: a directory packed under prefix, and its manifest. */
+struct part {
+    const char *dir;      /* NULL: the part is absent */
+    const char *prefix;   /* "io.inductor.cache" */
+    const char *man_dir;  /* "io.inductor.manifest" */
+    const char *manifest; /* the manifest.json text */
+};
+
+static int pack_part(struct archive *a, struct layer_writer *w, const struct part *p,
+                     struct tkm_err *err)
+{
+    char name[BUILD_PATH_MAX];
+    size_t mlen = strlen(p->manifest);
+    int rc, dirfd = open(p->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0)
+        return tkm_err_set(err, -errno, "open cache directory %s: %s", p->dir, strerror(errno));
+    snprintf(name, sizeof name, "%s/manifest.json", p->man_dir);
+    if ((rc = write_header(a, p->prefix, AE_IFDIR, 0755, 0, err)) != 0 ||
+        (rc = walk(a, w, dirfd, p->prefix, 1, err)) != 0 ||
+        (rc = write_header(a, p->man_dir, AE_IFDIR, 0755, 0, err)) != 0 ||
+        (rc = write_header(a, name, AE_IFREG, 0644, mlen, err)) != 0)
+        goto out;
+    if (archive_write_data(a, p->manifest, mlen) != (la_ssize_t)mlen)
+        rc = tkm_err_set(err, -EIO, "tar data for %s: %s", name,
+                         w->io_errno ? strerror(w->io_errno) : archive_error_string(a));
+out:
+    close(dirfd);
+    return rc;
+}
+
+/* Writes the layer blob file into tmp_path; fills w's counters and digests.
+ * parts: the Inductor part, the Triton part (manifest filled here), the vLLM
+ * part, in this (bytewise) order. */
+static int write_layer(const char *cache_dir, const struct tkm_triton_cache *c, struct part *parts,
+                       int level, const char *tmp_path, struct layer_writer *w, struct tkm_err *err)
 {
     struct archive *a = NULL;
     char *manifest = NULL;
-    int rc, dirfd = -1;
+    int rc;
     w->fd = -1;
     if ((rc = triton_manifest_json(c, &manifest)) != 0)
         goto out;
+    parts[1].dir = cache_dir;
+    parts[1].manifest = manifest;
     if ((rc = tkm_oci_hasher_init(&w->diff)) || (rc = tkm_oci_hasher_init(&w->blob)))
         goto out;
     if (!(w->out = malloc(BUILD_OUT_CHUNK))) {
@@ -243,10 +278,6 @@ static int write_layer(const char *cache_dir, const struct tkm_triton_cache *c, 
         goto out;
     }
     w->z_ready = 1;
-    if ((dirfd = open(cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
-        rc = tkm_err_set(err, -errno, "open cache directory %s: %s", cache_dir, strerror(errno));
-        goto out;
-    }
     if ((w->fd = open(tmp_path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644)) < 0) {
         rc = tkm_err_set(err, -errno, "create %s: %s", tmp_path, strerror(errno));
         goto out;
@@ -256,15 +287,10 @@ static int write_layer(const char *cache_dir, const struct tkm_triton_cache *c, 
         rc = tkm_err_set(err, -EIO, "tar writer: %s", a ? archive_error_string(a) : "no memory");
         goto out;
     }
-    if ((rc = write_header(a, CACHE_PREFIX, AE_IFDIR, 0755, 0, err)) != 0 ||
-        (rc = walk(a, w, dirfd, CACHE_PREFIX, 1, err)) != 0)
-        goto out;
-    size_t mlen = strlen(manifest);
-    if ((rc = write_header(a, "io.triton.manifest", AE_IFDIR, 0755, 0, err)) != 0 ||
-        (rc = write_header(a, "io.triton.manifest/manifest.json", AE_IFREG, 0644, mlen, err)) != 0)
-        goto out;
-    if (archive_write_data(a, manifest, mlen) != (la_ssize_t)mlen ||
-        archive_write_close(a) != ARCHIVE_OK) {
+    for (int i = 0; i < 3; i++)
+        if (parts[i].dir && (rc = pack_part(a, w, &parts[i], err)) != 0)
+            goto out;
+    if (archive_write_close(a) != ARCHIVE_OK) {
         rc = tkm_err_set(err, -EIO, "tar writer: %s",
                          w->io_errno ? strerror(w->io_errno) : archive_error_string(a));
         goto out;
@@ -285,8 +311,6 @@ out:
     if (w->fd >= 0 && close(w->fd) != 0 && rc == 0)
         rc = tkm_err_set(err, -errno, "close %s: %s", tmp_path, strerror(errno));
     w->fd = -1;
-    if (dirfd >= 0)
-        close(dirfd);
     free(w->out);
     w->out = NULL;
     free(manifest);
@@ -296,18 +320,119 @@ out:
 }
 
 static json_t *config_json(const struct tkm_triton_cache *c, const char *summary, const char *title,
-                           const char *created, const char *diff_id)
+                           const char *created, const char *diff_id, json_t *extra)
 {
     char count[32], size[32];
+    json_t *cfg;
     snprintf(count, sizeof count, "%zu", c->n_kernels);
     snprintf(size, sizeof size, "%llu", (unsigned long long)c->size_bytes);
-    return json_pack("{s:s,s:s,s:s,s:{s:s,s:{s:s,s:s,s:s,s:s}},s:{s:s,s:[s]},s:[{s:s,s:s}]}",
-                     "created", created, "architecture", "amd64", "os", "linux", "config",
-                     "WorkingDir", "/", "Labels", "cache.triton.image/cache-size-bytes", size,
-                     "cache.triton.image/entry-count", count, "cache.triton.image/summary", summary,
-                     "org.opencontainers.image.title", title, "rootfs", "type", "layers",
-                     "diff_ids", diff_id, "history", "created", created, "created_by",
-                     "tkmctl build");
+    cfg = json_pack("{s:s,s:s,s:s,s:{s:s,s:{s:s,s:s,s:s,s:s}},s:{s:s,s:[s]},s:[{s:s,s:s}]}",
+                    "created", created, "architecture", "amd64", "os", "linux", "config",
+                    "WorkingDir", "/", "Labels", "cache.triton.image/cache-size-bytes", size,
+                    "cache.triton.image/entry-count", count, "cache.triton.image/summary", summary,
+                    "org.opencontainers.image.title", title, "rootfs", "type", "layers", "diff_ids",
+                    diff_id, "history", "created", created, "created_by", "tkmctl build");
+    if (cfg && extra &&
+        json_object_update(json_object_get(json_object_get(cfg, "config"), "Labels"), extra) != 0) {
+        json_decref(cfg);
+        return NULL;
+    }
+    return cfg;
+}
+
+static int set_label(json_t *labels, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int set_label(json_t *labels, const char *key, const char *fmt, ...)
+{
+    struct tkm_buf b = TKM_BUF_INIT(1u << 20);
+    va_list ap;
+    int rc;
+    va_start(ap, fmt);
+    rc = tkm_buf_vprintf(&b, fmt, ap);
+    va_end(ap);
+    if (rc == 0 && json_object_set_new(labels, key, json_string(b.data)) != 0)
+        rc = -ENOMEM;
+    tkm_buf_release(&b);
+    return rc;
+}
+
+/* The Inductor and vLLM parts: scans, manifests (owned by the caller: free
+ * parts[0].manifest and parts[2].manifest) and their labels into labels. */
+static int scan_parts(const struct tkm_triton_build_opts *o, struct part *parts, json_t *labels,
+                      struct tkm_triton_build_result *r, struct tkm_err *err)
+{
+    struct tkm_inductor_info in;
+    struct tkm_vllm_info v = {0};
+    char *sum = NULL, *abs = NULL;
+    json_t *m = NULL;
+    int rc = 0;
+    if (o->inductor_dir) {
+        if ((rc = tkm_inductor_scan(&in, o->inductor_dir, err)) != 0 ||
+            (rc = tkm_inductor_facts_apply_flags(&in.facts, o->torch_version, o->cuda_version,
+                                                 o->triton_version, o->arch, err)) != 0 ||
+            (rc = tkm_inductor_summary_label(&in, &sum, err)) != 0)
+            goto out;
+        r->inductor_entries = in.fxgraph + in.aotautograd;
+        r->inductor_bytes = in.size_bytes;
+        if ((rc = set_label(labels, TKM_INDUCTOR_LABEL_SUMMARY, "%s", sum)) ||
+            (rc = set_label(labels, TKM_INDUCTOR_LABEL_ENTRY_COUNT, "%llu",
+                            (unsigned long long)r->inductor_entries)) ||
+            (rc = set_label(labels, TKM_INDUCTOR_LABEL_SIZE, "%llu",
+                            (unsigned long long)in.size_bytes)))
+            goto out;
+        struct tkm_buf b = TKM_BUF_INIT(1u << 20);
+        if ((rc = tkm_buf_printf(&b, "{\"inductor\":%s}", sum)) == 0 &&
+            !(parts[0].manifest = strdup(b.data)))
+            rc = -ENOMEM;
+        tkm_buf_release(&b);
+        if (rc)
+            goto out;
+        parts[0].dir = o->inductor_dir;
+    }
+    if (o->vllm_dir) {
+        if ((rc = tkm_vllm_scan(&v, o->vllm_dir, err)) != 0)
+            goto out;
+        if (!(abs = realpath(o->vllm_dir, NULL))) {
+            rc = tkm_err_set(err, -errno, "%s: %s", o->vllm_dir, strerror(errno));
+            goto out;
+        }
+        r->vllm_entries = v.entries;
+        r->vllm_bytes = v.size_bytes;
+        if ((rc = set_label(labels, TKM_VLLM_LABEL_ENTRY_COUNT, "%llu",
+                            (unsigned long long)v.entries)) ||
+            (rc = set_label(labels, TKM_VLLM_LABEL_SIZE, "%llu",
+                            (unsigned long long)v.size_bytes)) ||
+            (rc = set_label(labels, TKM_VLLM_LABEL_FORMAT, "%s", v.format)) ||
+            (rc = set_label(labels, TKM_VLLM_LABEL_SUMMARY, "%s", v.summary)) ||
+            (rc = set_label(labels, TKM_KSERVE_LABEL_CACHE_HASH, "%s", v.hashes)) ||
+            (rc = set_label(labels, TKM_KSERVE_LABEL_MOUNT_SUBPATH, "torch_compile_cache")) ||
+            (rc = set_label(labels, TKM_KSERVE_LABEL_CACHE_TYPE, "torch-compile")) ||
+            (rc = set_label(labels, TKM_KSERVE_LABEL_FRAMEWORK, "vllm")))
+            goto out;
+        if ((rc = o->vllm_root_env
+                      ? set_label(labels, TKM_KSERVE_LABEL_ROOT_ENV, "%s", o->vllm_root_env)
+                      : set_label(labels, TKM_KSERVE_LABEL_ROOT_ENV, "VLLM_CACHE_ROOT=%s", abs)))
+            goto out;
+        json_t *arr = json_array();
+        m = json_pack("{s:o}", "vllm", arr);
+        for (const char *h = v.hashes; m && *h;) {
+            size_t l = strcspn(h, ",");
+            json_array_append_new(
+                arr, json_pack("{s:s%,s:s}", "vllmHash", h, l, "cacheFormat", v.format));
+            h += l + (h[l] == ',');
+        }
+        if (!m || !(parts[2].manifest = json_dumps(m, JSON_COMPACT))) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        parts[2].dir = o->vllm_dir;
+    }
+out:
+    json_decref(m);
+    free(sum);
+    free(abs);
+    tkm_vllm_info_release(&v);
+    return rc;
 }
 
 static int put_json(const char *layout, json_t *j, const char *mt, struct tkm_oci_desc *d,
@@ -335,7 +460,12 @@ int tkm_triton_build_cache_image(const char *cache_dir, const char *layout_dir, 
     struct layer_writer w;
     struct tkm_triton_build_result r;
     char tmp[BUILD_PATH_MAX], *summary = NULL;
-    json_t *cfg = NULL, *man = NULL;
+    json_t *cfg = NULL, *man = NULL, *labels = json_object();
+    struct part parts[3] = {
+        {NULL, TKM_PART_INDUCTOR_PREFIX, TKM_PART_INDUCTOR_MANIFEST, NULL},
+        {NULL, TKM_PART_TRITON_PREFIX, TKM_PART_TRITON_MANIFEST, NULL},
+        {NULL, TKM_PART_VLLM_PREFIX, TKM_PART_VLLM_MANIFEST, NULL},
+    };
     int rc;
     memset(&w, 0, sizeof w);
     memset(&r, 0, sizeof r);
@@ -350,11 +480,17 @@ int tkm_triton_build_cache_image(const char *cache_dir, const char *layout_dir, 
     }
     if ((rc = tkm_triton_summary_label(&cache.summary, &summary, err)) != 0)
         goto out;
+    if (!labels) {
+        rc = -ENOMEM;
+        goto out;
+    }
+    if ((rc = scan_parts(o, parts, labels, &r, err)) != 0)
+        goto out;
     if ((rc = tkm_oci_layout_init(layout_dir, err)) != 0)
         goto out;
     snprintf(tmp, sizeof tmp, "%s/blobs/.layer-%d.tmp", layout_dir, (int)getpid());
     int level = o->gzip_level >= 1 && o->gzip_level <= 9 ? o->gzip_level : 6;
-    if ((rc = write_layer(cache_dir, &cache, level, tmp, &w, err)) != 0)
+    if ((rc = write_layer(cache_dir, &cache, parts, level, tmp, &w, err)) != 0)
         goto out;
     snprintf(r.layer.media_type, sizeof r.layer.media_type, "%s", TKM_OCI_MT_LAYER_GZIP);
     r.layer.size = w.blob_bytes;
@@ -366,7 +502,7 @@ int tkm_triton_build_cache_image(const char *cache_dir, const char *layout_dir, 
         goto out;
     }
     cfg = config_json(&cache, summary, o->title ? o->title : "triton-kernel-cache",
-                      o->created ? o->created : "1970-01-01T00:00:00Z", r.diff_id);
+                      o->created ? o->created : "1970-01-01T00:00:00Z", r.diff_id, labels);
     if ((rc = put_json(layout_dir, cfg, TKM_OCI_MT_CONFIG, &r.config, err)) != 0)
         goto out;
     man = json_pack("{s:i,s:s,s:{s:s,s:s,s:I},s:[{s:s,s:s,s:I}],s:{s:s,s:s}}", "schemaVersion", 2,
@@ -390,6 +526,9 @@ out:
     tkm_oci_hasher_release(&w.blob);
     json_decref(cfg);
     json_decref(man);
+    json_decref(labels);
+    free((char *)parts[0].manifest);
+    free((char *)parts[2].manifest);
     free(summary);
     tkm_triton_cache_release(&cache);
     return rc;

@@ -14,6 +14,7 @@
 #include <tkm/oci/image.h>
 #include <tkm/oci/layout.h>
 #include <tkm/triton/cache.h>
+#include <tkm/triton/parts.h>
 #include <tkm/util.h>
 
 #define IMG_PATH_MAX 4096
@@ -98,7 +99,8 @@ static int extract_staged(const char *blob, const char *dest, struct tkm_archive
     made = 1;
     ao->fsync = 0; /* one syncfs() below covers every file */
     if ((rc = tkm_archive_extract_fd(blobfd, dirfd, ao, ar, err)) != 0 ||
-        (rc = tkm_triton_groups_rewrite(staging, mount_path ? mount_path : abs_dest, st, err)))
+        (rc = tkm_parts_groups_rewrite_to(staging, staging, mount_path ? mount_path : abs_dest, st,
+                                          err)))
         goto out;
     if (fchmod(dirfd, 0755) != 0 || syncfs(dirfd) != 0) {
         rc = tkm_err_set(err, -errno, "extract: sync %s: %s", staging, strerror(errno));
@@ -154,8 +156,13 @@ int tkm_triton_extract_layout_with(const char *layout_dir, const char *tag, cons
         ao.progress = base->progress;
         ao.progress_ud = base->progress_ud;
     }
-    ao.include = include;
-    ao.strip = "io.triton.cache/";
+    r.parts = tkm_parts_from_config(&img.config);
+    if (r.parts & (TKM_PART_INDUCTOR | TKM_PART_VLLM)) {
+        ao.rename = tkm_parts_rename_pairs(); /* triton/, inductor/, vllm/ */
+    } else {
+        ao.include = include;
+        ao.strip = "io.triton.cache/";
+    }
     if ((rc = pick_layer(&img, layout_dir, &ao, err)) != 0)
         goto out;
     memcpy(r.layer, img.parsed.descs[0].digest, sizeof r.layer);
@@ -169,9 +176,15 @@ int tkm_triton_extract_layout_with(const char *layout_dir, const char *tag, cons
     r.files = ar.files;
     r.dirs = ar.dirs;
     r.file_bytes = ar.file_bytes;
-    const char *lb = tkm_oci_config_label(&img.config, "cache.triton.image/cache-size-bytes");
-    if (lb)
-        tkm_parse_u64(lb, UINT64_MAX, &r.label_bytes);
+    /* A multi-part image: the parts' cache-size-bytes labels add up. */
+    static const char *const sizes[] = {"cache.triton.image/cache-size-bytes",
+                                        TKM_INDUCTOR_LABEL_SIZE, TKM_VLLM_LABEL_SIZE};
+    for (size_t i = 0; i < 3; i++) {
+        const char *lb = tkm_oci_config_label(&img.config, sizes[i]);
+        uint64_t v = 0;
+        if (lb && tkm_parse_u64(lb, UINT64_MAX, &v) == 0)
+            r.label_bytes += v;
+    }
     r.groups = st.groups;
     r.children = st.children;
     r.missing_children = st.missing_children;

@@ -2,6 +2,7 @@
  * triton/image.c - Triton labels of an image, from a layout or a registry.
  */
 #include <tkm/triton/image.h>
+#include <tkm/triton/parts.h>
 
 #include <errno.h>
 #include <stdio.h>
@@ -33,6 +34,12 @@ static int image_labels(struct tkm_triton_image *im, struct tkm_err *err)
     im->summary_label = tkm_oci_config_label(&im->config, TKM_TRITON_LABEL_SUMMARY);
     im->entry_count = tkm_oci_config_label(&im->config, TKM_TRITON_LABEL_ENTRY_COUNT);
     im->size_bytes = tkm_oci_config_label(&im->config, TKM_TRITON_LABEL_SIZE);
+    if (!im->summary_label && tkm_oci_config_label(&im->config, TKM_VLLM_LABEL_SUMMARY)) {
+        /* upstream MCV's vLLM-only image: its summary has the same "targets" form */
+        im->summary_label = tkm_oci_config_label(&im->config, TKM_VLLM_LABEL_SUMMARY);
+        im->entry_count = tkm_oci_config_label(&im->config, TKM_VLLM_LABEL_ENTRY_COUNT);
+        im->size_bytes = tkm_oci_config_label(&im->config, TKM_VLLM_LABEL_SIZE);
+    }
     if (!im->summary_label)
         return tkm_err_set(err, -ENOENT,
                            "%s: the image config has no %s label, so it is not a Triton cache "

@@ -41,6 +41,10 @@ step "samples are accepted"
 ns=$(e2e_namespace)
 sed "s/namespace: ml/namespace: $ns/" "$TKM_SOURCE_DIR/manifests/samples/tritonkernelcache.yaml" >"$E2E_TMP/tkc.yaml"
 expect_ok "sample TritonKernelCache" kubectl create --validate=strict -f "$E2E_TMP/tkc.yaml"
+sed "s/namespace: ml/namespace: $ns/" "$TKM_SOURCE_DIR/manifests/samples/torch-compile.yaml" >"$E2E_TMP/torch-compile.yaml"
+# no controller-manager here: the namespace's default service account, as it would make it
+kubectl -n "$ns" create serviceaccount default >/dev/null 2>&1 || true
+expect_ok "sample torch.compile cache and pod (server dry run)" kubectl create --dry-run=server --validate=strict -f "$E2E_TMP/torch-compile.yaml"
 cluster_name="e2e-sample-$RANDOM"
 sed "s/name: llama-blocks-h200/name: $cluster_name/" "$TKM_SOURCE_DIR/manifests/samples/tritonkernelcachecluster.yaml" >"$E2E_TMP/tkcc.yaml"
 expect_ok "sample TritonKernelCacheCluster" kubectl create --validate=strict -f "$E2E_TMP/tkcc.yaml"

@@ -98,6 +98,11 @@ struct tkm_archive_opts {
      * "io.triton.cache/" to extract the cache tree itself; entries not under
      * it are skipped (still screened). */
     const char *strip;
+    /* Borrowed, may be NULL: NULL-terminated pairs {from, to, from, to, ...,
+     * NULL} such as {"io.triton.cache/", "triton/", ...}: an entry under a
+     * `from` prefix is written under `to` instead; entries under none of them
+     * are skipped (still screened). Used instead of strip (both set: rename). */
+    const char *const *rename;
     int fsync; /* 1 (default): fsync every file and directory */
     /* Borrowed, may be NULL: when it becomes non-zero the extraction stops
      * with -ECANCELED. Checked between reads and entries. */

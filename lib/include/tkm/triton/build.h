@@ -18,6 +18,9 @@
  * digests. Symlinks and special files in the cache are refused (Triton never
  * writes them), naming the path.
  *
+ * With opts->inductor_dir / vllm_dir the layer also holds io.inductor.cache/ +
+ * io.inductor.manifest/ and io.vllm.cache/ + io.vllm.manifest/ (see the opts).
+ *
  * The result is written into an OCI image layout (layout.h) under a tag.
  */
 #ifndef TKM_TRITON_BUILD_H
@@ -32,15 +35,30 @@ struct tkm_triton_build_opts {
     const char *title;   /* org.opencontainers.image.title; default "triton-kernel-cache" */
     const char *created; /* RFC 3339 time for the config; default "1970-01-01T00:00:00Z" */
     int gzip_level;      /* 1..9; default 6 */
+    /* The torch.compile parts (triton/parts.h, docs/images.md), all optional:
+     * inductor_dir (TORCHINDUCTOR_CACHE_DIR) is packed as io.inductor.cache/
+     * with io.inductor.manifest/manifest.json and the cache.inductor.image/
+     * labels; vllm_dir (VLLM_CACHE_ROOT) as io.vllm.cache/ with
+     * io.vllm.manifest/manifest.json, MCV's cache.vllm.image/ labels and the
+     * KServe hints io.kserve.km/ labels. */
+    const char *inductor_dir;
+    const char *vllm_dir;
+    /* What the Inductor cache does not record itself (a flag that contradicts
+     * the cache is an error): "2.11.0+cu130", "13.0", "3.6.0", "90". */
+    const char *torch_version, *cuda_version, *triton_version, *arch;
+    /* io.kserve.km/cache-root-env; default "VLLM_CACHE_ROOT=<vllm_dir, absolute>". */
+    const char *vllm_root_env;
 };
 
 struct tkm_triton_build_result {
     struct tkm_oci_desc manifest, config, layer;
     char diff_id[TKM_OCI_DIGEST_LEN + 1];
-    uint64_t entries;     /* kernel entries (entry-count label) */
-    uint64_t cache_bytes; /* cache-size-bytes label */
-    uint64_t tar_bytes;   /* uncompressed layer size */
-    uint64_t files;       /* regular files packed */
+    uint64_t entries;                          /* kernel entries (entry-count label) */
+    uint64_t cache_bytes;                      /* cache-size-bytes label */
+    uint64_t tar_bytes;                        /* uncompressed layer size */
+    uint64_t files;                            /* regular files packed */
+    uint64_t inductor_entries, inductor_bytes; /* FX graph + AOTAutograd entries; bytes */
+    uint64_t vllm_entries, vllm_bytes;         /* hash dirs; bytes */
 };
 
 /* Packs cache_dir into the layout at layout_dir (created if needed) under

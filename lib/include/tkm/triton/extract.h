@@ -22,9 +22,10 @@
 struct tkm_triton_extract_result {
     char layer[TKM_OCI_DIGEST_LEN + 1]; /* the layer extracted */
     uint64_t files, dirs, file_bytes;   /* written under dest */
-    uint64_t label_bytes;               /* cache.triton.image/cache-size-bytes, 0 if absent */
+    uint64_t label_bytes;               /* the cache-size-bytes labels (all parts), 0 if absent */
     uint64_t groups, children;          /* group files rewritten, child paths written */
     uint64_t missing_children;          /* group children absent from the cache */
+    int parts;                          /* TKM_PART_* bits the config announces (parts.h) */
 };
 
 /* Extracts the Triton cache of the image tagged tag (NULL: the only one) in
@@ -35,7 +36,10 @@ struct tkm_triton_extract_result {
  * mount_path (NULL: dest's absolute path), where pods will see the cache,
  * the tree is flushed with one syncfs() and renamed to dest. A failure or a
  * crash leaves no dest, never a partial one.
- * The image must have one tar layer (gzip, zstd or plain). */
+ * The image must have one tar layer (gzip, zstd or plain).
+ * A multi-part image (its config has Inductor or vLLM labels, triton/parts.h)
+ * is laid out as dest/triton, dest/inductor, dest/vllm instead, and the group
+ * files of every part are rewritten (tkm_parts_groups_rewrite_to). */
 int tkm_triton_extract_layout(const char *layout_dir, const char *tag, const char *dest,
                               const char *mount_path, struct tkm_triton_extract_result *res,
                               struct tkm_err *err);

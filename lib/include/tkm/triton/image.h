@@ -3,6 +3,9 @@
  * (cache.triton.image/summary, entry-count, cache-size-bytes), read from an
  * OCI image-layout directory or a registry, without pulling the layer.
  *
+ * An upstream MCV vLLM-only image (no cache.triton.image labels) is read through its
+ * cache.vllm.image/summary, entry-count and cache-size-bytes labels (same forms).
+ *
  * Ownership: struct tkm_triton_image is caller-owned; release it with
  * tkm_triton_image_release(). Label pointers are borrowed from it.
  */
