@@ -41,18 +41,12 @@ static inline const struct k8s__ynode *node_manifest_container(const struct k8s_
 static inline void node_manifest_arg(const char *container, const char *flag, char *out, size_t n)
 {
     char path[1024];
-    const char *src = getenv("TKM_SOURCE_DIR");
     struct tkm_buf text = TKM_BUF_INIT(1 << 20);
     struct tkm_err err = {0};
     struct k8s__yaml y = {0};
     size_t fl = strlen(flag);
     const char *val = NULL;
-#ifdef TKM_SOURCE_DIR
-    if (!src || !*src)
-        src = TKM_SOURCE_DIR;
-#endif
-    ASSERT_NOT_NULL(src);
-    snprintf(path, sizeof path, "%s/manifests/base/daemonset-node.yaml", src);
+    snprintf(path, sizeof path, "%s/manifests/base/daemonset-node.yaml", tkm_test_source_dir());
     if (tkm_read_file(path, 1 << 20, &text, "manifest", &err) < 0 ||
         k8s__yaml_parse(&y, text.data, text.len, path, &err) < 0)
         tkm_test_fail(__FILE__, __LINE__, "%s", tkm_err_str(&err));

@@ -22,6 +22,7 @@
 #include <sanitizer/lsan_interface.h>
 #endif
 
+#include <dirent.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -61,6 +62,53 @@ const char *tkm_test_fixtures(void)
 #else
     return e && *e ? e : "tests/fixtures";
 #endif
+}
+
+const char *tkm_test_source_dir(void)
+{
+    const char *e = getenv("TKM_SOURCE_DIR");
+    if (e && *e)
+        return e;
+#ifdef TKM_SOURCE_DIR
+    return TKM_SOURCE_DIR;
+#else
+    tkm_test_fail(__FILE__, __LINE__, "TKM_SOURCE_DIR is not set");
+#endif
+}
+
+char *tkm_test_slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        tkm_test_fail(__FILE__, __LINE__, "%s: %s", path, strerror(errno));
+    ASSERT_OK(fseek(f, 0, SEEK_END));
+    long n = ftell(f);
+    ASSERT(n >= 0);
+    rewind(f);
+    char *b = malloc((size_t)n + 1);
+    ASSERT_NOT_NULL(b);
+    ASSERT_UEQ(fread(b, 1, (size_t)n, f), (size_t)n);
+    b[n] = '\0';
+    fclose(f);
+    if (len)
+        *len = (size_t)n;
+    return b;
+}
+
+size_t tkm_test_subdirs(const char *dir, char out[][1024], size_t max)
+{
+    struct dirent **ents = NULL;
+    int n = scandir(dir, &ents, NULL, alphasort);
+    if (n < 0)
+        tkm_test_fail(__FILE__, __LINE__, "%s: %s", dir, strerror(errno));
+    size_t k = 0;
+    for (int i = 0; i < n; i++) {
+        if (ents[i]->d_name[0] != '.' && k < max)
+            snprintf(out[k++], 1024, "%s/%s", dir, ents[i]->d_name);
+        free(ents[i]);
+    }
+    free(ents);
+    return k;
 }
 
 void tkm_test_fail(const char *file, int line, const char *fmt, ...)

@@ -15,7 +15,10 @@
  *   ASSERT_OK(rc)             rc == 0, else prints rc and strerror(-rc)
  *
  * Helpers: tkm_test_tmpdir() gives a fresh directory removed after the test;
- * tkm_test_fixtures() the path of tests/fixtures (env TKM_FIXTURES wins).
+ * tkm_test_fixtures() the path of tests/fixtures (env TKM_FIXTURES wins);
+ * tkm_test_source_dir() the source tree (env TKM_SOURCE_DIR wins);
+ * tkm_test_slurp() a whole file (caller frees); tkm_test_subdirs() the sorted
+ * entries of a directory. The last two fail the test on any error.
  */
 #ifndef TKM_TEST_H
 #define TKM_TEST_H
@@ -36,6 +39,14 @@ void tkm_test_register(struct tkm_test *t);
 /* A directory created for the running test; removed by the runner afterwards. */
 const char *tkm_test_tmpdir(void);
 const char *tkm_test_fixtures(void);
+const char *tkm_test_source_dir(void);
+/* The file's bytes, NUL-terminated (owned by the caller: free); *len (may be
+ * NULL) gets the length. A file that cannot be read fails the test. */
+char *tkm_test_slurp(const char *path, size_t *len);
+/* Up to max paths "dir/<entry>" (1024 bytes each, sorted, dot entries
+ * skipped) into out; returns how many. A directory that cannot be read fails
+ * the test. */
+size_t tkm_test_subdirs(const char *dir, char out[][1024], size_t max);
 /* Prints where a failed assertion is, then ends the test process. */
 _Noreturn void tkm_test_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

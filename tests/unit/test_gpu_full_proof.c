@@ -35,44 +35,10 @@
 static size_t runs(char out[][1024])
 {
     char dir[900];
-    const char *s = getenv("TKM_SOURCE_DIR");
-#ifdef TKM_SOURCE_DIR
-    if (!s || !*s)
-        s = TKM_SOURCE_DIR;
-#endif
-    ASSERT_NOT_NULL(s);
-    snprintf(dir, sizeof dir, "%s/bench/gpu/results-full", s);
-    struct dirent **ents = NULL;
-    int n = scandir(dir, &ents, NULL, alphasort);
-    ASSERT(n >= 0);
-    size_t k = 0;
-    for (int i = 0; i < n; i++) {
-        if (ents[i]->d_name[0] != '.' && k < MAX_RUNS)
-            snprintf(out[k++], 1024, "%s/%s", dir, ents[i]->d_name);
-        free(ents[i]);
-    }
-    free(ents);
+    snprintf(dir, sizeof dir, "%s/bench/gpu/results-full", tkm_test_source_dir());
+    size_t k = tkm_test_subdirs(dir, out, MAX_RUNS);
     ASSERT(k >= 1);
     return k;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        tkm_test_fail(__FILE__, __LINE__, "%s: %s", path, strerror(errno));
-    ASSERT_OK(fseek(f, 0, SEEK_END));
-    long n = ftell(f);
-    ASSERT(n >= 0);
-    rewind(f);
-    char *b = malloc((size_t)n + 1);
-    ASSERT_NOT_NULL(b);
-    ASSERT_UEQ(fread(b, 1, (size_t)n, f), (size_t)n);
-    b[n] = '\0';
-    fclose(f);
-    if (len)
-        *len = (size_t)n;
-    return b;
 }
 
 /* Splits a TSV file into rows of at most 12 fields; the header must start with head. */
@@ -85,7 +51,7 @@ struct tsv {
 static void tsv_load(struct tsv *t, const char *path, const char *head)
 {
     char *save = NULL;
-    t->text = slurp(path, NULL);
+    t->text = tkm_test_slurp(path, NULL);
     t->n = 0;
     ASSERT_EQ(strncmp(t->text, head, strlen(head)), 0);
     char *line = strtok_r(t->text, "\n", &save); /* the header */
@@ -116,9 +82,9 @@ TEST(store_unchanged_and_holds_both_parts)
     for (size_t i = 0; i < n; i++) {
         size_t la, lb;
         snprintf(p, sizeof p, "%s/full/store-before.sha256", r[i]);
-        char *a = slurp(p, &la);
+        char *a = tkm_test_slurp(p, &la);
         snprintf(p, sizeof p, "%s/full/store-after.sha256", r[i]);
-        char *b = slurp(p, &lb);
+        char *b = tkm_test_slurp(p, &lb);
         ASSERT(la > 0);
         ASSERT_UEQ(la, lb);
         ASSERT_MEMEQ(a, b, la);
@@ -164,7 +130,7 @@ TEST(published_groups_are_the_parts_rewrite_for_mount_path)
     size_t n = runs(r);
     for (size_t i = 0; i < n; i++) {
         snprintf(p, sizeof p, "%s/full/meta.txt", r[i]);
-        char *meta = slurp(p, NULL), *l = strstr(meta, "mount_path ");
+        char *meta = tkm_test_slurp(p, NULL), *l = strstr(meta, "mount_path ");
         ASSERT_NOT_NULL(l);
         sscanf(l + 11, "%1023s", mp);
         free(meta);
@@ -189,7 +155,7 @@ TEST(published_groups_are_the_parts_rewrite_for_mount_path)
                       1);
             snprintf(a, sizeof a, "%s/%s", q, pub[k]);
             snprintf(b, sizeof b, "%s/%s", out, pub[k]);
-            char *x = slurp(a, &la), *y = slurp(b, &lb);
+            char *x = tkm_test_slurp(a, &la), *y = tkm_test_slurp(b, &lb);
             ASSERT_UEQ(la, lb);
             ASSERT_MEMEQ(x, y, la);
             ASSERT_STRCONTAINS(x, mp);

@@ -13,7 +13,6 @@
  *   - summary.json's medians and verdicts are those of runs.tsv.
  * A missing file or directory fails the test.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -34,44 +33,10 @@
 static size_t runs(char out[][1024])
 {
     char dir[900];
-    const char *s = getenv("TKM_SOURCE_DIR");
-#ifdef TKM_SOURCE_DIR
-    if (!s || !*s)
-        s = TKM_SOURCE_DIR;
-#endif
-    ASSERT_NOT_NULL(s);
-    snprintf(dir, sizeof dir, "%s/bench/gpu/results", s);
-    struct dirent **ents = NULL;
-    int n = scandir(dir, &ents, NULL, alphasort);
-    ASSERT(n >= 0);
-    size_t k = 0;
-    for (int i = 0; i < n; i++) {
-        if (ents[i]->d_name[0] != '.' && k < MAX_RUNS)
-            snprintf(out[k++], 1024, "%s/%s", dir, ents[i]->d_name);
-        free(ents[i]);
-    }
-    free(ents);
+    snprintf(dir, sizeof dir, "%s/bench/gpu/results", tkm_test_source_dir());
+    size_t k = tkm_test_subdirs(dir, out, MAX_RUNS);
     ASSERT(k >= 1);
     return k;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        tkm_test_fail(__FILE__, __LINE__, "%s: %s", path, strerror(errno));
-    ASSERT_OK(fseek(f, 0, SEEK_END));
-    long n = ftell(f);
-    ASSERT(n >= 0);
-    rewind(f);
-    char *b = malloc((size_t)n + 1);
-    ASSERT_NOT_NULL(b);
-    ASSERT_UEQ(fread(b, 1, (size_t)n, f), (size_t)n);
-    b[n] = '\0';
-    fclose(f);
-    if (len)
-        *len = (size_t)n;
-    return b;
 }
 
 static json_t *summary(const char *run)
@@ -112,7 +77,7 @@ TEST(store_unchanged)
             size_t la, lb;
             snprintf(a, sizeof a, "%s/%s/store-before.sha256", r[i], p[j]);
             snprintf(b, sizeof b, "%s/%s/store-after.sha256", r[i], p[j]);
-            char *x = slurp(a, &la), *y = slurp(b, &lb);
+            char *x = tkm_test_slurp(a, &la), *y = tkm_test_slurp(b, &lb);
             ASSERT(la > 0);
             ASSERT_UEQ(la, lb);
             ASSERT_MEMEQ(x, y, la);
@@ -157,7 +122,7 @@ TEST(published_groups_are_the_rewrite_for_mount_path)
             ASSERT_OK(tkm_triton_groups_rewrite_to(sg, out, mp, &st, &e));
             ASSERT(st.groups >= 1);
             snprintf(sums, sizeof sums, "%s/%s/store-before.sha256", r[i], p[j]);
-            char *store = slurp(sums, NULL);
+            char *store = tkm_test_slurp(sums, NULL);
             snprintf(cmd, sizeof cmd, "cd '%s/%s/published-groups' && find . -type f | sort", r[i],
                      p[j]);
             FILE *f = popen(cmd, "r");
@@ -169,7 +134,7 @@ TEST(published_groups_are_the_rewrite_for_mount_path)
                 line[strcspn(line, "\n")] = '\0';
                 snprintf(pub, sizeof pub, "%s/%s/published-groups/%s", r[i], p[j], line + 2);
                 snprintf(mine, sizeof mine, "%s/%s", out, line + 2);
-                char *x = slurp(pub, &lp), *y = slurp(mine, &lm);
+                char *x = tkm_test_slurp(pub, &lp), *y = tkm_test_slurp(mine, &lm);
                 ASSERT_UEQ(lp, lm); /* the pod saw what tkm's rewrite makes of the store's */
                 ASSERT_MEMEQ(x, y, lp);
                 struct tkm_triton_group g;
@@ -293,7 +258,7 @@ TEST(no_kernel_compiled_and_the_miss_went_to_the_scratch)
             /* The miss's files: at least one cubin, none of them a store file. */
             char path[1200], line[2048];
             snprintf(path, sizeof path, "%s/%s/store-before.sha256", r[i], p[j]);
-            char *store = slurp(path, NULL);
+            char *store = tkm_test_slurp(path, NULL);
             snprintf(path, sizeof path, "%s/%s/miss-upper.txt", r[i], p[j]);
             FILE *f = fopen(path, "r");
             if (!f)

@@ -27,17 +27,6 @@ static const struct tkm_triton_kernel *find_kernel(const struct tkm_triton_cache
     return NULL;
 }
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    ASSERT_NOT_NULL(f);
-    char *b = calloc(1, 1 << 20);
-    ASSERT_NOT_NULL(b);
-    *len = fread(b, 1, (1 << 20) - 1, f);
-    fclose(f);
-    return b;
-}
-
 TEST(scan_sm90_cache_metadata)
 {
     struct tkm_triton_cache c;
@@ -159,7 +148,7 @@ TEST(meta_env_vars_and_hip_target)
     const char *root = untar("triton-3.6.0-cuda-sm90.tar.gz", "tcache");
     snprintf(path, sizeof path,
              "%s/52YLWQSH5NKVBZHLAIWFDCXR4CYJL53TKUIEQ5AYQ4DTYQ45LZYQ/add_kernel.json", root);
-    char *text = slurp(path, &len);
+    char *text = tkm_test_slurp(path, &len);
     /* what Triton writes when TRITON_DISABLE_LINE_INFO=1 is set: a top-level key */
     char *edited = calloc(1, len + 64);
     snprintf(edited, len + 64, "{\"TRITON_DISABLE_LINE_INFO\": \"1\", %s", text + 1);
@@ -219,7 +208,7 @@ TEST(group_parse_both_forms)
     snprintf(path, sizeof path,
              "%s/52YLWQSH5NKVBZHLAIWFDCXR4CYJL53TKUIEQ5AYQ4DTYQ45LZYQ/__grp__add_kernel.json",
              root);
-    char *text = slurp(path, &len);
+    char *text = tkm_test_slurp(path, &len);
     ASSERT_OK(tkm_triton_group_parse(&g, text, len, path, &e));
     ASSERT_EQ(g.is_list, 0);
     ASSERT_EQ(g.n, 7);
@@ -258,7 +247,7 @@ static void check_groups(const char *root, const char *new_root, int must_exist,
         struct tkm_err e = {0};
         size_t len;
         line[strcspn(line, "\n")] = '\0';
-        char *text = slurp(line, &len);
+        char *text = tkm_test_slurp(line, &len);
         ASSERT_OK(tkm_triton_group_parse(&g, text, len, line, &e));
         ASSERT_EQ(g.is_list, 0);
         ASSERT(g.n > 0);
@@ -327,7 +316,7 @@ TEST(rewrite_list_form_and_keeps_mode)
     ASSERT_EQ(st.groups, 1);
     ASSERT_EQ(st.children, 3);
     ASSERT_EQ(st.missing_children, 1);
-    char *text = slurp(grp, &len);
+    char *text = tkm_test_slurp(grp, &len);
     ASSERT_STREQ(text, "{\"child_paths\":{\"k.cubin\":\"/cache/"
                        "T3HOESPZX2ZV6EV5I5V3KCM6BTDSSR26M37T3PP33NTDXQCANMUA/k.cubin\",\"k.json\":"
                        "\"/cache/T3HOESPZX2ZV6EV5I5V3KCM6BTDSSR26M37T3PP33NTDXQCANMUA/k.json\","
