@@ -82,20 +82,7 @@ if [[ ! -x $TKM_AGENT ]]; then
 fi
 gkm=$(bench_gkm)
 
-work=${BENCH_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/tkm-bench-agent-XXXXXX")}
-mkdir -p "$work"
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do bench_stop "$p"; done
-  if [[ ${KEEP:-0} != 1 ]]; then
-    bench_cluster_down
-    rm -rf "$work"
-  else
-    echo "agent: kept $work (cluster: TKM_CLUSTER_DIR=$work/cluster hack/cluster.sh down)" >&2
-  fi
-}
-trap cleanup EXIT
+bench_workdir agent
 bench_cluster_up "$work/cluster"
 bench_crds "$repo/crds/" "$gkm/crds/"
 for ns in tkm-system bench-agent bench-gkm bench-pods; do kubectl create ns "$ns" >/dev/null; done

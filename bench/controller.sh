@@ -97,20 +97,7 @@ if [[ " $SIDES " == *" tkm "* ]]; then
 fi
 gkm=$(bench_gkm)
 
-work=${BENCH_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/tkm-bench-ctrl-XXXXXX")}
-mkdir -p "$work"
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do bench_stop "$p"; done
-  if [[ ${KEEP:-0} != 1 ]]; then
-    bench_cluster_down
-    rm -rf "$work"
-  else
-    echo "controller: kept $work (cluster: TKM_CLUSTER_DIR=$work/cluster hack/cluster.sh down)" >&2
-  fi
-}
-trap cleanup EXIT
+bench_workdir ctrl
 bench_cluster_up "$work/cluster"
 bench_crds "$repo/crds/" "$gkm/crds/"
 for ns in tkm-system bench-ctrl bench-gkm; do kubectl create ns "$ns" >/dev/null; done

@@ -69,6 +69,24 @@ bench_rss_split() {
 
 # bench_gkm: builds (once) and prints the directory of GKM's binaries;
 # GKM_BIN_DIR overrides (a directory with gkm-agent, gkm-operator, crds/).
+bench_workdir() { # SHORT: sets $work (BENCH_DIR, else a new /tmp/tkm-bench-SHORT-*) and pids=(); on
+  # EXIT stops every pid in pids, takes the cluster down and removes $work (KEEP=1 keeps both)
+  work=${BENCH_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/tkm-bench-$1-XXXXXX")}
+  mkdir -p "$work"
+  pids=()
+  trap bench_workdir_cleanup EXIT
+}
+bench_workdir_cleanup() {
+  local p
+  for p in "${pids[@]}"; do bench_stop "$p"; done
+  if [[ ${KEEP:-0} != 1 ]]; then
+    bench_cluster_down
+    rm -rf "$work"
+  else
+    echo "${BENCH_NAME:-bench}: kept $work (cluster: TKM_CLUSTER_DIR=$work/cluster hack/cluster.sh down)" >&2
+  fi
+}
+
 bench_gkm() {
   if [[ -n ${GKM_BIN_DIR:-} ]]; then
     [[ -x $GKM_BIN_DIR/gkm-agent && -x $GKM_BIN_DIR/gkm-operator && -d $GKM_BIN_DIR/crds ]] ||
