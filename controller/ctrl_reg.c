@@ -144,9 +144,22 @@ static void resolve_done(struct tkm_oci_job *job, int rc, struct tkm_oci_job_res
     finish(op, &r);
 }
 
-static struct ctrl_reg_op *op_new(struct ctrl_reg *r, ctrl_reg_cb cb, void *data,
+/* A new operation on image's registry: *ref parsed from image, *s the
+ * session for its host (auth: a docker config JSON, or NULL). NULL with err
+ * set when the reference is invalid or memory runs out. */
+static struct ctrl_reg_op *op_new(struct ctrl_reg *r, const char *image, const void *auth,
+                                  size_t auth_len, ctrl_reg_cb cb, void *data,
+                                  struct tkm_oci_ref *ref, struct tkm_oci_session **s,
                                   struct tkm_err *err)
 {
+    if (tkm_oci_ref_parse(ref, image, err) < 0)
+        return NULL;
+    *s = session_for(r, ref->host, auth, auth_len, err);
+    if (!*s) {
+        if (!err->code)
+            tkm_err_set(err, -ENOMEM, "out of memory");
+        return NULL;
+    }
     struct ctrl_reg_op *op = calloc(1, sizeof *op);
     if (!op) {
         tkm_err_set(err, -ENOMEM, "out of memory");
@@ -158,21 +171,9 @@ static struct ctrl_reg_op *op_new(struct ctrl_reg *r, ctrl_reg_cb cb, void *data
     return op;
 }
 
-int ctrl_reg_resolve(struct ctrl_reg *r, const char *image, const void *auth, size_t auth_len,
-                     ctrl_reg_cb cb, void *data, struct ctrl_reg_op **out, struct tkm_err *err)
+/* rc: what starting op's job returned. Frees op when it did not start. */
+static int op_started(struct ctrl_reg_op *op, int rc, struct ctrl_reg_op **out)
 {
-    struct tkm_oci_ref ref;
-    int rc = tkm_oci_ref_parse(&ref, image, err);
-    if (rc < 0)
-        return rc;
-    struct tkm_oci_session *s = session_for(r, ref.host, auth, auth_len, err);
-    if (!s)
-        return err->code ? err->code : -ENOMEM;
-    struct ctrl_reg_op *op = op_new(r, cb, data, err);
-    if (!op)
-        return -ENOMEM;
-    rc = tkm_oci_job_resolve(s, ref.repo, tkm_oci_ref_reference(&ref), resolve_done, op, &op->job,
-                             err);
     if (rc < 0) {
         free(op);
         return rc;
@@ -180,6 +181,20 @@ int ctrl_reg_resolve(struct ctrl_reg *r, const char *image, const void *auth, si
     if (out)
         *out = op;
     return 0;
+}
+
+int ctrl_reg_resolve(struct ctrl_reg *r, const char *image, const void *auth, size_t auth_len,
+                     ctrl_reg_cb cb, void *data, struct ctrl_reg_op **out, struct tkm_err *err)
+{
+    struct tkm_oci_ref ref;
+    struct tkm_oci_session *s;
+    struct ctrl_reg_op *op = op_new(r, image, auth, auth_len, cb, data, &ref, &s, err);
+    if (!op)
+        return err->code ? err->code : -ENOMEM;
+    return op_started(op,
+                      tkm_oci_job_resolve(s, ref.repo, tkm_oci_ref_reference(&ref), resolve_done,
+                                          op, &op->job, err),
+                      out);
 }
 
 /* The image's Triton summary as the API spells it. */
@@ -243,25 +258,13 @@ int ctrl_reg_inspect(struct ctrl_reg *r, const char *image, const char *digest, 
                      struct tkm_err *err)
 {
     struct tkm_oci_ref ref;
-    int rc = tkm_oci_ref_parse(&ref, image, err);
-    if (rc < 0)
-        return rc;
-    snprintf(ref.digest, sizeof ref.digest, "%s", digest);
-    struct tkm_oci_session *s = session_for(r, ref.host, auth, auth_len, err);
-    if (!s)
-        return err->code ? err->code : -ENOMEM;
-    struct ctrl_reg_op *op = op_new(r, cb, data, err);
+    struct tkm_oci_session *s;
+    struct ctrl_reg_op *op = op_new(r, image, auth, auth_len, cb, data, &ref, &s, err);
     if (!op)
-        return -ENOMEM;
+        return err->code ? err->code : -ENOMEM;
+    snprintf(ref.digest, sizeof ref.digest, "%s", digest);
     snprintf(op->digest, sizeof op->digest, "%s", digest);
-    rc = tkm_triton_job_inspect(s, &ref, inspect_done, op, &op->job, err);
-    if (rc < 0) {
-        free(op);
-        return rc;
-    }
-    if (out)
-        *out = op;
-    return 0;
+    return op_started(op, tkm_triton_job_inspect(s, &ref, inspect_done, op, &op->job, err), out);
 }
 
 /* ---- the signature step --------------------------------------------------------- */
@@ -296,23 +299,13 @@ int ctrl_reg_verify(struct ctrl_reg *r, const char *image, const char *digest,
                     ctrl_reg_cb cb, void *data, struct ctrl_reg_op **out, struct tkm_err *err)
 {
     struct tkm_oci_ref ref;
-    int rc = tkm_oci_ref_parse(&ref, image, err);
-    if (rc < 0)
-        return rc;
-    struct tkm_oci_session *s = session_for(r, ref.host, auth, auth_len, err);
-    if (!s)
-        return err->code ? err->code : -ENOMEM;
-    struct ctrl_reg_op *op = op_new(r, cb, data, err);
+    struct tkm_oci_session *s;
+    struct ctrl_reg_op *op = op_new(r, image, auth, auth_len, cb, data, &ref, &s, err);
     if (!op)
-        return -ENOMEM;
+        return err->code ? err->code : -ENOMEM;
     snprintf(op->digest, sizeof op->digest, "%s", digest);
-    if ((rc = tkm_sig_job_verify(s, ref.repo, digest, pol, sig_done, op, &op->job, err)) < 0) {
-        free(op);
-        return rc;
-    }
-    if (out)
-        *out = op;
-    return 0;
+    return op_started(op, tkm_sig_job_verify(s, ref.repo, digest, pol, sig_done, op, &op->job, err),
+                      out);
 }
 
 void ctrl_reg_cancel(struct ctrl_reg_op *op)
