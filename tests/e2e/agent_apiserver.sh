@@ -5,9 +5,6 @@
 # node status without restarting the agent.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/agent.inc"
-DESC=$TKM_BUILD_DIR/agent/proto-tkm_agent_proto/agent.desc
-CLIENT=$TKM_SOURCE_DIR/tests/e2e/agent_rpc_client.py
-[[ -s $DESC ]] || fail "missing $DESC (build first)"
 call() {
   R=$(printf '%s\n' "$@" | /usr/bin/python3 "$CLIENT" "$DESC" "$E2E_TMP/h200/run/agent.sock" 2>&1) || fail "grpcio client: $R"
 }

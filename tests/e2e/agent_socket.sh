@@ -7,9 +7,6 @@
 # reference; the node status shows extracted and pods[].
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/agent.inc"
-DESC=$TKM_BUILD_DIR/agent/proto-tkm_agent_proto/agent.desc
-CLIENT=$TKM_SOURCE_DIR/tests/e2e/agent_rpc_client.py
-[[ -s $DESC ]] || fail "missing $DESC (build first)"
 e2e_crds
 agent_ns
 NSA=$NS
@@ -31,13 +28,6 @@ agent_start h200 h200 "$N1" "$NSA" --metrics-bind-address 127.0.0.1:0 --health-p
 agent_start a100 a100 "$N2" "$NSA"
 SOCK1=$E2E_TMP/h200/run/agent.sock SOCK2=$E2E_TMP/a100/run/agent.sock
 
-# call SOCKET JSON...: one grpcio call per JSON line; output lines in $R
-call() {
-  local sock=$1
-  shift
-  R=$(printf '%s\n' "$@" | /usr/bin/python3 "$CLIENT" "$DESC" "$sock" 2>&1) || fail "grpcio client: $R"
-}
-field() { jq -r "$1" <<<"$R"; }
 mat() { # NS POD VOL ATTRS_JSON
   printf '{"m":"Materialize","ns":"%s","pod":"%s","uid":"0f8e7d6c-1111-4222-8333-%012d","vol":"%s","attrs":%s,"timeout":60}' "$1" "$2" "$RANDOM" "$3" "$4"
 }
@@ -46,23 +36,23 @@ step "the socket: mode 0600 in a 0700 directory, ready once synced"
 wait_for 30 "socket exists" test -S "$SOCK1"
 assert_eq "$(stat -c %a "$SOCK1") $(stat -c %a "$(dirname "$SOCK1")")" "600 700" "socket and directory modes"
 wait_jp 60 "vadd judged on $N1" nvidia-h200 tkcns "$N1" "$NSA" '{.status.caches.vadd.compatibleGPUs[0].gpuType}'
-call "$SOCK1" '{"m":"Status"}'
-assert_eq "$(field .code) $(field .resp.ready) $(field .resp.node_name)" "OK true $N1" "Status: ready"
+agent_call "$SOCK1" '{"m":"Status"}'
+assert_eq "$(agent_field .code) $(agent_field .resp.ready) $(agent_field .resp.node_name)" "OK true $N1" "Status: ready"
 
 step "Materialize by name: pulled, extracted, the fixture's files"
 t0=$(date +%s.%N)
-call "$SOCK1" "$(mat "$NSA" trainer-0 vol-1 '{"cacheName":"vadd"}')"
+agent_call "$SOCK1" "$(mat "$NSA" trainer-0 vol-1 '{"cacheName":"vadd"}')"
 echo "first Materialize (pull + extract + check): $(echo "$(date +%s.%N) - $t0" | bc) s"
-assert_eq "$(field .code)" OK "Materialize OK: $(field .details)"
-P=$(field .resp.store_path)
-assert_eq "$(field .resp.target_arch) $(field .resp.mount_path) $(field .resp.digest) $(field .resp.cache_namespace)/$(field .resp.cache_name)" \
+assert_eq "$(agent_field .code)" OK "Materialize OK: $(agent_field .details)"
+P=$(agent_field .resp.store_path)
+assert_eq "$(agent_field .resp.target_arch) $(agent_field .resp.mount_path) $(agent_field .resp.digest) $(agent_field .resp.cache_namespace)/$(agent_field .resp.cache_name)" \
   "90 /home/ml/.triton/cache $D $NSA/vadd" "arch, mountPath hint, digest, cache"
 [[ $P == "$E2E_TMP/h200/store/"* && -d $P ]] || fail "store path '$P' is not a directory in the store"
 diff -r fx/tcache "$P" >diff.out 2>&1 || fail "the store's files differ from the fixture: $(head -5 diff.out)"
 pass "the store path holds exactly the fixture's files"
 
 step "Materialize by image, idempotent per volume"
-call "$SOCK1" "$(mat "$NSA" trainer-1 vol-2 "{\"cacheImage\":\"$REPO:v1\"}")" "$(mat "$NSA" trainer-0 vol-1 '{"cacheName":"vadd"}')"
+agent_call "$SOCK1" "$(mat "$NSA" trainer-1 vol-2 "{\"cacheImage\":\"$REPO:v1\"}")" "$(mat "$NSA" trainer-0 vol-1 '{"cacheName":"vadd"}')"
 assert_eq "$(jq -rs '.[0].code + " " + .[1].code' <<<"$R")" "OK OK" "by image OK, repeat OK"
 assert_eq "$(jq -rs '.[0].resp.store_path' <<<"$R")" "$P" "same store path"
 wait_jp 30 "node status: extracted, two pods" "true trainer-0 trainer-1" tkcns "$N1" "$NSA" \
@@ -84,41 +74,41 @@ assert_contains "$M" "tkm_agent_gpus 1" "one GPU"
 assert_contains "$M" "process_resident_memory_bytes" "process metrics"
 
 step "refusals"
-call "$SOCK1" "$(mat "$NSA" p vol-3 "{\"cacheImage\":\"$TKM_REGISTRY/nobody/declared:v1\"}")"
-assert_eq "$(field .code)" PERMISSION_DENIED "an undeclared image is refused"
-call "$SOCK1" "$(mat "$NSB" p vol-4 '{"cacheName":"vadd"}')"
-assert_eq "$(field .code)" PERMISSION_DENIED "another namespace's cache is refused"
-assert_contains "$(field .details)" "vadd" "the refusal names the cache"
-call "$SOCK1" "$(mat "$NSA" p vol-5 '{"cacheName":"vadd","bogus":"x"}')"
-assert_eq "$(field .code)" INVALID_ARGUMENT "an unknown attribute is refused"
+agent_call "$SOCK1" "$(mat "$NSA" p vol-3 "{\"cacheImage\":\"$TKM_REGISTRY/nobody/declared:v1\"}")"
+assert_eq "$(agent_field .code)" PERMISSION_DENIED "an undeclared image is refused"
+agent_call "$SOCK1" "$(mat "$NSB" p vol-4 '{"cacheName":"vadd"}')"
+assert_eq "$(agent_field .code)" PERMISSION_DENIED "another namespace's cache is refused"
+assert_contains "$(agent_field .details)" "vadd" "the refusal names the cache"
+agent_call "$SOCK1" "$(mat "$NSA" p vol-5 '{"cacheName":"vadd","bogus":"x"}')"
+assert_eq "$(agent_field .code)" INVALID_ARGUMENT "an unknown attribute is refused"
 wait_jp 60 "vadd judged on $N2" ArchMismatch tkcns "$N2" "$NSA" '{.status.caches.vadd.incompatibleGPUs[0].reason}'
-call "$SOCK2" "$(mat "$NSA" p vol-6 '{"cacheName":"vadd"}')"
-assert_eq "$(field .code)" FAILED_PRECONDITION "an incompatible node refuses"
-assert_contains "$(field .details)" "ArchMismatch" "with the reason"
+agent_call "$SOCK2" "$(mat "$NSA" p vol-6 '{"cacheName":"vadd"}')"
+assert_eq "$(agent_field .code)" FAILED_PRECONDITION "an incompatible node refuses"
+assert_contains "$(agent_field .details)" "ArchMismatch" "with the reason"
 [[ -z $(ls "$E2E_TMP/a100/store/sha256" 2>/dev/null) ]] || fail "the A100 node's store is not empty"
 pass "nothing pulled on the incompatible node"
 
 step "no mountPath anywhere: a Warning Event on the pod"
-call "$SOCK1" "$(mat "$NSB" loader-0 vol-7 '{"cacheName":"other"}')"
-assert_eq "$(field .code) $(field .resp.mount_path)" "OK " "other (no mountPath) materialized, no hint"
+agent_call "$SOCK1" "$(mat "$NSB" loader-0 vol-7 '{"cacheName":"other"}')"
+assert_eq "$(agent_field .code) $(agent_field .resp.mount_path)" "OK " "other (no mountPath) materialized, no hint"
 wait_for 30 "Warning NoMountPath on pod loader-0" bash -c "kubectl -n $NSB get events --field-selector involvedObject.name=loader-0,reason=NoMountPath -o jsonpath='{.items[0].type}' | grep -q Warning"
-call "$SOCK1" '{"m":"Release","vol":"vol-7"}'
+agent_call "$SOCK1" '{"m":"Release","vol":"vol-7"}'
 
 step "Release"
-call "$SOCK1" '{"m":"Release","vol":"vol-1"}' '{"m":"Release","vol":"vol-1"}' '{"m":"Release","vol":"vol-2"}'
+agent_call "$SOCK1" '{"m":"Release","vol":"vol-1"}' '{"m":"Release","vol":"vol-1"}' '{"m":"Release","vol":"vol-2"}'
 assert_eq "$(jq -rs 'map(.code) | join(" ")' <<<"$R")" "OK NOT_FOUND OK" "released, then unknown"
 wait_jp 30 "pods[] empty" "" tkcns "$N1" "$NSA" '{.status.caches.vadd.pods[*].name}'
 assert_eq "$(jp tkcns "$N1" "$NSA" '{.status.caches.vadd.extracted}')" true "still extracted (grace period)"
 
 step "restart keeps the store"
-call "$SOCK1" "$(mat "$NSA" trainer-9 vol-9 '{"cacheName":"vadd"}')"
-assert_eq "$(field .code)" OK "materialized before the restart"
+agent_call "$SOCK1" "$(mat "$NSA" trainer-9 vol-9 '{"cacheName":"vadd"}')"
+assert_eq "$(agent_field .code)" OK "materialized before the restart"
 agent_stop h200
 agent_start h200 h200 "$N1" "$NSA"
 wait_for 30 "socket back" test -S "$SOCK1"
 wait_for 60 "ready again" bash -c "printf '%s\n' '{\"m\":\"Status\"}' | /usr/bin/python3 '$CLIENT' '$DESC' '$SOCK1' | grep -q '\"ready\": true'"
-call "$SOCK1" "$(mat "$NSA" trainer-9 vol-9 '{"cacheName":"vadd"}')"
-assert_eq "$(field .code) $(field .resp.store_path)" "OK $P" "same answer after a restart"
+agent_call "$SOCK1" "$(mat "$NSA" trainer-9 vol-9 '{"cacheName":"vadd"}')"
+assert_eq "$(agent_field .code) $(agent_field .resp.store_path)" "OK $P" "same answer after a restart"
 n=$(grep -c "tkm-agent: extracted sha256:" "$E2E_TMP/h200.log" || true)
 assert_eq 1 "$n" "extracted once, not again after the restart"
 agent_stop h200

@@ -10,10 +10,7 @@
 #     restarted agent reconciles, answers, and the store holds only complete entries.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/agent.inc"
-DESC=$TKM_BUILD_DIR/agent/proto-tkm_agent_proto/agent.desc
-CLIENT=$TKM_SOURCE_DIR/tests/e2e/agent_rpc_client.py
 CRANE=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path crane)
-[[ -s $DESC ]] || fail "missing $DESC (build first)"
 e2e_crds
 agent_ns
 cd "$E2E_TMP"
@@ -22,12 +19,6 @@ BIG=$TKM_FIXTURES/triton-cache/triton-3.6.0-cuda-sm90-inductor-block.tar.gz
 BASE=$TKM_REGISTRY/e2e-agent-store-$RANDOM
 D=$(agent_image "$BASE/vadd" "$FX")
 DB=$(agent_image "$BASE/big" "$BIG")
-call() { # SOCKET JSON...
-  local sock=$1
-  shift
-  R=$(printf '%s\n' "$@" | /usr/bin/python3 "$CLIENT" "$DESC" "$sock" 2>&1) || fail "grpcio client: $R"
-}
-field() { jq -r "$1" <<<"$R"; }
 mat() { # POD VOL CACHE
   printf '{"m":"Materialize","ns":"%s","pod":"%s","uid":"0f8e7d6c-1111-4222-8333-%012d","vol":"%s","attrs":{"cacheName":"%s"},"timeout":60}' "$NS" "$1" "$RANDOM" "$2" "$3"
 }
@@ -70,17 +61,17 @@ agent_start h200 h200 "$NH" "$NS"
 SA=$E2E_TMP/a100/run/agent.sock SH=$E2E_TMP/h200/run/agent.sock
 
 wait_jp 60 "A100 judges 'lie' compatible by its label" nvidia-a100 tkcns "$NA" "$NS" '{.status.caches.lie.compatibleGPUs[0].gpuType}'
-call "$SA" "$(mat p1 v-lie lie)"
-assert_eq "$(field .code)" FAILED_PRECONDITION "the lying label is refused at extraction"
-assert_contains "$(field .details)" "LabelMismatch: label mismatch: the image config's cache.triton.image/summary label says [cuda 80 warp 32], but the 4 kernels in the layer are built for [cuda 90 warp 32]" "the reason names both"
+agent_call "$SA" "$(mat p1 v-lie lie)"
+assert_eq "$(agent_field .code)" FAILED_PRECONDITION "the lying label is refused at extraction"
+assert_contains "$(agent_field .details)" "LabelMismatch: label mismatch: the image config's cache.triton.image/summary label says [cuda 80 warp 32], but the 4 kernels in the layer are built for [cuda 90 warp 32]" "the reason names both"
 wait_for 30 "node status: LabelMismatch" bash -c "kubectl get tkcns $NA -n $NS -o jsonpath='{.status.caches.lie.error}' | grep -q '^LabelMismatch: label mismatch'"
 wait_for 10 "the entry is removed from the store" bash -c "[[ -z \$(ls '$E2E_TMP/a100/store/sha256' 2>/dev/null) ]]"
 
 wait_jp 60 "H200 judges 'evil' by its label" nvidia-h200 tkcns "$NH" "$NS" '{.status.caches.evil.compatibleGPUs[0].gpuType}'
-call "$SH" "$(mat p2 v-evil evil)"
-assert_eq "$(field .code)" INTERNAL "the malicious layer is refused"
-assert_contains "$(field .details)" "ExtractFailed" "named as an extraction failure"
-assert_contains "$(field .details)" ".." "the reason names the bad path"
+agent_call "$SH" "$(mat p2 v-evil evil)"
+assert_eq "$(agent_field .code)" INTERNAL "the malicious layer is refused"
+assert_contains "$(agent_field .details)" "ExtractFailed" "named as an extraction failure"
+assert_contains "$(agent_field .details)" ".." "the reason names the bad path"
 [[ ! -e $E2E_TMP/h200/escaped && ! -e $E2E_TMP/escaped && ! -e $E2E_TMP/h200/store/escaped ]] || fail "a file escaped the store"
 assert_eq "" "$(partial "$E2E_TMP/h200/store")$(ls "$E2E_TMP/h200/store/sha256" 2>/dev/null)" "nothing of it in the store"
 kill -0 "${AGENT_PID[h200]}" || fail "the agent died"
@@ -96,9 +87,9 @@ agent_node "$NF"
 agent_start full h200 "$NF" "$NS" --store-dir "$E2E_TMP/small/store"
 SF=$E2E_TMP/full/run/agent.sock
 wait_jp 60 "judged" nvidia-h200 tkcns "$NF" "$NS" '{.status.caches.vadd.compatibleGPUs[0].gpuType}'
-call "$SF" "$(mat p3 v-full vadd)"
-assert_eq "$(field .code)" INTERNAL "disk full is an error"
-assert_contains "$(field .details)" "DiskFull" "named DiskFull"
+agent_call "$SF" "$(mat p3 v-full vadd)"
+assert_eq "$(agent_field .code)" INTERNAL "disk full is an error"
+assert_contains "$(agent_field .details)" "DiskFull" "named DiskFull"
 assert_eq "" "$(partial "$E2E_TMP/small/store")$(ls "$E2E_TMP/small/store/sha256" 2>/dev/null)" "no partial cache in the store"
 assert_eq "" "$(ls "$E2E_TMP/small/store/staging" 2>/dev/null)" "staging cleaned"
 kill -0 "${AGENT_PID[full]}" || fail "the agent died"
@@ -122,10 +113,10 @@ done
 agent_start kill h200 "$NK" "$NS"
 wait_for 60 "ready after the kills" bash -c "printf '%s\n' '{\"m\":\"Status\"}' | /usr/bin/python3 '$CLIENT' '$DESC' '$SK' 2>/dev/null | grep -q '\"ready\": true'"
 assert_eq "" "$(ls -A "$E2E_TMP/kill/store/staging" 2>/dev/null)" "staging purged on start"
-call "$SK" "$(mat p4 v-kill big)"
-assert_eq "$(field .code)" OK "materialized after the kills: $(field .details)"
+agent_call "$SK" "$(mat p4 v-kill big)"
+assert_eq "$(agent_field .code)" OK "materialized after the kills: $(agent_field .details)"
 mkdir big && tar -xzf "$BIG" -C big
-diff -r big/tcache-inductor "$(field .resp.store_path)" >/dev/null || fail "the store's files differ from the fixture"
+diff -r big/tcache-inductor "$(agent_field .resp.store_path)" >/dev/null || fail "the store's files differ from the fixture"
 pass "the complete cache, identical to the fixture"
 
 step "SIGTERM during a pull and extraction: cancelled, nothing partial, exit 0"
@@ -148,15 +139,15 @@ for delay in 0.1 0.3; do
 done
 
 step "kill -9 right after a reference was written (SQLite)"
-call "$SK" "$(mat p5 v-sql big)"
-assert_eq "$(field .code)" OK "second volume"
+agent_call "$SK" "$(mat p5 v-sql big)"
+assert_eq "$(agent_field .code)" OK "second volume"
 kill -KILL "${AGENT_PID[kill]}"
 wait "${AGENT_PID[kill]}" 2>/dev/null || true
 AGENT_PID[kill]=
 agent_start kill h200 "$NK" "$NS"
 wait_for 60 "ready again" bash -c "printf '%s\n' '{\"m\":\"Status\"}' | /usr/bin/python3 '$CLIENT' '$DESC' '$SK' 2>/dev/null | grep -q '\"ready\": true'"
 wait_jp 30 "both references survived" "v-kill v-sql" tkcns "$NK" "$NS" '{.status.caches.big.pods[*].volumeId}'
-call "$SK" '{"m":"Release","vol":"v-sql"}' '{"m":"Release","vol":"v-kill"}'
+agent_call "$SK" '{"m":"Release","vol":"v-sql"}' '{"m":"Release","vol":"v-kill"}'
 assert_eq "$(jq -rs 'map(.code) | join(" ")' <<<"$R")" "OK OK" "released after the restart"
 agent_stop kill
 for a in a100 h200 full kill term; do

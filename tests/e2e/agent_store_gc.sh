@@ -5,9 +5,6 @@
 # fit beside the ones in use and evicts unused ones, least recently used first.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/agent.inc"
-DESC=$TKM_BUILD_DIR/agent/proto-tkm_agent_proto/agent.desc
-CLIENT=$TKM_SOURCE_DIR/tests/e2e/agent_rpc_client.py
-[[ -s $DESC ]] || fail "missing $DESC (build first)"
 e2e_crds
 agent_ns
 cd "$E2E_TMP"
@@ -21,12 +18,6 @@ mkdir trim && tar -xzf "$FXD/triton-3.6.0-cuda-sm90.tar.gz" -C trim
 rm -rf "trim/tcache/$(cd trim/tcache && du -sb -- * | sort -n | tail -1 | cut -f2)"
 tar -czf trim.tar.gz -C trim tcache
 DT=$(agent_image "$BASE/trim" trim.tar.gz)
-call() {
-  local sock=$1
-  shift
-  R=$(printf '%s\n' "$@" | /usr/bin/python3 "$CLIENT" "$DESC" "$sock" 2>&1) || fail "grpcio client: $R"
-}
-field() { jq -r "$1" <<<"$R"; }
 mat() { # POD VOL CACHE
   printf '{"m":"Materialize","ns":"%s","pod":"%s","uid":"0f8e7d6c-1111-4222-8333-%012d","vol":"%s","attrs":{"cacheName":"%s"},"timeout":60}' "$NS" "$1" "$RANDOM" "$2" "$3"
 }
@@ -71,32 +62,32 @@ agent_start gc h200 "$N2" "$NS" --gc-grace 3s --store-budget 1000000
 SG=$E2E_TMP/gc/run/agent.sock
 wait_jp 60 "judged" nvidia-h200 tkcns "$N2" "$NS" '{.status.caches.small.compatibleGPUs[0].gpuType}'
 wait_jp 60 "judged" nvidia-h200 tkcns "$N2" "$NS" '{.status.caches.vadd.compatibleGPUs[0].gpuType}'
-call "$SG" "$(mat p1 v1 small)"
-assert_eq "$(field .code)" OK "small materialized"
+agent_call "$SG" "$(mat p1 v1 small)"
+assert_eq "$(agent_field .code)" OK "small materialized"
 sleep 5
 assert_eq 1 "$(entries "$E2E_TMP/gc/store")" "a referenced entry stays past the grace period"
-call "$SG" '{"m":"Release","vol":"v1"}'
+agent_call "$SG" '{"m":"Release","vol":"v1"}'
 wait_jp 30 "released small removed after 3 s" false tkcns "$N2" "$NS" '{.status.caches.small.extracted}'
 assert_eq 0 "$(entries "$E2E_TMP/gc/store")" "the store is empty"
 
 step "disk budget (1000000 bytes)"
-call "$SG" "$(mat p2 v2 big)"
-assert_eq "$(field .code)" RESOURCE_EXHAUSTED "a 4.7 MB cache does not fit a 1 MB budget"
-assert_contains "$(field .details)" "StoreBudgetExceeded" "named"
-call "$SG" "$(mat p3 v3 vadd)"
-assert_eq "$(field .code)" OK "vadd (758102 bytes) fits"
-call "$SG" "$(mat p4 v4 small)"
-assert_eq "$(field .code)" OK "small fits beside it"
-call "$SG" '{"m":"Release","vol":"v3"}'
-assert_eq "$(field .code)" OK "vadd released (within its grace period)"
+agent_call "$SG" "$(mat p2 v2 big)"
+assert_eq "$(agent_field .code)" RESOURCE_EXHAUSTED "a 4.7 MB cache does not fit a 1 MB budget"
+assert_contains "$(agent_field .details)" "StoreBudgetExceeded" "named"
+agent_call "$SG" "$(mat p3 v3 vadd)"
+assert_eq "$(agent_field .code)" OK "vadd (758102 bytes) fits"
+agent_call "$SG" "$(mat p4 v4 small)"
+assert_eq "$(agent_field .code)" OK "small fits beside it"
+agent_call "$SG" '{"m":"Release","vol":"v3"}'
+assert_eq "$(agent_field .code)" OK "vadd released (within its grace period)"
 assert_eq 2 "$(entries "$E2E_TMP/gc/store")" "vadd (unused, in grace) and small (in use) kept"
 agent_stop gc
 agent_start gc h200 "$N2" "$NS" --gc-grace 1h --store-budget 1000000
 wait_for 60 "ready" bash -c "printf '%s\n' '{\"m\":\"Status\"}' | /usr/bin/python3 '$CLIENT' '$DESC' '$SG' 2>/dev/null | grep -q '\"ready\": true'"
 cache_create tkc "$NS" trim "$BASE/trim:v1" "$DT" "$P"
 wait_jp 60 "trim judged" nvidia-h200 tkcns "$N2" "$NS" '{.status.caches.trim.compatibleGPUs[0].gpuType}'
-call "$SG" "$(mat p5 v5 trim)"
-assert_eq "$(field .code)" OK "trim fits once the unused vadd is evicted: $(field .details)"
+agent_call "$SG" "$(mat p5 v5 trim)"
+assert_eq "$(agent_field .code)" OK "trim fits once the unused vadd is evicted: $(agent_field .details)"
 wait_jp 30 "vadd evicted (least recently used, unreferenced)" false tkcns "$N2" "$NS" '{.status.caches.vadd.extracted}'
 assert_eq "true true" "$(jp tkcns "$N2" "$NS" '{.status.caches.small.extracted} {.status.caches.trim.extracted}')" "the referenced ones stay"
 agent_stop gc

@@ -12,9 +12,6 @@
 #     refused on the H200, with the reason).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/agent.inc"
-DESC=$TKM_BUILD_DIR/agent/proto-tkm_agent_proto/agent.desc
-CLIENT=$TKM_SOURCE_DIR/tests/e2e/agent_rpc_client.py
-[[ -s $DESC ]] || fail "missing $DESC (build first)"
 e2e_crds
 agent_ns
 cd "$E2E_TMP"
