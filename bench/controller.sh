@@ -220,6 +220,7 @@ run_side() { # SIDE
   if kill -0 "$pid" 2>/dev/null; then
     read -r R[$s.rss] R[$s.hwm] < <(bench_rss "$pid")
     read -r R[$s.anon] R[$s.file] < <(bench_rss_split "$pid")
+    cp "/proc/$pid/smaps" "$work/$s.smaps" 2>/dev/null || true # per-mapping RSS, kept with KEEP=1
   else
     R[$s.rss]=- R[$s.hwm]=- R[$s.anon]=- R[$s.file]=-
     echo "$s: the controller exited during the run (log in $work)" >&2
