@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdarg.h>
 #include <string.h>
 #include <time.h>
 
@@ -29,27 +30,34 @@
 
 #include "ctrl-int.h"
 
+/* A failure to remember until its retry: why is "Reason\0message" (owned,
+ * NULL when none). */
 struct fail {
     int rc;
-    char reason[48];
-    char msg[768];
-    uint64_t retry_at;
     unsigned n;
+    uint64_t retry_at;
+    char *why;
 };
 
+/* An Event to emit once the status write that carries its transition is
+ * answered: exists only between the two (msg owned). */
 struct pending_event {
-    const char *type, *reason;
-    char msg[600];
+    const char *type, *reason; /* static strings */
+    char *msg;
 };
 
+/* The reconciler's memory of one cache: ~400 bytes, plus strings sized to
+ * their content; what only one step or one registry operation needs is
+ * allocated for it and freed when it is over. */
 struct ctrl_cache {
     struct ctrl *c;
     struct ctrl_cidx *cidx;
-    char qkey[600];
-    int cluster;
+    char *qkey;            /* owned: "c:ns/name\0ns" ("c:/name\0" for the cluster kind) */
+    const char *name, *ns; /* borrowed: into qkey's block */
+    char *uid;             /* owned, NULL before the first view */
     uint64_t t0;
-    char uid[80];
-    char name[256], ns[128];
+    int cluster;
+    int rr_state; /* 0 none, 1 re-resolved (annotation to remove), 2 removed */
     /* credentials from imagePullSecrets */
     char *auth;
     size_t auth_len;
@@ -63,34 +71,33 @@ struct ctrl_cache {
     char pin[CTRL_DIGEST_MAX];
     char *want_image;
     struct fail pin_f;
-    int rr_state; /* 0 none, 1 re-resolved (annotation to remove), 2 removed */
-    /* verification */
-    char ver_key[256], want_key[256];
-    int ver_done, ver_usable, ver_mode;
+    /* verification: ver_key ("pin|generation|config rv") is what the result
+     * in ver_why was computed for; want_key, pol_desc (quoted in the result's
+     * message up to 255 bytes, as always) and policy_fp exist while a
+     * verification is under way */
+    char *ver_key, *want_key;
+    char *ver_why; /* owned: "Reason\0message" of the result, or NULL */
+    char *pol_desc;
+    char *policy_fp;
+    int ver_done, ver_usable, ver_mode, ver_retry;
     enum tkm_api_cond_status ver_status;
-    char ver_reason[48];
-    char ver_msg[768];
-    char key_id[64];
-    int ver_retry;
     uint64_t ver_retry_at;
     unsigned ver_n;
-    char policy_fp[72];
-    char pol_desc[256];
-    /* summary */
-    char sum_digest[CTRL_DIGEST_MAX];
+    /* summary: sum_done when the summary step is over for the pin (read, or
+     * nothing to read); cleared when the pin changes */
+    int has_sum, sum_done;
     struct tkm_api_summary sum;
-    int has_sum;
     uint64_t sum_retry_at;
-    /* status */
-    char written_hash[72];
-    char prewrite_hash[72]; /* the informer's status when we wrote: it has not caught up while equal
-                             */
+    /* status: sha256 of the bodies (all zero: none) */
+    uint8_t written_hash[32];
+    uint8_t prewrite_hash[32]; /* the informer's status when we wrote: it has not caught up while
+                                  equal */
+    uint8_t new_hash[32];
     enum tkm_api_cond_status
         conds[4]; /* Verified, Ready, Progressing, Degraded, as last computed */
     uint64_t written_at;
-    uint64_t dirty_since; /* uv_now of the first change not written yet (settling), or 0 */
-    char new_hash[72];
-    struct pending_event ev[3];
+    uint64_t dirty_since;     /* uv_now of the first change not written yet (settling), or 0 */
+    struct pending_event *ev; /* owned: n_ev events, NULL when none */
     int n_ev;
     unsigned patches;
     struct ctrl_reg_op *op; /* the registry operation in flight, or NULL */
@@ -125,35 +132,165 @@ static uint64_t backoff_ms(unsigned n, int retry)
     return d > 300000 ? 300000 : d;
 }
 
+/* A heap string of exactly its length (NULL: out of memory). */
+static char *dupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *dupf(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *p = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (!p)
+        return NULL;
+    va_start(ap, fmt);
+    vsnprintf(p, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return p;
+}
+
+/* "Reason\0message" in one allocation (NULL: out of memory), cut where the
+ * status has always cut them (47 and 767 bytes). */
+#define WHY_REASON_MAX 47
+#define WHY_MSG_MAX    767
+static char *why_make(const char *reason, const char *msg)
+{
+    size_t r = strlen(reason ? reason : ""), m = strlen(msg ? msg : "");
+    r = r > WHY_REASON_MAX ? WHY_REASON_MAX : r;
+    m = m > WHY_MSG_MAX ? WHY_MSG_MAX : m;
+    char *p = malloc(r + m + 2);
+    if (!p)
+        return NULL;
+    memcpy(p, reason ? reason : "", r);
+    p[r] = '\0';
+    memcpy(p + r + 1, msg ? msg : "", m);
+    p[r + 1 + m] = '\0';
+    return p;
+}
+
+static const char *why_reason(const char *why)
+{
+    return why ? why : "";
+}
+
+static const char *why_msg(const char *why)
+{
+    return why ? why + strlen(why) + 1 : "";
+}
+
+/* "sha256:<64 hex>" -> 32 bytes; anything else (a failed hash: "") -> zeros. */
+static void hash_set(uint8_t out[32], const char *s)
+{
+    static const char pre[] = "sha256:";
+    memset(out, 0, 32);
+    if (strncmp(s, pre, sizeof pre - 1) != 0 || strlen(s) != sizeof pre - 1 + 64)
+        return;
+    s += sizeof pre - 1;
+    for (int i = 0; i < 64; i++) {
+        int c = s[i], v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (v < 0) {
+            memset(out, 0, 32);
+            return;
+        }
+        out[i / 2] = (uint8_t)(out[i / 2] | (i % 2 ? v : v << 4));
+    }
+}
+
+/* 32 bytes -> "sha256:<hex>". */
+static void hash_hex(const uint8_t h[32], char out[TKM_OCI_DIGEST_LEN + 1])
+{
+    static const char x[] = "0123456789abcdef";
+    memcpy(out, "sha256:", 7);
+    for (int i = 0; i < 32; i++) {
+        out[7 + 2 * i] = x[h[i] >> 4];
+        out[8 + 2 * i] = x[h[i] & 15];
+    }
+    out[7 + 64] = '\0';
+}
+
+static void events_clear(struct ctrl_cache *cc)
+{
+    for (int i = 0; i < cc->n_ev; i++)
+        free(cc->ev[i].msg);
+    free(cc->ev);
+    cc->ev = NULL;
+    cc->n_ev = 0;
+}
+
+static void ver_flight_clear(struct ctrl_cache *cc)
+{
+    free(cc->want_key);
+    free(cc->pol_desc);
+    free(cc->policy_fp);
+    cc->want_key = cc->pol_desc = cc->policy_fp = NULL;
+}
+
+/* Frees what the memory owns, except qkey. */
+static void cache_strings_free(struct ctrl_cache *cc)
+{
+    free(cc->uid);
+    free(cc->auth);
+    free(cc->pin_image);
+    free(cc->want_image);
+    free(cc->pin_f.why);
+    free(cc->ver_key);
+    free(cc->ver_why);
+    ver_flight_clear(cc);
+    events_clear(cc);
+    ctrl_summary_release(&cc->sum);
+}
+
 void ctrl_cache_free(struct ctrl_cache *cc)
 {
     if (!cc)
         return;
-    free(cc->auth);
-    free(cc->pin_image);
-    free(cc->want_image);
-    ctrl_summary_release(&cc->sum);
+    cache_strings_free(cc);
+    free(cc->qkey);
     free(cc);
+}
+
+/* A new memory for queue key qkey (borrowed). NULL: out of memory. */
+static struct ctrl_cache *cache_new(struct ctrl *c, struct ctrl_cidx *x, const char *qkey)
+{
+    struct ctrl_cache *cc = calloc(1, sizeof *cc);
+    const char *key = qkey + 2, *slash = strchr(key, '/');
+    size_t kl = strlen(qkey), nl = slash ? (size_t)(slash - key) : 0;
+    if (!cc || !(cc->qkey = malloc(kl + 1 + nl + 1))) {
+        free(cc);
+        return NULL;
+    }
+    memcpy(cc->qkey, qkey, kl + 1);
+    memcpy(cc->qkey + kl + 1, key, nl);
+    cc->qkey[kl + 1 + nl] = '\0';
+    cc->name = slash ? cc->qkey + 2 + nl + 1 : cc->qkey + 2;
+    cc->ns = cc->qkey + kl + 1;
+    cc->c = c;
+    cc->cidx = x;
+    cc->cluster = key[0] == '/';
+    cc->creds_gen = -1;
+    cc->creds_fail_gen = -1;
+    return cc;
 }
 
 static void cache_reset(struct ctrl_cache *cc)
 {
     struct ctrl *c = cc->c;
     struct ctrl_cidx *x = cc->cidx;
-    char qkey[sizeof cc->qkey];
+    char *qkey = cc->qkey;
+    const char *name = cc->name, *ns = cc->ns;
     int cluster = cc->cluster;
-    memcpy(qkey, cc->qkey, sizeof qkey);
-    free(cc->auth);
-    free(cc->pin_image);
-    free(cc->want_image);
-    ctrl_summary_release(&cc->sum);
+    uint64_t t0 = cc->t0;
+    cache_strings_free(cc);
     memset(cc, 0, sizeof *cc);
     cc->c = c;
     cc->cidx = x;
+    cc->qkey = qkey;
+    cc->name = name;
+    cc->ns = ns;
     cc->cluster = cluster;
+    cc->t0 = t0;
     cc->creds_gen = -1;
     cc->creds_fail_gen = -1;
-    memcpy(cc->qkey, qkey, sizeof qkey);
 }
 
 static void finish(struct ctrl_cache *cc, int result, uint64_t after_ms)
@@ -161,12 +298,18 @@ static void finish(struct ctrl_cache *cc, int result, uint64_t after_ms)
     ctrl_done(cc->c, cc->qkey, cc->cluster, cc->t0, result, after_ms);
 }
 
+static void fail_clear(struct fail *f)
+{
+    free(f->why);
+    memset(f, 0, sizeof *f);
+}
+
 static void fail_set(struct fail *f, int rc, const char *reason, const char *msg, int retry,
                      uint64_t now)
 {
     f->rc = rc;
-    snprintf(f->reason, sizeof f->reason, "%s", reason);
-    snprintf(f->msg, sizeof f->msg, "%s", msg);
+    free(f->why);
+    f->why = why_make(reason, msg); /* NULL (no memory): reason and message read "" */
     f->retry_at = now + backoff_ms(f->n, retry);
     f->n++;
 }
@@ -177,7 +320,7 @@ static void event(struct ctrl_cache *cc, const char *type, const char *reason, c
                                  .kind = kind_of(cc),
                                  .namespace = cc->cluster ? NULL : cc->ns,
                                  .name = cc->name,
-                                 .uid = cc->uid};
+                                 .uid = cc->uid ? cc->uid : ""};
     if (!cc->c->rec)
         return;
     cc->c->m.events++;
@@ -208,9 +351,10 @@ static int view_load(struct ctrl_cache *cc, struct view *v, struct tkm_err *err)
         return -ENOENT;
     int rc = tkm_api_cache_decode(o->json, o->json_len, &v->cache, err);
     if (rc < 0) {
-        snprintf(cc->name, sizeof cc->name, "%s", o->name);
-        snprintf(cc->ns, sizeof cc->ns, "%s", o->ns);
-        snprintf(cc->uid, sizeof cc->uid, "%s", o->uid);
+        if (!cc->uid || strcmp(cc->uid, o->uid ? o->uid : "") != 0) { /* for the Event */
+            free(cc->uid);
+            cc->uid = strdup(o->uid ? o->uid : "");
+        }
         return rc;
     }
     if ((rc = k8s_obj_parse(o, &v->j, err)) < 0)
@@ -243,7 +387,8 @@ static void fin_done(int rc, json_t *obj, const struct k8s_status *st, void *dat
         return;
     }
     if (!cc->c->stopping && cc->patches == 1) { /* removed: the cache is gone for us */
-        ctrl_state_forget(cc->c->state, cc->uid);
+        if (cc->uid)
+            ctrl_state_forget(cc->c->state, cc->uid);
         finish(cc, K8S_WQ_OK, 0);
         return;
     }
@@ -413,10 +558,12 @@ static void pin_set(struct ctrl_cache *cc, const char *image, const char *digest
         cc->pin_image = strdup(image);
     }
     if (strcmp(cc->pin, digest) != 0 || cc->pin_f.rc) {
+        if (strcmp(cc->pin, digest) != 0)
+            cc->sum_done = 0; /* the summary step is for a pin */
         snprintf(cc->pin, sizeof cc->pin, "%s", digest);
         ctrl_state_pin_put(cc->c->state, cc->uid, image, digest);
     }
-    memset(&cc->pin_f, 0, sizeof cc->pin_f);
+    fail_clear(&cc->pin_f);
 }
 
 static void resolve_done(const struct ctrl_reg_result *r, void *data)
@@ -536,13 +683,15 @@ static int rr_step(struct ctrl_cache *cc, const struct view *v)
 static void ver_set(struct ctrl_cache *cc, int ok, const char *reason, const char *msg, int retry)
 {
     uint64_t now = uv_now(cc->c->loop);
-    snprintf(cc->ver_key, sizeof cc->ver_key, "%s", cc->want_key);
+    free(cc->ver_key);
+    cc->ver_key = cc->want_key; /* the result is for the inputs the step started with */
+    cc->want_key = NULL;
     cc->ver_done = 1;
     cc->ver_status = ok ? TKM_API_COND_TRUE : TKM_API_COND_FALSE;
     cc->ver_usable =
         ok || cc->ver_mode == TKM_SIG_MODE_AUDIT || cc->ver_mode == TKM_SIG_MODE_DISABLED;
-    snprintf(cc->ver_reason, sizeof cc->ver_reason, "%s", reason);
-    snprintf(cc->ver_msg, sizeof cc->ver_msg, "%s", msg);
+    free(cc->ver_why);
+    cc->ver_why = why_make(reason, msg);
     cc->ver_retry = !ok && retry;
     if (ok) {
         cc->ver_n = 0;
@@ -557,8 +706,10 @@ static void verify_done(const struct ctrl_reg_result *r, void *data)
     struct ctrl_cache *cc = data;
     cc->op = NULL;
     struct ctrl_verify_rec rec = {.ok = r->rc == 0};
-    char msg[1100];
+    const char *desc = cc->pol_desc ? cc->pol_desc : "";
+    char *msg = NULL;
     if (r->rc == -ECANCELED) {
+        ver_flight_clear(cc);
         finish(cc, K8S_WQ_OK, 0);
         return;
     }
@@ -566,23 +717,23 @@ static void verify_done(const struct ctrl_reg_result *r, void *data)
     tkm_dbg("controller: %s: signature check of %s: rc %d %s", cc->qkey, cc->pin, r->rc,
             r->rc ? r->reason : "ok");
     if (r->rc == 0) {
-        snprintf(msg, sizeof msg, "%s verified with key %s (%s); %s", cc->pin, r->key_id,
-                 cc->pol_desc, r->message);
-        snprintf(cc->key_id, sizeof cc->key_id, "%s", r->key_id);
+        msg = dupf("%s verified with key %s (%.255s); %s", cc->pin, r->key_id, desc, r->message);
         ver_set(cc, 1, "SignatureVerified", msg, 0);
     } else {
-        snprintf(msg, sizeof msg, "%s%s (policy: %s)", r->message,
+        msg =
+            dupf("%s%s (policy: %.255s)", r->message,
                  cc->ver_mode == TKM_SIG_MODE_AUDIT ? "; Audit mode: nodes may use it anyway" : "",
-                 cc->pol_desc);
+                 desc);
         ver_set(cc, 0, r->reason, msg, r->retry);
     }
-    if (!r->retry || r->rc == 0) {
-        rec.ok = r->rc == 0;
-        snprintf(rec.reason, sizeof rec.reason, "%s", cc->ver_reason);
-        snprintf(rec.message, sizeof rec.message, "%s", cc->ver_msg);
-        snprintf(rec.key_id, sizeof rec.key_id, "%s", cc->key_id);
+    if ((!r->retry || r->rc == 0) && cc->policy_fp) {
+        snprintf(rec.reason, sizeof rec.reason, "%s", why_reason(cc->ver_why));
+        snprintf(rec.message, sizeof rec.message, "%s", why_msg(cc->ver_why));
+        snprintf(rec.key_id, sizeof rec.key_id, "%s", r->rc == 0 ? r->key_id : "");
         ctrl_state_verify_put(cc->c->state, cc->uid, cc->pin, cc->policy_fp, &rec);
     }
+    free(msg);
+    ver_flight_clear(cc);
     step(cc);
 }
 
@@ -592,8 +743,10 @@ static void policy_done(int rc, struct tkm_api_policy *pol, const char *reason,
     struct ctrl_cache *cc = data;
     struct ctrl_verify_rec rec;
     struct tkm_err e2 = {0};
-    char msg[900];
+    char fp[72];
+    char *msg = NULL;
     if (rc == -ECANCELED) {
+        ver_flight_clear(cc);
         finish(cc, K8S_WQ_OK, 0);
         return;
     }
@@ -602,25 +755,28 @@ static void policy_done(int rc, struct tkm_api_policy *pol, const char *reason,
     if (rc < 0) {
         cc->ver_mode = TKM_SIG_MODE_ENFORCE;
         ver_set(cc, 0, reason ? reason : "InvalidPolicy", tkm_err_str(err), 1);
+        ver_flight_clear(cc);
         step(cc);
         return;
     }
     cc->ver_mode = (int)pol->pol.mode;
-    snprintf(cc->pol_desc, sizeof cc->pol_desc, "%s", pol->describe);
     if (pol->pol.mode == TKM_SIG_MODE_DISABLED) {
-        snprintf(msg, sizeof msg, "signature checks are disabled by %s", pol->describe);
+        msg = dupf("signature checks are disabled by %s", pol->describe);
         ver_set(cc, 0, "VerificationDisabled", msg, 0);
         goto next;
     }
-    ctrl_policy_fingerprint(&pol->pol, cc->policy_fp);
-    if (ctrl_state_verify_get(cc->c->state, cc->uid, cc->pin, cc->policy_fp, &rec) == 1) {
+    ctrl_policy_fingerprint(&pol->pol, fp);
+    if (ctrl_state_verify_get(cc->c->state, cc->uid, cc->pin, fp, &rec) == 1) {
         tkm_dbg("controller: %s: verification of %s known from the state", cc->qkey, cc->pin);
-        snprintf(cc->key_id, sizeof cc->key_id, "%s", rec.key_id);
         ver_set(cc, rec.ok, rec.reason, rec.message, 1);
         goto next;
     }
     cc->c->m.registry_ops++;
     tkm_dbg("controller: %s: searching the signature of %s", cc->qkey, cc->pin);
+    free(cc->pol_desc);
+    free(cc->policy_fp);
+    cc->pol_desc = strdup(pol->describe); /* for verify_done: NULL reads "" */
+    cc->policy_fp = strdup(fp);           /* NULL: the result is not stored */
     if (ctrl_reg_verify(cc->c->reg, cc->pin_image, cc->pin, &pol->pol, cc->auth, cc->auth_len,
                         verify_done, cc, &cc->op, &e2) < 0) {
         ver_set(cc, 0, e2.code == -EINVAL ? "InvalidPolicy" : "VerificationError", tkm_err_str(&e2),
@@ -630,8 +786,17 @@ static void policy_done(int rc, struct tkm_api_policy *pol, const char *reason,
     tkm_api_policy_free(pol);
     return;
 next:
+    free(msg);
+    ver_flight_clear(cc);
     tkm_api_policy_free(pol);
     step(cc);
+}
+
+/* The inputs a verification result holds for: "pin|generation|config rv"
+ * (NULL: out of memory). */
+static char *ver_key_of(const struct ctrl_cache *cc, const struct view *v)
+{
+    return dupf("%s|%lld|%s", cc->pin, (long long)v->cache.meta.generation, cc->c->cfg_rv);
 }
 
 static int verify_step(struct ctrl_cache *cc, const struct view *v)
@@ -640,11 +805,14 @@ static int verify_step(struct ctrl_cache *cc, const struct view *v)
     uint64_t now = uv_now(cc->c->loop);
     if (!cc->pin[0] || strcmp(cc->pin_image, v->cache.spec.cache_image) != 0)
         return 0;
-    snprintf(cc->want_key, sizeof cc->want_key, "%s|%lld|%s", cc->pin,
-             (long long)v->cache.meta.generation, cc->c->cfg_rv);
-    if (cc->ver_done && strcmp(cc->ver_key, cc->want_key) == 0 &&
-        !(cc->ver_retry && now >= cc->ver_retry_at))
+    ver_flight_clear(cc);
+    if (!(cc->want_key = ver_key_of(cc, v)))
+        return 0; /* no memory: the status says Verifying, the next round tries again */
+    if (cc->ver_done && cc->ver_key && strcmp(cc->ver_key, cc->want_key) == 0 &&
+        !(cc->ver_retry && now >= cc->ver_retry_at)) {
+        ver_flight_clear(cc);
         return 0;
+    }
     if (tkm_api_policy_resolve(cc->c->c, &v->cache, &cc->c->cfg, cc->c->o.ns, policy_done, cc,
                                &err) < 0) {
         ver_set(cc, 0, "InvalidPolicy", tkm_err_str(&err), 1);
@@ -669,11 +837,11 @@ static void inspect_done(const struct ctrl_reg_result *r, void *data)
         cc->sum = r->summary;
         memset((void *)&r->summary, 0, sizeof r->summary); /* moved out */
         cc->has_sum = 1;
-        snprintf(cc->sum_digest, sizeof cc->sum_digest, "%s", r->digest);
+        cc->sum_done = strcmp(r->digest, cc->pin) == 0;
     } else if (r->rc == -ENOENT || r->rc == -EINVAL || r->rc == -EPROTO) {
         /* not a Triton cache image (no summary label): nothing to show */
         tkm_warn("controller: %s: no summary for %s: %s", cc->qkey, cc->pin, r->message);
-        snprintf(cc->sum_digest, sizeof cc->sum_digest, "%s", cc->pin);
+        cc->sum_done = 1;
     } else {
         cc->sum_retry_at = uv_now(cc->c->loop) + 30000;
     }
@@ -684,14 +852,14 @@ static int summary_step(struct ctrl_cache *cc, const struct view *v)
 {
     const struct tkm_api_cache_status *st = &v->cache.status;
     struct tkm_err err = {0};
-    if (!cc->pin[0] || strcmp(cc->sum_digest, cc->pin) == 0 || !cc->ver_usable)
+    if (!cc->pin[0] || cc->sum_done || !cc->ver_usable)
         return 0;
     if (st->resolved_digest && strcmp(st->resolved_digest, cc->pin) == 0 && st->has_summary) {
         ctrl_summary_release(&cc->sum);
         if (ctrl_summary_copy(&cc->sum, &st->summary) < 0)
             return 0;
         cc->has_sum = 1;
-        snprintf(cc->sum_digest, sizeof cc->sum_digest, "%s", cc->pin);
+        cc->sum_done = 1;
         return 0;
     }
     if (uv_now(cc->c->loop) < cc->sum_retry_at)
@@ -700,7 +868,7 @@ static int summary_step(struct ctrl_cache *cc, const struct view *v)
     tkm_dbg("controller: %s: reading the summary labels of %s", cc->qkey, cc->pin);
     if (ctrl_reg_inspect(cc->c->reg, cc->pin_image, cc->pin, cc->auth, cc->auth_len, inspect_done,
                          cc, &cc->op, &err) < 0) {
-        snprintf(cc->sum_digest, sizeof cc->sum_digest, "%s", cc->pin);
+        cc->sum_done = 1;
         return 0;
     }
     return 1;
@@ -708,19 +876,21 @@ static int summary_step(struct ctrl_cache *cc, const struct view *v)
 
 /* ---- status ------------------------------------------------------------------------------ */
 
-static void verdict_of(struct ctrl_cache *cc, const struct view *v, struct ctrl_verdict *vd)
+/* key: ver_key_of() now (borrowed), NULL when it could not be made. */
+static void verdict_of(struct ctrl_cache *cc, const struct view *v, const char *key,
+                       struct ctrl_verdict *vd)
 {
     const char *image = v->cache.spec.cache_image;
     int pinned = cc->pin[0] && cc->pin_image && strcmp(cc->pin_image, image) == 0;
     memset(vd, 0, sizeof *vd);
     if (cc->pin_f.rc && !pinned) {
         vd->verified = TKM_API_COND_FALSE;
-        vd->reason = cc->pin_f.reason;
-        vd->message = cc->pin_f.msg;
+        vd->reason = why_reason(cc->pin_f.why);
+        vd->message = why_msg(cc->pin_f.why);
         return;
     }
     vd->digest = cc->pin;
-    if (!pinned || !cc->ver_done || strcmp(cc->ver_key, cc->want_key) != 0) {
+    if (!pinned || !cc->ver_done || !cc->ver_key || !key || strcmp(cc->ver_key, key) != 0) {
         vd->verified = TKM_API_COND_UNKNOWN;
         vd->reason = pinned ? "Verifying" : "Resolving";
         vd->message = pinned ? "the signature is being verified" : "the tag is being resolved";
@@ -728,14 +898,15 @@ static void verdict_of(struct ctrl_cache *cc, const struct view *v, struct ctrl_
         return;
     }
     vd->verified = cc->ver_status;
-    vd->reason = cc->ver_reason;
-    vd->message = cc->ver_msg;
+    vd->reason = why_reason(cc->ver_why);
+    vd->message = why_msg(cc->ver_why);
     vd->usable = cc->ver_usable;
 }
 
 static int body_hash(const struct tkm_api_cache_status *st, const struct ctrl_cache *cc,
-                     char out[72])
+                     uint8_t out[32])
 {
+    char hex[TKM_OCI_DIGEST_LEN + 1] = "";
     struct tkm_api_cache_status tmp = *st;
     json_t *body = NULL;
     struct tkm_buf b = TKM_BUF_INIT(1 << 20);
@@ -744,17 +915,23 @@ static int body_hash(const struct tkm_api_cache_status *st, const struct ctrl_ca
     if ((rc = tkm_api_cache_status_apply(&tmp, cc->name, cc->cluster ? NULL : cc->ns, &body,
                                          NULL)) == 0 &&
         (rc = tkm_api_dump(body, &b)) == 0)
-        rc = tkm_oci_digest_bytes(b.data, b.len, out);
+        rc = tkm_oci_digest_bytes(b.data, b.len, hex);
+    hash_set(out, rc == 0 ? hex : "");
     json_decref(body);
     tkm_buf_release(&b);
     return rc;
 }
 
+/* The Events of the transitions from old to st, kept (cc->ev) until the
+ * write is answered. */
+#define EVENT_MSG_MAX 599
 static void plan_events(struct ctrl_cache *cc, const struct tkm_api_cache_status *old,
                         const struct tkm_api_cache_status *st)
 {
     static const char *const types[] = {"Verified", "Ready", "Degraded"};
-    cc->n_ev = 0;
+    struct pending_event ev[3];
+    int n = 0;
+    events_clear(cc);
     for (int i = 0; i < 3; i++) {
         const char *r;
         enum tkm_api_cond_status was =
@@ -766,7 +943,7 @@ static void plan_events(struct ctrl_cache *cc, const struct tkm_api_cache_status
                 nc = &st->conditions[k], now = nc->status;
         if (!nc || was == now)
             continue;
-        struct pending_event *e = &cc->ev[cc->n_ev];
+        struct pending_event *e = &ev[n];
         if (i == 0 && now == TKM_API_COND_TRUE)
             e->type = "Normal", e->reason = "Verified";
         else if (i == 0 && now == TKM_API_COND_FALSE && strcmp(nc->reason, "VerificationDisabled"))
@@ -777,9 +954,20 @@ static void plan_events(struct ctrl_cache *cc, const struct tkm_api_cache_status
             e->type = "Warning", e->reason = "Degraded";
         else
             continue;
-        snprintf(e->msg, sizeof e->msg, "%s: %s", nc->reason, nc->message);
-        cc->n_ev++;
+        if (!(e->msg = dupf("%s: %s", nc->reason, nc->message)))
+            continue; /* no memory: this Event is lost, the status is not */
+        if (strlen(e->msg) > EVENT_MSG_MAX)
+            e->msg[EVENT_MSG_MAX] = '\0';
+        n++;
     }
+    if (n && !(cc->ev = malloc((size_t)n * sizeof *cc->ev))) {
+        while (n--)
+            free(ev[n].msg);
+        return;
+    }
+    if (n)
+        memcpy(cc->ev, ev, (size_t)n * sizeof *cc->ev);
+    cc->n_ev = n;
 }
 
 static uint64_t next_retry(const struct ctrl_cache *cc)
@@ -789,8 +977,7 @@ static uint64_t next_retry(const struct ctrl_cache *cc)
         at = cc->pin_f.retry_at;
     if (cc->ver_done && cc->ver_retry && cc->ver_retry_at < at)
         at = cc->ver_retry_at;
-    if (cc->pin[0] && strcmp(cc->sum_digest, cc->pin) != 0 && cc->sum_retry_at &&
-        cc->sum_retry_at < at)
+    if (cc->pin[0] && !cc->sum_done && cc->sum_retry_at && cc->sum_retry_at < at)
         at = cc->sum_retry_at;
     if (at == UINT64_MAX)
         return 0;
@@ -801,22 +988,24 @@ static void status_done(int rc, json_t *obj, const struct k8s_status *st, void *
 {
     (void)obj;
     struct ctrl_cache *cc = data;
-    char line[512];
+    char line[512], hex[TKM_OCI_DIGEST_LEN + 1];
     if (rc < 0) {
         tkm_warn("controller: %s: status: %s", cc->qkey, k8s_status_str(st, line, sizeof line));
         cc->c->m.errors[cc->cluster]++;
+        events_clear(cc); /* the next write plans them again */
         finish(cc, rc == -ENOENT ? K8S_WQ_OK : K8S_WQ_RETRY, 0);
         return;
     }
-    snprintf(cc->written_hash, sizeof cc->written_hash, "%s", cc->new_hash);
+    memcpy(cc->written_hash, cc->new_hash, sizeof cc->written_hash);
     cc->written_at = uv_now(cc->c->loop);
     cc->dirty_since = 0;
     cc->c->write_wall_ms = ctrl_wall_ms();
     cc->c->writes_since_idle++;
-    ctrl_state_status_put(cc->c->state, cc->uid, cc->new_hash);
+    hash_hex(cc->new_hash, hex);
+    ctrl_state_status_put(cc->c->state, cc->uid, hex);
     for (int i = 0; i < cc->n_ev; i++)
         event(cc, cc->ev[i].type, cc->ev[i].reason, cc->ev[i].msg);
-    cc->n_ev = 0;
+    events_clear(cc);
     uint64_t after = next_retry(cc);
     finish(cc, K8S_WQ_OK, after);
 }
@@ -826,15 +1015,17 @@ static int status_build(struct ctrl_cache *cc, const struct view *v,
 {
     struct ctrl_verdict vd;
     const struct tkm_api_cache_status *old = &v->cache.status;
-    verdict_of(cc, v, &vd);
+    char *key = cc->pin[0] ? ver_key_of(cc, v) : NULL;
+    verdict_of(cc, v, key, &vd);
     tkm_api_now(now, 32);
     int rc = ctrl_agg_build(cc->cidx, &vd, v->cache.meta.generation, old->conditions,
                             old->n_conditions, now, st);
+    free(key);
     if (rc < 0)
         return rc;
     if (vd.digest && vd.digest[0] && !(st->resolved_digest = strdup(vd.digest)))
         return -ENOMEM;
-    if (cc->has_sum && strcmp(cc->sum_digest, cc->pin) == 0) {
+    if (cc->has_sum && cc->sum_done) {
         if (ctrl_summary_copy(&st->summary, &cc->sum) < 0)
             return -ENOMEM;
         st->has_summary = 1;
@@ -845,7 +1036,8 @@ static int status_build(struct ctrl_cache *cc, const struct view *v,
 static void status_step(struct ctrl_cache *cc, const struct view *v)
 {
     struct tkm_api_cache_status st = {0};
-    char now[32], cur_hash[72] = "";
+    char now[32];
+    uint8_t cur_hash[32];
     json_t *body = NULL;
     uint64_t t = uv_now(cc->c->loop);
     int rc = status_build(cc, v, &st, now);
@@ -856,7 +1048,7 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
     if (rc < 0)
         goto fail;
     body_hash(&v->cache.status, cc, cur_hash);
-    if (strcmp(cur_hash, cc->new_hash) == 0) {
+    if (memcmp(cur_hash, cc->new_hash, sizeof cur_hash) == 0) {
         cc->dirty_since = 0;
         tkm_api_cache_status_release(&st);
         finish(cc, K8S_WQ_OK, next_retry(cc)); /* nothing changed: no write */
@@ -868,8 +1060,9 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
         finish(cc, K8S_WQ_OK, wait);
         return;
     }
-    if (cc->written_at && t - cc->written_at < 10000 && strcmp(cur_hash, cc->prewrite_hash) == 0 &&
-        strcmp(cur_hash, cc->written_hash) != 0) {
+    if (cc->written_at && t - cc->written_at < 10000 &&
+        memcmp(cur_hash, cc->prewrite_hash, sizeof cur_hash) == 0 &&
+        memcmp(cur_hash, cc->written_hash, sizeof cur_hash) != 0) {
         /* The informer still shows the status from before our last write: its
          * update event is on the way and queues the cache again. Comparing
          * with (and computing transitions from) the stale status would write
@@ -884,7 +1077,7 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
         return;
     }
     plan_events(cc, &v->cache.status, &st);
-    snprintf(cc->prewrite_hash, sizeof cc->prewrite_hash, "%s", cur_hash);
+    memcpy(cc->prewrite_hash, cur_hash, sizeof cur_hash);
     st.last_updated = strdup(now);
     struct k8s_apply_opts ao = {
         .field_manager = CTRL_FIELD_MANAGER, .force = 1, .subresource = "status"};
@@ -912,16 +1105,17 @@ static void gone(struct ctrl_cache *cc)
 {
     struct ctrl *c = cc->c;
     struct ctrl_cidx *x = cc->cidx;
-    char qkey[sizeof cc->qkey];
+    char *qkey = cc->qkey; /* the queue's key until ctrl_done */
     int kind = cc->cluster;
     uint64_t t0 = cc->t0;
-    snprintf(qkey, sizeof qkey, "%s", cc->qkey);
-    if (cc->uid[0])
+    if (cc->uid && cc->uid[0])
         ctrl_state_forget(c->state, cc->uid);
     x->rec = NULL;
+    cc->qkey = NULL;
     ctrl_cache_free(cc);
     ctrl_nodes_cache_gc(&c->idx, x);
     ctrl_done(c, qkey, kind, t0, K8S_WQ_OK, 0);
+    free(qkey);
 }
 
 static void step(struct ctrl_cache *cc)
@@ -946,13 +1140,18 @@ static void step(struct ctrl_cache *cc)
         finish(cc, K8S_WQ_DROP, 0);
         return;
     }
-    if (strcmp(cc->uid, v.cache.meta.uid ? v.cache.meta.uid : "") != 0) {
-        if (cc->uid[0])
+    const char *uid = v.cache.meta.uid ? v.cache.meta.uid : "";
+    if (!cc->uid || strcmp(cc->uid, uid) != 0) {
+        if (cc->uid && cc->uid[0])
             cache_reset(cc); /* deleted and created again under the same name */
-        snprintf(cc->uid, sizeof cc->uid, "%s", v.cache.meta.uid ? v.cache.meta.uid : "");
+        free(cc->uid);
+        if (!(cc->uid = strdup(uid))) {
+            view_release(&v);
+            finish(cc, K8S_WQ_RETRY, 0);
+            return;
+        }
     }
-    snprintf(cc->name, sizeof cc->name, "%s", v.cache.meta.name);
-    snprintf(cc->ns, sizeof cc->ns, "%s", v.cache.meta.ns ? v.cache.meta.ns : "");
+    /* name and ns are those of the queue key, which is the object's */
     if (v.deletion_ts)
         cleanup(cc, &v);
     else if (!v.has_fin) {
@@ -969,24 +1168,19 @@ void ctrl_reconcile_cache(struct ctrl *c, const char *qkey)
     struct ctrl_cidx *x = ctrl_nodes_cache(&c->idx, qkey + 2, 1);
     struct ctrl_cache *cc = x ? x->rec : NULL;
     int cluster = qkey[2] == '/';
-    if (x && !cc) {
-        cc = calloc(1, sizeof *cc);
-        if (cc) {
-            cc->c = c;
-            cc->cidx = x;
-            cc->cluster = cluster;
-            cc->creds_gen = -1;
-            cc->creds_fail_gen = -1;
-            snprintf(cc->qkey, sizeof cc->qkey, "%s", qkey);
-            x->rec = cc;
-        }
-    }
+    if (x && !cc && (cc = cache_new(c, x, qkey)) != NULL)
+        x->rec = cc;
     if (!cc) {
         ctrl_done(c, qkey, cluster, uv_now(c->loop), K8S_WQ_RETRY, 0);
         return;
     }
     cc->t0 = uv_now(c->loop);
     step(cc);
+}
+
+size_t ctrl_cache_sizeof(void)
+{
+    return sizeof(struct ctrl_cache);
 }
 
 void ctrl_cache_conds(const struct ctrl_cache *cc, enum tkm_api_cond_status out[4])
@@ -998,7 +1192,7 @@ int ctrl_cache_ver_failed(const struct ctrl_cache *cc)
 {
     return cc->conds[0] == TKM_API_COND_FALSE && cc->ver_done &&
            cc->ver_status == TKM_API_COND_FALSE &&
-           strcmp(cc->ver_reason, "VerificationDisabled") != 0;
+           strcmp(why_reason(cc->ver_why), "VerificationDisabled") != 0;
 }
 
 void ctrl_cache_changed(struct ctrl_cache *cc)

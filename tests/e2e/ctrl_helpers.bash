@@ -8,7 +8,8 @@
 #   ctrl_sign REF@DIGEST           cosign sign with $E2E_TMP/cosign.key (no tlog)
 #   ctrl_start NAME [FLAGS...]     start tkm-controller (log $E2E_TMP/NAME.log, pid in
 #                                  CTRL_PID[NAME]); CTRL_NS is its namespace; the state dir is
-#                                  $E2E_TMP/state-${CTRL_STATE:-main} (shared by restarts)
+#                                  $E2E_TMP/state-${CTRL_STATE:-main} (shared by restarts);
+#                                  under valgrind memcheck with TKM_E2E_CTRL_VALGRIND=1
 #   ctrl_kill NAME [SIG]           signal it (default TERM) and wait for it
 #   ctrl_node NAME                 create a Node; prints its uid
 #   ctrl_report NS NODE UID JSON   apply a node status the way tkm-agent does (server-side,
@@ -54,9 +55,17 @@ ctrl_sign() {
 }
 
 ctrl_start() {
-  local name=$1
+  local name=$1 vg=()
   shift
-  "$CTRL_BIN" --kubeconfig "$KUBECONFIG" --namespace "$CTRL_NS" --state-dir "$E2E_TMP/state-${CTRL_STATE:-main}" \
+  # TKM_E2E_CTRL_VALGRIND=1: under memcheck, as e2e_valgrind runs a program (any report fails
+  # the scenario when it exits), but valgrind itself is the process CTRL_PID signals
+  if [[ ${TKM_E2E_CTRL_VALGRIND:-0} == 1 ]]; then
+    mkdir -p "$E2E_TMP/valgrind"
+    vg=(valgrind -q --leak-check=full --show-leak-kinds=definite,indirect
+      --errors-for-leak-kinds=definite,indirect --track-fds=no
+      --suppressions="$TKM_SOURCE_DIR/tests/valgrind.supp" --log-file="$E2E_TMP/valgrind/%p.log")
+  fi
+  "${vg[@]}" "$CTRL_BIN" --kubeconfig "$KUBECONFIG" --namespace "$CTRL_NS" --state-dir "$E2E_TMP/state-${CTRL_STATE:-main}" \
     --metrics-bind-address 0 --health-probe-bind-address 0 --cleanup-timeout 3 \
     --node-gc-grace 1 --registry-timeout 3 -v 1 "$@" >>"$E2E_TMP/$name.log" 2>&1 &
   CTRL_PID[$name]=$!

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sqlite3.h>
+
 #include "test.h"
 #include "ctrl-int.h"
 
@@ -343,6 +345,33 @@ TEST(state_persists_across_reopen)
     ctrl_state_close(s);
 }
 
+TEST(state_memory_stays_small_with_1000_caches)
+{
+    /* The page cache is capped (64 KiB) and not allocated in bulk: 1000
+     * caches' pins, verifications and status hashes (about 200 pages) cost
+     * SQLite ~80 KB of heap, not the ~280 KB of its defaults here. */
+    struct ctrl_state *s = NULL;
+    struct tkm_err err = {0};
+    char uid[64], d[CTRL_DIGEST_MAX];
+    struct ctrl_verify_rec r = {.ok = 1, .reason = "SignatureVerified", .key_id = "sha256:ab12"};
+    snprintf(r.message, sizeof r.message, "%s verified with key sha256:ab12 (spec.signaturePolicy)",
+             DA);
+    ASSERT_EQ(ctrl_state_open(tkm_test_tmpdir(), &s, &err), 0);
+    for (int i = 0; i < 1000; i++) {
+        snprintf(uid, sizeof uid, "%08d-1111-2222-3333-444444444444", i);
+        ASSERT_EQ(ctrl_state_pin_put(s, uid, "127.0.0.1:5000/bench/cache:sm90", DA), 0);
+        ASSERT_EQ(ctrl_state_verify_put(s, uid, DA, "fp1", &r), 0);
+        ASSERT_EQ(ctrl_state_status_put(s, uid, DB), 0);
+    }
+    for (int i = 0; i < 1000; i += 7) { /* still all there */
+        snprintf(uid, sizeof uid, "%08d-1111-2222-3333-444444444444", i);
+        ASSERT_EQ(ctrl_state_pin_get(s, uid, "127.0.0.1:5000/bench/cache:sm90", d), 1);
+        ASSERT_STREQ(d, DA);
+    }
+    ASSERT(sqlite3_memory_used() < 128 * 1024);
+    ctrl_state_close(s);
+}
+
 TEST(state_bad_dir_is_a_clear_error)
 {
     struct ctrl_state *s = NULL;
@@ -518,4 +547,12 @@ TEST(settle_waits_for_quiet_entries_up_to_the_max_delay)
     dirty = 0;
     ASSERT_EQ(ctrl_settle_wait(&o, 20000, &dirty, 20001), 0);
     ASSERT_EQ(dirty, 0);
+}
+
+TEST(cache_memory_is_small)
+{
+    /* The reconciler's fixed memory per cache: strings are sized to their
+     * content and allocated while needed (was 6 KiB of fixed arrays: 6 MB at
+     * 1000 caches). */
+    ASSERT(ctrl_cache_sizeof() <= 512);
 }
