@@ -522,7 +522,8 @@ int k8s__item_decode(const char *p, size_t n, struct k8s_watch_event *ev, json_t
 
 /* ---- raw decoding (no tree) --------------------------------------------- */
 
-#define RAW_STR_MAX (1024u * 1024u)
+/* metadata strings; an event is at most max_event_bytes (8 MiB by default) */
+#define RAW_STR_MAX (64u * 1024u * 1024u)
 
 void k8s__rawdec_init(struct k8s__rawdec *d)
 {

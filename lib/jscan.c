@@ -21,6 +21,11 @@ struct key_ref {
     size_t off, len;
 };
 
+/* Objects with more names than this are checked for duplicates by sorting
+ * their names when they close (O(k log k)) instead of comparing each new
+ * name with the previous ones (O(k^2)): a ConfigMap may have thousands. */
+#define LINEAR_KEYS 32u
+
 struct v {
     const char *p;
     size_t n, i;
@@ -326,7 +331,8 @@ static int v_key(struct v *v, size_t first)
         return rc;
     size_t len = s->dec.len - off, nk = s->keys.len / sizeof(struct key_ref);
     const struct key_ref *k = (const struct key_ref *)(void *)s->keys.data;
-    for (size_t j = first; j < nk; j++) {
+    /* past LINEAR_KEYS names the object is checked once, sorted, when it closes */
+    for (size_t j = first; nk - first <= LINEAR_KEYS && j < nk; j++) {
         if (k[j].len == len && memcmp(s->dec.data + k[j].off, s->dec.data + off, len) == 0) {
             v->i = at;
             return bad(v, "duplicate object key");
@@ -346,6 +352,29 @@ static void keys_truncate(struct tkm_buf *b, size_t len)
         b->len = len;
         b->data[len] = '\0';
     }
+}
+
+static int ref_cmp(const void *a, const void *b, void *base)
+{
+    const struct key_ref *x = a, *y = b;
+    if (x->len != y->len)
+        return x->len < y->len ? -1 : 1;
+    return memcmp((const char *)base + x->off, (const char *)base + y->off, x->len);
+}
+
+/* The names of a large object that closed at v->i: any two equal? */
+static int big_object_dups(struct v *v, size_t first)
+{
+    struct tkm_jscan *s = v->s;
+    struct key_ref *k = (struct key_ref *)(void *)s->keys.data + first;
+    size_t nk = s->keys.len / sizeof(struct key_ref) - first;
+    if (nk <= LINEAR_KEYS)
+        return 0;
+    qsort_r(k, nk, sizeof *k, ref_cmp, s->dec.data);
+    for (size_t j = 1; j < nk; j++)
+        if (ref_cmp(&k[j - 1], &k[j], s->dec.data) == 0)
+            return bad(v, "duplicate object key");
+    return 0;
 }
 
 static int v_object(struct v *v)
@@ -375,6 +404,7 @@ static int v_object(struct v *v)
             break;
         v->i = tkm_jscan_ws(v->p, v->n, v->i);
         if (v->i < v->n && v->p[v->i] == '}') {
+            rc = big_object_dups(v, first);
             v->i++;
             break;
         }

@@ -269,6 +269,31 @@ TEST_TIMEOUT(one_byte_mutations_agree_with_jansson, 120)
     free(m);
 }
 
+/* Objects past the linear duplicate check: sorted at close. */
+TEST(many_keys_duplicates_found_by_sorting)
+{
+    struct tkm_buf b;
+    tkm_buf_init(&b, 1u << 20);
+    for (int dup = 0; dup < 3; dup++) {
+        tkm_buf_reset(&b);
+        ASSERT_OK(tkm_buf_puts(&b, "{\"type\":\"ADDED\",\"object\":{\"data\":{"));
+        for (int i = 0; i < 5000; i++)
+            ASSERT_OK(tkm_buf_printf(&b, "%s\"k%d\":%d", i ? "," : "", i, i));
+        if (dup == 1)
+            ASSERT_OK(tkm_buf_puts(&b, ",\"k4321\":0"));
+        if (dup == 2)
+            ASSERT_OK(tkm_buf_puts(&b, ",\"k\\u0031\":0")); /* "k1", escaped */
+        ASSERT_OK(tkm_buf_puts(&b, "}}}"));
+        ASSERT(same_verdict(b.data, b.len));
+        ASSERT(same_event(b.data, b.len));
+        struct tkm_err err = {0};
+        ASSERT_EQ(tkm_jscan_validate(NULL, b.data, b.len, "t", &err), dup ? -EPROTO : 0);
+        if (dup)
+            ASSERT_STRCONTAINS(err.msg, "duplicate object key");
+    }
+    tkm_buf_release(&b);
+}
+
 TEST(jscan_readers)
 {
     const char *s = "{\"a\\u0062\":[1,\"x\"],\"c\":{\"d\":\"\\u00e9\"}, \"e\" : true }";
