@@ -547,14 +547,24 @@ static int raw_meta(struct k8s__rawdec *d, const char *p, size_t n, size_t obj,
 {
     static const char *const keys[4] = {"namespace", "name", "resourceVersion", "uid"};
     size_t at[4];
-    struct tkm_jscan_member md, m;
-    int has_md = tkm_jscan_member(p, n, obj, "metadata", &md);
+    struct tkm_jscan_member md, m, found[4] = {{0}};
+    size_t pos;
+    /* one pass over metadata (managedFields may be most of it) */
+    if (tkm_jscan_member(p, n, obj, "metadata", &md) && p[md.val] == '{') {
+        pos = md.val;
+        while (tkm_jscan_next(p, n, &pos, &m))
+            for (size_t k = 0; k < 4; k++)
+                if (!found[k].val_len && tkm_jscan_key_is(p, &m, keys[k])) {
+                    found[k] = m;
+                    break;
+                }
+    }
     tkm_buf_reset(&d->str);
     for (size_t k = 0; k < 4; k++) {
         at[k] = d->str.len;
         int rc = 0;
-        if (has_md && tkm_jscan_member(p, n, md.val, keys[k], &m) && p[m.val] == '"')
-            rc = tkm_jscan_str(p, m.val, m.val_len, &d->str);
+        if (found[k].val_len && p[found[k].val] == '"')
+            rc = tkm_jscan_str(p, found[k].val, found[k].val_len, &d->str);
         else
             rc = tkm_buf_putc(&d->str, '\0');
         if (rc < 0)
