@@ -215,7 +215,7 @@ static int dec_cb(const char *p, size_t n, void *data)
         return 0;
     }
     if (ev.type != K8S_WATCH_BOOKMARK && ev.type != K8S_WATCH_ERROR &&
-        (k8s__obj_new(&ev, &o) < 0 || k8s__store_put_take(&d->store, o, NULL) < 0))
+        (k8s__obj_new(&ev, 0, &o) < 0 || k8s__store_put_take(&d->store, o, NULL) < 0))
         d->bad++;
     json_decref(root);
     d->events++;

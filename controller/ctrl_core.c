@@ -416,7 +416,9 @@ int ctrl_start(struct ctrl *c, struct tkm_err *err)
                                                 .on_error = inf_error}};
     int rc;
     for (int i = 0; i < 2; i++) {
-        struct k8s_informer_opts io = {.watch = {.res = cres[i]}, .handler = ch[i], .data = c};
+        /* nothing here reads managedFields (changes are patches, never a PUT) */
+        struct k8s_informer_opts io = {
+            .watch = {.res = cres[i]}, .handler = ch[i], .data = c, .strip_managed_fields = 1};
         if ((rc = k8s_informer_start(c->c, &io, &c->inf[i], err)) < 0)
             return rc;
     }
@@ -428,7 +430,8 @@ int ctrl_start(struct ctrl *c, struct tkm_err *err)
                     .on_delete = cfg_delete,
                     .on_synced = synced,
                     .on_error = inf_error},
-        .data = c};
+        .data = c,
+        .strip_managed_fields = 1};
     if ((rc = k8s_informer_start(c->c, &co, &c->inf[2], err)) < 0)
         return rc;
     static const struct k8s_watch_handler wh = {.list_begin = w_list_begin,
@@ -438,7 +441,8 @@ int ctrl_start(struct ctrl *c, struct tkm_err *err)
                                                 .error = w_error};
     const struct k8s_resource *wres[3] = {&tkm_api_res_tkcns, &tkm_api_res_tkcnsc, &k8s_res_nodes};
     for (int i = 0; i < 3; i++) {
-        struct k8s_watch_opts wo = {.res = wres[i], .metadata_only = i == 2};
+        /* w_apply reads raw, type, ns, name and uid only: no tree */
+        struct k8s_watch_opts wo = {.res = wres[i], .metadata_only = i == 2, .raw_only = 1};
         if ((rc = k8s_watch_start(c->c, &wo, &wh, &c->wctx[i], &c->w[i], err)) < 0)
             return rc;
     }

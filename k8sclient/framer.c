@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "watch-int.h"
@@ -517,6 +518,149 @@ int k8s__item_decode(const char *p, size_t n, struct k8s_watch_event *ev, json_t
     ev->raw_len = n;
     fill_meta(ev, *root);
     return 0;
+}
+
+/* ---- raw decoding (no tree) --------------------------------------------- */
+
+/* metadata strings; an event is at most max_event_bytes (8 MiB by default) */
+#define RAW_STR_MAX (64u * 1024u * 1024u)
+
+void k8s__rawdec_init(struct k8s__rawdec *d)
+{
+    tkm_jscan_init(&d->js);
+    tkm_buf_init(&d->str, RAW_STR_MAX);
+}
+
+void k8s__rawdec_release(struct k8s__rawdec *d)
+{
+    if (!d)
+        return;
+    tkm_jscan_release(&d->js);
+    tkm_buf_release(&d->str);
+}
+
+/* Reads object.metadata's strings into d->str; ev's pointers are set at the
+ * end (d->str may move while it grows). A member that is not a string reads
+ * as "", as with json_string_value(). */
+static int raw_meta(struct k8s__rawdec *d, const char *p, size_t n, size_t obj,
+                    struct k8s_watch_event *ev, struct tkm_err *err)
+{
+    static const char *const keys[4] = {"namespace", "name", "resourceVersion", "uid"};
+    size_t at[4];
+    struct tkm_jscan_member md, m, found[4] = {{0}};
+    size_t pos;
+    /* one pass over metadata (managedFields may be most of it) */
+    if (tkm_jscan_member(p, n, obj, "metadata", &md) && p[md.val] == '{') {
+        pos = md.val;
+        while (tkm_jscan_next(p, n, &pos, &m))
+            for (size_t k = 0; k < 4; k++)
+                if (!found[k].val_len && tkm_jscan_key_is(p, &m, keys[k])) {
+                    found[k] = m;
+                    break;
+                }
+    }
+    tkm_buf_reset(&d->str);
+    for (size_t k = 0; k < 4; k++) {
+        at[k] = d->str.len;
+        int rc = 0;
+        if (found[k].val_len && p[found[k].val] == '"')
+            rc = tkm_jscan_str(p, found[k].val, found[k].val_len, &d->str);
+        else
+            rc = tkm_buf_putc(&d->str, '\0');
+        if (rc < 0)
+            return tkm_err_set(err, rc == -E2BIG ? -EPROTO : rc,
+                               "object metadata: %s cannot be stored (%s)", keys[k], strerror(-rc));
+    }
+    ev->ns = d->str.data + at[0];
+    ev->name = d->str.data + at[1];
+    ev->resource_version = d->str.data + at[2];
+    ev->uid = d->str.data + at[3];
+    return 0;
+}
+
+int k8s__event_decode_raw(struct k8s__rawdec *d, const char *p, size_t n,
+                          struct k8s_watch_event *ev, json_t **root, struct tkm_err *err)
+{
+    struct tkm_jscan_member t, o;
+    memset(ev, 0, sizeof *ev);
+    *root = NULL;
+    int rc = tkm_jscan_validate(&d->js, p, n, "watch event", err);
+    if (rc < 0)
+        return rc;
+    size_t s = tkm_jscan_ws(p, n, 0);
+    if (p[s] != '{')
+        return tkm_err_set(err, -EPROTO, "watch event is not a JSON object");
+    if (!tkm_jscan_member(p, n, s, "type", &t) || p[t.val] != '"')
+        return tkm_err_set(err, -EPROTO, "watch event has no \"type\" string");
+    tkm_buf_reset(&d->str);
+    if (tkm_jscan_str(p, t.val, t.val_len, &d->str) < 0 ||
+        decode_type(d->str.data, &ev->type) < 0) {
+        int tl = t.val_len - 2 < 40 ? (int)(t.val_len - 2) : 40;
+        return tkm_err_set(err, -EPROTO, "watch event has unknown type \"%.*s\"", tl,
+                           p + t.val + 1);
+    }
+    if (ev->type == K8S_WATCH_BOOKMARK || ev->type == K8S_WATCH_ERROR)
+        return k8s__event_decode(p, n, ev, root, err);
+    if (!tkm_jscan_member(p, n, s, "object", &o) || p[o.val] != '{')
+        return tkm_err_set(err, -EPROTO, "watch event %s has no \"object\" object",
+                           k8s_watch_type_str(ev->type));
+    enum k8s_watch_type ty = ev->type;
+    if ((rc = raw_meta(d, p, n, o.val, ev, err)) < 0)
+        return rc;
+    ev->type = ty;
+    ev->raw = p + o.val;
+    ev->raw_len = o.val_len;
+    return 0;
+}
+
+int k8s__item_decode_raw(struct k8s__rawdec *d, const char *p, size_t n, struct k8s_watch_event *ev,
+                         struct tkm_err *err)
+{
+    memset(ev, 0, sizeof *ev);
+    int rc = tkm_jscan_validate(&d->js, p, n, "list item", err);
+    if (rc < 0)
+        return rc;
+    size_t s = tkm_jscan_ws(p, n, 0);
+    if (p[s] != '{')
+        return tkm_err_set(err, -EPROTO, "list item is not a JSON object");
+    if ((rc = raw_meta(d, p, n, s, ev, err)) < 0)
+        return rc;
+    ev->type = K8S_WATCH_ADDED;
+    ev->raw = p;
+    ev->raw_len = n;
+    return 0;
+}
+
+void k8s__managed_fields_span(const char *p, size_t n, size_t *cut, size_t *cut_len)
+{
+    struct tkm_jscan_member md, m, prev = {0};
+    size_t s = tkm_jscan_ws(p, n, 0), pos;
+    int have_prev = 0;
+    *cut = *cut_len = 0;
+    if (!tkm_jscan_member(p, n, s, "metadata", &md) || p[md.val] != '{')
+        return;
+    pos = md.val;
+    while (tkm_jscan_next(p, n, &pos, &m)) {
+        if (!tkm_jscan_key_is(p, &m, "managedFields")) {
+            prev = m;
+            have_prev = 1;
+            continue;
+        }
+        size_t end = m.val + m.val_len;
+        if (have_prev) {
+            /* ,"managedFields":[...] after the previous member's value */
+            *cut = prev.val + prev.val_len;
+            *cut_len = end - *cut;
+        } else {
+            /* first member: "managedFields":[...] and the comma after it */
+            size_t after = tkm_jscan_ws(p, n, end);
+            if (after < n && p[after] == ',')
+                end = tkm_jscan_ws(p, n, after + 1);
+            *cut = m.key;
+            *cut_len = end - m.key;
+        }
+        return;
+    }
 }
 
 /* ---- backoff ------------------------------------------------------------- */

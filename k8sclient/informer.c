@@ -22,6 +22,7 @@ struct k8s_informer {
     struct k8s__store store, fresh;
     int synced, in_list;
     uint64_t resync_ms;
+    int strip_mf; /* strip metadata.managedFields from stored objects */
     uv_timer_t resync;
     int stopping, pending; /* pending: uv handle + watch still to close */
     void (*closed_cb)(void *data);
@@ -62,7 +63,7 @@ static int on_list_item(const struct k8s_watch_event *ev, void *data)
 {
     struct k8s_informer *inf = data;
     struct k8s_obj *o = NULL;
-    int rc = k8s__obj_new(ev, &o);
+    int rc = k8s__obj_new(ev, inf->strip_mf, &o);
     if (rc == -EINVAL) {
         tkm_warn("informer: list item without metadata.name ignored");
         return 0;
@@ -123,7 +124,7 @@ static int on_event(const struct k8s_watch_event *ev, void *data)
 {
     struct k8s_informer *inf = data;
     struct k8s_obj *o = NULL;
-    int rc = k8s__obj_new(ev, &o);
+    int rc = k8s__obj_new(ev, inf->strip_mf, &o);
     if (rc == -EINVAL) {
         tkm_warn("informer: %s event without metadata.name ignored", k8s_watch_type_str(ev->type));
         return 0;
@@ -168,6 +169,7 @@ int k8s_informer_start(struct k8s_client *c, const struct k8s_informer_opts *opt
     inf->h = opts->handler;
     inf->data = opts->data;
     inf->resync_ms = opts->resync_ms;
+    inf->strip_mf = opts->strip_managed_fields;
     k8s__store_init(&inf->store);
     k8s__store_init(&inf->fresh);
     static const struct k8s_watch_handler wh = {
@@ -178,7 +180,10 @@ int k8s_informer_start(struct k8s_client *c, const struct k8s_informer_opts *opt
         .event = on_event,
         .error = on_watch_error,
     };
-    int rc = k8s_watch_start(c, &opts->watch, &wh, inf, &inf->w, err);
+    /* The handlers store raw bytes and metadata only: no tree needed. */
+    struct k8s_watch_opts wo = opts->watch;
+    wo.raw_only = 1;
+    int rc = k8s_watch_start(c, &wo, &wh, inf, &inf->w, err);
     if (rc < 0) {
         free(inf);
         return rc;

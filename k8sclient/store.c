@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "informer-int.h"
+#include "watch-int.h"
 
 static char *put_str(char **p, const char *s, size_t n)
 {
@@ -21,7 +22,16 @@ static char *put_str(char **p, const char *s, size_t n)
 int k8s__obj_make(const char *ns, const char *name, const char *rv, const char *uid,
                   const char *raw, size_t raw_len, struct k8s_obj **out)
 {
+    return k8s__obj_make_cut(ns, name, rv, uid, raw, raw_len, 0, 0, out);
+}
+
+int k8s__obj_make_cut(const char *ns, const char *name, const char *rv, const char *uid,
+                      const char *raw, size_t raw_len, size_t cut, size_t cut_len,
+                      struct k8s_obj **out)
+{
     *out = NULL;
+    if (cut > raw_len || cut_len > raw_len - cut)
+        return -EINVAL;
     ns = ns ? ns : "";
     rv = rv ? rv : "";
     uid = uid ? uid : "";
@@ -30,7 +40,7 @@ int k8s__obj_make(const char *ns, const char *name, const char *rv, const char *
     size_t lns = strlen(ns), lname = strlen(name), lrv = strlen(rv), luid = strlen(uid);
     size_t lkey = lns ? lns + 1 + lname : 0; /* cluster-scoped: key is name */
     size_t total = sizeof(struct k8s_obj) + (lkey ? lkey + 1 : 0) + lns + 1 + lname + 1 + lrv + 1 +
-                   luid + 1 + raw_len + 1;
+                   luid + 1 + raw_len - cut_len + 1;
     struct k8s_obj *o = malloc(total);
     if (!o)
         return -ENOMEM;
@@ -50,16 +60,23 @@ int k8s__obj_make(const char *ns, const char *name, const char *rv, const char *
         o->key = o->name;
     o->resource_version = put_str(&p, rv, lrv);
     o->uid = put_str(&p, uid, luid);
-    o->json = put_str(&p, raw, raw_len);
-    o->json_len = raw_len;
+    /* the JSON text less [cut, cut + cut_len) */
+    memcpy(p, raw, cut);
+    memcpy(p + cut, raw + cut + cut_len, raw_len - cut - cut_len);
+    p[raw_len - cut_len] = '\0';
+    o->json = p;
+    o->json_len = raw_len - cut_len;
     *out = o;
     return 0;
 }
 
-int k8s__obj_new(const struct k8s_watch_event *ev, struct k8s_obj **out)
+int k8s__obj_new(const struct k8s_watch_event *ev, int strip_managed_fields, struct k8s_obj **out)
 {
-    return k8s__obj_make(ev->ns, ev->name, ev->resource_version, ev->uid, ev->raw, ev->raw_len,
-                         out);
+    size_t cut = 0, cut_len = 0;
+    if (strip_managed_fields)
+        k8s__managed_fields_span(ev->raw, ev->raw_len, &cut, &cut_len);
+    return k8s__obj_make_cut(ev->ns, ev->name, ev->resource_version, ev->uid, ev->raw, ev->raw_len,
+                             cut, cut_len, out);
 }
 
 size_t k8s__obj_size(const struct k8s_obj *o)

@@ -28,6 +28,7 @@
 
 #include <tkm/buf.h>
 #include <tkm/err.h>
+#include <tkm/jscan.h>
 #include <k8s/watch.h>
 
 enum k8s__frame_mode { K8S__FRAME_STREAM = 0, K8S__FRAME_LIST };
@@ -85,6 +86,34 @@ int k8s__event_decode(const char *p, size_t n, struct k8s_watch_event *ev, json_
                       struct tkm_err *err);
 int k8s__item_decode(const char *p, size_t n, struct k8s_watch_event *ev, json_t **root,
                      struct tkm_err *err);
+
+/*
+ * Raw decoding (k8s_watch_opts.raw_only): no jansson tree. The object is
+ * validated with tkm_jscan (the same grammar jansson accepts, duplicate keys
+ * refused), then type, the object's span and metadata name, namespace,
+ * resourceVersion and uid are read from the bytes; the strings are unescaped
+ * into d->str, valid until the next decode with d. ev->object is NULL and
+ * *root stays NULL, except for BOOKMARK and ERROR events: those are small and
+ * rare, and are decoded by k8s__event_decode (their reader wants the tree:
+ * annotations, Status code/reason/message), so *root is then owned as there.
+ * Errors as k8s__event_decode / k8s__item_decode: -EPROTO (or -ENOMEM) with
+ * err saying what is wrong.
+ */
+struct k8s__rawdec {
+    struct tkm_jscan js;
+    struct tkm_buf str; /* the unescaped metadata strings of the last event */
+};
+void k8s__rawdec_init(struct k8s__rawdec *d);
+void k8s__rawdec_release(struct k8s__rawdec *d);
+int k8s__event_decode_raw(struct k8s__rawdec *d, const char *p, size_t n,
+                          struct k8s_watch_event *ev, json_t **root, struct tkm_err *err);
+int k8s__item_decode_raw(struct k8s__rawdec *d, const char *p, size_t n, struct k8s_watch_event *ev,
+                         struct tkm_err *err);
+
+/* The span [*cut, *cut + *cut_len) of p[0..n) (a validated JSON object) to
+ * drop to remove metadata.managedFields with its separating comma; 0 and
+ * *cut_len 0 when there is none. */
+void k8s__managed_fields_span(const char *p, size_t n, size_t *cut, size_t *cut_len);
 
 /* Finds the value of top-level member `key` in the JSON object text p[0..n)
  * (already validated): off and len get its span. 0, or -ENOENT. */

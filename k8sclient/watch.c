@@ -43,6 +43,7 @@ struct k8s_watch {
     struct k8s_req *req; /* in flight, or NULL */
     int req_is_list;
     struct k8s__framer fr;
+    struct k8s__rawdec rd; /* raw_only: the decoder's scratch, reused */
     int list_begun;
     int got_410;
     int stream_rc;
@@ -101,6 +102,7 @@ static void maybe_free(struct k8s_watch *w)
     void (*cb)(void *) = w->closed_cb;
     void *d = w->closed_data;
     k8s__framer_release(&w->fr);
+    k8s__rawdec_release(&w->rd);
     free(w->ns);
     free(w->label);
     free(w->field);
@@ -194,7 +196,8 @@ static int list_item_cb(const char *p, size_t n, void *data)
     json_t *root = NULL;
     if (dead(w))
         return 1;
-    int rc = k8s__item_decode(p, n, &ev, &root, &w->stream_err);
+    int rc = w->o.raw_only ? k8s__item_decode_raw(&w->rd, p, n, &ev, &w->stream_err)
+                           : k8s__item_decode(p, n, &ev, &root, &w->stream_err);
     if (rc < 0) {
         w->stream_rc = rc;
         return 1;
@@ -356,7 +359,8 @@ static int event_cb(const char *p, size_t n, void *data)
     json_t *root = NULL;
     if (dead(w))
         return 1;
-    int rc = k8s__event_decode(p, n, &ev, &root, &w->stream_err);
+    int rc = w->o.raw_only ? k8s__event_decode_raw(&w->rd, p, n, &ev, &root, &w->stream_err)
+                           : k8s__event_decode(p, n, &ev, &root, &w->stream_err);
     if (rc < 0) {
         w->stream_rc = rc;
         return 1;
@@ -636,6 +640,7 @@ int k8s_watch_start(struct k8s_client *c, const struct k8s_watch_opts *opts,
     k8s__backoff_init(&w->bo, w->o.backoff_initial_ms, w->o.backoff_max_ms, w->o.backoff_reset_ms,
                       w->rng);
     k8s__framer_init(&w->fr, K8S__FRAME_LIST, w->o.max_event_bytes);
+    k8s__rawdec_init(&w->rd);
     if (opts->start_resource_version) {
         const char *srv = opts->start_resource_version;
         w->watch_rv0 = !*srv || strcmp(srv, "0") == 0;

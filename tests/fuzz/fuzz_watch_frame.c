@@ -7,6 +7,9 @@
  * object is decoded (as an event or a list item). Checks: no crash, no leak,
  * every emitted object lies within the bytes fed and within the size cap,
  * and the same stream fed in one piece emits the same number of objects.
+ * Every object is also decoded without a tree (raw_only): both decoders must
+ * accept and refuse the same objects and read the same type, span and
+ * metadata strings.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -21,6 +24,33 @@ struct ctx {
     int list;
     size_t n;
 };
+
+static int same(const char *a, const char *b)
+{
+    return strcmp(a, b) == 0;
+}
+
+/* The raw decoder on the same object: same verdict, same fields. */
+static void check_raw(int list, const char *p, size_t n, int rc, const struct k8s_watch_event *ev)
+{
+    struct k8s__rawdec d;
+    struct k8s_watch_event r;
+    json_t *root = NULL;
+    k8s__rawdec_init(&d);
+    int rrc = list ? k8s__item_decode_raw(&d, p, n, &r, NULL)
+                   : k8s__event_decode_raw(&d, p, n, &r, &root, NULL);
+    if ((rc == 0) != (rrc == 0))
+        abort();
+    if (rc == 0 && (r.type != ev->type || r.raw != ev->raw || r.raw_len != ev->raw_len ||
+                    !same(r.ns, ev->ns) || !same(r.name, ev->name) ||
+                    !same(r.resource_version, ev->resource_version) || !same(r.uid, ev->uid)))
+        abort();
+    if (rc == 0 &&
+        (r.type == K8S_WATCH_ERROR || r.type == K8S_WATCH_BOOKMARK) != (r.object != NULL))
+        abort();
+    json_decref(root);
+    k8s__rawdec_release(&d);
+}
 
 static int on_obj(const char *p, size_t n, void *data)
 {
@@ -37,9 +67,12 @@ static int on_obj(const char *p, size_t n, void *data)
             abort();
         if (ev.raw < p || ev.raw + ev.raw_len > p + n)
             abort();
+        check_raw(c->list, p, n, rc, &ev);
         json_decref(root);
     } else if (root) {
         abort();
+    } else {
+        check_raw(c->list, p, n, rc, &ev);
     }
     return 0;
 }

@@ -7,7 +7,8 @@
  * allocation (struct k8s_obj). No jansson tree is kept: a parsed tree costs
  * tens of bytes per JSON value, the raw bytes cost one. Callers that need
  * fields parse the bytes on demand with k8s_obj_parse() (or keep a compact
- * struct of their own, filled from the callbacks). With metadata_only the
+ * struct of their own, filled from the callbacks). The watch runs with
+ * raw_only (k8s/watch.h): no tree is built while listing or watching either. With metadata_only the
  * server sends PartialObjectMetadata (for Nodes: a fraction of the size).
  *
  * Semantics (client-go's shared informer, minus the sharing):
@@ -82,6 +83,10 @@ struct k8s_informer_opts {
     struct k8s_informer_handler handler; /* copied */
     void *data;                          /* passed to every callback */
     uint64_t resync_ms;                  /* 0 = never */
+    /* 1: store objects without metadata.managedFields (client-go's
+     * TransformStripManagedFields): for a small custom resource it is most
+     * of the bytes. Only for callers that never read managedFields. */
+    int strip_managed_fields;
 };
 
 /* Starts list+watch on c's loop. c must outlive the informer; opts are

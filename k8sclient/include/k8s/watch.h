@@ -67,7 +67,8 @@ const char *k8s_watch_type_str(enum k8s_watch_type t);
  * One decoded event (or one list item, type ADDED). Everything is borrowed
  * and valid only until the callback returns.
  *   object        the parsed object (duplicate keys rejected); json_incref()
- *                 it to keep it
+ *                 it to keep it. NULL for ADDED/MODIFIED/DELETED events and
+ *                 list items when the watch runs with raw_only
  *   raw, raw_len  the object's exact JSON bytes as the server sent them (not
  *                 NUL-terminated): what an informer stores
  *   ns, name, resource_version, uid
@@ -119,6 +120,13 @@ struct k8s_watch_opts {
     /* 1: lists and watches ask for PartialObjectMetadata (metadata only),
      * e.g. for Nodes: objects are then small. */
     int metadata_only;
+    /* 1: the handler reads only raw, raw_len, type, ns, name,
+     * resource_version and uid: events and list items are validated and
+     * read without building a jansson tree (ev->object is NULL; the strings
+     * stay valid until the callback returns). BOOKMARK and ERROR events
+     * still come with their object. Malformed input is refused as without
+     * it (same grammar, duplicate keys included). */
+    int raw_only;
     size_t max_event_bytes; /* one event / list item; default 8 MiB */
     unsigned timeout_min_s; /* watch timeoutSeconds range; default 300..600 */
     unsigned timeout_max_s;

@@ -36,6 +36,7 @@
 
 #include <tkm/buf.h>
 #include <tkm/err.h>
+#include <tkm/jscan.h>
 #include <k8s/client.h>
 
 #define TKM_API_GROUP         "tkm.io"
@@ -257,6 +258,57 @@ int tkm_api_nodestatus_decode(const char *json, size_t len, struct tkm_api_nodes
                               struct tkm_err *err);
 void tkm_api_nodestatus_release(struct tkm_api_nodestatus *n);
 void tkm_api_node_status_release(struct tkm_api_node_status *st);
+
+/*
+ * Streaming decoder of a node status for readers that keep a few fields per
+ * cache (tkm-controller's index): no jansson tree, nothing allocated per
+ * entry. It validates the whole object as tkm_api_nodestatus_decode() does
+ * (JSON syntax and duplicate keys with tkm_jscan, kind, apiVersion,
+ * metadata, every status field's type and limits: 64 GPUs, 512 caches, 64
+ * groups and ids, 1024 pods) and refuses exactly what that decoder refuses,
+ * with the same messages; only then does it call entry() once per
+ * status.caches member, in the object's order (NOT sorted by name).
+ *
+ * s: caller-owned scratch (tkm_api_nsscan_init / _release), reused from one
+ * call to the next; head and entry strings live in it and are borrowed:
+ * head's until the next call with s, an entry's until entry() returns.
+ * entry() returning non-zero stops the scan, which returns that value. On
+ * failure (-EPROTO, -ENOMEM, with err) entry() is never called.
+ */
+struct tkm_api_nsscan {
+    struct tkm_jscan js;
+    struct tkm_buf head, str;
+};
+void tkm_api_nsscan_init(struct tkm_api_nsscan *s);
+void tkm_api_nsscan_release(struct tkm_api_nsscan *s);
+
+struct tkm_api_nsscan_head {
+    int cluster; /* as tkm_api_nodestatus.cluster */
+    /* metadata; NULL when absent (ns for the cluster kind) */
+    const char *name, *ns, *uid, *resource_version;
+    const char *node_name; /* status.nodeName or NULL */
+    size_t n_caches;
+};
+
+/* One status.caches entry: what tkm_api_node_cache has, less the lists. */
+struct tkm_api_nsscan_entry {
+    const char *name;   /* the member name (never NULL) */
+    const char *digest; /* NULL when absent */
+    int verified, extracted;
+    size_t n_compatible, n_incompatible, n_pods;
+    const char *error; /* NULL when absent */
+    /* incompatibleGPUs[0].reason / .message; NULL when absent */
+    const char *incompatible_reason, *incompatible_message;
+};
+
+typedef int (*tkm_api_nsscan_cb)(const struct tkm_api_nsscan_head *h,
+                                 const struct tkm_api_nsscan_entry *e, void *data);
+
+/* 0 (or entry()'s non-zero value), -EPROTO or -ENOMEM with err. head may be
+ * NULL; it is filled before the first entry() call. */
+int tkm_api_nodestatus_scan(struct tkm_api_nsscan *s, const char *json, size_t len,
+                            struct tkm_api_nsscan_head *head, tkm_api_nsscan_cb entry, void *data,
+                            struct tkm_err *err);
 
 /* The server-side-apply body of a node's status, named after the node
  * (st->node_name, required) and owned by the Node object (node_uid,

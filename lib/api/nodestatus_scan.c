@@ -1,0 +1,466 @@
+/*
+ * nodestatus_scan.c - a node status read without a jansson tree (see
+ * tkm_api_nodestatus_scan() in tkm/api/v1alpha1.h).
+ *
+ * tkm_jscan validates the text (grammar, duplicate keys), then the checks of
+ * nodestatus.c and json.c are applied to spans: each object is walked once,
+ * picking the members it has a rule for. Pass 1 checks everything (so a bad
+ * object never reaches the callback); pass 2 reads the entries again and
+ * calls back. Strings are unescaped into the caller's scratch buffers.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api-int.h"
+
+#define KIND         "TritonKernelCacheNodeStatus"
+#define KIND_CLUSTER "TritonKernelCacheNodeStatusCluster"
+#define STR_MAX      (16u * 1024u * 1024u)
+
+enum jt { J_ABSENT = 0, J_NULL, J_OBJ, J_ARR, J_STR, J_INT, J_REAL, J_BOOL };
+
+/* One member picked out of an object. */
+struct fld {
+    enum jt t;
+    size_t off, len;
+};
+
+void tkm_api_nsscan_init(struct tkm_api_nsscan *s)
+{
+    tkm_jscan_init(&s->js);
+    tkm_buf_init(&s->head, STR_MAX);
+    tkm_buf_init(&s->str, STR_MAX);
+}
+
+void tkm_api_nsscan_release(struct tkm_api_nsscan *s)
+{
+    if (!s)
+        return;
+    tkm_jscan_release(&s->js);
+    tkm_buf_release(&s->head);
+    tkm_buf_release(&s->str);
+}
+
+static enum jt jtype(const char *p, size_t off, size_t len)
+{
+    switch (p[off]) {
+    case '{':
+        return J_OBJ;
+    case '[':
+        return J_ARR;
+    case '"':
+        return J_STR;
+    case 't':
+    case 'f':
+        return J_BOOL;
+    case 'n':
+        return J_NULL;
+    default:
+        for (size_t i = off; i < off + len; i++)
+            if (p[i] == '.' || p[i] == 'e' || p[i] == 'E')
+                return J_REAL;
+        return J_INT;
+    }
+}
+
+/* As json.c's type_name(). */
+static const char *jt_name(enum jt t)
+{
+    static const char *const names[] = {"null",
+                                        "null",
+                                        "an object",
+                                        "a list",
+                                        "a string",
+                                        "an integer",
+                                        "a number with a fraction",
+                                        "a boolean"};
+    return names[t];
+}
+
+/* Picks the members of the object at off named in keys[0..nk) into out. */
+static void pick(const char *p, size_t n, size_t off, const char *const *keys, size_t nk,
+                 struct fld *out)
+{
+    struct tkm_jscan_member m;
+    size_t pos = off;
+    memset(out, 0, nk * sizeof *out);
+    while (tkm_jscan_next(p, n, &pos, &m)) {
+        for (size_t k = 0; k < nk; k++) {
+            if (out[k].t == J_ABSENT && tkm_jscan_key_is(p, &m, keys[k])) {
+                out[k] = (struct fld){jtype(p, m.val, m.val_len), m.val, m.val_len};
+                break;
+            }
+        }
+    }
+}
+
+/* null counts as absent, as json.c's get(). */
+static int present(const struct fld *f)
+{
+    return f->t != J_ABSENT && f->t != J_NULL;
+}
+
+static int want(const struct fld *f, enum jt t, const char *path, const char *key,
+                struct tkm_err *err)
+{
+    static const char *const want_names[] = {"",         "",           "an object", "a list",
+                                             "a string", "an integer", "",          "a boolean"};
+    if (!present(f) || f->t == t)
+        return 0;
+    return tkm_err_set(err, -EPROTO, "%s%s%s: expected %s, got %s", path, *path ? "." : "", key,
+                       want_names[t], jt_name(f->t));
+}
+
+/* An integer member within [min, max] (json.c's tkm__api_int). */
+static int want_int(const char *p, const struct fld *f, const char *path, const char *key,
+                    int64_t min, int64_t max, int64_t *out, struct tkm_err *err)
+{
+    int rc = want(f, J_INT, path, key, err);
+    *out = 0;
+    if (rc || !present(f))
+        return rc;
+    /* validated: fits int64 */
+    size_t i = f->off;
+    int neg = p[i] == '-';
+    uint64_t u = 0;
+    for (i += (size_t)neg; i < f->off + f->len; i++)
+        u = u * 10 + (uint64_t)(p[i] - '0');
+    int64_t v = neg ? (int64_t)(0 - u) : (int64_t)u;
+    if (v < min || v > max)
+        return tkm_err_set(err, -EPROTO, "%s%s%s: %lld is out of range [%lld, %lld]", path,
+                           *path ? "." : "", key, (long long)v, (long long)min, (long long)max);
+    *out = v;
+    return 0;
+}
+
+/* A list member of at most max entries (json.c's tkm__api_arr). */
+static int want_arr(const char *p, size_t n, const struct fld *f, const char *path, const char *key,
+                    size_t max, size_t *count, struct tkm_err *err)
+{
+    struct tkm_jscan_member m;
+    size_t pos = f->off, c = 0;
+    int rc = want(f, J_ARR, path, key, err);
+    *count = 0;
+    if (rc || !present(f))
+        return rc;
+    while (tkm_jscan_next(p, n, &pos, &m))
+        c++;
+    if (c > max)
+        return tkm_err_set(err, -EPROTO, "%s%s%s: %zu entries, more than the %zu allowed", path,
+                           *path ? "." : "", key, c, max);
+    *count = c;
+    return 0;
+}
+
+/* Appends the string member (or nothing) to b; *at gets its offset or
+ * SIZE_MAX when absent. */
+static int str_to(const char *p, const struct fld *f, struct tkm_buf *b, size_t *at,
+                  struct tkm_err *err)
+{
+    *at = SIZE_MAX;
+    if (!present(f))
+        return 0;
+    *at = b->len;
+    int rc = tkm_jscan_str(p, f->off, f->len, b);
+    return rc < 0 ? tkm_err_set(err, rc == -E2BIG ? -EPROTO : rc, "strings too long") : 0;
+}
+
+static const char *at_or_null(const struct tkm_buf *b, size_t at)
+{
+    return at == SIZE_MAX ? NULL : b->data + at;
+}
+
+/* ---- checks -------------------------------------------------------------------------- */
+
+static int gpu_check(const char *p, size_t n, size_t off, const char *path, struct tkm_err *err)
+{
+    static const char *const keys[] = {"id",
+                                       "warpSize",
+                                       "memoryBytes",
+                                       "migMode",
+                                       "gpuType",
+                                       "vendor",
+                                       "productName",
+                                       "arch",
+                                       "computeCapability",
+                                       "driverVersion",
+                                       "cudaDriverVersion",
+                                       "rocmVersion",
+                                       "uuid",
+                                       "pciBusId"};
+    struct fld f[14];
+    int64_t v;
+    int rc;
+    if (jtype(p, off, 1) != J_OBJ)
+        return tkm_err_set(err, -EPROTO, "%s: expected an object", path);
+    pick(p, n, off, keys, 14, f);
+    if ((rc = want_int(p, &f[0], path, "id", INT32_MIN, INT32_MAX, &v, err)) ||
+        (rc = want_int(p, &f[1], path, "warpSize", INT32_MIN, INT32_MAX, &v, err)) ||
+        (rc = want_int(p, &f[2], path, "memoryBytes", 0, INT64_MAX, &v, err)) ||
+        (rc = want(&f[3], J_BOOL, path, "migMode", err)))
+        return rc;
+    for (size_t k = 4; k < 14; k++)
+        if ((rc = want(&f[k], J_STR, path, keys[k], err)))
+            return rc;
+    if (f[0].t == J_ABSENT) /* "id": null counts as there, as in gpu_decode() */
+        return tkm_err_set(err, -EPROTO, "%s.id: missing", path);
+    return 0;
+}
+
+/* compatibleGPUs / incompatibleGPUs; the first group's reason and message
+ * go to b (offsets in at[0..1]) when with_reason. */
+static int groups_check(const char *p, size_t n, const struct fld *f, const char *path,
+                        const char *key, int with_reason, size_t *count, struct tkm_buf *b,
+                        size_t at[2], struct tkm_err *err)
+{
+    static const char *const keys[] = {"ids", "gpuType", "reason", "message"};
+    struct tkm_jscan_member m, id;
+    struct fld g[4];
+    char gp[512], ip[560];
+    size_t pos = f->off, i = 0, nids;
+    int rc = want_arr(p, n, f, path, key, 64, count, err);
+    at[0] = at[1] = SIZE_MAX;
+    if (rc || !*count)
+        return rc;
+    for (; tkm_jscan_next(p, n, &pos, &m); i++) {
+        snprintf(gp, sizeof gp, "%s.%s[%zu]", path, key, i);
+        if (jtype(p, m.val, m.val_len) != J_OBJ)
+            return tkm_err_set(err, -EPROTO, "%s: expected an object", gp);
+        pick(p, n, m.val, keys, 4, g);
+        if ((rc = want_arr(p, n, &g[0], gp, "ids", 64, &nids, err)) ||
+            (rc = want(&g[1], J_STR, gp, "gpuType", err)) ||
+            (with_reason && (rc = want(&g[2], J_STR, gp, "reason", err))) ||
+            (with_reason && (rc = want(&g[3], J_STR, gp, "message", err))))
+            return rc;
+        size_t ipos = g[0].off, k = 0;
+        for (; nids && tkm_jscan_next(p, n, &ipos, &id); k++) {
+            struct fld x = {jtype(p, id.val, id.val_len), id.val, id.val_len};
+            int64_t v = -1;
+            if (x.t == J_INT)
+                want_int(p, &x, "", "", INT64_MIN, INT64_MAX, &v, NULL);
+            snprintf(ip, sizeof ip, "%s.ids[%zu]", gp, k);
+            if (x.t != J_INT || v < 0 || v > INT32_MAX)
+                return tkm_err_set(err, -EPROTO, "%s: expected a GPU id (an integer >= 0)", ip);
+        }
+        if (i == 0 && with_reason && b &&
+            ((rc = str_to(p, &g[2], b, &at[0], err)) || (rc = str_to(p, &g[3], b, &at[1], err))))
+            return rc;
+    }
+    return 0;
+}
+
+static int pods_check(const char *p, size_t n, const struct fld *f, const char *path, size_t *count,
+                      struct tkm_err *err)
+{
+    static const char *const keys[] = {"namespace", "name", "uid", "volumeId"};
+    struct tkm_jscan_member m;
+    struct fld g[4];
+    char pp[512];
+    size_t pos = f->off, i = 0;
+    int rc = want_arr(p, n, f, path, "pods", 1024, count, err);
+    if (rc || !*count)
+        return rc;
+    for (; tkm_jscan_next(p, n, &pos, &m); i++) {
+        snprintf(pp, sizeof pp, "%s.pods[%zu]", path, i);
+        if (jtype(p, m.val, m.val_len) != J_OBJ)
+            return tkm_err_set(err, -EPROTO, "%s: expected an object", pp);
+        pick(p, n, m.val, keys, 4, g);
+        for (size_t k = 0; k < 4; k++)
+            if ((rc = want(&g[k], J_STR, pp, keys[k], err)))
+                return rc;
+    }
+    return 0;
+}
+
+/* One status.caches member: checked, and read into e (strings in b, which
+ * is reset first). */
+static int entry_read(const char *p, size_t n, const struct tkm_jscan_member *m, struct tkm_buf *b,
+                      struct tkm_api_nsscan_entry *e, struct tkm_err *err)
+{
+    static const char *const keys[] = {"digest",         "verified",         "extracted",
+                                       "compatibleGPUs", "incompatibleGPUs", "pods",
+                                       "error",          "lastUpdated"};
+    struct fld f[8];
+    char path[400];
+    size_t at_name, at_digest, at_error, at_why[2], dummy[2];
+    int rc;
+    memset(e, 0, sizeof *e);
+    tkm_buf_reset(b);
+    at_name = 0;
+    if ((rc = tkm_jscan_str(p, m->key, m->key_len, b)) < 0)
+        return tkm_err_set(err, rc == -E2BIG ? -EPROTO : rc, "status.caches: name too long");
+    snprintf(path, sizeof path, "status.caches[\"%.300s\"]", b->data);
+    if (jtype(p, m->val, m->val_len) != J_OBJ)
+        return tkm_err_set(err, -EPROTO, "%s: expected an object", path);
+    pick(p, n, m->val, keys, 8, f);
+    if ((rc = want(&f[0], J_STR, path, "digest", err)) ||
+        (rc = want(&f[1], J_BOOL, path, "verified", err)) ||
+        (rc = want(&f[2], J_BOOL, path, "extracted", err)) ||
+        (rc = groups_check(p, n, &f[3], path, "compatibleGPUs", 0, &e->n_compatible, NULL, dummy,
+                           err)) ||
+        (rc = groups_check(p, n, &f[4], path, "incompatibleGPUs", 1, &e->n_incompatible, b, at_why,
+                           err)) ||
+        (rc = pods_check(p, n, &f[5], path, &e->n_pods, err)) ||
+        (rc = want(&f[6], J_STR, path, "error", err)) ||
+        (rc = want(&f[7], J_STR, path, "lastUpdated", err)) ||
+        (rc = str_to(p, &f[0], b, &at_digest, err)) || (rc = str_to(p, &f[6], b, &at_error, err)))
+        return rc;
+    e->verified = present(&f[1]) && p[f[1].off] == 't';
+    e->extracted = present(&f[2]) && p[f[2].off] == 't';
+    e->name = b->data + at_name;
+    e->digest = at_or_null(b, at_digest);
+    e->error = at_or_null(b, at_error);
+    e->incompatible_reason = at_or_null(b, at_why[0]);
+    e->incompatible_message = at_or_null(b, at_why[1]);
+    return 0;
+}
+
+/* Offsets in s->head of the head's strings (SIZE_MAX: absent): pointers
+ * are taken once nothing more is appended (the buffer may move). */
+struct hoff {
+    size_t at[5]; /* name, ns, uid, resourceVersion, nodeName */
+};
+
+static void head_set(const struct tkm_buf *b, const struct hoff *o, struct tkm_api_nsscan_head *h)
+{
+    h->name = at_or_null(b, o->at[0]);
+    h->ns = at_or_null(b, o->at[1]);
+    h->uid = at_or_null(b, o->at[2]);
+    h->resource_version = at_or_null(b, o->at[3]);
+    h->node_name = at_or_null(b, o->at[4]);
+}
+
+/* kind, apiVersion and metadata (json.c's tkm__api_parse and meta_decode);
+ * strings into s->head. */
+static int head_read(struct tkm_api_nsscan *s, const char *p, size_t n, size_t root,
+                     struct tkm_api_nsscan_head *h, struct hoff *o, struct fld *status,
+                     struct tkm_err *err)
+{
+    static const char *const rk[] = {"apiVersion", "kind", "metadata", "status"};
+    static const char *const mk[] = {"name",       "namespace",        "uid", "resourceVersion",
+                                     "generation", "deletionTimestamp"};
+    struct fld r[4], md[6];
+    size_t at[2];
+    int64_t gen;
+    int rc;
+    for (size_t i = 0; i < 5; i++)
+        o->at[i] = SIZE_MAX;
+    pick(p, n, root, rk, 4, r);
+    if ((rc = want(&r[0], J_STR, "", "apiVersion", err)) ||
+        (rc = want(&r[1], J_STR, "", "kind", err)) ||
+        (rc = str_to(p, &r[0], &s->head, &at[0], err)) ||
+        (rc = str_to(p, &r[1], &s->head, &at[1], err)))
+        return rc;
+    const char *av = at_or_null(&s->head, at[0]), *k = at_or_null(&s->head, at[1]);
+    if (av && strcmp(av, TKM_API_GROUP_VERSION) != 0)
+        return tkm_err_set(err, -EPROTO, "apiVersion: \"%s\", expected \"%s\"", av,
+                           TKM_API_GROUP_VERSION);
+    if (k && strcmp(k, KIND) != 0 && strcmp(k, KIND_CLUSTER) != 0)
+        return tkm_err_set(err, -EPROTO, "kind: \"%s\", expected %s or %s", k, KIND, KIND_CLUSTER);
+    int cluster = k && strcmp(k, KIND_CLUSTER) == 0;
+    if ((rc = want(&r[2], J_OBJ, "", "metadata", err)))
+        return rc;
+    if (!present(&r[2]))
+        return tkm_err_set(err, -EPROTO, "metadata: missing");
+    pick(p, n, r[2].off, mk, 6, md);
+    if ((rc = want(&md[0], J_STR, "metadata", "name", err)))
+        return rc;
+    if (!present(&md[0]))
+        return tkm_err_set(err, -EPROTO, "metadata.name: missing");
+    if ((rc = want(&md[1], J_STR, "metadata", "namespace", err)) ||
+        (rc = want(&md[2], J_STR, "metadata", "uid", err)) ||
+        (rc = want(&md[3], J_STR, "metadata", "resourceVersion", err)) ||
+        (rc = want_int(p, &md[4], "metadata", "generation", 0, INT64_MAX, &gen, err)) ||
+        (rc = want(&md[5], J_STR, "metadata", "deletionTimestamp", err)))
+        return rc;
+    for (size_t i = 0; i < 4; i++)
+        if ((rc = str_to(p, &md[i], &s->head, &o->at[i], err)))
+            return rc;
+    /* objects from a typed list or watch may lack kind: the namespace says */
+    h->cluster = k ? cluster : !present(&md[1]);
+    *status = r[3];
+    return 0;
+}
+
+/* status: everything but the entries' callback. */
+static int status_check(struct tkm_api_nsscan *s, const char *p, size_t n, const struct fld *st,
+                        struct tkm_api_nsscan_head *h, struct hoff *o, struct fld *caches,
+                        struct tkm_err *err)
+{
+    static const char *const sk[] = {"nodeName", "gpus", "caches", "lastUpdated"};
+    struct tkm_jscan_member m;
+    struct tkm_api_nsscan_entry e;
+    struct fld f[4];
+    char gp[64];
+    size_t ngpus, pos, i = 0;
+    int rc;
+    memset(caches, 0, sizeof *caches);
+    if ((rc = want(st, J_OBJ, "", "status", err)) || !present(st))
+        return rc;
+    pick(p, n, st->off, sk, 4, f);
+    if ((rc = want(&f[0], J_STR, "status", "nodeName", err)) ||
+        (rc = want_arr(p, n, &f[1], "status", "gpus", 64, &ngpus, err)))
+        return rc;
+    for (pos = f[1].off; ngpus && tkm_jscan_next(p, n, &pos, &m); i++) {
+        snprintf(gp, sizeof gp, "status.gpus[%zu]", i);
+        if ((rc = gpu_check(p, n, m.val, gp, err)))
+            return rc;
+    }
+    if ((rc = want(&f[2], J_OBJ, "status", "caches", err)))
+        return rc;
+    if (present(&f[2])) {
+        for (pos = f[2].off; tkm_jscan_next(p, n, &pos, &m);)
+            h->n_caches++;
+        if (h->n_caches > 512)
+            return tkm_err_set(
+                err, -EPROTO, "status.caches: %zu entries, more than the 512 allowed", h->n_caches);
+        for (pos = f[2].off; tkm_jscan_next(p, n, &pos, &m);)
+            if ((rc = entry_read(p, n, &m, &s->str, &e, err)))
+                return rc;
+        *caches = f[2];
+    }
+    if ((rc = want(&f[3], J_STR, "status", "lastUpdated", err)) ||
+        (rc = str_to(p, &f[0], &s->head, &o->at[4], err)))
+        return rc;
+    return 0;
+}
+
+int tkm_api_nodestatus_scan(struct tkm_api_nsscan *s, const char *json, size_t len,
+                            struct tkm_api_nsscan_head *head, tkm_api_nsscan_cb entry, void *data,
+                            struct tkm_err *err)
+{
+    struct tkm_api_nsscan_head h0, *h = head ? head : &h0;
+    struct tkm_jscan_member m;
+    struct tkm_api_nsscan_entry e;
+    struct fld st = {0}, caches = {0};
+    struct hoff o = {{SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX, SIZE_MAX}};
+    size_t root, pos;
+    int rc;
+    memset(h, 0, sizeof *h);
+    tkm_buf_reset(&s->head);
+    root = tkm_jscan_ws(json, len, 0);
+    if ((rc = tkm_jscan_validate(&s->js, json, len, KIND, err)) == 0 &&
+        jtype(json, root, 1) != J_OBJ)
+        rc = tkm_err_set(err, -EPROTO, "%s: expected a JSON object, got %s", KIND,
+                         jt_name(jtype(json, root, len - root)));
+    if (rc == 0 && (rc = head_read(s, json, len, root, h, &o, &st, err)) == 0)
+        rc = status_check(s, json, len, &st, h, &o, &caches, err);
+    if (rc) {
+        const char *name = at_or_null(&s->head, o.at[0]);
+        tkm_err_prefix(err, "%s %s", h->cluster ? KIND_CLUSTER : KIND, name ? name : "(unnamed)");
+        memset(h, 0, sizeof *h);
+        return rc;
+    }
+    head_set(&s->head, &o, h);
+    if (!present(&caches) || !entry)
+        return 0;
+    for (pos = caches.off; tkm_jscan_next(json, len, &pos, &m);) {
+        if ((rc = entry_read(json, len, &m, &s->str, &e, err)))
+            return rc;
+        if ((rc = entry(h, &e, data)))
+            return rc;
+    }
+    return 0;
+}
