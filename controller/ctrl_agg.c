@@ -91,35 +91,32 @@ static int cmp_bad_node(const void *a, const void *b)
 struct tally {
     int32_t nodes, compatible, incompatible, failed, in_use, pending;
     struct bad_node *bad; /* failed, then incompatible; sorted by node each */
-    size_t n_bad, n_failed;
+    size_t n_bad, n_failed, cap;
     uint32_t pin;
-    int pass; /* 0: count and list the failed, 1: list the incompatible */
 };
 
+/* One walk: the failed fill bad from the front, the incompatible from the
+ * back (cap = the cache's entry count bounds both). */
 static int tally_entry(const struct ctrl_entry *e, const struct ctrl_nsobj *o, const char *why,
                        void *data)
 {
     struct tally *t = data;
-    int at_pin = t->pin && e->digest == t->pin;
-    if (t->pass == 1) {
-        if (at_pin &&
-            (e->flags & (CTRL_E_ERROR | CTRL_E_COMPAT | CTRL_E_INCOMPAT)) == CTRL_E_INCOMPAT)
-            t->bad[t->n_bad++] = (struct bad_node){o->node, why};
-        return 0;
-    }
     t->nodes++;
     if (e->flags & CTRL_E_PODS)
         t->in_use++;
-    if (!at_pin)
+    if (!t->pin || e->digest != t->pin) {
         t->pending++;
-    else if (e->flags & CTRL_E_ERROR)
-        t->failed++, t->bad[t->n_failed++] = (struct bad_node){o->node, why};
-    else if (e->flags & CTRL_E_COMPAT)
+    } else if (e->flags & CTRL_E_ERROR) {
+        t->failed++;
+        t->bad[t->n_failed++] = (struct bad_node){o->node, why};
+    } else if (e->flags & CTRL_E_COMPAT) {
         t->compatible++;
-    else if (e->flags & CTRL_E_INCOMPAT)
+    } else if (e->flags & CTRL_E_INCOMPAT) {
         t->incompatible++;
-    else
+        t->bad[t->cap - (size_t)t->incompatible] = (struct bad_node){o->node, why};
+    } else {
         t->pending++;
+    }
     return 0;
 }
 
@@ -127,15 +124,15 @@ static int tally(const struct ctrl_cidx *c, uint32_t pin, struct tally *t)
 {
     memset(t, 0, sizeof *t);
     t->pin = pin;
-    t->bad = c && c->n ? calloc(c->n, sizeof *t->bad) : NULL;
-    if (c && c->n && !t->bad)
+    t->cap = c ? c->n : 0;
+    t->bad = t->cap ? calloc(t->cap, sizeof *t->bad) : NULL;
+    if (t->cap && !t->bad)
         return -ENOMEM;
     ctrl_cidx_foreach(c, tally_entry, t);
-    t->n_bad = t->n_failed;
-    if (t->incompatible) {
-        t->pass = 1;
-        ctrl_cidx_foreach(c, tally_entry, t);
-    }
+    if (t->incompatible)
+        memmove(t->bad + t->n_failed, t->bad + t->cap - (size_t)t->incompatible,
+                (size_t)t->incompatible * sizeof *t->bad);
+    t->n_bad = t->n_failed + (size_t)t->incompatible;
     if (!t->n_bad)
         return 0;
     qsort(t->bad, t->n_failed, sizeof *t->bad, cmp_bad_node);

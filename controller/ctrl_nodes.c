@@ -289,14 +289,28 @@ void ctrl_nodes_cache_gc(struct ctrl_nodes *n, struct ctrl_cidx *c)
     free(c);
 }
 
-static const struct ctrl_entry *ents_find(const struct ctrl_nsobj *o, uint32_t id)
+/* The entry of cache id in o, or NULL. *hint: where the last object had it
+ * (objects of one namespace mostly list the same caches, so it is mostly
+ * at the same position: one probe instead of a binary search). */
+static const struct ctrl_entry *ents_find(const struct ctrl_nsobj *o, uint32_t id, size_t *hint)
 {
     size_t lo = 0, hi = o->n_ents;
+    if (*hint < hi) {
+        uint32_t v = o->ents[*hint].cache;
+        if (v == id)
+            return &o->ents[*hint];
+        if (v < id)
+            lo = *hint + 1;
+        else
+            hi = *hint;
+    }
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         uint32_t v = o->ents[mid].cache;
-        if (v == id)
+        if (v == id) {
+            *hint = mid;
             return &o->ents[mid];
+        }
         if (v < id)
             lo = mid + 1;
         else
@@ -311,8 +325,9 @@ int ctrl_cidx_foreach(const struct ctrl_cidx *c, ctrl_entry_fn fn, void *data)
         return 0;
     const struct ctrl_nsgroup *g = c->group;
     uint32_t seen = 0;
+    size_t hint = 0;
     for (uint32_t i = 0; i < g->n && seen < c->n; i++) {
-        const struct ctrl_entry *e = ents_find(g->objs[i], c->id);
+        const struct ctrl_entry *e = ents_find(g->objs[i], c->id, &hint);
         if (!e)
             continue;
         seen++;
