@@ -94,12 +94,21 @@ struct ctrl_entry {
 };
 _Static_assert(sizeof(struct ctrl_entry) == 12, "struct ctrl_entry is 12 bytes");
 
+/* An object in its group, with a copy of where its entries are: the walk
+ * of a cache reads the entries without touching the object (one cache miss
+ * per object, not two). */
+struct ctrl_gslot {
+    struct ctrl_nsobj *o;          /* borrowed (owned by ctrl_nodes.objs) */
+    const struct ctrl_entry *ents; /* = o->ents (borrowed) */
+    uint32_t n_ents;               /* = o->n_ents */
+};
+
 /* Node status objects by the namespace they are in (the cluster kind's own
  * group in ctrl_nodes.cgroup): what a cache's reconcile walks to find its
  * entries. */
 struct ctrl_nsgroup {
-    const char *ns;           /* borrowed from ctrl_nodes.groups ("" for cgroup) */
-    struct ctrl_nsobj **objs; /* owned array; the objects are borrowed (owned by ctrl_nodes.objs) */
+    const char *ns;          /* borrowed from ctrl_nodes.groups ("" for cgroup) */
+    struct ctrl_gslot *objs; /* owned array */
     uint32_t n, cap;
     uint32_t refs; /* objects + cache indexes in it; freed at 0 (not cgroup) */
 };

@@ -218,22 +218,22 @@ static int group_add(struct ctrl_nsgroup *g, struct ctrl_nsobj *o)
 {
     if (g->n == g->cap) {
         uint32_t nc = g->cap ? g->cap * 2 : 8;
-        struct ctrl_nsobj **v = realloc(g->objs, (size_t)nc * sizeof *v);
+        struct ctrl_gslot *v = realloc(g->objs, (size_t)nc * sizeof *v);
         if (!v)
             return -ENOMEM;
         g->objs = v;
         g->cap = nc;
     }
     o->gpos = g->n;
-    g->objs[g->n++] = o;
+    g->objs[g->n++] = (struct ctrl_gslot){o, o->ents, o->n_ents};
     return 0;
 }
 
 static void group_del(struct ctrl_nsgroup *g, struct ctrl_nsobj *o)
 {
-    struct ctrl_nsobj *last = g->objs[--g->n];
+    struct ctrl_gslot last = g->objs[--g->n];
     g->objs[o->gpos] = last;
-    last->gpos = o->gpos;
+    last.o->gpos = o->gpos;
 }
 
 /* ---- caches ------------------------------------------------------------------------ */
@@ -292,7 +292,7 @@ void ctrl_nodes_cache_gc(struct ctrl_nodes *n, struct ctrl_cidx *c)
 /* The entry of cache id in o, or NULL. *hint: where the last object had it
  * (objects of one namespace mostly list the same caches, so it is mostly
  * at the same position: one probe instead of a binary search). */
-static const struct ctrl_entry *ents_find(const struct ctrl_nsobj *o, uint32_t id, size_t *hint)
+static const struct ctrl_entry *ents_find(const struct ctrl_gslot *o, uint32_t id, size_t *hint)
 {
     size_t lo = 0, hi = o->n_ents;
     if (*hint < hi) {
@@ -327,11 +327,11 @@ int ctrl_cidx_foreach(const struct ctrl_cidx *c, ctrl_entry_fn fn, void *data)
     uint32_t seen = 0;
     size_t hint = 0;
     for (uint32_t i = 0; i < g->n && seen < c->n; i++) {
-        const struct ctrl_entry *e = ents_find(g->objs[i], c->id, &hint);
+        const struct ctrl_entry *e = ents_find(&g->objs[i], c->id, &hint);
         if (!e)
             continue;
         seen++;
-        int rc = fn(e, g->objs[i], ctrl_why_str(c->owner, e->why), data);
+        int rc = fn(e, g->objs[i].o, ctrl_why_str(c->owner, e->why), data);
         if (rc)
             return rc;
     }
@@ -431,6 +431,8 @@ static void swap_entries(struct ctrl_nodes *n, struct ctrl_nsobj *o, struct ctrl
     }
     o->ents = nv;
     o->n_ents = (uint32_t)nn;
+    o->group->objs[o->gpos].ents = nv;
+    o->group->objs[o->gpos].n_ents = o->n_ents;
     /* Caches left without entries (and without a reconciler) go now. */
     for (i = 0; i < on; i++)
         ctrl_nodes_cache_gc(n, cidx_of(n, &ov[i]));
@@ -818,7 +820,8 @@ size_t ctrl_nodes_bytes(const struct ctrl_nodes *n)
     struct bytes_acc a = {0};
     a.total = map_bytes(&n->objs, 0) + map_bytes(&n->caches, sizeof(struct ctrl_cidx)) +
               map_bytes(&n->groups, sizeof(struct ctrl_nsgroup)) +
-              map_bytes(&n->nodes, sizeof(struct ctrl_node)) + n->cgroup.cap * sizeof(void *) +
+              map_bytes(&n->nodes, sizeof(struct ctrl_node)) +
+              n->cgroup.cap * sizeof(struct ctrl_gslot) +
               (size_t)n->cidx.cap * (sizeof(void *) + sizeof(uint32_t)) +
               (size_t)n->whys.cap * (sizeof(void *) + sizeof(uint32_t)) +
               (size_t)n->n_bkt * sizeof(uint32_t);
