@@ -522,7 +522,8 @@ static int build_entries(struct ctrl_nodes *n, const struct tkm_api_nodestatus *
         }
         k++;
     }
-    qsort(v, k, sizeof *v, cmp_ent_id);
+    if (k > 1)
+        qsort(v, k, sizeof *v, cmp_ent_id);
     size_t w = 0; /* a name twice in one object: the last one counts */
     for (size_t i = 0; i < k; i++) {
         if (w && v[w - 1].cache == v[i].cache) {
