@@ -6,7 +6,7 @@
  *   ctrl_map      a string-keyed hash map (the controller's indexes)
  *   ctrl_nodes    compact stores of the node status objects (both kinds) and
  *                 of the Nodes: what the reconcilers read, never the JSON;
- *                 per cache, the entries the nodes report for it
+ *                 per object, its 12-byte entries (one per cache it lists)
  *   ctrl_agg      pure aggregation: entries + verification -> the status
  *                 (counts, failedNodes, conditions) the controller writes
  *   ctrl_state    SQLite: pinned digests, verification results (with the key
@@ -68,6 +68,7 @@ void ctrl_map_release(struct ctrl_map *m);
 
 struct ctrl_nsobj;
 struct ctrl_cidx;
+struct ctrl_nodes;
 
 #define CTRL_E_VERIFIED  0x01
 #define CTRL_E_EXTRACTED 0x02
@@ -75,46 +76,88 @@ struct ctrl_cidx;
 #define CTRL_E_COMPAT    0x08      /* at least one compatible GPU group */
 #define CTRL_E_INCOMPAT  0x10      /* at least one incompatible GPU group */
 #define CTRL_E_PODS      0x20      /* pods use it on the node */
-#define CTRL_POS_MAX     0xffffffu /* nodes per cache (the 24-bit pos) */
+#define CTRL_WHY_MAX     0xffffffu /* distinct reasons (the 24-bit why id) */
 
-/* One node's view of one cache: 32 bytes (100,000 of them at 1000 nodes x
- * 100 caches, 5 million at 5000 x 1000), plus why only when something is
- * wrong. The aggregation needs only whether there are compatible or
- * incompatible GPU groups and pods, so those are flags, not counts. */
+/* One node's view of one cache: 12 bytes (100,000 of them at 1000 nodes x
+ * 100 caches, 5 million at 5000 x 1000), held in its node status object's
+ * array sorted by cache id. No pointers: the cache is an id into
+ * ctrl_nodes.cidx, the reason an id into the intern table ctrl_nodes.whys
+ * (the same reason on 900 nodes is stored once). The aggregation needs only
+ * whether there are compatible or incompatible GPU groups and pods, so
+ * those are flags, not counts. Read them with ctrl_cidx_foreach. */
 struct ctrl_entry {
-    struct ctrl_cidx *cache; /* borrowed: the index of the cache it belongs to */
-    struct ctrl_nsobj *obj;  /* borrowed: the node status object it came from */
-    char *why;               /* owned: "Reason\0message\0" of the first incompatible GPU group or
-                                the error, or NULL */
-    uint32_t digest;         /* ctrl_digest_id() of the digest the node reports */
-    uint32_t pos : 24;       /* position in cache->entries */
-    uint32_t flags : 8;      /* CTRL_E_* */
+    uint32_t cache;     /* the id of its cache (ctrl_cidx.id) */
+    uint32_t digest;    /* ctrl_digest_id() of the digest the node reports */
+    uint32_t why : 24;  /* interned "Reason\0message\0" of the first incompatible GPU
+                           group or the error (ctrl_why_str), 0 = none */
+    uint32_t flags : 8; /* CTRL_E_* */
+};
+_Static_assert(sizeof(struct ctrl_entry) == 12, "struct ctrl_entry is 12 bytes");
+
+/* An object in its group, with a copy of where its entries are: the walk
+ * of a cache reads the entries without touching the object (one cache miss
+ * per object, not two). */
+struct ctrl_gslot {
+    struct ctrl_nsobj *o;          /* borrowed (owned by ctrl_nodes.objs) */
+    const struct ctrl_entry *ents; /* = o->ents (borrowed) */
+    uint32_t n_ents;               /* = o->n_ents */
 };
 
-/* One node status object (tkcns ns/node, or tkcnsc node). */
+/* Node status objects by the namespace they are in (the cluster kind's own
+ * group in ctrl_nodes.cgroup): what a cache's reconcile walks to find its
+ * entries. */
+struct ctrl_nsgroup {
+    const char *ns;          /* borrowed from ctrl_nodes.groups ("" for cgroup) */
+    struct ctrl_gslot *objs; /* owned array */
+    uint32_t n, cap;
+    uint32_t refs; /* objects + cache indexes in it; freed at 0 (not cgroup) */
+};
+
+/* One node status object (tkcns ns/node, or tkcnsc node): one allocation
+ * (the struct and its strings). */
 struct ctrl_nsobj {
-    char *key;        /* owned: "ns/name" or "name" */
-    char *ns;         /* owned: "" for the cluster kind */
-    char *node;       /* owned: metadata.name (= the node's name) */
-    char *uid;        /* owned */
-    char *bad_rv;     /* owned: the resourceVersion last reported as invalid */
+    const char *key;            /* borrowed from ctrl_nodes.objs: "ns/name", or "c:name" */
+    const char *ns;             /* in buf: "" for the cluster kind */
+    const char *node;           /* in buf: metadata.name (= the node's name) */
+    const char *uid;            /* in buf, or uid_own */
+    char *uid_own;              /* owned: a uid that changed since the object was first seen */
+    char *bad_rv;               /* owned: the resourceVersion last reported as invalid */
+    struct ctrl_nsgroup *group; /* borrowed: the group it is in (holds a ref) */
+    struct ctrl_entry *ents;    /* owned array sorted by cache id (each holds a why ref) */
+    uint32_t n_ents;
+    uint32_t gpos;    /* position in group->objs */
     uint64_t seen_ms; /* uv_now when first seen (node GC grace) */
-    int cluster;
     unsigned mark;
-    struct ctrl_entry *ents; /* owned array sorted by cache key */
-    size_t n_ents;
+    int cluster;
+    char buf[];
 };
 
-/* Per cache key ("ns/name" of a tkc, "/name" of a tkcc): the entries the
- * nodes report, and the reconciler's memory of the cache (struct ctrl_cache,
- * owned by ctrl_rec). Exists while entries exist or the cache does. */
+/* Per cache key ("ns/name" of a tkc, "/name" of a tkcc): how many entries
+ * the nodes report, and the reconciler's memory of the cache (struct
+ * ctrl_cache, owned by ctrl_rec). Exists while entries exist or the cache
+ * does. Its entries are found in the node status objects of its group. */
 struct ctrl_cidx {
-    const char *key; /* borrowed from the map */
-    struct ctrl_entry **entries;
-    size_t n, cap;
-    void *rec;           /* ctrl_rec's struct ctrl_cache, or NULL */
-    uint64_t changed_ms; /* uv_now when the entries last changed (0: never) */
+    const char *key;            /* borrowed from ctrl_nodes.caches */
+    struct ctrl_nodes *owner;   /* borrowed: the index it is in */
+    struct ctrl_nsgroup *group; /* borrowed: the objects that can hold its entries (holds a
+                                   ref), NULL for a key without '/' */
+    void *rec;                  /* ctrl_rec's struct ctrl_cache, or NULL */
+    uint64_t changed_ms;        /* uv_now when the entries last changed (0: never) */
+    uint32_t id;                /* its slot in owner->cidx (reused once it is dropped) */
+    uint32_t n;                 /* entries */
 };
+
+/* Called per entry of a cache with the object it came from (borrowed, valid
+ * during the call) and its why string (ctrl_why_str). Non-zero stops. */
+typedef int (*ctrl_entry_fn)(const struct ctrl_entry *e, const struct ctrl_nsobj *o,
+                             const char *why, void *data);
+/* Calls fn for each entry of c (NULL: none), in the order of the objects
+ * in its group, until fn returns non-zero (returned). fn must not change
+ * the index. Cost: one binary search per object of the group. */
+int ctrl_cidx_foreach(const struct ctrl_cidx *c, ctrl_entry_fn fn, void *data);
+/* The interned "Reason\0message\0" of a why id (borrowed: valid while an
+ * entry holds it), or NULL for 0. */
+const char *ctrl_why_str(const struct ctrl_nodes *n, uint32_t why);
 
 /* Identifies a digest string in 4 bytes (its first 8 hex digits; 1 where
  * those are all zero): the index compares what the nodes of one cache report
@@ -122,11 +165,37 @@ struct ctrl_cidx {
  * between two of them: about 2^-32). 0 for NULL/bad. */
 uint32_t ctrl_digest_id(const char *digest);
 
+/* A table of pointers by 32-bit id (id 0 never used), ids reused through a
+ * free list. */
+struct ctrl_idtab {
+    void **v;      /* owned array; the pointers are the table user's */
+    uint32_t *fr;  /* owned: free ids (capacity cap) */
+    uint32_t n;    /* slots used (ids < n), free ones included */
+    uint32_t cap;  /* of v and fr */
+    uint32_t n_fr; /* free ids in fr */
+};
+
+/* An interned why string (refcounted, chained in its hash bucket). */
+struct ctrl_why {
+    uint32_t refs;
+    uint32_t hash;
+    uint32_t next; /* the next id in the bucket, 0 = end */
+    char s[];      /* "Reason\0message\0" */
+};
+
 struct ctrl_nodes {
-    struct ctrl_map objs;   /* nsobj key ("c:" + key for the cluster kind) -> struct ctrl_nsobj */
-    struct ctrl_map caches; /* cache key -> struct ctrl_cidx */
-    struct ctrl_map nodes;  /* node name -> uid (owned string) */
-    unsigned mark[3];       /* relist generations: tkcns, tkcnsc, nodes */
+    struct ctrl_map objs;       /* nsobj key ("c:" + name for the cluster kind) -> struct ctrl_nsobj
+                                   (owned) */
+    struct ctrl_map caches;     /* cache key -> struct ctrl_cidx (owned) */
+    struct ctrl_map nodes;      /* node name -> struct ctrl_node (owned, private) */
+    struct ctrl_map groups;     /* namespace -> struct ctrl_nsgroup (owned) */
+    struct ctrl_nsgroup cgroup; /* the cluster kind's objects */
+    struct ctrl_idtab cidx;     /* cache id -> struct ctrl_cidx (borrowed from caches) */
+    struct ctrl_idtab whys;     /* why id -> struct ctrl_why (owned) */
+    uint32_t *why_bkt;          /* owned: hash buckets of whys (first id, 0 = empty) */
+    uint32_t n_bkt;             /* a power of 2, or 0 */
+    uint32_t n_whys;            /* live why strings */
+    unsigned mark[3];           /* relist generations: tkcns, tkcnsc, nodes */
     size_t n_entries;
     /* Called for each cache whose entries changed (key borrowed). */
     void (*changed)(const char *cache_key, void *data);
@@ -139,6 +208,10 @@ struct ctrl_nodes {
 
 void ctrl_nodes_init(struct ctrl_nodes *n);
 void ctrl_nodes_release(struct ctrl_nodes *n);
+/* The bytes the index holds on the heap (its structs, arrays, strings and
+ * map tables, not malloc's own overhead): what bytes per entry is measured
+ * with. */
+size_t ctrl_nodes_bytes(const struct ctrl_nodes *n);
 /* The cache key of a cache: "ns/name", or "/name" for the cluster kind. */
 int ctrl_cache_key(char *out, size_t n, const char *ns, const char *name);
 /* Upserts a node status object from its raw JSON (borrowed). cluster: 1 for

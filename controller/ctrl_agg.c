@@ -66,71 +66,86 @@ void ctrl_summary_release(struct tkm_api_summary *s)
     memset(s, 0, sizeof *s);
 }
 
-static const char *why_reason(const struct ctrl_entry *e)
+/* A node listed in a message or failedNodes (borrowed from the index for
+ * the duration of ctrl_agg_build). */
+struct bad_node {
+    const char *node;
+    const char *why; /* "Reason\0message\0", or NULL */
+};
+
+static const char *why_reason(const struct bad_node *b)
 {
-    return e->why ? e->why : "Unknown";
+    return b->why ? b->why : "Unknown";
 }
 
-static const char *why_msg(const struct ctrl_entry *e)
+static const char *why_msg(const struct bad_node *b)
 {
-    return e->why ? e->why + strlen(e->why) + 1 : "";
+    return b->why ? b->why + strlen(b->why) + 1 : "";
 }
 
-static int cmp_entry_node(const void *a, const void *b)
+static int cmp_bad_node(const void *a, const void *b)
 {
-    const struct ctrl_entry *x = *(const struct ctrl_entry *const *)a;
-    const struct ctrl_entry *y = *(const struct ctrl_entry *const *)b;
-    return strcmp(x->obj->node, y->obj->node);
+    return strcmp(((const struct bad_node *)a)->node, ((const struct bad_node *)b)->node);
 }
 
 struct tally {
     int32_t nodes, compatible, incompatible, failed, in_use, pending;
-    struct ctrl_entry **bad; /* failed, then incompatible; sorted by node each */
-    size_t n_bad, n_failed;
+    struct bad_node *bad; /* failed, then incompatible; sorted by node each */
+    size_t n_bad, n_failed, cap;
+    uint32_t pin;
 };
+
+/* One walk: the failed fill bad from the front, the incompatible from the
+ * back (cap = the cache's entry count bounds both). */
+static int tally_entry(const struct ctrl_entry *e, const struct ctrl_nsobj *o, const char *why,
+                       void *data)
+{
+    struct tally *t = data;
+    t->nodes++;
+    if (e->flags & CTRL_E_PODS)
+        t->in_use++;
+    if (!t->pin || e->digest != t->pin) {
+        t->pending++;
+    } else if (e->flags & CTRL_E_ERROR) {
+        t->failed++;
+        t->bad[t->n_failed++] = (struct bad_node){o->node, why};
+    } else if (e->flags & CTRL_E_COMPAT) {
+        t->compatible++;
+    } else if (e->flags & CTRL_E_INCOMPAT) {
+        t->incompatible++;
+        t->bad[t->cap - (size_t)t->incompatible] = (struct bad_node){o->node, why};
+    } else {
+        t->pending++;
+    }
+    return 0;
+}
 
 static int tally(const struct ctrl_cidx *c, uint32_t pin, struct tally *t)
 {
     memset(t, 0, sizeof *t);
-    t->bad = c->n ? calloc(c->n, sizeof *t->bad) : NULL;
-    if (c->n && !t->bad)
+    t->pin = pin;
+    t->cap = c ? c->n : 0;
+    t->bad = t->cap ? calloc(t->cap, sizeof *t->bad) : NULL;
+    if (t->cap && !t->bad)
         return -ENOMEM;
-    for (size_t i = 0; i < c->n; i++) {
-        const struct ctrl_entry *e = c->entries[i];
-        t->nodes++;
-        if (e->flags & CTRL_E_PODS)
-            t->in_use++;
-        if (!pin || e->digest != pin)
-            t->pending++;
-        else if (e->flags & CTRL_E_ERROR)
-            t->failed++, t->bad[t->n_failed++] = c->entries[i];
-        else if (e->flags & CTRL_E_COMPAT)
-            t->compatible++;
-        else if (e->flags & CTRL_E_INCOMPAT)
-            t->incompatible++;
-        else
-            t->pending++;
-    }
-    t->n_bad = t->n_failed;
-    for (size_t i = 0; i < c->n; i++) {
-        const struct ctrl_entry *e = c->entries[i];
-        if (pin && e->digest == pin &&
-            (e->flags & (CTRL_E_ERROR | CTRL_E_COMPAT | CTRL_E_INCOMPAT)) == CTRL_E_INCOMPAT)
-            t->bad[t->n_bad++] = c->entries[i];
-    }
+    ctrl_cidx_foreach(c, tally_entry, t);
+    if (t->incompatible)
+        memmove(t->bad + t->n_failed, t->bad + t->cap - (size_t)t->incompatible,
+                (size_t)t->incompatible * sizeof *t->bad);
+    t->n_bad = t->n_failed + (size_t)t->incompatible;
     if (!t->n_bad)
         return 0;
-    qsort(t->bad, t->n_failed, sizeof *t->bad, cmp_entry_node);
-    qsort(t->bad + t->n_failed, t->n_bad - t->n_failed, sizeof *t->bad, cmp_entry_node);
+    qsort(t->bad, t->n_failed, sizeof *t->bad, cmp_bad_node);
+    qsort(t->bad + t->n_failed, t->n_bad - t->n_failed, sizeof *t->bad, cmp_bad_node);
     return 0;
 }
 
 /* Appends "node: Reason: message; ..." for list[0..n) (at most 3, then "and N more"). */
-static void list_nodes(struct tkm_buf *b, struct ctrl_entry *const *list, size_t n)
+static void list_nodes(struct tkm_buf *b, const struct bad_node *list, size_t n)
 {
     for (size_t i = 0; i < n && i < 3; i++)
-        tkm_buf_printf(b, "%s%s: %s%s%.160s", i ? "; " : "", list[i]->obj->node,
-                       why_reason(list[i]), *why_msg(list[i]) ? ": " : "", why_msg(list[i]));
+        tkm_buf_printf(b, "%s%s: %s%s%.160s", i ? "; " : "", list[i].node, why_reason(&list[i]),
+                       *why_msg(&list[i]) ? ": " : "", why_msg(&list[i]));
     if (n > 3)
         tkm_buf_printf(b, "; and %zu more", n - 3);
 }
@@ -164,9 +179,9 @@ static int failed_nodes(struct tkm_api_cache_status *st, const struct tally *t)
     st->n_failed_nodes = n;
     for (size_t i = 0; i < n; i++) {
         struct tkm_api_failed_node *f = &st->failed_nodes[i];
-        f->node = strdup(t->bad[i]->obj->node);
-        f->reason = strdup(why_reason(t->bad[i]));
-        f->message = strdup(why_msg(t->bad[i]));
+        f->node = strdup(t->bad[i].node);
+        f->reason = strdup(why_reason(&t->bad[i]));
+        f->message = strdup(why_msg(&t->bad[i]));
         if (!f->node || !f->reason || !f->message)
             return -ENOMEM;
     }
@@ -238,8 +253,7 @@ int ctrl_agg_build(const struct ctrl_cidx *c, const struct ctrl_verdict *v, int6
     struct tally t;
     struct tkm_buf m = TKM_BUF_INIT(1200);
     int rc;
-    static const struct ctrl_cidx empty = {0};
-    if ((rc = tally(c ? c : &empty, ctrl_digest_id(v->digest), &t)) < 0)
+    if ((rc = tally(c, ctrl_digest_id(v->digest), &t)) < 0)
         return rc;
     st->observed_generation = gen;
     st->has_counts = 1;

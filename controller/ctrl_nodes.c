@@ -2,11 +2,13 @@
  * ctrl_nodes.c - the compact index of what nodes report.
  *
  * The node status objects are never kept as JSON: each is decoded once when
- * it arrives and reduced to one 48-byte struct ctrl_entry per cache it
- * mentions (digest id, flags, GPU and pod counts, the first reason something
- * is wrong). Entries are linked into the index of their cache, so a cache's
- * reconciler reads exactly its entries, and an update of one node status
- * notifies only the caches whose entries changed.
+ * it arrives and reduced to one 12-byte struct ctrl_entry per cache it
+ * mentions (cache id, digest id, flags, the id of the interned first reason
+ * something is wrong), kept in one array per object sorted by cache id. An
+ * update of a node status merges its old and new arrays by cache id and
+ * notifies only the caches whose entries changed. A cache's reconcile finds
+ * its entries by walking the objects of its namespace (or of the cluster
+ * kind) with one binary search each: no per-cache list of entries is kept.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -48,9 +50,198 @@ int ctrl_cache_key(char *out, size_t n, const char *ns, const char *name)
     return w < 0 || (size_t)w >= n ? -ENAMETOOLONG : 0;
 }
 
+/* ---- id tables ---------------------------------------------------------------- */
+
+static int idtab_add(struct ctrl_idtab *t, void *p, uint32_t *id)
+{
+    if (t->n_fr) {
+        *id = t->fr[--t->n_fr];
+        t->v[*id] = p;
+        return 0;
+    }
+    if (!t->n)
+        t->n = 1; /* id 0 is never used */
+    if (t->n >= t->cap) {
+        if (t->cap >= CTRL_WHY_MAX)
+            return -E2BIG;
+        uint32_t nc = t->cap ? t->cap * 2 : 16;
+        void **v = realloc(t->v, (size_t)nc * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        t->v = v;
+        uint32_t *fr = realloc(t->fr, (size_t)nc * sizeof *fr);
+        if (!fr)
+            return -ENOMEM;
+        t->fr = fr;
+        t->cap = nc;
+    }
+    *id = t->n++;
+    t->v[*id] = p;
+    return 0;
+}
+
+static void idtab_del(struct ctrl_idtab *t, uint32_t id)
+{
+    t->v[id] = NULL;
+    t->fr[t->n_fr++] = id;
+}
+
+static void idtab_release(struct ctrl_idtab *t)
+{
+    free(t->v);
+    free(t->fr);
+    memset(t, 0, sizeof *t);
+}
+
+/* ---- interned why strings ----------------------------------------------------------- */
+
+static uint32_t why_hash(const char *r, size_t rl, const char *m, size_t ml)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < rl; i++)
+        h = (h ^ (unsigned char)r[i]) * 16777619u;
+    h = (h ^ 0xffu) * 16777619u;
+    for (size_t i = 0; i < ml; i++)
+        h = (h ^ (unsigned char)m[i]) * 16777619u;
+    return h;
+}
+
+static struct ctrl_why *why_at(const struct ctrl_nodes *n, uint32_t id)
+{
+    return n->whys.v[id];
+}
+
+const char *ctrl_why_str(const struct ctrl_nodes *n, uint32_t why)
+{
+    return why && why < n->whys.n && n->whys.v[why] ? why_at(n, why)->s : NULL;
+}
+
+static int why_rehash(struct ctrl_nodes *n, uint32_t nb)
+{
+    uint32_t *b = calloc(nb, sizeof *b);
+    if (!b)
+        return -ENOMEM;
+    for (uint32_t id = 1; id < n->whys.n; id++) {
+        struct ctrl_why *w = n->whys.v[id];
+        if (!w)
+            continue;
+        w->next = b[w->hash & (nb - 1)];
+        b[w->hash & (nb - 1)] = id;
+    }
+    free(n->why_bkt);
+    n->why_bkt = b;
+    n->n_bkt = nb;
+    return 0;
+}
+
+/* The id of "r\0m\0" (a reference taken: why_unref), m cut to ml bytes. */
+static int why_ref(struct ctrl_nodes *n, const char *r, const char *m, size_t ml, uint32_t *out)
+{
+    size_t rl = strlen(r);
+    uint32_t h = why_hash(r, rl, m, ml), id;
+    if (n->n_bkt)
+        for (id = n->why_bkt[h & (n->n_bkt - 1)]; id; id = why_at(n, id)->next) {
+            struct ctrl_why *w = why_at(n, id);
+            if (w->hash == h && strlen(w->s) == rl && memcmp(w->s, r, rl) == 0 &&
+                strlen(w->s + rl + 1) == ml && memcmp(w->s + rl + 1, m, ml) == 0) {
+                w->refs++;
+                *out = id;
+                return 0;
+            }
+        }
+    if (n->n_whys >= n->n_bkt && why_rehash(n, n->n_bkt ? n->n_bkt * 2 : 64) < 0)
+        return -ENOMEM;
+    struct ctrl_why *w = malloc(sizeof *w + rl + ml + 2);
+    if (!w)
+        return -ENOMEM;
+    w->refs = 1;
+    w->hash = h;
+    memcpy(w->s, r, rl + 1);
+    memcpy(w->s + rl + 1, m, ml);
+    w->s[rl + 1 + ml] = 0;
+    int rc = idtab_add(&n->whys, w, &id);
+    if (rc < 0) {
+        free(w);
+        return rc;
+    }
+    w->next = n->why_bkt[h & (n->n_bkt - 1)];
+    n->why_bkt[h & (n->n_bkt - 1)] = id;
+    n->n_whys++;
+    *out = id;
+    return 0;
+}
+
+static void why_unref(struct ctrl_nodes *n, uint32_t id)
+{
+    if (!id)
+        return;
+    struct ctrl_why *w = why_at(n, id);
+    if (--w->refs)
+        return;
+    uint32_t *p = &n->why_bkt[w->hash & (n->n_bkt - 1)];
+    while (*p != id)
+        p = &why_at(n, *p)->next;
+    *p = w->next;
+    idtab_del(&n->whys, id);
+    n->n_whys--;
+    free(w);
+}
+
+/* ---- namespace groups ------------------------------------------------------------- */
+
+static struct ctrl_nsgroup *group_ref(struct ctrl_nodes *n, int cluster, const char *ns)
+{
+    struct ctrl_nsgroup *g = cluster ? &n->cgroup : ctrl_map_get(&n->groups, ns);
+    if (!g) {
+        g = calloc(1, sizeof *g);
+        if (!g)
+            return NULL;
+        if (ctrl_map_put(&n->groups, ns, g, &g->ns) < 0) {
+            free(g);
+            return NULL;
+        }
+    }
+    g->refs++;
+    return g;
+}
+
+static void group_unref(struct ctrl_nodes *n, struct ctrl_nsgroup *g)
+{
+    if (!g || --g->refs || g == &n->cgroup)
+        return;
+    ctrl_map_del(&n->groups, g->ns);
+    free(g->objs);
+    free(g);
+}
+
+static int group_add(struct ctrl_nsgroup *g, struct ctrl_nsobj *o)
+{
+    if (g->n == g->cap) {
+        uint32_t nc = g->cap ? g->cap * 2 : 8;
+        struct ctrl_gslot *v = realloc(g->objs, (size_t)nc * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        g->objs = v;
+        g->cap = nc;
+    }
+    o->gpos = g->n;
+    g->objs[g->n++] = (struct ctrl_gslot){o, o->ents, o->n_ents};
+    return 0;
+}
+
+static void group_del(struct ctrl_nsgroup *g, struct ctrl_nsobj *o)
+{
+    struct ctrl_gslot last = g->objs[--g->n];
+    g->objs[o->gpos] = last;
+    last.o->gpos = o->gpos;
+}
+
+/* ---- caches ------------------------------------------------------------------------ */
+
 void ctrl_nodes_init(struct ctrl_nodes *n)
 {
     memset(n, 0, sizeof *n);
+    n->cgroup.ns = "";
     for (int i = 0; i < 3; i++)
         n->mark[i] = 1;
 }
@@ -63,11 +254,29 @@ struct ctrl_cidx *ctrl_nodes_cache(struct ctrl_nodes *n, const char *key, int cr
     c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
+    c->owner = n;
+    const char *slash = strchr(key, '/');
+    if (slash) {
+        char ns[300];
+        size_t l = (size_t)(slash - key);
+        if (l >= sizeof ns)
+            goto fail;
+        memcpy(ns, key, l);
+        ns[l] = 0;
+        if (!(c->group = group_ref(n, l == 0, ns)))
+            goto fail;
+    }
+    if (idtab_add(&n->cidx, c, &c->id) < 0)
+        goto fail;
     if (ctrl_map_put(&n->caches, key, c, &c->key) < 0) {
-        free(c);
-        return NULL;
+        idtab_del(&n->cidx, c->id);
+        goto fail;
     }
     return c;
+fail:
+    group_unref(n, c->group);
+    free(c);
+    return NULL;
 }
 
 void ctrl_nodes_cache_gc(struct ctrl_nodes *n, struct ctrl_cidx *c)
@@ -75,46 +284,73 @@ void ctrl_nodes_cache_gc(struct ctrl_nodes *n, struct ctrl_cidx *c)
     if (!c || c->n || c->rec)
         return;
     ctrl_map_del(&n->caches, c->key);
-    free(c->entries);
+    idtab_del(&n->cidx, c->id);
+    group_unref(n, c->group);
     free(c);
 }
 
-static int cidx_link(struct ctrl_cidx *c, struct ctrl_entry *e)
+/* The entry of cache id in o, or NULL. *hint: where the last object had it
+ * (objects of one namespace mostly list the same caches, so it is mostly
+ * at the same position: one probe instead of a binary search). */
+static const struct ctrl_entry *ents_find(const struct ctrl_gslot *o, uint32_t id, size_t *hint)
 {
-    if (c->n >= CTRL_POS_MAX)
-        return -E2BIG;
-    if (c->n == c->cap) {
-        size_t ncap = c->cap ? c->cap * 2 : 4;
-        struct ctrl_entry **v = realloc(c->entries, ncap * sizeof *v);
-        if (!v)
-            return -ENOMEM;
-        c->entries = v;
-        c->cap = ncap;
+    size_t lo = 0, hi = o->n_ents;
+    if (*hint < hi) {
+        uint32_t v = o->ents[*hint].cache;
+        if (v == id)
+            return &o->ents[*hint];
+        if (v < id)
+            lo = *hint + 1;
+        else
+            hi = *hint;
     }
-    e->cache = c;
-    e->pos = (uint32_t)c->n;
-    c->entries[c->n++] = e;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        uint32_t v = o->ents[mid].cache;
+        if (v == id) {
+            *hint = mid;
+            return &o->ents[mid];
+        }
+        if (v < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+int ctrl_cidx_foreach(const struct ctrl_cidx *c, ctrl_entry_fn fn, void *data)
+{
+    if (!c || !c->n || !c->group)
+        return 0;
+    const struct ctrl_nsgroup *g = c->group;
+    uint32_t seen = 0;
+    size_t hint = 0;
+    for (uint32_t i = 0; i < g->n && seen < c->n; i++) {
+        const struct ctrl_entry *e = ents_find(&g->objs[i], c->id, &hint);
+        if (!e)
+            continue;
+        seen++;
+        int rc = fn(e, g->objs[i].o, ctrl_why_str(c->owner, e->why), data);
+        if (rc)
+            return rc;
+    }
     return 0;
 }
 
-static void cidx_unlink(struct ctrl_entry *e)
-{
-    struct ctrl_cidx *c = e->cache;
-    struct ctrl_entry *last = c->entries[--c->n];
-    c->entries[e->pos] = last;
-    last->pos = e->pos;
-}
+/* ---- entries ------------------------------------------------------------------------ */
 
-static void ents_free(struct ctrl_entry *v, size_t n)
+static void ents_free(struct ctrl_nodes *n, struct ctrl_entry *v, size_t k)
 {
-    for (size_t i = 0; i < n; i++)
-        free(v[i].why);
+    for (size_t i = 0; i < k; i++)
+        why_unref(n, v[i].why);
     free(v);
 }
 
-static char *why_of(const struct tkm_api_node_cache *nc)
+static int why_of(struct ctrl_nodes *n, const struct tkm_api_node_cache *nc, uint32_t *id)
 {
     const char *r = NULL, *m = NULL;
+    *id = 0;
     if (nc->error && *nc->error) {
         r = "NodeError";
         m = nc->error;
@@ -122,47 +358,35 @@ static char *why_of(const struct tkm_api_node_cache *nc)
         r = nc->incompatible[0].reason ? nc->incompatible[0].reason : "Incompatible";
         m = nc->incompatible[0].message ? nc->incompatible[0].message : "";
     } else {
-        return NULL;
+        return 0;
     }
-    size_t rl = strlen(r), ml = strlen(m);
-    if (ml > 300)
-        ml = 300;
-    char *w = malloc(rl + ml + 2);
-    if (!w)
-        return NULL;
-    memcpy(w, r, rl + 1);
-    memcpy(w + rl + 1, m, ml);
-    w[rl + 1 + ml] = 0;
-    return w;
+    size_t ml = strlen(m);
+    return why_ref(n, r, m, ml > 300 ? 300 : ml, id);
 }
 
-static int fill_entry(struct ctrl_entry *e, const struct tkm_api_node_cache *nc)
+static int fill_entry(struct ctrl_nodes *n, struct ctrl_entry *e,
+                      const struct tkm_api_node_cache *nc)
 {
+    uint32_t why;
     e->digest = ctrl_digest_id(nc->digest);
     e->flags = (nc->verified ? CTRL_E_VERIFIED : 0) | (nc->extracted ? CTRL_E_EXTRACTED : 0) |
                (nc->error && *nc->error ? CTRL_E_ERROR : 0) |
                (nc->n_compatible ? CTRL_E_COMPAT : 0) | (nc->n_incompatible ? CTRL_E_INCOMPAT : 0) |
                (nc->n_pods ? CTRL_E_PODS : 0);
-    e->why = why_of(nc);
-    if (!e->why &&
-        (e->flags & CTRL_E_ERROR || (!(e->flags & CTRL_E_COMPAT) && e->flags & CTRL_E_INCOMPAT)))
-        return -ENOMEM;
-    return 0;
+    int rc = why_of(n, nc, &why);
+    e->why = why;
+    return rc;
 }
 
 static int entry_same(const struct ctrl_entry *a, const struct ctrl_entry *b)
 {
-    if (a->digest != b->digest || a->flags != b->flags)
-        return 0;
-    if (!a->why || !b->why)
-        return a->why == b->why;
-    size_t al = strlen(a->why), bl = strlen(b->why);
-    return al == bl && strcmp(a->why, b->why) == 0 && strcmp(a->why + al + 1, b->why + bl + 1) == 0;
+    /* interned: equal strings have equal ids */
+    return a->digest == b->digest && a->flags == b->flags && a->why == b->why;
 }
 
-static const char *ent_key(const struct ctrl_entry *e)
+static struct ctrl_cidx *cidx_of(const struct ctrl_nodes *n, const struct ctrl_entry *e)
 {
-    return e->cache->key;
+    return n->cidx.v[e->cache];
 }
 
 static void notify(struct ctrl_nodes *n, const char *key)
@@ -171,67 +395,48 @@ static void notify(struct ctrl_nodes *n, const char *key)
         n->changed(key, n->data);
 }
 
-/* Replaces o's entries with nv (taken), linking and notifying. nv's entries
- * have cache set (not linked yet), sorted by key. */
-static int swap_entries(struct ctrl_nodes *n, struct ctrl_nsobj *o, struct ctrl_entry *nv,
-                        size_t nn)
+/* Replaces o's entries with nv (taken, sorted by cache id, no duplicates),
+ * counting and notifying. Cannot fail. */
+static void swap_entries(struct ctrl_nodes *n, struct ctrl_nsobj *o, struct ctrl_entry *nv,
+                         size_t nn)
 {
     size_t i = 0, j = 0;
     struct ctrl_entry *ov = o->ents;
     size_t on = o->n_ents;
-    int rc = 0;
     while (i < on || j < nn) {
-        int cmp = i >= on ? 1 : j >= nn ? -1 : strcmp(ent_key(&ov[i]), ent_key(&nv[j]));
+        int cmp = i >= on                     ? 1
+                  : j >= nn                   ? -1
+                  : ov[i].cache < nv[j].cache ? -1
+                  : ov[i].cache > nv[j].cache ? 1
+                                              : 0;
         if (cmp < 0) { /* gone */
-            struct ctrl_cidx *c = ov[i].cache;
-            cidx_unlink(&ov[i]);
-            notify(n, c->key);
+            struct ctrl_cidx *c = cidx_of(n, &ov[i]);
+            c->n--;
             n->n_entries--;
-            ctrl_nodes_cache_gc(n, c);
+            notify(n, c->key);
+            /* not dropped yet: ids must stay unique until the merge is done */
             i++;
         } else if (cmp > 0) { /* new */
-            nv[j].obj = o;
-            if (cidx_link(nv[j].cache, &nv[j]) < 0) {
-                rc = -ENOMEM;
-                nv[j].cache = NULL;
-            } else {
-                n->n_entries++;
-                notify(n, nv[j].cache->key);
-            }
+            struct ctrl_cidx *c = cidx_of(n, &nv[j]);
+            c->n++;
+            n->n_entries++;
+            notify(n, c->key);
             j++;
-        } else { /* both: take the slot over */
-            int same = entry_same(&ov[i], &nv[j]);
-            nv[j].obj = o;
-            nv[j].pos = ov[i].pos;
-            nv[j].cache->entries[nv[j].pos] = &nv[j];
-            if (!same)
-                notify(n, nv[j].cache->key);
+        } else {
+            if (!entry_same(&ov[i], &nv[j]))
+                notify(n, cidx_of(n, &nv[j])->key);
             i++;
             j++;
         }
     }
-    /* Entries that failed to link are dropped from the array. */
-    size_t k = 0;
-    for (j = 0; j < nn; j++) {
-        if (!nv[j].cache) {
-            free(nv[j].why);
-            continue;
-        }
-        if (k != j) {
-            nv[k] = nv[j];
-            nv[k].cache->entries[nv[k].pos] = &nv[k];
-        }
-        k++;
-    }
-    ents_free(ov, on);
     o->ents = nv;
-    o->n_ents = k;
-    return rc;
-}
-
-static char *xstrdup(const char *s)
-{
-    return strdup(s ? s : "");
+    o->n_ents = (uint32_t)nn;
+    o->group->objs[o->gpos].ents = nv;
+    o->group->objs[o->gpos].n_ents = o->n_ents;
+    /* Caches left without entries (and without a reconciler) go now. */
+    for (i = 0; i < on; i++)
+        ctrl_nodes_cache_gc(n, cidx_of(n, &ov[i]));
+    ents_free(n, ov, on);
 }
 
 static struct ctrl_nsobj *obj_get_or_new(struct ctrl_nodes *n, int cluster, const char *ns,
@@ -243,34 +448,56 @@ static struct ctrl_nsobj *obj_get_or_new(struct ctrl_nodes *n, int cluster, cons
     struct ctrl_nsobj *o = ctrl_map_get(&n->objs, key);
     if (o) {
         if (uid && strcmp(o->uid, uid) != 0) {
-            char *u = xstrdup(uid);
+            char *u = strdup(uid);
             if (u) {
-                free(o->uid);
-                o->uid = u;
+                free(o->uid_own);
+                o->uid = o->uid_own = u;
             }
         }
         return o;
     }
-    o = calloc(1, sizeof *o);
+    if (cluster)
+        ns = "";
+    if (!uid)
+        uid = "";
+    size_t nl = strlen(ns) + 1, ml = strlen(name) + 1, ul = strlen(uid) + 1;
+    o = calloc(1, sizeof *o + nl + ml + ul);
     if (!o)
         return NULL;
-    o->key = xstrdup(key);
-    o->ns = xstrdup(cluster ? "" : ns);
-    o->node = xstrdup(name);
-    o->uid = xstrdup(uid);
+    memcpy(o->buf, ns, nl);
+    memcpy(o->buf + nl, name, ml);
+    memcpy(o->buf + nl + ml, uid, ul);
+    o->ns = o->buf;
+    o->node = o->buf + nl;
+    o->uid = o->buf + nl + ml;
     o->cluster = cluster;
     o->seen_ms = now_ms;
-    if (!o->key || !o->ns || !o->node || !o->uid || ctrl_map_put(&n->objs, key, o, NULL) < 0) {
-        free(o->key);
-        free(o->ns);
-        free(o->node);
-        free(o->uid);
-        free(o);
-        return NULL;
+    if (!(o->group = group_ref(n, cluster, o->ns)))
+        goto fail;
+    if (group_add(o->group, o) < 0) {
+        group_unref(n, o->group);
+        goto fail;
+    }
+    if (ctrl_map_put(&n->objs, key, o, &o->key) < 0) {
+        group_del(o->group, o);
+        group_unref(n, o->group);
+        goto fail;
     }
     return o;
+fail:
+    free(o);
+    return NULL;
 }
 
+static int cmp_ent_id(const void *a, const void *b)
+{
+    uint32_t x = ((const struct ctrl_entry *)a)->cache, y = ((const struct ctrl_entry *)b)->cache;
+    return x < y ? -1 : x > y;
+}
+
+/* The entries of d, sorted by cache id (*out owned: ents_free). Caches met
+ * for the first time get an index (dropped again by the caller's gc when
+ * this fails). */
 static int build_entries(struct ctrl_nodes *n, const struct tkm_api_nodestatus *d,
                          struct ctrl_entry **out, size_t *nout)
 {
@@ -284,15 +511,61 @@ static int build_entries(struct ctrl_nodes *n, const struct tkm_api_nodestatus *
         if (ctrl_cache_key(key, sizeof key, d->cluster ? "" : d->meta.ns, st->caches[i].name) < 0)
             continue;
         struct ctrl_cidx *c = ctrl_nodes_cache(n, key, 1);
-        if (!c || fill_entry(&v[k], &st->caches[i]) < 0) {
-            ents_free(v, k + 1);
+        if (!c) {
+            ents_free(n, v, k);
             return -ENOMEM;
         }
-        v[k++].cache = c;
+        v[k].cache = c->id;
+        if (fill_entry(n, &v[k], &st->caches[i]) < 0) {
+            ents_free(n, v, k);
+            return -ENOMEM;
+        }
+        k++;
+    }
+    /* The decoder hands the caches sorted by name, and ids mostly follow the
+     * order caches were first seen in: mostly sorted already (no qsort, whose
+     * merge buffer is a malloc per event at 100+ entries). */
+    size_t unsorted = 0;
+    for (size_t i = 1; i < k && !unsorted; i++)
+        unsorted = v[i - 1].cache > v[i].cache;
+    if (unsorted)
+        qsort(v, k, sizeof *v, cmp_ent_id);
+    size_t w = 0; /* a name twice in one object: the last one counts */
+    for (size_t i = 0; i < k; i++) {
+        if (w && v[w - 1].cache == v[i].cache) {
+            why_unref(n, v[w - 1].why);
+            v[w - 1] = v[i];
+        } else {
+            v[w++] = v[i];
+        }
     }
     *out = v;
-    *nout = k;
+    *nout = w;
     return 0;
+}
+
+/* Drops the indexes build_entries made for caches that got no entry. */
+static int gc_empty(const char *key, void *val, void *data)
+{
+    (void)key;
+    struct ctrl_cidx *c = val;
+    if (!c->n && !c->rec) {
+        struct ctrl_cidx ***list = data;
+        **list = c;
+        (*list)++;
+    }
+    return 0;
+}
+
+static void gc_unused_caches(struct ctrl_nodes *n)
+{
+    struct ctrl_cidx **v = calloc(n->caches.n ? n->caches.n : 1, sizeof *v), **p = v;
+    if (!v)
+        return;
+    ctrl_map_foreach(&n->caches, gc_empty, &p);
+    for (struct ctrl_cidx **q = v; q < p; q++)
+        ctrl_nodes_cache_gc(n, *q);
+    free(v);
 }
 
 int ctrl_nodes_upsert(struct ctrl_nodes *n, int cluster, const char *json, size_t len,
@@ -322,7 +595,7 @@ int ctrl_nodes_upsert(struct ctrl_nodes *n, int cluster, const char *json, size_
             o->mark = n->mark[cluster];
             if (!o->bad_rv || !rv || strcmp(o->bad_rv, rv) != 0) {
                 free(o->bad_rv);
-                o->bad_rv = xstrdup(rv);
+                o->bad_rv = strdup(rv ? rv : "");
                 if (n->invalid)
                     n->invalid(o, tkm_err_str(&err), n->data);
             }
@@ -335,22 +608,21 @@ int ctrl_nodes_upsert(struct ctrl_nodes *n, int cluster, const char *json, size_
         obj_get_or_new(n, cluster, d.meta.ns ? d.meta.ns : "", d.meta.name, d.meta.uid, now_ms);
     if (!o || build_entries(n, &d, &nv, &nn) < 0) {
         tkm_api_nodestatus_release(&d);
+        gc_unused_caches(n);
         return -ENOMEM;
     }
     o->mark = n->mark[cluster];
     free(o->bad_rv);
     o->bad_rv = NULL;
-    rc = swap_entries(n, o, nv, nn);
+    swap_entries(n, o, nv, nn);
     tkm_api_nodestatus_release(&d);
-    return rc;
+    return 0;
 }
 
-static void obj_free(struct ctrl_nsobj *o)
+static void obj_free(struct ctrl_nodes *n, struct ctrl_nsobj *o)
 {
-    free(o->key);
-    free(o->ns);
-    free(o->node);
-    free(o->uid);
+    ents_free(n, o->ents, o->n_ents);
+    free(o->uid_own);
     free(o->bad_rv);
     free(o);
 }
@@ -359,9 +631,10 @@ static void obj_remove(struct ctrl_nodes *n, struct ctrl_nsobj *o)
 {
     swap_entries(n, o, NULL, 0);
     ctrl_map_del(&n->objs, o->key);
-    obj_free(o);
+    group_del(o->group, o);
+    group_unref(n, o->group);
+    obj_free(n, o);
 }
-
 void ctrl_nodes_remove(struct ctrl_nodes *n, int cluster, const char *ns, const char *name)
 {
     char key[600];
@@ -440,7 +713,7 @@ int ctrl_nodes_node_upsert(struct ctrl_nodes *n, const char *name, const char *u
     }
     nd->mark = n->mark[2];
     if (!nd->uid || strcmp(nd->uid, uid ? uid : "") != 0) {
-        char *u = xstrdup(uid);
+        char *u = strdup(uid ? uid : "");
         if (!u)
             return -ENOMEM;
         free(nd->uid);
@@ -463,10 +736,7 @@ void ctrl_nodes_node_remove(struct ctrl_nodes *n, const char *name)
 static int free_obj_cb(const char *key, void *val, void *data)
 {
     (void)key;
-    (void)data;
-    struct ctrl_nsobj *o = val;
-    ents_free(o->ents, o->n_ents);
-    obj_free(o);
+    obj_free(data, val);
     return 0;
 }
 
@@ -474,9 +744,17 @@ static int free_cidx_cb(const char *key, void *val, void *data)
 {
     (void)key;
     (void)data;
-    struct ctrl_cidx *c = val;
-    free(c->entries);
-    free(c);
+    free(val);
+    return 0;
+}
+
+static int free_group_cb(const char *key, void *val, void *data)
+{
+    (void)key;
+    (void)data;
+    struct ctrl_nsgroup *g = val;
+    free(g->objs);
+    free(g);
     return 0;
 }
 
@@ -492,10 +770,78 @@ static int free_node_cb(const char *key, void *val, void *data)
 
 void ctrl_nodes_release(struct ctrl_nodes *n)
 {
-    ctrl_map_foreach(&n->objs, free_obj_cb, NULL);
+    ctrl_map_foreach(&n->objs, free_obj_cb, n);
     ctrl_map_foreach(&n->caches, free_cidx_cb, NULL);
+    ctrl_map_foreach(&n->groups, free_group_cb, NULL);
     ctrl_map_foreach(&n->nodes, free_node_cb, NULL);
     ctrl_map_release(&n->objs);
     ctrl_map_release(&n->caches);
+    ctrl_map_release(&n->groups);
     ctrl_map_release(&n->nodes);
+    free(n->cgroup.objs);
+    for (uint32_t id = 1; id < n->whys.n; id++)
+        free(n->whys.v[id]); /* none left once the objects are gone; NULL-safe */
+    idtab_release(&n->whys);
+    idtab_release(&n->cidx);
+    free(n->why_bkt);
+    n->why_bkt = NULL;
+    n->n_bkt = n->n_whys = 0;
+    n->n_entries = 0;
+}
+
+static size_t map_bytes(const struct ctrl_map *m, size_t val_size)
+{
+    return m->cap * sizeof *m->tab + m->n * (sizeof(struct ctrl_map_ent) + val_size);
+}
+
+struct bytes_acc {
+    size_t total;
+};
+
+static int acc_key(const char *key, void *val, void *data)
+{
+    (void)val;
+    ((struct bytes_acc *)data)->total += strlen(key) + 1;
+    return 0;
+}
+
+static int acc_obj(const char *key, void *val, void *data)
+{
+    const struct ctrl_nsobj *o = val;
+    struct bytes_acc *a = data;
+    a->total += strlen(key) + 1 + sizeof *o + strlen(o->ns) + strlen(o->node) + 3 +
+                (o->uid_own ? strlen(o->uid_own) : strlen(o->uid)) +
+                (o->bad_rv ? strlen(o->bad_rv) + 1 : 0) + o->n_ents * sizeof *o->ents;
+    return 0;
+}
+
+static int acc_group(const char *key, void *val, void *data)
+{
+    const struct ctrl_nsgroup *g = val;
+    ((struct bytes_acc *)data)->total += strlen(key) + 1 + g->cap * sizeof *g->objs;
+    return 0;
+}
+
+size_t ctrl_nodes_bytes(const struct ctrl_nodes *n)
+{
+    struct bytes_acc a = {0};
+    a.total = map_bytes(&n->objs, 0) + map_bytes(&n->caches, sizeof(struct ctrl_cidx)) +
+              map_bytes(&n->groups, sizeof(struct ctrl_nsgroup)) +
+              map_bytes(&n->nodes, sizeof(struct ctrl_node)) +
+              n->cgroup.cap * sizeof(struct ctrl_gslot) +
+              (size_t)n->cidx.cap * (sizeof(void *) + sizeof(uint32_t)) +
+              (size_t)n->whys.cap * (sizeof(void *) + sizeof(uint32_t)) +
+              (size_t)n->n_bkt * sizeof(uint32_t);
+    ctrl_map_foreach(&n->objs, acc_obj, &a);
+    ctrl_map_foreach(&n->caches, acc_key, &a);
+    ctrl_map_foreach(&n->groups, acc_group, &a);
+    ctrl_map_foreach(&n->nodes, acc_key, &a);
+    for (uint32_t id = 1; id < n->whys.n; id++) {
+        const struct ctrl_why *w = n->whys.v[id];
+        if (w) {
+            size_t rl = strlen(w->s);
+            a.total += sizeof *w + rl + strlen(w->s + rl + 1) + 2;
+        }
+    }
+    return a.total;
 }

@@ -459,6 +459,26 @@ static time_t parse_ts(const char *s)
     return timegm(&tm);
 }
 
+struct cleanup_walk {
+    struct ctrl_cache *cc;
+    int expired;
+};
+
+/* Removes a node's entry itself when its Node is gone or the wait expired
+ * (the patch is asynchronous: the index does not change during the walk). */
+static int cleanup_entry(const struct ctrl_entry *e, const struct ctrl_nsobj *o, const char *why,
+                         void *data)
+{
+    (void)e;
+    (void)why;
+    struct cleanup_walk *w = data;
+    struct ctrl *c = w->cc->c;
+    int node_gone = c->w_synced[2] && !ctrl_map_get(&c->idx.nodes, o->node);
+    if ((w->expired || node_gone) && entry_remove(w->cc, o) == 0)
+        w->cc->patches++;
+    return 0;
+}
+
 static void cleanup(struct ctrl_cache *cc, const struct view *v)
 {
     struct ctrl *c = cc->c;
@@ -476,16 +496,12 @@ static void cleanup(struct ctrl_cache *cc, const struct view *v)
     time_t now = time(NULL);
     int expired = now >= deadline;
     cc->patches = 0;
-    for (size_t i = 0; i < x->n; i++) {
-        const struct ctrl_nsobj *o = x->entries[i]->obj;
-        int node_gone = c->w_synced[2] && !ctrl_map_get(&c->idx.nodes, o->node);
-        if ((expired || node_gone) && entry_remove(cc, o) == 0)
-            cc->patches++;
-    }
+    struct cleanup_walk w = {cc, expired};
+    ctrl_cidx_foreach(x, cleanup_entry, &w);
     if (cc->patches)
         return; /* entry_patch_done finishes */
     uint64_t left = expired ? 5000 : (uint64_t)(deadline - now) * 1000 + 100;
-    tkm_dbg("controller: %s: waiting for %zu node(s) to drop their entries", cc->qkey, x->n);
+    tkm_dbg("controller: %s: waiting for %u node(s) to drop their entries", cc->qkey, x->n);
     finish(cc, K8S_WQ_OK, left < 5000 ? left : 5000);
 }
 
