@@ -18,7 +18,8 @@
 #        flight; default 32), TIMEOUT (s to wait for Ready after the last
 #        write; default 300 small, 900 large), SIDES ("tkm gkm"), SETTLE (s; default 5)
 #        TKM_BUILD_DIR (default <repo>/build), TKM_CONTROLLER (default
-#        $TKM_BUILD_DIR/controller/tkm-controller), GKM_BIN_DIR (default: built by
+#        $TKM_BUILD_DIR/controller/tkm-controller), TKM_CONTROLLER_ARGS (more
+#        flags, e.g. "-v 1"), GKM_BIN_DIR (default: built by
 #        bench/gkm-build.sh), BENCH_DIR (default a temp dir), KEEP=1 (leave it up)
 #
 # Per side:
@@ -177,7 +178,7 @@ run_side() { # SIDE
     res=tritonkernelcaches node_res=tritonkernelcachenodestatuses
     mkdir -p "$work/tkm-state"
     "$TKM_CONTROLLER" --kubeconfig "$KUBECONFIG" --namespace tkm-system --state-dir "$work/tkm-state" \
-      --metrics-bind-address 0 --health-probe-bind-address 0 >"$work/tkm-controller.log" 2>&1 &
+      --metrics-bind-address 0 --health-probe-bind-address 0 ${TKM_CONTROLLER_ARGS:-} >"$work/tkm-controller.log" 2>&1 &
     pid=$!
     disown "$pid"
   else
