@@ -197,6 +197,7 @@ struct ctrl_nodes {
     uint32_t n_whys;            /* live why strings */
     unsigned mark[3];           /* relist generations: tkcns, tkcnsc, nodes */
     size_t n_entries;
+    struct tkm_api_nsscan scan; /* owned: the node status decoder's scratch, reused */
     /* Called for each cache whose entries changed (key borrowed). */
     void (*changed)(const char *cache_key, void *data);
     /* Called with a node's name when it vanished (deleted, or gone in a relist). */

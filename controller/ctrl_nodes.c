@@ -241,6 +241,7 @@ static void group_del(struct ctrl_nsgroup *g, struct ctrl_nsobj *o)
 void ctrl_nodes_init(struct ctrl_nodes *n)
 {
     memset(n, 0, sizeof *n);
+    tkm_api_nsscan_init(&n->scan);
     n->cgroup.ns = "";
     for (int i = 0; i < 3; i++)
         n->mark[i] = 1;
@@ -347,7 +348,7 @@ static void ents_free(struct ctrl_nodes *n, struct ctrl_entry *v, size_t k)
     free(v);
 }
 
-static int why_of(struct ctrl_nodes *n, const struct tkm_api_node_cache *nc, uint32_t *id)
+static int why_of(struct ctrl_nodes *n, const struct tkm_api_nsscan_entry *nc, uint32_t *id)
 {
     const char *r = NULL, *m = NULL;
     *id = 0;
@@ -355,8 +356,8 @@ static int why_of(struct ctrl_nodes *n, const struct tkm_api_node_cache *nc, uin
         r = "NodeError";
         m = nc->error;
     } else if (nc->n_compatible == 0 && nc->n_incompatible > 0) {
-        r = nc->incompatible[0].reason ? nc->incompatible[0].reason : "Incompatible";
-        m = nc->incompatible[0].message ? nc->incompatible[0].message : "";
+        r = nc->incompatible_reason ? nc->incompatible_reason : "Incompatible";
+        m = nc->incompatible_message ? nc->incompatible_message : "";
     } else {
         return 0;
     }
@@ -365,7 +366,7 @@ static int why_of(struct ctrl_nodes *n, const struct tkm_api_node_cache *nc, uin
 }
 
 static int fill_entry(struct ctrl_nodes *n, struct ctrl_entry *e,
-                      const struct tkm_api_node_cache *nc)
+                      const struct tkm_api_nsscan_entry *nc)
 {
     uint32_t why;
     e->digest = ctrl_digest_id(nc->digest);
@@ -495,56 +496,73 @@ static int cmp_ent_id(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The entries of d, sorted by cache id (*out owned: ents_free). Caches met
- * for the first time get an index (dropped again by the caller's gc when
- * this fails). */
-static int build_entries(struct ctrl_nodes *n, const struct tkm_api_nodestatus *d,
-                         struct ctrl_entry **out, size_t *nout)
+/* What tkm_api_nodestatus_scan's entry callback builds: the new entries of
+ * one object. */
+struct build {
+    struct ctrl_nodes *n;
+    int cluster;
+    int mismatch; /* the object is of the other kind, or has no name */
+    struct ctrl_entry *v;
+    size_t k, cap;
+};
+
+/* One status.caches member (the scanner has validated the whole object). Caches
+ * met for the first time get an index (dropped again by the caller's gc when
+ * the object fails). */
+static int build_entry(const struct tkm_api_nsscan_head *h, const struct tkm_api_nsscan_entry *e,
+                       void *data)
 {
-    const struct tkm_api_node_status *st = &d->status;
-    struct ctrl_entry *v = st->n_caches ? calloc(st->n_caches, sizeof *v) : NULL;
-    size_t k = 0;
-    if (st->n_caches && !v)
-        return -ENOMEM;
-    for (size_t i = 0; i < st->n_caches; i++) {
-        char key[600];
-        if (ctrl_cache_key(key, sizeof key, d->cluster ? "" : d->meta.ns, st->caches[i].name) < 0)
-            continue;
-        struct ctrl_cidx *c = ctrl_nodes_cache(n, key, 1);
-        if (!c) {
-            ents_free(n, v, k);
-            return -ENOMEM;
-        }
-        v[k].cache = c->id;
-        if (fill_entry(n, &v[k], &st->caches[i]) < 0) {
-            ents_free(n, v, k);
-            return -ENOMEM;
-        }
-        k++;
+    struct build *b = data;
+    char key[600];
+    if (h->cluster != b->cluster || !h->name) {
+        b->mismatch = 1;
+        return 1; /* stop */
     }
-    /* The decoder hands the caches sorted by name, and ids mostly follow the
-     * order caches were first seen in: mostly sorted already (no qsort, whose
-     * merge buffer is a malloc per event at 100+ entries). */
+    if (!b->v) {
+        b->cap = h->n_caches ? h->n_caches : 1;
+        if (!(b->v = calloc(b->cap, sizeof *b->v)))
+            return -ENOMEM;
+    }
+    if (b->k == b->cap) /* n_caches counts every member: cannot happen */
+        return -EOVERFLOW;
+    if (ctrl_cache_key(key, sizeof key, h->cluster ? "" : h->ns, e->name) < 0)
+        return 0;
+    struct ctrl_cidx *c = ctrl_nodes_cache(b->n, key, 1);
+    if (!c)
+        return -ENOMEM;
+    b->v[b->k].cache = c->id;
+    if (fill_entry(b->n, &b->v[b->k], e) < 0)
+        return -ENOMEM;
+    b->k++;
+    return 0;
+}
+
+/* b's entries sorted by cache id, without duplicates. */
+static void build_finish(struct build *b)
+{
+    struct ctrl_entry *v = b->v;
+    size_t k = b->k;
+    /* The apiserver writes the caches sorted by name, and ids mostly follow
+     * the order caches were first seen in: mostly sorted already (no qsort,
+     * whose merge buffer is a malloc per event at 100+ entries). */
     size_t unsorted = 0;
     for (size_t i = 1; i < k && !unsorted; i++)
         unsorted = v[i - 1].cache > v[i].cache;
     if (unsorted)
         qsort(v, k, sizeof *v, cmp_ent_id);
-    size_t w = 0; /* a name twice in one object: the last one counts */
+    size_t w = 0; /* a name twice in one object (the scanner refuses that): the last one counts */
     for (size_t i = 0; i < k; i++) {
         if (w && v[w - 1].cache == v[i].cache) {
-            why_unref(n, v[w - 1].why);
+            why_unref(b->n, v[w - 1].why);
             v[w - 1] = v[i];
         } else {
             v[w++] = v[i];
         }
     }
-    *out = v;
-    *nout = w;
-    return 0;
+    b->k = w;
 }
 
-/* Drops the indexes build_entries made for caches that got no entry. */
+/* Drops the indexes build_entry made for caches that got no entry. */
 static int gc_empty(const char *key, void *val, void *data)
 {
     (void)key;
@@ -571,17 +589,21 @@ static void gc_unused_caches(struct ctrl_nodes *n)
 int ctrl_nodes_upsert(struct ctrl_nodes *n, int cluster, const char *json, size_t len,
                       uint64_t now_ms)
 {
-    struct tkm_api_nodestatus d = {0};
+    struct tkm_api_nsscan_head h;
     struct tkm_err err = {0};
-    struct ctrl_entry *nv = NULL;
-    size_t nn = 0;
-    int rc = tkm_api_nodestatus_decode(json, len, &d, &err);
-    if (rc == 0 && (d.cluster != cluster || !d.meta.name)) {
+    struct build b = {.n = n, .cluster = cluster};
+    int rc = tkm_api_nodestatus_scan(&n->scan, json, len, &h, build_entry, &b, &err);
+    if (rc >= 0 && (b.mismatch || h.cluster != cluster || !h.name)) {
         rc = -EPROTO;
         tkm_err_set(&err, rc, "not a %s",
                     cluster ? "TritonKernelCacheNodeStatusCluster" : "TritonKernelCacheNodeStatus");
     }
     if (rc < 0) {
+        ents_free(n, b.v, b.k);
+        if (rc == -ENOMEM || rc == -EOVERFLOW) {
+            gc_unused_caches(n); /* (entries are built only once the whole object is valid) */
+            return -ENOMEM;
+        }
         /* Name what we can from the raw object to report it. */
         json_t *j = json_loadb(json, len, 0, NULL);
         json_t *md = json_object_get(j, "metadata");
@@ -601,21 +623,20 @@ int ctrl_nodes_upsert(struct ctrl_nodes *n, int cluster, const char *json, size_
             }
         }
         json_decref(j);
-        tkm_api_nodestatus_release(&d);
-        return rc == -ENOMEM ? rc : 0;
+        return 0;
     }
     struct ctrl_nsobj *o =
-        obj_get_or_new(n, cluster, d.meta.ns ? d.meta.ns : "", d.meta.name, d.meta.uid, now_ms);
-    if (!o || build_entries(n, &d, &nv, &nn) < 0) {
-        tkm_api_nodestatus_release(&d);
+        obj_get_or_new(n, cluster, h.ns ? h.ns : "", h.name, h.uid, now_ms);
+    if (!o) {
+        ents_free(n, b.v, b.k);
         gc_unused_caches(n);
         return -ENOMEM;
     }
+    build_finish(&b);
     o->mark = n->mark[cluster];
     free(o->bad_rv);
     o->bad_rv = NULL;
-    swap_entries(n, o, nv, nn);
-    tkm_api_nodestatus_release(&d);
+    swap_entries(n, o, b.v, b.k);
     return 0;
 }
 
@@ -778,6 +799,7 @@ void ctrl_nodes_release(struct ctrl_nodes *n)
     ctrl_map_release(&n->caches);
     ctrl_map_release(&n->groups);
     ctrl_map_release(&n->nodes);
+    tkm_api_nsscan_release(&n->scan);
     free(n->cgroup.objs);
     for (uint32_t id = 1; id < n->whys.n; id++)
         free(n->whys.v[id]); /* none left once the objects are gone; NULL-safe */
