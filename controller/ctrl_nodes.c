@@ -625,8 +625,7 @@ int ctrl_nodes_upsert(struct ctrl_nodes *n, int cluster, const char *json, size_
         json_decref(j);
         return 0;
     }
-    struct ctrl_nsobj *o =
-        obj_get_or_new(n, cluster, h.ns ? h.ns : "", h.name, h.uid, now_ms);
+    struct ctrl_nsobj *o = obj_get_or_new(n, cluster, h.ns ? h.ns : "", h.name, h.uid, now_ms);
     if (!o) {
         ents_free(n, b.v, b.k);
         gc_unused_caches(n);

@@ -210,8 +210,16 @@ static void on_delay(uv_timer_t *t)
 static void on_kick(uv_timer_t *t)
 {
     struct k8s_workqueue *q = t->data;
+    uint64_t t0 = uv_hrtime(), budget = (uint64_t)q->o.dispatch_budget_ms * 1000000u;
     q->dispatching = 1;
     while (!q->closing && q->head && q->active < q->o.workers) {
+        if (uv_hrtime() - t0 >= budget) {
+            /* Yield: 1 ms, not 0, since libuv (1.44) runs a 0 ms timer
+             * started from a timer callback in the same pass, before any
+             * socket is polled. */
+            uv_timer_start(&q->kick, on_kick, 1, 0);
+            break;
+        }
         struct item *it = q->head;
         q->head = it->next;
         if (!q->head)
@@ -248,6 +256,8 @@ int k8s_workqueue_new(uv_loop_t *loop, const struct k8s_workqueue_opts *opts, k8
         q->o.qps = 10;
     if (!q->o.burst)
         q->o.burst = 100;
+    if (!q->o.dispatch_budget_ms)
+        q->o.dispatch_budget_ms = 10;
     q->loop = loop;
     q->fn = fn;
     q->data = data;

@@ -266,3 +266,54 @@ TEST(done_after_shutdown_frees_later)
     ASSERT_EQ(closed, 1);
     ASSERT_OK(uv_loop_close(&loop));
 }
+
+/* A backlog of keys whose handlers finish at once must not hold the loop:
+ * each dispatch runs handlers for at most dispatch_budget_ms, then the loop
+ * polls (a uv_check handle runs once per poll). */
+struct busy {
+    uv_loop_t *loop;
+    int calls, iterations;
+};
+
+static void busy_handler(struct k8s_workqueue *q, const char *key, void *data)
+{
+    struct busy *b = data;
+    uint64_t t0 = uv_hrtime();
+    while (uv_hrtime() - t0 < 1000000u) /* 1 ms of work, as a reconcile that parses a cache */
+        ;
+    b->calls++;
+    k8s_workqueue_done(q, key, K8S_WQ_OK);
+    if (b->calls == 300)
+        uv_stop(b->loop);
+}
+
+static void count_iteration(uv_check_t *c)
+{
+    struct busy *b = c->data;
+    b->iterations++;
+}
+
+TEST(dispatch_budget_yields_to_io)
+{
+    uv_loop_t loop;
+    uv_check_t check;
+    struct busy b = {.loop = &loop};
+    struct k8s_workqueue *q;
+    struct k8s_workqueue_opts o = {.workers = 64, .dispatch_budget_ms = 10};
+    char key[16];
+    ASSERT_OK(uv_loop_init(&loop));
+    ASSERT_OK(k8s_workqueue_new(&loop, &o, busy_handler, &b, &q, NULL));
+    for (int i = 0; i < 300; i++) {
+        snprintf(key, sizeof key, "k%03d", i);
+        ASSERT_OK(k8s_workqueue_add(q, key));
+    }
+    ASSERT_OK(uv_check_init(&loop, &check));
+    check.data = &b;
+    ASSERT_OK(uv_check_start(&check, count_iteration));
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ASSERT_EQ(b.calls, 300);
+    /* 300 ms of handlers in 10 ms slices: about 30 polls; all at once would be 1 */
+    ASSERT(b.iterations >= 10);
+    uv_close((uv_handle_t *)&check, NULL);
+    finish(&loop, q);
+}

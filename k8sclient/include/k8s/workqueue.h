@@ -55,6 +55,12 @@ struct k8s_workqueue_opts {
     uint64_t max_delay_ms;  /* default 1,000,000 (1000 s) */
     double qps;             /* bucket refill rate; default 10; < 0 disables the bucket */
     unsigned burst;         /* bucket size; default 100 */
+    /* How long one dispatch may run handlers back to back (handlers that
+     * finish at once, a reconcile that needs no request): past it the queue
+     * lets the loop poll its sockets (watch streams, replies) before it goes
+     * on, so a backlog of thousands of keys never holds the loop for seconds
+     * (an apiserver closes a watch whose reader stalls). Default 10 ms. */
+    unsigned dispatch_budget_ms;
 };
 
 /* loop is borrowed (must outlive the queue); opts may be NULL. *out is owned:
