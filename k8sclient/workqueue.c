@@ -170,8 +170,14 @@ static void arm_delay(struct k8s_workqueue *q)
         uv_timer_stop(&q->delay);
         return;
     }
+    /* At least 1 ms: a key due already (its delay ran out while handlers
+     * ran) must wait for the next loop iteration. A 0 ms timer started from
+     * a timer callback runs in the same pass (libuv 1.44), before the loop
+     * polls or updates its clock: on_delay -> on_kick -> handlers that requeue
+     * themselves after a few ms computed from uv_now() -> due again -> ...
+     * spun forever with uv_now() frozen (tkm-controller, 600 caches). */
     uint64_t now = now_ms(q), at = q->heap[0]->ready_ms;
-    uv_timer_start(&q->delay, on_delay, at > now ? at - now : 0, 0);
+    uv_timer_start(&q->delay, on_delay, at > now + 1 ? at - now : 1, 0);
 }
 
 static void enqueue(struct k8s_workqueue *q, struct item *it)

@@ -317,3 +317,64 @@ TEST(dispatch_budget_yields_to_io)
     uv_close((uv_handle_t *)&check, NULL);
     finish(&loop, q);
 }
+
+/* Handlers that take longer than the delays they ask for (a reconcile of
+ * 2 ms that requeues itself after 1 ms) must not keep the loop in one timer
+ * pass: the loop's clock (uv_now) has to advance between rounds, or delays
+ * computed from it never run out. */
+struct requeue {
+    uv_loop_t *loop;
+    int calls, per_key[20], iterations;
+    uint64_t first_now, last_now;
+};
+
+static void requeue_handler(struct k8s_workqueue *q, const char *key, void *data)
+{
+    struct requeue *r = data;
+    int k = atoi(key + 1);
+    uint64_t t0 = uv_hrtime();
+    while (uv_hrtime() - t0 < 2000000u)
+        ;
+    if (!r->calls++)
+        r->first_now = uv_now(r->loop);
+    r->last_now = uv_now(r->loop);
+    if (++r->per_key[k] < 10) {
+        k8s_workqueue_done_after(q, key, 1);
+    } else {
+        k8s_workqueue_done(q, key, K8S_WQ_OK);
+        if (r->calls == 200)
+            uv_stop(r->loop);
+    }
+}
+
+static void count_requeue_iteration(uv_check_t *c)
+{
+    struct requeue *r = c->data;
+    r->iterations++;
+}
+
+TEST(short_requeues_let_the_loop_clock_advance)
+{
+    uv_loop_t loop;
+    uv_check_t check;
+    struct requeue r = {.loop = &loop};
+    struct k8s_workqueue *q;
+    struct k8s_workqueue_opts o = {.workers = 64, .dispatch_budget_ms = 10};
+    char key[16];
+    ASSERT_OK(uv_loop_init(&loop));
+    ASSERT_OK(k8s_workqueue_new(&loop, &o, requeue_handler, &r, &q, NULL));
+    for (int i = 0; i < 20; i++) {
+        snprintf(key, sizeof key, "k%d", i);
+        ASSERT_OK(k8s_workqueue_add(q, key));
+    }
+    ASSERT_OK(uv_check_init(&loop, &check));
+    check.data = &r;
+    ASSERT_OK(uv_check_start(&check, count_requeue_iteration));
+    uv_run(&loop, UV_RUN_DEFAULT);
+    ASSERT_EQ(r.calls, 200);
+    /* 400 ms of handlers: the loop polled between rounds and its clock moved */
+    ASSERT(r.iterations >= 10);
+    ASSERT(r.last_now - r.first_now >= 200);
+    uv_close((uv_handle_t *)&check, NULL);
+    finish(&loop, q);
+}
