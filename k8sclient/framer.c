@@ -319,71 +319,28 @@ int k8s__framer_finish(struct k8s__framer *f, struct tkm_err *err)
 
 /* ---- JSON member span ---------------------------------------------------- */
 
-static size_t skip_ws(const char *p, size_t n, size_t i)
-{
-    while (i < n && is_ws(p[i]))
-        i++;
-    return i;
-}
-
-/* p[i] == '"': returns the index after the closing quote, or n. */
-static size_t skip_string(const char *p, size_t n, size_t i)
-{
-    for (i++; i < n; i++) {
-        if (p[i] == '\\')
-            i++;
-        else if (p[i] == '"')
-            return i + 1;
-    }
-    return n;
-}
-
-static size_t skip_value(const char *p, size_t n, size_t i)
-{
-    if (i >= n)
-        return n;
-    if (p[i] == '"')
-        return skip_string(p, n, i);
-    if (p[i] == '{' || p[i] == '[') {
-        unsigned depth = 0;
-        while (i < n) {
-            char c = p[i];
-            if (c == '"') {
-                i = skip_string(p, n, i);
-                continue;
-            }
-            if (c == '{' || c == '[')
-                depth++;
-            else if ((c == '}' || c == ']') && --depth == 0)
-                return i + 1;
-            i++;
-        }
-        return n;
-    }
-    while (i < n && p[i] != ',' && p[i] != '}' && p[i] != ']' && !is_ws(p[i]))
-        i++;
-    return i;
-}
+/* The bytes are skipped by lib/jscan's scanner (tkm_jscan_ws, tkm_jscan_skip:
+ * on unvalidated text an unterminated string or container runs to n). */
 
 int k8s__json_member_span(const char *p, size_t n, const char *key, size_t *off, size_t *len)
 {
     size_t klen = strlen(key);
-    size_t i = skip_ws(p, n, 0);
+    size_t i = tkm_jscan_ws(p, n, 0);
     if (i >= n || p[i] != '{')
         return -ENOENT;
     i++;
     for (;;) {
-        i = skip_ws(p, n, i);
+        i = tkm_jscan_ws(p, n, i);
         if (i >= n || p[i] != '"')
             return -ENOENT;
-        size_t ks = i + 1, ke = skip_string(p, n, i);
+        size_t ks = i + 1, ke = tkm_jscan_skip(p, n, i);
         if (ke >= n)
             return -ENOENT;
-        i = skip_ws(p, n, ke);
+        i = tkm_jscan_ws(p, n, ke);
         if (i >= n || p[i] != ':')
             return -ENOENT;
-        i = skip_ws(p, n, i + 1);
-        size_t vs = i, ve = skip_value(p, n, i);
+        i = tkm_jscan_ws(p, n, i + 1);
+        size_t vs = i, ve = tkm_jscan_skip(p, n, i);
         if (ve > n || ve == vs)
             return -ENOENT;
         if (ke - 1 - ks == klen && memcmp(p + ks, key, klen) == 0) {
@@ -391,7 +348,7 @@ int k8s__json_member_span(const char *p, size_t n, const char *key, size_t *off,
             *len = ve - vs;
             return 0;
         }
-        i = skip_ws(p, n, ve);
+        i = tkm_jscan_ws(p, n, ve);
         if (i >= n || p[i] != ',')
             return -ENOENT;
         i++;
