@@ -1049,6 +1049,19 @@ static int status_build(struct ctrl_cache *cc, const struct view *v,
     return 0;
 }
 
+/* During a rollout every node report changes every cache, and each cache is
+ * written once per max delay: with many caches those writes load the
+ * apiserver that is busy with the reports (at 5000 nodes x 200 caches, 12,600
+ * status writes beside 5000 reports). The max delay grows with the caches so
+ * that these forced writes stay near 20 a second in all (client-go's default
+ * QPS for a controller); the write once a cache's entries are quiet is not
+ * delayed. */
+static uint64_t rollout_max_delay(const struct ctrl *c)
+{
+    uint64_t d = c->o.status_max_delay_ms, spread = (uint64_t)c->idx.caches.n * 50u;
+    return spread > d ? spread : d;
+}
+
 static void status_step(struct ctrl_cache *cc, const struct view *v)
 {
     struct tkm_api_cache_status st = {0};
@@ -1059,7 +1072,9 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
     /* While the nodes' reports keep changing this cache's entries, wait for
      * them to settle before aggregating: at 5000 nodes an aggregation walks
      * 5000 objects, and a rollout re-queues every cache on every report. */
-    uint64_t wait = ctrl_settle_wait(&cc->c->o, cc->cidx->changed_ms, &cc->dirty_since, t);
+    struct ctrl_opts so = cc->c->o;
+    so.status_max_delay_ms = rollout_max_delay(cc->c);
+    uint64_t wait = ctrl_settle_wait(&so, cc->cidx->changed_ms, &cc->dirty_since, t);
     if (wait) {
         uint64_t r = next_retry(cc);
         finish(cc, K8S_WQ_OK, r && r < wait ? r : wait);
