@@ -331,7 +331,9 @@ struct requeue {
 static void requeue_handler(struct k8s_workqueue *q, const char *key, void *data)
 {
     struct requeue *r = data;
-    int k = atoi(key + 1);
+    int64_t k = 0;
+    if (tkm_parse_i64(key + 1, 0, 19, &k) < 0)
+        return;
     uint64_t t0 = uv_hrtime();
     while (uv_hrtime() - t0 < 2000000u)
         ;
