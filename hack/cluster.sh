@@ -162,7 +162,7 @@ start_etcd() {
   echo $! >"$dir/etcd.pid"
   for _ in $(seq 1 100); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0
-    pid_alive "$dir/etcd.pid" etcd || break
+    running "$dir/etcd.pid" || break
     sleep 0.1
   done
   tail -5 "$dir/etcd.log" >&2
@@ -189,7 +189,7 @@ start_apiserver() {
     if [[ $(curl -s --cacert "$pki/ca.crt" "https://127.0.0.1:$port/readyz" 2>/dev/null) == ok ]]; then
       return 0
     fi
-    if ! pid_alive "$dir/kube-apiserver.pid" kube-apiserver; then
+    if ! running "$dir/kube-apiserver.pid"; then
       tail -15 "$dir/kube-apiserver.log" >&2
       grep -q "address already in use" "$dir/kube-apiserver.log" &&
         die "kube-apiserver: port $port is in use; log: $dir/kube-apiserver.log"

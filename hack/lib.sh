@@ -37,6 +37,11 @@ pid_alive() {
   [[ $(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) == *"$name"* ]]
 }
 
+# running PIDFILE: the process is there. For waits right after a start: between
+# fork and exec its command line is still ours, so pid_alive's name check fails
+# (a cold page cache makes exec of a 100 MB binary take seconds).
+running() { [[ -s $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
 # stop_pidfile PIDFILE NAME: stops the process PIDFILE names if it is ours
 # (TERM, then KILL after 10 s) and removes the pid file; a stale file is just
 # removed.

@@ -62,10 +62,6 @@ sysctls=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
 created_dirs=(/var/lib/kubelet/device-plugins /var/log/containers /var/log/pods /run/containerd
   /opt/containerd)
 
-# running PIDFILE: the process is there (during start-up, between fork and exec,
-# its command line is still ours, so pid_alive's name check would fail).
-running() { [[ -s $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
-
 # tail_die LOG WHAT: prints the end of LOG and dies naming it.
 tail_die() {
   echo "---- last lines of $1 ----" >&2
