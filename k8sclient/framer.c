@@ -392,6 +392,14 @@ static void fill_meta(struct k8s_watch_event *ev, json_t *obj)
 static json_t *parse(const char *p, size_t n, const char *what, struct tkm_err *err)
 {
     json_error_t je;
+    /* jansson skips a NUL byte outside strings ({"a":1<NUL>} loads); JSON has
+     * none, and the raw decoder (tkm_jscan) refuses it: so do we. */
+    const char *z = memchr(p, 0, n);
+    if (z) {
+        tkm_err_set(err, -EPROTO, "%s is not valid JSON: a NUL byte (byte %zu)", what,
+                    (size_t)(z - p));
+        return NULL;
+    }
     json_t *r = json_loadb(p, n, JSON_REJECT_DUPLICATES, &je);
     if (!r) {
         tkm_err_set(err, -EPROTO, "%s is not valid JSON: %s (byte %d)", what, je.text, je.position);
