@@ -25,6 +25,7 @@ phases=${TKM_TEST_PHASES:-main buildtypes asan valgrind fuzz}
 jobs=${JOBS:-2}
 total_pass=0 total_fail=0
 failed_phases=()
+failed_tests=()
 t_start=$SECONDS
 
 say() { printf '\n===== %s (%ds)\n' "$*" $((SECONDS - t_start)); }
@@ -51,6 +52,12 @@ run_ctest() {
   total_pass=$((total_pass + pass))
   total_fail=$((total_fail + fail))
   ((fail == 0)) || failed_phases+=("$phase")
+  # The names ctest lists after "The following tests FAILED:", kept for the
+  # summary: CI shows only the tail of this output.
+  local t
+  while IFS= read -r t; do
+    [[ -n $t ]] && failed_tests+=("$phase: $t")
+  done < <(sed -n '/The following tests FAILED:/,$p' "$log" | sed -nE 's/^[[:space:]]+[0-9]+ - (.*)$/\1/p')
 }
 
 # build_dir DIR CMAKE_ARGS...: configures and builds; a failure counts as one failed test.
@@ -135,5 +142,6 @@ done
 say "summary"
 echo "phases: $phases; took $((SECONDS - t_start))s"
 [[ ${#failed_phases[@]} -eq 0 ]] || echo "failures in: ${failed_phases[*]}"
+for t in "${failed_tests[@]}"; do echo "  failed: $t"; done
 echo "$total_pass passed, $total_fail failed"
 [[ $total_fail -eq 0 ]]
