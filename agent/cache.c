@@ -763,6 +763,8 @@ static int informer(struct agent *a, const struct k8s_resource *res, const char 
     io.data = a;
     io.handler.on_synced = on_synced;
     io.handler.on_error = on_watch_error;
+    /* nothing in the agent reads managedFields: most of a small object's bytes */
+    io.strip_managed_fields = 1;
     if (kind == 0) {
         io.handler.on_add = on_cache_add;
         io.handler.on_update = on_cache_update;
