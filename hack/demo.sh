@@ -77,8 +77,7 @@ down() {
       kubectl -n "$ns" delete pods --all --wait=true --timeout=60s >/dev/null 2>&1 || true
     done
     kubectl delete tkc,tkcc -A --all --wait=true --timeout=60s >/dev/null 2>&1 || true
-    kubectl -n tkm-system delete deploy/tkm-controller ds/tkm-node --ignore-not-found --wait=true --timeout=60s \
-      >/dev/null 2>&1 || true
+    tkm_workloads_down || log "tkm's workloads did not go (above); node.sh down stops their containers"
   fi
   step "the node (hack/node.sh down) and the control plane (hack/cluster.sh down)"
   if [[ -d .tkm/cluster ]]; then
@@ -202,6 +201,7 @@ sed 's/^/  /' "$D/tkc.yaml"
 quiet tkc kubectl apply -f "$D/tkc.yaml"
 if ! kubectl -n "$NS" wait --for=condition=Ready "tkc/$CACHE" --timeout=180s >/dev/null; then
   kubectl -n "$NS" describe tkc "$CACHE" >&2 || true
+  tkm_diagnose "$NS" >&2 || true
   die "the cache did not become Ready in 180 s (docs/user-guide.md#troubleshooting)"
 fi
 pinned=$(jp "$NS" "tkc/$CACHE" '{.status.resolvedDigest}')
@@ -225,7 +225,7 @@ tr "," "\n" <"$g" | sed -n "s/.*\"\([^\"]*\)\": *\"\([^\"]*\)\".*/  \1 -> \2/p"'
   tkm_workload_pod "$NS" "$POD" "$CACHE" "$MP" "$TKM_BUSYBOX_IMAGE" "$script" >"$D/pod.yaml"
   quiet pod hack/node.sh apply "$D/pod.yaml"
   if ! wait_until 180 "pod done" bash -c "[[ \$(kubectl -n $NS get pod $POD -o jsonpath='{.status.phase}') == Succeeded ]]"; then
-    kubectl -n "$NS" describe pod "$POD" >&2 || true
+    tkm_diagnose "$NS" >&2 || true
     die "the workload pod $NS/$POD did not run to completion in 180 s"
   fi
   echo "\$ kubectl -n $NS logs $POD"

@@ -5,6 +5,52 @@
 # Each function prints what went wrong on stderr and returns 1; the caller decides
 # how to fail (die in hack/, fail in tests/e2e/).
 
+# tkm_workloads_down: deletes tkm's node DaemonSet and controller Deployment in
+# tkm-system with foreground cascading and waits until none of their pods is left.
+# A plain (background) delete returns before the garbage collector has deleted the
+# pods: a host dir removed right after is still in use, and a DaemonSet applied
+# again meanwhile finds the old pod Ready. Returns 1 if pods are left after 120 s.
+tkm_workloads_down() {
+  kubectl -n tkm-system delete ds/tkm-node deploy/tkm-controller --ignore-not-found \
+    --cascade=foreground --wait=true --timeout=120s >/dev/null 2>&1 || true
+  local _
+  for _ in $(seq 240); do
+    [[ -z $(kubectl -n tkm-system get pods -l 'app.kubernetes.io/name in (tkm-node,tkm-controller)' -o name 2>/dev/null) ]] &&
+      return 0
+    sleep 0.5
+  done
+  echo "tkm-system still has tkm-node or tkm-controller pods 120 s after their workloads were deleted" >&2
+  return 1
+}
+
+# tkm_workloads_left: prints the tkm workloads in tkm-system (none: nothing).
+tkm_workloads_left() {
+  kubectl -n tkm-system get ds/tkm-node deploy/tkm-controller --ignore-not-found -o name 2>/dev/null
+}
+
+# tkm_diagnose NS...: what explains a pod that does not start: every pod on the
+# cluster, the events and the describe of the pods not Running in NS..., and the last
+# lines of tkm-node's and tkm-controller's containers. For a failed test or demo.
+tkm_diagnose() {
+  local ns p c
+  echo "--- pods"
+  kubectl get pods -A -o wide 2>&1
+  for ns in "$@"; do
+    echo "--- events in $ns"
+    kubectl -n "$ns" get events --sort-by=.lastTimestamp 2>&1 | tail -30
+    for p in $(kubectl -n "$ns" get pods -o jsonpath='{range .items[?(@.status.phase!="Running")]}{.metadata.name}{" "}{end}' 2>/dev/null); do
+      echo "--- describe pod $ns/$p"
+      kubectl -n "$ns" describe pod "$p" 2>&1 | tail -25
+    done
+  done
+  for p in $(kubectl -n tkm-system get pods -o name 2>/dev/null); do
+    for c in $(kubectl -n tkm-system get "$p" -o jsonpath='{.spec.containers[*].name}' 2>/dev/null); do
+      echo "--- logs tkm-system/${p#pod/} $c (last 40 lines)"
+      kubectl -n tkm-system logs "$p" -c "$c" --tail=40 2>&1
+    done
+  done
+}
+
 # tkm_cache_image TKMCTL TGZ DIR REF: a cache image of the Triton cache dir that the
 # archive TGZ holds (the fixtures: one top-level dir), built with `tkmctl build` into
 # the OCI layout DIR/layout and pushed with `tkmctl push` to REF (repo:tag). Prints

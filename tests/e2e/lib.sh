@@ -34,8 +34,18 @@ e2e_on_exit() {
     printf '%s\0' "$1" >>"$E2E_TMP/exit-hooks"
   fi
 }
+# e2e_on_fail CMD: run CMD first if the scenario fails, before the exit hooks clean
+# up: for what explains the failure (pod states, events, daemon logs). CI shows
+# only this output. Main shell only.
+e2e_fail_hooks=()
+e2e_on_fail() { e2e_fail_hooks+=("$1"); }
 e2e_exit() {
   local rc=$? h
+  if ((rc != 0)) && ((${#e2e_fail_hooks[@]})); then
+    echo "=== [$E2E_NAME] failed: what the scenario saw ===" >&2
+    for h in "${e2e_fail_hooks[@]}"; do eval "$h" >&2 || true; done
+    echo "=== [$E2E_NAME] end of what it saw ===" >&2
+  fi
   for h in "${e2e_cleanup_hooks[@]}"; do eval "$h" || true; done
   if [[ -s $E2E_TMP/exit-hooks ]]; then
     while IFS= read -r -d '' h; do eval "$h" || true; done <"$E2E_TMP/exit-hooks"

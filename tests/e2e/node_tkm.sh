@@ -24,6 +24,8 @@
 # shellcheck source=tests/e2e/lib.sh
 source "$(dirname "$0")/lib.sh"
 hack=$TKM_SOURCE_DIR/hack
+# shellcheck source=hack/tkm-scenario.sh
+source "$hack/tkm-scenario.sh"
 eval "$("$hack/node.sh" env)"
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}'; }
@@ -41,9 +43,17 @@ step "images: tkm-csi (make images) and the stand-in agent, pushed to $TKM_REGIS
 t0=$(now)
 new_dirs=()
 for d in /var/lib/tkm /var/run/tkm; do [[ -e $d ]] || new_dirs+=("$d"); done
+# tkm's workloads from an earlier scenario (one killed before its exit hook): their pod
+# would count as this deployment's.
+left=$(tkm_workloads_left)
+if [[ -n $left ]]; then
+  echo "note: removing what an earlier run left in tkm-system: $left"
+  tkm_workloads_down || fail "the workloads an earlier run left did not go"
+fi
 # At exit, in this order: the workload pods (kubelet unpublishes their volumes through the
-# driver), the node pod, the CSIDriver, then what this test put on the host.
-e2e_on_exit "kubectl delete pods -n $NSA --all --wait=true --timeout=60s >/dev/null 2>&1; kubectl delete pods -n $NSB --all --wait=true --timeout=60s >/dev/null 2>&1; kubectl delete ns $NSA $NSB --ignore-not-found --wait=false >/dev/null 2>&1; kubectl -n tkm-system delete ds tkm-node --ignore-not-found --wait=true --timeout=60s >/dev/null 2>&1; kubectl delete csidriver csi.tkm.io --ignore-not-found >/dev/null 2>&1; rm -rf --one-file-system $STORE ${new_dirs[*]}"
+# driver), the node pod (gone, not only deleted), the CSIDriver, then what this test put on the host.
+e2e_on_fail "tkm_diagnose $NSA $NSB"
+e2e_on_exit "kubectl delete pods -n $NSA --all --wait=true --timeout=60s >/dev/null 2>&1; kubectl delete pods -n $NSB --all --wait=true --timeout=60s >/dev/null 2>&1; kubectl delete ns $NSA $NSB --ignore-not-found --wait=false >/dev/null 2>&1; tkm_workloads_down; kubectl delete csidriver csi.tkm.io --ignore-not-found >/dev/null 2>&1; rm -rf --one-file-system $STORE ${new_dirs[*]}"
 expect_ok "hack/images/all.sh" "$hack/images/all.sh" "$TKM_BUILD_DIR" "$TKM_REGISTRY" "$TAG"
 assert_contains "$OUT" "tkm-csi $TKM_REGISTRY/tkm/tkm-csi:$TAG" "tkm-csi image pushed"
 expect_ok "stand-in agent image" "$hack/images/tkm.sh" "$TKM_REGISTRY" "$TAG" "tkm-test-agent=$TKM_BUILD_DIR/tests/e2e_csi_testagent"
