@@ -450,8 +450,8 @@ void ctrl_gc_scan(struct ctrl *c);
 /* Status write coalescing (ctrl_agg.c). While nodes keep reporting (a
  * rollout: every node status write changes the entries of every cache it
  * lists) a cache's status is written once its entries have been quiet for
- * o->status_settle_ms, or o->status_max_delay_ms after the first change not
- * written yet while they never are: the status shows the rollout's progress
+ * settle_ms, or max_delay_ms after the first change not written yet while
+ * they never are (settle_ms 0: at once): the status shows the rollout's progress
  * without a write per report, and the apiserver, busy with the reports, is
  * not handed a status write per cache per report. A change of the cache
  * itself (pin, verification) is written at once. changed_ms: uv_now of the
@@ -459,8 +459,8 @@ void ctrl_gc_scan(struct ctrl *c);
  * first unwritten change (set here; the caller zeroes it after a write or
  * when nothing is to be written). Returns 0 = write now, else the ms to
  * wait. */
-uint64_t ctrl_settle_wait(const struct ctrl_opts *o, uint64_t changed_ms, uint64_t *dirty_since,
-                          uint64_t now);
+uint64_t ctrl_settle_wait(uint64_t settle_ms, uint64_t max_delay_ms, uint64_t changed_ms,
+                          uint64_t *dirty_since, uint64_t now);
 /* CLOCK_REALTIME in ms (compared across processes by the benchmark). */
 int64_t ctrl_wall_ms(void);
 /* Finishes a reconcile of qkey (kind, t0 for metrics). */

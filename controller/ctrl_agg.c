@@ -310,16 +310,16 @@ out:
     return rc;
 }
 
-uint64_t ctrl_settle_wait(const struct ctrl_opts *o, uint64_t changed_ms, uint64_t *dirty_since,
-                          uint64_t now)
+uint64_t ctrl_settle_wait(uint64_t settle_ms, uint64_t max_delay_ms, uint64_t changed_ms,
+                          uint64_t *dirty_since, uint64_t now)
 {
-    if (!o->status_settle_ms || !changed_ms || now - changed_ms >= o->status_settle_ms)
+    if (!settle_ms || !changed_ms || now - changed_ms >= settle_ms)
         return 0;
     if (!*dirty_since)
         *dirty_since = now;
-    if (now - *dirty_since >= o->status_max_delay_ms)
+    if (now - *dirty_since >= max_delay_ms)
         return 0;
-    uint64_t w = o->status_settle_ms - (now - changed_ms);
-    uint64_t left = o->status_max_delay_ms - (now - *dirty_since);
+    uint64_t w = settle_ms - (now - changed_ms);
+    uint64_t left = max_delay_ms - (now - *dirty_since);
     return w < left ? w : left;
 }

@@ -1072,9 +1072,8 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
     /* While the nodes' reports keep changing this cache's entries, wait for
      * them to settle before aggregating: at 5000 nodes an aggregation walks
      * 5000 objects, and a rollout re-queues every cache on every report. */
-    struct ctrl_opts so = cc->c->o;
-    so.status_max_delay_ms = rollout_max_delay(cc->c);
-    uint64_t wait = ctrl_settle_wait(&so, cc->cidx->changed_ms, &cc->dirty_since, t);
+    uint64_t wait = ctrl_settle_wait(cc->c->o.status_settle_ms, rollout_max_delay(cc->c),
+                                     cc->cidx->changed_ms, &cc->dirty_since, t);
     if (wait) {
         uint64_t r = next_retry(cc);
         finish(cc, K8S_WQ_OK, r && r < wait ? r : wait);

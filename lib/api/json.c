@@ -173,9 +173,10 @@ int tkm__api_parse(const char *json, size_t len, const char *kind, const char *c
     int rc;
     /* jansson skips a NUL byte outside strings; JSON has none, and
      * tkm_api_nodestatus_scan (tkm_jscan) refuses it: so do we. */
-    *root = memchr(json, 0, len) ? NULL : json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
-    if (!*root && memchr(json, 0, len))
+    *root = NULL;
+    if (memchr(json, 0, len))
         return tkm_err_set(err, -EPROTO, "%s: not JSON: a NUL byte", kind);
+    *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     if (!*root)
         return tkm_err_set(err, -EPROTO, "%s: not JSON: %s (line %d, column %d)", kind, je.text,
                            je.line, je.column);

@@ -1087,25 +1087,24 @@ TEST(reg_resolve_failures_have_reasons)
 
 TEST(settle_waits_for_quiet_entries_up_to_the_max_delay)
 {
-    struct ctrl_opts o = {.status_settle_ms = 250, .status_max_delay_ms = 5000};
-    uint64_t dirty = 0;
+    uint64_t settle = 250, max = 5000, dirty = 0;
     /* Entries never changed, or quiet for the settle time: write now. */
-    ASSERT_EQ(ctrl_settle_wait(&o, 0, &dirty, 1000), 0);
-    ASSERT_EQ(ctrl_settle_wait(&o, 1000, &dirty, 1250), 0);
+    ASSERT_EQ(ctrl_settle_wait(settle, max, 0, &dirty, 1000), 0);
+    ASSERT_EQ(ctrl_settle_wait(settle, max, 1000, &dirty, 1250), 0);
     ASSERT_EQ(dirty, 0);
     /* A change 100 ms ago: wait the 150 ms left, remembering the first. */
-    ASSERT_EQ(ctrl_settle_wait(&o, 10000, &dirty, 10100), 150);
+    ASSERT_EQ(ctrl_settle_wait(settle, max, 10000, &dirty, 10100), 150);
     ASSERT_EQ(dirty, 10100);
     /* Reports keep coming every 100 ms: never quiet, but written once the
      * first unwritten change is 5 s old (and the wait never passes that). */
-    ASSERT_EQ(ctrl_settle_wait(&o, 14900, &dirty, 15000), 100);
-    ASSERT_EQ(ctrl_settle_wait(&o, 15000, &dirty, 15050), 50);
-    ASSERT_EQ(ctrl_settle_wait(&o, 15050, &dirty, 15100), 0);
+    ASSERT_EQ(ctrl_settle_wait(settle, max, 14900, &dirty, 15000), 100);
+    ASSERT_EQ(ctrl_settle_wait(settle, max, 15000, &dirty, 15050), 50);
+    ASSERT_EQ(ctrl_settle_wait(settle, max, 15050, &dirty, 15100), 0);
     ASSERT_EQ(dirty, 10100);
     /* Settling off: always now. */
-    o.status_settle_ms = 0;
+    settle = 0;
     dirty = 0;
-    ASSERT_EQ(ctrl_settle_wait(&o, 20000, &dirty, 20001), 0);
+    ASSERT_EQ(ctrl_settle_wait(settle, max, 20000, &dirty, 20001), 0);
     ASSERT_EQ(dirty, 0);
 }
 
