@@ -23,9 +23,15 @@ tkm_workloads_down() {
   return 1
 }
 
-# tkm_workloads_left: prints the tkm workloads in tkm-system (none: nothing).
-tkm_workloads_left() {
-  kubectl -n tkm-system get ds/tkm-node deploy/tkm-controller --ignore-not-found -o name 2>/dev/null
+# tkm_workloads_clear: before a deployment, removes tkm's workloads that an earlier
+# run left (one killed before its cleanup), saying so: their pod would count as the
+# new deployment's, with its own config and store. Returns 1 if they do not go.
+tkm_workloads_clear() {
+  local left
+  left=$(kubectl -n tkm-system get ds/tkm-node deploy/tkm-controller --ignore-not-found -o name 2>/dev/null)
+  [[ -n $left ]] || return 0
+  echo "note: removing what an earlier run left in tkm-system: ${left//$'\n'/ }"
+  tkm_workloads_down
 }
 
 # tkm_diagnose NS...: what explains a pod that does not start: every pod on the

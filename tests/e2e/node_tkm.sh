@@ -43,13 +43,7 @@ step "images: tkm-csi (make images) and the stand-in agent, pushed to $TKM_REGIS
 t0=$(now)
 new_dirs=()
 for d in /var/lib/tkm /var/run/tkm; do [[ -e $d ]] || new_dirs+=("$d"); done
-# tkm's workloads from an earlier scenario (one killed before its exit hook): their pod
-# would count as this deployment's.
-left=$(tkm_workloads_left)
-if [[ -n $left ]]; then
-  echo "note: removing what an earlier run left in tkm-system: $left"
-  tkm_workloads_down || fail "the workloads an earlier run left did not go"
-fi
+tkm_workloads_clear || fail "the tkm workloads an earlier run left did not go"
 # At exit, in this order: the workload pods (kubelet unpublishes their volumes through the
 # driver), the node pod (gone, not only deleted), the CSIDriver, then what this test put on the host.
 e2e_on_fail "tkm_diagnose $NSA $NSB"
