@@ -308,6 +308,36 @@ TEST(garbage_is_refused_by_both_with_the_same_message)
     ASSERT(agree_str(C("\"incompatibleGPUs\":[{\"ids\":[0]},{\"reason\":\"R\"}]"), 1));
 }
 
+/* A NUL byte anywhere (jansson alone skips one outside strings): both
+ * decoders refuse it, the tree decoder naming it. */
+TEST(nul_byte_anywhere_refused_by_both)
+{
+    char *seed = build(3, 0, 0);
+    ASSERT_NOT_NULL(seed);
+    size_t n = strlen(seed);
+    for (size_t i = 0; i < n; i++) {
+        char c = seed[i];
+        int acc = 1;
+        seed[i] = 0;
+        ASSERT(agree(seed, n, &acc));
+        ASSERT_EQ(acc, 0);
+        seed[i] = c;
+    }
+    struct tkm_api_nodestatus d;
+    struct tkm_err err = {0};
+    char *tail = malloc(n + 1);
+    ASSERT_NOT_NULL(tail);
+    memcpy(tail, seed, n);
+    tail[n] = 0; /* after the object: only jansson would have skipped it */
+    int acc = 1;
+    ASSERT(agree(tail, n + 1, &acc));
+    ASSERT_EQ(acc, 0);
+    ASSERT_EQ(tkm_api_nodestatus_decode(tail, n + 1, &d, &err), -EPROTO);
+    ASSERT_STRCONTAINS(err.msg, "a NUL byte");
+    free(tail);
+    free(seed);
+}
+
 /* One-byte changes of a small real-shaped object: same verdicts. */
 TEST_TIMEOUT(one_byte_mutations_agree, 120)
 {

@@ -269,6 +269,28 @@ TEST_TIMEOUT(one_byte_mutations_agree_with_jansson, 120)
     free(m);
 }
 
+/* A NUL byte anywhere (jansson alone skips one outside strings): both event
+ * decoders refuse it, the tree decoder saying so. */
+TEST(nul_byte_anywhere_refused_by_both)
+{
+    const char *seed = EV_ESC;
+    size_t n = strlen(seed);
+    char *m = malloc(n);
+    ASSERT_NOT_NULL(m);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(m, seed, n);
+        m[i] = 0;
+        ASSERT(same_event(m, n));
+        struct k8s_watch_event ev;
+        json_t *root = NULL;
+        struct tkm_err err = {0};
+        ASSERT_EQ(k8s__event_decode(m, n, &ev, &root, &err), -EPROTO);
+        ASSERT_NULL(root);
+        ASSERT_STRCONTAINS(err.msg, "a NUL byte");
+    }
+    free(m);
+}
+
 /* Objects past the linear duplicate check: sorted at close. */
 TEST(many_keys_duplicates_found_by_sorting)
 {
