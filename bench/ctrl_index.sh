@@ -21,7 +21,7 @@ mkdir -p "$work/base"
 for f in ctrl_nodes.c ctrl_agg.c ctrl_map.c ctrl-int.h; do
   git -C "$src" show "$base:controller/$f" >"$work/base/$f"
 done
-libs=("$build/lib/libtkmapi.a" "$build/k8sclient/libk8sclient.a" "$build/lib/libtkm.a")
+libs=("$build/api/libtkmapi.a" "$build/k8sclient/libk8sclient.a" "$build/lib/libtkm.a")
 for l in "${libs[@]}"; do [ -f "$l" ] || { echo "no $l: build first" >&2; exit 1; }; done
 cflags=(-O2 -std=c17 -D_GNU_SOURCE -I"$src/lib/include" -I"$src/k8sclient/include" -I"$src/k8sclient")
 pkgs="libcurl jansson yaml-0.1 libuv libcrypto libssl libarchive zlib libzstd libnghttp2 libmicrohttpd sqlite3"

@@ -1,4 +1,4 @@
-/* Unit tests for tkm_api_nodestatus_scan() (lib/api/nodestatus_scan.c): on
+/* Unit tests for tkm_api_nodestatus_scan() (api/nodestatus_scan.c): on
  * real node status objects, generated ones and garbage it must agree with
  * tkm_api_nodestatus_decode() on accept/reject, on the error message, and on
  * every field it reports. */

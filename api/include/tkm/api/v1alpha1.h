@@ -3,7 +3,7 @@
  * k8sclient, typed decoding of the objects the daemons read, and the
  * server-side-apply bodies of the status they write (docs/api.md).
  *
- * Built as its own library, libtkmapi (lib/api/), on top of libk8sclient and
+ * Built as its own library, libtkmapi (api/), on top of libk8sclient and
  * libtkm: k8sclient itself knows nothing of tkm.io.
  *
  * Decoding: from the raw JSON bytes of an object (a struct k8s_obj's json in
