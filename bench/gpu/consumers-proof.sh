@@ -337,7 +337,7 @@ EOF
     nf=$(wc -l <"$log.new")
     nc=$(grep -c '\.cubin$' "$log.new" || true)
     local result
-    result=$(grep -m1 -oE "AttributeError: [^\"]*|ValueError: Invalid signature" "$log.log" | head -1 || true)
+    result=$(grep -oE '^[A-Za-z]+Error: .*' "$log.log" | tail -1 || true) # the exception it ended with
     row tce "$mode" "$rep" triton_workload "$rc" "$(secs "$t0" "$t1")" "$nf" "$nc" - "$h" "$m" "$v" "$r" "$POD_UP_MS" "${result:-ok}"
     pod_down "vol-$mode-$rep" "pod-$mode-$rep"
     if [[ $expect == ok && $rc != 0 ]]; then echo "tce: $mode $rep failed (rc $rc):" >&2; tail -30 "$log.log" >&2; fi

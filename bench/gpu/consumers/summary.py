@@ -86,8 +86,8 @@ def main():
         v["tce_flipped_refused"] = bool(flip) and all(
             r["rc"] != "0" and num(r["refused"]) and "Invalid signature" in r["result"] for r in flip)
         asis = [r for r in tce if r["mode"] == "tce-as-is"]
-        v["tce_as_is_hits"] = [f"{r['hits']} hits, {r['misses']} misses, {r['verified']} groups verified"
-                               for r in asis]
+        v["tce_as_is"] = [f"rc {r['rc']}: {r['hits']} hits, {r['misses']} misses, {r['verified']} groups verified,"
+                          f" {r['new_cubins']} new cubins; {r['result']}" for r in asis]
         unp = [r for r in tce if r["mode"] == "tce-epath-unported"]
         v["tce_epath_unported"] = [f"rc {r['rc']}: {r['result']}" for r in unp]
         v["tce_store_unchanged"] = same_store(out, "tce")
