@@ -1,5 +1,5 @@
 /*
- * framer.c - watch and list body framing, event decoding, backoff.
+ * framer.c - watch and list body framing, event decoding.
  *
  * See watch-int.h for the framer's contract. The scanner is a small state
  * machine over bytes (depth, in-string, escape) that resumes where the last

@@ -18,6 +18,7 @@
 #include <tkm/bug.h>
 #include <tkm/util.h>
 
+#include <tkm/backoff.h>
 #include <tkm/strmap.h>
 
 #define NOT_WAITING SIZE_MAX
@@ -27,7 +28,7 @@ struct item {
     int dirty, processing;
     size_t heap_idx;
     uint64_t ready_ms;
-    unsigned failures;
+    struct tkm_backoff bo; /* add_rate_limited's delays; bo.steps = failures */
     char key[];
 };
 
@@ -57,7 +58,7 @@ static uint64_t now_ms(const struct k8s_workqueue *q)
 
 static void maybe_free_item(struct k8s_workqueue *q, struct item *it)
 {
-    if (it->dirty || it->processing || it->heap_idx != NOT_WAITING || it->failures)
+    if (it->dirty || it->processing || it->heap_idx != NOT_WAITING || it->bo.steps)
         return;
     tkm_strmap_del(&q->items, it->key);
     free(it);
@@ -74,6 +75,7 @@ static struct item *get_item(struct k8s_workqueue *q, const char *key, int creat
         return NULL;
     memcpy(it->key, key, n + 1);
     it->heap_idx = NOT_WAITING;
+    it->bo = (struct tkm_backoff){.initial_ms = q->o.base_delay_ms, .max_ms = q->o.max_delay_ms};
     if (tkm_strmap_put(&q->items, it->key, it, NULL) < 0) {
         free(it);
         return NULL;
@@ -345,14 +347,7 @@ int k8s_workqueue_add_rate_limited(struct k8s_workqueue *q, const char *key, uin
     struct item *it = get_item(q, key, 1);
     if (!it)
         return -ENOMEM;
-    uint64_t d = q->o.max_delay_ms;
-    if (it->failures < 63 &&
-        (q->o.base_delay_ms << it->failures) >> it->failures == q->o.base_delay_ms) {
-        uint64_t e = q->o.base_delay_ms << it->failures;
-        if (e < d)
-            d = e;
-    }
-    it->failures++;
+    uint64_t d = tkm_backoff_next(&it->bo, 0);
     uint64_t b = bucket_delay(q);
     if (b > d)
         d = b;
@@ -366,14 +361,14 @@ void k8s_workqueue_forget(struct k8s_workqueue *q, const char *key)
     struct item *it = get_item(q, key, 0);
     if (!it)
         return;
-    it->failures = 0;
+    tkm_backoff_reset(&it->bo);
     maybe_free_item(q, it);
 }
 
 unsigned k8s_workqueue_num_requeues(const struct k8s_workqueue *q, const char *key)
 {
     const struct item *it = tkm_strmap_get(&q->items, key);
-    return it ? it->failures : 0;
+    return it ? it->bo.steps : 0;
 }
 
 static void maybe_finish_close(struct k8s_workqueue *q);
@@ -402,7 +397,7 @@ void k8s_workqueue_done(struct k8s_workqueue *q, const char *key, enum k8s_wq_re
     if (result == K8S_WQ_RETRY) {
         k8s_workqueue_add_rate_limited(q, key, NULL);
     } else {
-        it->failures = 0;
+        tkm_backoff_reset(&it->bo);
         maybe_free_item(q, it);
     }
     kick(q);
@@ -417,7 +412,7 @@ void k8s_workqueue_done_after(struct k8s_workqueue *q, const char *key, uint64_t
         maybe_finish_close(q);
         return;
     }
-    it->failures = 0;
+    tkm_backoff_reset(&it->bo);
     if (k8s_workqueue_add_after(q, key, delay_ms) < 0)
         maybe_free_item(q, it);
     kick(q);

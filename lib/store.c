@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <tkm/backoff.h>
 #include <tkm/buf.h>
 #include <tkm/log.h>
 #include <tkm/oci/session.h>
@@ -465,7 +466,8 @@ struct tkm_store_job {
     uv_loop_t *loop;
     uv_timer_t wait; /* another process holds the digest's lock: retry later */
     int wait_ready, waiting;
-    uint64_t wait_ms, waited_ms;
+    struct tkm_backoff wait_bo;  /* 20 ms doubling to 500 ms */
+    uint64_t wait_ms, waited_ms; /* the current wait; the sum of those before */
     struct tkm_store *s;
     char *digest, *blob, *diff_id, *strip, *path;
     char **include;
@@ -549,9 +551,7 @@ static void job_after(uv_work_t *w, int status)
             j->wait.data = j;
             j->wait_ready = 1;
         }
-        j->wait_ms = j->wait_ms ? j->wait_ms * 2 : JOB_LOCK_WAIT_MIN_MS;
-        if (j->wait_ms > JOB_LOCK_WAIT_MAX_MS)
-            j->wait_ms = JOB_LOCK_WAIT_MAX_MS;
+        j->wait_ms = tkm_backoff_next(&j->wait_bo, 0);
         if (j->wait_ready && uv_timer_start(&j->wait, job_retry, j->wait_ms, 0) == 0) {
             j->waiting = 1;
             return;
@@ -607,6 +607,8 @@ int tkm_store_ingest_start(struct uv_loop_s *loop, struct tkm_store *s, const ch
         goto fail;
     }
     atomic_init(&j->cancel, 0);
+    j->wait_bo =
+        (struct tkm_backoff){.initial_ms = JOB_LOCK_WAIT_MIN_MS, .max_ms = JOB_LOCK_WAIT_MAX_MS};
     j->loop = loop;
     j->s = s;
     j->cb = cb;

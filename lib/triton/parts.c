@@ -689,24 +689,6 @@ int tkm_parts_is_root(const char *dir)
     return 0;
 }
 
-static int mkdirs(const char *path, struct tkm_err *err)
-{
-    char p[PATH_MAX];
-    if (tkm_pathf(p, sizeof p, "%s", path) != 0)
-        return tkm_err_set(err, -ENAMETOOLONG, "%s: path too long", path);
-    for (char *s = p + 1;; s++) {
-        if (*s != '/' && *s != '\0')
-            continue;
-        char c = *s;
-        *s = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            return tkm_err_set(err, -errno, "%s: cannot create directory: %s", p, strerror(errno));
-        *s = c;
-        if (!c)
-            return 0;
-    }
-}
-
 struct rw {
     const char *root, *out, *new_root;
     struct tkm_triton_rewrite_stats sum;
@@ -723,7 +705,7 @@ static int rewrite_rel(void *ud, const char *rel, struct tkm_err *err)
         tkm_pathf(o, sizeof o, "%s/%s", r->out, rel) != 0 ||
         tkm_pathf(n, sizeof n, "%s/%s", strcmp(r->new_root, "/") ? r->new_root : "", rel) != 0)
         return tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", r->out, rel);
-    if (strcmp(r->out, r->root) != 0 && (rc = mkdirs(o, err)) != 0)
+    if (strcmp(r->out, r->root) != 0 && (rc = tkm_mkdir_p(o, 0755, err)) != 0)
         return rc;
     if ((rc = tkm_triton_groups_rewrite_to(c, o, n, &st, err)) != 0)
         return rc;
