@@ -22,8 +22,6 @@
  *                          cancelled pull leaves no directory. An existing
  *                          layout gets its blobs first and its index.json
  *                          entry last.
- *   tkm_cosign_job_verify  (trust/cosign.h) the classic cosign .sig check,
- *                          same handle, cancel and callback.
  *   tkm_sig_job_verify     (trust/sigjob.h) the whole signature search
  *                          (referrers, tag schema, .sig) against a policy.
  *
@@ -86,9 +84,8 @@ struct tkm_oci_job_result {
      * inspect, pull: the image manifest's digest (also in image.manifest). */
     char digest[TKM_OCI_DIGEST_LEN + 1];
     struct tkm_oci_pull_result image; /* inspect, pull (owned by the job until cb returns) */
-    /* Jobs defined outside lib/oci (tkm_cosign_job_verify: a struct
-     * tkm_cosign_result; tkm_sig_job_verify: a struct tkm_sig_result),
-     * borrowed like res; NULL otherwise. */
+    /* Jobs defined outside lib/oci (tkm_sig_job_verify: a struct
+     * tkm_sig_result), borrowed like res; NULL otherwise. */
     const void *detail;
 };
 
