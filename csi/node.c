@@ -391,13 +391,6 @@ static const struct csi_op *target_busy(const struct csi_op *op)
 static void pub_start(struct csi_op *op)
 {
     struct csi_driver *d = op->d;
-    const struct csi_op *other = target_busy(op);
-    if (other) {
-        tkm_err_set(&op->err, -EBUSY, "an operation on volume %s at target %s is in progress",
-                    other->vol, op->target);
-        op_fail_err(op, TKM_GRPC_ABORTED);
-        return;
-    }
     Tkm__Agent__V1__MaterializeRequest mr = TKM__AGENT__V1__MATERIALIZE_REQUEST__INIT;
     Tkm__Agent__V1__MaterializeRequest__VolumeAttributesEntry *ents = NULL, **pents = NULL;
     Csi__V1__NodePublishVolumeRequest *q = op->req;
@@ -566,15 +559,15 @@ static void op_start(struct csi_op *op)
         op_finish(op, TKM_GRPC_UNAVAILABLE, "tkm-csi is shutting down");
         return;
     }
-    if (op->kind == CSI_OP_PUBLISH) {
-        pub_start(op);
-        return;
-    }
     const struct csi_op *other = target_busy(op);
     if (other) {
         tkm_err_set(&op->err, -EBUSY, "an operation on volume %s at target %s is in progress",
                     other->vol, op->target);
         op_fail_err(op, TKM_GRPC_ABORTED);
+        return;
+    }
+    if (op->kind == CSI_OP_PUBLISH) {
+        pub_start(op);
         return;
     }
     op->work.data = op;

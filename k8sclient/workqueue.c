@@ -280,30 +280,34 @@ int k8s_workqueue_new(uv_loop_t *loop, const struct k8s_workqueue_opts *opts, k8
     return 0;
 }
 
-int k8s_workqueue_add(struct k8s_workqueue *q, const char *key)
+/* The key's item, made when new: 0, -ESHUTDOWN after shutdown, -EINVAL, -ENOMEM. */
+static int item_for(struct k8s_workqueue *q, const char *key, struct item **out)
 {
     if (q->closing)
         return -ESHUTDOWN;
     if (!key)
         return -EINVAL;
-    struct item *it = get_item(q, key, 1);
-    if (!it)
-        return -ENOMEM;
+    return (*out = get_item(q, key, 1)) ? 0 : -ENOMEM;
+}
+
+int k8s_workqueue_add(struct k8s_workqueue *q, const char *key)
+{
+    struct item *it;
+    int rc = item_for(q, key, &it);
+    if (rc < 0)
+        return rc;
     add_item(q, it);
     return 0;
 }
 
 int k8s_workqueue_add_after(struct k8s_workqueue *q, const char *key, uint64_t delay_ms)
 {
-    if (q->closing)
-        return -ESHUTDOWN;
+    struct item *it;
+    int rc;
     if (delay_ms == 0)
         return k8s_workqueue_add(q, key);
-    if (!key)
-        return -EINVAL;
-    struct item *it = get_item(q, key, 1);
-    if (!it)
-        return -ENOMEM;
+    if ((rc = item_for(q, key, &it)) < 0)
+        return rc;
     uint64_t at = now_ms(q) + delay_ms;
     if (it->heap_idx != NOT_WAITING) {
         if (at < it->ready_ms) {
@@ -314,7 +318,7 @@ int k8s_workqueue_add_after(struct k8s_workqueue *q, const char *key, uint64_t d
         return 0;
     }
     it->ready_ms = at;
-    int rc = heap_push(q, it);
+    rc = heap_push(q, it);
     if (rc < 0) {
         maybe_free_item(q, it);
         return rc;
@@ -340,13 +344,10 @@ static uint64_t bucket_delay(struct k8s_workqueue *q)
 
 int k8s_workqueue_add_rate_limited(struct k8s_workqueue *q, const char *key, uint64_t *delay_ms)
 {
-    if (q->closing)
-        return -ESHUTDOWN;
-    if (!key)
-        return -EINVAL;
-    struct item *it = get_item(q, key, 1);
-    if (!it)
-        return -ENOMEM;
+    struct item *it;
+    int rc = item_for(q, key, &it);
+    if (rc < 0)
+        return rc;
     uint64_t d = tkm_backoff_next(&it->bo, 0);
     uint64_t b = bucket_delay(q);
     if (b > d)
