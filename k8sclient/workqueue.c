@@ -386,15 +386,22 @@ static struct item *end_processing(struct k8s_workqueue *q, const char *key)
     return it;
 }
 
-void k8s_workqueue_done(struct k8s_workqueue *q, const char *key, enum k8s_wq_result result)
+/* end_processing, and the item when the queue goes on (NULL after shutdown). */
+static struct item *end_open(struct k8s_workqueue *q, const char *key)
 {
     struct item *it = end_processing(q, key);
+    if (it && q->closing) {
+        maybe_finish_close(q);
+        return NULL;
+    }
+    return it;
+}
+
+void k8s_workqueue_done(struct k8s_workqueue *q, const char *key, enum k8s_wq_result result)
+{
+    struct item *it = end_open(q, key);
     if (!it)
         return;
-    if (q->closing) {
-        maybe_finish_close(q);
-        return;
-    }
     if (result == K8S_WQ_RETRY) {
         k8s_workqueue_add_rate_limited(q, key, NULL);
     } else {
@@ -406,13 +413,9 @@ void k8s_workqueue_done(struct k8s_workqueue *q, const char *key, enum k8s_wq_re
 
 void k8s_workqueue_done_after(struct k8s_workqueue *q, const char *key, uint64_t delay_ms)
 {
-    struct item *it = end_processing(q, key);
+    struct item *it = end_open(q, key);
     if (!it)
         return;
-    if (q->closing) {
-        maybe_finish_close(q);
-        return;
-    }
     tkm_backoff_reset(&it->bo);
     if (k8s_workqueue_add_after(q, key, delay_ms) < 0)
         maybe_free_item(q, it);
