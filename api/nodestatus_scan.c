@@ -7,10 +7,14 @@
  * picking the members it has a rule for. Pass 1 checks everything (so a bad
  * object never reaches the callback); pass 2 reads the entries again and
  * calls back. Strings are unescaped into the caller's scratch buffers.
+ *
+ * tkm_api_nodestatus_decode() is this scan (nothing else checks a node
+ * status), then the validated text copied into the struct.
  */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api-int.h"
@@ -174,9 +178,8 @@ static const char *at_or_null(const struct tkm_buf *b, size_t at)
 
 /* ---- checks -------------------------------------------------------------------------- */
 
-static int gpu_check(const char *p, size_t n, size_t off, const char *path, struct tkm_err *err)
-{
-    static const char *const keys[] = {"id",
+/* The members each object has a rule for (the checks and the tree read the same). */
+static const char *const gpu_keys[] = {"id",
                                        "warpSize",
                                        "memoryBytes",
                                        "migMode",
@@ -190,6 +193,19 @@ static int gpu_check(const char *p, size_t n, size_t off, const char *path, stru
                                        "rocmVersion",
                                        "uuid",
                                        "pciBusId"};
+static const char *const group_keys[] = {"ids", "gpuType", "reason", "message"};
+static const char *const pod_keys[] = {"namespace", "name", "uid", "volumeId"};
+static const char *const entry_keys[] = {"digest",         "verified",         "extracted",
+                                         "compatibleGPUs", "incompatibleGPUs", "pods",
+                                         "error",          "lastUpdated"};
+static const char *const root_keys[] = {"apiVersion", "kind", "metadata", "status"};
+static const char *const meta_keys[] = {"name",       "namespace",        "uid", "resourceVersion",
+                                        "generation", "deletionTimestamp"};
+static const char *const status_keys[] = {"nodeName", "gpus", "caches", "lastUpdated"};
+
+static int gpu_check(const char *p, size_t n, size_t off, const char *path, struct tkm_err *err)
+{
+    const char *const *keys = gpu_keys;
     struct fld f[14];
     int64_t v;
     int rc;
@@ -215,7 +231,7 @@ static int groups_check(const char *p, size_t n, const struct fld *f, const char
                         const char *key, int with_reason, size_t *count, struct tkm_buf *b,
                         size_t at[2], struct tkm_err *err)
 {
-    static const char *const keys[] = {"ids", "gpuType", "reason", "message"};
+    const char *const *keys = group_keys;
     struct tkm_jscan_member m, id;
     struct fld g[4];
     char gp[512], ip[560];
@@ -254,7 +270,7 @@ static int groups_check(const char *p, size_t n, const struct fld *f, const char
 static int pods_check(const char *p, size_t n, const struct fld *f, const char *path, size_t *count,
                       struct tkm_err *err)
 {
-    static const char *const keys[] = {"namespace", "name", "uid", "volumeId"};
+    const char *const *keys = pod_keys;
     struct tkm_jscan_member m;
     struct fld g[4];
     char pp[512];
@@ -279,9 +295,6 @@ static int pods_check(const char *p, size_t n, const struct fld *f, const char *
 static int entry_read(const char *p, size_t n, const struct tkm_jscan_member *m, struct tkm_buf *b,
                       struct tkm_api_nsscan_entry *e, struct tkm_err *err)
 {
-    static const char *const keys[] = {"digest",         "verified",         "extracted",
-                                       "compatibleGPUs", "incompatibleGPUs", "pods",
-                                       "error",          "lastUpdated"};
     struct fld f[8];
     char path[400];
     size_t at_name, at_digest, at_error, at_why[2], dummy[2];
@@ -294,7 +307,7 @@ static int entry_read(const char *p, size_t n, const struct tkm_jscan_member *m,
     snprintf(path, sizeof path, "status.caches[\"%.300s\"]", b->data);
     if (jtype(p, m->val, m->val_len) != J_OBJ)
         return tkm_err_set(err, -EPROTO, "%s: expected an object", path);
-    pick(p, n, m->val, keys, 8, f);
+    pick(p, n, m->val, entry_keys, 8, f);
     if ((rc = want(&f[0], J_STR, path, "digest", err)) ||
         (rc = want(&f[1], J_BOOL, path, "verified", err)) ||
         (rc = want(&f[2], J_BOOL, path, "extracted", err)) ||
@@ -338,16 +351,13 @@ static int head_read(struct tkm_api_nsscan *s, const char *p, size_t n, size_t r
                      struct tkm_api_nsscan_head *h, struct hoff *o, struct fld *status,
                      struct tkm_err *err)
 {
-    static const char *const rk[] = {"apiVersion", "kind", "metadata", "status"};
-    static const char *const mk[] = {"name",       "namespace",        "uid", "resourceVersion",
-                                     "generation", "deletionTimestamp"};
     struct fld r[4], md[6];
     size_t at[2];
     int64_t gen;
     int rc;
     for (size_t i = 0; i < 5; i++)
         o->at[i] = SIZE_MAX;
-    pick(p, n, root, rk, 4, r);
+    pick(p, n, root, root_keys, 4, r);
     if ((rc = want(&r[0], J_STR, "", "apiVersion", err)) ||
         (rc = want(&r[1], J_STR, "", "kind", err)) ||
         (rc = str_to(p, &r[0], &s->head, &at[0], err)) ||
@@ -364,7 +374,7 @@ static int head_read(struct tkm_api_nsscan *s, const char *p, size_t n, size_t r
         return rc;
     if (!present(&r[2]))
         return tkm_err_set(err, -EPROTO, "metadata: missing");
-    pick(p, n, r[2].off, mk, 6, md);
+    pick(p, n, r[2].off, meta_keys, 6, md);
     if ((rc = want(&md[0], J_STR, "metadata", "name", err)))
         return rc;
     if (!present(&md[0]))
@@ -389,7 +399,6 @@ static int status_check(struct tkm_api_nsscan *s, const char *p, size_t n, const
                         struct tkm_api_nsscan_head *h, struct hoff *o, struct fld *caches,
                         struct tkm_err *err)
 {
-    static const char *const sk[] = {"nodeName", "gpus", "caches", "lastUpdated"};
     struct tkm_jscan_member m;
     struct tkm_api_nsscan_entry e;
     struct fld f[4];
@@ -399,7 +408,7 @@ static int status_check(struct tkm_api_nsscan *s, const char *p, size_t n, const
     memset(caches, 0, sizeof *caches);
     if ((rc = want(st, J_OBJ, "", "status", err)) || !present(st))
         return rc;
-    pick(p, n, st->off, sk, 4, f);
+    pick(p, n, st->off, status_keys, 4, f);
     if ((rc = want(&f[0], J_STR, "status", "nodeName", err)) ||
         (rc = want_arr(p, n, &f[1], "status", "gpus", 64, &ngpus, err)))
         return rc;
@@ -463,4 +472,184 @@ int tkm_api_nodestatus_scan(struct tkm_api_nsscan *s, const char *json, size_t l
             return rc;
     }
     return 0;
+}
+
+/* ---- the tree form: the scan's verdict, then the values copied out -------------------- */
+
+/* Reading validated text: only memory can fail (rc). */
+struct tree {
+    const char *p;
+    size_t n;
+    struct tkm_buf *tmp;
+    int rc;
+};
+
+static char *t_str(struct tree *t, const struct fld *f)
+{
+    size_t at;
+    char *s = NULL;
+    if (!present(f))
+        return NULL;
+    tkm_buf_reset(t->tmp);
+    if (str_to(t->p, f, t->tmp, &at, NULL) < 0 || !(s = strdup(t->tmp->data + at)))
+        t->rc = -ENOMEM;
+    return s;
+}
+
+static int64_t t_int(struct tree *t, const struct fld *f)
+{
+    int64_t v = 0;
+    want_int(t->p, f, "", "", INT64_MIN, INT64_MAX, &v, NULL);
+    return v;
+}
+
+/* calloc of a validated list's entries (NULL for none). */
+static void *t_list(struct tree *t, const struct fld *f, size_t size, size_t *count)
+{
+    void *v = NULL;
+    want_arr(t->p, t->n, f, "", "", SIZE_MAX, count, NULL);
+    if (*count && !(v = calloc(*count, size)))
+        t->rc = -ENOMEM;
+    return v;
+}
+
+static void gpu_tree(struct tree *t, size_t off, struct tkm_api_gpu *g)
+{
+    struct fld f[14];
+    char **s[] = {&g->gpu_type,
+                  &g->vendor,
+                  &g->product_name,
+                  &g->arch,
+                  &g->compute_capability,
+                  &g->driver_version,
+                  &g->cuda_driver_version,
+                  &g->rocm_version,
+                  &g->uuid,
+                  &g->pci_bus_id};
+    pick(t->p, t->n, off, gpu_keys, 14, f);
+    g->id = (int32_t)t_int(t, &f[0]);
+    g->warp_size = (int32_t)t_int(t, &f[1]);
+    g->memory_bytes = t_int(t, &f[2]);
+    g->mig_mode = present(&f[3]) && t->p[f[3].off] == 't';
+    for (size_t k = 0; k < 10; k++)
+        *s[k] = t_str(t, &f[4 + k]);
+}
+
+static void groups_tree(struct tree *t, const struct fld *f, int with_reason,
+                        struct tkm_api_gpu_group **out, size_t *n)
+{
+    struct tkm_jscan_member m, id;
+    struct fld g[4];
+    size_t pos = f->off, cnt;
+    if (!(*out = t_list(t, f, sizeof **out, &cnt)))
+        return;
+    while (*n < cnt && tkm_jscan_next(t->p, t->n, &pos, &m)) {
+        struct tkm_api_gpu_group *gr = &(*out)[(*n)++];
+        size_t nids, ipos;
+        pick(t->p, t->n, m.val, group_keys, 4, g);
+        gr->gpu_type = t_str(t, &g[1]);
+        gr->reason = with_reason ? t_str(t, &g[2]) : NULL;
+        gr->message = with_reason ? t_str(t, &g[3]) : NULL;
+        if (!(gr->ids = t_list(t, &g[0], sizeof *gr->ids, &nids)))
+            continue;
+        for (ipos = g[0].off; gr->n_ids < nids && tkm_jscan_next(t->p, t->n, &ipos, &id);) {
+            struct fld x = {J_INT, id.val, id.val_len};
+            gr->ids[gr->n_ids++] = (int32_t)t_int(t, &x);
+        }
+    }
+}
+
+static void cache_tree(struct tree *t, const struct tkm_jscan_member *m,
+                       struct tkm_api_node_cache *c)
+{
+    struct tkm_jscan_member pm;
+    struct fld f[8], g[4];
+    size_t pos, cnt;
+    tkm_buf_reset(t->tmp);
+    if (tkm_jscan_str(t->p, m->key, m->key_len, t->tmp) < 0 || !(c->name = strdup(t->tmp->data)))
+        t->rc = -ENOMEM;
+    pick(t->p, t->n, m->val, entry_keys, 8, f);
+    c->digest = t_str(t, &f[0]);
+    c->verified = present(&f[1]) && t->p[f[1].off] == 't';
+    c->extracted = present(&f[2]) && t->p[f[2].off] == 't';
+    groups_tree(t, &f[3], 0, &c->compatible, &c->n_compatible);
+    groups_tree(t, &f[4], 1, &c->incompatible, &c->n_incompatible);
+    c->error = t_str(t, &f[6]);
+    c->last_updated = t_str(t, &f[7]);
+    if (!(c->pods = t_list(t, &f[5], sizeof *c->pods, &cnt)))
+        return;
+    for (pos = f[5].off; c->n_pods < cnt && tkm_jscan_next(t->p, t->n, &pos, &pm);) {
+        struct tkm_api_pod_ref *r = &c->pods[c->n_pods++];
+        pick(t->p, t->n, pm.val, pod_keys, 4, g);
+        r->ns = t_str(t, &g[0]);
+        r->name = t_str(t, &g[1]);
+        r->uid = t_str(t, &g[2]);
+        r->volume_id = t_str(t, &g[3]);
+    }
+}
+
+static int cache_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct tkm_api_node_cache *)a)->name,
+                  ((const struct tkm_api_node_cache *)b)->name);
+}
+
+/* metadata and status of the validated object at root into out. */
+static void nodestatus_tree(struct tree *t, size_t root, struct tkm_api_nodestatus *out)
+{
+    struct tkm_jscan_member m;
+    struct fld r[4], md[6], f[4];
+    struct tkm_api_node_status *st = &out->status;
+    size_t pos, cnt;
+    pick(t->p, t->n, root, root_keys, 4, r);
+    pick(t->p, t->n, r[2].off, meta_keys, 6, md);
+    out->meta.name = t_str(t, &md[0]);
+    out->meta.ns = t_str(t, &md[1]);
+    out->meta.uid = t_str(t, &md[2]);
+    out->meta.resource_version = t_str(t, &md[3]);
+    out->meta.generation = t_int(t, &md[4]);
+    out->meta.deletion_timestamp = t_str(t, &md[5]);
+    if (!present(&r[3]))
+        return;
+    pick(t->p, t->n, r[3].off, status_keys, 4, f);
+    st->node_name = t_str(t, &f[0]);
+    st->last_updated = t_str(t, &f[3]);
+    if ((st->gpus = t_list(t, &f[1], sizeof *st->gpus, &cnt)))
+        for (pos = f[1].off; st->n_gpus < cnt && tkm_jscan_next(t->p, t->n, &pos, &m);)
+            gpu_tree(t, m.val, &st->gpus[st->n_gpus++]);
+    if (!present(&f[2]))
+        return;
+    for (cnt = 0, pos = f[2].off; tkm_jscan_next(t->p, t->n, &pos, &m);)
+        cnt++;
+    if (cnt && !(st->caches = calloc(cnt, sizeof *st->caches))) {
+        t->rc = -ENOMEM;
+        return;
+    }
+    for (pos = f[2].off; st->n_caches < cnt && tkm_jscan_next(t->p, t->n, &pos, &m);)
+        cache_tree(t, &m, &st->caches[st->n_caches++]);
+    if (st->n_caches > 1)
+        qsort(st->caches, st->n_caches, sizeof *st->caches, cache_cmp);
+}
+
+int tkm_api_nodestatus_decode(const char *json, size_t len, struct tkm_api_nodestatus *out,
+                              struct tkm_err *err)
+{
+    struct tkm_api_nsscan s;
+    struct tkm_api_nsscan_head h;
+    int rc;
+    memset(out, 0, sizeof *out);
+    if (memchr(json, 0, len))
+        return tkm_err_set(err, -EPROTO, "%s (unnamed): %s: not JSON: a NUL byte", KIND, KIND);
+    tkm_api_nsscan_init(&s);
+    if ((rc = tkm_api_nodestatus_scan(&s, json, len, &h, NULL, NULL, err)) == 0) {
+        struct tree t = {json, len, &s.str, 0};
+        out->cluster = h.cluster;
+        nodestatus_tree(&t, tkm_jscan_ws(json, len, 0), out);
+        if ((rc = t.rc) != 0) {
+            tkm_err_set(err, rc, "%s %s: out of memory", h.cluster ? KIND_CLUSTER : KIND, h.name);
+            tkm_api_nodestatus_release(out);
+        }
+    }
+    tkm_api_nsscan_release(&s);
+    return rc;
 }

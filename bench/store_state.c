@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include <tkm/archive.h>
 #include <tkm/store.h>
@@ -98,6 +99,34 @@ static void *checkpointer(void *p)
         nanosleep(&ts, NULL);
     }
     return NULL;
+}
+
+static void on_ingested(int rc, const char *digest, const char *path,
+                        const struct tkm_store_ingest_info *info, const struct tkm_err *err,
+                        void *data)
+{
+    struct tkm_err *out = data;
+    (void)digest;
+    (void)path;
+    (void)info;
+    if (rc)
+        *out = *err;
+    out->code = rc;
+}
+
+/* The entry, as tkm-agent ingests it (on a loop: the extraction on the pool). */
+static int ingest(struct tkm_store_state *st, const char *digest, const char *blob,
+                  struct tkm_err *err)
+{
+    uv_loop_t loop;
+    int rc = uv_loop_init(&loop);
+    if (rc == 0 && (rc = tkm_store_state_ingest_start(&loop, st, digest, blob, NULL, NULL,
+                                                      on_ingested, err, NULL, err)) == 0) {
+        uv_run(&loop, UV_RUN_DEFAULT);
+        rc = err->code;
+    }
+    uv_loop_close(&loop);
+    return rc;
 }
 
 /* tkm: the library's calls. acq/rel get n latencies each. */
@@ -249,7 +278,7 @@ int main(int argc, char **argv)
             goto out;
     if (tkm_store_open(root, &s, &err) < 0 ||
         tkm_store_state_open(s, time(NULL), &st, NULL, &err) ||
-        tkm_store_state_ingest(st, digest, blob, NULL, NULL, time(NULL), NULL, NULL, &err) < 0) {
+        ingest(st, digest, blob, &err) < 0) {
         fprintf(stderr, "%s\n", err.msg);
         goto out;
     }

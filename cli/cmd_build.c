@@ -18,6 +18,7 @@
 #include "ctl_args.h"
 #include "ctl_oci.h"
 #include "tkmctl.h"
+#include "ctl_json.h"
 
 static void usage(FILE *f)
 {
@@ -80,11 +81,7 @@ static void print_result(const struct tkm_triton_build_result *r, const char *la
         }
         if (j && pushed)
             json_object_set_new(j, "pushed", json_string(pushed));
-        char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
-        if (s)
-            printf("%s\n", s);
-        free(s);
-        json_decref(j);
+        ctl_json_print(j);
         return;
     }
     printf("built %s: %llu kernel entries, %llu files, %s of cache, layer %s\n", r->manifest.digest,

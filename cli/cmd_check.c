@@ -18,6 +18,7 @@
 
 #include "tkmctl.h"
 #include "ctl_oci.h"
+#include "ctl_json.h"
 
 static void check_usage(FILE *f)
 {
@@ -156,16 +157,6 @@ static int check_load(struct check_cache *c, const struct check_args *a, struct 
 }
 
 /* A numeric label ("4") as a JSON integer; anything else as the string, or null. */
-static json_t *label_value(const char *s)
-{
-    uint64_t v;
-    if (!s)
-        return json_null();
-    if (tkm_parse_u64(s, INT64_MAX, &v) == 0)
-        return json_integer((json_int_t)v);
-    return json_string(s);
-}
-
 static json_t *cache_json(const struct check_cache *c)
 {
     char *label = NULL;
@@ -183,8 +174,8 @@ static json_t *cache_json(const struct check_cache *c)
     } else {
         o = json_pack("{s:s,s:s,s:s,s:o*,s:o*,s:o*}", "source", "image", "image", c->image.what,
                       "manifestDigest", c->image.manifest_digest, "entryCount",
-                      label_value(c->image.entry_count), "cacheSizeBytes",
-                      label_value(c->image.size_bytes), "summary", summary);
+                      ctl_json_label(c->image.entry_count), "cacheSizeBytes",
+                      ctl_json_label(c->image.size_bytes), "summary", summary);
     }
     return o;
 }

@@ -20,6 +20,7 @@
 #include "ctl_oci.h"
 #include "ctl_signal.h"
 #include "tkmctl.h"
+#include "ctl_json.h"
 
 static void usage(FILE *f)
 {
@@ -67,11 +68,7 @@ static void print_result(const struct tkm_triton_extract_result *r, const char *
                       (json_int_t)r->files, "file_bytes", (json_int_t)r->file_bytes,
                       "groups_rewritten", (json_int_t)r->groups, "child_paths",
                       (json_int_t)r->children, "missing_children", (json_int_t)r->missing_children);
-        char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
-        if (s)
-            printf("%s\n", s);
-        free(s);
-        json_decref(j);
+        ctl_json_print(j);
         return;
     }
     printf("extracted %llu files (%s) from %s to %s; rewrote %llu group files\n",

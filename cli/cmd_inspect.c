@@ -17,6 +17,7 @@
 
 #include "tkmctl.h"
 #include "ctl_oci.h"
+#include "ctl_json.h"
 
 static void inspect_usage(FILE *f)
 {
@@ -125,16 +126,6 @@ static void inspect_dir_text(const struct tkm_triton_cache *c)
 }
 
 /* A numeric label ("4") as a JSON integer; anything else as the string, or null. */
-static json_t *label_num(const char *s)
-{
-    uint64_t v;
-    if (!s)
-        return json_null();
-    if (tkm_parse_u64(s, INT64_MAX, &v) == 0)
-        return json_integer((json_int_t)v);
-    return json_string(s);
-}
-
 /* The Inductor and vLLM parts an image config announces (labels). */
 static json_t *parts_json(const struct tkm_oci_config *cfg)
 {
@@ -149,9 +140,9 @@ static json_t *parts_json(const struct tkm_oci_config *cfg)
         json_object_set_new(
             o, "inductor",
             json_pack("{s:o*,s:o*,s:o*}", "entryCount",
-                      label_num(tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_ENTRY_COUNT)),
+                      ctl_json_label(tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_ENTRY_COUNT)),
                       "cacheSizeBytes",
-                      label_num(tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_SIZE)), "summary",
+                      ctl_json_label(tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_SIZE)), "summary",
                       json_loads(v, 0, NULL)));
     if (tkm_oci_config_label(cfg, TKM_VLLM_LABEL_ENTRY_COUNT)) {
         json_t *k = json_object();
@@ -162,9 +153,10 @@ static json_t *parts_json(const struct tkm_oci_config *cfg)
         json_object_set_new(
             o, "vllm",
             json_pack("{s:o*,s:o*,s:s?,s:o*,s:o*}", "entryCount",
-                      label_num(tkm_oci_config_label(cfg, TKM_VLLM_LABEL_ENTRY_COUNT)),
-                      "cacheSizeBytes", label_num(tkm_oci_config_label(cfg, TKM_VLLM_LABEL_SIZE)),
-                      "format", tkm_oci_config_label(cfg, TKM_VLLM_LABEL_FORMAT), "summary",
+                      ctl_json_label(tkm_oci_config_label(cfg, TKM_VLLM_LABEL_ENTRY_COUNT)),
+                      "cacheSizeBytes",
+                      ctl_json_label(tkm_oci_config_label(cfg, TKM_VLLM_LABEL_SIZE)), "format",
+                      tkm_oci_config_label(cfg, TKM_VLLM_LABEL_FORMAT), "summary",
                       sum ? json_loads(sum, 0, NULL) : NULL, "kserve", k));
     }
     return o;
@@ -286,10 +278,10 @@ static int inspect_image(const char *layout, const char *tag, const char *ref, i
         return 1;
     }
     if (json) {
-        json_t *o =
-            json_pack("{s:s,s:s,s:o*,s:o*,s:o*}", "image", im.what, "manifestDigest",
-                      im.manifest_digest, "entryCount", label_num(im.entry_count), "cacheSizeBytes",
-                      label_num(im.size_bytes), "summary", json_loads(im.summary_label, 0, NULL));
+        json_t *o = json_pack("{s:s,s:s,s:o*,s:o*,s:o*}", "image", im.what, "manifestDigest",
+                              im.manifest_digest, "entryCount", ctl_json_label(im.entry_count),
+                              "cacheSizeBytes", ctl_json_label(im.size_bytes), "summary",
+                              json_loads(im.summary_label, 0, NULL));
         if (o)
             json_object_set_new(o, "parts", parts_json(&im.config));
         rc = o && json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 ? 0 : 1;

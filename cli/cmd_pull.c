@@ -14,6 +14,7 @@
 #include "ctl_oci.h"
 #include "ctl_signal.h"
 #include "tkmctl.h"
+#include "ctl_json.h"
 
 static void usage(FILE *f)
 {
@@ -67,11 +68,7 @@ static void print_result(const char *canon, const struct tkm_oci_pull_result *r,
                       "bytes_fetched", (json_int_t)r->bytes_fetched);
         if (j && r->index_digest[0])
             json_object_set_new(j, "index", json_string(r->index_digest));
-        char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
-        if (s)
-            printf("%s\n", s);
-        free(s);
-        json_decref(j);
+        ctl_json_print(j);
         return;
     }
     printf("%s@%s -> %s\n", canon, r->manifest.digest, output);

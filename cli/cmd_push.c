@@ -12,6 +12,7 @@
 #include "ctl_args.h"
 #include "ctl_oci.h"
 #include "tkmctl.h"
+#include "ctl_json.h"
 
 static void usage(FILE *f)
 {
@@ -69,11 +70,7 @@ static int cmd_push(int argc, char **argv)
     if (f.json) {
         json_t *j = json_pack("{s:s,s:s,s:i}", "reference", canon, "digest", digest,
                               "blobs_uploaded", uploaded);
-        char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
-        if (s)
-            printf("%s\n", s);
-        free(s);
-        json_decref(j);
+        ctl_json_print(j);
     } else {
         printf("%s@%s (%d blob%s uploaded)\n", canon, digest, uploaded, uploaded == 1 ? "" : "s");
     }

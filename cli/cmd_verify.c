@@ -18,6 +18,7 @@
 #include "ctl_args.h"
 #include "ctl_oci.h"
 #include "tkmctl.h"
+#include "ctl_json.h"
 
 static void usage(FILE *f)
 {
@@ -84,11 +85,7 @@ static void print_ok(const char *canon, const char *digest, const struct tkm_sig
         }
         if (j && r->tlog_index >= 0)
             json_object_set_new(j, "tlogIndex", json_integer(r->tlog_index));
-        char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
-        if (s)
-            printf("%s\n", s);
-        free(s);
-        json_decref(j);
+        ctl_json_print(j);
         return;
     }
     char who[1200];

@@ -75,26 +75,45 @@ out:
     return rc;
 }
 
+/* A directory stream of its own on dfd (borrowed; its offset is not moved),
+ * refused past TREE_DEPTH_MAX levels: 0, -ELOOP or -errno. closedir() it. */
+static int dir_open(int depth, int dfd, DIR **out)
+{
+    int fd, rc;
+    *out = NULL;
+    if (depth > TREE_DEPTH_MAX)
+        return -ELOOP;
+    if ((fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return -errno;
+    if (!(*out = fdopendir(fd))) {
+        rc = -errno;
+        close(fd);
+        return rc;
+    }
+    return 0;
+}
+
+/* The next entry other than "." and "..", or NULL with errno 0 at the end. */
+static struct dirent *dir_next(DIR *d)
+{
+    struct dirent *e;
+    while ((errno = 0, e = readdir(d)))
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            break;
+    return e;
+}
+
 /* Removes everything in the directory dfd (borrowed), depth-first, never
  * following a symlink and never crossing into another filesystem. */
 static int remove_in(int dfd, dev_t dev, int depth)
 {
-    int rc = 0, dup_fd = -1;
     DIR *d = NULL;
     struct dirent *e;
-    if (depth > TREE_DEPTH_MAX)
-        return -ELOOP;
-    if ((dup_fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-        return -errno;
-    if (!(d = fdopendir(dup_fd))) {
-        rc = -errno;
-        close(dup_fd);
+    int rc = dir_open(depth, dfd, &d);
+    if (rc < 0)
         return rc;
-    }
-    while ((errno = 0, e = readdir(d))) {
+    while ((e = dir_next(d))) {
         struct stat st;
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
         if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
             if (errno == ENOENT)
                 continue;
@@ -199,22 +218,13 @@ out:
 
 static int copy_in(int sfd, int dfd, uint64_t *bytes, int depth)
 {
-    int rc = 0, dup_fd = -1;
     DIR *d = NULL;
     struct dirent *e;
-    if (depth > TREE_DEPTH_MAX)
-        return -ELOOP;
-    if ((dup_fd = openat(sfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-        return -errno;
-    if (!(d = fdopendir(dup_fd))) {
-        rc = -errno;
-        close(dup_fd);
+    int rc = dir_open(depth, sfd, &d);
+    if (rc < 0)
         return rc;
-    }
-    while ((errno = 0, e = readdir(d))) {
+    while ((e = dir_next(d))) {
         struct stat st;
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
         if (fstatat(sfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
             rc = -errno;
             break;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <tkm/triton/parts.h>
+#include <tkm/fs.h>
 #include <tkm/log.h>
 #include <tkm/triton/cache.h>
 
@@ -200,18 +201,6 @@ static int remove_vol_dir(const char *vol_dir, struct tkm_err *err)
 
 /* ---- NodePublishVolume ------------------------------------------------------ */
 
-static int mkdir_p2(const char *state, const char *ns, const char *pod, struct tkm_err *err)
-{
-    char p[PATH_MAX];
-    snprintf(p, sizeof(p), "%s/%s", state, ns);
-    if (mkdir(p, 0700) < 0 && errno != EEXIST)
-        return tkm_err_set(err, -errno, "creating %s: %s", p, strerror(errno));
-    snprintf(p, sizeof(p), "%s/%s/%s", state, ns, pod);
-    if (mkdir(p, 0700) < 0 && errno != EEXIST)
-        return tkm_err_set(err, -errno, "creating %s: %s", p, strerror(errno));
-    return 0;
-}
-
 /* Builds the layers under vol_dir (which does not exist yet). */
 static int pub_layers(struct csi_op *op)
 {
@@ -264,8 +253,16 @@ static void pub_work(uv_work_t *w)
     int fd = -1, rc, made = 0, opened = 0;
     unsigned long flags = MS_NOSUID | MS_NODEV;
     op->code = TKM_GRPC_INTERNAL;
-    if ((rc = mkdir_p2(op->d->cfg->state_dir, op->attrs.pod_namespace, op->attrs.pod_name,
-                       &op->err)) < 0)
+    /* state/<namespace>/<pod>, private (the state dir exists) */
+    char pd[PATH_MAX];
+    int pn = snprintf(pd, sizeof pd, "%s/%s/%s", op->d->cfg->state_dir, op->attrs.pod_namespace,
+                      op->attrs.pod_name);
+    if (pn < 0 || (size_t)pn >= sizeof pd) {
+        rc = tkm_err_set(&op->err, -ENAMETOOLONG, "%s/%s/...: path too long", op->d->cfg->state_dir,
+                         op->attrs.pod_namespace);
+        goto out;
+    }
+    if ((rc = tkm_mkdir_p(pd, 0700, &op->err)) < 0)
         goto out;
     /* A dir left by a failed attempt (the target is not mounted: checked). */
     if ((rc = csi_remove_tree(op->vol_dir, &op->err)) < 0)
@@ -394,13 +391,6 @@ static const struct csi_op *target_busy(const struct csi_op *op)
 static void pub_start(struct csi_op *op)
 {
     struct csi_driver *d = op->d;
-    const struct csi_op *other = target_busy(op);
-    if (other) {
-        tkm_err_set(&op->err, -EBUSY, "an operation on volume %s at target %s is in progress",
-                    other->vol, op->target);
-        op_fail_err(op, TKM_GRPC_ABORTED);
-        return;
-    }
     Tkm__Agent__V1__MaterializeRequest mr = TKM__AGENT__V1__MATERIALIZE_REQUEST__INIT;
     Tkm__Agent__V1__MaterializeRequest__VolumeAttributesEntry *ents = NULL, **pents = NULL;
     Csi__V1__NodePublishVolumeRequest *q = op->req;
@@ -569,15 +559,15 @@ static void op_start(struct csi_op *op)
         op_finish(op, TKM_GRPC_UNAVAILABLE, "tkm-csi is shutting down");
         return;
     }
-    if (op->kind == CSI_OP_PUBLISH) {
-        pub_start(op);
-        return;
-    }
     const struct csi_op *other = target_busy(op);
     if (other) {
         tkm_err_set(&op->err, -EBUSY, "an operation on volume %s at target %s is in progress",
                     other->vol, op->target);
         op_fail_err(op, TKM_GRPC_ABORTED);
+        return;
+    }
+    if (op->kind == CSI_OP_PUBLISH) {
+        pub_start(op);
         return;
     }
     op->work.data = op;

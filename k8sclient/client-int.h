@@ -10,10 +10,6 @@
 int k8s__status_local(struct k8s_status *st, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Backoff before retry number attempt (1-based): 200 ms x2^(n-1), capped at
- * 5 s, with +-25% jitter drawn from *seed. */
-uint64_t k8s__retry_backoff_ms(int attempt, uint64_t *seed);
-
 /* What identifies a file's content cheaply: a rotated file (a new inode from
  * a rename or the kubelet's symlink swap, or a rewrite) changes it. */
 struct k8s__file_stamp {

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include <tkm/backoff.h>
 #include <tkm/bug.h>
 #include <tkm/fs.h>
 #include <tkm/http.h>
@@ -87,6 +88,7 @@ struct k8s_req {
     struct tkm_http_req *hreq;
     uv_timer_t timer;
     int attempts;
+    struct tkm_backoff bo; /* between attempts without Retry-After */
     int auth_retried;
     int ca_retried;   /* a TLS failure was retried once with a re-read CA */
     int waiting_exec; /* parked until the exec plugin returns */
@@ -113,23 +115,6 @@ int k8s__status_local(struct k8s_status *st, int rc, const char *fmt, ...)
     st->rc = rc;
     st->message = strdup(msg);
     return rc;
-}
-
-uint64_t k8s__retry_backoff_ms(int attempt, uint64_t *seed)
-{
-    uint64_t ms = 200;
-    for (int i = 1; i < attempt && ms < 5000; i++)
-        ms *= 2;
-    if (ms > 5000)
-        ms = 5000;
-    /* xorshift64 for jitter; the seed lives in the client, no globals. */
-    uint64_t x = *seed ? *seed : 0x9e3779b97f4a7c15ull;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *seed = x;
-    uint64_t quarter = ms / 4;
-    return ms - quarter + (quarter ? x % (2 * quarter + 1) : 0);
 }
 
 /* ---- credentials ----------------------------------------------------------- */
@@ -500,8 +485,7 @@ static int schedule_retry(struct k8s_req *r, long retry_after_s)
         return 0;
     if (!k8s_status_retryable(&r->st, r->idem == K8S_IDEMPOTENT))
         return 0;
-    uint64_t ms = retry_after_s >= 0 ? (uint64_t)retry_after_s * 1000
-                                     : k8s__retry_backoff_ms(r->attempts, &c->seed);
+    uint64_t ms = retry_after_s >= 0 ? (uint64_t)retry_after_s * 1000 : tkm_backoff_next(&r->bo, 0);
     tkm_dbg("k8s: %s %s: %s; retry %d in %llu ms", r->method, r->path,
             r->st.message ? r->st.message : "error", r->attempts, (unsigned long long)ms);
     uv_timer_start(&r->timer, on_timer, ms, 0);
@@ -669,6 +653,12 @@ int k8s_request_start(struct k8s_client *c, const struct k8s_request *rq, k8s_da
     if (!r)
         return tkm_err_set(err, -ENOMEM, "%s %s: out of memory", rq->method, rq->path);
     r->c = c;
+    /* 200 ms x2 per attempt up to 5 s, plus up to 25 % jitter; the seed
+     * comes from the client's generator, no globals. */
+    r->bo = (struct tkm_backoff){.initial_ms = 200,
+                                 .max_ms = 5000,
+                                 .jitter_pct = 25,
+                                 .rng = tkm_rand_range(&c->seed, 1, UINT64_MAX - 1)};
     k8s_status_init(&r->st);
     if (dup_field(&r->method, rq->method) || dup_field(&r->path, rq->path) ||
         dup_field(&r->content_type, rq->content_type) || dup_field(&r->accept, rq->accept) ||

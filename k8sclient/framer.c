@@ -1,5 +1,5 @@
 /*
- * framer.c - watch and list body framing, event decoding, backoff.
+ * framer.c - watch and list body framing, event decoding.
  *
  * See watch-int.h for the framer's contract. The scanner is a small state
  * machine over bytes (depth, in-string, escape) that resumes where the last
@@ -626,43 +626,4 @@ void k8s__managed_fields_span(const char *p, size_t n, size_t *cut, size_t *cut_
         }
         return;
     }
-}
-
-/* ---- backoff ------------------------------------------------------------- */
-
-uint64_t k8s__rand_range(uint64_t *s, uint64_t lo, uint64_t hi)
-{
-    uint64_t x = *s ? *s : 0x9e3779b97f4a7c15ull;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *s = x;
-    if (hi <= lo)
-        return lo;
-    return lo + x % (hi - lo + 1);
-}
-
-void k8s__backoff_init(struct k8s__backoff *b, uint64_t initial_ms, uint64_t max_ms,
-                       uint64_t reset_ms, uint64_t seed)
-{
-    b->initial_ms = initial_ms ? initial_ms : 800;
-    b->max_ms = max_ms ? max_ms : 30000;
-    if (b->max_ms < b->initial_ms)
-        b->max_ms = b->initial_ms;
-    b->reset_ms = reset_ms ? reset_ms : 120000;
-    b->cur_ms = b->initial_ms;
-    b->last_ms = 0;
-    b->rng = seed | 1;
-}
-
-uint64_t k8s__backoff_next(struct k8s__backoff *b, uint64_t now_ms)
-{
-    if (b->last_ms && now_ms - b->last_ms > b->reset_ms)
-        b->cur_ms = b->initial_ms;
-    b->last_ms = now_ms;
-    uint64_t d = b->cur_ms + k8s__rand_range(&b->rng, 0, b->cur_ms);
-    if (d > b->max_ms)
-        d = b->max_ms / 2 + k8s__rand_range(&b->rng, 0, b->max_ms / 2);
-    b->cur_ms = b->cur_ms * 2 > b->max_ms ? b->max_ms : b->cur_ms * 2;
-    return d;
 }

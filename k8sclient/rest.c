@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <k8s/client.h>
+#include <tkm/backoff.h>
 #include <tkm/log.h>
 
 #include "client-int.h"
@@ -418,22 +419,10 @@ int k8s_get_async(struct k8s_client *c, const struct k8s_resource *r, const char
     ASYNC_BODY(get_prep(&p, c, r, ns, name, subresource, &st));
 }
 
-int k8s_list_async(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
-                   const struct k8s_list_opts *o, k8s_result_cb cb, void *data)
-{
-    ASYNC_BODY(list_prep(&p, c, r, ns, o, &st));
-}
-
 int k8s_create_async(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
                      json_t *obj, k8s_result_cb cb, void *data)
 {
     ASYNC_BODY(create_prep(&p, c, r, ns, obj, &st));
-}
-
-int k8s_update_async(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
-                     json_t *obj, const char *subresource, k8s_result_cb cb, void *data)
-{
-    ASYNC_BODY(update_prep(&p, c, r, ns, obj, subresource, &st));
 }
 
 int k8s_delete_async(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
@@ -562,6 +551,7 @@ struct uretry {
     const struct k8s_resource *r;
     char *ns, *name, *sub;
     int attempts, n;
+    struct tkm_backoff bo; /* between conflicts: 10 ms x2 */
     k8s_mutate_fn mutate;
     void *mutate_data;
     k8s_result_cb cb;
@@ -606,9 +596,7 @@ static void ur_put(int rc, json_t *obj, const struct k8s_status *st, void *data)
 {
     struct uretry *u = data;
     if (rc == -ESTALE && st->code == 409 && ++u->n < u->attempts) {
-        uint64_t ms = 10;
-        for (int i = 1; i < u->n && ms < 1000; i++)
-            ms *= 2;
+        uint64_t ms = tkm_backoff_next(&u->bo, 0);
         tkm_dbg("k8s: update %s/%s: conflict, attempt %d of %d in %llu ms", u->r->plural, u->name,
                 u->n + 1, u->attempts, (unsigned long long)ms);
         uv_timer_start(&u->timer, ur_restart, ms, 0);
@@ -658,6 +646,7 @@ static int ur_start(struct k8s_client *c, const struct k8s_resource *r, const ch
     u->c = c;
     u->r = r;
     u->attempts = attempts > 0 ? attempts : 5;
+    u->bo = (struct tkm_backoff){.initial_ms = 10, .max_ms = 1280};
     u->mutate = mutate;
     u->mutate_data = mutate_data;
     u->cb = cb;
@@ -676,13 +665,6 @@ static int ur_start(struct k8s_client *c, const struct k8s_resource *r, const ch
     if (rc)
         uv_close((uv_handle_t *)&u->timer, ur_closed);
     return rc;
-}
-
-int k8s_update_retry_async(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
-                           const char *name, const char *subresource, int attempts,
-                           k8s_mutate_fn mutate, k8s_result_cb cb, void *data)
-{
-    return ur_start(c, r, ns, name, subresource, attempts, mutate, data, cb, data);
 }
 
 int k8s_update_retry(struct k8s_client *c, const struct k8s_resource *r, const char *ns,

@@ -18,7 +18,8 @@
 #include <tkm/bug.h>
 #include <tkm/util.h>
 
-#include "strmap-int.h"
+#include <tkm/backoff.h>
+#include <tkm/strmap.h>
 
 #define NOT_WAITING SIZE_MAX
 
@@ -27,7 +28,7 @@ struct item {
     int dirty, processing;
     size_t heap_idx;
     uint64_t ready_ms;
-    unsigned failures;
+    struct tkm_backoff bo; /* add_rate_limited's delays; bo.steps = failures */
     char key[];
 };
 
@@ -37,7 +38,7 @@ struct k8s_workqueue {
     struct k8s_workqueue_opts o;
     k8s_workqueue_fn fn;
     void *data;
-    struct k8s__strmap items;
+    struct tkm_strmap items;
     struct item *head, *tail;
     size_t queued, active;
     struct item **heap;
@@ -57,15 +58,15 @@ static uint64_t now_ms(const struct k8s_workqueue *q)
 
 static void maybe_free_item(struct k8s_workqueue *q, struct item *it)
 {
-    if (it->dirty || it->processing || it->heap_idx != NOT_WAITING || it->failures)
+    if (it->dirty || it->processing || it->heap_idx != NOT_WAITING || it->bo.steps)
         return;
-    k8s__strmap_del(&q->items, it->key);
+    tkm_strmap_del(&q->items, it->key);
     free(it);
 }
 
 static struct item *get_item(struct k8s_workqueue *q, const char *key, int create)
 {
-    struct item *it = k8s__strmap_get(&q->items, key);
+    struct item *it = tkm_strmap_get(&q->items, key);
     if (it || !create)
         return it;
     size_t n = strlen(key);
@@ -74,7 +75,8 @@ static struct item *get_item(struct k8s_workqueue *q, const char *key, int creat
         return NULL;
     memcpy(it->key, key, n + 1);
     it->heap_idx = NOT_WAITING;
-    if (k8s__strmap_put(&q->items, it->key, it, NULL) < 0) {
+    it->bo = (struct tkm_backoff){.initial_ms = q->o.base_delay_ms, .max_ms = q->o.max_delay_ms};
+    if (tkm_strmap_put(&q->items, it->key, it, NULL) < 0) {
         free(it);
         return NULL;
     }
@@ -278,30 +280,34 @@ int k8s_workqueue_new(uv_loop_t *loop, const struct k8s_workqueue_opts *opts, k8
     return 0;
 }
 
-int k8s_workqueue_add(struct k8s_workqueue *q, const char *key)
+/* The key's item, made when new: 0, -ESHUTDOWN after shutdown, -EINVAL, -ENOMEM. */
+static int item_for(struct k8s_workqueue *q, const char *key, struct item **out)
 {
     if (q->closing)
         return -ESHUTDOWN;
     if (!key)
         return -EINVAL;
-    struct item *it = get_item(q, key, 1);
-    if (!it)
-        return -ENOMEM;
+    return (*out = get_item(q, key, 1)) ? 0 : -ENOMEM;
+}
+
+int k8s_workqueue_add(struct k8s_workqueue *q, const char *key)
+{
+    struct item *it;
+    int rc = item_for(q, key, &it);
+    if (rc < 0)
+        return rc;
     add_item(q, it);
     return 0;
 }
 
 int k8s_workqueue_add_after(struct k8s_workqueue *q, const char *key, uint64_t delay_ms)
 {
-    if (q->closing)
-        return -ESHUTDOWN;
+    struct item *it;
+    int rc;
     if (delay_ms == 0)
         return k8s_workqueue_add(q, key);
-    if (!key)
-        return -EINVAL;
-    struct item *it = get_item(q, key, 1);
-    if (!it)
-        return -ENOMEM;
+    if ((rc = item_for(q, key, &it)) < 0)
+        return rc;
     uint64_t at = now_ms(q) + delay_ms;
     if (it->heap_idx != NOT_WAITING) {
         if (at < it->ready_ms) {
@@ -312,7 +318,7 @@ int k8s_workqueue_add_after(struct k8s_workqueue *q, const char *key, uint64_t d
         return 0;
     }
     it->ready_ms = at;
-    int rc = heap_push(q, it);
+    rc = heap_push(q, it);
     if (rc < 0) {
         maybe_free_item(q, it);
         return rc;
@@ -338,21 +344,11 @@ static uint64_t bucket_delay(struct k8s_workqueue *q)
 
 int k8s_workqueue_add_rate_limited(struct k8s_workqueue *q, const char *key, uint64_t *delay_ms)
 {
-    if (q->closing)
-        return -ESHUTDOWN;
-    if (!key)
-        return -EINVAL;
-    struct item *it = get_item(q, key, 1);
-    if (!it)
-        return -ENOMEM;
-    uint64_t d = q->o.max_delay_ms;
-    if (it->failures < 63 &&
-        (q->o.base_delay_ms << it->failures) >> it->failures == q->o.base_delay_ms) {
-        uint64_t e = q->o.base_delay_ms << it->failures;
-        if (e < d)
-            d = e;
-    }
-    it->failures++;
+    struct item *it;
+    int rc = item_for(q, key, &it);
+    if (rc < 0)
+        return rc;
+    uint64_t d = tkm_backoff_next(&it->bo, 0);
     uint64_t b = bucket_delay(q);
     if (b > d)
         d = b;
@@ -366,14 +362,14 @@ void k8s_workqueue_forget(struct k8s_workqueue *q, const char *key)
     struct item *it = get_item(q, key, 0);
     if (!it)
         return;
-    it->failures = 0;
+    tkm_backoff_reset(&it->bo);
     maybe_free_item(q, it);
 }
 
 unsigned k8s_workqueue_num_requeues(const struct k8s_workqueue *q, const char *key)
 {
-    const struct item *it = k8s__strmap_get(&q->items, key);
-    return it ? it->failures : 0;
+    const struct item *it = tkm_strmap_get(&q->items, key);
+    return it ? it->bo.steps : 0;
 }
 
 static void maybe_finish_close(struct k8s_workqueue *q);
@@ -390,19 +386,26 @@ static struct item *end_processing(struct k8s_workqueue *q, const char *key)
     return it;
 }
 
-void k8s_workqueue_done(struct k8s_workqueue *q, const char *key, enum k8s_wq_result result)
+/* end_processing, and the item when the queue goes on (NULL after shutdown). */
+static struct item *end_open(struct k8s_workqueue *q, const char *key)
 {
     struct item *it = end_processing(q, key);
+    if (it && q->closing) {
+        maybe_finish_close(q);
+        return NULL;
+    }
+    return it;
+}
+
+void k8s_workqueue_done(struct k8s_workqueue *q, const char *key, enum k8s_wq_result result)
+{
+    struct item *it = end_open(q, key);
     if (!it)
         return;
-    if (q->closing) {
-        maybe_finish_close(q);
-        return;
-    }
     if (result == K8S_WQ_RETRY) {
         k8s_workqueue_add_rate_limited(q, key, NULL);
     } else {
-        it->failures = 0;
+        tkm_backoff_reset(&it->bo);
         maybe_free_item(q, it);
     }
     kick(q);
@@ -410,14 +413,10 @@ void k8s_workqueue_done(struct k8s_workqueue *q, const char *key, enum k8s_wq_re
 
 void k8s_workqueue_done_after(struct k8s_workqueue *q, const char *key, uint64_t delay_ms)
 {
-    struct item *it = end_processing(q, key);
+    struct item *it = end_open(q, key);
     if (!it)
         return;
-    if (q->closing) {
-        maybe_finish_close(q);
-        return;
-    }
-    it->failures = 0;
+    tkm_backoff_reset(&it->bo);
     if (k8s_workqueue_add_after(q, key, delay_ms) < 0)
         maybe_free_item(q, it);
     kick(q);
@@ -442,9 +441,9 @@ static void free_queue(struct k8s_workqueue *q)
 {
     size_t pos = 0;
     void *v;
-    while (k8s__strmap_next(&q->items, &pos, NULL, &v))
+    while (tkm_strmap_next(&q->items, &pos, NULL, &v))
         free(v);
-    k8s__strmap_release(&q->items);
+    tkm_strmap_release(&q->items);
     free(q->heap);
     void (*cb)(void *) = q->closed_cb;
     void *d = q->closed_data;

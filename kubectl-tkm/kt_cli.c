@@ -371,105 +371,119 @@ static int read_statuses(struct kt_conn *k, const struct kt_cli *a, struct kt_wo
 
 /* ---- commands ----------------------------------------------------------------------------- */
 
-int kt_cli_status(const struct kt_cli *a)
-{
+/* What every command reads and renders; released in one place. */
+struct run {
     struct kt_conn k;
     struct kt_world w;
-    struct kt_matrix m = {0};
+    struct kt_matrix m;
+    struct tkm_buf out;
+};
+
+static void run_init(struct run *r)
+{
+    memset(r, 0, sizeof *r);
+    kt_world_init(&r->w);
+    tkm_buf_init(&r->out, 1u << 30);
+}
+
+static void run_release(struct run *r)
+{
+    tkm_buf_release(&r->out);
+    kt_matrix_release(&r->m);
+    kt_world_release(&r->w);
+    conn_close(&r->k);
+}
+
+/* Prints what a renderer returned (rc < 0: out of memory); the exit status. */
+static int print_rendered(int rc, struct tkm_buf *out)
+{
+    if (rc >= 0)
+        return kt_cli_print_buf(out);
+    fprintf(stderr, "kubectl-tkm: out of memory\n");
+    return 1;
+}
+
+int kt_cli_status(const struct kt_cli *a)
+{
+    struct run r;
     struct kt_render_opts o;
-    struct tkm_buf out = TKM_BUF_INIT(1u << 30);
     int st = 1;
-    kt_world_init(&w);
-    if (conn_open(&k, a) < 0 || read_caches(&k, a, &w) < 0 || read_statuses(&k, a, &w) < 0)
+    run_init(&r);
+    if (conn_open(&r.k, a) < 0 || read_caches(&r.k, a, &r.w) < 0 ||
+        read_statuses(&r.k, a, &r.w) < 0)
         goto out;
-    if (kt_matrix_build(&w, &m) < 0) {
+    if (kt_matrix_build(&r.w, &r.m) < 0) {
         fprintf(stderr, "kubectl-tkm: out of memory\n");
         goto out;
     }
     if (!strcmp(a->output, "json") || !strcmp(a->output, "yaml")) {
-        st = kt_cli_print_doc(a, kt_status_json(&m));
+        st = kt_cli_print_doc(a, kt_status_json(&r.m));
         goto out;
     }
     kt_cli_render_opts(a, &o);
-    if (kt_render_status(&m, &o, &out) < 0)
-        fprintf(stderr, "kubectl-tkm: out of memory\n");
-    else
-        st = kt_cli_print_buf(&out);
+    st = print_rendered(kt_render_status(&r.m, &o, &r.out), &r.out);
 out:
-    tkm_buf_release(&out);
-    kt_matrix_release(&m);
-    kt_world_release(&w);
-    conn_close(&k);
+    run_release(&r);
     return st;
 }
 
 int kt_cli_why(const struct kt_cli *a)
 {
-    struct kt_conn k;
-    struct kt_world w;
-    struct kt_matrix m = {0};
-    struct tkm_buf out = TKM_BUF_INIT(1u << 30);
+    struct run r;
+    struct kt_world *w = &r.w;
+    struct kt_matrix *m = &r.m;
     size_t node = (size_t)-1;
     int st = 1;
-    kt_world_init(&w);
-    if (conn_open(&k, a) < 0 || read_caches(&k, a, &w) < 0)
+    run_init(&r);
+    if (conn_open(&r.k, a) < 0 || read_caches(&r.k, a, w) < 0)
         goto out;
-    if (w.n_caches > 1) {
-        fprintf(stderr, "kubectl-tkm: \"%s\" names %zu caches (", a->arg, w.n_caches);
-        for (size_t i = 0; i < w.n_caches; i++)
+    if (w->n_caches > 1) {
+        fprintf(stderr, "kubectl-tkm: \"%s\" names %zu caches (", a->arg, w->n_caches);
+        for (size_t i = 0; i < w->n_caches; i++)
             fprintf(stderr, "%s%s/%s", i ? ", " : "",
-                    w.caches[i].meta.ns ? w.caches[i].meta.ns : "", w.caches[i].meta.name);
+                    w->caches[i].meta.ns ? w->caches[i].meta.ns : "", w->caches[i].meta.name);
         fprintf(stderr, "); give its namespace with -n\n");
         goto out;
     }
-    if (read_statuses(&k, a, &w) < 0 || kt_matrix_build(&w, &m) < 0)
+    if (read_statuses(&r.k, a, w) < 0 || kt_matrix_build(w, m) < 0)
         goto out;
     if (a->node) {
-        for (node = 0; node < m.n_nodes && strcmp(m.nodes[node].name, a->node); node++)
+        for (node = 0; node < m->n_nodes && strcmp(m->nodes[node].name, a->node); node++)
             ;
-        if (node == m.n_nodes) {
+        if (node == m->n_nodes) {
             fprintf(stderr,
                     "kubectl-tkm: node \"%s\" has no %s object: its tkm-agent has not "
                     "reported (nodes that did: %zu)\n",
                     a->node,
-                    w.caches[0].cluster ? "TritonKernelCacheNodeStatusCluster"
-                                        : "TritonKernelCacheNodeStatus in the cache's namespace",
-                    m.n_nodes);
+                    w->caches[0].cluster ? "TritonKernelCacheNodeStatusCluster"
+                                         : "TritonKernelCacheNodeStatus in the cache's namespace",
+                    m->n_nodes);
             goto out;
         }
     }
     if (!strcmp(a->output, "json") || !strcmp(a->output, "yaml")) {
-        st = kt_cli_print_doc(a, kt_why_json(&m, 0, node));
+        st = kt_cli_print_doc(a, kt_why_json(m, 0, node));
         goto out;
     }
     struct kt_render_opts o;
     kt_cli_render_opts(a, &o);
-    if (kt_render_why(&m, 0, node, o.color, &out) < 0)
-        fprintf(stderr, "kubectl-tkm: out of memory\n");
-    else
-        st = kt_cli_print_buf(&out);
+    st = print_rendered(kt_render_why(m, 0, node, o.color, &r.out), &r.out);
 out:
-    tkm_buf_release(&out);
-    kt_matrix_release(&m);
-    kt_world_release(&w);
-    conn_close(&k);
+    run_release(&r);
     return st;
 }
 
 int kt_cli_check(const struct kt_cli *a)
 {
-    struct kt_conn k;
-    struct kt_world w;
-    struct kt_matrix m = {0};
+    struct run r;
     struct kt_check c = {0};
     struct tkm_triton_image im;
-    struct tkm_buf out = TKM_BUF_INIT(1u << 30);
     struct tkm_err err = {0};
     struct tkm_oci_registry_opts ro = {0};
     int st = 1;
     memset(&im, 0, sizeof im);
-    kt_world_init(&w);
-    if (conn_open(&k, a) < 0)
+    run_init(&r);
+    if (conn_open(&r.k, a) < 0)
         goto out;
     if (tkm_triton_image_load_ref(&im, a->arg, &ro, &err) < 0) {
         fprintf(stderr, "kubectl-tkm: %s\n", tkm_err_str(&err));
@@ -477,10 +491,10 @@ int kt_cli_check(const struct kt_cli *a)
     }
     /* every node's GPU facts: node status objects of every namespace and the
      * cluster kind; with -n only the nodes that report in that namespace */
-    if ((!a->ns && list_into(&k, &tkm_api_res_tkcnsc, NULL, NULL, &w) < 0) ||
-        list_into(&k, &tkm_api_res_tkcns, a->ns, NULL, &w) < 0)
+    if ((!a->ns && list_into(&r.k, &tkm_api_res_tkcnsc, NULL, NULL, &r.w) < 0) ||
+        list_into(&r.k, &tkm_api_res_tkcns, a->ns, NULL, &r.w) < 0)
         goto out;
-    if (kt_matrix_build(&w, &m) < 0 || kt_check_run(&m, &im.summary, &c) < 0) {
+    if (kt_matrix_build(&r.w, &r.m) < 0 || kt_check_run(&r.m, &im.summary, &c) < 0) {
         fprintf(stderr, "kubectl-tkm: out of memory\n");
         goto out;
     }
@@ -489,19 +503,14 @@ int kt_cli_check(const struct kt_cli *a)
     } else {
         struct kt_render_opts o;
         kt_cli_render_opts(a, &o);
-        if (kt_render_check(&c, im.what, im.manifest_digest, &im.summary, &o, &out) < 0)
-            fprintf(stderr, "kubectl-tkm: out of memory\n");
-        else
-            st = kt_cli_print_buf(&out);
+        st = print_rendered(
+            kt_render_check(&c, im.what, im.manifest_digest, &im.summary, &o, &r.out), &r.out);
     }
     if (st == 0 && c.n_compatible == 0)
         st = 1;
 out:
-    tkm_buf_release(&out);
     kt_check_release(&c);
-    kt_matrix_release(&m);
-    kt_world_release(&w);
     tkm_triton_image_release(&im);
-    conn_close(&k);
+    run_release(&r);
     return st;
 }

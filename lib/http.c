@@ -783,26 +783,7 @@ long tkm_http_retry_after(const struct tkm_http_resp *resp, long max_s)
     return (long)(when - now) > max_s ? max_s : (long)(when - now);
 }
 
-/* ---- synchronous helper --------------------------------------------------- */
-
-struct do_ctx {
-    struct tkm_http_resp *resp;
-    int done;
-};
-
-static void do_done(struct tkm_http_req *req, struct tkm_http_resp *resp, void *data)
-{
-    (void)req;
-    struct do_ctx *ctx = data;
-    struct tkm_http_resp *dst = ctx->resp;
-    tkm_buf_release(&dst->body);
-    tkm_buf_release(&dst->headers);
-    *dst = *resp; /* takes the buffers */
-    tkm_buf_init(&resp->body, resp->body.max);
-    tkm_buf_init(&resp->headers, resp->headers.max);
-    dst->url = NULL; /* points into the request, which is about to be freed */
-    ctx->done = 1;
-}
+/* ---- responses ----------------------------------------------------------- */
 
 void tkm_http_resp_init(struct tkm_http_resp *resp)
 {
@@ -818,58 +799,4 @@ void tkm_http_resp_release(struct tkm_http_resp *resp)
     tkm_buf_release(&resp->body);
     tkm_buf_release(&resp->headers);
     tkm_http_resp_init(resp);
-}
-
-struct do_stream {
-    tkm_http_data_cb cb;
-    void *data;
-    struct do_ctx *ctx;
-};
-
-static int do_data(struct tkm_http_req *req, const char *p, size_t n, void *data)
-{
-    struct do_stream *s = data;
-    return s->cb(req, p, n, s->data);
-}
-
-static void do_stream_done(struct tkm_http_req *req, struct tkm_http_resp *resp, void *data)
-{
-    struct do_stream *s = data;
-    do_done(req, resp, s->ctx);
-}
-
-int tkm_http_do(const struct tkm_http_req_opts *o, struct tkm_http_resp *resp, struct tkm_err *err)
-{
-    uv_loop_t loop;
-    struct tkm_http *h = NULL;
-    struct do_ctx ctx = {.resp = resp, .done = 0};
-    struct do_stream ds = {.cb = o->data_cb, .data = o->data, .ctx = &ctx};
-    int rc = uv_loop_init(&loop);
-    if (rc)
-        return tkm_err_set(err, rc, "%s: cannot create an event loop: %s", o->url, uv_strerror(rc));
-    if ((rc = tkm_http_new(&loop, NULL, &h, err)))
-        goto out;
-    struct tkm_http_req_opts ro = *o;
-    if (o->data_cb) {
-        ro.data_cb = do_data;
-        ro.done_cb = do_stream_done;
-        ro.data = &ds;
-    } else {
-        ro.done_cb = do_done;
-        ro.data = &ctx;
-    }
-    if ((rc = tkm_http_start(h, &ro, NULL, err)))
-        goto out;
-    while (!ctx.done)
-        uv_run(&loop, UV_RUN_ONCE);
-    resp->url = o->url;
-    rc = resp->code;
-    if (rc)
-        tkm_err_set(err, rc, "%s", resp->error);
-out:
-    if (h)
-        tkm_http_close(h, NULL, NULL);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    uv_loop_close(&loop);
-    return rc;
 }

@@ -16,12 +16,10 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <tkm/backoff.h>
 #include <tkm/buf.h>
 #include <tkm/log.h>
-#include <tkm/oci/session.h>
 #include <tkm/util.h>
-
-#include "oci/session-int.h"
 
 #define HEXLEN 64
 
@@ -465,7 +463,8 @@ struct tkm_store_job {
     uv_loop_t *loop;
     uv_timer_t wait; /* another process holds the digest's lock: retry later */
     int wait_ready, waiting;
-    uint64_t wait_ms, waited_ms;
+    struct tkm_backoff wait_bo;  /* 20 ms doubling to 500 ms */
+    uint64_t wait_ms, waited_ms; /* the current wait; the sum of those before */
     struct tkm_store *s;
     char *digest, *blob, *diff_id, *strip, *path;
     char **include;
@@ -549,9 +548,7 @@ static void job_after(uv_work_t *w, int status)
             j->wait.data = j;
             j->wait_ready = 1;
         }
-        j->wait_ms = j->wait_ms ? j->wait_ms * 2 : JOB_LOCK_WAIT_MIN_MS;
-        if (j->wait_ms > JOB_LOCK_WAIT_MAX_MS)
-            j->wait_ms = JOB_LOCK_WAIT_MAX_MS;
+        j->wait_ms = tkm_backoff_next(&j->wait_bo, 0);
         if (j->wait_ready && uv_timer_start(&j->wait, job_retry, j->wait_ms, 0) == 0) {
             j->waiting = 1;
             return;
@@ -607,6 +604,8 @@ int tkm_store_ingest_start(struct uv_loop_s *loop, struct tkm_store *s, const ch
         goto fail;
     }
     atomic_init(&j->cancel, 0);
+    j->wait_bo =
+        (struct tkm_backoff){.initial_ms = JOB_LOCK_WAIT_MIN_MS, .max_ms = JOB_LOCK_WAIT_MAX_MS};
     j->loop = loop;
     j->s = s;
     j->cb = cb;
@@ -632,66 +631,4 @@ void tkm_store_job_cancel(struct tkm_store_job *job)
     atomic_store(&job->cancel, 1);
     if (job->waiting) /* end the wait for the lock now (its callback reports) */
         uv_timer_start(&job->wait, job_retry, 0, 0);
-}
-
-/* ---- the same ingest as an image job (one handle, cancel and callback) ---- */
-
-struct sj_ctx {
-    struct tkm_oci_job *job;
-    struct tkm_store_job *sjob; /* until it reports */
-    struct tkm_store_ingest_result res;
-    char *path;
-};
-
-static void sj_free(void *p)
-{
-    struct sj_ctx *c = p;
-    free(c->path);
-    free(c);
-}
-
-static void sj_cancel(void *p)
-{
-    struct sj_ctx *c = p;
-    tkm_store_job_cancel(c->sjob);
-}
-
-static void sj_done(int rc, const char *path, const struct tkm_store_ingest_info *info,
-                    const struct tkm_err *err, void *data)
-{
-    struct sj_ctx *c = data;
-    struct tkm_err e = {0};
-    c->sjob = NULL;
-    if (rc == 0 && !(c->path = strdup(path)))
-        rc = tkm_err_set(&e, -ENOMEM, "out of memory");
-    if (rc == 0) {
-        c->res.path = c->path;
-        c->res.info = *info;
-        tkm__oci_job_ext_result(c->job)->detail = &c->res;
-    }
-    tkm__oci_job_ext_report(c->job, rc, rc && !e.msg[0] ? err : &e);
-}
-
-int tkm_store_job_ingest(struct tkm_oci_session *ses, struct tkm_store *s, const char *digest,
-                         const char *blob_path, const struct tkm_archive_opts *o, tkm_oci_job_cb cb,
-                         void *data, struct tkm_oci_job **out, struct tkm_err *err)
-{
-    struct sj_ctx *c = calloc(1, sizeof *c);
-    struct tkm_oci_job *j = NULL;
-    int rc;
-    if (!c)
-        return tkm_err_set(err, -ENOMEM, "out of memory");
-    if ((rc = tkm__oci_job_ext_new(ses, "store", digest ? digest : "", cb, data, &j, err)) != 0) {
-        free(c);
-        return rc;
-    }
-    tkm__oci_job_ext_set(j, c, sj_free, sj_cancel);
-    c->job = j;
-    if ((rc = tkm_store_ingest_start(tkm__oci_session_loop(ses), s, digest, blob_path, o, sj_done,
-                                     c, &c->sjob, err)) != 0) {
-        tkm__oci_job_ext_discard(j);
-        return rc;
-    }
-    tkm__oci_job_ext_link(j, out);
-    return 0;
 }

@@ -1,6 +1,6 @@
 /*
- * job.c - image jobs on a session (see session.h): resolve, inspect, pull
- * and referrers, as chains of asynchronous operations on the loop, with the
+ * job.c - image jobs on a session (see session.h): resolve, inspect and
+ * pull, as chains of asynchronous operations on the loop, with the
  * file-system steps of a pull on the thread pool.
  */
 #include <errno.h>
@@ -19,7 +19,7 @@
 
 #include "oci/session-int.h"
 
-enum job_kind { JOB_RESOLVE, JOB_INSPECT, JOB_PULL, JOB_REFERRERS, JOB_EXT };
+enum job_kind { JOB_RESOLVE, JOB_INSPECT, JOB_PULL, JOB_EXT };
 enum pool_step { STEP_PREPARE, STEP_COMMIT_BLOB, STEP_FINISH, STEP_ABORT };
 
 struct tkm_oci_job {
@@ -29,7 +29,6 @@ struct tkm_oci_job {
     char repo[TKM_OCI_NAME_MAX + 1];
     char reference[TKM_OCI_NAME_MAX + 1];
     char what[TKM_OCI_NAME_MAX * 2 + 80];
-    char artifact_type[256];
     char tag[TKM_OCI_NAME_MAX + 1];
     int layers; /* pull: fetch the layers (0: manifest and config only) */
     tkm_oci_job_cb cb;
@@ -70,7 +69,6 @@ static void job_free(struct tkm_oci_job *j)
     tkm_buf_release(&j->cfg);
     tkm_oci_manifest_release(&j->top);
     tkm_oci_pull_result_release(&j->res.image);
-    tkm_buf_release(&j->res.referrers);
     free(j->present);
     if (j->ext_free)
         j->ext_free(j->ext);
@@ -136,7 +134,6 @@ static int job_new(struct tkm_oci_session *s, enum job_kind kind, const char *re
              tkm_oci_digest_valid(reference) ? "@" : ":", reference);
     tkm_buf_init(&j->m.body, TKM_OCI_MANIFEST_MAX);
     tkm_buf_init(&j->cfg, TKM_OCI_MANIFEST_MAX);
-    tkm_buf_init(&j->res.referrers, TKM_OCI_MANIFEST_MAX);
     j->link.cancel = job_link_cancel;
     *out = j;
     return 0;
@@ -466,15 +463,6 @@ static void on_top(int rc, struct tkm_err *err, void *data)
     fetch_config(j);
 }
 
-static void on_referrers(int rc, struct tkm_err *err, void *data)
-{
-    struct tkm_oci_job *j = data;
-    j->op = NULL;
-    if (rc && err != &j->err)
-        j->err = *err;
-    job_report(j, rc);
-}
-
 /* ---- jobs whose steps live elsewhere in libtkm ------------------------------- */
 
 int tkm__oci_job_ext_new(struct tkm_oci_session *s, const char *repo, const char *reference,
@@ -538,13 +526,7 @@ void tkm__oci_job_ext_report(struct tkm_oci_job *j, int rc, const struct tkm_err
  * the job is freed and its callback never runs. */
 static int job_go(struct tkm_oci_job *j, struct tkm_oci_job **out, struct tkm_err *err)
 {
-    int rc;
-    if (j->kind == JOB_REFERRERS)
-        rc = tkm__oci_get_referrers(j->s, j->repo, j->reference,
-                                    j->artifact_type[0] ? j->artifact_type : NULL,
-                                    &j->res.referrers, on_referrers, j, &j->op, err);
-    else
-        rc = tkm__oci_get_manifest(j->s, j->repo, j->reference, &j->m, on_top, j, &j->op, err);
+    int rc = tkm__oci_get_manifest(j->s, j->repo, j->reference, &j->m, on_top, j, &j->op, err);
     if (rc) {
         job_free(j);
         return rc;
@@ -610,19 +592,4 @@ int tkm_oci_job_pull(struct tkm_oci_session *s, const struct tkm_oci_ref *ref,
                      struct tkm_oci_job **out, struct tkm_err *err)
 {
     return tkm__oci_job_pull(s, ref, layout_dir, tag, 1, cb, data, out, err);
-}
-
-int tkm_oci_job_referrers(struct tkm_oci_session *s, const char *repo, const char *digest,
-                          const char *artifact_type, tkm_oci_job_cb cb, void *data,
-                          struct tkm_oci_job **out, struct tkm_err *err)
-{
-    struct tkm_oci_job *j;
-    if (artifact_type && strlen(artifact_type) >= 256)
-        return tkm_err_set(err, -EINVAL, "referrers: artifact type too long");
-    int rc = job_new(s, JOB_REFERRERS, repo, digest ? digest : "", cb, data, &j, err);
-    if (rc)
-        return rc;
-    if (artifact_type)
-        snprintf(j->artifact_type, sizeof j->artifact_type, "%s", artifact_type);
-    return job_go(j, out, err);
 }

@@ -16,7 +16,8 @@
 #define LAYOUT_INDEX_MAX (4u << 20)
 #define PATH_MAX_LEN     4096
 
-int tkm_oci_write_file_atomic(const char *path, const void *p, size_t n, struct tkm_err *err)
+/* Writes p (n bytes) to path atomically: path.tmp-XXXXXX, fsync, rename. */
+static int write_file_atomic(const char *path, const void *p, size_t n, struct tkm_err *err)
 {
     char tmp[PATH_MAX_LEN];
     int fd, rc = 0;
@@ -80,7 +81,7 @@ int tkm_oci_layout_init(const char *dir, struct tkm_err *err)
     if (tkm_oci_layout_is(dir))
         return 0;
     snprintf(p, sizeof p, "%s/oci-layout", dir);
-    return tkm_oci_write_file_atomic(p, layout, sizeof layout - 1, err);
+    return write_file_atomic(p, layout, sizeof layout - 1, err);
 }
 
 int tkm_oci_layout_blob_path(const char *dir, const char *digest, char *out, size_t n)
@@ -100,7 +101,7 @@ int tkm_oci_layout_put_blob(const char *dir, const void *p, size_t n,
         return rc;
     if (tkm_oci_layout_blob_path(dir, digest, path, sizeof path) != 0)
         return tkm_err_set(err, -ENAMETOOLONG, "layout path too long: %.200s", dir);
-    return tkm_oci_write_file_atomic(path, p, n, err);
+    return write_file_atomic(path, p, n, err);
 }
 
 int tkm_oci_layout_take_blob(const char *dir, const char *src, const char *digest,
@@ -217,7 +218,7 @@ int tkm_oci_layout_add_manifest(const char *dir, const struct tkm_oci_desc *d, c
         goto out;
     }
     snprintf(path, sizeof path, "%s/index.json", dir);
-    rc = tkm_oci_write_file_atomic(path, text, strlen(text), err);
+    rc = write_file_atomic(path, text, strlen(text), err);
 out:
     free(text);
     json_decref(idx);

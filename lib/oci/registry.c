@@ -244,8 +244,9 @@ int tkm_oci_registry_fetch_blob_mem(struct tkm_oci_registry *r, const char *repo
     return run(r, &w, tkm__oci_get_blob(r->s, repo, d, -1, NULL, out, wait_op, &w, NULL, err));
 }
 
-int tkm_oci_registry_blob_exists(struct tkm_oci_registry *r, const char *repo, const char *digest,
-                                 struct tkm_err *err)
+/* 1 when the blob exists, 0 when not, < 0 on error (a push skips what is there). */
+static int blob_exists(struct tkm_oci_registry *r, const char *repo, const char *digest,
+                       struct tkm_err *err)
 {
     struct wait w = {.err = err};
     int exists = 0;
@@ -367,7 +368,7 @@ int tkm_oci_registry_push_blob_mem(struct tkm_oci_registry *r, const char *repo,
 {
     struct tkm_buf loc = TKM_BUF_INIT(REG_URL_MAX);
     char scope[600];
-    int rc = tkm_oci_registry_blob_exists(r, repo, digest, err);
+    int rc = blob_exists(r, repo, digest, err);
     if (skipped)
         *skipped = rc == 1;
     if (rc != 0)
@@ -405,7 +406,7 @@ int tkm_oci_registry_push_blob_file(struct tkm_oci_registry *r, const char *repo
     char *chunk = NULL;
     void *ud = NULL;
     tkm_oci_progress_cb progress = tkm__oci_session_progress(r->s, &ud);
-    int fd = -1, rc = tkm_oci_registry_blob_exists(r, repo, digest, err);
+    int fd = -1, rc = blob_exists(r, repo, digest, err);
     if (skipped)
         *skipped = rc == 1;
     if (rc != 0)

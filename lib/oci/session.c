@@ -12,6 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include <tkm/backoff.h>
 #include <tkm/log.h>
 #include <tkm/oci/auth.h>
 #include <tkm/util.h>
@@ -69,8 +70,9 @@ struct tkm__oci_call {
     uv_timer_t timer;          /* retry waits and deferred reports */
     int timer_ready;
     enum call_phase phase;
-    int authed, tries, cancelled;
-    int report_rc; /* CALL_DONE by a timer: the code to report */
+    int authed, cancelled;
+    struct tkm_backoff bo; /* retry waits; bo.steps = retries so far */
+    int report_rc;         /* CALL_DONE by a timer: the code to report */
     struct tkm_err err;
 };
 
@@ -542,10 +544,14 @@ static int retryable(const struct tkm__oci_req *q, int rc, const struct tkm_http
            resp->status == 503 || resp->status == 504;
 }
 
-static uint64_t retry_delay(const struct tkm__oci_call *c, const struct tkm_http_resp *resp)
+/* The wait before the next attempt: Retry-After, else the backoff (advanced
+ * either way, so bo.steps counts the retries). */
+static uint64_t retry_delay(struct tkm__oci_call *c, const struct tkm_http_resp *resp)
 {
     long ra = tkm_http_retry_after(resp, SES_RETRY_AFTER_MAX_S);
-    uint64_t ms = ra >= 0 ? (uint64_t)ra * 1000 : (SES_BACKOFF_MS << c->tries) + tkm_now_ms() % 250;
+    uint64_t ms = tkm_backoff_next(&c->bo, 0);
+    if (ra >= 0)
+        ms = (uint64_t)ra * 1000;
     if (resp->status)
         tkm_info("registry: %s: HTTP %ld, retrying in %llu ms", c->url, resp->status,
                  (unsigned long long)ms);
@@ -702,15 +708,14 @@ static void call_done(struct tkm_http_req *req, struct tkm_http_resp *resp, void
             call_finish(c, 0, resp);
         return;
     }
-    if (c->tries < SES_RETRIES && retryable(&c->q, rc, resp)) {
+    if (c->bo.steps < SES_RETRIES && retryable(&c->q, rc, resp)) {
         uint64_t ms = retry_delay(c, resp);
-        c->tries++;
         c->phase = CALL_WAIT;
         if (call_defer(c, ms) == 0)
             return;
     }
-    if (rc && c->tries)
-        tkm_err_set(&c->err, rc, "%s (gave up after %d attempts)", resp->error, c->tries + 1);
+    if (rc && c->bo.steps)
+        tkm_err_set(&c->err, rc, "%s (gave up after %u attempts)", resp->error, c->bo.steps + 1);
     else if (rc)
         tkm_err_set(&c->err, rc, "%s", resp->error);
     call_finish(c, rc, resp);
@@ -800,6 +805,10 @@ int tkm__oci_call_start(struct tkm_oci_session *s, const struct tkm__oci_req *q,
         return tkm_err_set(err, -ENOMEM, "registry %s: out of memory", s->host);
     c->s = s;
     c->q = *q;
+    c->bo = (struct tkm_backoff){.initial_ms = SES_BACKOFF_MS,
+                                 .max_ms = SES_BACKOFF_MS << SES_RETRIES,
+                                 .jitter_pct = 25,
+                                 .rng = tkm_now_ms() ^ (uint64_t)(uintptr_t)c};
     c->cb = cb;
     c->data = data;
     if (dup_opt(&c->url, q->url) || dup_opt(&c->scope, q->scope) ||

@@ -599,8 +599,12 @@ void tkm_store_state_free(struct tkm_store_state *st)
 
 /* ---- entries and references ---------------------------------------------- */
 
-int tkm_store_state_add(struct tkm_store_state *st, const char *digest, uint64_t bytes,
-                        const char *source, int64_t now, struct tkm_err *err)
+/* Records the complete entry digest with its size: inserts the row, or for
+ * an existing row updates bytes (unless bytes is 0) and source, and sets
+ * last_used = now. -ENOENT when the tree is not complete in the store,
+ * -EAGAIN when the entry is being removed. */
+static int add_row(struct tkm_store_state *st, const char *digest, uint64_t bytes,
+                   const char *source, int64_t now, struct tkm_err *err)
 {
     int64_t removing = 0;
     int rc = check_digest(digest, err), have;
@@ -756,21 +760,6 @@ out:
         rollback(st);
     free(digest);
     return rc;
-}
-
-int tkm_store_state_touch(struct tkm_store_state *st, const char *digest, int64_t now,
-                          struct tkm_err *err)
-{
-    int rc = check_digest(digest, err);
-    if (rc < 0)
-        return rc;
-    const char *dg[] = {digest};
-    int64_t v[] = {now};
-    if ((rc = run(st, "UPDATE entries SET last_used=?2 WHERE digest=?1", 1, dg, 1, v, err)) < 0)
-        return rc;
-    if (sqlite3_changes(st->db) == 0)
-        return tkm_err_set(err, -ENOENT, "%s is not in the store", digest);
-    return 0;
 }
 
 /* Copies the 7 text columns of a refs row into one block owned by volume_id. */
@@ -1081,80 +1070,6 @@ static int finish_removal(struct tkm_store_state *st, const char *digest, int rc
     return rc < 0 && rc != -ENOENT ? rc : r;
 }
 
-int tkm_store_state_remove(struct tkm_store_state *st, const char *digest, uint64_t *freed,
-                           struct tkm_err *err)
-{
-    uint64_t bytes = 0;
-    int rc = mark_removing(st, digest, &bytes, err);
-    if (freed)
-        *freed = 0;
-    if (rc < 0)
-        return rc;
-    rc = finish_removal(st, digest, tkm_store_remove(st->s, digest, err), err);
-    if (rc == 0 && freed)
-        *freed = bytes;
-    return rc;
-}
-
-int tkm_store_state_gc(struct tkm_store_state *st, int64_t now, int64_t grace_s,
-                       uint64_t budget_bytes, size_t *removed, uint64_t *freed, struct tkm_err *err)
-{
-    char **plan = NULL;
-    size_t n = 0, done = 0;
-    uint64_t sum = 0;
-    int rc = tkm_store_state_gc_plan(st, now, grace_s, budget_bytes, &plan, &n, NULL, NULL, err);
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        struct tkm_err e = {0};
-        uint64_t b = 0;
-        int r = tkm_store_state_remove(st, plan[i], &b, &e);
-        if (r == 0) {
-            done++;
-            sum += b;
-        } else if (r != -EBUSY && r != -ENOENT) {
-            rc = tkm_err_set(err, r, "%s", e.msg);
-        }
-    }
-    tkm_store_list_free(plan, n);
-    if (removed)
-        *removed = done;
-    if (freed)
-        *freed = sum;
-    return rc;
-}
-
-/* The row for an ingested entry: file bytes when it was extracted now,
- * else the row's (kept by add with 0) or, without a row, a walk. */
-static int add_ingested(struct tkm_store_state *st, const char *digest,
-                        const struct tkm_store_ingest_info *info, const char *source, int64_t now,
-                        struct tkm_err *err)
-{
-    uint64_t bytes = info->existed ? 0 : info->archive.file_bytes;
-    int64_t dummy;
-    const char *dg[] = {digest};
-    int rc = 0;
-    if (info->existed &&
-        (rc = scalar(st, "SELECT bytes FROM entries WHERE digest=?", 1, dg, &dummy, err)) == 0)
-        rc = tree_bytes(st->s, digest, &bytes, err);
-    if (rc < 0)
-        return rc;
-    return tkm_store_state_add(st, digest, bytes, source, now, err);
-}
-
-int tkm_store_state_ingest(struct tkm_store_state *st, const char *digest, const char *blob_path,
-                           const struct tkm_archive_opts *o, const char *source, int64_t now,
-                           char **path, struct tkm_store_ingest_info *info, struct tkm_err *err)
-{
-    struct tkm_store_ingest_info local;
-    if (!info)
-        info = &local;
-    int rc = tkm_store_ingest(st->s, digest, blob_path, o, path, info, err);
-    if (rc == 0 && (rc = add_ingested(st, digest, info, source, now, err)) < 0 && path) {
-        free(*path);
-        *path = NULL;
-    }
-    return rc;
-}
-
 /* ---- the loop forms ------------------------------------------------------ */
 
 struct tkm_store_state_job {
@@ -1191,8 +1106,7 @@ static void ing_walked(uv_work_t *w, int status)
     if (status == UV_ECANCELED)
         j->rc = tkm_err_set(&j->err, -ECANCELED, "ingest of %s cancelled", j->digest);
     if (j->rc == 0)
-        j->rc = tkm_store_state_add(j->st, j->digest, j->bytes, j->source, (int64_t)time(NULL),
-                                    &j->err);
+        j->rc = add_row(j->st, j->digest, j->bytes, j->source, (int64_t)time(NULL), &j->err);
     ing_report(j);
 }
 
@@ -1221,8 +1135,8 @@ static void ing_done(int rc, const char *path, const struct tkm_store_ingest_inf
         j->rc = tkm_err_set(&j->err, j->rc, "ingest of %s: uv_queue_work: %s", j->digest,
                             uv_strerror(j->rc));
     } else if (j->rc >= 0) {
-        j->rc = tkm_store_state_add(j->st, j->digest, info->existed ? 0 : info->archive.file_bytes,
-                                    j->source, (int64_t)time(NULL), &j->err);
+        j->rc = add_row(j->st, j->digest, info->existed ? 0 : info->archive.file_bytes, j->source,
+                        (int64_t)time(NULL), &j->err);
     }
     ing_report(j);
 }

@@ -86,6 +86,25 @@ static int read_head(const char *path, size_t n, struct tkm_buf *b)
     return 0;
 }
 
+/* The next entry of d (a directory at path) other than ".", ".." and
+ * Triton's tmp.pid_* leftovers, with its path and lstat: 1; 0 at the end;
+ * < 0 with err. */
+static int next_entry(DIR *d, const char *path, struct dirent **de, char p[PATH_MAX],
+                      struct stat *st, struct tkm_err *err)
+{
+    while ((*de = readdir(d))) {
+        const char *n = (*de)->d_name;
+        if (!strcmp(n, ".") || !strcmp(n, "..") || tkm_triton_is_tmp_name(n))
+            continue;
+        if (tkm_pathf(p, PATH_MAX, "%s/%s", path, n) != 0)
+            return tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", path, n);
+        if (lstat(p, st) != 0)
+            return tkm_err_set(err, -errno, "%s: %s", p, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
 /* Sum of regular file sizes below path (tmp.pid_* skipped, links not followed). */
 static int tree_size(const char *path, int depth, uint64_t *total, struct tkm_err *err)
 {
@@ -98,20 +117,9 @@ static int tree_size(const char *path, int depth, uint64_t *total, struct tkm_er
         closedir(d);
         return tkm_err_set(err, -ELOOP, "%s: directories nested too deep", path);
     }
-    while ((de = readdir(d))) {
-        char p[PATH_MAX];
-        struct stat st;
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-            tkm_triton_is_tmp_name(de->d_name))
-            continue;
-        if (tkm_pathf(p, sizeof p, "%s/%s", path, de->d_name) != 0) {
-            rc = tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", path, de->d_name);
-            break;
-        }
-        if (lstat(p, &st) != 0) {
-            rc = tkm_err_set(err, -errno, "%s: %s", p, strerror(errno));
-            break;
-        }
+    char p[PATH_MAX];
+    struct stat st;
+    while ((rc = next_entry(d, path, &de, p, &st, err)) > 0) {
         if (S_ISREG(st.st_mode))
             *total += (uint64_t)st.st_size;
         else if (S_ISDIR(st.st_mode) && (rc = tree_size(p, depth + 1, total, err)) != 0)
@@ -247,20 +255,9 @@ int tkm_triton_cache_scan(struct tkm_triton_cache *c, const char *root, struct t
                          strerror(errno));
         goto out;
     }
-    while ((de = readdir(d))) {
-        char p[PATH_MAX];
-        struct stat st;
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-            tkm_triton_is_tmp_name(de->d_name))
-            continue;
-        if (tkm_pathf(p, sizeof p, "%s/%s", root, de->d_name) != 0) {
-            rc = tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", root, de->d_name);
-            goto out;
-        }
-        if (lstat(p, &st) != 0) {
-            rc = tkm_err_set(err, -errno, "%s: %s", p, strerror(errno));
-            goto out;
-        }
+    char p[PATH_MAX];
+    struct stat st;
+    while ((rc = next_entry(d, root, &de, p, &st, err)) > 0) {
         if (S_ISREG(st.st_mode)) {
             c->size_bytes += (uint64_t)st.st_size;
         } else if (S_ISDIR(st.st_mode)) {
@@ -269,6 +266,8 @@ int tkm_triton_cache_scan(struct tkm_triton_cache *c, const char *root, struct t
                 goto out;
         }
     }
+    if (rc < 0)
+        goto out;
     if (c->n_kernels)
         qsort(c->kernels, c->n_kernels, sizeof *c->kernels, kernel_cmp);
     rc = tkm_triton_summary_build(&c->summary, c->kernels, c->n_kernels, err);

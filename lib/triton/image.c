@@ -85,19 +85,6 @@ out:
     return rc;
 }
 
-int tkm_triton_summary_from_config(const struct tkm_oci_config *config,
-                                   struct tkm_triton_summary *out, struct tkm_err *err)
-{
-    const char *label = tkm_oci_config_label(config, TKM_TRITON_LABEL_SUMMARY);
-    memset(out, 0, sizeof *out);
-    if (!label)
-        return tkm_err_set(err, -ENOENT,
-                           "the image config has no %s label, so it is not a Triton cache image "
-                           "(build one with 'tkmctl build')",
-                           TKM_TRITON_LABEL_SUMMARY);
-    return tkm_triton_summary_parse(out, label, err);
-}
-
 int tkm_triton_image_from_config(struct tkm_triton_image *im, const char *what,
                                  const char *manifest_digest, struct tkm_oci_config *config,
                                  struct tkm_err *err)

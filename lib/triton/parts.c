@@ -214,21 +214,31 @@ static int inductor_file(void *ud, const struct walk_file *wf, struct tkm_err *e
     return 0;
 }
 
+/* The subdirectories of the directory t (no symlink followed), at most max:
+ * 0 with *n = 0 when t does not exist, else as tkm_list_dir with err naming t. */
+static int subdirs(const char *t, size_t max, char ***names, size_t *n, struct tkm_err *err)
+{
+    int rc, fd;
+    *names = NULL;
+    *n = 0;
+    if ((fd = open(t, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+        return errno == ENOENT ? 0 : tkm_err_set(err, -errno, "open %s: %s", t, strerror(errno));
+    rc = tkm_list_dir(fd, TKM_LIST_DIRS, max, names, n);
+    close(fd);
+    return rc ? tkm_err_set(err, rc, "read directory %s: %s", t, strerror(-rc)) : 0;
+}
+
 /* Inductor's own triton/<device>/ caches: kernel count, and the Triton
  * version and target where the code did not say. */
 static int inductor_triton(struct tkm_inductor_info *in, const char *dir, struct tkm_err *err)
 {
     char t[PATH_MAX], **names = NULL;
     size_t n = 0;
-    int rc = 0, fd;
+    int rc = 0;
     if (tkm_pathf(t, sizeof t, "%s/triton", dir) != 0)
         return tkm_err_set(err, -ENAMETOOLONG, "%s/triton: path too long", dir);
-    if ((fd = open(t, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
-        return errno == ENOENT ? 0 : tkm_err_set(err, -errno, "open %s: %s", t, strerror(errno));
-    rc = tkm_list_dir(fd, TKM_LIST_DIRS, 4096, &names, &n);
-    close(fd);
-    if (rc)
-        return tkm_err_set(err, rc, "read directory %s: %s", t, strerror(-rc));
+    if ((rc = subdirs(t, 4096, &names, &n, err)) != 0)
+        return rc;
     for (size_t i = 0; i < n && rc == 0; i++) {
         struct tkm_triton_cache c = {0};
         char d[PATH_MAX];
@@ -529,17 +539,13 @@ static int find_triton_caches(const char *root, const char *rel, int depth,
 {
     char d[PATH_MAX], **names = NULL;
     size_t n = 0;
-    int rc = 0, fd;
+    int rc = 0;
     if (depth > 6)
         return 0;
     if (tkm_pathf(d, sizeof d, "%s%s%s", root, *rel ? "/" : "", rel) != 0)
         return tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", root, rel);
-    if ((fd = open(d, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
-        return errno == ENOENT ? 0 : tkm_err_set(err, -errno, "open %s: %s", d, strerror(errno));
-    rc = tkm_list_dir(fd, TKM_LIST_DIRS, 100000, &names, &n);
-    close(fd);
-    if (rc)
-        return tkm_err_set(err, rc, "read directory %s: %s", d, strerror(-rc));
+    if ((rc = subdirs(d, 100000, &names, &n, err)) != 0)
+        return rc;
     for (size_t i = 0; i < n && rc == 0; i++) {
         char r[PATH_MAX];
         if (tkm_triton_is_tmp_name(names[i]))
@@ -689,24 +695,6 @@ int tkm_parts_is_root(const char *dir)
     return 0;
 }
 
-static int mkdirs(const char *path, struct tkm_err *err)
-{
-    char p[PATH_MAX];
-    if (tkm_pathf(p, sizeof p, "%s", path) != 0)
-        return tkm_err_set(err, -ENAMETOOLONG, "%s: path too long", path);
-    for (char *s = p + 1;; s++) {
-        if (*s != '/' && *s != '\0')
-            continue;
-        char c = *s;
-        *s = '\0';
-        if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            return tkm_err_set(err, -errno, "%s: cannot create directory: %s", p, strerror(errno));
-        *s = c;
-        if (!c)
-            return 0;
-    }
-}
-
 struct rw {
     const char *root, *out, *new_root;
     struct tkm_triton_rewrite_stats sum;
@@ -723,7 +711,7 @@ static int rewrite_rel(void *ud, const char *rel, struct tkm_err *err)
         tkm_pathf(o, sizeof o, "%s/%s", r->out, rel) != 0 ||
         tkm_pathf(n, sizeof n, "%s/%s", strcmp(r->new_root, "/") ? r->new_root : "", rel) != 0)
         return tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", r->out, rel);
-    if (strcmp(r->out, r->root) != 0 && (rc = mkdirs(o, err)) != 0)
+    if (strcmp(r->out, r->root) != 0 && (rc = tkm_mkdir_p(o, 0755, err)) != 0)
         return rc;
     if ((rc = tkm_triton_groups_rewrite_to(c, o, n, &st, err)) != 0)
         return rc;
@@ -737,15 +725,11 @@ static int rewrite_inductor(struct rw *r, struct tkm_err *err)
 {
     char t[PATH_MAX], **names = NULL;
     size_t n = 0;
-    int rc = 0, fd;
+    int rc = 0;
     if (tkm_pathf(t, sizeof t, "%s/" TKM_PART_INDUCTOR_DIR "/triton", r->root) != 0)
         return tkm_err_set(err, -ENAMETOOLONG, "%s: path too long", r->root);
-    if ((fd = open(t, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
-        return errno == ENOENT ? 0 : tkm_err_set(err, -errno, "open %s: %s", t, strerror(errno));
-    rc = tkm_list_dir(fd, TKM_LIST_DIRS, 4096, &names, &n);
-    close(fd);
-    if (rc)
-        return tkm_err_set(err, rc, "read directory %s: %s", t, strerror(-rc));
+    if ((rc = subdirs(t, 4096, &names, &n, err)) != 0)
+        return rc;
     for (size_t i = 0; i < n && rc == 0; i++) {
         char rel[PATH_MAX];
         if (tkm_pathf(rel, sizeof rel, TKM_PART_INDUCTOR_DIR "/triton/%s", names[i]) != 0)

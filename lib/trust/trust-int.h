@@ -35,19 +35,6 @@ void tkm__trust_cert_identity(X509 *x, char *san, size_t san_n, char *iss, size_
 
 /* Decodes base64 s into out (reset, with max as its limit); -EINVAL when s is
  * NULL or not base64, -ENOMEM. */
-/* Fetches the n payload blobs that a classic cosign ".sig" manifest lists
- * (layers), each verified against its digest and size and capped at
- * TKM_COSIGN_MAX_PAYLOAD, through the synchronous registry client. On 0,
- * *payloads (n owned buffers: tkm__trust_payloads_free) and *blobs (n views
- * into them, owned array) are the caller's; on failure nothing is left and err
- * names the payload and where (borrowed text, e.g. "repo:tag"). */
-struct tkm_oci_registry;
-int tkm__trust_fetch_payloads(struct tkm_oci_registry *r, const char *repo,
-                              const struct tkm_cosign_layer *layers, size_t n, const char *where,
-                              struct tkm_buf **payloads, struct tkm_cosign_blob **blobs,
-                              struct tkm_err *err);
-void tkm__trust_payloads_free(struct tkm_buf *payloads, struct tkm_cosign_blob *blobs, size_t n);
-
 int tkm__trust_b64(const char *s, size_t max, struct tkm_buf *out);
 
 /* ---- trusted_root.json (troot.c) ---- */

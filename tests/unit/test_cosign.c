@@ -10,14 +10,18 @@
 #include <tkm/buf.h>
 #include <tkm/http.h>
 #include <tkm/oci/registry.h>
+#include <tkm/oci/session.h>
 #include <tkm/trust/cosign.h>
+#include <tkm/trust/sigjob.h>
 #include <tkm/util.h>
 
 #include "test.h"
 #include "tsrv.h"
 
-#define IMG  "sha256:1111111111111111111111111111111111111111111111111111111111111111"
-#define IMG2 "sha256:2222222222222222222222222222222222222222222222222222222222222222"
+#define IMG_HEX  "1111111111111111111111111111111111111111111111111111111111111111"
+#define IMG2_HEX "2222222222222222222222222222222222222222222222222222222222222222"
+#define IMG      "sha256:" IMG_HEX
+#define IMG2     "sha256:" IMG2_HEX
 
 struct fx {
     EVP_PKEY *key;
@@ -473,26 +477,41 @@ TEST(real_cosign_signature)
     free(pdg);
 }
 
-/* ---- the registry glue, on the libuv thread pool, against a canned registry */
+/* ---- the search the daemons run (tkm_sig_job_verify) finds the .sig tag ---- */
 
 struct vout {
     int calls, rc;
-    size_t layer;
+    char location[512];
     char msg[1024];
 };
 
-static void on_verified(int rc, const struct tkm_cosign_result *res, const struct tkm_err *err,
-                        void *data)
+static void on_job(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
+                   const struct tkm_err *err, void *data)
 {
     struct vout *o = data;
+    (void)job;
     o->calls++;
     o->rc = rc;
-    if (res)
-        o->layer = res->layer;
+    if (rc == 0)
+        snprintf(o->location, sizeof o->location, "%s",
+                 ((const struct tkm_sig_result *)res->detail)->location);
     snprintf(o->msg, sizeof o->msg, "%s", rc ? err->msg : "");
 }
 
-TEST(verify_start_fetches_sig_and_payload)
+/* Runs the search for t/img@img to its end on ses's loop. */
+static void sig_search(uv_loop_t *loop, struct tkm_oci_session *ses, const char *img,
+                       const struct tkm_sig_policy *pol, struct vout *o)
+{
+    struct tkm_err err = {0};
+    memset(o, 0, sizeof *o);
+    ASSERT_OK(tkm_sig_job_verify(ses, "t/img", img, pol, on_job, o, NULL, &err));
+    ASSERT_EQ(o->calls, 0);
+    while (o->calls == 0)
+        uv_run(loop, UV_RUN_ONCE);
+    ASSERT_EQ(o->calls, 1);
+}
+
+TEST(sig_job_fetches_sig_and_payload)
 {
     struct fx f;
     fx_init(&f, "EC", "P-256");
@@ -500,47 +519,62 @@ TEST(verify_start_fetches_sig_and_payload)
     add_layer(&f, f.key, NULL);
     struct tkm_buf man = TKM_BUF_INIT(1 << 20);
     ASSERT_OK(tkm_buf_printf(&man, "%s]}", f.manifest.data));
-    struct tsrv_reply replies[] = {
-        {200, "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n", man.data, 0, 0, 0},
-        {200, "Content-Type: application/octet-stream\r\n", f.payload[0].data, 0, 0, 0},
-        {200, "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n", man.data, 0, 0, 0},
-        {200, "Content-Type: application/octet-stream\r\n", f.payload[0].data, 0, 0, 0},
-    };
+    /* no referrers API, no tag-schema index: the classic .sig tag of either
+     * image serves the signature made for IMG */
+    static const struct tsrv_reply noapi = {404, NULL, "404 page not found"},
+                                   nf = {404, NULL,
+                                         "{\"errors\":[{\"code\":\"MANIFEST_UNKNOWN\"}]}"};
+    struct tsrv_reply sig = {200, "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n",
+                             man.data},
+                      pay = {200, "Content-Type: application/octet-stream\r\n", f.payload[0].data};
+    char blob[128];
+    snprintf(blob, sizeof blob, "/v2/t/img/blobs/%s", f.digest[0]);
     struct tsrv srv;
-    int port = tsrv_start(&srv, replies, 4);
+    tsrv_init(&srv);
+    ASSERT_OK(tsrv_route(&srv, "GET", "/v2/t/img/referrers/", TSRV_PREFIX, NULL, &noapi, 1));
+    ASSERT_OK(tsrv_route(&srv, "GET", "/v2/t/img/manifests/sha256-" IMG_HEX ".sig", TSRV_TARGET,
+                         NULL, &sig, 1));
+    ASSERT_OK(tsrv_route(&srv, "GET", "/v2/t/img/manifests/sha256-" IMG2_HEX ".sig", TSRV_TARGET,
+                         NULL, &sig, 1));
+    ASSERT_OK(tsrv_route(&srv, "GET", "/v2/t/img/manifests/", TSRV_PREFIX, NULL, &nf, 1));
+    ASSERT_OK(tsrv_route(&srv, "GET", blob, TSRV_TARGET, NULL, &pay, 1));
+    int port = tsrv_listen(&srv);
     ASSERT(port > 0);
     struct tkm_err err = {0};
     ASSERT_OK(tkm_http_global_init(&err));
     char host[64];
     snprintf(host, sizeof host, "127.0.0.1:%d", port);
     struct tkm_oci_registry_opts ro = {.anonymous = 1, .timeout_ms = 5000};
-    struct tkm_oci_registry *reg = NULL;
-    ASSERT_OK(tkm_oci_registry_new(host, &ro, &reg, &err));
     uv_loop_t loop;
+    struct tkm_http *http = NULL;
+    struct tkm_oci_session *ses = NULL;
     ASSERT_OK(uv_loop_init(&loop));
-    struct vout out = {0};
-    ASSERT_OK(tkm_cosign_verify_start(&loop, reg, "t/img", IMG, f.pem, strlen(f.pem), on_verified,
-                                      &out, &err));
-    ASSERT_EQ(out.calls, 0);
-    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
-    ASSERT_EQ(out.calls, 1);
+    ASSERT_OK(tkm_http_new(&loop, NULL, &http, &err));
+    ASSERT_OK(tkm_oci_session_new(http, host, &ro, &ses, &err));
+    struct tkm_sig_key k = {.pem = f.pem, .len = strlen(f.pem)};
+    struct tkm_sig_policy pol = {.keys = &k, .nkeys = 1};
+    struct vout out;
+    sig_search(&loop, ses, IMG, &pol, &out);
     if (out.rc)
         tkm_test_fail(__FILE__, __LINE__, "%s", out.msg);
-    ASSERT_STRCONTAINS(tsrv_req(&srv, 0),
-                       "GET /v2/t/img/manifests/sha256-"
-                       "1111111111111111111111111111111111111111111111111111111111111111.sig");
-    char want[128];
-    snprintf(want, sizeof want, "GET /v2/t/img/blobs/%s", f.digest[0]);
-    ASSERT_STRCONTAINS(tsrv_req(&srv, 1), want);
+    ASSERT_STRCONTAINS(out.location, "t/img:sha256-" IMG_HEX ".sig layer 0");
+    int saw_sig = 0, saw_blob = 0;
+    char want[160];
+    snprintf(want, sizeof want, "GET %s", blob);
+    for (int i = 0; i < tsrv_nreqs(&srv); i++) {
+        saw_sig |=
+            strstr(tsrv_req(&srv, i), "GET /v2/t/img/manifests/sha256-" IMG_HEX ".sig") != NULL;
+        saw_blob |= strstr(tsrv_req(&srv, i), want) != NULL;
+    }
+    ASSERT(saw_sig && saw_blob);
     /* a registry serving the same signature for another image's tag: rejected */
-    ASSERT_OK(tkm_cosign_verify_start(&loop, reg, "t/img", IMG2, f.pem, strlen(f.pem), on_verified,
-                                      &out, &err));
-    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
-    ASSERT_EQ(out.calls, 2);
-    ASSERT_EQ(out.rc, -EBADMSG);
+    sig_search(&loop, ses, IMG2, &pol, &out);
+    ASSERT(out.rc < 0);
     ASSERT_STRCONTAINS(out.msg, "signature is for " IMG ", image is " IMG2);
+    tkm_oci_session_free(ses);
+    tkm_http_close(http, NULL, NULL);
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
     ASSERT_OK(uv_loop_close(&loop));
-    tkm_oci_registry_free(reg);
     tsrv_stop(&srv);
     tkm_buf_release(&man);
     fx_release(&f);

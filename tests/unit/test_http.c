@@ -1,9 +1,94 @@
 /* test_http.c - lib/http against the route-table fake server (tsrv.h) on 127.0.0.1. */
+#include <uv.h>
+
+#include <tkm/buf.h>
+#include <tkm/err.h>
 #include <tkm/http.h>
 #include <tkm/util.h>
 
 #include "test.h"
 #include "tsrv.h"
+
+/* ---- a synchronous request (the test's own loop and client) ------------- */
+
+struct do_ctx {
+    struct tkm_http_resp *resp;
+    int done;
+};
+
+static void do_done(struct tkm_http_req *req, struct tkm_http_resp *resp, void *data)
+{
+    (void)req;
+    struct do_ctx *ctx = data;
+    struct tkm_http_resp *dst = ctx->resp;
+    tkm_buf_release(&dst->body);
+    tkm_buf_release(&dst->headers);
+    *dst = *resp; /* takes the buffers */
+    tkm_buf_init(&resp->body, resp->body.max);
+    tkm_buf_init(&resp->headers, resp->headers.max);
+    dst->url = NULL; /* points into the request, which is about to be freed */
+    ctx->done = 1;
+}
+
+struct do_stream {
+    tkm_http_data_cb cb;
+    void *data;
+    struct do_ctx *ctx;
+};
+
+static int do_data(struct tkm_http_req *req, const char *p, size_t n, void *data)
+{
+    struct do_stream *s = data;
+    return s->cb(req, p, n, s->data);
+}
+
+static void do_stream_done(struct tkm_http_req *req, struct tkm_http_resp *resp, void *data)
+{
+    struct do_stream *s = data;
+    do_done(req, resp, s->ctx);
+}
+
+/* Runs a private loop with a private client until the one request completes.
+ * o->done_cb and o->data are ignored (o->data_cb, if set, is called as usual
+ * with o->data). resp: tkm_http_resp_init() before, tkm_http_resp_release()
+ * after. Returns 0 when a response arrived (check resp->status) or
+ * resp->code on transport errors, with err naming the URL. */
+static int http_do(const struct tkm_http_req_opts *o, struct tkm_http_resp *resp,
+                   struct tkm_err *err)
+{
+    uv_loop_t loop;
+    struct tkm_http *h = NULL;
+    struct do_ctx ctx = {.resp = resp, .done = 0};
+    struct do_stream ds = {.cb = o->data_cb, .data = o->data, .ctx = &ctx};
+    int rc = uv_loop_init(&loop);
+    if (rc)
+        return tkm_err_set(err, rc, "%s: cannot create an event loop: %s", o->url, uv_strerror(rc));
+    if ((rc = tkm_http_new(&loop, NULL, &h, err)))
+        goto out;
+    struct tkm_http_req_opts ro = *o;
+    if (o->data_cb) {
+        ro.data_cb = do_data;
+        ro.done_cb = do_stream_done;
+        ro.data = &ds;
+    } else {
+        ro.done_cb = do_done;
+        ro.data = &ctx;
+    }
+    if ((rc = tkm_http_start(h, &ro, NULL, err)))
+        goto out;
+    while (!ctx.done)
+        uv_run(&loop, UV_RUN_ONCE);
+    resp->url = o->url;
+    rc = resp->code;
+    if (rc)
+        tkm_err_set(err, rc, "%s", resp->error);
+out:
+    if (h)
+        tkm_http_close(h, NULL, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    uv_loop_close(&loop);
+    return rc;
+}
 
 struct got {
     int done;
@@ -74,7 +159,7 @@ TEST(sync_get_headers_and_body)
     struct tkm_http_resp resp;
     struct tkm_err err = {0};
     tkm_http_resp_init(&resp);
-    ASSERT_OK(tkm_http_do(&o, &resp, &err));
+    ASSERT_OK(http_do(&o, &resp, &err));
     ASSERT_EQ(resp.status, 200);
     ASSERT_STREQ(resp.body.data, "{\"a\":1}");
     char ct[64];
@@ -106,7 +191,7 @@ TEST(methods_and_bodies)
                                       .body_len = 9};
         struct tkm_http_resp resp;
         tkm_http_resp_init(&resp);
-        ASSERT_OK(tkm_http_do(&o, &resp, NULL));
+        ASSERT_OK(http_do(&o, &resp, NULL));
         ASSERT_EQ(resp.status, 201);
         tkm_http_resp_release(&resp);
         const char *req = tsrv_req(&s, i);
@@ -196,7 +281,7 @@ TEST(total_timeout)
     struct tkm_err err = {0};
     tkm_http_resp_init(&resp);
     uint64_t t0 = tkm_now_ms();
-    ASSERT_EQ(tkm_http_do(&o, &resp, &err), -ETIMEDOUT);
+    ASSERT_EQ(http_do(&o, &resp, &err), -ETIMEDOUT);
     ASSERT(tkm_now_ms() - t0 < 2500);
     ASSERT_STRCONTAINS(err.msg, url);
     ASSERT_EQ(resp.status, 0);
@@ -215,7 +300,7 @@ TEST(idle_timeout)
     struct tkm_http_resp resp;
     tkm_http_resp_init(&resp);
     uint64_t t0 = tkm_now_ms();
-    ASSERT_EQ(tkm_http_do(&o, &resp, NULL), -ETIMEDOUT);
+    ASSERT_EQ(http_do(&o, &resp, NULL), -ETIMEDOUT);
     ASSERT(tkm_now_ms() - t0 < 3500);
     tkm_http_resp_release(&resp);
     tsrv_stop(&s);
@@ -235,7 +320,7 @@ TEST(body_cap)
     struct tkm_http_resp resp;
     struct tkm_err err = {0};
     tkm_http_resp_init(&resp);
-    ASSERT_EQ(tkm_http_do(&o, &resp, &err), -E2BIG);
+    ASSERT_EQ(http_do(&o, &resp, &err), -E2BIG);
     ASSERT_STRCONTAINS(err.msg, "larger than the configured limit");
     tkm_http_resp_release(&resp);
     tsrv_stop(&s);
@@ -256,7 +341,7 @@ TEST(connection_refused)
     struct tkm_http_resp resp;
     struct tkm_err err = {0};
     tkm_http_resp_init(&resp);
-    ASSERT_EQ(tkm_http_do(&o, &resp, &err), -ECONNREFUSED);
+    ASSERT_EQ(http_do(&o, &resp, &err), -ECONNREFUSED);
     ASSERT_STRCONTAINS(err.msg, url);
     tkm_http_resp_release(&resp);
 }
@@ -342,7 +427,7 @@ TEST(retry_after_parsing)
         struct tkm_http_req_opts o = {.url = url};
         struct tkm_http_resp resp;
         tkm_http_resp_init(&resp);
-        ASSERT_OK(tkm_http_do(&o, &resp, NULL));
+        ASSERT_OK(http_do(&o, &resp, NULL));
         ASSERT_EQ(tkm_http_retry_after(&resp, 30), want[i]);
         tkm_http_resp_release(&resp);
     }
@@ -366,13 +451,13 @@ TEST(redirects_drop_authorization_across_hosts)
     struct tkm_http_resp resp;
     tkm_http_resp_init(&resp);
     /* Without follow_redirects the 307 itself comes back. */
-    ASSERT_OK(tkm_http_do(&o, &resp, NULL));
+    ASSERT_OK(http_do(&o, &resp, NULL));
     ASSERT_EQ(resp.status, 307);
     ASSERT_EQ(tsrv_nreqs(&b), 0);
     tkm_http_resp_release(&resp);
     o.follow_redirects = 1;
     tkm_http_resp_init(&resp);
-    ASSERT_OK(tkm_http_do(&o, &resp, NULL));
+    ASSERT_OK(http_do(&o, &resp, NULL));
     ASSERT_EQ(resp.status, 200);
     ASSERT_STREQ(resp.body.data, "blob");
     tkm_http_resp_release(&resp);
@@ -412,7 +497,7 @@ TEST(https_to_plain_server_fails_tls)
     struct tkm_http_resp resp;
     struct tkm_err err = {0};
     tkm_http_resp_init(&resp);
-    int rc = tkm_http_do(&o, &resp, &err);
+    int rc = http_do(&o, &resp, &err);
     ASSERT(rc == -EPROTO || rc == -ECONNRESET);
     ASSERT_STRCONTAINS(err.msg, url);
     tkm_http_resp_release(&resp);
@@ -435,12 +520,12 @@ TEST(error_status_then_cut_is_the_answer)
     struct tkm_http_resp resp;
     struct tkm_err err = {0};
     tkm_http_resp_init(&resp);
-    ASSERT_OK(tkm_http_do(&o, &resp, &err));
+    ASSERT_OK(http_do(&o, &resp, &err));
     ASSERT_EQ(resp.status, 401);
     ASSERT_STRCONTAINS(resp.body.data, "\"code\":401");
     tkm_http_resp_release(&resp);
     tkm_http_resp_init(&resp);
-    int rc = tkm_http_do(&o, &resp, &err);
+    int rc = http_do(&o, &resp, &err);
     ASSERT(rc < 0);
     ASSERT_EQ(resp.status, 200);
     ASSERT_STRCONTAINS(err.msg, url);
@@ -476,18 +561,18 @@ TEST(tls_verifies_against_the_given_ca)
     struct tkm_http_resp resp;
     struct tkm_err err = {0};
     tkm_http_resp_init(&resp);
-    ASSERT_OK(tkm_http_do(&o, &resp, &err));
+    ASSERT_OK(http_do(&o, &resp, &err));
     ASSERT_EQ(resp.status, 200);
     ASSERT_STREQ(resp.body.data, "secure");
     tkm_http_resp_release(&resp);
     tls.ca_file = ca2;
     tkm_http_resp_init(&resp);
-    ASSERT_EQ(tkm_http_do(&o, &resp, &err), -EPROTO);
+    ASSERT_EQ(http_do(&o, &resp, &err), -EPROTO);
     tkm_http_resp_release(&resp);
     /* The server now presents the second chain. */
     ASSERT_OK(tsrv_tls(&s, crt2, key2));
     tkm_http_resp_init(&resp);
-    ASSERT_OK(tkm_http_do(&o, &resp, &err));
+    ASSERT_OK(http_do(&o, &resp, &err));
     ASSERT_STREQ(resp.body.data, "secure");
     tkm_http_resp_release(&resp);
     ASSERT_EQ(tsrv_nreqs(&s), 2); /* the refused handshake sent no request */
@@ -529,7 +614,7 @@ TEST(tsrv_routes_sequences_and_records)
         struct tkm_http_req_opts o = {.url = url};
         struct tkm_http_resp resp;
         tkm_http_resp_init(&resp);
-        ASSERT_OK(tkm_http_do(&o, &resp, NULL));
+        ASSERT_OK(http_do(&o, &resp, NULL));
         ASSERT_EQ(resp.status, want_status[i]);
         ASSERT_STREQ(resp.body.data, want_body[i]);
         tkm_http_resp_release(&resp);
@@ -539,7 +624,7 @@ TEST(tsrv_routes_sequences_and_records)
     struct tkm_http_req_opts o = {.method = "POST", .url = url, .body = "12345", .body_len = 5};
     struct tkm_http_resp resp;
     tkm_http_resp_init(&resp);
-    ASSERT_OK(tkm_http_do(&o, &resp, NULL));
+    ASSERT_OK(http_do(&o, &resp, NULL));
     ASSERT_STREQ(resp.body.data, "POST /p q=k=v len=5");
     tkm_http_resp_release(&resp);
     struct tsrv_request rq;

@@ -12,8 +12,6 @@
 #include <uv.h>
 
 #include <tkm/archive.h>
-#include <tkm/http.h>
-#include <tkm/oci/session.h>
 #include <tkm/store.h>
 
 #include "test.h"
@@ -594,90 +592,4 @@ TEST_TIMEOUT(ingest_job_waits_for_a_held_lock_on_the_loop, 60)
 TEST_TIMEOUT(ingest_job_cancelled_while_waiting_for_the_lock, 60)
 {
     held_lock_case(1);
-}
-
-/* ---- the ingest as an image job (tkm_oci_job_cb, tkm_oci_job_cancel) ----- */
-
-struct job_out {
-    int calls, rc;
-    char path[700], msg[1024];
-    uint64_t files;
-};
-
-static void on_job(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
-                   const struct tkm_err *err, void *data)
-{
-    struct job_out *o = data;
-    (void)job;
-    o->calls++;
-    o->rc = rc;
-    if (rc == 0) {
-        const struct tkm_store_ingest_result *r = res->detail;
-        snprintf(o->path, sizeof o->path, "%s", r->path);
-        o->files = r->info.archive.files;
-    } else {
-        snprintf(o->msg, sizeof o->msg, "%s", err->msg);
-    }
-}
-
-TEST_TIMEOUT(ingest_as_an_image_job, 60)
-{
-    char root[512], blob[512], dg[72], lockp[700];
-    path_in_tmp(root, sizeof root, "store");
-    path_in_tmp(blob, sizeof blob, "blob.tgz");
-    make_blob("blob.tgz", 30, dg);
-    struct tkm_store *s = NULL;
-    struct tkm_err err = {0};
-    ASSERT_OK(tkm_http_global_init(&err));
-    ASSERT_OK(tkm_store_open(root, &s, &err));
-    uv_loop_t loop;
-    struct tkm_http *http = NULL;
-    struct tkm_oci_session *ses = NULL;
-    ASSERT_OK(uv_loop_init(&loop));
-    ASSERT_OK(tkm_http_new(&loop, NULL, &http, &err));
-    ASSERT_OK(tkm_oci_session_new(http, "127.0.0.1:1", NULL, &ses, &err));
-    struct job_out a = {0}, b = {0};
-    ASSERT_OK(tkm_store_job_ingest(ses, s, dg, blob, NULL, on_job, &a, NULL, &err));
-    ASSERT_EQ(a.calls, 0);
-    while (a.calls == 0)
-        uv_run(&loop, UV_RUN_ONCE);
-    if (a.rc)
-        tkm_test_fail(__FILE__, __LINE__, "%s", a.msg);
-    ASSERT_EQ(a.files, 30);
-    ASSERT_STRCONTAINS(a.path, dg + 7);
-    /* another digest whose lock is held: cancelled through the job handle */
-    char blob2[512], dg2[72];
-    path_in_tmp(blob2, sizeof blob2, "blob2.tgz");
-    make_blob("blob2.tgz", 5, dg2);
-    snprintf(lockp, sizeof lockp, "%s/locks/%s.lock", root, dg2 + 7);
-    int lfd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    ASSERT(lfd >= 0);
-    ASSERT_OK(flock(lfd, LOCK_EX | LOCK_NB));
-    struct tkm_oci_job *job = NULL;
-    ASSERT_OK(tkm_store_job_ingest(ses, s, dg2, blob2, NULL, on_job, &b, &job, &err));
-    ASSERT_EQ(tkm_oci_session_jobs(ses), 1);
-    for (int i = 0; i < 5; i++) /* let it try and start waiting */
-        uv_run(&loop, UV_RUN_ONCE);
-    ASSERT_EQ(b.calls, 0);
-    tkm_oci_job_cancel(job);
-    ASSERT_EQ(b.calls, 0); /* never from inside cancel */
-    while (b.calls == 0)
-        uv_run(&loop, UV_RUN_ONCE);
-    ASSERT_EQ(b.rc, -ECANCELED);
-    ASSERT_STRCONTAINS(b.msg, "cancel");
-    ASSERT_EQ(tkm_store_lookup(s, dg2, NULL, &err), -ENOENT);
-    /* the session's free cancels a waiting ingest too */
-    memset(&b, 0, sizeof b);
-    ASSERT_OK(tkm_store_job_ingest(ses, s, dg2, blob2, NULL, on_job, &b, NULL, &err));
-    for (int i = 0; i < 5; i++)
-        uv_run(&loop, UV_RUN_ONCE);
-    tkm_oci_session_free(ses);
-    while (b.calls == 0)
-        uv_run(&loop, UV_RUN_ONCE);
-    ASSERT_EQ(b.rc, -ECANCELED);
-    close(lfd);
-    tkm_http_close(http, NULL, NULL);
-    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
-    ASSERT_OK(uv_loop_close(&loop));
-    tkm_store_free(s);
 }

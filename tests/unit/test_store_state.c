@@ -3,7 +3,9 @@
  * (reconcile, corrupt database, references, grace/budget GC, admission),
  * disk full during an extraction, and kill -9 at random points of ingests,
  * removals and SQLite writes. The entries are the real Triton 3.6.0 caches of
- * tests/fixtures/triton-cache, ingested through lib/store.
+ * tests/fixtures/triton-cache, ingested through lib/store. Ingests and
+ * removals run the loop forms the agent runs (tkm_store_state_ingest_start,
+ * _remove_start), each to its end on a private loop.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -107,20 +109,6 @@ static void close_both(struct tkm_store *s, struct tkm_store_state *st)
     tkm_store_free(s);
 }
 
-static void ingest(struct tkm_store_state *st, struct fix *f, int64_t now)
-{
-    struct tkm_err err = {0};
-    struct tkm_store_ingest_info info;
-    struct tkm_archive_opts o;
-    tkm_archive_opts_init(&o);
-    o.fsync = 0;
-    if (tkm_store_state_ingest(st, f->digest, f->path, &o, "test/cache", now, NULL, &info, &err) <
-        0)
-        tkm_test_fail(__FILE__, __LINE__, "ingest %s: %s", f->path, err.msg);
-    if (!info.existed)
-        f->bytes = info.archive.file_bytes;
-}
-
 static struct tkm_store_entry *find_entry(struct tkm_store_entry *v, size_t n, const char *dg)
 {
     for (size_t i = 0; i < n; i++)
@@ -148,6 +136,132 @@ static void acquire(struct tkm_store_state *st, const char *vol, const char *dg,
     ref_of(&r, vol, dg);
     if (tkm_store_state_acquire(st, &r, now, NULL, &err) < 0)
         tkm_test_fail(__FILE__, __LINE__, "acquire %s: %s", vol, err.msg);
+}
+
+/* ---- the agent's loop forms, each run to its end on a private loop ------- */
+
+struct done {
+    int rc;
+    uint64_t freed;
+    struct tkm_store_ingest_info info;
+    struct tkm_err *err;
+};
+
+static void run_ingest_cb(int rc, const char *digest, const char *path,
+                          const struct tkm_store_ingest_info *info, const struct tkm_err *err,
+                          void *data)
+{
+    struct done *d = data;
+    (void)digest;
+    (void)path;
+    d->rc = rc;
+    d->info = *info;
+    if (rc && d->err)
+        *d->err = *err;
+}
+
+/* tkm_store_state_ingest_start: the extraction on the pool, the row (written
+ * at time(NULL)) on the loop. */
+static int run_ingest(struct tkm_store_state *st, const char *digest, const char *blob,
+                      const struct tkm_archive_opts *o, const char *source,
+                      struct tkm_store_ingest_info *info, struct tkm_err *err)
+{
+    uv_loop_t loop;
+    struct done d = {.err = err};
+    int rc = uv_loop_init(&loop);
+    if (rc == 0 && (rc = tkm_store_state_ingest_start(&loop, st, digest, blob, o, source,
+                                                      run_ingest_cb, &d, NULL, err)) == 0) {
+        uv_run(&loop, UV_RUN_DEFAULT);
+        rc = d.rc;
+    }
+    uv_loop_close(&loop);
+    if (info)
+        *info = d.info;
+    return rc;
+}
+
+static void run_remove_cb(int rc, const char *digest, uint64_t freed, const struct tkm_err *err,
+                          void *data)
+{
+    struct done *d = data;
+    (void)digest;
+    d->rc = rc;
+    d->freed = freed;
+    if (rc && d->err)
+        *d->err = *err;
+}
+
+/* tkm_store_state_remove_start: marked at once (-EBUSY, -ENOENT), the tree
+ * removed on the pool, the row deleted on the loop. */
+static int run_remove(struct tkm_store_state *st, const char *digest, uint64_t *freed,
+                      struct tkm_err *err)
+{
+    uv_loop_t loop;
+    struct done d = {.err = err};
+    int rc = uv_loop_init(&loop);
+    if (rc == 0 &&
+        (rc = tkm_store_state_remove_start(&loop, st, digest, run_remove_cb, &d, err)) == 0) {
+        uv_run(&loop, UV_RUN_DEFAULT);
+        rc = d.rc;
+    }
+    uv_loop_close(&loop);
+    if (freed)
+        *freed = rc == 0 ? d.freed : 0;
+    return rc;
+}
+
+/* The agent's collection: the plan, then each removal (one that a
+ * reference or another removal raced, -EBUSY/-ENOENT, is skipped). */
+static int run_gc(struct tkm_store_state *st, int64_t now, int64_t grace_s, uint64_t budget,
+                  size_t *removed, uint64_t *freed, struct tkm_err *err)
+{
+    char **plan = NULL;
+    size_t n = 0, done = 0;
+    uint64_t sum = 0;
+    int rc = tkm_store_state_gc_plan(st, now, grace_s, budget, &plan, &n, NULL, NULL, err);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        struct tkm_err e = {0};
+        uint64_t b = 0;
+        int r = run_remove(st, plan[i], &b, &e);
+        if (r == 0) {
+            done++;
+            sum += b;
+        } else if (r != -EBUSY && r != -ENOENT) {
+            rc = tkm_err_set(err, r, "%s", e.msg);
+        }
+    }
+    tkm_store_list_free(plan, n);
+    if (removed)
+        *removed = done;
+    if (freed)
+        *freed = sum;
+    return rc;
+}
+
+/* last_used = now, through a reference taken and dropped at now (what a
+ * volume's publish and unpublish do); -ENOENT when there is no usable entry. */
+static int set_used(struct tkm_store_state *st, const char *digest, int64_t now,
+                    struct tkm_err *err)
+{
+    struct tkm_store_ref r;
+    ref_of(&r, "test-set-used", digest);
+    int rc = tkm_store_state_acquire(st, &r, now, NULL, err);
+    return rc ? rc : tkm_store_state_release(st, "test-set-used", now, err);
+}
+
+/* Ingests f and sets its last use to now. */
+static void ingest(struct tkm_store_state *st, struct fix *f, int64_t now)
+{
+    struct tkm_err err = {0};
+    struct tkm_store_ingest_info info;
+    struct tkm_archive_opts o;
+    tkm_archive_opts_init(&o);
+    o.fsync = 0;
+    if (run_ingest(st, f->digest, f->path, &o, "test/cache", &info, &err) < 0 ||
+        set_used(st, f->digest, now, &err) < 0)
+        tkm_test_fail(__FILE__, __LINE__, "ingest %s: %s", f->path, err.msg);
+    if (!info.existed)
+        f->bytes = info.archive.file_bytes;
 }
 
 static void tb_write_text(const char *path, const char *text)
@@ -448,20 +562,20 @@ TEST(acquire_release_idempotence_and_errors)
     ASSERT_OK(tkm_store_state_acquire(st, &r, 500, &created, &err));
     ASSERT_EQ(created, 1);
     tkm_err_clear(&err);
-    ASSERT_EQ(tkm_store_state_touch(st, f[2].digest, 500, &err), -ENOENT);
+    ASSERT_EQ(set_used(st, f[2].digest, 500, &err), -ENOENT);
     /* a referenced entry cannot be removed; once released it can */
     tkm_err_clear(&err);
-    ASSERT_EQ(tkm_store_state_remove(st, f[1].digest, NULL, &err), -EBUSY);
+    ASSERT_EQ(run_remove(st, f[1].digest, NULL, &err), -EBUSY);
     ASSERT_STRCONTAINS(err.msg, "referenced by 1 volume");
     ASSERT_OK(tkm_store_lookup(s, f[1].digest, NULL, &err));
     ASSERT_OK(tkm_store_state_release(st, "csi-1", 600, &err));
     uint64_t freed = 0;
-    ASSERT_OK(tkm_store_state_remove(st, f[1].digest, &freed, &err));
+    ASSERT_OK(run_remove(st, f[1].digest, &freed, &err));
     ASSERT_UEQ(freed, f[1].bytes);
     ASSERT_EQ(tkm_store_lookup(s, f[1].digest, NULL, NULL), -ENOENT);
-    ASSERT_EQ(tkm_store_state_remove(st, f[1].digest, NULL, NULL), -ENOENT);
+    ASSERT_EQ(run_remove(st, f[1].digest, NULL, NULL), -ENOENT);
     tkm_err_clear(&err);
-    ASSERT_EQ(tkm_store_state_add(st, f[1].digest, 1, NULL, 700, &err), -ENOENT);
+    ASSERT_EQ(set_used(st, f[1].digest, 700, &err), -ENOENT); /* no entry left to use */
     close_both(s, st);
 }
 
@@ -493,12 +607,9 @@ TEST(second_process_cannot_open_the_state)
 static void three(const char *root, struct fix f[NFIX], struct tkm_store **s,
                   struct tkm_store_state **st)
 {
-    struct tkm_err err = {0};
     open_both(root, 0, s, st, NULL);
-    for (int i = 0; i < NFIX; i++) {
+    for (int i = 0; i < NFIX; i++)
         ingest(*st, &f[i], 100 * (i + 1));
-        ASSERT_OK(tkm_store_state_touch(*st, f[i].digest, 100 * (i + 1), &err));
-    }
     acquire(*st, "vol-c", f[2].digest, 300);
 }
 
@@ -571,13 +682,13 @@ TEST(gc_plan_by_grace_and_by_budget_lru_first)
     /* the collection itself: budget c + b: A goes (LRU), B and the referenced C stay */
     size_t removed = 0;
     uint64_t freed = 0;
-    ASSERT_OK(tkm_store_state_gc(st, 300, 600, c + b, &removed, &freed, &err));
+    ASSERT_OK(run_gc(st, 300, 600, c + b, &removed, &freed, &err));
     ASSERT_EQ(removed, 1);
     ASSERT_UEQ(freed, a);
     ASSERT_EQ(tkm_store_lookup(s, A, NULL, NULL), -ENOENT);
     ASSERT_OK(tkm_store_lookup(s, B, NULL, &err));
     /* then by grace: B, idle long enough; C stays even over budget */
-    ASSERT_OK(tkm_store_state_gc(st, 100000, 600, 1, &removed, &freed, &err));
+    ASSERT_OK(run_gc(st, 100000, 600, 1, &removed, &freed, &err));
     ASSERT_EQ(removed, 1);
     ASSERT_UEQ(freed, b);
     ASSERT_EQ(tkm_store_lookup(s, B, NULL, NULL), -ENOENT);
@@ -673,7 +784,7 @@ TEST_TIMEOUT(ingest_and_remove_on_the_loop, 60)
     ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
     ASSERT_EQ(o.rc, -EBADMSG);
     ASSERT_STRCONTAINS(o.msg, "digest mismatch");
-    ASSERT_EQ(tkm_store_state_touch(st, f[2].digest, 1, NULL), -ENOENT);
+    ASSERT_EQ(set_used(st, f[2].digest, 1, NULL), -ENOENT);
     /* removal: referenced -> -EBUSY from _start, cb never called */
     acquire(st, "vol", f[1].digest, 10);
     memset(&o, 0, sizeof o);
@@ -688,14 +799,12 @@ TEST_TIMEOUT(ingest_and_remove_on_the_loop, 60)
     tkm_err_clear(&err);
     ASSERT_EQ(tkm_store_state_acquire(st, &r, 12, NULL, &err), -ENOENT);
     ASSERT_STRCONTAINS(err.msg, "being removed");
-    tkm_err_clear(&err);
-    ASSERT_EQ(tkm_store_state_add(st, f[1].digest, 0, NULL, 12, &err), -EAGAIN);
     ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
     ASSERT_EQ(o.calls, 1);
     ASSERT_OK(o.rc);
     ASSERT_UEQ(o.freed, b1);
     ASSERT_EQ(tkm_store_lookup(s, f[1].digest, NULL, NULL), -ENOENT);
-    ASSERT_EQ(tkm_store_state_touch(st, f[1].digest, 1, NULL), -ENOENT);
+    ASSERT_EQ(set_used(st, f[1].digest, 1, NULL), -ENOENT);
     /* cancelled mid-extraction: -ECANCELED, no row, no tree */
     memset(&o, 0, sizeof o);
     struct tkm_store_state_job *job = NULL;
@@ -707,7 +816,7 @@ TEST_TIMEOUT(ingest_and_remove_on_the_loop, 60)
     ASSERT_EQ(o.calls, 1);
     ASSERT_EQ(o.rc, -ECANCELED);
     ASSERT_EQ(tkm_store_lookup(s, f[2].digest, NULL, NULL), -ENOENT);
-    ASSERT_EQ(tkm_store_state_touch(st, f[2].digest, 1, NULL), -ENOENT);
+    ASSERT_EQ(set_used(st, f[2].digest, 1, NULL), -ENOENT);
     ASSERT_EQ(count_sub(root, "staging"), 0);
     ASSERT_OK(uv_loop_close(&loop));
     close_both(s, st);
@@ -763,8 +872,7 @@ static void disk_full_body(const char *root, struct fix f[NFIX])
     open_both(root, 1, &s, &st, NULL);
     ingest(st, &f[0], 1); /* 80 KiB: fits */
     /* 5 MiB of files into 2 MiB */
-    ASSERT_EQ(tkm_store_state_ingest(st, f[2].digest, f[2].path, NULL, NULL, 2, NULL, NULL, &err),
-              -ENOSPC);
+    ASSERT_EQ(run_ingest(st, f[2].digest, f[2].path, NULL, NULL, NULL, &err), -ENOSPC);
     printf("# %s\n", err.msg);
     fflush(stdout);
     ASSERT_STRCONTAINS(err.msg, "No space left on device");
@@ -779,7 +887,7 @@ static void disk_full_body(const char *root, struct fix f[NFIX])
     acquire(st, "vol", f[0].digest, 3);
     ingest(st, &f[1], 4);
     ASSERT_OK(tkm_store_state_release(st, "vol", 5, &err));
-    ASSERT_OK(tkm_store_state_remove(st, f[0].digest, NULL, &err));
+    ASSERT_OK(run_remove(st, f[0].digest, NULL, &err));
     /* the disk full under a SQLite write: a clear error, the transaction rolled back */
     char filler[700];
     snprintf(filler, sizeof filler, "%s/filler", root);
@@ -910,9 +1018,8 @@ static _Noreturn void chaos_child(const char *root, struct fix f[NFIX], struct s
         tkm_err_clear(&err);
         if (r < 3) {
             atomic_store(&sh->phase, PH_IDLE);
-            child_check(tkm_store_state_ingest(st, fx->digest, fx->path, &o, "chaos", now, NULL,
-                                               NULL, &err),
-                        &err, __LINE__);
+            child_check(run_ingest(st, fx->digest, fx->path, &o, "chaos", NULL, &err), &err,
+                        __LINE__);
         } else if (r < 7) {
             atomic_store(&sh->phase, PH_SQL);
             for (int i = 0; i < 40; i++) {
@@ -936,8 +1043,8 @@ static _Noreturn void chaos_child(const char *root, struct fix f[NFIX], struct s
                             __LINE__);
             tkm_store_state_refs_free(refs, n);
             atomic_store(&sh->phase, PH_REMOVE);
-            child_check(r == 9 ? tkm_store_state_gc(st, now, 0, 0, NULL, NULL, &err)
-                               : tkm_store_state_remove(st, fx->digest, NULL, &err),
+            child_check(r == 9 ? run_gc(st, now, 0, 0, NULL, NULL, &err)
+                               : run_remove(st, fx->digest, NULL, &err),
                         &err, __LINE__);
         }
         atomic_store(&sh->phase, PH_IDLE);

@@ -232,13 +232,8 @@ struct k8s_apply_opts {
  */
 int k8s_get_async(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
                   const char *name, const char *subresource, k8s_result_cb cb, void *data);
-int k8s_list_async(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
-                   const struct k8s_list_opts *o, k8s_result_cb cb, void *data);
 int k8s_create_async(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
                      json_t *obj, k8s_result_cb cb, void *data);
-/* PUT with obj's metadata.resourceVersion (optimistic concurrency: 409 if stale). */
-int k8s_update_async(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
-                     json_t *obj, const char *subresource, k8s_result_cb cb, void *data);
 int k8s_delete_async(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
                      const char *name, const struct k8s_delete_opts *o, k8s_result_cb cb,
                      void *data);
@@ -247,16 +242,6 @@ int k8s_patch_async(struct k8s_client *c, const struct k8s_resource *r, const ch
                     k8s_result_cb cb, void *data);
 int k8s_apply_async(struct k8s_client *c, const struct k8s_resource *r, const char *ns, json_t *obj,
                     const struct k8s_apply_opts *o, k8s_result_cb cb, void *data);
-
-/* The 409 retry helper (client-go RetryOnConflict): GET name, call mutate on
- * the fresh object (return 0 to write it, > 0 to stop without writing with
- * result the fresh object, < 0 to abort with that code), PUT it; on 409
- * Conflict wait 10 ms x2^n and start over, at most attempts times (default 5
- * when 0). mutate runs on the loop and may be called several times. */
-typedef int (*k8s_mutate_fn)(json_t *obj, void *data);
-int k8s_update_retry_async(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
-                           const char *name, const char *subresource, int attempts,
-                           k8s_mutate_fn mutate, k8s_result_cb cb, void *data);
 
 /*
  * Synchronous forms: run the client's loop until done. *out (optional) gets
@@ -269,6 +254,7 @@ int k8s_list(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
              const struct k8s_list_opts *o, json_t **out, struct k8s_status *st);
 int k8s_create(struct k8s_client *c, const struct k8s_resource *r, const char *ns, json_t *obj,
                json_t **out, struct k8s_status *st);
+/* PUT with obj's metadata.resourceVersion (optimistic concurrency: 409 if stale). */
 int k8s_update(struct k8s_client *c, const struct k8s_resource *r, const char *ns, json_t *obj,
                const char *subresource, json_t **out, struct k8s_status *st);
 int k8s_delete(struct k8s_client *c, const struct k8s_resource *r, const char *ns, const char *name,
@@ -277,6 +263,12 @@ int k8s_patch(struct k8s_client *c, const struct k8s_resource *r, const char *ns
               json_t *patch, const struct k8s_patch_opts *o, json_t **out, struct k8s_status *st);
 int k8s_apply(struct k8s_client *c, const struct k8s_resource *r, const char *ns, json_t *obj,
               const struct k8s_apply_opts *o, json_t **out, struct k8s_status *st);
+/* The 409 retry helper (client-go RetryOnConflict): GET name, call mutate on
+ * the fresh object (return 0 to write it, > 0 to stop without writing with
+ * result the fresh object, < 0 to abort with that code), PUT it; on 409
+ * Conflict wait 10 ms x2^n and start over, at most attempts times (default 5
+ * when 0). mutate runs on the loop and may be called several times. */
+typedef int (*k8s_mutate_fn)(json_t *obj, void *data);
 int k8s_update_retry(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
                      const char *name, const char *subresource, int attempts, k8s_mutate_fn mutate,
                      void *data, json_t **out, struct k8s_status *st);

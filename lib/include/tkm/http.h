@@ -198,16 +198,9 @@ int tkm_threadpool_init(unsigned size, struct tkm_err *err);
 /* Calls curl_global_init() once; call from main() before any thread starts. */
 int tkm_http_global_init(struct tkm_err *err);
 
-/*
- * Synchronous helper for CLIs and tests: runs a private loop with a private
- * client until the one request completes. o->done_cb and o->data are ignored
- * (o->data_cb, if set, is called as usual with o->data). resp is caller-owned:
- * tkm_http_resp_init() before, tkm_http_resp_release() after. Returns 0 when
- * a response arrived (check resp->status) or resp->code on transport errors,
- * with err naming the URL.
- */
+/* A caller-owned response (a copy kept past done_cb): tkm_http_resp_init()
+ * before use, tkm_http_resp_release() after. */
 void tkm_http_resp_init(struct tkm_http_resp *resp);
 void tkm_http_resp_release(struct tkm_http_resp *resp);
-int tkm_http_do(const struct tkm_http_req_opts *o, struct tkm_http_resp *resp, struct tkm_err *err);
 
 #endif

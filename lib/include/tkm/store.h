@@ -97,27 +97,6 @@ int tkm_store_ingest_start(struct uv_loop_s *loop, struct tkm_store *s, const ch
  * buffer). Its cb still runs, with -ECANCELED unless the work had finished. */
 void tkm_store_job_cancel(struct tkm_store_job *job);
 
-/*
- * The same ingest as an image job on a registry session's loop (session.h):
- * one handle, tkm_oci_job_cancel and the tkm_oci_job_cb callback like
- * resolve, inspect, pull and verify. On success res->detail is a struct
- * tkm_store_ingest_result (borrowed for the callback). ses is only the
- * loop and the job list (cancelled by tkm_oci_session_free); s must stay
- * open until the callback has run.
- */
-struct tkm_store_ingest_result {
-    const char *path; /* the extracted tree */
-    struct tkm_store_ingest_info info;
-};
-struct tkm_oci_session;
-struct tkm_oci_job;
-struct tkm_oci_job_result;
-int tkm_store_job_ingest(struct tkm_oci_session *ses, struct tkm_store *s, const char *digest,
-                         const char *blob_path, const struct tkm_archive_opts *o,
-                         void (*cb)(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
-                                    const struct tkm_err *err, void *data),
-                         void *data, struct tkm_oci_job **out, struct tkm_err *err);
-
 /* Removes digest: the marker first (the entry disappears atomically), then
  * the tree. -ENOENT when absent. Takes the digest's lock. */
 int tkm_store_remove(struct tkm_store *s, const char *digest, struct tkm_err *err);

@@ -14,7 +14,7 @@
  * 127.0.0.1:<proxy>/REPO:TAG into DIR/pull-<i> start on one session. The
  * program records, on the loop, every successful renewal (a 10 ms probe of
  * the elector's counters) and the loop's lag (a 20 ms timer), and prints
- * With --digest and keys, cosign verify jobs (tkm_cosign_job_verify) of D
+ * With --digest and keys, signature searches (tkm_sig_job_verify) of D
  * run on the same session beside the pulls ("verify": [{rc, info}] in the
  * order they finished; info is the key id or the error).
  * One JSON line when all jobs have reported:
@@ -39,7 +39,7 @@
 #include <tkm/log.h>
 #include <tkm/oci/ref.h>
 #include <tkm/oci/session.h>
-#include <tkm/trust/cosign.h>
+#include <tkm/trust/sigjob.h>
 #include <tkm/util.h>
 #include <k8s/client.h>
 #include <k8s/config.h>
@@ -210,7 +210,7 @@ static void verify_done(struct tkm_oci_job *job, int rc, struct tkm_oci_job_resu
                         const struct tkm_err *err, void *data)
 {
     struct app *a = data;
-    const struct tkm_cosign_result *cr = res->detail;
+    const struct tkm_sig_result *cr = res->detail;
     int i = a->vdone++;
     (void)job;
     a->vrc[i] = rc;
@@ -235,8 +235,9 @@ static void start_verify(struct app *a, int i)
     if (f)
         fclose(f);
     /* slot order follows completion; remember which key each slot had */
-    if (tkm_cosign_job_verify(a->ses, a->ref.repo, a->digest, pem.data, pem.len, verify_done, a,
-                              NULL, &err) != 0) {
+    struct tkm_sig_key k = {.pem = pem.data, .len = pem.len};
+    struct tkm_sig_policy pol = {.keys = &k, .nkeys = 1};
+    if (tkm_sig_job_verify(a->ses, a->ref.repo, a->digest, &pol, verify_done, a, NULL, &err) != 0) {
         fprintf(stderr, "e2e_pull_lease: verify: %s\n", tkm_err_str(&err));
         a->vrc[a->vdone] = -1;
         a->vdone++;

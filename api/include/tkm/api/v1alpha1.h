@@ -252,8 +252,11 @@ struct tkm_api_nodestatus {
     struct tkm_api_node_status status;
 };
 
-/* Decodes a TritonKernelCacheNodeStatus or ...Cluster (kind checked). As
- * tkm_api_cache_decode(); caches come out sorted by name. */
+/* Decodes a TritonKernelCacheNodeStatus or ...Cluster into a tree (kubectl-tkm):
+ * tkm_api_nodestatus_scan() below decides what is refused and with which
+ * message (one decoder), then every field is copied out. *out is owned
+ * (tkm_api_nodestatus_release, also done on failure); caches come out sorted
+ * by name. 0, -EPROTO, -ENOMEM. */
 int tkm_api_nodestatus_decode(const char *json, size_t len, struct tkm_api_nodestatus *out,
                               struct tkm_err *err);
 void tkm_api_nodestatus_release(struct tkm_api_nodestatus *n);
@@ -262,12 +265,11 @@ void tkm_api_node_status_release(struct tkm_api_node_status *st);
 /*
  * Streaming decoder of a node status for readers that keep a few fields per
  * cache (tkm-controller's index): no jansson tree, nothing allocated per
- * entry. It validates the whole object as tkm_api_nodestatus_decode() does
- * (JSON syntax and duplicate keys with tkm_jscan, kind, apiVersion,
- * metadata, every status field's type and limits: 64 GPUs, 512 caches, 64
- * groups and ids, 1024 pods) and refuses exactly what that decoder refuses,
- * with the same messages; only then does it call entry() once per
- * status.caches member, in the object's order (NOT sorted by name).
+ * entry. It validates the whole object (JSON syntax and duplicate keys with
+ * tkm_jscan, kind, apiVersion, metadata, every status field's type and
+ * limits: 64 GPUs, 512 caches, 64 groups and ids, 1024 pods; the messages
+ * name the field) and only then calls entry() once per status.caches
+ * member, in the object's order (NOT sorted by name).
  *
  * s: caller-owned scratch (tkm_api_nsscan_init / _release), reused from one
  * call to the next; head and entry strings live in it and are borrowed:

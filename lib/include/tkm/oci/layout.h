@@ -54,7 +54,4 @@ int tkm_oci_layout_find(const char *dir, const char *tag, struct tkm_oci_desc *o
 /* 1 when dir looks like an image layout (has oci-layout). */
 int tkm_oci_layout_is(const char *dir);
 
-/* Writes p (n bytes) to path atomically: path.tmp-XXXXXX, fsync, rename. */
-int tkm_oci_write_file_atomic(const char *path, const void *p, size_t n, struct tkm_err *err);
-
 #endif

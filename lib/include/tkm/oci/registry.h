@@ -106,10 +106,6 @@ int tkm_oci_registry_fetch_blob_mem(struct tkm_oci_registry *r, const char *repo
                                     const struct tkm_oci_desc *d, struct tkm_buf *out,
                                     struct tkm_err *err);
 
-/* 1 when the blob exists, 0 when not, < 0 on error. */
-int tkm_oci_registry_blob_exists(struct tkm_oci_registry *r, const char *repo, const char *digest,
-                                 struct tkm_err *err);
-
 /* Uploads the file at path whose digest and size the caller computed (the
  * registry verifies). Skips the upload when the blob exists (*skipped = 1,
  * optional). */

@@ -22,9 +22,6 @@
  *                          cancelled pull leaves no directory. An existing
  *                          layout gets its blobs first and its index.json
  *                          entry last.
- *   tkm_oci_job_referrers  GET /v2/<repo>/referrers/<digest>.
- *   tkm_cosign_job_verify  (trust/cosign.h) the classic cosign .sig check,
- *                          same handle, cancel and callback.
  *   tkm_sig_job_verify     (trust/sigjob.h) the whole signature search
  *                          (referrers, tag schema, .sig) against a policy.
  *
@@ -87,10 +84,8 @@ struct tkm_oci_job_result {
      * inspect, pull: the image manifest's digest (also in image.manifest). */
     char digest[TKM_OCI_DIGEST_LEN + 1];
     struct tkm_oci_pull_result image; /* inspect, pull (owned by the job until cb returns) */
-    struct tkm_buf referrers;         /* referrers: the index bytes */
-    /* Jobs defined outside lib/oci (tkm_cosign_job_verify: a struct
-     * tkm_cosign_result; tkm_sig_job_verify: a struct tkm_sig_result),
-     * borrowed like res; NULL otherwise. */
+    /* Jobs defined outside lib/oci (tkm_sig_job_verify: a struct
+     * tkm_sig_result), borrowed like res; NULL otherwise. */
     const void *detail;
 };
 
@@ -108,10 +103,6 @@ int tkm_oci_job_inspect(struct tkm_oci_session *s, const struct tkm_oci_ref *ref
 int tkm_oci_job_pull(struct tkm_oci_session *s, const struct tkm_oci_ref *ref,
                      const char *layout_dir, const char *tag, tkm_oci_job_cb cb, void *data,
                      struct tkm_oci_job **out, struct tkm_err *err);
-/* artifact_type may be NULL. rc -ENOTSUP: the registry has no referrers API. */
-int tkm_oci_job_referrers(struct tkm_oci_session *s, const char *repo, const char *digest,
-                          const char *artifact_type, tkm_oci_job_cb cb, void *data,
-                          struct tkm_oci_job **out, struct tkm_err *err);
 /* Stops a job that has not reported; cb then gets -ECANCELED from the loop.
  * A no-op once cb has started. */
 void tkm_oci_job_cancel(struct tkm_oci_job *job);

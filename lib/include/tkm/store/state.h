@@ -23,17 +23,18 @@
  * -EBUSY.
  *
  * Threads: one connection, used by one thread at a time. A daemon makes
- * every call on its loop thread: the quick calls (add, acquire, release,
- * touch, refs, entries, stats, gc_plan, would_fit) are one small transaction
- * each (measured in docs/store.md: tens of microseconds, synchronous=NORMAL
- * never fsyncs on commit), and the _start forms do their disk work (trees
- * walked, extracted, deleted) on the libuv thread pool and every database
- * statement on the loop thread. tkm_store_state_open, _ingest, _remove and
- * _gc block on disk work: call them before the loop runs or from a tool, never
- * from a pool thread while the loop uses the same state (transactions of one
- * connection do not isolate threads from each other). The exception is
- * tkm_store_state_checkpoint: a second connection of its own, on any one
- * thread, concurrently with the loop's calls (see Checkpoints below).
+ * every call on its loop thread: the quick calls (acquire, release, refs,
+ * entries, stats, gc_plan, would_fit) are one small transaction each
+ * (measured in docs/store.md: tens of microseconds, synchronous=NORMAL never
+ * fsyncs on commit), and the _start forms (ingest, remove: the only ways in
+ * and out of the store) do their disk work (trees walked, extracted, deleted)
+ * on the libuv thread pool and every database statement on the loop thread.
+ * tkm_store_state_open blocks on disk work: call it before the loop runs.
+ * Never call into the state from a pool thread while the loop uses it
+ * (transactions of one connection do not isolate threads from each other).
+ * The exception is tkm_store_state_checkpoint: a second connection of its
+ * own, on any one thread, concurrently with the loop's calls (see
+ * Checkpoints below).
  *
  * Times are Unix seconds passed in by the caller (now), so tests and the
  * agent decide the clock; sizes are the bytes of the tree's regular files
@@ -85,17 +86,6 @@ int tkm_store_state_open(struct tkm_store *s, int64_t now, struct tkm_store_stat
 /* Closes the database (checkpointing the WAL) and frees; NULL is a no-op. */
 void tkm_store_state_free(struct tkm_store_state *st);
 
-/*
- * Records the complete entry digest with its size: inserts the row, or for
- * an existing row updates bytes (unless bytes is 0) and source, and sets
- * last_used = now. source (borrowed, may be NULL) names where it came from
- * (e.g. "ns/cache image@digest") for logs. -ENOENT when the tree is not
- * complete in the store, -EAGAIN when the entry is being removed (ingest it
- * again once the removal reported).
- */
-int tkm_store_state_add(struct tkm_store_state *st, const char *digest, uint64_t bytes,
-                        const char *source, int64_t now, struct tkm_err *err);
-
 /* One reference: a CSI volume of a pod using a cache's digest. Strings are
  * borrowed (in) or owned by the array they came in (out). */
 struct tkm_store_ref {
@@ -121,9 +111,6 @@ int tkm_store_state_acquire(struct tkm_store_state *st, const struct tkm_store_r
  * (the grace period runs from the last release). -ENOENT when unknown. */
 int tkm_store_state_release(struct tkm_store_state *st, const char *volume_id, int64_t now,
                             struct tkm_err *err);
-/* Sets last_used = now. -ENOENT when there is no entry. */
-int tkm_store_state_touch(struct tkm_store_state *st, const char *digest, int64_t now,
-                          struct tkm_err *err);
 
 /* The references of digest (NULL: all), ordered by volume id. *refs is an
  * owned array of *n: tkm_store_state_refs_free(). */
@@ -177,44 +164,19 @@ int tkm_store_state_gc_plan(struct tkm_store_state *st, int64_t now, int64_t gra
 int tkm_store_state_would_fit(struct tkm_store_state *st, uint64_t new_bytes, uint64_t budget_bytes,
                               int *fits, uint64_t *need, struct tkm_err *err);
 
-/*
- * Removes the unreferenced entry digest: marks the row removing (one
- * transaction; -EBUSY when it is referenced, -ENOENT when there is no row),
- * removes the tree (tkm_store_remove: marker first) and deletes the row.
- * Blocking disk work: see the threads note above. *freed (may be NULL) =
- * the entry's bytes.
- */
-int tkm_store_state_remove(struct tkm_store_state *st, const char *digest, uint64_t *freed,
-                           struct tkm_err *err);
-
-/* tkm_store_state_gc_plan + tkm_store_state_remove of each (blocking).
- * *removed / *freed (may be NULL): how many and how many bytes. Stops at
- * the first failure other than -EBUSY/-ENOENT (a reference or a removal that
- * raced it: skipped). */
-int tkm_store_state_gc(struct tkm_store_state *st, int64_t now, int64_t grace_s,
-                       uint64_t budget_bytes, size_t *removed, uint64_t *freed,
-                       struct tkm_err *err);
-
-/*
- * Ingest + add (blocking): tkm_store_ingest (<tkm/store.h>; o, path and
- * info as there), then the row with the extracted size (an entry that was
- * already complete keeps its row's size, or has its tree walked when it had
- * none). On failure no row is written and, as for tkm_store_ingest, nothing
- * becomes visible.
- */
-int tkm_store_state_ingest(struct tkm_store_state *st, const char *digest, const char *blob_path,
-                           const struct tkm_archive_opts *o, const char *source, int64_t now,
-                           char **path, struct tkm_store_ingest_info *info, struct tkm_err *err);
-
 /* ---- the loop forms (disk work on the libuv thread pool) --------------- */
 
 struct uv_loop_s;
 
 /*
- * tkm_store_state_ingest for a daemon's loop: tkm_store_ingest_start (the
- * extraction on the pool, a held lock waited for on a loop timer), then on
- * the loop the row, after walking the tree on the pool when an entry that
- * was already complete has no row. Strings are copied; s and st must stay
+ * Ingest and record: tkm_store_ingest_start (<tkm/store.h>; o, path and
+ * info as there: the extraction on the pool, a held lock waited for on a
+ * loop timer), then on the loop the row with the extracted size and
+ * last_used (an entry that was already complete keeps its row's size, or has
+ * its tree walked on the pool when it had no row). On failure no row is
+ * written and nothing becomes visible; the row is not written while the
+ * entry is being removed (-EAGAIN: ingest it again once the removal
+ * reported). Strings are copied; s and st must stay
  * open until cb has run. cb runs on the loop thread exactly once unless
  * _start fails (< 0: never); path is borrowed for the call; rc < 0 with err
  * (-ECANCELED after tkm_store_state_job_cancel during the extraction). The
@@ -235,10 +197,13 @@ int tkm_store_state_ingest_start(struct uv_loop_s *loop, struct tkm_store_state 
 void tkm_store_state_job_cancel(struct tkm_store_state_job *job);
 
 /*
- * tkm_store_state_remove for a daemon's loop: the mark is written at once
- * (on the calling loop thread: -EBUSY/-ENOENT are returned by _start and cb
- * is never called), the tree is removed on the pool, the row is deleted on
- * the loop, then cb(rc, digest, freed bytes, err, data). digest is copied.
+ * Removes the unreferenced entry digest: the row is marked removing at once
+ * (on the calling loop thread, so no new reference can take it; -EBUSY when
+ * it is referenced, -ENOENT when there is no row: returned by _start and cb
+ * is never called), the tree is removed on the pool (tkm_store_remove:
+ * marker first), the row is deleted on the loop, then cb(rc, digest, freed
+ * bytes, err, data). digest is copied. Garbage collection is
+ * tkm_store_state_gc_plan, then this for each digest of the plan.
  */
 typedef void (*tkm_store_state_remove_cb)(int rc, const char *digest, uint64_t freed,
                                           const struct tkm_err *err, void *data);

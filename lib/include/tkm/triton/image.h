@@ -48,12 +48,6 @@ int tkm_triton_image_from_config(struct tkm_triton_image *im, const char *what,
                                  const char *manifest_digest, struct tkm_oci_config *config,
                                  struct tkm_err *err);
 
-/* The Triton summary (cache.triton.image/summary label) of an image config.
- * *out is caller-owned: tkm_triton_summary_release(). -ENOENT when the
- * config has no summary label (not a Triton cache image). */
-int tkm_triton_summary_from_config(const struct tkm_oci_config *config,
-                                   struct tkm_triton_summary *out, struct tkm_err *err);
-
 /*
  * Inspect as an image job on a registry session (oci/session.h: one handle,
  * tkm_oci_job_cancel, the tkm_oci_job_cb callback): lib/oci's inspect (the

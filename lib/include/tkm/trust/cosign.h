@@ -81,48 +81,4 @@ int tkm_cosign_verify(const char *manifest, size_t manifest_len,
                       size_t pem_len, const char *image_digest, struct tkm_cosign_result *res,
                       struct tkm_err *err);
 
-/*
- * The fetch glue (lib/oci's synchronous registry client, so not on a loop
- * thread): GETs the manifest tagged tkm_cosign_sig_tag(image_digest) from
- * repo, fetches each signature payload (<= 64 KiB, digest-checked while
- * streaming) and runs tkm_cosign_verify(). -ENOENT (err names the tag) when
- * the image has no signature manifest. r and strings are borrowed.
- */
-struct tkm_oci_registry;
-int tkm_cosign_verify_registry(struct tkm_oci_registry *r, const char *repo,
-                               const char *image_digest, const char *pubkey_pem, size_t pem_len,
-                               struct tkm_cosign_result *res, struct tkm_err *err);
-
-/*
- * The same check on loop: tkm_cosign_job_verify (below) on a session with
- * r's settings (host, credentials, CA), every request on loop, nothing on
- * the thread pool. repo, image_digest and the key are copied; r is only read
- * during the call. If _start fails (< 0) cb is never called; otherwise it
- * runs exactly once on the loop thread with the result (res and err
- * borrowed for the call).
- */
-struct uv_loop_s;
-typedef void (*tkm_cosign_verify_cb)(int rc, const struct tkm_cosign_result *res,
-                                     const struct tkm_err *err, void *data);
-int tkm_cosign_verify_start(struct uv_loop_s *loop, struct tkm_oci_registry *r, const char *repo,
-                            const char *image_digest, const char *pubkey_pem, size_t pem_len,
-                            tkm_cosign_verify_cb cb, void *data, struct tkm_err *err);
-
-/*
- * The same check as a job on a registry session (lib/oci session.h), for
- * daemons: every request on the session's loop, the signature checks on the
- * loop too (one per layer), never the thread pool. One handle, cancel and
- * callback like every image job; on success res->detail is the struct
- * tkm_cosign_result (borrowed for the callback). Strings and key copied.
- */
-struct tkm_oci_session;
-struct tkm_oci_job;
-struct tkm_oci_job_result;
-int tkm_cosign_job_verify(struct tkm_oci_session *s, const char *repo, const char *image_digest,
-                          const char *pubkey_pem, size_t pem_len,
-                          void (*cb)(struct tkm_oci_job *job, int rc,
-                                     struct tkm_oci_job_result *res, const struct tkm_err *err,
-                                     void *data),
-                          void *data, struct tkm_oci_job **out, struct tkm_err *err);
-
 #endif
