@@ -50,6 +50,7 @@ static enum tkm_reach_class classify4(uint32_t x)
         0xa9fea9feu, /* 169.254.169.254: AWS, GCP, Azure, OCI, DigitalOcean, OpenStack */
         0xa9feaa02u, /* 169.254.170.2: AWS ECS task metadata */
         0x646464c8u, /* 100.100.100.200: Alibaba Cloud */
+        0xa83f8110u, /* 168.63.129.16: Azure WireServer (a public address) */
     };
     static const struct {
         uint32_t net;
@@ -87,7 +88,9 @@ static enum tkm_reach_class classify6(const unsigned char *b)
 {
     static const unsigned char ec2_metadata[16] = {0xfd, 0x00, 0x0e, 0xc2, 0, 0, 0,    0,
                                                    0,    0,    0,    0,    0, 0, 0x02, 0x54};
-    if (memcmp(b, ec2_metadata, 16) == 0)
+    static const unsigned char gce_metadata[16] = {0xfd, 0x20, 0x00, 0xce, 0, 0, 0,    0,
+                                                   0,    0,    0,    0,    0, 0, 0x02, 0x54};
+    if (memcmp(b, ec2_metadata, 16) == 0 || memcmp(b, gce_metadata, 16) == 0)
         return TKM_REACH_METADATA;
     if (all_zero(b, 15) && b[15] <= 1)
         return b[15] ? TKM_REACH_LOOPBACK : TKM_REACH_UNSPECIFIED;
@@ -330,7 +333,7 @@ static int parse_name(const char *s, size_t n, struct tkm_reach_host *h, const c
             continue;
         }
         if (!is_alnum(c) && c != '-')
-            return set_why(why, "has an invalid character in the host");
+            return set_why(why, "has an invalid character");
         if ((label == 0 && c == '-') || ++label > 63)
             return set_why(why, "has an invalid host name");
     }
@@ -409,6 +412,27 @@ void tkm_reach_policy_release(struct tkm_reach_policy *p)
     memset(p, 0, sizeof *p);
 }
 
+/* Quotes n bytes of untrusted s for a message: printable ASCII is copied,
+ * '"' and '\\' are escaped, every other byte is \xHH (no UTF-8 passes: a
+ * condition message stays plain ASCII). At most ENTRY_SHOW_MAX input bytes,
+ * then "...". out holds ENTRY_SHOW_MAX * 4 + 4 bytes. */
+static void show(const char *s, size_t n, char *out, size_t outlen)
+{
+    size_t o = 0, lim = n < ENTRY_SHOW_MAX ? n : ENTRY_SHOW_MAX;
+    for (size_t i = 0; i < lim && o + 5 < outlen; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            o += (size_t)snprintf(out + o, outlen - o, "\\%c", c);
+        else if (c >= 0x20 && c < 0x7f)
+            out[o++] = (char)c;
+        else
+            o += (size_t)snprintf(out + o, outlen - o, "\\x%02x", c);
+    }
+    out[o] = '\0';
+    if (n > lim && o + 4 <= outlen)
+        memcpy(out + o, "...", 4);
+}
+
 static int is_sep(char c)
 {
     return c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -475,10 +499,9 @@ static int parse_list(const char *key, const char *s, struct tkm_reach_list *l, 
         }
         const char *why = parse_entry(s, n, &l->v[l->n]);
         if (why) {
-            char show[ENTRY_SHOW_MAX * 4 + 4];
-            tkm_escape(s, n < ENTRY_SHOW_MAX ? n : ENTRY_SHOW_MAX, show, sizeof show);
-            return tkm_err_set(err, -EINVAL, "%s: entry %zu \"%s%s\" %s", key, idx, show,
-                               n > ENTRY_SHOW_MAX ? "..." : "", why);
+            char shown[ENTRY_SHOW_MAX * 4 + 4];
+            show(s, n, shown, sizeof shown);
+            return tkm_err_set(err, -EINVAL, "%s: entry %zu \"%s\" %s", key, idx, shown, why);
         }
         l->n++;
         s += n;
@@ -584,9 +607,7 @@ static int pre_check(const struct tkm_reach_policy *p, enum tkm_reach_purpose pu
     memset(d, 0, sizeof *d);
     d->reason = d->rule = "";
     if (!hostport || tkm_reach_host_parse(hostport, strlen(hostport), h, &why) != 0) {
-        size_t n = hostport ? strlen(hostport) : 0;
-        tkm_escape(hostport ? hostport : "", n < ENTRY_SHOW_MAX ? n : ENTRY_SHOW_MAX, shown,
-                   shown_n);
+        show(hostport ? hostport : "", hostport ? strlen(hostport) : 0, shown, shown_n);
         return refuse(d, shown, "invalid-host", "the host %s", why);
     }
     host_show(h, 1, shown, shown_n);

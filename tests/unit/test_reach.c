@@ -698,6 +698,8 @@ TEST(decide_resolved_address_classes)
          "resolves to a cloud metadata address, which is never allowed"},
         {"100.100.100.200", "never", "cloud metadata address"},
         {"[fd00:ec2::254]", "never", "cloud metadata address"},
+        {"[fd20:ce::254]", "never", "cloud metadata address"},
+        {"168.63.129.16", "never", "cloud metadata address"},
         {"[::ffff:169.254.169.254]", "never", "cloud metadata address"},
         {"0.0.0.0", "never", "resolves to an unspecified address, which is never allowed"},
         {"[::]", "never", "an unspecified address"},
@@ -822,9 +824,9 @@ TEST(decide_test_registries_listed)
 TEST(decide_private_list_never_unlocks_metadata_or_link_local)
 {
     struct tkm_reach_policy p = policy("*, 169.254.169.254, [fe80::1]", "*", "*");
-    static const char *const addrs_t[] = {"169.254.169.254", "169.254.1.1", "[fe80::1]",
-                                          "100.100.100.200", "0.0.0.0",     "224.0.0.1",
-                                          "[fd00:ec2::254]"};
+    static const char *const addrs_t[] = {"169.254.169.254", "169.254.1.1",    "[fe80::1]",
+                                          "100.100.100.200", "0.0.0.0",        "224.0.0.1",
+                                          "[fd00:ec2::254]", "[fd20:ce::254]", "168.63.129.16"};
     for (size_t i = 0; i < TKM_ARRAY_SIZE(addrs_t); i++) {
         const char *const a[] = {addrs_t[i], NULL};
         struct fake_dns f = {.addrs = a};
@@ -938,6 +940,11 @@ TEST(decide_invalid_host_is_escaped)
         check_message(&d, t[i]);
     }
     struct tkm_reach_decision d;
+    /* every byte outside printable ASCII is \xHH (UTF-8 included), quotes are escaped */
+    ASSERT_EQ(tkm_reach_check(&p, TKM_REACH_REGISTRY, "\xe2\x80\xae\xd1\x96\".io\\", NULL, 0, &d),
+              -EACCES);
+    ASSERT_STREQ(d.message, "registry \"\\xe2\\x80\\xae\\xd1\\x96\\\".io\\\\\" is not allowed: the "
+                            "host has an invalid character");
     ASSERT_EQ(tkm_reach_check(&p, TKM_REACH_REGISTRY, NULL, NULL, 0, &d), -EACCES);
     char huge[5000];
     memset(huge, 'a', sizeof huge - 1);

@@ -84,7 +84,8 @@ enum tkm_reach_class {
                               fc00::/7, fec0::/10, 64:ff9b:1::/48 */
     TKM_REACH_LOOPBACK,    /* 127/8, ::1 */
     TKM_REACH_LINK_LOCAL,  /* 169.254/16, fe80::/10 */
-    TKM_REACH_METADATA,    /* 169.254.169.254, 169.254.170.2, 100.100.100.200, fd00:ec2::254 */
+    TKM_REACH_METADATA,    /* 169.254.169.254, 169.254.170.2, 100.100.100.200, 168.63.129.16,
+                              fd00:ec2::254, fd20:ce::254 */
     TKM_REACH_UNSPECIFIED, /* 0/8 (0.0.0.0 reaches the local host on Linux), :: */
     TKM_REACH_MULTICAST,   /* 224/4, ff00::/8 */
     TKM_REACH_BROADCAST,   /* 255.255.255.255 */
