@@ -24,10 +24,10 @@
  * it as one: dotted IPv4, and every inet_aton spelling (1 to 4 parts, each
  * decimal, octal with a leading 0, or hex with 0x/0X: "2130706433",
  * "0177.0.0.1", "0x7f.1", "127.1"), or a bracketed IPv6 address (with an
- * optional zone id "%eth0" or "%25eth0"). A name whose last label is numeric
- * ("1.2.3.4.5", "256.0.0.1", "08.0.0.1", "0x") is neither: it is refused as
- * an invalid host and never sent to DNS. A trailing dot is ignored; case does
- * not matter.
+ * optional zone id "%eth0" or "%25eth0"). Any other host whose last label is
+ * a number (all digits, or 0x/0X and hex digits: "1.2.3.4.5", "256.0.0.1",
+ * "08.0.0.1", "a.0x") is refused as an invalid host and never sent to DNS. A
+ * trailing dot is ignored ("127.0.0.1." is a literal); case does not matter.
  *
  * Ownership: a policy owns its heap storage (tkm_reach_policy_release). A
  * decision, an address and a parsed host are plain values (no heap): copy them
@@ -162,7 +162,8 @@ struct tkm_reach_config {
 
 /* Parses cfg (NULL: all defaults) into *out (always initialised; release it
  * on success and failure alike). Returns 0, or -EINVAL/-E2BIG/-ENOMEM with err
- * saying "<key>: entry N \"<entry>\": <why>". An empty or comment-only
+ * saying `<key>: entry N "<entry>" <why>` (the entry quoted as in a
+ * decision's message, cut at 64 bytes). An empty or comment-only
  * registryAllow is refused (leave the key out for the default). */
 int tkm_reach_policy_parse(struct tkm_reach_policy *out, const struct tkm_reach_config *cfg,
                            struct tkm_err *err);
@@ -214,7 +215,8 @@ struct tkm_reach_decision {
 /* Decides for hostport (a registry's host[:port] as in an image reference, or
  * the host[:port] of a URL) with the addresses a resolver returned (addrs, n;
  * ignored for an IP literal). Pure: no I/O. Returns 0 when allowed, -EACCES
- * when refused; *d is filled either way. */
+ * when refused, -ENOENT (reason RegistryUnreachable) for a name with no
+ * address; *d is filled either way. */
 int tkm_reach_check(const struct tkm_reach_policy *p, enum tkm_reach_purpose purpose,
                     const char *hostport, const struct tkm_reach_addr *addrs, size_t n,
                     struct tkm_reach_decision *d);
