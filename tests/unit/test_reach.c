@@ -1123,3 +1123,35 @@ TEST(remote_code_large_or_deep_bodies)
     ASSERT_NULL(tkm_reach_oci_error_code(b.data, b.len));
     tkm_buf_release(&b);
 }
+
+TEST(docs_examples_parse)
+{
+    /* the values docs/registry-reach.md shows, as a YAML block string gives them */
+    struct tkm_reach_policy p = policy("*                       # any public registry by name\n"
+                                       "127.0.0.1:5000 [::1]:5000\n",
+                                       "127.0.0.1:5000, localhost:5000, [::1]:5000",
+                                       "127.0.0.1:5000, localhost:5000, [::1]:5000");
+    struct tkm_reach_decision d;
+    ASSERT_EQ(p.allow.n, 3);
+    ASSERT_OK(tkm_reach_check(&p, TKM_REACH_REGISTRY, "127.0.0.1:5000", NULL, 0, &d));
+    ASSERT(d.plain_http);
+    tkm_reach_policy_release(&p);
+    p = policy("ghcr.io, *.registry.corp.example", "*.registry.corp.example", NULL);
+    struct tkm_reach_addr ten = host_of("10.2.3.4").addr;
+    ASSERT_OK(tkm_reach_check(&p, TKM_REACH_REGISTRY, "eu.registry.corp.example", &ten, 1, &d));
+    ASSERT_STREQ(d.resolve, "eu.registry.corp.example:443:10.2.3.4");
+    ASSERT_EQ(tkm_reach_check(&p, TKM_REACH_REGISTRY, "ghcr.io", &ten, 1, &d), -EACCES);
+    ASSERT_EQ(tkm_reach_check(&p, TKM_REACH_REGISTRY, "registry-1.docker.io", &ten, 1, &d),
+              -EACCES);
+    ASSERT_STREQ(d.rule, "registryAllow");
+    tkm_reach_policy_release(&p);
+}
+
+TEST(class_names_distinct)
+{
+    for (int a = TKM_REACH_PUBLIC; a <= TKM_REACH_RESERVED; a++)
+        for (int b = a + 1; b <= TKM_REACH_RESERVED; b++)
+            ASSERT(strcmp(tkm_reach_class_name(a), tkm_reach_class_name(b)) != 0);
+    struct tkm_reach_addr none = {0};
+    ASSERT_EQ(tkm_reach_classify(&none), TKM_REACH_RESERVED); /* no family: never allowed */
+}
