@@ -31,16 +31,19 @@
 #include <k8s/client.h>
 #include <k8s/events.h>
 #include <k8s/informer.h>
+#include <k8s/workqueue.h>
 
+#include "declared.h"
 #include "rpc.h"
 
 #define AGENT_FIELD_MANAGER   "tkm-agent"
 #define AGENT_PROBE_PERIOD_MS (5 * 60 * 1000)
 #define AGENT_HEARTBEAT_MS    (60 * 1000)
 #define AGENT_REVERIFY_MS     (10 * 60 * 1000) /* Secrets are not watched: re-verify this often */
-#define AGENT_BACKOFF_MIN_MS  1000
-#define AGENT_BACKOFF_MAX_MS  (5 * 60 * 1000)
-#define AGENT_FLUSH_DELAY_MS  200 /* coalesces many cache changes into one write */
+#define AGENT_BACKOFF_MIN_MS  1000             /* the work queue's retry backoff: 1 s doubling */
+#define AGENT_BACKOFF_MAX_MS  (5 * 60 * 1000)  /* ... to 5 min */
+#define AGENT_WORKERS         64               /* caches verified at once */
+#define AGENT_FLUSH_DELAY_MS  200              /* coalesces many cache changes into one write */
 /* --socket's default: what manifests/base/daemonset-node.yaml mounts and tkm-csi's
  * --agent-socket default (CSI_DEFAULT_AGENT_SOCKET); a directory of its own, since the
  * agent makes the socket's directory 0700 and the shared /var/run/tkm is 0755
@@ -74,56 +77,8 @@ int agent_opts_parse(struct agent_opts *o, int argc, char **argv);
 int agent_parse_size(const char *s, uint64_t *out);
 int agent_parse_duration(const char *s, uint64_t *out_ms);
 
-/* The outcome of one cache on this node. Owned strings. */
-struct agent_verdicts {
-    int judged; /* inspected and the GPUs judged */
-    struct tkm_compat_verdict *v;
-    size_t n;
-};
-
-enum agent_cache_state {
-    AGENT_CS_PENDING = 0, /* no pinned digest yet */
-    AGENT_CS_RUNNING,     /* creds -> inspect -> policy -> signature -> judge */
-    AGENT_CS_BACKOFF,     /* a transient failure: retried on a timer */
-    AGENT_CS_DONE,        /* a result (usable or with a reason) */
-};
-
 struct agent;
 struct agent_run;
-
-/* One TritonKernelCache / TritonKernelCacheCluster as the agent knows it:
- * the decoded object (a compact struct, not the JSON) and the result. */
-struct agent_cache {
-    struct agent_cache *next;
-    struct agent *a;
-    char *key; /* "ns/name", or "name" for the cluster kind */
-    struct tkm_api_cache c;
-    char *inputs; /* spec JSON + resolved digest: a change re-verifies */
-    enum agent_cache_state state;
-    struct agent_run *run; /* in flight, or NULL */
-    uv_timer_t *timer;     /* backoff / periodic re-verify (owned, closed on free) */
-    uint64_t backoff_ms;
-    uint64_t verified_at_ms;
-    /* result */
-    char digest[80];
-    int inspected;
-    int verified;      /* the signature verified */
-    int sig_mode;      /* enum tkm_sig_mode used */
-    char reason[64];   /* CamelCase, "" when usable */
-    char message[768]; /* a sentence, "" when usable */
-    struct tkm_triton_summary summary;
-    char *layer_digest;              /* the image's one layer */
-    uint64_t cache_bytes;            /* extracted size (label cache-size-bytes), for admission */
-    struct tkm_oci_session *session; /* the registry session it was inspected through */
-    int label_checked;               /* the extracted kernels matched the label (this process) */
-    struct agent_verdicts verdicts;
-    char judged_at[32];
-    /* the image's Inductor part (cache.inductor.image/summary), judged per GPU
-     * beside the Triton summary; a malformed label leaves the facts empty, so
-     * every GPU is refused (fail closed) */
-    int has_inductor;
-    struct tkm_inductor_facts inductor;
-};
 
 /* Takes the torch.compile parts an image config announces into ac (the
  * Inductor facts); returns the bytes their cache-size-bytes labels add to
@@ -169,7 +124,11 @@ struct agent {
     struct k8s_client *kc;
     struct tkm_http *http;
     struct agent_session *sessions;
-    struct agent_cache *caches;
+    struct agent_cache *caches; /* the live list of idx (declared.h): iterate with ->next */
+    struct agent_index idx;     /* every cache, decoded once: agent_caches_index() */
+    struct k8s_workqueue *q;    /* cache keys; agent_cache_reconcile() runs each */
+    uint64_t cfg_gen;           /* tkm-config's generation: a change re-verifies every cache */
+    void (*caches_closed)(struct agent *a); /* agent_caches_close()'s callback */
     struct tkm_api_config cfg;
     int cfg_ready;        /* the tkm-config informer has synced */
     size_t runs_inflight; /* verifications in flight (a burst ends at 0) */
@@ -220,24 +179,29 @@ int agent_gpu_start(struct agent *a);
 void agent_gpu_probe(struct agent *a);
 void agent_gpus_release(struct agent *a);
 
-/* cache.c */
+/* cache.c: the informers of the caches and tkm-config, the work queue of
+ * cache keys and its one reconcile function (the verification pipeline). */
 int agent_caches_start(struct agent *a, struct tkm_err *err);
-void agent_cache_kick(struct agent_cache *ac); /* (re)start the pipeline */
-void agent_cache_free(struct agent_cache *ac);
+/* The index of caches (declared.h), set up on first use. */
+struct agent_index *agent_caches_index(struct agent *a);
+/* The live cache of key, or NULL. */
+struct agent_cache *agent_cache_get(struct agent *a, const char *key);
 void agent_cache_rejudge(struct agent_cache *ac);
 void agent_caches_rejudge_all(struct agent *a);
-void agent_caches_reverify_all(struct agent *a);
+/* Caches whose verification has not reported for their current inputs
+ * (queued, in flight or retrying). */
+size_t agent_caches_pending(const struct agent *a);
 /* --once: prints and stops when everything is synced and judged. */
 void agent_once_check(struct agent *a);
-struct agent_cache *agent_cache_find(struct agent *a, int cluster, const char *ns,
-                                     const char *name);
-/* Decodes an object into a new or existing entry; -EPROTO with err for a bad object. */
-int agent_cache_upsert_json(struct agent *a, const char *json, size_t len, struct agent_cache **out,
-                            struct tkm_err *err);
-void agent_cache_remove(struct agent *a, const char *key);
 /* The registry session for host with auth bytes (NULL/"": anonymous). */
 int agent_session_get(struct agent *a, const char *host, const char *auth,
                       struct tkm_oci_session **out, struct tkm_err *err);
+/* Part of the stop: cancels every verification in flight, frees the index
+ * and the registry sessions, and shuts the work queue down; cb (optional)
+ * runs from the loop once the queue is closed (at once when it never
+ * started). The http and k8s clients must stay open until then: the
+ * cancelled jobs report through them. */
+void agent_caches_close(struct agent *a, void (*cb)(struct agent *a));
 
 /* sig.c: the one signature step (swap point for tkm_sig_job_verify). cb gets
  * rc 0 (verified, desc filled) or rc < 0 with a CamelCase reason and err. */

@@ -14,6 +14,7 @@
 #include <tkm/log.h>
 #include <tkm/oci/ref.h>
 #include <tkm/triton/image.h>
+#include <tkm/util.h>
 #include <tkm/yaml_out.h>
 
 #include "agent.h"
@@ -121,7 +122,7 @@ struct once_img {
 static void once_finish(struct once_img *oi)
 {
     struct agent *a = oi->a;
-    oi->ac->state = AGENT_CS_DONE;
+    oi->ac->verified_at_ms = tkm_now_ms(); /* judged: agent_caches_pending() drops it */
     free(oi->pem);
     free(oi);
     agent_once_check(a);
@@ -206,11 +207,10 @@ static struct agent_cache *image_cache(struct agent *a)
     ac->c.cluster = 1;
     ac->key = strdup("image");
     ac->c.meta.name = strdup("image");
-    if (!ac->key || !ac->c.meta.name) {
-        agent_cache_free(ac);
+    if (!ac->key || !ac->c.meta.name || agent_index_add(agent_caches_index(a), ac) < 0) {
+        agent_cache_destroy(ac);
         return NULL;
     }
-    a->caches = ac;
     return ac;
 }
 
@@ -243,7 +243,7 @@ int agent_once_image(struct agent *a)
             snprintf(oi->ac->message, sizeof oi->ac->message, "signature not checked (layout)");
         }
         tkm_triton_image_release(&im);
-        oi->ac->state = AGENT_CS_DONE;
+        oi->ac->verified_at_ms = tkm_now_ms();
         free(oi->pem);
         free(oi);
         return 0; /* printed once the GPUs are probed (agent_once_check) */
@@ -259,7 +259,6 @@ int agent_once_image(struct agent *a)
         tkm_oci_session_free(oi->s);
         goto fail;
     }
-    oi->ac->state = AGENT_CS_RUNNING;
     a->once_session = oi->s;
     return 0;
 nomem:
