@@ -21,6 +21,7 @@
 #include <tkm/triton/parts.h>
 #include <tkm/api/policy.h>
 #include <tkm/api/v1alpha1.h>
+#include <tkm/api/verify.h>
 #include <tkm/gpu/compat.h>
 #include <tkm/gpu/probe.h>
 #include <tkm/http.h>
@@ -98,13 +99,6 @@ struct agent_vol {
 
 struct agent_pull;
 
-struct agent_session {
-    struct agent_session *next;
-    char *host;
-    char *auth; /* the dockerconfigjson the session was made with, "" anonymous */
-    struct tkm_oci_session *s;
-};
-
 /* Node status objects this agent writes: one per namespace with caches, plus
  * the cluster one (ns ""). */
 struct agent_nsobj {
@@ -123,12 +117,13 @@ struct agent {
     struct agent_opts o;
     struct k8s_client *kc;
     struct tkm_http *http;
-    struct agent_session *sessions;
-    struct agent_cache *caches; /* the live list of idx (declared.h): iterate with ->next */
-    struct agent_index idx;     /* every cache, decoded once: agent_caches_index() */
-    struct k8s_workqueue *q;    /* cache keys; agent_cache_reconcile() runs each */
-    uint64_t cfg_gen;           /* tkm-config's generation: a change re-verifies every cache */
+    struct tkm_verify_ctx *verify; /* the verify jobs and their registry session pool */
+    struct agent_cache *caches;    /* the live list of idx (declared.h): iterate with ->next */
+    struct agent_index idx;        /* every cache, decoded once: agent_caches_index() */
+    struct k8s_workqueue *q;       /* cache keys; agent_cache_reconcile() runs each */
+    uint64_t cfg_gen;              /* tkm-config's generation: a change re-verifies every cache */
     void (*caches_closed)(struct agent *a); /* agent_caches_close()'s callback */
+    int caches_closing;                     /* ... once this many parts have closed */
     struct tkm_api_config cfg;
     int cfg_ready;        /* the tkm-config informer has synced */
     size_t runs_inflight; /* verifications in flight (a burst ends at 0) */
@@ -151,8 +146,7 @@ struct agent {
     uint64_t write_backoff_ms;
     int stopping;
     int exit_code;
-    /* --once --image REF */
-    struct tkm_oci_session *once_session;
+    struct tkm_oci_session *once_session; /* --once --image REF */
     /* the store and the socket */
     struct tkm_store *store;
     struct tkm_store_state *state;
@@ -193,25 +187,12 @@ void agent_caches_rejudge_all(struct agent *a);
 size_t agent_caches_pending(const struct agent *a);
 /* --once: prints and stops when everything is synced and judged. */
 void agent_once_check(struct agent *a);
-/* The registry session for host with auth bytes (NULL/"": anonymous). */
-int agent_session_get(struct agent *a, const char *host, const char *auth,
-                      struct tkm_oci_session **out, struct tkm_err *err);
 /* Part of the stop: cancels every verification in flight, frees the index
  * and the registry sessions, and shuts the work queue down; cb (optional)
  * runs from the loop once the queue is closed (at once when it never
  * started). The http and k8s clients must stay open until then: the
  * cancelled jobs report through them. */
 void agent_caches_close(struct agent *a, void (*cb)(struct agent *a));
-
-/* sig.c: the one signature step (swap point for tkm_sig_job_verify). cb gets
- * rc 0 (verified, desc filled) or rc < 0 with a CamelCase reason and err. */
-typedef void (*agent_sig_cb)(int rc, const char *reason, const char *desc,
-                             const struct tkm_err *err, void *data);
-struct agent_sig;
-int agent_sig_verify(struct tkm_oci_session *s, const char *repo, const char *digest,
-                     const struct tkm_sig_policy *pol, agent_sig_cb cb, void *data,
-                     struct agent_sig **out, struct tkm_err *err);
-void agent_sig_cancel(struct agent_sig *v);
 
 /* status.c */
 /* Fills e (borrowed strings from ac) with ac's node status entry; arrays

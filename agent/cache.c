@@ -24,25 +24,19 @@
 #include <tkm/oci/ref.h>
 #include <tkm/triton/image.h>
 #include <tkm/trust/sigjob.h>
+#include <tkm/api/verify.h>
 #include <tkm/util.h>
 
 #include "agent.h"
 
-/* One pass of the pipeline for one queue key. Outlives its cache when the
- * cache goes away or its inputs change (ac NULL): the callbacks in flight
- * then only end the key's processing and free it. */
+/* One pass of the pipeline (a verify job) for one queue key. */
 struct agent_run {
     struct agent_cache *ac;
     struct agent *a;
     char *key;    /* the queue key in processing */
     char *inputs; /* the inputs it verifies (ac->inputs when it started) */
     uint64_t cfg; /* ... and tkm-config's generation */
-    struct tkm_oci_ref ref;
-    struct tkm_oci_session *s;
-    struct tkm_oci_job *job;
-    struct agent_sig *sig;
-    int api_inflight; /* creds or policy resolve: not cancellable, wait for it */
-    enum tkm_sig_mode mode;
+    struct tkm_verify_job *job;
 };
 
 /* Ends the key's processing (after_ms: re-verify then) and frees r. */
@@ -64,18 +58,16 @@ static void run_free(struct agent_run *r, enum k8s_wq_result res, uint64_t after
         malloc_trim(0);
 }
 
-/* Detaches and cancels the run of ac (its callbacks end it). */
+/* Cancels the run of ac (the job never calls back then) and ends its key's
+ * processing: an add made before or after runs the key again. */
 static void run_abandon(struct agent_cache *ac)
 {
     struct agent_run *r = ac->run;
     if (!r)
         return;
     ac->run = NULL;
-    r->ac = NULL;
-    if (r->job)
-        tkm_oci_job_cancel(r->job);
-    else if (r->sig)
-        agent_sig_cancel(r->sig);
+    tkm_verify_job_cancel(r->job);
+    run_free(r, K8S_WQ_OK, 0);
 }
 
 static void enqueue(struct agent *a, const char *key)
@@ -253,150 +245,35 @@ static void run_fail(struct agent_run *r, int transient, const char *reason, con
     run_finish(r, transient);
 }
 
-/* CamelCase reason and transience of a registry job's failure. */
-static const char *registry_reason(int rc, const char *msg, int *transient)
+/* A failure worth retrying soon: the registry or the apiserver did not
+ * answer (the verify job's reasons). */
+static int transient_failure(int rc, const char *reason)
 {
-    *transient = 0;
-    switch (rc) {
-    case -EACCES:
-        return "RegistryUnauthorized";
-    case -EPERM:
-        return "RegistryForbidden";
-    case -ENOENT:
-        return strstr(msg, "label") ? "NotATritonCache" : "ImageNotFound";
-    case -EBADMSG:
-        return "DigestMismatch";
-    case -EINVAL:
-    case -EPROTO:
-    case -ENOTSUP:
-    case -E2BIG:
-    case -EMSGSIZE:
-        return "InvalidImage";
-    default:
-        *transient = 1;
-        return "RegistryUnreachable";
-    }
+    return rc == -ECANCELED || !strcmp(reason, "RegistryUnreachable") ||
+           !strcmp(reason, "APIUnavailable") || !strcmp(reason, "Internal");
 }
 
-static void judge_and_finish(struct agent_run *r)
+/* The inspected image becomes the cache's: the summary every GPU is judged
+ * against, its one layer, its size for admission. 0, or < 0 after run_fail. */
+static int take_image(struct agent_run *r, struct tkm_verify_result *res)
 {
-    run_finish(r, 0);
-}
-
-static void on_sig(int rc, const char *reason, const char *desc, const struct tkm_err *err,
-                   void *data)
-{
-    struct agent_run *r = data;
-    r->sig = NULL;
-    if (!r->ac) {
-        run_free(r, K8S_WQ_OK, 0);
-        return;
-    }
     struct agent_cache *ac = r->ac;
-    if (rc == 0) {
-        ac->verified = 1;
-        tkm_dbg("cache %s: signature verified (%s)", ac->key, desc ? desc : "");
-        judge_and_finish(r);
-        return;
-    }
-    ac->verified = 0;
-    if (!strcmp(reason, "RegistryUnreachable")) {
-        r->a->registry_errors++;
-        run_fail(r, 1, reason, tkm_err_str(err));
-        return;
-    }
-    if (r->mode == TKM_SIG_MODE_AUDIT) {
-        /* Audit: reported, never refused */
-        snprintf(ac->message, sizeof ac->message, "Audit: %s: %s", reason, tkm_err_str(err));
-        judge_and_finish(r);
-        return;
-    }
-    set_reason(ac, reason, "signature policy Enforce: %s", tkm_err_str(err));
-    judge_and_finish(r);
-}
-
-static void on_policy(int rc, struct tkm_api_policy *pol, const char *reason,
-                      const struct tkm_err *err, void *data)
-{
-    struct agent_run *r = data;
-    struct tkm_err e = {0};
-    r->api_inflight = 0;
-    if (!r->ac) {
-        tkm_api_policy_free(pol);
-        run_free(r, K8S_WQ_OK, 0);
-        return;
-    }
-    struct agent_cache *ac = r->ac;
-    if (rc < 0) {
-        if (rc == -ECANCELED) {
-            run_fail(r, 1, "APIUnavailable", "cancelled");
-            return;
-        }
-        run_fail(r, !strcmp(reason, "APIUnavailable"), reason ? reason : "InvalidPolicy",
-                 tkm_err_str(err));
-        return;
-    }
-    r->mode = pol->pol.mode;
-    ac->sig_mode = pol->pol.mode;
-    tkm_dbg("cache %s: policy %s", ac->key, pol->describe);
-    if (pol->pol.mode == TKM_SIG_MODE_DISABLED) {
-        ac->verified = 0;
-        snprintf(ac->message, sizeof ac->message, "signature verification disabled by %s",
-                 pol->describe);
-        tkm_api_policy_free(pol);
-        judge_and_finish(r);
-        return;
-    }
-    rc = agent_sig_verify(r->s, r->ref.repo, ac->digest, &pol->pol, on_sig, r, &r->sig, &e);
-    tkm_api_policy_free(pol); /* the verify copied what it needs */
-    if (rc < 0) {
-        if (r->mode == TKM_SIG_MODE_AUDIT) {
-            snprintf(ac->message, sizeof ac->message, "Audit: %s", tkm_err_str(&e));
-            judge_and_finish(r);
-            return;
-        }
-        set_reason(ac, tkm_sig_reason(rc), "%s", tkm_err_str(&e));
-        judge_and_finish(r);
-    }
-}
-
-static void on_inspect(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
-                       const struct tkm_err *err, void *data)
-{
-    struct agent_run *r = data;
-    struct tkm_err e = {0};
-    int transient;
-    (void)job;
-    r->job = NULL;
-    if (!r->ac) {
-        run_free(r, K8S_WQ_OK, 0);
-        return;
-    }
-    struct agent_cache *ac = r->ac;
-    if (rc < 0) {
-        const char *reason = registry_reason(rc, tkm_err_str(err), &transient);
-        if (transient)
-            r->a->registry_errors++;
-        run_fail(r, transient, reason, tkm_err_str(err));
-        return;
-    }
-    const struct tkm_triton_image *im = res->detail;
-    const struct tkm_oci_manifest *m = &res->image.parsed;
+    const struct tkm_triton_image *im = &res->image;
+    const struct tkm_oci_manifest *m = &res->manifest;
     if (m->n_descs != 1) {
         run_fail(r, 0, "InvalidImage", "a Triton cache image has exactly one layer");
-        return;
+        return -1;
     }
-    if (strcmp(res->digest, ac->digest) != 0) {
+    if (strcmp(res->image_digest, ac->digest) != 0) {
         char msg[256];
         snprintf(msg, sizeof msg, "the registry served manifest %s for pinned digest %s",
-                 res->digest, ac->digest);
+                 res->image_digest, ac->digest);
         run_fail(r, 0, "DigestMismatch", msg);
-        return;
+        return -1;
     }
-    /* the summary moves into the cache: it is what every GPU is judged against */
     tkm_triton_summary_release(&ac->summary);
-    ac->summary = ((struct tkm_triton_image *)im)->summary;
-    memset(&((struct tkm_triton_image *)im)->summary, 0, sizeof im->summary);
+    ac->summary = res->image.summary; /* moved out (verify.h allows it) */
+    memset(&res->image.summary, 0, sizeof res->image.summary);
     if (!ac->layer_digest || strcmp(ac->layer_digest, m->descs[0].digest) != 0)
         ac->label_checked = 0;
     free(ac->layer_digest);
@@ -409,60 +286,61 @@ static void on_inspect(struct tkm_oci_job *job, int rc, struct tkm_oci_job_resul
     ac->reason[0] = 0;
     ac->message[0] = 0;
     agent_cache_rejudge(ac);
-    r->api_inflight = 1;
-    rc = tkm_api_policy_resolve(r->a->kc, &ac->c, &r->a->cfg, r->a->o.ns, on_policy, r, &e);
-    if (rc < 0) {
-        r->api_inflight = 0;
-        run_fail(r, 0, "InvalidPolicy", tkm_err_str(&e));
-    }
+    return 0;
 }
 
-/* Builds the dockerconfigjson a session is made with from resolved creds. */
-static char *creds_auth(const char *host, const struct tkm_oci_creds *c)
-{
-    if (!c || (!c->username[0] && !c->identity_token[0]))
-        return strdup("");
-    json_t *entry = json_object();
-    if (c->identity_token[0])
-        json_object_set_new(entry, "identitytoken", json_string(c->identity_token));
-    if (c->username[0]) {
-        json_object_set_new(entry, "username", json_string(c->username));
-        json_object_set_new(entry, "password", json_string(c->password));
-    }
-    json_t *root = json_pack("{s:{s:o}}", "auths", host, entry);
-    char *s = root ? json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-    json_decref(root);
-    return s;
-}
-
-static void on_creds(int rc, const struct tkm_oci_creds *creds, const char *reason,
-                     const struct tkm_err *err, void *data)
+/* The verify job reported (api/verify.h): the agent's part is judging the
+ * GPUs and what the signature verdict means on this node. */
+static void on_verified(const struct tkm_verify_result *cres, void *data)
 {
     struct agent_run *r = data;
-    struct tkm_err e = {0};
-    r->api_inflight = 0;
-    if (!r->ac) {
-        run_free(r, K8S_WQ_OK, 0);
+    struct agent_cache *ac = r->ac;
+    struct tkm_verify_result *res = (struct tkm_verify_result *)cres; /* image: movable */
+    r->job = NULL;
+    if (res->session)
+        ac->session = res->session; /* the layer is pulled through it */
+    switch (res->failed) {
+    case TKM_VERIFY_DONE:
+        break;
+    case TKM_VERIFY_STEP_POLICY:
+        /* before the image counts: no cache is usable without its policy */
+        run_fail(r, transient_failure(res->rc, res->reason), res->reason, res->message);
+        return;
+    case TKM_VERIFY_STEP_SESSION:
+        run_fail(r, 0, "InvalidImage", res->message);
+        return;
+    default: /* credentials, inspect */
+        if (!strcmp(res->reason, "RegistryUnreachable"))
+            r->a->registry_errors++;
+        run_fail(r, transient_failure(res->rc, res->reason), res->reason, res->message);
         return;
     }
-    if (rc < 0) {
-        run_fail(r, rc == -ECANCELED || !strcmp(reason ? reason : "", "APIUnavailable"),
-                 reason ? reason : "SecretNotFound", tkm_err_str(err));
+    if (take_image(r, res) < 0)
         return;
-    }
-    char *auth = creds_auth(r->ref.host, creds);
-    if (!auth) {
-        run_fail(r, 1, "Internal", "out of memory");
+    ac->sig_mode = res->mode;
+    tkm_dbg("cache %s: policy %s", ac->key, res->policy_describe);
+    if (res->sig_state == TKM_VERIFY_SIG_DISABLED) {
+        ac->verified = 0;
+        snprintf(ac->message, sizeof ac->message, "signature verification disabled by %s",
+                 res->policy_describe);
+    } else if (res->verified) {
+        ac->verified = 1;
+        tkm_dbg("cache %s: signature verified (%s at %s)", ac->key,
+                tkm_sig_format_name(res->sig.format), res->sig.location);
+    } else if (!strcmp(res->sig_reason, "RegistryUnreachable")) {
+        ac->verified = 0;
+        r->a->registry_errors++;
+        run_fail(r, 1, res->sig_reason, res->sig_message);
         return;
+    } else if (res->mode == TKM_SIG_MODE_AUDIT) { /* Audit: reported, never refused */
+        ac->verified = 0;
+        snprintf(ac->message, sizeof ac->message, "Audit: %s: %s", res->sig_reason,
+                 res->sig_message);
+    } else {
+        ac->verified = 0;
+        set_reason(ac, res->sig_reason, "signature policy Enforce: %s", res->sig_message);
     }
-    rc = agent_session_get(r->a, r->ref.host, auth, &r->s, &e);
-    free(auth);
-    if (rc == 0)
-        r->ac->session = r->s;
-    if (rc == 0)
-        rc = tkm_triton_job_inspect(r->s, &r->ref, on_inspect, r, &r->job, &e);
-    if (rc < 0)
-        run_fail(r, 0, "InvalidImage", tkm_err_str(&e));
+    run_finish(r, 0);
 }
 
 /* The result of ac is for its current inputs and tkm-config and not being
@@ -532,16 +410,17 @@ static void agent_cache_reconcile(struct k8s_workqueue *q, const char *key, void
     r->cfg = a->cfg_gen;
     ac->run = r;
     a->runs_inflight++;
-    if (tkm_oci_ref_parse(&r->ref, ac->c.spec.cache_image, &e) < 0) {
+    struct tkm_verify_req vr = {.flags = TKM_VERIFY_INSPECT | TKM_VERIFY_SIGNATURE,
+                                .kc = a->kc,
+                                .cache = &ac->c,
+                                .digest = d,
+                                .cfg = &a->cfg,
+                                .config_ns = a->o.ns};
+    int rc = tkm_verify_start(a->verify, &vr, on_verified, r, &r->job, &e);
+    if (rc == -ENOMEM)
+        run_fail(r, 1, "Internal", "out of memory");
+    else if (rc < 0)
         run_fail(r, 0, "InvalidImage", tkm_err_str(&e));
-        return;
-    }
-    snprintf(r->ref.digest, sizeof r->ref.digest, "%s", d);
-    r->api_inflight = 1;
-    if (tkm_api_pull_creds_resolve(a->kc, &ac->c, a->o.ns, r->ref.host, on_creds, r, &e) < 0) {
-        r->api_inflight = 0;
-        run_fail(r, 0, "InvalidPolicy", tkm_err_str(&e));
-    }
 }
 
 /* tkm-config changed (or became known): every cache is verified again. */
@@ -552,45 +431,6 @@ static void reverify_all(struct agent *a)
         run_abandon(ac);
         enqueue(a, ac->key);
     }
-}
-
-/* ---- sessions ------------------------------------------------------------------ */
-
-int agent_session_get(struct agent *a, const char *host, const char *auth,
-                      struct tkm_oci_session **out, struct tkm_err *err)
-{
-    for (struct agent_session *s = a->sessions; s; s = s->next)
-        if (!strcmp(s->host, host) && !strcmp(s->auth, auth ? auth : "")) {
-            *out = s->s;
-            return 0;
-        }
-    struct agent_session *n = calloc(1, sizeof *n);
-    struct tkm_oci_registry_opts ro = {0};
-    int rc = -ENOMEM;
-    if (!n)
-        return tkm_err_set(err, -ENOMEM, "out of memory");
-    n->host = strdup(host);
-    n->auth = strdup(auth ? auth : "");
-    if (!n->host || !n->auth)
-        goto fail;
-    if (n->auth[0]) {
-        ro.auth_json = n->auth;
-        ro.auth_json_len = strlen(n->auth);
-    } else {
-        ro.anonymous = 1;
-    }
-    rc = tkm_oci_session_new(a->http, host, &ro, &n->s, err);
-    if (rc < 0)
-        goto fail;
-    n->next = a->sessions;
-    a->sessions = n;
-    *out = n->s;
-    return 0;
-fail:
-    free(n->host);
-    free(n->auth);
-    free(n);
-    return rc;
 }
 
 /* ---- informers -------------------------------------------------------------------- */
@@ -767,7 +607,8 @@ int agent_caches_start(struct agent *a, struct tkm_err *err)
     char fsel[512];
     int rc;
     agent_caches_index(a);
-    if ((rc = k8s_workqueue_new(a->loop, &qo, agent_cache_reconcile, a, &a->q, err)) < 0)
+    if ((rc = tkm_verify_ctx_new(a->loop, a->http, NULL, &a->verify, err)) < 0 ||
+        (rc = k8s_workqueue_new(a->loop, &qo, agent_cache_reconcile, a, &a->q, err)) < 0)
         return rc;
     snprintf(fsel, sizeof fsel, "metadata.name=%s", TKM_API_CONFIG_NAME);
     if ((rc = informer(a, &k8s_res_configmaps, a->o.ns, fsel, 1, &a->inf_cfg, err)) < 0 ||
@@ -785,30 +626,37 @@ int agent_caches_start(struct agent *a, struct tkm_err *err)
 
 /* ---- stop ------------------------------------------------------------------------------ */
 
+/* The queue or the verify context closed: the last one calls back. */
+static void part_closed(void *data)
+{
+    struct agent *a = data;
+    if (--a->caches_closing == 0 && a->caches_closed)
+        a->caches_closed(a);
+}
+
 static void queue_closed(void *data)
 {
     struct agent *a = data;
     a->q = NULL;
-    if (a->caches_closed)
-        a->caches_closed(a);
+    part_closed(a);
 }
 
 void agent_caches_close(struct agent *a, void (*cb)(struct agent *a))
 {
+    /* each run's job cancelled and its key done, so the queue closes at once */
     for (struct agent_cache *ac = a->caches; ac; ac = ac->next)
         run_abandon(ac);
     agent_index_release(&a->idx);
-    while (a->sessions) { /* cancels their jobs: the runs' callbacks end their keys */
-        struct agent_session *s = a->sessions;
-        a->sessions = s->next;
-        tkm_oci_session_free(s->s);
-        free(s->host);
-        free(s->auth);
-        free(s);
-    }
     a->caches_closed = cb;
-    if (a->q)
+    a->caches_closing = 1; /* this function's own share, dropped below */
+    if (a->verify) {
+        a->caches_closing++;
+        tkm_verify_ctx_close(a->verify, part_closed, a);
+        a->verify = NULL;
+    }
+    if (a->q) {
+        a->caches_closing++;
         k8s_workqueue_shutdown(a->q, queue_closed, a);
-    else if (cb)
-        cb(a);
+    }
+    part_closed(a);
 }

@@ -40,10 +40,10 @@ void agent_index_release(struct agent_index *x)
     const char *k;
     void *v;
     size_t pos = 0;
-    while (agent_strmap_next(&x->by_key, &pos, &k, &v))
+    while (tkm_strmap_next(&x->by_key, &pos, &k, &v))
         agent_cache_destroy(v); /* the map does not read its keys again */
-    agent_strmap_release(&x->by_key);
-    agent_strmap_release(&x->by_image);
+    tkm_strmap_release(&x->by_key);
+    tkm_strmap_release(&x->by_image);
     if (x->live)
         *x->live = NULL;
     x->n_live = 0;
@@ -51,7 +51,7 @@ void agent_index_release(struct agent_index *x)
 
 struct agent_cache *agent_index_get(const struct agent_index *x, const char *key)
 {
-    return agent_strmap_get(&x->by_key, key);
+    return tkm_strmap_get(&x->by_key, key);
 }
 
 /* ---- the chains by image and the live list ------------------------------------------------- */
@@ -59,12 +59,12 @@ struct agent_cache *agent_index_get(const struct agent_index *x, const char *key
 static void image_unlink(struct agent_index *x, struct agent_cache *ac)
 {
     const char *img = ac->c.spec.cache_image;
-    struct agent_cache *head = img ? agent_strmap_get(&x->by_image, img) : NULL;
+    struct agent_cache *head = img ? tkm_strmap_get(&x->by_image, img) : NULL;
     if (head == ac) {
         if (ac->img_next)
-            agent_strmap_put(&x->by_image, ac->img_next->c.spec.cache_image, ac->img_next, NULL);
+            tkm_strmap_put(&x->by_image, ac->img_next->c.spec.cache_image, ac->img_next, NULL);
         else
-            agent_strmap_del(&x->by_image, img);
+            tkm_strmap_del(&x->by_image, img);
     } else {
         for (struct agent_cache *p = head; p; p = p->img_next)
             if (p->img_next == ac) {
@@ -78,8 +78,8 @@ static void image_unlink(struct agent_index *x, struct agent_cache *ac)
 static int image_link(struct agent_index *x, struct agent_cache *ac)
 {
     const char *img = ac->c.spec.cache_image;
-    ac->img_next = agent_strmap_get(&x->by_image, img);
-    int rc = agent_strmap_put(&x->by_image, img, ac, NULL);
+    ac->img_next = tkm_strmap_get(&x->by_image, img);
+    int rc = tkm_strmap_put(&x->by_image, img, ac, NULL);
     if (rc < 0)
         ac->img_next = NULL;
     return rc;
@@ -139,12 +139,12 @@ int agent_index_apply(struct agent_index *x, const struct k8s_obj *obj, struct a
     struct tkm_api_cache c = {0};
     struct tkm_err de = {0};
     char *inputs = NULL;
-    struct agent_cache *ac = agent_strmap_get(&x->by_key, obj->key);
+    struct agent_cache *ac = tkm_strmap_get(&x->by_key, obj->key);
     if (entry)
         *entry = NULL;
     if (!ac) {
         if (!(ac = calloc(1, sizeof *ac)) || !(ac->key = strdup(obj->key)) ||
-            agent_strmap_put(&x->by_key, ac->key, ac, NULL) < 0) {
+            tkm_strmap_put(&x->by_key, ac->key, ac, NULL) < 0) {
             agent_cache_destroy(ac);
             return tkm_err_set(err, -ENOMEM, "out of memory");
         }
@@ -185,7 +185,7 @@ int agent_index_apply(struct agent_index *x, const struct k8s_obj *obj, struct a
 
 int agent_index_add(struct agent_index *x, struct agent_cache *ac)
 {
-    int rc = agent_strmap_put(&x->by_key, ac->key, ac, NULL);
+    int rc = tkm_strmap_put(&x->by_key, ac->key, ac, NULL);
     if (rc == 0)
         live_link(x, ac);
     return rc;
@@ -193,7 +193,7 @@ int agent_index_add(struct agent_index *x, struct agent_cache *ac)
 
 struct agent_cache *agent_index_take(struct agent_index *x, const char *key)
 {
-    struct agent_cache *ac = agent_strmap_del(&x->by_key, key);
+    struct agent_cache *ac = tkm_strmap_del(&x->by_key, key);
     if (!ac)
         return NULL;
     if (ac->c.spec.cache_image)
@@ -251,7 +251,7 @@ static int find_by_image(const struct agent_index *x, const char *pod_ns, const 
                          struct agent_cache **found, struct tkm_err *err)
 {
     struct agent_cache *mine = NULL, *cl = NULL;
-    for (struct agent_cache *p = agent_strmap_get(&x->by_image, image); p; p = p->img_next) {
+    for (struct agent_cache *p = tkm_strmap_get(&x->by_image, image); p; p = p->img_next) {
         struct agent_cache **best = p->c.cluster ? &cl : &mine;
         if (p->bad || (!p->c.cluster && strcmp(p->c.meta.ns, pod_ns) != 0))
             continue; /* another namespace's cache never matches */

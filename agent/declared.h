@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include <tkm/err.h>
+#include <tkm/strmap.h>
 #include <tkm/api/v1alpha1.h>
 #include <tkm/gpu/compat.h>
 #include <tkm/oci/session.h>
@@ -43,7 +44,6 @@
 #include <k8s/informer.h>
 
 #include "rpc.h"
-#include "strmap.h"
 
 /* The outcome of one cache on this node. Owned strings. */
 struct agent_verdicts {
@@ -97,9 +97,9 @@ struct agent_cache {
 void agent_cache_destroy(struct agent_cache *ac);
 
 struct agent_index {
-    struct agent_strmap by_key;   /* key -> entry (every object of both informers) */
-    struct agent_strmap by_image; /* spec.cacheImage -> first entry, chained by img_next */
-    struct agent_cache **live;    /* head of the live list (borrowed: see agent_index_init) */
+    struct tkm_strmap by_key;   /* key -> entry (every object of both informers) */
+    struct tkm_strmap by_image; /* spec.cacheImage -> first entry, chained by img_next */
+    struct agent_cache **live;  /* head of the live list (borrowed: see agent_index_init) */
     size_t n_live;
 };
 

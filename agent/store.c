@@ -24,6 +24,7 @@
 
 #include <tkm/triton/parts.h>
 #include <tkm/archive.h>
+#include <tkm/fs.h>
 #include <tkm/log.h>
 #include <tkm/oci/ref.h>
 #include <tkm/util.h>
@@ -131,33 +132,13 @@ int agent_store_extracted(struct agent *a, const char *layer)
 
 /* ---- opening ---------------------------------------------------------------------------- */
 
-/* mkdir -p (0755) of path's parents and path itself. 0 or -errno. */
-static int mkdir_p(const char *path)
-{
-    char p[4096];
-    int n = snprintf(p, sizeof p, "%s", path);
-    if (n <= 0 || (size_t)n >= sizeof p)
-        return -ENAMETOOLONG;
-    for (char *c = p + 1; *c; c++) {
-        if (*c != '/')
-            continue;
-        *c = 0;
-        if (mkdir(p, 0755) < 0 && errno != EEXIST)
-            return -errno;
-        *c = '/';
-    }
-    if (mkdir(p, 0755) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
 int agent_store_open(struct agent *a, struct tkm_err *err)
 {
     struct tkm_store_state_report rep = {0};
     struct tkm_store_ref *refs = NULL;
     size_t n = 0;
     char pulls[4096];
-    int rc = mkdir_p(a->o.store_dir);
+    int rc = tkm_mkdir_p(a->o.store_dir, 0755, NULL);
     if (rc < 0)
         return tkm_err_set(err, rc, "--store-dir %s: cannot create it: %s", a->o.store_dir,
                            strerror(-rc));
