@@ -2,14 +2,29 @@
  * agent.h - tkm-agent's internal interface (the agent sources share it; nothing
  * outside agent/ includes it). docs/agent.md describes the design.
  *
- * One struct agent per process, owned by main() (on its stack). Everything
- * runs on its one libuv loop; only GPU probing and extraction go to the
- * thread pool.
+ * The shape (the same words as the other daemons, docs/architecture.md):
+ *   informers   TritonKernelCache (all namespaces), TritonKernelCacheCluster,
+ *               the ConfigMap tkm-config, and the agent's own node status
+ *               objects (cache.c); the cache events are decoded once into
+ *               the index (declared.h)
+ *   queue       one k8s_workqueue of cache keys (cache.c)
+ *   reconcile   agent_cache_reconcile() (cache.c): the key's decoded cache
+ *               -> the shared verify job (api/verify.h) -> the GPUs judged
+ *   sinks       the node status objects (status.c), the store's prefetch and
+ *               the CSI socket's Materialize (store.c), /metrics (metrics.c)
  *
- * Ownership: struct agent owns every struct agent_cache in its list, the
- * registry sessions, the http client, the k8s client and the informers; they
- * are freed by agent_stop() (from the loop) and agent_release(). Strings in
- * struct agent_opts are borrowed from argv/environ for the process lifetime.
+ * One struct agent per process, owned by main() (on its stack). Everything
+ * runs on its one libuv loop; the thread pool gets only the GPU probe,
+ * extraction, the label check, removals and SQLite checkpoints.
+ *
+ * Ownership: struct agent owns the index and every struct agent_cache in it
+ * (caches is the index's live list, borrowed), the work queue, the verify
+ * context (with the registry session pool), the http and k8s clients, the
+ * informers, the store and the socket. agent_stop() (stop.c) starts the stop
+ * from the loop (agent_caches_close() for the caches' part); main() frees what
+ * is left once the loop has ended (agent_store_close(), agent_metrics_free(),
+ * agent_gpus_release(), agent_nsobjs_free()). Strings in struct agent_opts
+ * are borrowed from argv/environ for the process lifetime.
  */
 #ifndef AGENT_AGENT_H
 #define AGENT_AGENT_H
@@ -187,11 +202,11 @@ void agent_caches_rejudge_all(struct agent *a);
 size_t agent_caches_pending(const struct agent *a);
 /* --once: prints and stops when everything is synced and judged. */
 void agent_once_check(struct agent *a);
-/* Part of the stop: cancels every verification in flight, frees the index
- * and the registry sessions, and shuts the work queue down; cb (optional)
- * runs from the loop once the queue is closed (at once when it never
- * started). The http and k8s clients must stay open until then: the
- * cancelled jobs report through them. */
+/* Part of the stop: cancels every verification in flight (their keys done),
+ * frees the index, closes the verify context (its sessions) and shuts the
+ * work queue down; cb (optional) runs from the loop once both have closed
+ * (at once when neither was started). The http and k8s clients must stay
+ * open until then: the cancelled requests report through them. */
 void agent_caches_close(struct agent *a, void (*cb)(struct agent *a));
 
 /* status.c */
@@ -237,7 +252,7 @@ void agent_metrics_extraction(struct agent *a, double seconds);
 void agent_metrics_stop(struct agent *a); /* servers closed (on the loop) */
 void agent_metrics_free(struct agent *a); /* after the loop ended */
 
-/* main.c */
+/* stop.c: the graceful stop, from the loop (signals, --once, a failed start). */
 void agent_stop(struct agent *a, int code);
 
 #endif
