@@ -232,7 +232,6 @@ int agent_once_image(struct agent *a);
 int agent_once_print(struct agent *a);
 
 /* store.c */
-int agent_store_open(struct agent *a, struct tkm_err *err);
 int agent_store_start(struct agent *a, struct tkm_err *err); /* open + GC timer + socket */
 void agent_store_stop(struct agent *a);                      /* cancel pulls, close the socket */
 void agent_store_close(struct agent *a);                     /* after the loop ended */
@@ -241,7 +240,6 @@ void agent_store_gc(struct agent *a, uint64_t extra);
 int agent_store_extracted(struct agent *a, const char *layer);
 int agent_ready(const struct agent *a);
 int agent_socket_start(struct agent *a, struct tkm_err *err);
-struct agent_vol *agent_vol_find(struct agent *a, const char *volume_id);
 
 /* metrics.c: /metrics, /healthz, /readyz */
 struct tkm_metrics;

@@ -68,14 +68,6 @@ static void mat_free(struct agent_mat *m)
     free(m);
 }
 
-struct agent_vol *agent_vol_find(struct agent *a, const char *volume_id)
-{
-    for (struct agent_vol *v = a->vols; v; v = v->next)
-        if (!strcmp(v->volume_id, volume_id))
-            return v;
-    return NULL;
-}
-
 static void vol_free(struct agent_vol *v)
 {
     free(v->volume_id);
@@ -132,7 +124,7 @@ int agent_store_extracted(struct agent *a, const char *layer)
 
 /* ---- opening ---------------------------------------------------------------------------- */
 
-int agent_store_open(struct agent *a, struct tkm_err *err)
+static int store_open(struct agent *a, struct tkm_err *err)
 {
     struct tkm_store_state_report rep = {0};
     struct tkm_store_ref *refs = NULL;
@@ -854,7 +846,7 @@ static void on_gc_timer(uv_timer_t *t)
 
 int agent_store_start(struct agent *a, struct tkm_err *err)
 {
-    int rc = agent_store_open(a, err);
+    int rc = store_open(a, err);
     if (rc < 0)
         return rc;
     /* at least once a minute; more often for a short grace period */
