@@ -2,14 +2,29 @@
  * agent.h - tkm-agent's internal interface (the agent sources share it; nothing
  * outside agent/ includes it). docs/agent.md describes the design.
  *
- * One struct agent per process, owned by main() (on its stack). Everything
- * runs on its one libuv loop; only GPU probing and extraction go to the
- * thread pool.
+ * The shape (the same words as the other daemons, docs/architecture.md):
+ *   informers   TritonKernelCache (all namespaces), TritonKernelCacheCluster,
+ *               the ConfigMap tkm-config, and the agent's own node status
+ *               objects (cache.c); the cache events are decoded once into
+ *               the index (declared.h)
+ *   queue       one k8s_workqueue of cache keys (cache.c)
+ *   reconcile   agent_cache_reconcile() (cache.c): the key's decoded cache
+ *               -> the shared verify job (api/verify.h) -> the GPUs judged
+ *   sinks       the node status objects (status.c), the store's prefetch and
+ *               the CSI socket's Materialize (store.c), /metrics (metrics.c)
  *
- * Ownership: struct agent owns every struct agent_cache in its list, the
- * registry sessions, the http client, the k8s client and the informers; they
- * are freed by agent_stop() (from the loop) and agent_release(). Strings in
- * struct agent_opts are borrowed from argv/environ for the process lifetime.
+ * One struct agent per process, owned by main() (on its stack). Everything
+ * runs on its one libuv loop; the thread pool gets only the GPU probe,
+ * extraction, the label check, removals and SQLite checkpoints.
+ *
+ * Ownership: struct agent owns the index and every struct agent_cache in it
+ * (caches is the index's live list, borrowed), the work queue, the verify
+ * context (with the registry session pool), the http and k8s clients, the
+ * informers, the store and the socket. agent_stop() (stop.c) starts the stop
+ * from the loop (agent_caches_close() for the caches' part); main() frees what
+ * is left once the loop has ended (agent_store_close(), agent_metrics_free(),
+ * agent_gpus_release(), agent_nsobjs_free()). Strings in struct agent_opts
+ * are borrowed from argv/environ for the process lifetime.
  */
 #ifndef AGENT_AGENT_H
 #define AGENT_AGENT_H
@@ -21,6 +36,7 @@
 #include <tkm/triton/parts.h>
 #include <tkm/api/policy.h>
 #include <tkm/api/v1alpha1.h>
+#include <tkm/api/verify.h>
 #include <tkm/gpu/compat.h>
 #include <tkm/gpu/probe.h>
 #include <tkm/http.h>
@@ -31,16 +47,19 @@
 #include <k8s/client.h>
 #include <k8s/events.h>
 #include <k8s/informer.h>
+#include <k8s/workqueue.h>
 
+#include "declared.h"
 #include "rpc.h"
 
 #define AGENT_FIELD_MANAGER   "tkm-agent"
 #define AGENT_PROBE_PERIOD_MS (5 * 60 * 1000)
 #define AGENT_HEARTBEAT_MS    (60 * 1000)
 #define AGENT_REVERIFY_MS     (10 * 60 * 1000) /* Secrets are not watched: re-verify this often */
-#define AGENT_BACKOFF_MIN_MS  1000
-#define AGENT_BACKOFF_MAX_MS  (5 * 60 * 1000)
-#define AGENT_FLUSH_DELAY_MS  200 /* coalesces many cache changes into one write */
+#define AGENT_BACKOFF_MIN_MS  1000             /* the work queue's retry backoff: 1 s doubling */
+#define AGENT_BACKOFF_MAX_MS  (5 * 60 * 1000)  /* ... to 5 min */
+#define AGENT_WORKERS         64               /* caches verified at once */
+#define AGENT_FLUSH_DELAY_MS  200              /* coalesces many cache changes into one write */
 /* --socket's default: what manifests/base/daemonset-node.yaml mounts and tkm-csi's
  * --agent-socket default (CSI_DEFAULT_AGENT_SOCKET); a directory of its own, since the
  * agent makes the socket's directory 0700 and the shared /var/run/tkm is 0755
@@ -74,56 +93,8 @@ int agent_opts_parse(struct agent_opts *o, int argc, char **argv);
 int agent_parse_size(const char *s, uint64_t *out);
 int agent_parse_duration(const char *s, uint64_t *out_ms);
 
-/* The outcome of one cache on this node. Owned strings. */
-struct agent_verdicts {
-    int judged; /* inspected and the GPUs judged */
-    struct tkm_compat_verdict *v;
-    size_t n;
-};
-
-enum agent_cache_state {
-    AGENT_CS_PENDING = 0, /* no pinned digest yet */
-    AGENT_CS_RUNNING,     /* creds -> inspect -> policy -> signature -> judge */
-    AGENT_CS_BACKOFF,     /* a transient failure: retried on a timer */
-    AGENT_CS_DONE,        /* a result (usable or with a reason) */
-};
-
 struct agent;
 struct agent_run;
-
-/* One TritonKernelCache / TritonKernelCacheCluster as the agent knows it:
- * the decoded object (a compact struct, not the JSON) and the result. */
-struct agent_cache {
-    struct agent_cache *next;
-    struct agent *a;
-    char *key; /* "ns/name", or "name" for the cluster kind */
-    struct tkm_api_cache c;
-    char *inputs; /* spec JSON + resolved digest: a change re-verifies */
-    enum agent_cache_state state;
-    struct agent_run *run; /* in flight, or NULL */
-    uv_timer_t *timer;     /* backoff / periodic re-verify (owned, closed on free) */
-    uint64_t backoff_ms;
-    uint64_t verified_at_ms;
-    /* result */
-    char digest[80];
-    int inspected;
-    int verified;      /* the signature verified */
-    int sig_mode;      /* enum tkm_sig_mode used */
-    char reason[64];   /* CamelCase, "" when usable */
-    char message[768]; /* a sentence, "" when usable */
-    struct tkm_triton_summary summary;
-    char *layer_digest;              /* the image's one layer */
-    uint64_t cache_bytes;            /* extracted size (label cache-size-bytes), for admission */
-    struct tkm_oci_session *session; /* the registry session it was inspected through */
-    int label_checked;               /* the extracted kernels matched the label (this process) */
-    struct agent_verdicts verdicts;
-    char judged_at[32];
-    /* the image's Inductor part (cache.inductor.image/summary), judged per GPU
-     * beside the Triton summary; a malformed label leaves the facts empty, so
-     * every GPU is refused (fail closed) */
-    int has_inductor;
-    struct tkm_inductor_facts inductor;
-};
 
 /* Takes the torch.compile parts an image config announces into ac (the
  * Inductor facts); returns the bytes their cache-size-bytes labels add to
@@ -143,13 +114,6 @@ struct agent_vol {
 
 struct agent_pull;
 
-struct agent_session {
-    struct agent_session *next;
-    char *host;
-    char *auth; /* the dockerconfigjson the session was made with, "" anonymous */
-    struct tkm_oci_session *s;
-};
-
 /* Node status objects this agent writes: one per namespace with caches, plus
  * the cluster one (ns ""). */
 struct agent_nsobj {
@@ -168,8 +132,13 @@ struct agent {
     struct agent_opts o;
     struct k8s_client *kc;
     struct tkm_http *http;
-    struct agent_session *sessions;
-    struct agent_cache *caches;
+    struct tkm_verify_ctx *verify; /* the verify jobs and their registry session pool */
+    struct agent_cache *caches;    /* the live list of idx (declared.h): iterate with ->next */
+    struct agent_index idx;        /* every cache, decoded once: agent_caches_index() */
+    struct k8s_workqueue *q;       /* cache keys; agent_cache_reconcile() runs each */
+    uint64_t cfg_gen;              /* tkm-config's generation: a change re-verifies every cache */
+    void (*caches_closed)(struct agent *a); /* agent_caches_close()'s callback */
+    int caches_closing;                     /* ... once this many parts have closed */
     struct tkm_api_config cfg;
     int cfg_ready;        /* the tkm-config informer has synced */
     size_t runs_inflight; /* verifications in flight (a burst ends at 0) */
@@ -192,8 +161,7 @@ struct agent {
     uint64_t write_backoff_ms;
     int stopping;
     int exit_code;
-    /* --once --image REF */
-    struct tkm_oci_session *once_session;
+    struct tkm_oci_session *once_session; /* --once --image REF */
     /* the store and the socket */
     struct tkm_store *store;
     struct tkm_store_state *state;
@@ -220,34 +188,26 @@ int agent_gpu_start(struct agent *a);
 void agent_gpu_probe(struct agent *a);
 void agent_gpus_release(struct agent *a);
 
-/* cache.c */
+/* cache.c: the informers of the caches and tkm-config, the work queue of
+ * cache keys and its one reconcile function (the verification pipeline). */
 int agent_caches_start(struct agent *a, struct tkm_err *err);
-void agent_cache_kick(struct agent_cache *ac); /* (re)start the pipeline */
-void agent_cache_free(struct agent_cache *ac);
+/* The index of caches (declared.h), set up on first use. */
+struct agent_index *agent_caches_index(struct agent *a);
+/* The live cache of key, or NULL. */
+struct agent_cache *agent_cache_get(struct agent *a, const char *key);
 void agent_cache_rejudge(struct agent_cache *ac);
 void agent_caches_rejudge_all(struct agent *a);
-void agent_caches_reverify_all(struct agent *a);
+/* Caches whose verification has not reported for their current inputs
+ * (queued, in flight or retrying). */
+size_t agent_caches_pending(const struct agent *a);
 /* --once: prints and stops when everything is synced and judged. */
 void agent_once_check(struct agent *a);
-struct agent_cache *agent_cache_find(struct agent *a, int cluster, const char *ns,
-                                     const char *name);
-/* Decodes an object into a new or existing entry; -EPROTO with err for a bad object. */
-int agent_cache_upsert_json(struct agent *a, const char *json, size_t len, struct agent_cache **out,
-                            struct tkm_err *err);
-void agent_cache_remove(struct agent *a, const char *key);
-/* The registry session for host with auth bytes (NULL/"": anonymous). */
-int agent_session_get(struct agent *a, const char *host, const char *auth,
-                      struct tkm_oci_session **out, struct tkm_err *err);
-
-/* sig.c: the one signature step (swap point for tkm_sig_job_verify). cb gets
- * rc 0 (verified, desc filled) or rc < 0 with a CamelCase reason and err. */
-typedef void (*agent_sig_cb)(int rc, const char *reason, const char *desc,
-                             const struct tkm_err *err, void *data);
-struct agent_sig;
-int agent_sig_verify(struct tkm_oci_session *s, const char *repo, const char *digest,
-                     const struct tkm_sig_policy *pol, agent_sig_cb cb, void *data,
-                     struct agent_sig **out, struct tkm_err *err);
-void agent_sig_cancel(struct agent_sig *v);
+/* Part of the stop: cancels every verification in flight (their keys done),
+ * frees the index, closes the verify context (its sessions) and shuts the
+ * work queue down; cb (optional) runs from the loop once both have closed
+ * (at once when neither was started). The http and k8s clients must stay
+ * open until then: the cancelled requests report through them. */
+void agent_caches_close(struct agent *a, void (*cb)(struct agent *a));
 
 /* status.c */
 /* Fills e (borrowed strings from ac) with ac's node status entry; arrays
@@ -272,7 +232,6 @@ int agent_once_image(struct agent *a);
 int agent_once_print(struct agent *a);
 
 /* store.c */
-int agent_store_open(struct agent *a, struct tkm_err *err);
 int agent_store_start(struct agent *a, struct tkm_err *err); /* open + GC timer + socket */
 void agent_store_stop(struct agent *a);                      /* cancel pulls, close the socket */
 void agent_store_close(struct agent *a);                     /* after the loop ended */
@@ -281,7 +240,6 @@ void agent_store_gc(struct agent *a, uint64_t extra);
 int agent_store_extracted(struct agent *a, const char *layer);
 int agent_ready(const struct agent *a);
 int agent_socket_start(struct agent *a, struct tkm_err *err);
-struct agent_vol *agent_vol_find(struct agent *a, const char *volume_id);
 
 /* metrics.c: /metrics, /healthz, /readyz */
 struct tkm_metrics;
@@ -292,7 +250,7 @@ void agent_metrics_extraction(struct agent *a, double seconds);
 void agent_metrics_stop(struct agent *a); /* servers closed (on the loop) */
 void agent_metrics_free(struct agent *a); /* after the loop ended */
 
-/* main.c */
+/* stop.c: the graceful stop, from the loop (signals, --once, a failed start). */
 void agent_stop(struct agent *a, int code);
 
 #endif

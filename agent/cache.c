@@ -1,8 +1,19 @@
 /*
- * cache.c - the caches the agent watches and the per-cache pipeline:
- * pinned digest -> pull credentials -> inspect by digest (manifest, config,
- * Triton labels) -> effective policy -> signature -> per-GPU verdicts.
- * docs/agent.md has the state machine.
+ * cache.c - the caches the agent watches and their one reconcile function.
+ *
+ * The informers (TritonKernelCache in all namespaces, TritonKernelCacheCluster,
+ * the ConfigMap tkm-config) decode each event once into the index
+ * (declared.h) and put the cache's key on the work queue (k8s/workqueue.h),
+ * as tkm-controller does. agent_cache_reconcile() runs per key: it reads the
+ * cache's current decoded state and, unless its result is for the current
+ * inputs (spec, pinned digest, tkm-config) and younger than
+ * AGENT_REVERIFY_MS, runs the pipeline: pull credentials -> inspect by
+ * digest (manifest, config, Triton labels) -> effective policy -> signature
+ * -> per-GPU verdicts. The key stays in processing until the pipeline
+ * reports; a transient failure is retried with the queue's backoff
+ * (K8S_WQ_RETRY), a result is re-verified through add_after. Its sinks: the
+ * node status (agent_status_changed) and the store's prefetch.
+ * docs/agent.md has the design.
  */
 #include <errno.h>
 #include <malloc.h>
@@ -13,51 +24,69 @@
 #include <tkm/oci/ref.h>
 #include <tkm/triton/image.h>
 #include <tkm/trust/sigjob.h>
+#include <tkm/api/verify.h>
 #include <tkm/util.h>
 
 #include "agent.h"
 
-/* One pass of the pipeline. Outlives its cache when the cache goes away or
- * restarts (ac NULL): the callbacks in flight then only free it. */
+/* One pass of the pipeline (a verify job) for one queue key. */
 struct agent_run {
     struct agent_cache *ac;
     struct agent *a;
-    struct tkm_oci_ref ref;
-    struct tkm_oci_session *s;
-    struct tkm_oci_job *job;
-    struct agent_sig *sig;
-    int api_inflight; /* creds or policy resolve: not cancellable, wait for it */
-    enum tkm_sig_mode mode;
-    struct tkm_triton_summary summary;
-    char *layer;
+    char *key;    /* the queue key in processing */
+    char *inputs; /* the inputs it verifies (ac->inputs when it started) */
+    uint64_t cfg; /* ... and tkm-config's generation */
+    struct tkm_verify_job *job;
 };
 
-static void run_free(struct agent_run *r)
+/* Ends the key's processing (after_ms: re-verify then) and frees r. */
+static void run_free(struct agent_run *r, enum k8s_wq_result res, uint64_t after_ms)
 {
     struct agent *a = r->a;
-    tkm_triton_summary_release(&r->summary);
-    free(r->layer);
+    if (after_ms)
+        k8s_workqueue_done_after(a->q, r->key, after_ms);
+    else
+        k8s_workqueue_done(a->q, r->key, res);
+    free(r->key);
+    free(r->inputs);
     free(r);
     /* A burst of verifications (start, tkm-config changed) has many registry
      * jobs in flight at once; their buffers are freed in an order that leaves
      * the heap fragmented, and glibc keeps such memory. Give it back once the
      * burst is over. */
-    if (a && --a->runs_inflight == 0)
+    if (--a->runs_inflight == 0)
         malloc_trim(0);
 }
 
-/* Detaches and cancels the run of ac (its callbacks free it). */
+/* Cancels the run of ac (the job never calls back then) and ends its key's
+ * processing: an add made before or after runs the key again. */
 static void run_abandon(struct agent_cache *ac)
 {
     struct agent_run *r = ac->run;
     if (!r)
         return;
     ac->run = NULL;
-    r->ac = NULL;
-    if (r->job)
-        tkm_oci_job_cancel(r->job);
-    else if (r->sig)
-        agent_sig_cancel(r->sig);
+    tkm_verify_job_cancel(r->job);
+    run_free(r, K8S_WQ_OK, 0);
+}
+
+static void enqueue(struct agent *a, const char *key)
+{
+    if (a->q && !a->stopping)
+        k8s_workqueue_add(a->q, key);
+}
+
+struct agent_index *agent_caches_index(struct agent *a)
+{
+    if (!a->idx.live)
+        agent_index_init(&a->idx, &a->caches);
+    return &a->idx;
+}
+
+struct agent_cache *agent_cache_get(struct agent *a, const char *key)
+{
+    struct agent_cache *ac = agent_index_get(&a->idx, key);
+    return ac && ac->live ? ac : NULL;
 }
 
 int agent_cache_usable(const struct agent_cache *ac)
@@ -65,39 +94,23 @@ int agent_cache_usable(const struct agent_cache *ac)
     return ac->inspected && !ac->reason[0];
 }
 
-static void timer_closed(uv_handle_t *h)
-{
-    free(h);
-}
-
-void agent_cache_free(struct agent_cache *ac)
-{
-    if (!ac)
-        return;
-    run_abandon(ac);
-    if (ac->timer)
-        uv_close((uv_handle_t *)ac->timer, timer_closed);
-    tkm_api_cache_release(&ac->c);
-    tkm_triton_summary_release(&ac->summary);
-    free(ac->verdicts.v);
-    free(ac->layer_digest);
-    free(ac->inputs);
-    free(ac->key);
-    free(ac);
-}
-
-struct agent_cache *agent_cache_find(struct agent *a, int cluster, const char *ns, const char *name)
-{
-    for (struct agent_cache *ac = a->caches; ac; ac = ac->next)
-        if (ac->c.cluster == !!cluster && !strcmp(ac->c.meta.name, name) &&
-            (cluster || !strcmp(ac->c.meta.ns ? ac->c.meta.ns : "", ns ? ns : "")))
-            return ac;
-    return NULL;
-}
-
 static int a_once(const struct agent_cache *ac)
 {
     return ac->a->o.once;
+}
+
+static int cache_pending(const struct agent *a, const struct agent_cache *ac)
+{
+    return ac->run || !ac->verified_at_ms || ac->verified_cfg != a->cfg_gen ||
+           (ac->inputs && (!ac->verified_inputs || strcmp(ac->inputs, ac->verified_inputs) != 0));
+}
+
+size_t agent_caches_pending(const struct agent *a)
+{
+    size_t n = 0;
+    for (const struct agent_cache *ac = a->caches; ac; ac = ac->next)
+        n += cache_pending(a, ac);
+    return n;
 }
 
 void agent_once_check(struct agent *a)
@@ -108,9 +121,8 @@ void agent_once_check(struct agent *a)
         (!a->inf_tkc || !k8s_informer_has_synced(a->inf_tkc) ||
          !k8s_informer_has_synced(a->inf_tkcc) || !k8s_informer_has_synced(a->inf_cfg)))
         return;
-    for (struct agent_cache *ac = a->caches; ac; ac = ac->next)
-        if (ac->state == AGENT_CS_RUNNING || ac->state == AGENT_CS_BACKOFF)
-            return;
+    if (agent_caches_pending(a))
+        return;
     if (a->o.image)
         agent_caches_rejudge_all(a);
     agent_stop(a, agent_once_print(a));
@@ -173,56 +185,44 @@ void agent_caches_rejudge_all(struct agent *a)
     agent_status_changed(a);
 }
 
-static void on_timer(uv_timer_t *t)
+/* Records that the result is for the run's inputs. */
+static void run_record(struct agent_run *r)
 {
-    agent_cache_kick(t->data);
-}
-
-static void schedule(struct agent_cache *ac, uint64_t ms)
-{
-    if (!ac->timer) {
-        ac->timer = malloc(sizeof *ac->timer);
-        if (!ac->timer)
-            return;
-        uv_timer_init(ac->a->loop, ac->timer);
-        ac->timer->data = ac;
-    }
-    uv_timer_start(ac->timer, on_timer, ms, 0);
+    struct agent_cache *ac = r->ac;
+    free(ac->verified_inputs);
+    ac->verified_inputs = r->inputs;
+    r->inputs = NULL;
+    ac->verified_cfg = r->cfg;
+    ac->verified_at_ms = tkm_now_ms();
 }
 
 /* The run ended with a result (reason "" = usable) or a transient failure. */
 static void run_finish(struct agent_run *r, int transient)
 {
     struct agent_cache *ac = r->ac;
+    struct agent *a = r->a;
     ac->run = NULL;
-    if (transient) {
-        ac->backoff_ms = ac->backoff_ms ? ac->backoff_ms * 2 : AGENT_BACKOFF_MIN_MS;
-        if (ac->backoff_ms > AGENT_BACKOFF_MAX_MS)
-            ac->backoff_ms = AGENT_BACKOFF_MAX_MS;
-        ac->state = AGENT_CS_BACKOFF;
-        tkm_warn("cache %s: %s: %s (retrying in %llu ms)", ac->key, ac->reason, ac->message,
-                 (unsigned long long)ac->backoff_ms);
-        if (a_once(ac))
-            ac->state = AGENT_CS_DONE; /* --once reports the failure instead of retrying */
-        else
-            schedule(ac, ac->backoff_ms);
+    if (transient && !a_once(ac)) {
+        /* the result stays for the inputs it was for; the queue retries
+         * with its backoff (AGENT_BACKOFF_MIN_MS doubling to _MAX_MS) */
+        tkm_warn("cache %s: %s: %s (retry %u, with backoff)", ac->key, ac->reason, ac->message,
+                 k8s_workqueue_num_requeues(a->q, r->key) + 1);
+        run_free(r, K8S_WQ_RETRY, 0);
     } else {
-        ac->backoff_ms = 0;
-        ac->state = AGENT_CS_DONE;
-        ac->verified_at_ms = tkm_now_ms();
-        if (!a_once(ac))
-            schedule(ac, AGENT_REVERIFY_MS);
-        if (ac->reason[0])
+        run_record(r);
+        if (transient) /* --once reports the failure instead of retrying */
+            tkm_warn("cache %s: %s: %s", ac->key, ac->reason, ac->message);
+        else if (ac->reason[0])
             tkm_info("cache %s@%s: %s: %s", ac->key, ac->digest, ac->reason, ac->message);
         else
             tkm_info("cache %s@%s: verified=%d, judged for %zu GPU(s)", ac->key, ac->digest,
                      ac->verified, ac->verdicts.n);
         if (!a_once(ac))
-            agent_store_prefetch(ac->a, ac);
+            agent_store_prefetch(a, ac);
+        run_free(r, K8S_WQ_OK, a_once(ac) ? 0 : AGENT_REVERIFY_MS);
     }
-    run_free(r);
-    agent_status_changed(ac->a);
-    agent_once_check(ac->a);
+    agent_status_changed(a);
+    agent_once_check(a);
 }
 
 /* A failure. A transient one (registry or apiserver unreachable) keeps an
@@ -245,150 +245,35 @@ static void run_fail(struct agent_run *r, int transient, const char *reason, con
     run_finish(r, transient);
 }
 
-/* CamelCase reason and transience of a registry job's failure. */
-static const char *registry_reason(int rc, const char *msg, int *transient)
+/* A failure worth retrying soon: the registry or the apiserver did not
+ * answer (the verify job's reasons). */
+static int transient_failure(int rc, const char *reason)
 {
-    *transient = 0;
-    switch (rc) {
-    case -EACCES:
-        return "RegistryUnauthorized";
-    case -EPERM:
-        return "RegistryForbidden";
-    case -ENOENT:
-        return strstr(msg, "label") ? "NotATritonCache" : "ImageNotFound";
-    case -EBADMSG:
-        return "DigestMismatch";
-    case -EINVAL:
-    case -EPROTO:
-    case -ENOTSUP:
-    case -E2BIG:
-    case -EMSGSIZE:
-        return "InvalidImage";
-    default:
-        *transient = 1;
-        return "RegistryUnreachable";
-    }
+    return rc == -ECANCELED || !strcmp(reason, "RegistryUnreachable") ||
+           !strcmp(reason, "APIUnavailable") || !strcmp(reason, "Internal");
 }
 
-static void judge_and_finish(struct agent_run *r)
+/* The inspected image becomes the cache's: the summary every GPU is judged
+ * against, its one layer, its size for admission. 0, or < 0 after run_fail. */
+static int take_image(struct agent_run *r, struct tkm_verify_result *res)
 {
-    run_finish(r, 0);
-}
-
-static void on_sig(int rc, const char *reason, const char *desc, const struct tkm_err *err,
-                   void *data)
-{
-    struct agent_run *r = data;
-    r->sig = NULL;
-    if (!r->ac) {
-        run_free(r);
-        return;
-    }
     struct agent_cache *ac = r->ac;
-    if (rc == 0) {
-        ac->verified = 1;
-        tkm_dbg("cache %s: signature verified (%s)", ac->key, desc ? desc : "");
-        judge_and_finish(r);
-        return;
-    }
-    ac->verified = 0;
-    if (!strcmp(reason, "RegistryUnreachable")) {
-        r->a->registry_errors++;
-        run_fail(r, 1, reason, tkm_err_str(err));
-        return;
-    }
-    if (r->mode == TKM_SIG_MODE_AUDIT) {
-        /* Audit: reported, never refused */
-        snprintf(ac->message, sizeof ac->message, "Audit: %s: %s", reason, tkm_err_str(err));
-        judge_and_finish(r);
-        return;
-    }
-    set_reason(ac, reason, "signature policy Enforce: %s", tkm_err_str(err));
-    judge_and_finish(r);
-}
-
-static void on_policy(int rc, struct tkm_api_policy *pol, const char *reason,
-                      const struct tkm_err *err, void *data)
-{
-    struct agent_run *r = data;
-    struct tkm_err e = {0};
-    r->api_inflight = 0;
-    if (!r->ac) {
-        tkm_api_policy_free(pol);
-        run_free(r);
-        return;
-    }
-    struct agent_cache *ac = r->ac;
-    if (rc < 0) {
-        if (rc == -ECANCELED) {
-            run_fail(r, 1, "APIUnavailable", "cancelled");
-            return;
-        }
-        run_fail(r, !strcmp(reason, "APIUnavailable"), reason ? reason : "InvalidPolicy",
-                 tkm_err_str(err));
-        return;
-    }
-    r->mode = pol->pol.mode;
-    ac->sig_mode = pol->pol.mode;
-    tkm_dbg("cache %s: policy %s", ac->key, pol->describe);
-    if (pol->pol.mode == TKM_SIG_MODE_DISABLED) {
-        ac->verified = 0;
-        snprintf(ac->message, sizeof ac->message, "signature verification disabled by %s",
-                 pol->describe);
-        tkm_api_policy_free(pol);
-        judge_and_finish(r);
-        return;
-    }
-    rc = agent_sig_verify(r->s, r->ref.repo, ac->digest, &pol->pol, on_sig, r, &r->sig, &e);
-    tkm_api_policy_free(pol); /* the verify copied what it needs */
-    if (rc < 0) {
-        if (r->mode == TKM_SIG_MODE_AUDIT) {
-            snprintf(ac->message, sizeof ac->message, "Audit: %s", tkm_err_str(&e));
-            judge_and_finish(r);
-            return;
-        }
-        set_reason(ac, tkm_sig_reason(rc), "%s", tkm_err_str(&e));
-        judge_and_finish(r);
-    }
-}
-
-static void on_inspect(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
-                       const struct tkm_err *err, void *data)
-{
-    struct agent_run *r = data;
-    struct tkm_err e = {0};
-    int transient;
-    (void)job;
-    r->job = NULL;
-    if (!r->ac) {
-        run_free(r);
-        return;
-    }
-    struct agent_cache *ac = r->ac;
-    if (rc < 0) {
-        const char *reason = registry_reason(rc, tkm_err_str(err), &transient);
-        if (transient)
-            r->a->registry_errors++;
-        run_fail(r, transient, reason, tkm_err_str(err));
-        return;
-    }
-    const struct tkm_triton_image *im = res->detail;
-    const struct tkm_oci_manifest *m = &res->image.parsed;
+    const struct tkm_triton_image *im = &res->image;
+    const struct tkm_oci_manifest *m = &res->manifest;
     if (m->n_descs != 1) {
         run_fail(r, 0, "InvalidImage", "a Triton cache image has exactly one layer");
-        return;
+        return -1;
     }
-    if (strcmp(res->digest, ac->digest) != 0) {
+    if (strcmp(res->image_digest, ac->digest) != 0) {
         char msg[256];
         snprintf(msg, sizeof msg, "the registry served manifest %s for pinned digest %s",
-                 res->digest, ac->digest);
+                 res->image_digest, ac->digest);
         run_fail(r, 0, "DigestMismatch", msg);
-        return;
+        return -1;
     }
-    /* the summary moves into the cache: it is what every GPU is judged against */
     tkm_triton_summary_release(&ac->summary);
-    ac->summary = ((struct tkm_triton_image *)im)->summary;
-    memset(&((struct tkm_triton_image *)im)->summary, 0, sizeof im->summary);
+    ac->summary = res->image.summary; /* moved out (verify.h allows it) */
+    memset(&res->image.summary, 0, sizeof res->image.summary);
     if (!ac->layer_digest || strcmp(ac->layer_digest, m->descs[0].digest) != 0)
         ac->label_checked = 0;
     free(ac->layer_digest);
@@ -401,83 +286,109 @@ static void on_inspect(struct tkm_oci_job *job, int rc, struct tkm_oci_job_resul
     ac->reason[0] = 0;
     ac->message[0] = 0;
     agent_cache_rejudge(ac);
-    r->api_inflight = 1;
-    rc = tkm_api_policy_resolve(r->a->kc, &ac->c, &r->a->cfg, r->a->o.ns, on_policy, r, &e);
-    if (rc < 0) {
-        r->api_inflight = 0;
-        run_fail(r, 0, "InvalidPolicy", tkm_err_str(&e));
-    }
+    return 0;
 }
 
-/* Builds the dockerconfigjson a session is made with from resolved creds. */
-static char *creds_auth(const char *host, const struct tkm_oci_creds *c)
-{
-    if (!c || (!c->username[0] && !c->identity_token[0]))
-        return strdup("");
-    json_t *entry = json_object();
-    if (c->identity_token[0])
-        json_object_set_new(entry, "identitytoken", json_string(c->identity_token));
-    if (c->username[0]) {
-        json_object_set_new(entry, "username", json_string(c->username));
-        json_object_set_new(entry, "password", json_string(c->password));
-    }
-    json_t *root = json_pack("{s:{s:o}}", "auths", host, entry);
-    char *s = root ? json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-    json_decref(root);
-    return s;
-}
-
-static void on_creds(int rc, const struct tkm_oci_creds *creds, const char *reason,
-                     const struct tkm_err *err, void *data)
+/* The verify job reported (api/verify.h): the agent's part is judging the
+ * GPUs and what the signature verdict means on this node. */
+static void on_verified(const struct tkm_verify_result *cres, void *data)
 {
     struct agent_run *r = data;
-    struct tkm_err e = {0};
-    r->api_inflight = 0;
-    if (!r->ac) {
-        run_free(r);
+    struct agent_cache *ac = r->ac;
+    struct tkm_verify_result *res = (struct tkm_verify_result *)cres; /* image: movable */
+    r->job = NULL;
+    if (res->session)
+        ac->session = res->session; /* the layer is pulled through it */
+    switch (res->failed) {
+    case TKM_VERIFY_DONE:
+        break;
+    case TKM_VERIFY_STEP_POLICY:
+        /* before the image counts: no cache is usable without its policy */
+        run_fail(r, transient_failure(res->rc, res->reason), res->reason, res->message);
+        return;
+    case TKM_VERIFY_STEP_SESSION:
+        run_fail(r, 0, "InvalidImage", res->message);
+        return;
+    default: /* credentials, inspect */
+        if (!strcmp(res->reason, "RegistryUnreachable"))
+            r->a->registry_errors++;
+        run_fail(r, transient_failure(res->rc, res->reason), res->reason, res->message);
         return;
     }
-    if (rc < 0) {
-        run_fail(r, rc == -ECANCELED || !strcmp(reason ? reason : "", "APIUnavailable"),
-                 reason ? reason : "SecretNotFound", tkm_err_str(err));
+    if (take_image(r, res) < 0)
         return;
-    }
-    char *auth = creds_auth(r->ref.host, creds);
-    if (!auth) {
-        run_fail(r, 1, "Internal", "out of memory");
+    ac->sig_mode = res->mode;
+    tkm_dbg("cache %s: policy %s", ac->key, res->policy_describe);
+    if (res->sig_state == TKM_VERIFY_SIG_DISABLED) {
+        ac->verified = 0;
+        snprintf(ac->message, sizeof ac->message, "signature verification disabled by %s",
+                 res->policy_describe);
+    } else if (res->verified) {
+        ac->verified = 1;
+        tkm_dbg("cache %s: signature verified (%s at %s)", ac->key,
+                tkm_sig_format_name(res->sig.format), res->sig.location);
+    } else if (!strcmp(res->sig_reason, "RegistryUnreachable")) {
+        ac->verified = 0;
+        r->a->registry_errors++;
+        run_fail(r, 1, res->sig_reason, res->sig_message);
         return;
+    } else if (res->mode == TKM_SIG_MODE_AUDIT) { /* Audit: reported, never refused */
+        ac->verified = 0;
+        snprintf(ac->message, sizeof ac->message, "Audit: %s: %s", res->sig_reason,
+                 res->sig_message);
+    } else {
+        ac->verified = 0;
+        set_reason(ac, res->sig_reason, "signature policy Enforce: %s", res->sig_message);
     }
-    rc = agent_session_get(r->a, r->ref.host, auth, &r->s, &e);
-    free(auth);
-    if (rc == 0)
-        r->ac->session = r->s;
-    if (rc == 0)
-        rc = tkm_triton_job_inspect(r->s, &r->ref, on_inspect, r, &r->job, &e);
-    if (rc < 0)
-        run_fail(r, 0, "InvalidImage", tkm_err_str(&e));
+    run_finish(r, 0);
 }
 
-void agent_cache_kick(struct agent_cache *ac)
+/* The result of ac is for its current inputs and tkm-config and not being
+ * retried: 1 with *age_ms. */
+static int result_current(struct agent *a, const struct agent_cache *ac, const char *key,
+                          uint64_t *age_ms)
 {
-    struct agent *a = ac->a;
+    if (!ac->verified_inputs || strcmp(ac->verified_inputs, ac->inputs) != 0 ||
+        ac->verified_cfg != a->cfg_gen || k8s_workqueue_num_requeues(a->q, key) > 0)
+        return 0;
+    *age_ms = tkm_now_ms() - ac->verified_at_ms;
+    return 1;
+}
+
+/* The one reconcile function: key's current decoded state -> nothing to do,
+ * a re-verification later (done_after), or a pass of the pipeline that ends
+ * the key's processing when it reports (run_finish). */
+static void agent_cache_reconcile(struct k8s_workqueue *q, const char *key, void *data)
+{
+    struct agent *a = data;
+    struct agent_cache *ac = agent_cache_get(a, key);
     struct tkm_err e = {0};
-    if (a->stopping)
-        return;
-    run_abandon(ac);
-    if (!a->cfg_ready) {
-        ac->state = AGENT_CS_RUNNING; /* kicked again once tkm-config is known */
+    uint64_t age = 0;
+    /* gone (its node status entry already went), or tkm-config not known
+     * yet (every key is queued again when it is) */
+    if (!ac || !a->cfg_ready || a->stopping) {
+        k8s_workqueue_done(q, key, K8S_WQ_OK);
         return;
     }
-    if (ac->timer)
-        uv_timer_stop(ac->timer);
+    if (result_current(a, ac, key, &age) && (!ac->digest[0] || age < AGENT_REVERIFY_MS)) {
+        if (!ac->digest[0] || a_once(ac)) /* a pin is an event: nothing to re-verify */
+            k8s_workqueue_done(q, key, K8S_WQ_OK);
+        else /* Secrets are not watched: verify again every AGENT_REVERIFY_MS */
+            k8s_workqueue_done_after(q, key, AGENT_REVERIFY_MS - age);
+        return;
+    }
     const char *d = ac->c.status.resolved_digest;
     if (!d || !tkm_oci_digest_valid(d)) {
-        ac->state = AGENT_CS_PENDING;
         ac->digest[0] = 0;
         ac->inspected = 0;
         set_reason(ac, "DigestNotPinned",
                    "waiting for tkm-controller to pin status.resolvedDigest (the agent never "
                    "resolves tags)");
+        free(ac->verified_inputs);
+        ac->verified_inputs = strdup(ac->inputs);
+        ac->verified_cfg = a->cfg_gen;
+        ac->verified_at_ms = tkm_now_ms();
+        k8s_workqueue_done(q, key, ac->verified_inputs ? K8S_WQ_OK : K8S_WQ_RETRY);
         agent_status_changed(a);
         agent_once_check(a);
         return;
@@ -487,168 +398,65 @@ void agent_cache_kick(struct agent_cache *ac)
         ac->inspected = 0;
     }
     struct agent_run *r = calloc(1, sizeof *r);
-    if (!r)
+    if (!r || !(r->key = strdup(key)) || !(r->inputs = strdup(ac->inputs))) {
+        if (r)
+            free(r->key);
+        free(r);
+        k8s_workqueue_done(q, key, K8S_WQ_RETRY);
         return;
+    }
     r->ac = ac;
     r->a = a;
+    r->cfg = a->cfg_gen;
     ac->run = r;
     a->runs_inflight++;
-    ac->state = AGENT_CS_RUNNING;
-    if (tkm_oci_ref_parse(&r->ref, ac->c.spec.cache_image, &e) < 0) {
+    struct tkm_verify_req vr = {.flags = TKM_VERIFY_INSPECT | TKM_VERIFY_SIGNATURE,
+                                .kc = a->kc,
+                                .cache = &ac->c,
+                                .digest = d,
+                                .cfg = &a->cfg,
+                                .config_ns = a->o.ns};
+    int rc = tkm_verify_start(a->verify, &vr, on_verified, r, &r->job, &e);
+    if (rc == -ENOMEM)
+        run_fail(r, 1, "Internal", "out of memory");
+    else if (rc < 0)
         run_fail(r, 0, "InvalidImage", tkm_err_str(&e));
-        return;
-    }
-    snprintf(r->ref.digest, sizeof r->ref.digest, "%s", d);
-    r->api_inflight = 1;
-    if (tkm_api_pull_creds_resolve(a->kc, &ac->c, a->o.ns, r->ref.host, on_creds, r, &e) < 0) {
-        r->api_inflight = 0;
-        run_fail(r, 0, "InvalidPolicy", tkm_err_str(&e));
-    }
 }
 
-void agent_caches_reverify_all(struct agent *a)
+/* tkm-config changed (or became known): every cache is verified again. */
+static void reverify_all(struct agent *a)
 {
-    for (struct agent_cache *ac = a->caches; ac; ac = ac->next)
-        agent_cache_kick(ac);
-}
-
-/* ---- sessions ------------------------------------------------------------------ */
-
-int agent_session_get(struct agent *a, const char *host, const char *auth,
-                      struct tkm_oci_session **out, struct tkm_err *err)
-{
-    for (struct agent_session *s = a->sessions; s; s = s->next)
-        if (!strcmp(s->host, host) && !strcmp(s->auth, auth ? auth : "")) {
-            *out = s->s;
-            return 0;
-        }
-    struct agent_session *n = calloc(1, sizeof *n);
-    struct tkm_oci_registry_opts ro = {0};
-    int rc = -ENOMEM;
-    if (!n)
-        return tkm_err_set(err, -ENOMEM, "out of memory");
-    n->host = strdup(host);
-    n->auth = strdup(auth ? auth : "");
-    if (!n->host || !n->auth)
-        goto fail;
-    if (n->auth[0]) {
-        ro.auth_json = n->auth;
-        ro.auth_json_len = strlen(n->auth);
-    } else {
-        ro.anonymous = 1;
+    a->cfg_gen++;
+    for (struct agent_cache *ac = a->caches; ac; ac = ac->next) {
+        run_abandon(ac);
+        enqueue(a, ac->key);
     }
-    rc = tkm_oci_session_new(a->http, host, &ro, &n->s, err);
-    if (rc < 0)
-        goto fail;
-    n->next = a->sessions;
-    a->sessions = n;
-    *out = n->s;
-    return 0;
-fail:
-    free(n->host);
-    free(n->auth);
-    free(n);
-    return rc;
 }
 
 /* ---- informers -------------------------------------------------------------------- */
-
-/* What a change of which re-verifies: the spec and the pinned digest (not the
- * controller's other status fields). *out owned. */
-static char *cache_inputs(const char *json, size_t len, const char *digest)
-{
-    json_error_t je;
-    json_t *o = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
-    json_t *in =
-        json_pack("{s:O?,s:s?}", "spec", o ? json_object_get(o, "spec") : NULL, "digest", digest);
-    char *s = in ? json_dumps(in, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-    json_decref(in);
-    json_decref(o);
-    return s;
-}
-
-int agent_cache_upsert_json(struct agent *a, const char *json, size_t len, struct agent_cache **out,
-                            struct tkm_err *err)
-{
-    struct tkm_api_cache c = {0};
-    int rc = tkm_api_cache_decode(json, len, &c, err);
-    if (rc < 0)
-        return rc;
-    struct agent_cache *ac = agent_cache_find(a, c.cluster, c.meta.ns, c.meta.name);
-    if (c.meta.deletion_timestamp) {
-        /* Being deleted: the controller's finalizer waits for every node to drop the
-         * entry, so it goes at once. */
-        if (ac)
-            agent_cache_remove(a, ac->key);
-        tkm_api_cache_release(&c);
-        if (out)
-            *out = NULL;
-        return 0;
-    }
-    char *inputs = cache_inputs(json, len, c.status.resolved_digest);
-    if (!inputs) {
-        tkm_api_cache_release(&c);
-        return tkm_err_set(err, -ENOMEM, "out of memory");
-    }
-    if (!ac) {
-        ac = calloc(1, sizeof *ac);
-        struct tkm_buf k;
-        tkm_buf_init(&k, 1024);
-        if (!ac || (c.cluster ? tkm_buf_puts(&k, c.meta.name)
-                              : tkm_buf_printf(&k, "%s/%s", c.meta.ns, c.meta.name)) < 0) {
-            free(ac);
-            free(inputs);
-            tkm_buf_release(&k);
-            tkm_api_cache_release(&c);
-            return tkm_err_set(err, -ENOMEM, "out of memory");
-        }
-        ac->key = tkm_buf_detach(&k, NULL);
-        ac->a = a;
-        ac->next = a->caches;
-        a->caches = ac;
-    } else if (ac->inputs && !strcmp(ac->inputs, inputs)) {
-        /* only the controller's status moved: keep the result */
-        tkm_api_cache_release(&ac->c);
-        ac->c = c;
-        free(inputs);
-        if (out)
-            *out = NULL;
-        return 0;
-    }
-    tkm_api_cache_release(&ac->c);
-    ac->c = c;
-    free(ac->inputs);
-    ac->inputs = inputs;
-    if (out)
-        *out = ac;
-    return 0;
-}
-
-void agent_cache_remove(struct agent *a, const char *key)
-{
-    for (struct agent_cache **pp = &a->caches; *pp; pp = &(*pp)->next) {
-        if (strcmp((*pp)->key, key) == 0) {
-            struct agent_cache *ac = *pp;
-            *pp = ac->next;
-            tkm_info("cache %s deleted: its node status entry goes", key);
-            agent_cache_free(ac);
-            agent_status_changed(a);
-            return;
-        }
-    }
-}
 
 static void on_cache_obj(const struct k8s_obj *o, void *data)
 {
     struct agent *a = data;
     struct agent_cache *ac = NULL;
     struct tkm_err e = {0};
-    if (agent_cache_upsert_json(a, o->json, o->json_len, &ac, &e) < 0) {
+    int rc = agent_index_apply(&a->idx, o, &ac, &e);
+    if (rc < 0) {
         tkm_warn("ignoring %s: %s", o->key, tkm_err_str(&e));
         return;
     }
-    if (ac)
-        agent_cache_kick(ac);
+    ac->a = a;
+    if (rc == AGENT_INDEX_SAME) /* only the controller's status moved: keep the result */
+        return;
+    run_abandon(ac); /* its callbacks end the key's processing; the add runs it again */
+    if (rc == AGENT_INDEX_GONE) {
+        /* Being deleted: the controller's finalizer waits for every node to drop the
+         * entry, so it goes at once. */
+        tkm_info("cache %s deleted: its node status entry goes", o->key);
+        agent_status_changed(a);
+        return;
+    }
+    enqueue(a, ac->key);
 }
 
 static void on_cache_add(const struct k8s_obj *o, void *data)
@@ -664,8 +472,18 @@ static void on_cache_update(const struct k8s_obj *old, const struct k8s_obj *cur
 
 static void on_cache_delete(const struct k8s_obj *o, int unknown, void *data)
 {
+    struct agent *a = data;
+    struct agent_cache *ac = agent_index_get(&a->idx, o->key);
+    int live = ac && ac->live;
     (void)unknown;
-    agent_cache_remove(data, o->key);
+    if (!(ac = agent_index_take(&a->idx, o->key)))
+        return;
+    run_abandon(ac);
+    if (live) {
+        tkm_info("cache %s deleted: its node status entry goes", o->key);
+        agent_status_changed(a);
+    }
+    agent_cache_destroy(ac);
 }
 
 static void on_synced(void *data)
@@ -674,7 +492,7 @@ static void on_synced(void *data)
     tkm_dbg("informer synced");
     if (!a->cfg_ready && a->inf_cfg && k8s_informer_has_synced(a->inf_cfg)) {
         a->cfg_ready = 1;
-        agent_caches_reverify_all(a);
+        reverify_all(a);
     }
     agent_once_check(a);
     agent_status_changed(a);
@@ -714,7 +532,7 @@ static void config_apply(struct agent *a, const struct k8s_obj *o)
     a->cfg_inputs = inputs;
     if (changed) {
         tkm_info("tkm-config %s: re-verifying every cache", o ? "changed" : "absent");
-        agent_caches_reverify_all(a);
+        reverify_all(a);
     }
 }
 
@@ -783,8 +601,15 @@ static int informer(struct agent *a, const struct k8s_resource *res, const char 
 
 int agent_caches_start(struct agent *a, struct tkm_err *err)
 {
+    struct k8s_workqueue_opts qo = {.workers = AGENT_WORKERS,
+                                    .base_delay_ms = AGENT_BACKOFF_MIN_MS,
+                                    .max_delay_ms = AGENT_BACKOFF_MAX_MS};
     char fsel[512];
     int rc;
+    agent_caches_index(a);
+    if ((rc = tkm_verify_ctx_new(a->loop, a->http, NULL, &a->verify, err)) < 0 ||
+        (rc = k8s_workqueue_new(a->loop, &qo, agent_cache_reconcile, a, &a->q, err)) < 0)
+        return rc;
     snprintf(fsel, sizeof fsel, "metadata.name=%s", TKM_API_CONFIG_NAME);
     if ((rc = informer(a, &k8s_res_configmaps, a->o.ns, fsel, 1, &a->inf_cfg, err)) < 0 ||
         (rc = informer(a, &tkm_api_res_tkc, NULL, NULL, 0, &a->inf_tkc, err)) < 0 ||
@@ -797,4 +622,41 @@ int agent_caches_start(struct agent *a, struct tkm_err *err)
         (rc = informer(a, &tkm_api_res_tkcnsc, NULL, fsel, 2, &a->inf_nsc, err)) < 0)
         return rc;
     return 0;
+}
+
+/* ---- stop ------------------------------------------------------------------------------ */
+
+/* The queue or the verify context closed: the last one calls back. */
+static void part_closed(void *data)
+{
+    struct agent *a = data;
+    if (--a->caches_closing == 0 && a->caches_closed)
+        a->caches_closed(a);
+}
+
+static void queue_closed(void *data)
+{
+    struct agent *a = data;
+    a->q = NULL;
+    part_closed(a);
+}
+
+void agent_caches_close(struct agent *a, void (*cb)(struct agent *a))
+{
+    /* each run's job cancelled and its key done, so the queue closes at once */
+    for (struct agent_cache *ac = a->caches; ac; ac = ac->next)
+        run_abandon(ac);
+    agent_index_release(&a->idx);
+    a->caches_closed = cb;
+    a->caches_closing = 1; /* this function's own share, dropped below */
+    if (a->verify) {
+        a->caches_closing++;
+        tkm_verify_ctx_close(a->verify, part_closed, a);
+        a->verify = NULL;
+    }
+    if (a->q) {
+        a->caches_closing++;
+        k8s_workqueue_shutdown(a->q, queue_closed, a);
+    }
+    part_closed(a);
 }

@@ -63,9 +63,7 @@ static int k8s_start(struct agent *a, struct tkm_err *err)
 static void on_once_timeout(uv_timer_t *t)
 {
     struct agent *a = t->data;
-    size_t pending = 0;
-    for (struct agent_cache *ac = a->caches; ac; ac = ac->next)
-        pending += ac->state == AGENT_CS_RUNNING || ac->state == AGENT_CS_BACKOFF;
+    size_t pending = agent_caches_pending(a);
     fprintf(stderr,
             "tkm-agent: --once: no answer after %.1f s (%s; %zu cache(s) still being verified)\n",
             (double)a->o.once_timeout_ms / 1000,

@@ -14,6 +14,8 @@
 #include <tkm/log.h>
 #include <tkm/oci/ref.h>
 #include <tkm/triton/image.h>
+#include <tkm/trust/sigjob.h>
+#include <tkm/util.h>
 #include <tkm/yaml_out.h>
 
 #include "agent.h"
@@ -121,21 +123,24 @@ struct once_img {
 static void once_finish(struct once_img *oi)
 {
     struct agent *a = oi->a;
-    oi->ac->state = AGENT_CS_DONE;
+    oi->ac->verified_at_ms = tkm_now_ms(); /* judged: agent_caches_pending() drops it */
     free(oi->pem);
     free(oi);
     agent_once_check(a);
 }
 
-static void once_sig(int rc, const char *reason, const char *desc, const struct tkm_err *err,
-                     void *data)
+static void once_sig(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
+                     const struct tkm_err *err, void *data)
 {
     struct once_img *oi = data;
+    (void)job;
     if (rc == 0) {
+        const struct tkm_sig_result *sr = res->detail;
         oi->ac->verified = 1;
-        tkm_info("%s: signature verified (%s)", oi->ac->key, desc);
+        tkm_info("%s: signature verified (%s at %s)", oi->ac->key, tkm_sig_format_name(sr->format),
+                 sr->location);
     } else {
-        snprintf(oi->ac->reason, sizeof oi->ac->reason, "%s", reason);
+        snprintf(oi->ac->reason, sizeof oi->ac->reason, "%s", tkm_sig_reason(rc));
         snprintf(oi->ac->message, sizeof oi->ac->message, "%s", tkm_err_str(err));
     }
     once_finish(oi);
@@ -174,7 +179,7 @@ static void once_inspected(struct tkm_oci_job *job, int rc, struct tkm_oci_job_r
     }
     struct tkm_sig_key k = {oi->pem, oi->pem_len};
     struct tkm_sig_policy pol = {.mode = TKM_SIG_MODE_ENFORCE, .keys = &k, .nkeys = 1};
-    if (agent_sig_verify(oi->s, oi->ref.repo, oi->ac->digest, &pol, once_sig, oi, NULL, &e) < 0) {
+    if (tkm_sig_job_verify(oi->s, oi->ref.repo, oi->ac->digest, &pol, once_sig, oi, NULL, &e) < 0) {
         snprintf(oi->ac->reason, sizeof oi->ac->reason, "InvalidPolicy");
         snprintf(oi->ac->message, sizeof oi->ac->message, "%s", tkm_err_str(&e));
         once_finish(oi);
@@ -206,11 +211,10 @@ static struct agent_cache *image_cache(struct agent *a)
     ac->c.cluster = 1;
     ac->key = strdup("image");
     ac->c.meta.name = strdup("image");
-    if (!ac->key || !ac->c.meta.name) {
-        agent_cache_free(ac);
+    if (!ac->key || !ac->c.meta.name || agent_index_add(agent_caches_index(a), ac) < 0) {
+        agent_cache_destroy(ac);
         return NULL;
     }
-    a->caches = ac;
     return ac;
 }
 
@@ -243,7 +247,7 @@ int agent_once_image(struct agent *a)
             snprintf(oi->ac->message, sizeof oi->ac->message, "signature not checked (layout)");
         }
         tkm_triton_image_release(&im);
-        oi->ac->state = AGENT_CS_DONE;
+        oi->ac->verified_at_ms = tkm_now_ms();
         free(oi->pem);
         free(oi);
         return 0; /* printed once the GPUs are probed (agent_once_check) */
@@ -253,13 +257,15 @@ int agent_once_image(struct agent *a)
                 tkm_err_str(&e));
         goto fail;
     }
+    /* its own session, with the user's docker credentials (the verify jobs'
+     * pool has only the caches' pull Secrets); the policy is --key's, checked
+     * with the signature search the verify job runs */
     if (tkm_oci_session_new(a->http, oi->ref.host, NULL, &oi->s, &e) < 0 ||
         tkm_triton_job_inspect(oi->s, &oi->ref, once_inspected, oi, NULL, &e) < 0) {
         fprintf(stderr, "tkm-agent: --image %s: %s\n", a->o.image, tkm_err_str(&e));
         tkm_oci_session_free(oi->s);
         goto fail;
     }
-    oi->ac->state = AGENT_CS_RUNNING;
     a->once_session = oi->s;
     return 0;
 nomem:

@@ -14,6 +14,7 @@
 
 #include <tkm/buf.h>
 #include <tkm/log.h>
+#include <tkm/util.h>
 
 #include "agent.pb-c.h"
 
@@ -45,40 +46,6 @@ struct agent_rpc_call {
 };
 
 /* ---- validation ------------------------------------------------------------------------ */
-
-static int is_lower_alnum(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-}
-
-/* A DNS-1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most max bytes. */
-static int dns_label(const char *s, size_t n, size_t max)
-{
-    if (n == 0 || n > max || !is_lower_alnum(s[0]) || !is_lower_alnum(s[n - 1]))
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!is_lower_alnum(s[i]) && s[i] != '-')
-            return 0;
-    return 1;
-}
-
-/* A DNS-1123 subdomain: labels joined by dots, at most 253 bytes. */
-static int dns_subdomain(const char *s)
-{
-    size_t n = strlen(s);
-    const char *p = s;
-    if (n == 0 || n > 253)
-        return 0;
-    for (;;) {
-        const char *dot = strchr(p, '.');
-        size_t l = dot ? (size_t)(dot - p) : strlen(p);
-        if (!dns_label(p, l, 253))
-            return 0;
-        if (!dot)
-            return 1;
-        p = dot + 1;
-    }
-}
 
 static int pod_uid_ok(const char *s)
 {
@@ -124,14 +91,14 @@ static int check_pod(const Tkm__Agent__V1__MaterializeRequest *m, struct tkm_err
                                "podInfoOnMount: true)";
     if (!*m->pod_namespace)
         return tkm_err_set(err, -EINVAL, "pod_namespace is missing%s", hint);
-    if (!dns_label(m->pod_namespace, strlen(m->pod_namespace), 63))
+    if (!tkm_dns1123_label(m->pod_namespace, strlen(m->pod_namespace)))
         return tkm_err_set(err, -EINVAL,
                            "pod_namespace \"%.*s\" is not a namespace name (a DNS-1123 label: "
                            "at most 63 characters a-z, 0-9, '-')",
                            200, m->pod_namespace);
     if (!*m->pod_name)
         return tkm_err_set(err, -EINVAL, "pod_name is missing%s", hint);
-    if (!dns_subdomain(m->pod_name))
+    if (!tkm_dns1123_subdomain(m->pod_name, strlen(m->pod_name)))
         return tkm_err_set(err, -EINVAL,
                            "pod_name \"%.*s\" is not a pod name (a DNS-1123 subdomain: at most "
                            "253 characters a-z, 0-9, '-', '.')",
@@ -185,7 +152,7 @@ static int take_attr(const char *k, const char *v, struct agent_materialize_req 
 {
     char **dst = NULL;
     if (strcmp(k, "cacheName") == 0) {
-        if (!dns_subdomain(v))
+        if (!tkm_dns1123_subdomain(v, strlen(v)))
             return tkm_err_set(err, -EINVAL,
                                "volume attribute cacheName \"%.*s\" is not a cache name (a "
                                "DNS-1123 subdomain: at most 253 characters a-z, 0-9, '-', '.')",

@@ -48,19 +48,7 @@ void agent_stop(struct agent *a, int code)
         k8s_informer_stop(*infs[i], NULL, NULL);
         *infs[i] = NULL;
     }
-    while (a->caches) {
-        struct agent_cache *ac = a->caches;
-        a->caches = ac->next;
-        agent_cache_free(ac);
-    }
-    while (a->sessions) {
-        struct agent_session *s = a->sessions;
-        a->sessions = s->next;
-        tkm_oci_session_free(s->s);
-        free(s->host);
-        free(s->auth);
-        free(s);
-    }
+    agent_caches_close(a, NULL);
     tkm_oci_session_free(a->once_session);
     a->once_session = NULL;
     uv_handle_t *hs[] = {(uv_handle_t *)&a->probe_timer, (uv_handle_t *)&a->flush_timer,

@@ -24,6 +24,7 @@
 
 #include <tkm/triton/parts.h>
 #include <tkm/archive.h>
+#include <tkm/fs.h>
 #include <tkm/log.h>
 #include <tkm/oci/ref.h>
 #include <tkm/util.h>
@@ -38,8 +39,7 @@ struct agent_mat {
     struct agent_mat *next;
     struct agent_rpc_call *call;
     const struct agent_materialize_req *req; /* borrowed from call */
-    int cluster;
-    char *cache_ns, *cache_name;
+    char *cache_key;                         /* the index's key of the declared cache */
 };
 
 /* One layer digest being made present (pull, extract, check). */
@@ -64,17 +64,8 @@ static int64_t now_s(void)
 
 static void mat_free(struct agent_mat *m)
 {
-    free(m->cache_ns);
-    free(m->cache_name);
+    free(m->cache_key);
     free(m);
-}
-
-struct agent_vol *agent_vol_find(struct agent *a, const char *volume_id)
-{
-    for (struct agent_vol *v = a->vols; v; v = v->next)
-        if (!strcmp(v->volume_id, volume_id))
-            return v;
-    return NULL;
 }
 
 static void vol_free(struct agent_vol *v)
@@ -133,33 +124,13 @@ int agent_store_extracted(struct agent *a, const char *layer)
 
 /* ---- opening ---------------------------------------------------------------------------- */
 
-/* mkdir -p (0755) of path's parents and path itself. 0 or -errno. */
-static int mkdir_p(const char *path)
-{
-    char p[4096];
-    int n = snprintf(p, sizeof p, "%s", path);
-    if (n <= 0 || (size_t)n >= sizeof p)
-        return -ENAMETOOLONG;
-    for (char *c = p + 1; *c; c++) {
-        if (*c != '/')
-            continue;
-        *c = 0;
-        if (mkdir(p, 0755) < 0 && errno != EEXIST)
-            return -errno;
-        *c = '/';
-    }
-    if (mkdir(p, 0755) < 0 && errno != EEXIST)
-        return -errno;
-    return 0;
-}
-
-int agent_store_open(struct agent *a, struct tkm_err *err)
+static int store_open(struct agent *a, struct tkm_err *err)
 {
     struct tkm_store_state_report rep = {0};
     struct tkm_store_ref *refs = NULL;
     size_t n = 0;
     char pulls[4096];
-    int rc = mkdir_p(a->o.store_dir);
+    int rc = tkm_mkdir_p(a->o.store_dir, 0755, NULL);
     if (rc < 0)
         return tkm_err_set(err, rc, "--store-dir %s: cannot create it: %s", a->o.store_dir,
                            strerror(-rc));
@@ -334,11 +305,8 @@ static void label_done(uv_work_t *w, int status)
     struct label_check *lc = w->data;
     struct agent_pull *p = lc->p;
     struct agent *a = p->a;
-    struct agent_cache *ac = NULL;
+    struct agent_cache *ac = agent_cache_get(a, p->cache_key);
     struct tkm_err e = {0};
-    for (struct agent_cache *c = a->caches; c; c = c->next)
-        if (!strcmp(c->key, p->cache_key))
-            ac = c;
     if (status == 0 && lc->rc == 0) {
         if (ac)
             ac->label_checked = 1;
@@ -410,10 +378,7 @@ static void on_ingested(int rc, const char *digest, const char *path,
 static void pull_check(struct agent_pull *p, const char *path)
 {
     struct agent *a = p->a;
-    struct agent_cache *ac = NULL;
-    for (struct agent_cache *c = a->caches; c; c = c->next)
-        if (!strcmp(c->key, p->cache_key))
-            ac = c;
+    struct agent_cache *ac = agent_cache_get(a, p->cache_key);
     if (!ac) {
         pull_done(p, NULL, TKM_GRPC_UNAVAILABLE, "the cache was deleted while it was pulled");
         return;
@@ -539,17 +504,13 @@ static int pull_start(struct agent *a, struct agent_cache *ac, struct agent_mat 
         free(have);
         return 0;
     }
-    struct agent_session *sess = NULL;
-    for (struct agent_session *s = a->sessions; s; s = s->next)
-        if (ac->session && s->s == ac->session)
-            sess = s;
-    if (!sess) {
+    if (!ac->session) {
         pull_free(p);
         return tkm_err_set(err, -EAGAIN, "no registry session for %s yet", ac->key);
     }
     snprintf(p->ref.digest, sizeof p->ref.digest, "%s", ac->digest);
     p->ref.tag[0] = 0;
-    int rc = tkm_oci_job_pull(sess->s, &p->ref, p->layout, "agent", on_pulled, p, &p->job, err);
+    int rc = tkm_oci_job_pull(ac->session, &p->ref, p->layout, "agent", on_pulled, p, &p->job, err);
     if (rc < 0) {
         pull_free(p);
         return rc;
@@ -566,7 +527,7 @@ static int pull_start(struct agent *a, struct agent_cache *ac, struct agent_mat 
 
 static struct agent_cache *mat_cache(struct agent *a, const struct agent_mat *m)
 {
-    return agent_cache_find(a, m->cluster, m->cache_ns, m->cache_name);
+    return agent_cache_get(a, m->cache_key);
 }
 
 /* The arch the cache was judged compatible for here ("" when none). */
@@ -643,11 +604,11 @@ static void mat_answer(struct agent *a, struct agent_mat *m, const char *store_p
 /* Why ac cannot be used here, as a gRPC code and a message; 0 when it can. */
 static int cache_refusal(const struct agent *a, const struct agent_cache *ac, char *msg, size_t n)
 {
-    if (!ac) {
-        snprintf(msg, n, "the cache is not known to this agent yet");
+    if (!ac->live) {
+        snprintf(msg, n, "cache %s is being deleted", ac->key);
         return TKM_GRPC_UNAVAILABLE;
     }
-    if (ac->state == AGENT_CS_PENDING || !ac->digest[0]) {
+    if (!ac->digest[0]) {
         snprintf(msg, n, "%s: %s", ac->reason[0] ? ac->reason : "DigestNotPinned", ac->message);
         return TKM_GRPC_FAILED_PRECONDITION;
     }
@@ -698,8 +659,7 @@ static void op_materialize(struct agent_rpc_call *call, const struct agent_mater
                            void *data)
 {
     struct agent *a = data;
-    struct agent_declared d = {0};
-    struct agent_objsrc tkc, tkcc;
+    struct agent_cache *ac = NULL;
     struct tkm_err e = {0};
     char msg[1200];
     char *path = NULL;
@@ -708,34 +668,26 @@ static void op_materialize(struct agent_rpc_call *call, const struct agent_mater
                        "tkm-agent is starting: informers not synced or the store not open");
         return;
     }
-    agent_objsrc_informer(&tkc, a->inf_tkc);
-    agent_objsrc_informer(&tkcc, a->inf_tkcc);
-    int rc = agent_declared_find(&tkc, &tkcc, req->pod_ns, req, &d, &e);
+    int rc = agent_declared_find(&a->idx, req->pod_ns, req, &ac, &e);
     if (rc < 0) {
         agent_rpc_fail(call, agent_declared_grpc_code(rc), tkm_err_str(&e));
         return;
     }
-    struct agent_cache *ac = agent_cache_find(a, d.cluster, d.ns, d.name);
     int code = cache_refusal(a, ac, msg, sizeof msg);
     if (!code && !agent_store_extracted(a, ac->layer_digest))
         code = admit(a, ac, msg, sizeof msg);
     if (code) {
-        agent_declared_release(&d);
         agent_rpc_fail(call, code, msg);
         return;
     }
     struct agent_mat *m = calloc(1, sizeof *m);
-    if (!m || !(m->cache_ns = strdup(d.ns ? d.ns : "")) || !(m->cache_name = strdup(d.name))) {
-        if (m)
-            mat_free(m);
-        agent_declared_release(&d);
+    if (!m || !(m->cache_key = strdup(ac->key))) {
+        free(m);
         agent_rpc_fail(call, TKM_GRPC_INTERNAL, "out of memory");
         return;
     }
-    agent_declared_release(&d);
     m->call = call;
     m->req = req;
-    m->cluster = ac->c.cluster;
     if (ac->label_checked && tkm_store_lookup(a->store, ac->layer_digest, &path, NULL) == 0) {
         mat_answer(a, m, path);
         free(path);
@@ -894,7 +846,7 @@ static void on_gc_timer(uv_timer_t *t)
 
 int agent_store_start(struct agent *a, struct tkm_err *err)
 {
-    int rc = agent_store_open(a, err);
+    int rc = store_open(a, err);
     if (rc < 0)
         return rc;
     /* at least once a minute; more often for a short grace period */

@@ -199,17 +199,23 @@ static int spec_decode(const json_t *root, struct tkm_api_cache_spec *s, struct 
 
 /* ---- status ---------------------------------------------------------------- */
 
-void tkm_api_cache_status_release(struct tkm_api_cache_status *st)
+void tkm_api_summary_release(struct tkm_api_summary *s)
 {
-    free(st->resolved_digest);
-    for (size_t i = 0; i < st->summary.n_targets; i++) {
-        struct tkm_api_target *t = &st->summary.targets[i];
+    for (size_t i = 0; i < s->n_targets; i++) {
+        struct tkm_api_target *t = &s->targets[i];
         free(t->backend);
         free(t->arch);
         free(t->triton_version);
         free(t->ptx_version);
     }
-    free(st->summary.targets);
+    free(s->targets);
+    memset(s, 0, sizeof *s);
+}
+
+void tkm_api_cache_status_release(struct tkm_api_cache_status *st)
+{
+    free(st->resolved_digest);
+    tkm_api_summary_release(&st->summary);
     for (size_t i = 0; i < st->n_failed_nodes; i++) {
         free(st->failed_nodes[i].node);
         free(st->failed_nodes[i].reason);

@@ -8,7 +8,8 @@
  * Runs real informers (TritonKernelCache in all namespaces and
  * TritonKernelCacheCluster) and the agent socket on one loop. Its ops:
  *   Materialize  UNAVAILABLE until both informers synced; then the
- *                declaration check (agent_declared_find) and, from a timer
+ *                declaration check (agent_declared_find on the index its
+ *                informer handlers feed, as tkm-agent's) and, from a timer
  *                (an asynchronous answer, as after a pull), the cache's spec:
  *                store_path "/harness/store/<ns or _cluster>/<name>",
  *                target_arch "harness", mount_path the volume's mountPath else
@@ -48,6 +49,8 @@ struct app {
     uv_loop_t *loop;
     struct k8s_client *c;
     struct k8s_informer *tkc, *tkcc;
+    struct agent_index idx; /* fed by the informers' handlers, as tkm-agent's */
+    struct agent_cache *live;
     struct agent_rpc_server *srv;
     uv_signal_t sig_term, sig_int;
     struct vol *vols;
@@ -112,18 +115,20 @@ static void pend_fire(uv_timer_t *t)
 }
 
 static int pend_fill(struct pend *p, const struct agent_materialize_req *req,
-                     const struct agent_declared *d)
+                     const struct agent_cache *d)
 {
-    const char *mp = req->mount_path ? req->mount_path : d->cache.spec.mount_path;
-    size_t n = strlen(d->ns) + strlen(d->name) + 32;
+    const char *mp = req->mount_path ? req->mount_path : d->c.spec.mount_path;
+    const char *ns = d->c.cluster ? "" : d->c.meta.ns;
+    size_t n = strlen(ns) + strlen(d->c.meta.name) + 32;
     if (!(p->store_path = malloc(n)))
         return -ENOMEM;
-    snprintf(p->store_path, n, "/harness/store/%s/%s", d->cluster ? "_cluster" : d->ns, d->name);
+    snprintf(p->store_path, n, "/harness/store/%s/%s", d->c.cluster ? "_cluster" : ns,
+             d->c.meta.name);
     p->vol = strdup(req->volume_id);
     p->mount_path = strdup(mp ? mp : "");
-    p->ns = strdup(d->ns);
-    p->name = strdup(d->name);
-    p->digest = strdup(d->cache.status.resolved_digest ? d->cache.status.resolved_digest : "");
+    p->ns = strdup(ns);
+    p->name = strdup(d->c.meta.name);
+    p->digest = strdup(d->c.status.resolved_digest ? d->c.status.resolved_digest : "");
     return p->vol && p->mount_path && p->ns && p->name && p->digest ? 0 : -ENOMEM;
 }
 
@@ -131,8 +136,7 @@ static void op_materialize(struct agent_rpc_call *call, const struct agent_mater
                            void *data)
 {
     struct app *a = data;
-    struct agent_objsrc tkc, tkcc;
-    struct agent_declared d;
+    struct agent_cache *d;
     struct tkm_err err = {0};
     struct pend *p;
     int rc;
@@ -141,14 +145,11 @@ static void op_materialize(struct agent_rpc_call *call, const struct agent_mater
                        "tkm-agent is starting: the cache informers have not synced yet");
         return;
     }
-    agent_objsrc_informer(&tkc, a->tkc);
-    agent_objsrc_informer(&tkcc, a->tkcc);
-    if ((rc = agent_declared_find(&tkc, &tkcc, req->pod_ns, req, &d, &err)) < 0) {
+    if ((rc = agent_declared_find(&a->idx, req->pod_ns, req, &d, &err)) < 0) {
         agent_rpc_fail(call, agent_declared_grpc_code(rc), tkm_err_str(&err));
         return;
     }
     if (!(p = calloc(1, sizeof *p))) {
-        agent_declared_release(&d);
         agent_rpc_fail(call, TKM_GRPC_INTERNAL, "harness: out of memory");
         return;
     }
@@ -156,8 +157,7 @@ static void op_materialize(struct agent_rpc_call *call, const struct agent_mater
     p->call = call;
     uv_timer_init(a->loop, &p->t);
     p->t.data = p;
-    rc = pend_fill(p, req, &d);
-    agent_declared_release(&d);
+    rc = pend_fill(p, req, d);
     if (rc < 0) {
         agent_rpc_fail(call, TKM_GRPC_INTERNAL, "harness: out of memory");
         uv_close((uv_handle_t *)&p->t, pend_closed);
@@ -216,6 +216,27 @@ static void on_synced(void *data)
                k8s_informer_count(a->tkcc));
 }
 
+static void on_obj(const struct k8s_obj *o, void *data)
+{
+    struct app *a = data;
+    struct tkm_err err = {0};
+    if (agent_index_apply(&a->idx, o, NULL, &err) < 0)
+        fprintf(stderr, "e2e_agent_rpc: ignoring %s: %s\n", o->key, tkm_err_str(&err));
+}
+
+static void on_upd(const struct k8s_obj *old, const struct k8s_obj *cur, void *data)
+{
+    (void)old;
+    on_obj(cur, data);
+}
+
+static void on_del(const struct k8s_obj *o, int unknown, void *data)
+{
+    struct app *a = data;
+    (void)unknown;
+    agent_cache_destroy(agent_index_take(&a->idx, o->key));
+}
+
 static void on_error(int rc, const char *msg, uint64_t delay_ms, void *data)
 {
     (void)rc;
@@ -241,7 +262,11 @@ static int start_informers(struct app *a, struct tkm_err *err)
 {
     struct k8s_informer_opts io = {
         .watch = {.res = &tkm_api_res_tkc, .ns = NULL},
-        .handler = {.on_synced = on_synced, .on_error = on_error},
+        .handler = {.on_add = on_obj,
+                    .on_update = on_upd,
+                    .on_delete = on_del,
+                    .on_synced = on_synced,
+                    .on_error = on_error},
         .data = a,
     };
     int rc = k8s_informer_start(a->c, &io, &a->tkc, err);
@@ -277,6 +302,7 @@ int main(int argc, char **argv)
     tkm_log_init("e2e_agent_rpc", TKM_LOG_INFO, 0);
     k8s_config_init(&cfg);
     a.loop = uv_default_loop();
+    agent_index_init(&a.idx, &a.live);
     if (tkm_http_global_init(&err) < 0 || k8s_config_load_default(&cfg, kubeconfig, &err) < 0 ||
         k8s_client_new(a.loop, &cfg, NULL, &a.c, &err) < 0)
         goto out;
@@ -304,6 +330,7 @@ out:
         free(v->id);
         free(v);
     }
+    agent_index_release(&a.idx);
     k8s_config_release(&cfg);
     if (uv_loop_close(a.loop) != 0) {
         fprintf(stderr, "e2e_agent_rpc: handles left open on the loop\n");

@@ -132,6 +132,8 @@ struct tkm_api_summary {
     struct tkm_api_target *targets;
     size_t n_targets;
 };
+/* Frees what a summary owns and zeroes it. */
+void tkm_api_summary_release(struct tkm_api_summary *s);
 
 struct tkm_api_counts {
     int32_t nodes, compatible, incompatible, failed, in_use;
