@@ -26,6 +26,9 @@ struct ctrl_reg {
     struct tkm_http *http;
     struct ctrl_map sessions; /* "host\nauth-digest" -> struct tkm_oci_session */
     uint64_t timeout_ms;
+    unsigned closing; /* ctrl_reg_close(): sessions not closed yet */
+    void (*closed_cb)(void *data);
+    void *closed_data;
 };
 
 struct ctrl_reg_op {
@@ -50,21 +53,42 @@ int ctrl_reg_new(uv_loop_t *loop, struct tkm_http *http, const struct ctrl_reg_o
     return 0;
 }
 
-static int free_session(const char *key, void *val, void *data)
+static void session_closed(void *data)
 {
+    struct ctrl_reg *r = data;
+    if (--r->closing)
+        return;
+    void (*cb)(void *) = r->closed_cb;
+    void *cb_data = r->closed_data;
+    ctrl_map_release(&r->sessions);
+    free(r);
+    if (cb)
+        cb(cb_data);
+}
+
+static int close_session(const char *key, void *val, void *data)
+{
+    struct ctrl_reg *r = data;
     (void)key;
-    (void)data;
-    tkm_oci_session_free(val);
+    r->closing++;
+    tkm_oci_session_close(val, session_closed, r);
     return 0;
+}
+
+void ctrl_reg_close(struct ctrl_reg *r, void (*closed_cb)(void *data), void *data)
+{
+    if (!r)
+        return;
+    r->closed_cb = closed_cb;
+    r->closed_data = data;
+    r->closing = 1; /* held while the sessions close (one may report at once) */
+    ctrl_map_foreach(&r->sessions, close_session, r);
+    session_closed(r);
 }
 
 void ctrl_reg_free(struct ctrl_reg *r)
 {
-    if (!r)
-        return;
-    ctrl_map_foreach(&r->sessions, free_session, NULL);
-    ctrl_map_release(&r->sessions);
-    free(r);
+    ctrl_reg_close(r, NULL, NULL);
 }
 
 const char *ctrl_reg_reason(int rc, int *retry)
