@@ -23,6 +23,8 @@
 #include <tkm/api/v1alpha1.h>
 #include <tkm/gpu/compat.h>
 #include <tkm/gpu/probe.h>
+#include <tkm/daemon.h>
+#include <tkm/flags.h>
 #include <tkm/http.h>
 #include <tkm/oci/session.h>
 #include <tkm/triton/cache.h>
@@ -60,6 +62,7 @@ struct agent_opts {
     const char *metrics_addr;
     const char *health_addr;
     struct tkm_gpu_probe_opts probe;
+    struct tkm_flagset flags; /* -v, --log-format and the deprecation notes */
     int verbosity;
     int once;
     const char *output; /* "json" or "yaml" */
@@ -70,9 +73,6 @@ struct agent_opts {
 /* Parses argv into o (strings borrowed). 0, 1 (--help printed: exit 0), or
  * -EINVAL after printing the error to stderr. */
 int agent_opts_parse(struct agent_opts *o, int argc, char **argv);
-/* "10Gi", "512Mi", "1000000" -> bytes; "10m", "30s", "1h" -> ms. 0 or -EINVAL. */
-int agent_parse_size(const char *s, uint64_t *out);
-int agent_parse_duration(const char *s, uint64_t *out_ms);
 
 /* The outcome of one cache on this node. Owned strings. */
 struct agent_verdicts {
@@ -184,14 +184,13 @@ struct agent {
     char hostname[256];
     struct k8s_informer *inf_tkc, *inf_tkcc, *inf_cfg, *inf_ns, *inf_nsc;
     struct agent_nsobj *nsobjs;
-    uv_timer_t probe_timer, flush_timer, node_timer, shutdown_timer;
-    int shutdown_polls;
-    uv_signal_t sig_term, sig_int, sig_hup;
+    uv_timer_t probe_timer, flush_timer, node_timer;
+    struct tkm_daemon d;     /* signals and the stop (stop.c) */
+    struct tkm_closer users; /* the stop: what uses the clients, closed before them */
     int flush_pending;
     uint64_t flush_due_ms;
     uint64_t write_backoff_ms;
     int stopping;
-    int exit_code;
     /* --once --image REF */
     struct tkm_oci_session *once_session;
     /* the store and the socket */
@@ -292,7 +291,9 @@ void agent_metrics_extraction(struct agent *a, double seconds);
 void agent_metrics_stop(struct agent *a); /* servers closed (on the loop) */
 void agent_metrics_free(struct agent *a); /* after the loop ended */
 
-/* main.c */
+/* stop.c: stops with exit status code (the first stop's wins); the same as
+ * SIGTERM with code 0. agent_on_stop: struct tkm_daemon_opts.on_stop. */
 void agent_stop(struct agent *a, int code);
+void agent_on_stop(struct tkm_daemon *d, int signum, void *data);
 
 #endif

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <tkm/daemon.h>
 #include <tkm/log.h>
 #include <tkm/http.h>
 #include <tkm/util.h>
@@ -26,7 +27,7 @@ struct ctrl_reg {
     struct tkm_http *http;
     struct ctrl_map sessions; /* "host\nauth-digest" -> struct tkm_oci_session */
     uint64_t timeout_ms;
-    unsigned closing; /* ctrl_reg_close(): sessions not closed yet */
+    struct tkm_closer closing; /* ctrl_reg_close(): the sessions */
     void (*closed_cb)(void *data);
     void *closed_data;
 };
@@ -53,11 +54,9 @@ int ctrl_reg_new(uv_loop_t *loop, struct tkm_http *http, const struct ctrl_reg_o
     return 0;
 }
 
-static void session_closed(void *data)
+static void sessions_closed(void *data)
 {
     struct ctrl_reg *r = data;
-    if (--r->closing)
-        return;
     void (*cb)(void *) = r->closed_cb;
     void *cb_data = r->closed_data;
     ctrl_map_release(&r->sessions);
@@ -70,8 +69,7 @@ static int close_session(const char *key, void *val, void *data)
 {
     struct ctrl_reg *r = data;
     (void)key;
-    r->closing++;
-    tkm_oci_session_close(val, session_closed, r);
+    tkm_oci_session_close(val, tkm_closer_done, tkm_closer_add(&r->closing));
     return 0;
 }
 
@@ -81,9 +79,9 @@ void ctrl_reg_close(struct ctrl_reg *r, void (*closed_cb)(void *data), void *dat
         return;
     r->closed_cb = closed_cb;
     r->closed_data = data;
-    r->closing = 1; /* held while the sessions close (one may report at once) */
+    tkm_closer_init(&r->closing, sessions_closed, r);
     ctrl_map_foreach(&r->sessions, close_session, r);
-    session_closed(r);
+    tkm_closer_done(&r->closing);
 }
 
 void ctrl_reg_free(struct ctrl_reg *r)

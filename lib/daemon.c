@@ -19,36 +19,60 @@ static void signals_close(struct tkm_daemon *d)
             uv_close(hs[i], NULL);
 }
 
+void tkm_closer_init(struct tkm_closer *g, void (*done)(void *data), void *data)
+{
+    g->pending = 1;
+    g->done = done;
+    g->data = data;
+}
+
+void *tkm_closer_add(struct tkm_closer *g)
+{
+    g->pending++;
+    return g;
+}
+
+void tkm_closer_done(void *data)
+{
+    struct tkm_closer *g = data;
+    if (--g->pending == 0 && g->done)
+        g->done(g->data);
+}
+
+static void all_closed(void *data)
+{
+    struct tkm_daemon *d = data;
+    tkm_dbg("every component closed");
+    signals_close(d);
+}
+
 void *tkm_daemon_closing(struct tkm_daemon *d)
 {
-    d->closing++;
+    tkm_closer_add(&d->closes);
     return d;
 }
 
 void tkm_daemon_closed(void *data)
 {
     struct tkm_daemon *d = data;
-    if (--d->closing == 0 && d->stopping) {
-        tkm_dbg("every component closed");
-        signals_close(d);
-    }
+    tkm_closer_done(&d->closes);
 }
 
 static void begin_stop(struct tkm_daemon *d, int signum, int code)
 {
     if (d->stopping) {
         if (signum)
-            tkm_info("%s: already stopping (%u close(s) in flight)", sig_name(signum), d->closing);
+            tkm_info("%s: already stopping (%u close(s) in flight)", sig_name(signum),
+                     d->closes.pending);
         return;
     }
     d->stopping = 1;
     d->exit_code = code;
-    /* held while on_stop starts the closes, so that one reporting at once
-     * does not end the stop before the others have started */
-    tkm_daemon_closing(d);
+    /* held while on_stop starts the closes */
+    tkm_closer_init(&d->closes, all_closed, d);
     if (d->o.on_stop)
         d->o.on_stop(d, signum, d->o.data);
-    tkm_daemon_closed(d);
+    tkm_closer_done(&d->closes);
 }
 
 static void on_signal(uv_signal_t *s, int signum)

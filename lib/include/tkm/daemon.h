@@ -27,6 +27,22 @@
 
 #include <tkm/err.h>
 
+/* A set of closes that reports once, when the last of them has finished:
+ *   tkm_closer_init(&g, all_closed, data);          (holds the set open)
+ *   x_close(x, tkm_closer_done, tkm_closer_add(&g)); ... for each
+ *   tkm_closer_done(&g);                            (the hold: all_closed may run now)
+ * A close that reports at once, inside x_close, is fine: the hold keeps the
+ * set from finishing before the others have started. g is the caller's until
+ * done runs (done may free it). */
+struct tkm_closer {
+    unsigned pending;
+    void (*done)(void *data);
+    void *data;
+};
+void tkm_closer_init(struct tkm_closer *g, void (*done)(void *data), void *data);
+void *tkm_closer_add(struct tkm_closer *g); /* returns g, the data for tkm_closer_done */
+void tkm_closer_done(void *g);
+
 struct tkm_daemon;
 
 struct tkm_daemon_opts {
@@ -41,7 +57,7 @@ struct tkm_daemon {
     uv_loop_t *loop;
     struct tkm_daemon_opts o;
     uv_signal_t sig_term, sig_int, sig_hup;
-    unsigned closing; /* closes started and not reported yet */
+    struct tkm_closer closes; /* the stop's closes (from the first stop on) */
     int stopping;
     int exit_code;
 };
