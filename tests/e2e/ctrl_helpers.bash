@@ -72,8 +72,8 @@ ctrl_start() {
   CTRL_PID[$name]=$!
 }
 
-# shellcheck disable=SC2034 # read by the scenarios
 declare -A CTRL_RC CTRL_STOP_MS
+# shellcheck disable=SC2034 # CTRL_RC, CTRL_STOP_MS: read by the scenarios
 ctrl_kill() {
   local pid=${CTRL_PID[$1]:-} rc=0 t0
   [[ -n $pid ]] || return 0
