@@ -148,6 +148,10 @@ static int log_flag(struct tkm_flagset *fs, const char *name, size_t nl, const c
                     int argc, char **argv, int single_dash)
 {
     const char *next = *i + 1 < argc ? argv[*i + 1] : NULL;
+    char flag[48];
+    if (single_dash && strspn(name, "v") != nl) /* one dash: -v, -vv only */
+        return 0;
+    snprintf(flag, sizeof flag, "%s%.*s", single_dash ? "-" : "--", (int)nl, name);
 #define IS(s) (nl == strlen(s) && strncmp(name, s, nl) == 0)
     if (IS("v") && !val && !is_level(next)) {
         note(fs, "-v without a level is deprecated (it goes in the next release): write -v 1");
@@ -178,7 +182,7 @@ static int log_flag(struct tkm_flagset *fs, const char *name, size_t nl, const c
         return 0;
     if (!val) {
         if (!next)
-            return bad(fs, argv[*i], NULL, "needs a value");
+            return bad(fs, flag, NULL, "needs a value");
         val = argv[++*i];
     }
     if (lvl)
@@ -191,7 +195,7 @@ static int log_flag(struct tkm_flagset *fs, const char *name, size_t nl, const c
         return 1;
     }
     if (parse_level(val, &fs->verbosity, &fs->level) < 0)
-        return bad(fs, v ? "-v" : lvl ? "--log-level" : "-v", val, LEVEL_WHY);
+        return bad(fs, flag, val, LEVEL_WHY);
     return 1;
 #undef IS
 }

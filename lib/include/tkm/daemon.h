@@ -67,7 +67,8 @@ int tkm_daemon_init(struct tkm_daemon *d, uv_loop_t *loop, const struct tkm_daem
                     struct tkm_err *err);
 /* Stops with exit status code (the first stop's code wins). From the loop. */
 void tkm_daemon_stop(struct tkm_daemon *d, int code);
-/* One more close in flight: returns d, the data for tkm_daemon_closed. */
+/* One more close in flight (from on_stop, or a close callback after it):
+ * returns d, the data for tkm_daemon_closed. */
 void *tkm_daemon_closing(struct tkm_daemon *d);
 /* A close callback (data: from tkm_daemon_closing): that close has finished. */
 void tkm_daemon_closed(void *data);
