@@ -202,31 +202,13 @@ static int log_flag(struct tkm_flagset *fs, const char *name, size_t nl, const c
 
 /* ---- table flags ------------------------------------------------------------------------- */
 
-/* 1 when the comma-separated list has name (nl bytes). */
-static int in_list(const char *list, const char *name, size_t nl)
-{
-    for (const char *p = list; p && *p;) {
-        size_t l = strcspn(p, ",");
-        if (l == nl && strncmp(p, name, nl) == 0)
-            return 1;
-        p += l + (p[l] == ',');
-    }
-    return 0;
-}
-
-static const struct tkm_flag *lookup(const struct tkm_flagset *fs, const char *name, size_t nl,
-                                     int *old)
+static const struct tkm_flag *lookup(const struct tkm_flagset *fs, const char *name, size_t nl)
 {
     for (unsigned i = 0; i < fs->n_flags; i++) {
         const struct tkm_flag *f = &fs->flags[i];
-        *old = 0;
         if ((strlen(f->name) == nl && strncmp(f->name, name, nl) == 0) ||
             (f->alias && strlen(f->alias) == nl && strncmp(f->alias, name, nl) == 0))
             return f;
-        if (in_list(f->old, name, nl)) {
-            *old = 1;
-            return f;
-        }
     }
     return NULL;
 }
@@ -346,7 +328,7 @@ int tkm_flags_parse(struct tkm_flagset *fs, int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i], *val, *eq;
         char flag[128];
-        int single = 0, old = 0, rc;
+        int single = 0, rc;
         if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
             tkm_flags_usage(fs, stdout);
             return 1;
@@ -364,12 +346,10 @@ int tkm_flags_parse(struct tkm_flagset *fs, int argc, char **argv)
                 return rc;
             continue;
         }
-        const struct tkm_flag *f = lookup(fs, name, nl, &old);
+        const struct tkm_flag *f = lookup(fs, name, nl);
         /* one dash only before a one-letter name (-o), two before a long one */
         if (!f || (single && nl > 1) || (!single && nl == 1 && strcmp(name, "v") != 0))
             return bad(fs, flag, NULL, "unknown flag");
-        if (old)
-            note(fs, "%s is deprecated (it goes in the next release): write --%s", flag, f->name);
         if (f->type != TKM_FLAG_BOOL && !val) {
             if (i + 1 >= argc)
                 return bad(fs, flag, NULL, "needs a value");
@@ -408,7 +388,7 @@ static void print_indented(FILE *f, const char *text, const char *def)
 
 void tkm_flags_usage(const struct tkm_flagset *fs, FILE *f)
 {
-    int any_bare = 0, any_old = 0, any_duration = 0, any_size = 0;
+    int any_bare = 0, any_duration = 0, any_size = 0;
     fprintf(f, "Usage: %s\n\n%s%s", fs->synopsis, fs->about ? fs->about : "",
             fs->about ? "\n" : "");
     fprintf(f, "Flags (--flag VALUE or --flag=VALUE):\n");
@@ -424,7 +404,6 @@ void tkm_flags_usage(const struct tkm_flagset *fs, FILE *f)
         any_bare |= fl->type == TKM_FLAG_DURATION && fl->bare_ms;
         any_duration |= fl->type == TKM_FLAG_DURATION;
         any_size |= fl->type == TKM_FLAG_SIZE;
-        any_old |= fl->old != NULL;
     }
     fprintf(f, "  -v LEVEL\n");
     print_indented(f,
@@ -458,12 +437,6 @@ void tkm_flags_usage(const struct tkm_flagset *fs, FILE *f)
                         unit_name(fs->flags[i].bare_ms));
         fputc('\n', f);
     }
-    for (unsigned i = 0; any_old && i < fs->n_flags; i++)
-        for (const char *p = fs->flags[i].old; p && *p;) {
-            size_t l = strcspn(p, ",");
-            fprintf(f, "  --%.*s (write --%s)\n", (int)l, p, fs->flags[i].name);
-            p += l + (p[l] == ',');
-        }
     if (fs->epilogue)
         fprintf(f, "\n%s", fs->epilogue);
 }

@@ -90,8 +90,7 @@ static int run_parse(struct tkm_flagset *fs, struct opts *o, const char *const *
 {
     /* clang-format off */
     static struct tkm_flag flags[] = {
-        {.name = "name", .type = TKM_FLAG_STRING, .arg = "NAME", .def = "x", .help = "a name",
-         .old = "node,nodename"},
+        {.name = "name", .type = TKM_FLAG_STRING, .arg = "NAME", .def = "x", .help = "a name"},
         {.name = "timeout", .type = TKM_FLAG_DURATION, .arg = "DURATION", .def = "30s",
          .bare_ms = 1000, .max = 86400000, .help = "a timeout"},
         {.name = "settle", .type = TKM_FLAG_DURATION, .arg = "DURATION", .def = "250ms",
@@ -243,14 +242,6 @@ TEST(deprecated_spellings)
     ASSERT_OK(PARSE("--timeout=86400"));
     ASSERT_UEQ(o.timeout_ms, 86400000);
     ASSERT_EQ(PARSE("--timeout", "86401"), -EINVAL); /* the range still holds */
-    /* an old name */
-    ASSERT_OK(PARSE("--node", "n2"));
-    ASSERT_STREQ(o.name, "n2");
-    ASSERT_EQ((int)fs.n_notes, 1);
-    ASSERT_STRCONTAINS(fs.notes[0], "--node is deprecated");
-    ASSERT_STRCONTAINS(fs.notes[0], "write --name");
-    ASSERT_OK(PARSE("--nodename=n3"));
-    ASSERT_STREQ(o.name, "n3");
     /* the logging flags of earlier releases */
     ASSERT_OK(PARSE("--log-level", "warn", "--log-json"));
     ASSERT_EQ(tkm_flags_log_level(&fs, TKM_LOG_INFO), TKM_LOG_WARN);
@@ -312,7 +303,6 @@ TEST(help_teaches_every_flag)
     ASSERT_STRCONTAINS(t, "--timeout N (N seconds)");
     ASSERT_STRCONTAINS(t, "--settle N (N milliseconds)");
     ASSERT(!strstr(t, "--grace N"));
-    ASSERT_STRCONTAINS(t, "--node (write --name)\n  --nodename (write --name)\n");
     ASSERT_STRCONTAINS(t, "--log-json (write --log-format json)");
     ASSERT_STRCONTAINS(t, "Example:\n  tkm-test --timeout 10s\n");
     free(t);
