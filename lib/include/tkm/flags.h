@@ -22,11 +22,10 @@
  * Deprecated spellings (accepted for one release, each noted once): a
  * duration written as a bare number is read in the unit the flag used to
  * take (tkm_flag.bare_ms; seconds for most, ms for some); the logging flags
- * of earlier releases: -v without a level
- * (tkm-csi's: one more level), --verbose, --log-level LEVEL, --zap-log-level
- * LEVEL (as -v LEVEL), --log-json (as --log-format json). The notes are kept
- * in the flag set; tkm_flags_log_init() logs one warning line for each once
- * logging is set up.
+ * of earlier releases: -v without a level (tkm-csi's: one more level),
+ * --verbose, --log-level LEVEL, --zap-log-level LEVEL (as -v LEVEL),
+ * --log-json (as --log-format json). The notes are kept in the flag set;
+ * tkm_flags_log_init() logs one warning line for each once logging is set up.
  *
  * Ownership: the table, the set's texts and every string value are borrowed
  * (a string flag's value points into argv); nothing here allocates.
@@ -60,7 +59,7 @@ struct tkm_flag {
     uint64_t min, max;   /* DURATION (ms), SIZE, UINT: the accepted range; max 0 = no bound */
     uint64_t bare_ms;    /* DURATION: the unit of a bare number (deprecated), 0 = refused */
     const char *choices; /* CHOICE: "text|json" */
-    const char *alias;   /* another current name: "output" */
+    const char *alias;   /* a one-letter second name: "o" for --output */
     int (*set)(const char *value, void *dst, struct tkm_err *err); /* FUNC: 0 or -EINVAL */
 };
 
