@@ -7,9 +7,10 @@
  * thread pool.
  *
  * Ownership: struct agent owns every struct agent_cache in its list, the
- * registry sessions, the http client, the k8s client and the informers; they
- * are freed by agent_stop() (from the loop) and agent_release(). Strings in
- * struct agent_opts are borrowed from argv/environ for the process lifetime.
+ * registry sessions, the http client, the k8s client and the informers; the
+ * stop (stop.c, from the loop) frees or closes them, by close callbacks, and
+ * main() frees the rest after the loop has ended. Strings in struct
+ * agent_opts are borrowed from argv/environ for the process lifetime.
  */
 #ifndef AGENT_AGENT_H
 #define AGENT_AGENT_H
