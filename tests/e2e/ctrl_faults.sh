@@ -167,11 +167,11 @@ assert_eq 0 "${CTRL_RC[c3]}" "SIGTERM: exit 0"
 step "SIGTERM with a registry request in flight: exit 0 at once; a deprecated spelling still works"
 # --registry-timeout 60s: the stop does not wait for the request, it cancels it;
 # --status-settle 250: the spelling of the previous release (milliseconds)
-ctrl_start c4 --registry-timeout 60s --status-settle 250
-tkc stuck "$SLOW/e2e/stuck:v1"
 accepts() { wc -l <"$E2E_TMP/slow.accepts" 2>/dev/null || echo 0; }
 before=$(accepts)
 in_flight() { (($(accepts) > before)); }
+ctrl_start c4 --registry-timeout 60s --status-settle 250
+tkc stuck "$SLOW/e2e/stuck:v1"
 wait_for 30 "c4's resolve of stuck is in flight at the silent registry" in_flight
 ctrl_kill c4 TERM
 assert_eq 0 "${CTRL_RC[c4]}" "SIGTERM with a registry request in flight: exit 0"
