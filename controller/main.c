@@ -4,7 +4,6 @@
  */
 #include <errno.h>
 #include <malloc.h>
-#include <signal.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <stdio.h>

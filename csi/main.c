@@ -2,7 +2,6 @@
  * main.c - tkm-csi: flags, the loop, signals. See csi/README.md, docs/csi.md.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -120,7 +120,7 @@ static int parse_level(const char *v, int *verbosity, int *level)
 {
     int64_t n;
     int l;
-    if (tkm_parse_i64(v, 0, 9, &n) == 0) {
+    if (tkm_parse_i64(v, 0, 10, &n) == 0) { /* the controller took 0..10 */
         *verbosity = (int)n;
         *level = -1;
         return 0;
@@ -138,7 +138,7 @@ static int is_level(const char *v)
     return v && parse_level(v, &a, &b) == 0;
 }
 
-#define LEVEL_WHY "expected a verbosity 0..9 or error|warn|info|debug|trace"
+#define LEVEL_WHY "expected a verbosity 0..10 or error|warn|info|debug|trace"
 
 /* The logging flags of every daemon, the current and the deprecated ones.
  * name is the flag without dashes; val its "=value" (NULL when none); *i may

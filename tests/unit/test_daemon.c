@@ -169,7 +169,7 @@ TEST(flags_current_spellings)
     ASSERT_EQ(tkm_flags_log_level(&fs, TKM_LOG_INFO), TKM_LOG_DEBUG);
     ASSERT_OK(PARSE("-v", "warn"));
     ASSERT_EQ(tkm_flags_log_level(&fs, TKM_LOG_INFO), TKM_LOG_WARN);
-    ASSERT_OK(PARSE("-v", "9"));
+    ASSERT_OK(PARSE("-v", "10"));
     ASSERT_EQ(tkm_flags_log_level(&fs, TKM_LOG_INFO), TKM_LOG_TRACE); /* capped */
     ASSERT_EQ((int)fs.n_notes, 0);
 }
