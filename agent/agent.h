@@ -20,8 +20,8 @@
  * Ownership: struct agent owns the index and every struct agent_cache in it
  * (caches is the index's live list, borrowed), the work queue, the verify
  * context (with the registry session pool), the http and k8s clients, the
- * informers, the store and the socket. agent_stop() (stop.c) starts the stop
- * from the loop (agent_caches_close() for the caches' part); main() frees what
+ * informers, the store and the socket. The stop (stop.c, from the loop) closes
+ * them by close callbacks (agent_caches_close() for the caches' part); main() frees what
  * is left once the loop has ended (agent_store_close(), agent_metrics_free(),
  * agent_gpus_release(), agent_nsobjs_free()). Strings in struct agent_opts
  * are borrowed from argv/environ for the process lifetime.
@@ -39,6 +39,8 @@
 #include <tkm/api/verify.h>
 #include <tkm/gpu/compat.h>
 #include <tkm/gpu/probe.h>
+#include <tkm/daemon.h>
+#include <tkm/flags.h>
 #include <tkm/http.h>
 #include <tkm/oci/session.h>
 #include <tkm/triton/cache.h>
@@ -79,6 +81,7 @@ struct agent_opts {
     const char *metrics_addr;
     const char *health_addr;
     struct tkm_gpu_probe_opts probe;
+    struct tkm_flagset flags; /* -v, --log-format and the deprecation notes */
     int verbosity;
     int once;
     const char *output; /* "json" or "yaml" */
@@ -89,9 +92,6 @@ struct agent_opts {
 /* Parses argv into o (strings borrowed). 0, 1 (--help printed: exit 0), or
  * -EINVAL after printing the error to stderr. */
 int agent_opts_parse(struct agent_opts *o, int argc, char **argv);
-/* "10Gi", "512Mi", "1000000" -> bytes; "10m", "30s", "1h" -> ms. 0 or -EINVAL. */
-int agent_parse_size(const char *s, uint64_t *out);
-int agent_parse_duration(const char *s, uint64_t *out_ms);
 
 struct agent;
 struct agent_run;
@@ -153,14 +153,13 @@ struct agent {
     char hostname[256];
     struct k8s_informer *inf_tkc, *inf_tkcc, *inf_cfg, *inf_ns, *inf_nsc;
     struct agent_nsobj *nsobjs;
-    uv_timer_t probe_timer, flush_timer, node_timer, shutdown_timer;
-    int shutdown_polls;
-    uv_signal_t sig_term, sig_int, sig_hup;
+    uv_timer_t probe_timer, flush_timer, node_timer;
+    struct tkm_daemon d;     /* signals and the stop (stop.c) */
+    struct tkm_closer users; /* the stop: what uses the clients, closed before them */
     int flush_pending;
     uint64_t flush_due_ms;
     uint64_t write_backoff_ms;
     int stopping;
-    int exit_code;
     struct tkm_oci_session *once_session; /* --once --image REF */
     /* the store and the socket */
     struct tkm_store *store;
@@ -250,7 +249,9 @@ void agent_metrics_extraction(struct agent *a, double seconds);
 void agent_metrics_stop(struct agent *a); /* servers closed (on the loop) */
 void agent_metrics_free(struct agent *a); /* after the loop ended */
 
-/* stop.c: the graceful stop, from the loop (signals, --once, a failed start). */
+/* stop.c: stops with exit status code (the first stop's wins); the same as
+ * SIGTERM with code 0. agent_on_stop: struct tkm_daemon_opts.on_stop. */
 void agent_stop(struct agent *a, int code);
+void agent_on_stop(struct tkm_daemon *d, int signum, void *data);
 
 #endif

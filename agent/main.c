@@ -3,7 +3,6 @@
  * agent/README.md says how to run it; docs/agent.md how it works.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,19 +14,15 @@
 
 #include "agent.h"
 
-static void on_signal(uv_signal_t *s, int signum)
+static void on_hup(struct tkm_daemon *d, void *data)
 {
-    struct agent *a = s->data;
-    if (signum == SIGHUP) {
-        tkm_info("SIGHUP: probing the GPUs again");
-        agent_gpu_probe(a);
-        return;
-    }
-    tkm_info("%s: stopping", signum == SIGTERM ? "SIGTERM" : "SIGINT");
-    agent_stop(a, 0);
+    struct agent *a = data;
+    (void)d;
+    tkm_info("SIGHUP: probing the GPUs again");
+    agent_gpu_probe(a);
 }
 
-static int handles_init(struct agent *a)
+static int handles_init(struct agent *a, struct tkm_err *err)
 {
     uv_timer_init(a->loop, &a->probe_timer);
     uv_timer_init(a->loop, &a->flush_timer);
@@ -36,16 +31,8 @@ static int handles_init(struct agent *a)
     uv_timer_init(a->loop, &a->once_timer);
     a->gc_timer.data = a->once_timer.data = a;
     a->flush_timer.data = a->node_timer.data = a->probe_timer.data = a;
-    uv_signal_t *ss[] = {&a->sig_term, &a->sig_int, &a->sig_hup};
-    int nums[] = {SIGTERM, SIGINT, SIGHUP};
-    for (int i = 0; i < 3; i++) {
-        uv_signal_init(a->loop, ss[i]);
-        ss[i]->data = a;
-        int rc = uv_signal_start(ss[i], on_signal, nums[i]);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
+    struct tkm_daemon_opts o = {.on_stop = agent_on_stop, .on_hup = on_hup, .data = a};
+    return tkm_daemon_init(&a->d, a->loop, &o, err);
 }
 
 static int k8s_start(struct agent *a, struct tkm_err *err)
@@ -129,27 +116,21 @@ int main(int argc, char **argv)
             snprintf(a.hostname, sizeof a.hostname, "localhost");
         a.o.node_name = a.hostname;
     }
-    int level = (a.o.once ? TKM_LOG_WARN : TKM_LOG_INFO) + a.o.verbosity;
-    tkm_log_init("tkm-agent", level > TKM_LOG_TRACE ? TKM_LOG_TRACE : level, 0);
+    tkm_flags_log_init(&a.o.flags, a.o.once ? TKM_LOG_WARN : TKM_LOG_INFO);
     if (tkm_threadpool_init(0, &e) < 0 || tkm_http_global_init(&e) < 0) {
         fprintf(stderr, "tkm-agent: %s\n", tkm_err_str(&e));
         return 1;
     }
-    signal(SIGPIPE, SIG_IGN);
     if (uv_loop_init(&loop) < 0)
         return 1;
     a.loop = &loop;
-    if (handles_init(&a) < 0) {
-        fprintf(stderr, "tkm-agent: cannot install signal handlers\n");
+    if (handles_init(&a, &e) < 0) {
+        fprintf(stderr, "tkm-agent: %s\n", tkm_err_str(&e));
         return 1;
     }
     if (agent_start(&a) != 0)
         agent_stop(&a, 1);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    if (!a.stopping) {
-        agent_stop(&a, 1);
-        uv_run(&loop, UV_RUN_DEFAULT);
-    }
+    int code = tkm_daemon_run(&a.d);
     uv_loop_close(&loop);
     agent_nsobjs_free(&a);
     agent_store_close(&a);
@@ -157,5 +138,5 @@ int main(int argc, char **argv)
     agent_gpus_release(&a);
     tkm_api_config_release(&a.cfg);
     free(a.cfg_inputs);
-    return a.exit_code;
+    return code;
 }

@@ -1,8 +1,14 @@
-/* stop.c - the graceful stop (agent.h: agent_stop): informers stopped, work in
- * flight cancelled (registry jobs report -ECANCELED, a store ingest removes its
- * staging directory), then the clients closed once nothing is in flight. */
+/* stop.c - the graceful stop (agent.h: agent_stop, agent_on_stop), by close
+ * callbacks (tkm/daemon.h): the servers, informers and registry sessions are
+ * closed first (a session reports once its jobs have reported -ECANCELED and
+ * its thread-pool work has finished: a cancelled pull removes its staging
+ * directory, a cancelled ingest leaves nothing visible); once the last of
+ * them has reported nothing uses the clients, which close next (a status
+ * write in flight completes). The daemon exits when the last close reports
+ * and the loop ends; no timer decides it. */
 #include <stdlib.h>
 
+#include <tkm/httpd.h>
 #include <tkm/log.h>
 
 #include "agent.h"
@@ -12,53 +18,59 @@ static void closed_nop(uv_handle_t *h)
     (void)h;
 }
 
-static void on_shutdown_poll(uv_timer_t *t)
+static void clients_close(void *data)
 {
-    struct agent *a = t->data;
-    /* the cancelled registry jobs report through the http client, and a
-     * cancelled pull may still have its layout's flush on the thread pool
-     * before it reports: close the clients only once nothing is in flight
-     * there and every pull has reported (at most ~5 s) */
-    if (a->http && (tkm_http_inflight(a->http) > 0 || a->pulls) && a->shutdown_polls++ < 500)
-        return;
-    uv_timer_stop(t);
-    uv_close((uv_handle_t *)t, closed_nop);
-    if (a->kc)
-        k8s_client_close(a->kc, NULL, NULL);
+    struct agent *a = data;
+    TKM_DAEMON_CLOSE(&a->d, k8s_client_close, a->kc);
     a->kc = NULL;
-    if (a->http)
-        tkm_http_close(a->http, NULL, NULL);
+    TKM_DAEMON_CLOSE(&a->d, tkm_http_close, a->http);
     a->http = NULL;
+    tkm_daemon_closed(&a->d);
 }
 
 void agent_stop(struct agent *a, int code)
 {
-    if (a->stopping)
-        return;
+    tkm_daemon_stop(&a->d, code);
+}
+
+/* agent_caches_close()'s callback: the queue has drained and the verify context closed. */
+static void caches_closed(struct agent *a)
+{
+    tkm_closer_done(&a->users);
+}
+
+void agent_on_stop(struct tkm_daemon *d, int signum, void *data)
+{
+    struct agent *a = data;
+    (void)signum;
     a->stopping = 1;
-    a->exit_code = code;
-    tkm_dbg("stopping (exit %d)", code);
+    tkm_dbg("stopping (exit %d)", d->exit_code);
+    /* the clients close when everything that uses them has */
+    tkm_daemon_closing(d);
+    tkm_closer_init(&a->users, clients_close, a);
     agent_store_stop(a);
-    agent_metrics_stop(a);
+    TKM_DAEMON_CLOSE(d, tkm_httpd_close, a->httpd_metrics);
+    TKM_DAEMON_CLOSE(d, tkm_httpd_close, a->httpd_health);
+    a->httpd_metrics = a->httpd_health = NULL;
     k8s_recorder_free(a->rec);
     a->rec = NULL;
     struct k8s_informer **infs[] = {&a->inf_tkc, &a->inf_tkcc, &a->inf_cfg, &a->inf_ns,
                                     &a->inf_nsc};
     for (size_t i = 0; i < sizeof infs / sizeof infs[0]; i++) {
-        k8s_informer_stop(*infs[i], NULL, NULL);
+        if (*infs[i])
+            k8s_informer_stop(*infs[i], tkm_closer_done, tkm_closer_add(&a->users));
         *infs[i] = NULL;
     }
-    agent_caches_close(a, NULL);
-    tkm_oci_session_free(a->once_session);
+    tkm_closer_add(&a->users);
+    agent_caches_close(a, caches_closed);
+    if (a->once_session)
+        tkm_oci_session_close(a->once_session, tkm_closer_done, tkm_closer_add(&a->users));
     a->once_session = NULL;
     uv_handle_t *hs[] = {(uv_handle_t *)&a->probe_timer, (uv_handle_t *)&a->flush_timer,
-                         (uv_handle_t *)&a->node_timer,  (uv_handle_t *)&a->sig_term,
-                         (uv_handle_t *)&a->sig_int,     (uv_handle_t *)&a->sig_hup,
-                         (uv_handle_t *)&a->gc_timer,    (uv_handle_t *)&a->once_timer};
+                         (uv_handle_t *)&a->node_timer, (uv_handle_t *)&a->gc_timer,
+                         (uv_handle_t *)&a->once_timer};
     for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++)
         if (!uv_is_closing(hs[i]))
             uv_close(hs[i], closed_nop);
-    uv_timer_init(a->loop, &a->shutdown_timer);
-    a->shutdown_timer.data = a;
-    uv_timer_start(&a->shutdown_timer, on_shutdown_poll, 0, 10);
+    tkm_closer_done(&a->users);
 }

@@ -30,7 +30,7 @@ cleanup() { csi_teardown >/dev/null 2>&1 || true; rm -rf "$work"; }
 trap cleanup EXIT
 csi_setup "$work" "$fixture"
 csi_agent_start
-csi_driver_start --log-level warn
+csi_driver_start -v warn
 
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 kernels=$(find "$CSI_STORE" -name '*.json' ! -name '__grp__*' | wc -l)

@@ -320,6 +320,11 @@ struct ctrl_reg_opts {
 };
 int ctrl_reg_new(uv_loop_t *loop, struct tkm_http *http, const struct ctrl_reg_opts *o,
                  struct ctrl_reg **out, struct tkm_err *err);
+/* Cancels every operation in flight (each cb gets -ECANCELED) and closes the
+ * sessions; closed_cb (optional) runs once they are freed, after which the
+ * http client is no longer used. r NULL: no-op. ctrl_reg_free: the same
+ * without a callback. */
+void ctrl_reg_close(struct ctrl_reg *r, void (*closed_cb)(void *data), void *data);
 void ctrl_reg_free(struct ctrl_reg *r);
 /* auth_json: docker config bytes for the image's host (copied), or NULL.
  * If a start fails (< 0) cb is never called; else once, from the loop. The

@@ -761,7 +761,9 @@ static void policy_done(int rc, struct tkm_api_policy *pol, const char *reason,
     struct tkm_err e2 = {0};
     char fp[72];
     char *msg = NULL;
-    if (rc == -ECANCELED) {
+    if (rc == -ECANCELED || cc->c->stopping) { /* stopping: the registry client is closing */
+        if (rc == 0)
+            tkm_api_policy_free(pol);
         ver_flight_clear(cc);
         finish(cc, K8S_WQ_OK, 0);
         return;

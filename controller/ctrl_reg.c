@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <tkm/daemon.h>
 #include <tkm/log.h>
 #include <tkm/http.h>
 #include <tkm/util.h>
@@ -26,6 +27,9 @@ struct ctrl_reg {
     struct tkm_http *http;
     struct ctrl_map sessions; /* "host\nauth-digest" -> struct tkm_oci_session */
     uint64_t timeout_ms;
+    struct tkm_closer closing; /* ctrl_reg_close(): the sessions */
+    void (*closed_cb)(void *data);
+    void *closed_data;
 };
 
 struct ctrl_reg_op {
@@ -50,21 +54,39 @@ int ctrl_reg_new(uv_loop_t *loop, struct tkm_http *http, const struct ctrl_reg_o
     return 0;
 }
 
-static int free_session(const char *key, void *val, void *data)
+static void sessions_closed(void *data)
 {
+    struct ctrl_reg *r = data;
+    void (*cb)(void *) = r->closed_cb;
+    void *cb_data = r->closed_data;
+    ctrl_map_release(&r->sessions);
+    free(r);
+    if (cb)
+        cb(cb_data);
+}
+
+static int close_session(const char *key, void *val, void *data)
+{
+    struct ctrl_reg *r = data;
     (void)key;
-    (void)data;
-    tkm_oci_session_free(val);
+    tkm_oci_session_close(val, tkm_closer_done, tkm_closer_add(&r->closing));
     return 0;
+}
+
+void ctrl_reg_close(struct ctrl_reg *r, void (*closed_cb)(void *data), void *data)
+{
+    if (!r)
+        return;
+    r->closed_cb = closed_cb;
+    r->closed_data = data;
+    tkm_closer_init(&r->closing, sessions_closed, r);
+    ctrl_map_foreach(&r->sessions, close_session, r);
+    tkm_closer_done(&r->closing);
 }
 
 void ctrl_reg_free(struct ctrl_reg *r)
 {
-    if (!r)
-        return;
-    ctrl_map_foreach(&r->sessions, free_session, NULL);
-    ctrl_map_release(&r->sessions);
-    free(r);
+    ctrl_reg_close(r, NULL, NULL);
 }
 
 const char *ctrl_reg_reason(int rc, int *retry)

@@ -3,9 +3,7 @@
  * docs/controller.md). Flags follow controller-runtime operators.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <malloc.h>
-#include <signal.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -14,6 +12,8 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <tkm/daemon.h>
+#include <tkm/flags.h>
 #include <tkm/http.h>
 #include <tkm/httpd.h>
 #include <tkm/metrics.h>
@@ -22,14 +22,17 @@
 #include <k8s/client.h>
 #include <k8s/config.h>
 #include <k8s/events.h>
+#include <k8s/informer.h>
 #include <k8s/lease.h>
+#include <k8s/watch.h>
+#include <k8s/workqueue.h>
 
 #include "ctrl-int.h"
 
 struct args {
     const char *kubeconfig, *ns, *le_ns, *le_id, *metrics_addr, *health_addr, *state_dir;
     int leader_elect;
-    int level;
+    struct tkm_flagset flags;
     uint64_t cleanup_timeout_ms, registry_timeout_ms, status_interval_ms, node_gc_grace_ms;
     uint64_t status_settle_ms;
     uint64_t lease_ms, renew_ms, retry_ms;
@@ -45,239 +48,104 @@ struct app {
     struct k8s_lease *lease;
     struct tkm_metrics *metrics;
     struct tkm_httpd *srv_metrics, *srv_health;
-    uv_signal_t sig_term, sig_int;
-    uv_timer_t exit_timer;
-    int exiting;
+    struct tkm_daemon d;
 };
 
-static void usage(FILE *f)
-{
-    fprintf(
-        f,
-        "Usage: tkm-controller [flags]\n\n"
-        "The control plane of tkm: pins each TritonKernelCache / TritonKernelCacheCluster image\n"
-        "tag to a digest, verifies its signature, aggregates what the node agents report into the\n"
-        "cache's status (Verified, Ready, Progressing, Degraded, counts, failedNodes) and cleans\n"
-        "up after deleted caches and Nodes. See controller/README.md and docs/controller.md.\n\n"
-        "Flags (--flag VALUE or --flag=VALUE):\n"
-        "  --kubeconfig PATH                  kubeconfig; default $KUBECONFIG, else in-cluster,\n"
-        "                                     else ~/.kube/config\n"
-        "  --namespace NS                     the controller's namespace (ConfigMap tkm-config,\n"
-        "                                     Secrets of cluster caches); default $POD_NAMESPACE,\n"
-        "                                     else tkm-system\n"
-        "  --leader-elect[=true|false]        elect a leader on a Lease before acting (default "
-        "false)\n"
-        "  --leader-election-namespace NS     the Lease's namespace (default: --namespace)\n"
-        "  --leader-election-id NAME          the Lease's name (default tkm-controller)\n"
-        "  --metrics-bind-address ADDR        /metrics on host:port or :port; \"0\" disables "
-        "(default :8080)\n"
-        "  --health-probe-bind-address ADDR   /healthz and /readyz; \"0\" disables (default "
-        ":8081)\n"
-        "  --state-dir DIR                    SQLite state (pins, verifications, status hashes);\n"
-        "                                     default /var/lib/tkm-controller; \"\" keeps it in "
-        "memory\n"
-        "  -v N, --zap-log-level LEVEL        0 info (default), 1+ debug; or error|info|debug\n"
-        "  --cleanup-timeout SECONDS          how long a deleted cache waits for the agents to "
-        "drop\n"
-        "                                     their entries before the controller removes them "
-        "(60)\n"
-        "  --registry-timeout SECONDS         per registry request (30)\n"
-        "  --status-min-interval MS           least time between two status writes of one cache "
-        "(500)\n"
-        "  --node-gc-grace SECONDS            a node status younger than this is never collected "
-        "(5)\n"
-        "  --status-settle MS                 write a cache's status once the node reports for "
-        "it\n"
-        "                                     have been quiet this long, or at the latest\n"
-        "                                     10 x --status-min-interval (or 50 ms per cache,\n"
-        "                                     when longer) after a change; 0 = at once (250)\n"
-        "  --workers N                        caches reconciled at once (64)\n"
-        "  --lease-duration S, --renew-deadline S, --retry-period S   leader election (15, 10, 2)\n"
-        "  -h, --help                         this text\n\n"
-        "Example (by hand, against a dev cluster):\n"
-        "  tkm-controller --kubeconfig ~/.kube/config --namespace tkm-system --state-dir /tmp/tkmc "
-        "\\\n"
-        "      --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 -v "
-        "1\n");
-}
+static const char about[] =
+    "The control plane of tkm: pins each TritonKernelCache / TritonKernelCacheCluster image\n"
+    "tag to a digest, verifies its signature, aggregates what the node agents report into the\n"
+    "cache's status (Verified, Ready, Progressing, Degraded, counts, failedNodes) and cleans\n"
+    "up after deleted caches and Nodes. See controller/README.md and docs/controller.md.\n";
 
-enum {
-    O_KUBECONFIG = 256,
-    O_NS,
-    O_LE,
-    O_LE_NS,
-    O_LE_ID,
-    O_METRICS,
-    O_HEALTH,
-    O_STATE,
-    O_ZAP,
-    O_CLEANUP,
-    O_REGTIMEOUT,
-    O_STATUSINT,
-    O_SETTLE,
-    O_GCGRACE,
-    O_WORKERS,
-    O_LEASE,
-    O_RENEW,
-    O_RETRY,
-};
-
-static int parse_secs(const char *name, const char *v, uint64_t mult, uint64_t *out)
-{
-    uint64_t x;
-    if (tkm_parse_u64(v, UINT64_MAX / 1000, &x) < 0) {
-        fprintf(stderr, "tkm-controller: %s: \"%s\" is not a number\n", name, v);
-        return -EINVAL;
-    }
-    *out = x * mult;
-    return 0;
-}
-
-static int parse_level(const char *v, int *out)
-{
-    int64_t n;
-    if (tkm_parse_i64(v, 0, 10, &n) == 0) {
-        *out = n >= 1 ? TKM_LOG_DEBUG : TKM_LOG_INFO;
-        return 0;
-    }
-    int l = tkm_log_level_parse(v);
-    if (l < 0) {
-        fprintf(stderr, "tkm-controller: log level \"%s\": use a number or error|warn|info|debug\n",
-                v);
-        return -EINVAL;
-    }
-    *out = l;
-    return 0;
-}
-
-static int parse_bool(const char *v, int *out)
-{
-    if (!v || strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
-        *out = 1;
-    else if (strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
-        *out = 0;
-    else {
-        fprintf(stderr, "tkm-controller: --leader-elect=%s: use true or false\n", v);
-        return -EINVAL;
-    }
-    return 0;
-}
+static const char epilogue[] =
+    "Signals: SIGTERM/SIGINT stop: the reconciles in flight finish (registry requests are\n"
+    "cancelled), the Lease is released, then the process exits 0. A leader that loses its\n"
+    "Lease stops the same way and exits 1 (the Deployment restarts it as a candidate).\n\n"
+    "Example (by hand, against a dev cluster):\n"
+    "  tkm-controller --kubeconfig ~/.kube/config --namespace tkm-system --state-dir /tmp/tkmc \\\n"
+    "      --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 \\\n"
+    "      --cleanup-timeout 2m --status-settle 100ms -v 1 --log-format json\n";
 
 static int parse_args(int argc, char **argv, struct args *a)
 {
-    static const struct option opts[] = {
-        {"kubeconfig", required_argument, NULL, O_KUBECONFIG},
-        {"namespace", required_argument, NULL, O_NS},
-        {"leader-elect", optional_argument, NULL, O_LE},
-        {"leader-election-namespace", required_argument, NULL, O_LE_NS},
-        {"leader-election-id", required_argument, NULL, O_LE_ID},
-        {"metrics-bind-address", required_argument, NULL, O_METRICS},
-        {"health-probe-bind-address", required_argument, NULL, O_HEALTH},
-        {"state-dir", required_argument, NULL, O_STATE},
-        {"zap-log-level", required_argument, NULL, O_ZAP},
-        {"cleanup-timeout", required_argument, NULL, O_CLEANUP},
-        {"registry-timeout", required_argument, NULL, O_REGTIMEOUT},
-        {"status-min-interval", required_argument, NULL, O_STATUSINT},
-        {"status-settle", required_argument, NULL, O_SETTLE},
-        {"node-gc-grace", required_argument, NULL, O_GCGRACE},
-        {"workers", required_argument, NULL, O_WORKERS},
-        {"lease-duration", required_argument, NULL, O_LEASE},
-        {"renew-deadline", required_argument, NULL, O_RENEW},
-        {"retry-period", required_argument, NULL, O_RETRY},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0}};
     const char *pns = getenv("POD_NAMESPACE");
-    uint64_t w;
-    int ch, rc = 0;
+    uint64_t workers = 64;
     *a = (struct args){.ns = pns && *pns ? pns : "tkm-system",
                        .le_id = "tkm-controller",
                        .metrics_addr = ":8080",
                        .health_addr = ":8081",
                        .state_dir = "/var/lib/tkm-controller",
-                       .level = TKM_LOG_INFO,
                        .cleanup_timeout_ms = 60000,
                        .registry_timeout_ms = 30000,
                        .status_interval_ms = 500,
                        .status_settle_ms = 250,
                        .node_gc_grace_ms = 5000,
-                       .workers = 64,
                        .lease_ms = 15000,
                        .renew_ms = 10000,
                        .retry_ms = 2000};
-    while (rc == 0 && (ch = getopt_long(argc, argv, "hv:", opts, NULL)) != -1) {
-        switch (ch) {
-        case 'h':
-            usage(stdout);
-            exit(0);
-        case O_KUBECONFIG:
-            a->kubeconfig = optarg;
-            break;
-        case O_NS:
-            a->ns = optarg;
-            break;
-        case O_LE:
-            rc = parse_bool(optarg, &a->leader_elect);
-            break;
-        case O_LE_NS:
-            a->le_ns = optarg;
-            break;
-        case O_LE_ID:
-            a->le_id = optarg;
-            break;
-        case O_METRICS:
-            a->metrics_addr = optarg;
-            break;
-        case O_HEALTH:
-            a->health_addr = optarg;
-            break;
-        case O_STATE:
-            a->state_dir = optarg;
-            break;
-        case 'v':
-        case O_ZAP:
-            rc = parse_level(optarg, &a->level);
-            break;
-        case O_CLEANUP:
-            rc = parse_secs("--cleanup-timeout", optarg, 1000, &a->cleanup_timeout_ms);
-            break;
-        case O_REGTIMEOUT:
-            rc = parse_secs("--registry-timeout", optarg, 1000, &a->registry_timeout_ms);
-            break;
-        case O_STATUSINT:
-            rc = parse_secs("--status-min-interval", optarg, 1, &a->status_interval_ms);
-            break;
-        case O_SETTLE:
-            rc = parse_secs("--status-settle", optarg, 1, &a->status_settle_ms);
-            break;
-        case O_GCGRACE:
-            rc = parse_secs("--node-gc-grace", optarg, 1000, &a->node_gc_grace_ms);
-            break;
-        case O_LEASE:
-            rc = parse_secs("--lease-duration", optarg, 1000, &a->lease_ms);
-            break;
-        case O_RENEW:
-            rc = parse_secs("--renew-deadline", optarg, 1000, &a->renew_ms);
-            break;
-        case O_RETRY:
-            rc = parse_secs("--retry-period", optarg, 1000, &a->retry_ms);
-            break;
-        case O_WORKERS:
-            rc = parse_secs("--workers", optarg, 1, &w);
-            if (rc == 0 && (w < 1 || w > 256)) {
-                fprintf(stderr, "tkm-controller: --workers %s: use 1..256\n", optarg);
-                rc = -EINVAL;
-            }
-            a->workers = (unsigned)w;
-            break;
-        default:
-            usage(stderr);
-            return -EINVAL;
-        }
-    }
-    if (rc == 0 && optind < argc) {
-        fprintf(stderr, "tkm-controller: unexpected argument \"%s\" (see --help)\n", argv[optind]);
-        rc = -EINVAL;
-    }
+    /* clang-format off */
+    const struct tkm_flag flags[] = {
+        {.name = "kubeconfig", .type = TKM_FLAG_STRING, .dst = &a->kubeconfig, .arg = "PATH",
+         .def = "$KUBECONFIG, else in-cluster, else ~/.kube/config",
+         .help = "the cluster to work on"},
+        {.name = "namespace", .type = TKM_FLAG_STRING, .dst = &a->ns, .arg = "NS",
+         .def = "$POD_NAMESPACE, else tkm-system",
+         .help = "the controller's namespace (ConfigMap tkm-config, Secrets of cluster caches)"},
+        {.name = "leader-elect", .type = TKM_FLAG_BOOL, .dst = &a->leader_elect, .def = "false",
+         .help = "elect a leader on a Lease before acting (--leader-elect=false: off)"},
+        {.name = "leader-election-namespace", .type = TKM_FLAG_STRING, .dst = &a->le_ns,
+         .arg = "NS", .def = "--namespace", .help = "the Lease's namespace"},
+        {.name = "leader-election-id", .type = TKM_FLAG_STRING, .dst = &a->le_id, .arg = "NAME",
+         .def = "tkm-controller", .help = "the Lease's name"},
+        {.name = "lease-duration", .type = TKM_FLAG_DURATION, .dst = &a->lease_ms,
+         .arg = "DURATION", .def = "15s", .bare_ms = 1000,
+         .help = "leader election: how long a Lease is valid without renewal"},
+        {.name = "renew-deadline", .type = TKM_FLAG_DURATION, .dst = &a->renew_ms,
+         .arg = "DURATION", .def = "10s", .bare_ms = 1000,
+         .help = "leader election: how long the leader tries to renew before it gives up"},
+        {.name = "retry-period", .type = TKM_FLAG_DURATION, .dst = &a->retry_ms,
+         .arg = "DURATION", .def = "2s", .bare_ms = 1000,
+         .help = "leader election: the wait between two tries"},
+        {.name = "metrics-bind-address", .type = TKM_FLAG_STRING, .dst = &a->metrics_addr,
+         .arg = "ADDR", .def = ":8080", .help = "/metrics on host:port or :port; \"0\" disables"},
+        {.name = "health-probe-bind-address", .type = TKM_FLAG_STRING, .dst = &a->health_addr,
+         .arg = "ADDR", .def = ":8081",
+         .help = "/healthz and /readyz on host:port or :port; \"0\" disables"},
+        {.name = "state-dir", .type = TKM_FLAG_STRING, .dst = &a->state_dir, .arg = "DIR",
+         .def = "/var/lib/tkm-controller",
+         .help = "SQLite state (pins, verifications, status hashes); \"\" keeps it in memory"},
+        {.name = "cleanup-timeout", .type = TKM_FLAG_DURATION, .dst = &a->cleanup_timeout_ms,
+         .arg = "DURATION", .def = "60s", .bare_ms = 1000,
+         .help = "how long a deleted cache waits for the agents to drop their entries\n"
+                 "before the controller removes them"},
+        {.name = "registry-timeout", .type = TKM_FLAG_DURATION, .dst = &a->registry_timeout_ms,
+         .arg = "DURATION", .def = "30s", .bare_ms = 1000, .help = "per registry request"},
+        {.name = "status-min-interval", .type = TKM_FLAG_DURATION,
+         .dst = &a->status_interval_ms, .arg = "DURATION", .def = "500ms", .bare_ms = 1,
+         .help = "least time between two status writes of one cache"},
+        {.name = "status-settle", .type = TKM_FLAG_DURATION, .dst = &a->status_settle_ms,
+         .arg = "DURATION", .def = "250ms", .bare_ms = 1,
+         .help = "write a cache's status once the node reports for it have been quiet\n"
+                 "this long, or at the latest 10 x --status-min-interval (or 50ms per\n"
+                 "cache, when longer) after a change; 0 = at once"},
+        {.name = "node-gc-grace", .type = TKM_FLAG_DURATION, .dst = &a->node_gc_grace_ms,
+         .arg = "DURATION", .def = "5s", .bare_ms = 1000,
+         .help = "a node status younger than this is never collected"},
+        {.name = "workers", .type = TKM_FLAG_UINT, .dst = &workers, .arg = "N", .def = "64",
+         .min = 1, .max = 256, .help = "caches reconciled at once"},
+    };
+    /* clang-format on */
+    struct tkm_flagset *fs = &a->flags;
+    *fs = (struct tkm_flagset){.prog = "tkm-controller",
+                               .synopsis = "tkm-controller [flags]",
+                               .about = about,
+                               .flags = flags,
+                               .n_flags = TKM_ARRAY_SIZE(flags),
+                               .epilogue = epilogue};
+    int rc = tkm_flags_parse(fs, argc, argv);
+    fs->flags = NULL; /* the table was on this stack */
+    fs->n_flags = 0;
+    a->workers = (unsigned)workers;
     if (!a->le_ns)
         a->le_ns = a->ns;
     return rc;
@@ -295,12 +163,12 @@ static void started_leading(void *data)
 static void stopped_leading(void *data)
 {
     struct app *app = data;
-    if (app->exiting)
+    if (app->d.stopping)
         return;
-    /* As controller-runtime: a leader that lost its lease exits; the
-     * Deployment restarts it as a candidate. */
-    tkm_err("controller: leader election lost: exiting");
-    exit(1);
+    /* As controller-runtime: a leader that lost its lease stops (exit 1);
+     * the Deployment restarts it as a candidate. */
+    tkm_err("controller: leader election lost: stopping");
+    tkm_daemon_stop(&app->d, 1);
 }
 
 static void new_leader(const char *id, void *data)
@@ -309,33 +177,80 @@ static void new_leader(const char *id, void *data)
     tkm_info("controller: the leader is now \"%s\"", id);
 }
 
-static void exit_now(uv_timer_t *t)
+/* ---- the stop: closes, each reported by its callback (tkm/daemon.h) ---------------------- */
+
+static void clients_close(void *data)
 {
-    struct app *app = t->data;
-    tkm_info("controller: stopped");
-    ctrl_state_close(app->ctrl.state);
-    exit(0);
+    struct app *app = data;
+    /* the registry sessions are freed: nothing uses the http client */
+    TKM_DAEMON_CLOSE(&app->d, tkm_http_close, app->http);
+    app->http = NULL;
+    tkm_daemon_closed(&app->d);
 }
 
 static void lease_closed(void *data)
 {
     struct app *app = data;
-    exit_now(&app->exit_timer);
+    /* the queue is drained and the Lease released: nothing uses the client */
+    k8s_recorder_free(app->ctrl.rec);
+    app->ctrl.rec = NULL;
+    TKM_DAEMON_CLOSE(&app->d, k8s_client_close, app->client);
+    app->client = NULL;
+    ctrl_state_close(app->ctrl.state);
+    app->ctrl.state = NULL;
+    tkm_info("controller: stopped");
+    tkm_daemon_closed(&app->d);
 }
 
-static void on_signal(uv_signal_t *s, int signum)
+static void queue_closed(void *data)
 {
-    struct app *app = s->data;
-    if (app->exiting)
-        return;
-    app->exiting = 1;
-    app->ctrl.stopping = 1;
-    tkm_info("controller: signal %d: stopping%s", signum,
-             app->lease ? " (releasing the lease)" : "");
-    /* Exit in at most 3 s even if the apiserver does not answer the release. */
-    uv_timer_start(&app->exit_timer, exit_now, app->lease ? 3000 : 0, 0);
+    struct app *app = data;
+    app->ctrl.q = NULL;
+    /* no reconcile is in flight: the Lease can go (release_on_stop) */
+    tkm_daemon_closing(&app->d);
     if (app->lease)
         k8s_lease_stop(app->lease, lease_closed, app);
+    else
+        lease_closed(app);
+    app->lease = app->ctrl.lease = NULL;
+    tkm_daemon_closed(&app->d);
+}
+
+/* The stop, in this order: readiness and /metrics go; the informers and watches stop (no
+ * new work); the registry operations in flight are cancelled, then the http client is
+ * closed; the queue drains (the reconciles in flight finish: they act no more once
+ * ctrl.stopping is set, and a status write in flight completes); then the Lease is
+ * released and the k8s client closed. The loop ends when the last close has reported. */
+static void on_stop(struct tkm_daemon *d, int signum, void *data)
+{
+    struct app *app = data;
+    struct ctrl *c = &app->ctrl;
+    (void)signum;
+    c->stopping = 1;
+    if (app->lease)
+        tkm_info("controller: stopping (the Lease is released once the reconciles in flight "
+                 "have finished)");
+    if (app->srv_health != app->srv_metrics)
+        TKM_DAEMON_CLOSE(d, tkm_httpd_close, app->srv_health);
+    TKM_DAEMON_CLOSE(d, tkm_httpd_close, app->srv_metrics);
+    app->srv_health = app->srv_metrics = NULL;
+    for (int i = 0; i < 3; i++) {
+        TKM_DAEMON_CLOSE(d, k8s_informer_stop, c->inf[i]);
+        TKM_DAEMON_CLOSE(d, k8s_watch_stop, c->w[i]);
+        c->inf[i] = NULL;
+        c->w[i] = NULL;
+    }
+    tkm_daemon_closing(d);
+    if (c->reg)
+        ctrl_reg_close(c->reg, clients_close, app);
+    else
+        clients_close(app);
+    c->reg = NULL;
+    tkm_daemon_closing(d);
+    if (c->q)
+        k8s_workqueue_shutdown(c->q, queue_closed, app);
+    else
+        queue_closed(app);
 }
 
 /* /metrics, /healthz, /readyz: one server when both addresses are the same. */
@@ -450,8 +365,9 @@ int main(int argc, char **argv)
 {
     static struct app app;
     struct tkm_err err = {0};
-    if (parse_args(argc, argv, &app.a) < 0)
-        return 2;
+    int rc = parse_args(argc, argv, &app.a);
+    if (rc != 0)
+        return rc > 0 ? 0 : 2;
     /* One malloc arena: the loop does the work, the thread pool's few short
      * jobs need no arena of their own (each keeps pages resident). Fixed
      * mmap and trim thresholds: glibc's dynamic threshold would grow after
@@ -460,26 +376,18 @@ int main(int argc, char **argv)
     mallopt(M_ARENA_MAX, 1);
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     mallopt(M_TRIM_THRESHOLD, 256 * 1024);
-    tkm_log_init("tkm-controller", (enum tkm_log_level)app.a.level, 0);
+    tkm_flags_log_init(&app.a.flags, TKM_LOG_INFO);
     if (tkm_threadpool_init(0, &err) < 0 || tkm_http_global_init(&err) < 0) {
         fprintf(stderr, "tkm-controller: %s\n", tkm_err_str(&err));
         return 1;
     }
     app.loop = uv_default_loop();
-    uv_timer_init(app.loop, &app.exit_timer);
-    app.exit_timer.data = &app;
-    uv_signal_init(app.loop, &app.sig_term);
-    uv_signal_init(app.loop, &app.sig_int);
-    app.sig_term.data = app.sig_int.data = &app;
-    uv_signal_start(&app.sig_term, on_signal, SIGTERM);
-    uv_signal_start(&app.sig_int, on_signal, SIGINT);
-    signal(SIGPIPE, SIG_IGN);
-    if (setup(&app, &err) < 0) {
+    struct tkm_daemon_opts dopts = {.on_stop = on_stop, .data = &app};
+    if (tkm_daemon_init(&app.d, app.loop, &dopts, &err) < 0 || setup(&app, &err) < 0) {
         fprintf(stderr, "tkm-controller: %s\n", tkm_err_str(&err));
         return 1;
     }
     tkm_info("controller: started (namespace %s, state %s, leader election %s)", app.a.ns,
              app.a.state_dir[0] ? app.a.state_dir : "in memory", app.a.leader_elect ? "on" : "off");
-    uv_run(app.loop, UV_RUN_DEFAULT);
-    return 0;
+    return tkm_daemon_run(&app.d);
 }

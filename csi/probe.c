@@ -5,10 +5,10 @@
  * it answers csi.tkm.io, else 1 with the reason on stderr. It does not ask Probe: a
  * driver whose agent is down is alive and must not be restarted for it (docs/csi.md).
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
+#include <tkm/flags.h>
 #include <tkm/grpc.h>
 #include <tkm/util.h>
 
@@ -46,42 +46,40 @@ static void on_info(int code, const char *message, const void *resp, size_t len,
 
 static int probe_args(int argc, char **argv, const char **endpoint, uint64_t *timeout_ms)
 {
-    static const struct option opts[] = {
-        {"endpoint", required_argument, NULL, 'e'},
-        {"timeout", required_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    const struct tkm_flag flags[] = {
+        {.name = "endpoint",
+         .type = TKM_FLAG_STRING,
+         .dst = endpoint,
+         .arg = "PATH",
+         .def = "/var/lib/kubelet/plugins/" CSI_DRIVER_NAME "/csi.sock",
+         .help = "the driver's CSI socket (a unix:// prefix is allowed)"},
+        {.name = "timeout",
+         .type = TKM_FLAG_DURATION,
+         .dst = timeout_ms,
+         .arg = "DURATION",
+         .def = "5s",
+         .min = 1,
+         .max = 60000,
+         .bare_ms = 1000,
+         .help = "how long to wait for the answer"},
     };
-    uint64_t s;
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'e':
-            *endpoint = strncmp(optarg, "unix://", 7) == 0 ? optarg + 7 : optarg;
-            break;
-        case 't':
-            if (tkm_parse_u64(optarg, 60, &s) < 0 || s == 0) {
-                fprintf(stderr, "tkm-csi probe: --timeout \"%s\": 1 to 60 seconds\n", optarg);
-                return 2;
-            }
-            *timeout_ms = s * 1000;
-            break;
-        case 'h':
-            fputs("Usage: tkm-csi probe [--endpoint PATH] [--timeout SEC]\n"
-                  "Exit 0 when tkm-csi answers GetPluginInfo on its CSI socket (default\n"
-                  "/var/lib/kubelet/plugins/" CSI_DRIVER_NAME "/csi.sock, timeout 5 s), else 1.\n",
-                  stdout);
-            return 0;
-        default:
-            fputs("Try 'tkm-csi probe --help'.\n", stderr);
-            return 2;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "tkm-csi probe: unexpected argument \"%s\"\n", argv[optind]);
-        return 2;
-    }
+    struct tkm_flagset fs = {
+        .prog = "tkm-csi probe",
+        .synopsis = "tkm-csi probe [flags]",
+        .about = "Exit 0 when tkm-csi answers GetPluginInfo on its CSI socket, else 1 with the\n"
+                 "reason (the DaemonSet's exec liveness/readiness probe).\n",
+        .flags = flags,
+        .n_flags = TKM_ARRAY_SIZE(flags),
+        .epilogue = "Example: tkm-csi probe --endpoint /var/lib/kubelet/plugins/" CSI_DRIVER_NAME
+                    "/csi.sock --timeout 2s\n"};
+    int rc = tkm_flags_parse(&fs, argc, argv);
+    if (rc != 0)
+        return rc > 0 ? 0 : 2;
+    if (strncmp(*endpoint, "unix://", 7) == 0)
+        *endpoint += 7;
+    /* a deprecated spelling (a bare number of seconds) is said on stderr: no log here */
+    for (unsigned i = 0; i < fs.n_notes; i++)
+        fprintf(stderr, "tkm-csi probe: %s\n", fs.notes[i]);
     return -1;
 }
 

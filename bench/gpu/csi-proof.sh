@@ -308,7 +308,7 @@ proof_part() { # PART
       CSI_AGENT_SOCK=$CSI_TMP/agent/agent.sock CSI_REG_DIR=$CSI_TMP/plugins_registry
     CSI_AGENT_ARGS=(--cache "$PART")
     csi_agent_start --cache "$PART"
-    csi_driver_start --log-level warn
+    csi_driver_start -v warn
   fi
 
   echo "== $PART: $n rounds of warm-local and tkm-mounted (alternating order)"

@@ -50,6 +50,8 @@ struct tkm_oci_session {
     struct tkm__oci_link *links; /* calls and jobs in flight */
     size_t n_links, n_jobs;
     int freeing;
+    void (*closed_cb)(void *data); /* tkm_oci_session_close() */
+    void *closed_data;
     /* the session's share of the thread pool */
     unsigned pool_busy;
     struct tkm__oci_work *pool_head, *pool_tail;
@@ -133,9 +135,13 @@ static void session_destroy(struct tkm_oci_session *s)
             memset(s->tokens[i].value, 0, strlen(s->tokens[i].value));
             free(s->tokens[i].value);
         }
+    void (*closed_cb)(void *data) = s->closed_cb;
+    void *closed_data = s->closed_data;
     tkm_oci_creds_wipe(&s->creds);
     free(s->ca_file);
     free(s);
+    if (closed_cb)
+        closed_cb(closed_data);
 }
 
 int tkm_oci_session_new(struct tkm_http *http, const char *host,
@@ -232,9 +238,16 @@ int tkm__oci_session_freeing(const struct tkm_oci_session *s)
 
 void tkm_oci_session_free(struct tkm_oci_session *s)
 {
+    tkm_oci_session_close(s, NULL, NULL);
+}
+
+void tkm_oci_session_close(struct tkm_oci_session *s, void (*closed_cb)(void *data), void *data)
+{
     if (!s || s->freeing)
         return;
     s->freeing = 1;
+    s->closed_cb = closed_cb;
+    s->closed_data = data;
     if (s->n_links == 0 && !s->pool_busy) {
         session_destroy(s);
         return;

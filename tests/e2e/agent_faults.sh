@@ -3,7 +3,8 @@
 # (never a crash, never a hot loop). One agent (H200 root), one cache per fault: image
 # missing, registry down, 401 (then fixed with an imagePullSecret), a digest the registry
 # serves other bytes for, unsigned under Enforce, a wrong key, not a Triton image, a
-# missing key Secret; and a bad tkm-config keeps the last good settings.
+# missing key Secret; and a bad tkm-config keeps the last good settings. SIGTERM exits 0, at
+# once even with a registry request in flight.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/agent.inc"
 e2e_crds
@@ -114,4 +115,28 @@ assert_eq "$(jp tkcns "$NODE" "$NS" '{.status.caches.ok.verified}')" true "ok: s
 kill -0 "${AGENT_PID[h200]}" || fail "the agent died"
 agent_stop h200
 assert_not_contains "$(agent_log h200)" "ERROR" "no error in the agent's log"
+assert_eq 0 "${AGENT_RC[h200]}" "SIGTERM: exit 0"
+
+step "SIGTERM with a registry request in flight: exit 0 at once"
+python3 -c '
+import socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(64)
+print(s.getsockname()[1], flush=True)
+conns = []
+while True:
+    c, _ = s.accept(); conns.append(c)   # accept, never answer
+    with open(sys.argv[1], "a") as f: f.write("accepted\n")
+' "$E2E_TMP/silent.accepts" >"$E2E_TMP/silent.port" &
+SILENT_PID=$!
+e2e_on_exit "kill $SILENT_PID 2>/dev/null"
+wait_for 10 "a registry that never answers listens" test -s "$E2E_TMP/silent.port"
+cache_create tkc "$NS" silent "127.0.0.1:$(cat "$E2E_TMP/silent.port")/e2e/vadd:v1" "$D"
+# --gc-grace 600: the spelling of the previous release (seconds)
+agent_start term h200 "$NODE" "$NS" --gc-grace 600
+wait_for 30 "the agent's request is in flight at the silent registry" test -s "$E2E_TMP/silent.accepts"
+agent_stop term
+assert_eq 0 "${AGENT_RC[term]}" "SIGTERM with a registry request in flight: exit 0"
+((AGENT_STOP_MS[term] < 5000)) || fail "the stop took ${AGENT_STOP_MS[term]} ms"
+pass "stopped in ${AGENT_STOP_MS[term]} ms"
+assert_contains "$(agent_log term)" "--gc-grace 600: a duration without a unit is deprecated" "the old spelling is accepted, with one deprecation line"
 e2e_done

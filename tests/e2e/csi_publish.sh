@@ -249,10 +249,24 @@ expect_ok "unpublish below the symlinked root" csi unpublish vol-l "$L/u/mount"
 assert_eq "" "$(csi_mounts)" "unmounted"
 [[ ! -e $CSI_TMP/data/pods/u/mount ]] && pass "target removed"
 
-step "shutdown"
+step "shutdown, with a publish in flight (the agent answers after 3 s)"
+csi_agent_stop
+csi_agent_start "${base_args[@]}" --delay-ms 3000
+mkdir -p "$P/s"
+csi publish vol-s "$P/s/mount" cacheName=vadd >"$CSI_TMP/s.out" 2>&1 &
+s_pid=$!
+materializing() { grep -q '^Materialize vol-s ' "$CSI_TMP/agent.log"; }
+wait_for 10 "the publish is in flight at the agent" materializing
+t0=$(date +%s%N)
 csi_driver_stop
+ms=$((($(date +%s%N) - t0) / 1000000))
 assert_eq 0 "$CSI_DRIVER_RC" "SIGTERM: tkm-csi exits 0"
+((ms < 3000)) || fail "the stop took $ms ms: it waited for the agent's answer"
+pass "stopped in $ms ms, before the agent answered"
 [[ ! -e $CSI_SOCK ]] && pass "SIGTERM: the socket is removed"
+wait "$s_pid" && fail "the publish in flight succeeded: $(cat "$CSI_TMP/s.out")"
+pass "the publish in flight failed (kubelet retries it): $(tail -1 "$CSI_TMP/s.out")"
+assert_eq "" "$(csi_mounts | grep ' tkm-csi:vol-s$' || true)" "nothing mounted for it"
 csi_agent_stop
 csi_logs_clean && pass "no sanitizer report in the logs"
 assert_not_contains "$(cat "$CSI_TMP/csi.log")" "handles open" "the loop closed cleanly"

@@ -21,7 +21,7 @@ agent_node "$H"
 agent_node "$A"
 
 step "the controller pins, two real agents judge"
-ctrl_start c1 --cleanup-timeout 120
+ctrl_start c1 --cleanup-timeout 120s
 pinned() { [[ $(kubectl -n "$NS" get tkc a -o jsonpath='{.status.resolvedDigest}') == "$D" ]]; }
 wait_for 30 "the controller pins the digest" pinned
 agent_start h200 h200 "$H" "$NS"

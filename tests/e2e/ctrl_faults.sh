@@ -3,7 +3,8 @@
 # never a crash: an image that does not exist, a registry that never answers, a missing
 # Secret and one without the key, a cache edited while its registry step is in flight,
 # a hand-written node status with garbage in it, kube-apiserver restarted after etcd was
-# compacted, and the controller SIGKILLed mid-reconcile (converges, no event storm).
+# compacted, and the controller SIGKILLed mid-reconcile (converges, no event storm); SIGTERM
+# with a registry request in flight exits 0 at once; a deprecated flag spelling still works.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/ctrl_helpers.bash"
 
@@ -36,7 +37,8 @@ print(s.getsockname()[1], flush=True)
 conns = []
 while True:
     c, _ = s.accept(); conns.append(c)   # accept, never answer
-' >"$E2E_TMP/slow.port" &
+    with open(sys.argv[1], "a") as f: f.write("accepted\n")
+' "$E2E_TMP/slow.accepts" >"$E2E_TMP/slow.port" &
 SLOW_PID=$!
 for _ in $(seq 20); do [[ -s $E2E_TMP/slow.port ]] && break; sleep 0.2; done
 SLOW=127.0.0.1:$(cat "$E2E_TMP/slow.port")
@@ -159,4 +161,22 @@ assert_eq 0 "$(metric tkm_controller_status_writes_total)" "no status rewritten 
 regops=$(metric tkm_controller_registry_operations_total)
 ((regops <= 3)) || fail "registry operations after the restart: $regops (only the failing caches may retry)"
 pass "registry operations after the restart: $regops (the failing caches only)"
+ctrl_kill c3 TERM
+assert_eq 0 "${CTRL_RC[c3]}" "SIGTERM: exit 0"
+
+step "SIGTERM with a registry request in flight: exit 0 at once; a deprecated spelling still works"
+# --registry-timeout 60s: the stop does not wait for the request, it cancels it;
+# --status-settle 250: the spelling of the previous release (milliseconds)
+accepts() { wc -l <"$E2E_TMP/slow.accepts" 2>/dev/null || echo 0; }
+before=$(accepts)
+in_flight() { (($(accepts) > before)); }
+ctrl_start c4 --registry-timeout 60s --status-settle 250
+tkc stuck "$SLOW/e2e/stuck:v1"
+wait_for 30 "c4's resolve of stuck is in flight at the silent registry" in_flight
+ctrl_kill c4 TERM
+assert_eq 0 "${CTRL_RC[c4]}" "SIGTERM with a registry request in flight: exit 0"
+((CTRL_STOP_MS[c4] < 5000)) || fail "the stop took ${CTRL_STOP_MS[c4]} ms (the request's timeout is 60 s)"
+pass "stopped in ${CTRL_STOP_MS[c4]} ms"
+assert_contains "$(cat "$E2E_TMP/c4.log")" "--status-settle 250: a duration without a unit is deprecated" "the old spelling is accepted, with one deprecation line"
+assert_contains "$(cat "$E2E_TMP/c4.log")" "controller: stopped" "the stop ran to its end"
 e2e_done

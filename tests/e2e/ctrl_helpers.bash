@@ -10,7 +10,8 @@
 #                                  CTRL_PID[NAME]); CTRL_NS is its namespace; the state dir is
 #                                  $E2E_TMP/state-${CTRL_STATE:-main} (shared by restarts);
 #                                  under valgrind memcheck with TKM_E2E_CTRL_VALGRIND=1
-#   ctrl_kill NAME [SIG]           signal it (default TERM) and wait for it
+#   ctrl_kill NAME [SIG]           signal it (default TERM) and wait for it: its exit status in
+#                                  CTRL_RC[NAME], how long it took (ms) in CTRL_STOP_MS[NAME]
 #   ctrl_node NAME                 create a Node; prints its uid
 #   ctrl_report NS NODE UID JSON   apply a node status the way tkm-agent does (server-side,
 #                                  field manager tkm-agent, status subresource); JSON is the
@@ -66,16 +67,21 @@ ctrl_start() {
       --suppressions="$TKM_SOURCE_DIR/tests/valgrind.supp" --log-file="$E2E_TMP/valgrind/%p.log")
   fi
   "${vg[@]}" "$CTRL_BIN" --kubeconfig "$KUBECONFIG" --namespace "$CTRL_NS" --state-dir "$E2E_TMP/state-${CTRL_STATE:-main}" \
-    --metrics-bind-address 0 --health-probe-bind-address 0 --cleanup-timeout 3 \
-    --node-gc-grace 1 --registry-timeout 3 -v 1 "$@" >>"$E2E_TMP/$name.log" 2>&1 &
+    --metrics-bind-address 0 --health-probe-bind-address 0 --cleanup-timeout 3s \
+    --node-gc-grace 1s --registry-timeout 3s -v 1 "$@" >>"$E2E_TMP/$name.log" 2>&1 &
   CTRL_PID[$name]=$!
 }
 
+declare -A CTRL_RC CTRL_STOP_MS
+# shellcheck disable=SC2034 # CTRL_RC, CTRL_STOP_MS: read by the scenarios
 ctrl_kill() {
-  local pid=${CTRL_PID[$1]:-}
+  local pid=${CTRL_PID[$1]:-} rc=0 t0
   [[ -n $pid ]] || return 0
+  t0=$(date +%s%N)
   kill -"${2:-TERM}" "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || rc=$?
+  CTRL_RC[$1]=$rc
+  CTRL_STOP_MS[$1]=$((($(date +%s%N) - t0) / 1000000))
   unset "CTRL_PID[$1]"
 }
 

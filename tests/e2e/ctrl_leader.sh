@@ -24,7 +24,7 @@ tkc() {
   printf 'apiVersion: tkm.io/v1alpha1\nkind: TritonKernelCache\nmetadata: {name: %s}\nspec: {cacheImage: "%s", signaturePolicy: {mode: Disabled}}\n' \
     "$1" "$REPO:v1" | kubectl -n "$NS" apply -f - >/dev/null
 }
-LE=(--leader-elect --leader-election-id e2e-ctrl --lease-duration 6 --renew-deadline 4 --retry-period 1)
+LE=(--leader-elect --leader-election-id e2e-ctrl --lease-duration 6s --renew-deadline 4s --retry-period 1s)
 
 step "two replicas"
 POD_NAME=e2e-ctrl-pod-a CTRL_STATE=a ctrl_start a "${LE[@]}"

@@ -134,7 +134,7 @@ assert_eq "false true Ephemeral None" "$(kubectl get csidriver csi.tkm.io -o jso
 assert_eq "true 0" "$(kubectl -n tkm-system get pod "$NODEPOD" -o jsonpath='{.status.containerStatuses[?(@.name=="tkm-csi")].ready} {.status.containerStatuses[?(@.name=="tkm-csi")].restartCount}')" "tkm-csi ready (its exec probe passes), never restarted"
 expect_ok "tkm-csi probe from the host, on the driver's socket" "$TKM_BUILD_DIR/csi/tkm-csi" probe --endpoint "$KROOT/plugins/csi.tkm.io/csi.sock"
 assert_contains "$OUT" "csi.tkm.io " "it answers as csi.tkm.io"
-expect_fail "tkm-csi probe on a socket nobody serves" "$TKM_BUILD_DIR/csi/tkm-csi" probe --endpoint "$E2E_TMP/none.sock" --timeout 2
+expect_fail "tkm-csi probe on a socket nobody serves" "$TKM_BUILD_DIR/csi/tkm-csi" probe --endpoint "$E2E_TMP/none.sock" --timeout 2s
 assert_contains "$OUT" "cannot connect to unix:$E2E_TMP/none.sock" "and says why"
 logs=$(kubectl -n tkm-system logs "$NODEPOD" -c tkm-csi)
 assert_contains "$logs" "kubelet registered driver csi.tkm.io" "tkm-csi logged kubelet's registration"

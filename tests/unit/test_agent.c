@@ -92,27 +92,8 @@ TEST(flags_bad_values_refused)
     ASSERT_EQ(parse(&o, (const char *[]){"--help", NULL}), 1);
 }
 
-TEST(sizes_and_durations)
-{
-    uint64_t v;
-    ASSERT_OK(agent_parse_size("10Gi", &v));
-    ASSERT_UEQ(v, 10737418240ULL);
-    ASSERT_OK(agent_parse_size("1000000", &v));
-    ASSERT_UEQ(v, 1000000);
-    ASSERT_OK(agent_parse_size("2G", &v));
-    ASSERT_UEQ(v, 2000000000ULL);
-    ASSERT_EQ(agent_parse_size("Gi", &v), -EINVAL);
-    ASSERT_EQ(agent_parse_size("99999999999999999999", &v), -EINVAL);
-    ASSERT_OK(agent_parse_duration("10m", &v));
-    ASSERT_UEQ(v, 600000);
-    ASSERT_OK(agent_parse_duration("1h", &v));
-    ASSERT_UEQ(v, 3600000);
-    ASSERT_OK(agent_parse_duration("250ms", &v));
-    ASSERT_UEQ(v, 250);
-    ASSERT_OK(agent_parse_duration("45", &v)); /* seconds */
-    ASSERT_UEQ(v, 45000);
-    ASSERT_EQ(agent_parse_duration("-1m", &v), -EINVAL);
-}
+/* The size and duration grammar (--store-budget, --gc-grace) is the daemons' one parser:
+ * unit.daemon.durations, unit.daemon.sizes, unit.daemon.deprecated_spellings. */
 
 static void gpu(struct tkm_gpu *g, int idx, const char *type, const char *backend, const char *arch,
                 int warp)

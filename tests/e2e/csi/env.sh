@@ -60,7 +60,7 @@ csi_agent_stop() {
 csi_driver_start() {
   "$TKM_BUILD_DIR/csi/tkm-csi" --endpoint "$CSI_SOCK" --agent-socket "$CSI_AGENT_SOCK" \
     --node-id e2e-node --state-dir "$CSI_STATE" --kubelet-dir "$CSI_TMP/kubelet" \
-    --target-root "$CSI_TMP/pods" --registration-dir "$CSI_REG_DIR" --retry-release 1 -v "$@" \
+    --target-root "$CSI_TMP/pods" --registration-dir "$CSI_REG_DIR" --retry-release 1s -v 1 "$@" \
     >>"$CSI_TMP/csi.log" 2>&1 &
   CSI_DRIVER_PID=$!
   local i

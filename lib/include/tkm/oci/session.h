@@ -74,6 +74,11 @@ int tkm_oci_session_new(struct tkm_http *http, const char *host,
 /* Cancels the session's jobs and frees it once they have reported (at
  * once when none is in flight). NULL is a no-op. */
 void tkm_oci_session_free(struct tkm_oci_session *s);
+/* The same, then closed_cb(data) once the session is freed: its jobs have
+ * reported and its thread-pool work has finished, so nothing of it uses the
+ * http client any more. From the loop, or at once (inside this call) when
+ * nothing was in flight. s NULL: closed_cb is not called. */
+void tkm_oci_session_close(struct tkm_oci_session *s, void (*closed_cb)(void *data), void *data);
 /* "https" or "http" (borrowed). */
 const char *tkm_oci_session_scheme(const struct tkm_oci_session *s);
 /* Jobs started and not yet reported (tests, metrics). */
