@@ -656,7 +656,7 @@ void agent_caches_close(struct agent *a, void (*cb)(struct agent *a))
     }
     if (a->q) {
         a->caches_closing++;
-        k8s_workqueue_shutdown(a->q, queue_closed, a);
+        k8s_workqueue_close(a->q, queue_closed, a);
     }
     part_closed(a);
 }

@@ -58,7 +58,7 @@ void agent_on_stop(struct tkm_daemon *d, int signum, void *data)
                                     &a->inf_nsc};
     for (size_t i = 0; i < sizeof infs / sizeof infs[0]; i++) {
         if (*infs[i])
-            k8s_informer_stop(*infs[i], tkm_closer_done, tkm_closer_add(&a->users));
+            k8s_informer_close(*infs[i], tkm_closer_done, tkm_closer_add(&a->users));
         *infs[i] = NULL;
     }
     tkm_closer_add(&a->users);

@@ -524,7 +524,7 @@ static int run_wait(struct sim *s)
     uv_run(s->loop, UV_RUN_DEFAULT);
     uv_timer_stop(&s->timer);
     uv_close((uv_handle_t *)&s->timer, NULL);
-    k8s_informer_stop(s->inf, NULL, NULL);
+    k8s_informer_close(s->inf, NULL, NULL);
     uv_run(s->loop, UV_RUN_NOWAIT);
     return s->finished == 1 ? 0 : -ETIMEDOUT;
 }

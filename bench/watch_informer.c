@@ -176,7 +176,7 @@ static void inf_synced(void *data)
            ",\"sync_cpu_s\":%.3f,\"parse_ms\":%" PRIu64 ",\"parse_cpu_s\":%.3f,\"parsed\":%ld"
            ",\"rss_kb\":%ld,\"store_bytes\":%zu}\n",
            n, ms, cpu, parse_ms, parse_cpu, parsed, rss_kb(), k8s_informer_bytes(b->inf));
-    k8s_informer_stop(b->inf, NULL, NULL);
+    k8s_informer_close(b->inf, NULL, NULL);
     k8s_client_close(b->c, NULL, NULL);
 }
 
@@ -192,7 +192,7 @@ static int w_event(const struct k8s_watch_event *ev, void *data)
     printf("{\"client\":\"tkm\",\"mode\":\"watch\",\"events\":%ld,\"ms\":%" PRIu64
            ",\"events_per_s\":%.0f,\"cpu_s\":%.3f,\"rss_kb\":%ld}\n",
            b->events, ms, ms ? (double)b->events * 1000.0 / (double)ms : 0.0, cpu_s(), rss_kb());
-    k8s_watch_stop(b->w, NULL, NULL);
+    k8s_watch_close(b->w, NULL, NULL);
     k8s_client_close(b->c, NULL, NULL);
     return 0;
 }

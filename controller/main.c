@@ -209,7 +209,7 @@ static void queue_closed(void *data)
     /* no reconcile is in flight: the Lease can go (release_on_stop) */
     tkm_daemon_closing(&app->d);
     if (app->lease)
-        k8s_lease_stop(app->lease, lease_closed, app);
+        k8s_lease_close(app->lease, lease_closed, app);
     else
         lease_closed(app);
     app->lease = app->ctrl.lease = NULL;
@@ -235,8 +235,8 @@ static void on_stop(struct tkm_daemon *d, int signum, void *data)
     TKM_DAEMON_CLOSE(d, tkm_httpd_close, app->srv_metrics);
     app->srv_health = app->srv_metrics = NULL;
     for (int i = 0; i < 3; i++) {
-        TKM_DAEMON_CLOSE(d, k8s_informer_stop, c->inf[i]);
-        TKM_DAEMON_CLOSE(d, k8s_watch_stop, c->w[i]);
+        TKM_DAEMON_CLOSE(d, k8s_informer_close, c->inf[i]);
+        TKM_DAEMON_CLOSE(d, k8s_watch_close, c->w[i]);
         c->inf[i] = NULL;
         c->w[i] = NULL;
     }
@@ -248,7 +248,7 @@ static void on_stop(struct tkm_daemon *d, int signum, void *data)
     c->reg = NULL;
     tkm_daemon_closing(d);
     if (c->q)
-        k8s_workqueue_shutdown(c->q, queue_closed, app);
+        k8s_workqueue_close(c->q, queue_closed, app);
     else
         queue_closed(app);
 }

@@ -99,8 +99,8 @@ static void on_sigint(uv_signal_t *s, int signum)
     struct app *a = s->data;
     (void)signum;
     uv_close((uv_handle_t *)&a->sigint, NULL);
-    k8s_workqueue_shutdown(a->q, NULL, NULL);
-    k8s_informer_stop(a->inf, NULL, NULL);
+    k8s_workqueue_close(a->q, NULL, NULL);
+    k8s_informer_close(a->inf, NULL, NULL);
     k8s_client_close(a->c, NULL, NULL);
 }
 
@@ -149,7 +149,7 @@ int main(int argc, char **argv)
         .data = &a,
     };
     if (k8s_informer_start(a.c, &io, &a.inf, &err) < 0) {
-        k8s_workqueue_shutdown(a.q, NULL, NULL);
+        k8s_workqueue_close(a.q, NULL, NULL);
         k8s_client_close(a.c, NULL, NULL);
         uv_run(loop, UV_RUN_DEFAULT);
         goto out;

@@ -219,7 +219,7 @@ static void on_resync_closed(uv_handle_t *h)
     finish_close(h->data);
 }
 
-void k8s_informer_stop(struct k8s_informer *inf, void (*closed_cb)(void *data), void *data)
+void k8s_informer_close(struct k8s_informer *inf, void (*closed_cb)(void *data), void *data)
 {
     if (!inf || TKM_BUG(inf->stopping)) /* a second stop would wait forever */
         return;
@@ -229,7 +229,7 @@ void k8s_informer_stop(struct k8s_informer *inf, void (*closed_cb)(void *data), 
     inf->pending = 2;
     uv_timer_stop(&inf->resync);
     uv_close((uv_handle_t *)&inf->resync, on_resync_closed);
-    k8s_watch_stop(inf->w, on_watch_closed, inf);
+    k8s_watch_close(inf->w, on_watch_closed, inf);
 }
 
 int k8s_informer_has_synced(const struct k8s_informer *inf)

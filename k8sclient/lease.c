@@ -435,7 +435,7 @@ static void on_stop_timer(uv_timer_t *t)
     finish_stop(t->data);
 }
 
-void k8s_lease_stop(struct k8s_lease *l, void (*closed_cb)(void *data), void *data)
+void k8s_lease_close(struct k8s_lease *l, void (*closed_cb)(void *data), void *data)
 {
     if (!l || TKM_BUG(l->stopping)) /* a second stop would wait forever */
         return;

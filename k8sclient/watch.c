@@ -73,7 +73,7 @@ static int dead(const struct k8s_watch *w)
 }
 
 /* A handler asked to stop: cancel what runs, deliver nothing more. The
- * memory stays until the owner calls k8s_watch_stop(). */
+ * memory stays until the owner calls k8s_watch_close(). */
 static void halt(struct k8s_watch *w)
 {
     if (dead(w))
@@ -678,7 +678,7 @@ static void on_timer_closed(uv_handle_t *h)
     maybe_free(w);
 }
 
-void k8s_watch_stop(struct k8s_watch *w, void (*closed_cb)(void *data), void *data)
+void k8s_watch_close(struct k8s_watch *w, void (*closed_cb)(void *data), void *data)
 {
     /* A second stop would wait forever for a closed_cb that never comes; the
      * first caller's callback is kept (see k8s/watch.h). */

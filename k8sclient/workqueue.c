@@ -470,7 +470,7 @@ static void maybe_finish_close(struct k8s_workqueue *q)
     uv_close((uv_handle_t *)&q->delay, on_handle_closed);
 }
 
-void k8s_workqueue_shutdown(struct k8s_workqueue *q, void (*closed_cb)(void *data), void *data)
+void k8s_workqueue_close(struct k8s_workqueue *q, void (*closed_cb)(void *data), void *data)
 {
     if (!q || TKM_BUG(q->closing)) /* a second shutdown would wait forever */
         return;

@@ -1,6 +1,6 @@
 /*
  * Unit tests for TKM_BUG() (<tkm/bug.h>) and the broken invariants it guards:
- * a second k8s_watch_stop(), k8s_workqueue_shutdown() or tkm_http_close() on
+ * a second k8s_watch_close(), k8s_workqueue_close() or tkm_http_close() on
  * the same object. Each case runs in a forked child with stderr captured.
  * In builds where TKM_BUG aborts (Debug, ASan/UBSan, fuzz) the child must die
  * of SIGABRT after logging the file, line and condition; in the others
@@ -145,8 +145,8 @@ static int watch_child(void)
     k8s_config_release(&cfg);
     if (k8s_watch_start(cl, &o, &h, NULL, &w, &err) != 0)
         return 12;
-    k8s_watch_stop(w, set_flag, &first);
-    k8s_watch_stop(w, set_flag, &second); /* the bug */
+    k8s_watch_close(w, set_flag, &first);
+    k8s_watch_close(w, set_flag, &second); /* the bug */
     uv_run(&loop, UV_RUN_DEFAULT);
     k8s_client_close(cl, set_flag, &client_closed);
     uv_run(&loop, UV_RUN_DEFAULT);
@@ -161,7 +161,7 @@ TEST(second_watch_stop_is_caught)
     struct child c;
     run_child(watch_child, &c);
     assert_bug(&c, "watch.c", "w->stopping");
-    ASSERT_STRCONTAINS(c.log, "k8s_watch_stop");
+    ASSERT_STRCONTAINS(c.log, "k8s_watch_close");
 }
 
 static void wq_fn(struct k8s_workqueue *q, const char *key, void *data)
@@ -178,8 +178,8 @@ static int workqueue_child(void)
     int first = 0, second = 0;
     if (uv_loop_init(&loop) != 0 || k8s_workqueue_new(&loop, NULL, wq_fn, NULL, &q, &err) != 0)
         return 10;
-    k8s_workqueue_shutdown(q, set_flag, &first);
-    k8s_workqueue_shutdown(q, set_flag, &second); /* the bug */
+    k8s_workqueue_close(q, set_flag, &first);
+    k8s_workqueue_close(q, set_flag, &second); /* the bug */
     uv_run(&loop, UV_RUN_DEFAULT);
     if (uv_loop_close(&loop) != 0)
         return 13;

@@ -95,7 +95,7 @@ static void stop_timer_cb(uv_timer_t *t)
 {
     struct run *r = t->data;
     r->was_leader |= k8s_lease_is_leader(r->l);
-    k8s_lease_stop(r->l, closed, &r->n);
+    k8s_lease_close(r->l, closed, &r->n);
     k8s_client_close(r->c, NULL, NULL);
     uv_close((uv_handle_t *)t, NULL);
 }

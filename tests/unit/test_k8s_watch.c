@@ -472,11 +472,11 @@ static void poll_cb(uv_timer_t *t)
         r->count_at_stop = k8s_informer_count(r->inf);
         snprintf(r->b_rv, sizeof r->b_rv, "%s", b ? b->resource_version : "");
         k8s_informer_resync(r->inf);
-        k8s_informer_stop(r->inf, NULL, NULL);
+        k8s_informer_close(r->inf, NULL, NULL);
     } else {
         r->st = *k8s_watch_get_stats(r->w);
         snprintf(r->rv, sizeof r->rv, "%s", k8s_watch_resource_version(r->w));
-        k8s_watch_stop(r->w, NULL, NULL);
+        k8s_watch_close(r->w, NULL, NULL);
     }
     k8s_client_close(r->c, NULL, NULL);
     uv_close((uv_handle_t *)t, NULL);

@@ -63,7 +63,7 @@ static void on_closed(void *d)
 static void finish(uv_loop_t *loop, struct k8s_workqueue *q)
 {
     closed = 0;
-    k8s_workqueue_shutdown(q, on_closed, NULL);
+    k8s_workqueue_close(q, on_closed, NULL);
     uv_run(loop, UV_RUN_DEFAULT);
     ASSERT_EQ(closed, 1);
     ASSERT_OK(uv_loop_close(loop));
@@ -255,7 +255,7 @@ TEST(done_after_shutdown_frees_later)
     uv_run(&loop, UV_RUN_NOWAIT);
     ASSERT_EQ(r.calls, 1);
     closed = 0;
-    k8s_workqueue_shutdown(q, on_closed, NULL);
+    k8s_workqueue_close(q, on_closed, NULL);
     ASSERT_EQ(k8s_workqueue_add(q, "c"), -ESHUTDOWN);
     uv_run(&loop, UV_RUN_DEFAULT);
     ASSERT_EQ(closed, 0); /* "a" still processing */

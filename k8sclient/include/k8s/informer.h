@@ -30,7 +30,7 @@
  * passed to callbacks that are not in the store (old versions, deleted ones)
  * only until the callback returns. Copy with k8s_obj_dup() to keep one.
  *
- * Lifecycle: k8s_informer_start() ... k8s_informer_stop(inf, closed_cb,
+ * Lifecycle: k8s_informer_start() ... k8s_informer_close(inf, closed_cb,
  * data). Callback contract as in k8s/watch.h: never called from inside
  * start/stop; if start fails none is called; callbacks may call stop.
  */
@@ -90,12 +90,12 @@ struct k8s_informer_opts {
 };
 
 /* Starts list+watch on c's loop. c must outlive the informer; opts are
- * copied. *out is owned: end with k8s_informer_stop(). 0, -EINVAL, -ENOMEM. */
+ * copied. *out is owned: end with k8s_informer_close(). 0, -EINVAL, -ENOMEM. */
 int k8s_informer_start(struct k8s_client *c, const struct k8s_informer_opts *opts,
                        struct k8s_informer **out, struct tkm_err *err);
 /* Stops watching and frees the store and the informer from the loop;
  * closed_cb (optional) runs afterwards. NULL is a no-op. */
-void k8s_informer_stop(struct k8s_informer *inf, void (*closed_cb)(void *data), void *data);
+void k8s_informer_close(struct k8s_informer *inf, void (*closed_cb)(void *data), void *data);
 
 /* 1 once the first list has been applied. */
 int k8s_informer_has_synced(const struct k8s_informer *inf);

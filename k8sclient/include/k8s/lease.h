@@ -30,7 +30,7 @@
  * lease > renew_deadline > 1.2 x retry (else -EINVAL).
  *
  * Lifecycle: k8s_lease_start(client, &opts, &l, err) ...
- * k8s_lease_stop(l, closed_cb, data): with release_on_stop a leader first
+ * k8s_lease_close(l, closed_cb, data): with release_on_stop a leader first
  * writes an empty holder with leaseDurationSeconds=1 (so a successor need not
  * wait the full duration), then on_stopped_leading runs, then the memory is
  * freed and closed_cb runs. The client must outlive the elector.
@@ -54,7 +54,7 @@ struct k8s_lease_opts {
     uint64_t lease_duration_ms; /* default 15,000 (written in whole seconds) */
     uint64_t renew_deadline_ms; /* default 10,000 */
     uint64_t retry_period_ms;   /* default 2,000 */
-    int release_on_stop;        /* 1: give the lease up in k8s_lease_stop() */
+    int release_on_stop;        /* 1: give the lease up in k8s_lease_close() */
     void (*on_started_leading)(void *data);
     void (*on_stopped_leading)(void *data);
     /* The observed holder changed (identity borrowed; "" = nobody). */
@@ -73,7 +73,7 @@ struct k8s_lease_stats {
 };
 
 /* Starts campaigning. c borrowed (must outlive the elector); strings copied.
- * *out owned: end with k8s_lease_stop(). 0, -EINVAL (err says which option),
+ * *out owned: end with k8s_lease_close(). 0, -EINVAL (err says which option),
  * -ENOMEM. */
 int k8s_lease_start(struct k8s_client *c, const struct k8s_lease_opts *opts, struct k8s_lease **out,
                     struct tkm_err *err);
@@ -84,6 +84,6 @@ int k8s_lease_is_leader(const struct k8s_lease *l);
 const char *k8s_lease_holder(const struct k8s_lease *l);
 const struct k8s_lease_stats *k8s_lease_get_stats(const struct k8s_lease *l);
 /* NULL is a no-op. */
-void k8s_lease_stop(struct k8s_lease *l, void (*closed_cb)(void *data), void *data);
+void k8s_lease_close(struct k8s_lease *l, void (*closed_cb)(void *data), void *data);
 
 #endif

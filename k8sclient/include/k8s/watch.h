@@ -28,16 +28,16 @@
  * Lifecycle:
  *   k8s_watch_start(client, &opts, &handler, data, &w, err)
  *   ... the loop runs; handler callbacks fire ...
- *   k8s_watch_stop(w, closed_cb, data)   cancels the request in flight; the
+ *   k8s_watch_close(w, closed_cb, data)   cancels the request in flight; the
  *                                         memory is freed before closed_cb
  * The client must outlive the watch (until closed_cb has run).
  *
  * Callback contract: if k8s_watch_start() fails no callback is ever called.
  * Otherwise callbacks run from the loop, never from inside k8s_watch_start()
- * or k8s_watch_stop(). A callback may call k8s_watch_stop() (nothing more is
+ * or k8s_watch_close(). A callback may call k8s_watch_close() (nothing more is
  * delivered after it). A handler that returns non-zero halts the watch (the
  * request is cancelled, nothing more is delivered) but does not free it:
- * the owner still calls k8s_watch_stop(). Single-threaded: everything runs
+ * the owner still calls k8s_watch_close(). Single-threaded: everything runs
  * on the loop's thread.
  */
 #ifndef K8S_WATCH_H
@@ -171,7 +171,7 @@ struct k8s_watch_stats {
 
 /* Starts listing on c's loop. c, res and the handler are borrowed (they must
  * outlive the watch); opts strings are copied. *out is owned: end it with
- * k8s_watch_stop(). Returns 0, -EINVAL (bad options, err says which),
+ * k8s_watch_close(). Returns 0, -EINVAL (bad options, err says which),
  * -ENOMEM. */
 int k8s_watch_start(struct k8s_client *c, const struct k8s_watch_opts *opts,
                     const struct k8s_watch_handler *h, void *data, struct k8s_watch **out,
@@ -182,13 +182,13 @@ int k8s_watch_start(struct k8s_client *c, const struct k8s_watch_opts *opts,
  * no-op. Calling it twice is a bug (TKM_BUG, <tkm/bug.h>): Debug and
  * sanitizer builds abort; other builds log it and ignore the second call
  * (the first call's closed_cb still runs; the second's never does). */
-void k8s_watch_stop(struct k8s_watch *w, void (*closed_cb)(void *data), void *data);
+void k8s_watch_close(struct k8s_watch *w, void (*closed_cb)(void *data), void *data);
 
 /* The last resourceVersion seen ("" before the first list). Borrowed: valid
  * until the next callback. */
 const char *k8s_watch_resource_version(const struct k8s_watch *w);
 
-/* Borrowed, valid until k8s_watch_stop(). */
+/* Borrowed, valid until k8s_watch_close(). */
 const struct k8s_watch_stats *k8s_watch_get_stats(const struct k8s_watch *w);
 
 #endif

@@ -20,7 +20,7 @@
  *
  * Handlers run from the loop (a uv timer), never inside add*() or done().
  *
- * Lifecycle: k8s_workqueue_new(loop, ...) ... k8s_workqueue_shutdown(q,
+ * Lifecycle: k8s_workqueue_new(loop, ...) ... k8s_workqueue_close(q,
  * closed_cb, data): no handler call happens after shutdown; keys still in
  * processing may (and should) still be passed to done(); once no key is in
  * processing the queue closes its uv handles and is freed from the loop,
@@ -64,7 +64,7 @@ struct k8s_workqueue_opts {
 };
 
 /* loop is borrowed (must outlive the queue); opts may be NULL. *out is owned:
- * end with k8s_workqueue_shutdown(). */
+ * end with k8s_workqueue_close(). */
 int k8s_workqueue_new(uv_loop_t *loop, const struct k8s_workqueue_opts *opts, k8s_workqueue_fn fn,
                       void *data, struct k8s_workqueue **out, struct tkm_err *err);
 /* key is copied. */
@@ -85,6 +85,6 @@ size_t k8s_workqueue_len(const struct k8s_workqueue *q);        /* ready, not pr
 size_t k8s_workqueue_waiting(const struct k8s_workqueue *q);    /* delayed */
 size_t k8s_workqueue_processing(const struct k8s_workqueue *q); /* in the handler */
 
-void k8s_workqueue_shutdown(struct k8s_workqueue *q, void (*closed_cb)(void *data), void *data);
+void k8s_workqueue_close(struct k8s_workqueue *q, void (*closed_cb)(void *data), void *data);
 
 #endif

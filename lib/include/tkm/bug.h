@@ -1,7 +1,7 @@
 /*
  * bug.h - TKM_BUG(cond): a broken invariant (a bug in tkm, never bad input).
  *
- *   if (TKM_BUG(w->stopping))   // k8s_watch_stop() called twice
+ *   if (TKM_BUG(w->stopping))   // k8s_watch_close() called twice
  *       return;
  *
  * TKM_BUG(cond) evaluates cond once and yields it (0 or 1). When it is true it

@@ -253,8 +253,8 @@ static void on_term(uv_signal_t *s, int signum)
     uv_close((uv_handle_t *)&a->sig_term, NULL);
     uv_close((uv_handle_t *)&a->sig_int, NULL);
     agent_rpc_server_close(a->srv, NULL, NULL);
-    k8s_informer_stop(a->tkc, NULL, NULL);
-    k8s_informer_stop(a->tkcc, NULL, NULL);
+    k8s_informer_close(a->tkc, NULL, NULL);
+    k8s_informer_close(a->tkcc, NULL, NULL);
     k8s_client_close(a->c, NULL, NULL);
 }
 
@@ -308,8 +308,8 @@ int main(int argc, char **argv)
         goto out;
     if (start_informers(&a, &err) < 0 ||
         agent_rpc_server_new(a.loop, sock, &OPS, &a, NULL, &a.srv, &err) < 0) {
-        k8s_informer_stop(a.tkc, NULL, NULL);
-        k8s_informer_stop(a.tkcc, NULL, NULL);
+        k8s_informer_close(a.tkc, NULL, NULL);
+        k8s_informer_close(a.tkcc, NULL, NULL);
         k8s_client_close(a.c, NULL, NULL);
         uv_run(a.loop, UV_RUN_DEFAULT);
         goto out;

@@ -87,7 +87,7 @@ static void on_term(uv_signal_t *s, int signum)
     uv_close((uv_handle_t *)&a->sig_term, NULL);
     uv_close((uv_handle_t *)&a->sig_int, NULL);
     uv_close((uv_handle_t *)&a->act, NULL);
-    k8s_lease_stop(a->l, on_lease_closed, a);
+    k8s_lease_close(a->l, on_lease_closed, a);
 }
 
 static int parse_ms(const char *s, uint64_t *out)

@@ -173,7 +173,7 @@ static void on_term(uv_signal_t *s, int signum)
     uv_close((uv_handle_t *)&a->sig_usr1, NULL);
     uv_close((uv_handle_t *)&a->sig_term, NULL);
     uv_close((uv_handle_t *)&a->sig_int, NULL);
-    k8s_informer_stop(a->inf, on_closed, a);
+    k8s_informer_close(a->inf, on_closed, a);
     k8s_client_close(a->c, NULL, NULL);
 }
 

@@ -271,7 +271,7 @@ static void finish(struct app *a)
     tkm_oci_session_free(a->ses);
     a->ses = NULL;
     tkm_http_close(a->http, NULL, NULL);
-    k8s_lease_stop(a->l, on_closed, a);
+    k8s_lease_close(a->l, on_closed, a);
     a->rc = 0;
 }
 
