@@ -10,6 +10,7 @@
 
 #include <tkm/daemon.h>
 #include <tkm/flags.h>
+#include <tkm/fs.h>
 #include <tkm/http.h>
 #include <tkm/log.h>
 #include <tkm/util.h>
@@ -74,23 +75,6 @@ static int add_root(const char *v, void *dst, struct tkm_err *err)
     if (r->n + 1 >= CSI_MAX_TARGET_ROOTS)
         return tkm_err_set(err, -EINVAL, "at most %d --target-root", CSI_MAX_TARGET_ROOTS - 1);
     r->dir[r->n++] = v;
-    return 0;
-}
-
-static int mkdir_p(const char *path, mode_t mode)
-{
-    char p[PATH_MAX];
-    snprintf(p, sizeof(p), "%s", path);
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = '\0';
-        if (mkdir(p, 0755) < 0 && errno != EEXIST)
-            return -errno;
-        *s = '/';
-    }
-    if (mkdir(p, mode) < 0 && errno != EEXIST)
-        return -errno;
     return 0;
 }
 
@@ -181,8 +165,8 @@ int main(int argc, char **argv)
     umask(022);
     if (tkm_threadpool_init(0, &err) < 0)
         tkm_warn("thread pool: %s", tkm_err_str(&err));
-    if ((rc = mkdir_p(cfg.state_dir, 0755)) < 0) {
-        tkm_err("--state-dir %s: %s", cfg.state_dir, strerror(-rc));
+    if (tkm_mkdir_p(cfg.state_dir, 0755, &err) < 0) {
+        tkm_err("--state-dir: %s", tkm_err_str(&err));
         return 1;
     }
     memset(&m, 0, sizeof(m));
