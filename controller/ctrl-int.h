@@ -11,9 +11,9 @@
  *                 (counts, failedNodes, conditions) the controller writes
  *   ctrl_state    SQLite: pinned digests, verification results (with the key
  *                 fingerprint), the last written status hash
- *   ctrl_reg      registry work on the loop: sessions per host, resolve,
- *                 inspect, and the one signature step
- *   ctrl_rec      the reconcilers (caches, nodes) and the controller object
+ *   ctrl_rec      the reconcilers (caches, nodes) and the controller object;
+ *                 its registry steps are verify jobs (<tkm/api/verify.h>, shared
+ *                 with tkm-agent) on the controller's one session pool
  *
  * Everything runs on the one libuv loop of the process.
  */
@@ -28,6 +28,7 @@
 #include <tkm/api/v1alpha1.h>
 #include <tkm/trust/policy.h>
 #include <tkm/api/policy.h>
+#include <tkm/api/verify.h>
 #include <k8s/client.h>
 
 #define CTRL_FIELD_MANAGER "tkm-controller"
@@ -256,7 +257,6 @@ int ctrl_agg_build(const struct ctrl_cidx *c, const struct ctrl_verdict *v, int6
                    struct tkm_api_cache_status *st);
 /* Copies a summary (deep). 0 or -ENOMEM. */
 int ctrl_summary_copy(struct tkm_api_summary *dst, const struct tkm_api_summary *src);
-void ctrl_summary_release(struct tkm_api_summary *s);
 /* The status of a condition type in st, or UNKNOWN when absent (with reason). */
 enum tkm_api_cond_status ctrl_cond_get(const struct tkm_api_condition *c, size_t n,
                                        const char *type, const char **reason);
@@ -294,52 +294,6 @@ int ctrl_state_forget(struct ctrl_state *s, const char *uid);
 /* Uids known (for pruning caches deleted while down): fn per uid. */
 int ctrl_state_foreach_uid(struct ctrl_state *s, int (*fn)(const char *uid, void *data),
                            void *data);
-
-/* ---- ctrl_reg: registry work -------------------------------------------------- */
-
-struct ctrl_reg;
-struct tkm_http;
-
-/* The outcome of a registry step. reason is CamelCase ("ImageNotFound",
- * "RegistryUnreachable", "NoSignature", "KeyMismatch", ...), message a
- * sentence; retry 1 when trying again later may help. */
-struct ctrl_reg_result {
-    int rc;
-    const char *reason;
-    char message[768];
-    int retry;
-    char digest[CTRL_DIGEST_MAX];
-    char key_id[64];
-    struct tkm_api_summary summary; /* inspect: owned by the result until cb returns */
-    int has_summary;
-};
-typedef void (*ctrl_reg_cb)(const struct ctrl_reg_result *r, void *data);
-
-struct ctrl_reg_opts {
-    uint64_t timeout_ms; /* per registry request */
-};
-int ctrl_reg_new(uv_loop_t *loop, struct tkm_http *http, const struct ctrl_reg_opts *o,
-                 struct ctrl_reg **out, struct tkm_err *err);
-void ctrl_reg_free(struct ctrl_reg *r);
-/* auth_json: docker config bytes for the image's host (copied), or NULL.
- * If a start fails (< 0) cb is never called; else once, from the loop. The
- * returned token (optional) cancels with ctrl_reg_cancel (cb: -ECANCELED). */
-struct ctrl_reg_op;
-int ctrl_reg_resolve(struct ctrl_reg *r, const char *image, const void *auth_json, size_t auth_len,
-                     ctrl_reg_cb cb, void *data, struct ctrl_reg_op **op, struct tkm_err *err);
-int ctrl_reg_inspect(struct ctrl_reg *r, const char *image, const char *digest,
-                     const void *auth_json, size_t auth_len, ctrl_reg_cb cb, void *data,
-                     struct ctrl_reg_op **op, struct tkm_err *err);
-/* The signature step: image's repository at digest against pol (borrowed
- * for the call). The one place that knows how signatures are searched. */
-int ctrl_reg_verify(struct ctrl_reg *r, const char *image, const char *digest,
-                    const struct tkm_sig_policy *pol, const void *auth_json, size_t auth_len,
-                    ctrl_reg_cb cb, void *data, struct ctrl_reg_op **op, struct tkm_err *err);
-void ctrl_reg_cancel(struct ctrl_reg_op *op);
-/* CamelCase reason of a registry failure code (resolve/inspect). */
-const char *ctrl_reg_reason(int rc, int *retry);
-/* Hex sha256 fingerprint of a policy (mode, keys, root, identities). */
-void ctrl_policy_fingerprint(const struct tkm_sig_policy *p, char out[72]);
 
 /* ---- ctrl_rec: the controller ------------------------------------------------- */
 
@@ -389,7 +343,7 @@ struct ctrl_wctx {
 struct ctrl {
     uv_loop_t *loop;
     struct k8s_client *c;
-    struct ctrl_reg *reg;
+    struct tkm_verify_ctx *verify; /* borrowed: the registry session pool, for verify jobs */
     struct ctrl_state *state;
     struct k8s_recorder *rec;
     struct k8s_workqueue *q;
@@ -417,8 +371,9 @@ struct ctrl {
 
 /* Sets up the indexes and queue (informers and watches are started by
  * ctrl_start). 0 or -errno with err. */
-int ctrl_init(struct ctrl *c, uv_loop_t *loop, struct k8s_client *client, struct ctrl_reg *reg,
-              struct ctrl_state *state, const struct ctrl_opts *o, struct tkm_err *err);
+int ctrl_init(struct ctrl *c, uv_loop_t *loop, struct k8s_client *client,
+              struct tkm_verify_ctx *verify, struct ctrl_state *state, const struct ctrl_opts *o,
+              struct tkm_err *err);
 int ctrl_start(struct ctrl *c, struct tkm_err *err);
 /* 1 once every informer and watch has synced. */
 int ctrl_synced(const struct ctrl *c);

@@ -372,13 +372,14 @@ static void idx_invalid(const struct ctrl_nsobj *o, const char *msg, void *data)
 
 /* ---- lifecycle ----------------------------------------------------------------------------- */
 
-int ctrl_init(struct ctrl *c, uv_loop_t *loop, struct k8s_client *client, struct ctrl_reg *reg,
-              struct ctrl_state *state, const struct ctrl_opts *o, struct tkm_err *err)
+int ctrl_init(struct ctrl *c, uv_loop_t *loop, struct k8s_client *client,
+              struct tkm_verify_ctx *verify, struct ctrl_state *state, const struct ctrl_opts *o,
+              struct tkm_err *err)
 {
     memset(c, 0, sizeof *c);
     c->loop = loop;
     c->c = client;
-    c->reg = reg;
+    c->verify = verify;
     c->state = state;
     c->o = *o;
     if (!c->o.cleanup_timeout_ms)

@@ -390,7 +390,7 @@ static int setup(struct app *app, struct tkm_err *err)
     struct args *a = &app->a;
     struct k8s_config cfg;
     struct ctrl_state *state = NULL;
-    struct ctrl_reg *reg = NULL;
+    struct tkm_verify_ctx *verify = NULL;
     struct k8s_recorder *rec = NULL;
     int rc;
     k8s_config_init(&cfg);
@@ -404,9 +404,9 @@ static int setup(struct app *app, struct tkm_err *err)
         return tkm_err_set(err, -errno, "--state-dir %s: %s", a->state_dir, strerror(errno));
     if ((rc = ctrl_state_open(a->state_dir[0] ? a->state_dir : NULL, &state, err)) < 0)
         return rc;
-    struct ctrl_reg_opts ro = {.timeout_ms = a->registry_timeout_ms};
+    struct tkm_verify_ctx_opts vo = {.timeout_ms = a->registry_timeout_ms};
     if ((rc = tkm_http_new(app->loop, NULL, &app->http, err)) < 0 ||
-        (rc = ctrl_reg_new(app->loop, app->http, &ro, &reg, err)) < 0)
+        (rc = tkm_verify_ctx_new(app->loop, app->http, &vo, &verify, err)) < 0)
         return rc;
     struct ctrl_opts co = {.ns = a->ns,
                            .cleanup_timeout_ms = a->cleanup_timeout_ms,
@@ -414,7 +414,7 @@ static int setup(struct app *app, struct tkm_err *err)
                            .status_settle_ms = a->status_settle_ms,
                            .node_gc_grace_ms = a->node_gc_grace_ms,
                            .workers = a->workers};
-    if ((rc = ctrl_init(&app->ctrl, app->loop, app->client, reg, state, &co, err)) < 0)
+    if ((rc = ctrl_init(&app->ctrl, app->loop, app->client, verify, state, &co, err)) < 0)
         return rc;
     struct k8s_recorder_opts rco = {.component = "tkm-controller"};
     if ((rc = k8s_recorder_new(app->client, &rco, &rec, err)) < 0)

@@ -5,7 +5,8 @@
  * cosign3_bundle.h): credentials -> pooled session -> resolve -> inspect ->
  * policy -> signature -> summary, the known() hook, the pool's keys,
  * cancellation with a registry request and with an apiserver read in flight,
- * start failures; and the helpers (registry reasons, the API summary, the
+ * start failures, the pin (the hash of the manifest bytes) and resolve
+ * failures' reasons; and the helpers (registry reasons, the API summary, the
  * policy fingerprint).
  */
 #include <errno.h>
@@ -371,6 +372,86 @@ TEST(pull_secret_session_resolve_inspect_policy)
     tkm_api_cache_release(&c);
     env_close(&e);
     tsrv_stop(&srv);
+}
+
+/* Resolves 127.0.0.1:<port>/e2e/x:v1 with a job (RESOLVE only: what the
+ * controller's pin step runs). */
+static void resolve_once(int port, struct seen *s)
+{
+    struct env e;
+    char image[128];
+    env_open(&e, port);
+    snprintf(image, sizeof image, "127.0.0.1:%d/e2e/x:v1", port);
+    struct tkm_verify_req q = {.flags = TKM_VERIFY_RESOLVE, .image = image};
+    run_job(&e, &q, s);
+    env_close(&e);
+}
+
+TEST(resolve_pins_the_hash_of_the_manifest_bytes)
+{
+    static const char manifest[] =
+        "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+        "\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":"
+        "\"sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\",\"size\":2},"
+        "\"layers\":[]}";
+    static const struct tsrv_reply ok[] = {
+        {200,
+         "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n"
+         "Docker-Content-Digest: "
+         "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\r\n",
+         manifest}};
+    struct tsrv srv;
+    struct seen s = {0};
+    char want[72];
+    tsrv_init(&srv);
+    ASSERT_OK(tsrv_route(&srv, NULL, "/v2/e2e/x/manifests/v1", TSRV_EXACT, NULL, ok, 1));
+    int port = tsrv_listen(&srv);
+    ASSERT(port > 0);
+    resolve_once(port, &s);
+    tsrv_stop(&srv);
+    ASSERT_EQ(s.r.failed, TKM_VERIFY_DONE);
+    ASSERT_EQ(s.r.resolved, 1);
+    ASSERT_OK(tkm_oci_digest_bytes(manifest, strlen(manifest), want));
+    ASSERT_STREQ(s.r.digest, want); /* never the header's claim */
+    ASSERT_EQ(s.r.inspected, 0);
+    ASSERT_EQ(s.r.sig_state, TKM_VERIFY_SIG_NOT_RUN);
+    seen_release(&s);
+}
+
+TEST(resolve_failures_have_reasons)
+{
+    static const struct tsrv_reply missing[] = {
+        {404, JSONH,
+         "{\"errors\":[{\"code\":\"MANIFEST_UNKNOWN\",\"message\":\"manifest unknown\"}]}"}};
+    static const struct tsrv_reply broken[] = {{500, NULL, "boom"}};
+    struct tsrv srv;
+    struct seen s = {0};
+    tsrv_init(&srv);
+    ASSERT_OK(tsrv_route(&srv, NULL, "/v2/e2e/x/manifests/v1", TSRV_EXACT, NULL, missing, 1));
+    int port = tsrv_listen(&srv);
+    ASSERT(port > 0);
+    resolve_once(port, &s);
+    tsrv_stop(&srv);
+    ASSERT_EQ(s.r.failed, TKM_VERIFY_STEP_RESOLVE);
+    ASSERT_EQ(s.r.rc, -ENOENT);
+    ASSERT_STREQ(s.r.reason, "ImageNotFound");
+    ASSERT_EQ(s.r.retry, 0); /* looked at again slowly, not with the fast backoff */
+    ASSERT_STRCONTAINS(s.r.message, "MANIFEST_UNKNOWN");
+    ASSERT_STREQ(s.r.digest, "");
+    seen_release(&s);
+
+    memset(&s, 0, sizeof s);
+    tsrv_init(&srv);
+    ASSERT_OK(tsrv_route(&srv, NULL, "/v2/e2e/x/manifests/v1", TSRV_EXACT, NULL, broken, 1));
+    port = tsrv_listen(&srv);
+    ASSERT(port > 0);
+    resolve_once(port, &s);
+    tsrv_stop(&srv);
+    ASSERT_EQ(s.r.failed, TKM_VERIFY_STEP_RESOLVE);
+    ASSERT(s.r.rc < 0);
+    ASSERT_STREQ(s.r.reason, "RegistryUnreachable");
+    ASSERT_EQ(s.r.retry, 1);
+    seen_release(&s);
 }
 
 TEST(missing_pull_secret_fails_the_creds_step)
