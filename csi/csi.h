@@ -81,8 +81,10 @@ int csi_probe_main(int argc, char **argv);
 /* Volume ids become a directory name and a mount source: 1..128 of
  * [A-Za-z0-9._-], not "." or "..". */
 int csi_check_volume_id(const char *id, struct tkm_err *err);
-/* A pod namespace (DNS label) or pod name (DNS subdomain): what names the
- * state directories. what is "namespace" or "pod name" for the message. */
+/* A Kubernetes name, by tkm_dns1123_label() when max is 63 or less (a
+ * namespace), else by tkm_dns1123_subdomain() (a pod or cache name), at most
+ * max characters: what names the state directories and the cache. what is
+ * "namespace", "pod name", ... for the message. */
 int csi_check_k8s_name(const char *name, size_t max, const char *what, struct tkm_err *err);
 /* An absolute, canonical path (no "", ".", ".." component, no "//", no
  * trailing '/', no control characters), shorter than PATH_MAX. */

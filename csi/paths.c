@@ -43,18 +43,8 @@ int csi_check_k8s_name(const char *name, size_t max, const char *what, struct tk
         return tkm_err_set(err, -EINVAL, "%s is empty", what);
     if (n > max)
         return tkm_err_set(err, -EINVAL, "%s is %zu characters (at most %zu)", what, n, max);
-    for (size_t i = 0; i < n; i++) {
-        char c = name[i];
-        int alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-        if (!alnum && c != '-' && c != '.')
-            goto bad;
-        if ((i == 0 || i == n - 1) && !alnum)
-            goto bad;
-        if (c == '.' && name[i + 1] == '.')
-            goto bad;
-    }
-    return 0;
-bad:
+    if (max <= 63 ? tkm_dns1123_label(name, n) : tkm_dns1123_subdomain(name, n))
+        return 0;
     return tkm_err_set(err, -EINVAL, "%s \"%s\" is not a Kubernetes name (a-z 0-9 - .)", what,
                        tkm_escape(name, n, esc, sizeof(esc)));
 }

@@ -11,11 +11,11 @@
 #include <k8s/informer.h>
 #include <k8s/watch.h>
 
-#include "strmap-int.h"
+#include <tkm/strmap.h>
 
 struct k8s__store {
-    struct k8s__strmap map; /* key -> struct k8s_obj * (owned by the store) */
-    size_t obj_bytes;       /* sum of the objects' allocation sizes */
+    struct tkm_strmap map; /* key -> struct k8s_obj * (owned by the store) */
+    size_t obj_bytes;      /* sum of the objects' allocation sizes */
 };
 
 /* Builds an object from a decoded event/item (its raw bytes and metadata);

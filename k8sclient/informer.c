@@ -148,7 +148,7 @@ void k8s_informer_resync(struct k8s_informer *inf)
     if (!inf->synced || inf->stopping)
         return;
     /* Callbacks only read: the store does not change during the replay. */
-    while (!inf->stopping && k8s__strmap_next(&inf->store.map, &pos, NULL, &v))
+    while (!inf->stopping && tkm_strmap_next(&inf->store.map, &pos, NULL, &v))
         d_update(v, v, inf);
 }
 
@@ -265,7 +265,7 @@ int k8s_informer_foreach(const struct k8s_informer *inf,
 {
     size_t pos = 0;
     void *v;
-    while (k8s__strmap_next(&inf->store.map, &pos, NULL, &v)) {
+    while (tkm_strmap_next(&inf->store.map, &pos, NULL, &v)) {
         int rc = fn(v, data);
         if (rc)
             return rc;
@@ -275,7 +275,7 @@ int k8s_informer_foreach(const struct k8s_informer *inf,
 
 size_t k8s_informer_bytes(const struct k8s_informer *inf)
 {
-    return inf->store.obj_bytes + k8s__strmap_bytes(&inf->store.map);
+    return inf->store.obj_bytes + tkm_strmap_bytes(&inf->store.map);
 }
 
 const struct k8s_watch *k8s_informer_watch(const struct k8s_informer *inf)

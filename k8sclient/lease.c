@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include <k8s/lease.h>
+#include <tkm/backoff.h>
 #include <tkm/bug.h>
 #include <tkm/log.h>
 #include <tkm/util.h>
@@ -305,7 +306,7 @@ static void round_end(struct k8s_lease *l)
         lose(l, "no renewal succeeded within the renew deadline");
     uint64_t d = l->o.retry_period_ms, now = tkm_now_ms();
     if (!l->leader)
-        d += k8s__rand_range(&l->rng, 0, l->o.retry_period_ms / 5);
+        d += tkm_rand_range(&l->rng, 0, l->o.retry_period_ms / 5);
     /* A candidate waiting for another holder's lease to run out tries at
      * that instant, not up to a retry period after it. */
     if (!l->leader && l->expiry_ms > now && l->expiry_ms - now < d)

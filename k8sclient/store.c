@@ -117,9 +117,9 @@ void k8s__store_release(struct k8s__store *s)
 {
     size_t pos = 0;
     void *v;
-    while (k8s__strmap_next(&s->map, &pos, NULL, &v))
+    while (tkm_strmap_next(&s->map, &pos, NULL, &v))
         free(v);
-    k8s__strmap_release(&s->map);
+    tkm_strmap_release(&s->map);
     s->obj_bytes = 0;
 }
 
@@ -128,7 +128,7 @@ int k8s__store_put_take(struct k8s__store *s, struct k8s_obj *obj, struct k8s_ob
     void *prev = NULL;
     if (old)
         *old = NULL;
-    int rc = k8s__strmap_put(&s->map, obj->key, obj, &prev);
+    int rc = tkm_strmap_put(&s->map, obj->key, obj, &prev);
     if (rc < 0) {
         free(obj);
         return rc;
@@ -146,7 +146,7 @@ int k8s__store_put_take(struct k8s__store *s, struct k8s_obj *obj, struct k8s_ob
 
 struct k8s_obj *k8s__store_remove(struct k8s__store *s, const char *key)
 {
-    struct k8s_obj *o = k8s__strmap_del(&s->map, key);
+    struct k8s_obj *o = tkm_strmap_del(&s->map, key);
     if (o)
         s->obj_bytes -= k8s__obj_size(o);
     return o;
@@ -154,7 +154,7 @@ struct k8s_obj *k8s__store_remove(struct k8s__store *s, const char *key)
 
 const struct k8s_obj *k8s__store_get(const struct k8s__store *s, const char *key)
 {
-    return k8s__strmap_get(&s->map, key);
+    return tkm_strmap_get(&s->map, key);
 }
 
 size_t k8s__store_count(const struct k8s__store *s)
@@ -172,8 +172,8 @@ void k8s__store_replace(struct k8s__store *s, struct k8s__store *fresh,
     k8s__store_init(fresh);
     size_t pos = 0;
     void *v;
-    while (k8s__strmap_next(&s->map, &pos, NULL, &v)) {
-        const struct k8s_obj *cur = v, *prev = k8s__strmap_get(&old.map, cur->key);
+    while (tkm_strmap_next(&s->map, &pos, NULL, &v)) {
+        const struct k8s_obj *cur = v, *prev = tkm_strmap_get(&old.map, cur->key);
         if (!prev) {
             if (d && d->add)
                 d->add(cur, data);
@@ -183,9 +183,9 @@ void k8s__store_replace(struct k8s__store *s, struct k8s__store *fresh,
         }
     }
     pos = 0;
-    while (k8s__strmap_next(&old.map, &pos, NULL, &v)) {
+    while (tkm_strmap_next(&old.map, &pos, NULL, &v)) {
         const struct k8s_obj *prev = v;
-        if (!k8s__strmap_get(&s->map, prev->key) && d && d->del)
+        if (!tkm_strmap_get(&s->map, prev->key) && d && d->del)
             d->del(prev, 1, data);
     }
     k8s__store_release(&old);

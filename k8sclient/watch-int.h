@@ -119,19 +119,4 @@ void k8s__managed_fields_span(const char *p, size_t n, size_t *cut, size_t *cut_
  * (already validated): off and len get its span. 0, or -ENOENT. */
 int k8s__json_member_span(const char *p, size_t n, const char *key, size_t *off, size_t *len);
 
-/* Backoff (client-go's exponential backoff manager): each call returns the
- * next delay d*(1 + jitter*rand) and doubles d up to max; when more than
- * reset_ms passed since the previous call d restarts from initial. */
-struct k8s__backoff {
-    uint64_t initial_ms, max_ms, reset_ms;
-    uint64_t cur_ms;
-    uint64_t last_ms; /* monotonic time of the previous call, 0 = never */
-    uint64_t rng;     /* xorshift state */
-};
-void k8s__backoff_init(struct k8s__backoff *b, uint64_t initial_ms, uint64_t max_ms,
-                       uint64_t reset_ms, uint64_t seed);
-uint64_t k8s__backoff_next(struct k8s__backoff *b, uint64_t now_ms);
-/* Uniform random integer in [lo, hi] from a xorshift64 state. */
-uint64_t k8s__rand_range(uint64_t *state, uint64_t lo, uint64_t hi);
-
 #endif

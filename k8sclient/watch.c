@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <tkm/backoff.h>
 #include <tkm/bug.h>
 #include <tkm/log.h>
 #include <tkm/util.h>
@@ -50,7 +51,7 @@ struct k8s_watch {
     struct tkm_err stream_err;
     uint64_t watch_started_ms, watch_events;
     uv_timer_t timer;
-    struct k8s__backoff bo;
+    struct tkm_backoff bo;
     uint64_t rng;
     int stopping, timer_closed;
     int halted;            /* a handler returned non-zero: no more requests or callbacks */
@@ -130,7 +131,7 @@ static void schedule(struct k8s_watch *w, enum next_step step, uint64_t delay_ms
 static void fail_and_retry(struct k8s_watch *w, enum next_step step, int rc, long retry_after_s,
                            const char *msg)
 {
-    uint64_t d = k8s__backoff_next(&w->bo, tkm_now_ms());
+    uint64_t d = tkm_backoff_next(&w->bo, tkm_now_ms());
     if (retry_after_s >= 0) {
         long ra = retry_after_s;
         if (ra > w->o.max_retry_after_s)
@@ -156,7 +157,7 @@ static int build_path(struct k8s_watch *w, struct tkm_buf *path, int watch, stru
     if (!watch && w->streaming) {
         /* A "list" as the initial events of a watch. */
         char t[24];
-        unsigned secs = (unsigned)k8s__rand_range(&w->rng, w->o.timeout_min_s, w->o.timeout_max_s);
+        unsigned secs = (unsigned)tkm_rand_range(&w->rng, w->o.timeout_min_s, w->o.timeout_max_s);
         const char *rv = w->list_rv == LIST_RV_LAST && *w->rv ? w->rv : NULL;
         snprintf(t, sizeof t, "%u", secs);
         if ((rc = k8s_query_add(path, "watch", "1")) < 0 ||
@@ -168,7 +169,7 @@ static int build_path(struct k8s_watch *w, struct tkm_buf *path, int watch, stru
             return tkm_err_set(err, rc, "watch: cannot build the request path");
     } else if (watch) {
         char t[24];
-        unsigned secs = (unsigned)k8s__rand_range(&w->rng, w->o.timeout_min_s, w->o.timeout_max_s);
+        unsigned secs = (unsigned)tkm_rand_range(&w->rng, w->o.timeout_min_s, w->o.timeout_max_s);
         snprintf(t, sizeof t, "%u", secs);
         if ((rc = k8s_query_add(path, "watch", "1")) < 0 ||
             (rc = k8s_query_add(path, "resourceVersion", *w->rv ? w->rv : w->rv0_param)) < 0 ||
@@ -637,8 +638,12 @@ int k8s_watch_start(struct k8s_client *c, const struct k8s_watch_opts *opts,
     w->h = *h;
     w->data = data;
     w->rng = tkm_now_ms() ^ (uint64_t)(uintptr_t)w;
-    k8s__backoff_init(&w->bo, w->o.backoff_initial_ms, w->o.backoff_max_ms, w->o.backoff_reset_ms,
-                      w->rng);
+    w->bo =
+        (struct tkm_backoff){.initial_ms = w->o.backoff_initial_ms ? w->o.backoff_initial_ms : 800,
+                             .max_ms = w->o.backoff_max_ms ? w->o.backoff_max_ms : 30000,
+                             .reset_ms = w->o.backoff_reset_ms ? w->o.backoff_reset_ms : 120000,
+                             .jitter_pct = 100,
+                             .rng = w->rng | 1};
     k8s__framer_init(&w->fr, K8S__FRAME_LIST, w->o.max_event_bytes);
     k8s__rawdec_init(&w->rd);
     if (opts->start_resource_version) {

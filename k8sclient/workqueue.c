@@ -18,7 +18,7 @@
 #include <tkm/bug.h>
 #include <tkm/util.h>
 
-#include "strmap-int.h"
+#include <tkm/strmap.h>
 
 #define NOT_WAITING SIZE_MAX
 
@@ -37,7 +37,7 @@ struct k8s_workqueue {
     struct k8s_workqueue_opts o;
     k8s_workqueue_fn fn;
     void *data;
-    struct k8s__strmap items;
+    struct tkm_strmap items;
     struct item *head, *tail;
     size_t queued, active;
     struct item **heap;
@@ -59,13 +59,13 @@ static void maybe_free_item(struct k8s_workqueue *q, struct item *it)
 {
     if (it->dirty || it->processing || it->heap_idx != NOT_WAITING || it->failures)
         return;
-    k8s__strmap_del(&q->items, it->key);
+    tkm_strmap_del(&q->items, it->key);
     free(it);
 }
 
 static struct item *get_item(struct k8s_workqueue *q, const char *key, int create)
 {
-    struct item *it = k8s__strmap_get(&q->items, key);
+    struct item *it = tkm_strmap_get(&q->items, key);
     if (it || !create)
         return it;
     size_t n = strlen(key);
@@ -74,7 +74,7 @@ static struct item *get_item(struct k8s_workqueue *q, const char *key, int creat
         return NULL;
     memcpy(it->key, key, n + 1);
     it->heap_idx = NOT_WAITING;
-    if (k8s__strmap_put(&q->items, it->key, it, NULL) < 0) {
+    if (tkm_strmap_put(&q->items, it->key, it, NULL) < 0) {
         free(it);
         return NULL;
     }
@@ -372,7 +372,7 @@ void k8s_workqueue_forget(struct k8s_workqueue *q, const char *key)
 
 unsigned k8s_workqueue_num_requeues(const struct k8s_workqueue *q, const char *key)
 {
-    const struct item *it = k8s__strmap_get(&q->items, key);
+    const struct item *it = tkm_strmap_get(&q->items, key);
     return it ? it->failures : 0;
 }
 
@@ -442,9 +442,9 @@ static void free_queue(struct k8s_workqueue *q)
 {
     size_t pos = 0;
     void *v;
-    while (k8s__strmap_next(&q->items, &pos, NULL, &v))
+    while (tkm_strmap_next(&q->items, &pos, NULL, &v))
         free(v);
-    k8s__strmap_release(&q->items);
+    tkm_strmap_release(&q->items);
     free(q->heap);
     void (*cb)(void *) = q->closed_cb;
     void *d = q->closed_data;

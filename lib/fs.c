@@ -5,6 +5,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -162,4 +164,31 @@ int tkm_rmtree_at(int dirfd, const char *name)
     if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && rc == 0)
         rc = -errno;
     return rc;
+}
+
+int tkm_mkdir_p(const char *path, mode_t mode, struct tkm_err *err)
+{
+    char p[PATH_MAX];
+    int n = snprintf(p, sizeof p, "%s", path);
+    if (n <= 0 || (size_t)n >= sizeof p)
+        return tkm_err_set(err, -ENAMETOOLONG, "cannot create directory %.200s...: %s", path,
+                           strerror(ENAMETOOLONG));
+    for (char *s = p + 1;; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char c = *s;
+        *s = '\0';
+        struct stat st;
+        if (mkdir(p, mode) != 0) {
+            int e = errno;
+            if (e != EEXIST)
+                return tkm_err_set(err, -e, "cannot create directory %s: %s", p, strerror(e));
+            if (!c && (stat(p, &st) != 0 || !S_ISDIR(st.st_mode)))
+                return tkm_err_set(err, -ENOTDIR, "cannot create directory %s: %s", p,
+                                   strerror(ENOTDIR));
+        }
+        if (!c)
+            return 0;
+        *s = c;
+    }
 }

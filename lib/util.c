@@ -184,3 +184,38 @@ char *tkm_escape(const char *s, size_t n, char *out, size_t outlen)
     out[o] = '\0';
     return out;
 }
+
+static int lower_alnum(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+/* One label of any length: [a-z0-9]([-a-z0-9]*[a-z0-9])? */
+static int label_ok(const char *s, size_t n)
+{
+    if (n == 0 || !lower_alnum(s[0]) || !lower_alnum(s[n - 1]))
+        return 0;
+    for (size_t i = 1; i + 1 < n; i++)
+        if (!lower_alnum(s[i]) && s[i] != '-')
+            return 0;
+    return 1;
+}
+
+int tkm_dns1123_label(const char *s, size_t n)
+{
+    return n <= 63 && label_ok(s, n);
+}
+
+int tkm_dns1123_subdomain(const char *s, size_t n)
+{
+    if (n == 0 || n > 253)
+        return 0;
+    for (size_t start = 0, i = 0; i <= n; i++) {
+        if (i < n && s[i] != '.')
+            continue;
+        if (!label_ok(s + start, i - start))
+            return 0;
+        start = i + 1;
+    }
+    return 1;
+}

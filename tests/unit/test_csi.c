@@ -53,6 +53,8 @@ TEST(k8s_names)
     ASSERT_EQ(csi_check_k8s_name("a..b", 253, "pod name", NULL), -EINVAL);
     ASSERT_EQ(csi_check_k8s_name("-a", 63, "namespace", NULL), -EINVAL);
     ASSERT_EQ(csi_check_k8s_name("A", 63, "namespace", NULL), -EINVAL);
+    ASSERT_EQ(csi_check_k8s_name("a-.b", 253, "cacheName", NULL), -EINVAL);
+    ASSERT_EQ(csi_check_k8s_name("a.b", 63, "namespace", NULL), -EINVAL); /* a label */
     ASSERT_EQ(csi_check_k8s_name("a/b", 63, "namespace", &err), -EINVAL);
     ASSERT_STRCONTAINS(err.msg, "namespace \"a/b\" is not a Kubernetes name");
 }
@@ -181,6 +183,8 @@ TEST(attrs)
         {{POD, "cacheName=a", "mountPath=cache"}, 6, "mountPath \"cache\" is not an absolute"},
         {{POD, "cacheName=a", "mountPath=/a/../b"}, 6, "not canonical"},
         {{POD, "cacheName=Bad/Name"}, 5, "cacheName \"Bad/Name\""},
+        /* the agent refuses it too (tkm_dns1123_subdomain): a label ends in a letter or digit */
+        {{POD, "cacheName=a-.b"}, 5, "cacheName \"a-.b\" is not a Kubernetes name"},
         {{"csi.storage.k8s.io/pod.namespace=ml", "cacheName=a"}, 2, "podInfoOnMount: true"},
         {{"csi.storage.k8s.io/pod.namespace=ml", "csi.storage.k8s.io/pod.name=p",
           "csi.storage.k8s.io/pod.uid=u", "cacheName=a"},

@@ -2,7 +2,7 @@
  * (k8sclient/strmap.c). */
 #include "test.h"
 #include "informer-int.h"
-#include "strmap-int.h"
+#include <tkm/strmap.h>
 
 static struct k8s_obj *mk(const char *ns, const char *name, const char *rv)
 {
@@ -145,18 +145,18 @@ TEST(replace_synthesizes_adds_updates_and_deletes)
 
 TEST(strmap_many_keys_and_deletes)
 {
-    struct k8s__strmap m = K8S__STRMAP_INIT;
+    struct tkm_strmap m = TKM_STRMAP_INIT;
     static char keys[5000][16];
     for (int i = 0; i < 5000; i++) {
         snprintf(keys[i], sizeof keys[i], "k%d", i);
-        ASSERT_OK(k8s__strmap_put(&m, keys[i], keys[i], NULL));
+        ASSERT_OK(tkm_strmap_put(&m, keys[i], keys[i], NULL));
     }
     ASSERT_EQ(m.count, 5000);
     /* Delete every third; the rest must still be found (backward shift). */
     for (int i = 0; i < 5000; i += 3)
-        ASSERT(k8s__strmap_del(&m, keys[i]) == keys[i]);
+        ASSERT(tkm_strmap_del(&m, keys[i]) == keys[i]);
     for (int i = 0; i < 5000; i++) {
-        void *v = k8s__strmap_get(&m, keys[i]);
+        void *v = tkm_strmap_get(&m, keys[i]);
         if (i % 3 == 0)
             ASSERT_NULL(v);
         else
@@ -165,11 +165,11 @@ TEST(strmap_many_keys_and_deletes)
     size_t pos = 0, n = 0;
     const char *k;
     void *v;
-    while (k8s__strmap_next(&m, &pos, &k, &v)) {
+    while (tkm_strmap_next(&m, &pos, &k, &v)) {
         ASSERT(k == v);
         n++;
     }
     ASSERT_EQ(n, m.count);
     ASSERT_EQ(n, 5000 - 1667);
-    k8s__strmap_release(&m);
+    tkm_strmap_release(&m);
 }

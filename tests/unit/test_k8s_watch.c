@@ -332,39 +332,6 @@ TEST(member_span)
     ASSERT_EQ(k8s__json_member_span(s, strlen(s), "zz", &off, &len), -ENOENT);
 }
 
-TEST(backoff_grows_caps_jitters_and_resets)
-{
-    struct k8s__backoff b;
-    k8s__backoff_init(&b, 800, 30000, 120000, 42);
-    uint64_t now = 1000, expect = 800;
-    for (int i = 0; i < 12; i++) {
-        uint64_t d = k8s__backoff_next(&b, now);
-        if (expect * 2 <= 30000) {
-            ASSERT(d >= expect && d <= expect * 2);
-        } else {
-            ASSERT(d >= 15000 && d <= 30000);
-        }
-        expect = expect * 2 > 30000 ? 30000 : expect * 2;
-        now += d;
-    }
-    /* After 2 min without a backoff the delay starts over. */
-    uint64_t d = k8s__backoff_next(&b, now + 120001);
-    ASSERT(d >= 800 && d <= 1600);
-}
-
-TEST(rand_range_stays_in_bounds)
-{
-    uint64_t s = 7;
-    int seen_lo = 0, seen_hi = 0;
-    for (int i = 0; i < 10000; i++) {
-        uint64_t v = k8s__rand_range(&s, 300, 600);
-        ASSERT(v >= 300 && v <= 600);
-        seen_lo |= v < 330;
-        seen_hi |= v > 570;
-    }
-    ASSERT(seen_lo && seen_hi);
-}
-
 TEST(mismatched_brackets_rejected)
 {
     struct k8s__framer f;

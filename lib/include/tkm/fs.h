@@ -1,10 +1,12 @@
 /*
- * fs.h - reading small files whole, with a size cap and an error that names them.
+ * fs.h - reading small files whole, with a size cap and an error that names them;
+ * listing a directory; mkdir -p.
  */
 #ifndef TKM_FS_H
 #define TKM_FS_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 struct tkm_buf;
 struct tkm_err;
@@ -27,5 +29,12 @@ enum tkm_list_filter { TKM_LIST_ALL, TKM_LIST_DIRS, TKM_LIST_NONDIRS };
  * Returns 0, -errno, or -E2BIG when there are more than max entries. */
 int tkm_list_dir(int dirfd, enum tkm_list_filter filter, size_t max, char ***names, size_t *n);
 void tkm_names_free(char **names, size_t n);
+
+/* mkdir -p: creates each missing directory of path (borrowed), the last one
+ * included, with mode (less the umask); existing directories are left as they
+ * are. Returns 0; -ENAMETOOLONG; -ENOTDIR when path exists and is not a
+ * directory; or -errno of the mkdir that failed, with err (optional) naming
+ * that directory: "cannot create directory /a/b: Permission denied". */
+int tkm_mkdir_p(const char *path, mode_t mode, struct tkm_err *err);
 
 #endif

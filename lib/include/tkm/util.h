@@ -41,4 +41,14 @@ char *tkm_escape(const char *s, size_t n, char *out, size_t outlen);
 
 #define TKM_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
+/* Kubernetes object names (RFC 1123 as Kubernetes applies it; s borrowed, n
+ * bytes, no NUL inside). Return 1 when s is one, else 0.
+ * A DNS-1123 label: 1 to 63 characters a-z, 0-9 and '-', starting and ending
+ * with a letter or digit (namespaces).
+ * A DNS-1123 subdomain: 1 to 253 characters: such labels (of any length)
+ * joined by single dots (pods, TritonKernelCaches, most objects), so "a-.b",
+ * "a..b" and ".a" are not. */
+int tkm_dns1123_label(const char *s, size_t n);
+int tkm_dns1123_subdomain(const char *s, size_t n);
+
 #endif

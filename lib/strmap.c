@@ -1,11 +1,11 @@
 /*
- * strmap.c - string-keyed hash map, see strmap-int.h.
+ * strmap.c - string-keyed hash map, see <tkm/strmap.h>.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "strmap-int.h"
+#include <tkm/strmap.h>
 
 static uint64_t hash_str(const char *s)
 {
@@ -17,7 +17,7 @@ static uint64_t hash_str(const char *s)
     return h ^ (h >> 29);
 }
 
-void k8s__strmap_release(struct k8s__strmap *m)
+void tkm_strmap_release(struct tkm_strmap *m)
 {
     if (!m)
         return;
@@ -27,13 +27,13 @@ void k8s__strmap_release(struct k8s__strmap *m)
     m->count = 0;
 }
 
-static struct k8s__strmap_slot *find(const struct k8s__strmap *m, const char *key, uint64_t h)
+static struct tkm_strmap_slot *find(const struct tkm_strmap *m, const char *key, uint64_t h)
 {
     if (!m->cap)
         return NULL;
     size_t mask = m->cap - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
-        struct k8s__strmap_slot *s = &m->slots[i];
+        struct tkm_strmap_slot *s = &m->slots[i];
         if (!s->key)
             return NULL;
         if (s->hash == h && strcmp(s->key, key) == 0)
@@ -41,13 +41,13 @@ static struct k8s__strmap_slot *find(const struct k8s__strmap *m, const char *ke
     }
 }
 
-void *k8s__strmap_get(const struct k8s__strmap *m, const char *key)
+void *tkm_strmap_get(const struct tkm_strmap *m, const char *key)
 {
-    struct k8s__strmap_slot *s = find(m, key, hash_str(key));
+    struct tkm_strmap_slot *s = find(m, key, hash_str(key));
     return s ? s->val : NULL;
 }
 
-static void insert_slot(struct k8s__strmap_slot *slots, size_t cap, const char *key, void *val,
+static void insert_slot(struct tkm_strmap_slot *slots, size_t cap, const char *key, void *val,
                         uint64_t h)
 {
     size_t mask = cap - 1;
@@ -59,10 +59,10 @@ static void insert_slot(struct k8s__strmap_slot *slots, size_t cap, const char *
     slots[i].hash = h;
 }
 
-static int grow(struct k8s__strmap *m)
+static int grow(struct tkm_strmap *m)
 {
     size_t ncap = m->cap ? m->cap * 2 : 16;
-    struct k8s__strmap_slot *ns = calloc(ncap, sizeof *ns);
+    struct tkm_strmap_slot *ns = calloc(ncap, sizeof *ns);
     if (!ns)
         return -ENOMEM;
     for (size_t i = 0; i < m->cap; i++) {
@@ -75,10 +75,10 @@ static int grow(struct k8s__strmap *m)
     return 0;
 }
 
-int k8s__strmap_put(struct k8s__strmap *m, const char *key, void *val, void **old)
+int tkm_strmap_put(struct tkm_strmap *m, const char *key, void *val, void **old)
 {
     uint64_t h = hash_str(key);
-    struct k8s__strmap_slot *s = find(m, key, h);
+    struct tkm_strmap_slot *s = find(m, key, h);
     if (s) {
         if (old)
             *old = s->val;
@@ -98,9 +98,9 @@ int k8s__strmap_put(struct k8s__strmap *m, const char *key, void *val, void **ol
     return 0;
 }
 
-void *k8s__strmap_del(struct k8s__strmap *m, const char *key)
+void *tkm_strmap_del(struct tkm_strmap *m, const char *key)
 {
-    struct k8s__strmap_slot *s = find(m, key, hash_str(key));
+    struct tkm_strmap_slot *s = find(m, key, hash_str(key));
     if (!s)
         return NULL;
     void *val = s->val;
@@ -122,7 +122,7 @@ void *k8s__strmap_del(struct k8s__strmap *m, const char *key)
     return val;
 }
 
-int k8s__strmap_next(const struct k8s__strmap *m, size_t *pos, const char **key, void **val)
+int tkm_strmap_next(const struct tkm_strmap *m, size_t *pos, const char **key, void **val)
 {
     for (; *pos < m->cap; (*pos)++) {
         if (m->slots[*pos].key) {
@@ -137,7 +137,7 @@ int k8s__strmap_next(const struct k8s__strmap *m, size_t *pos, const char **key,
     return 0;
 }
 
-size_t k8s__strmap_bytes(const struct k8s__strmap *m)
+size_t tkm_strmap_bytes(const struct tkm_strmap *m)
 {
-    return m->cap * sizeof(struct k8s__strmap_slot);
+    return m->cap * sizeof(struct tkm_strmap_slot);
 }
