@@ -3,7 +3,6 @@
  * docs/controller.md for the design).
  *
  * Pieces:
- *   ctrl_map      a string-keyed hash map (the controller's indexes)
  *   ctrl_nodes    compact stores of the node status objects (both kinds) and
  *                 of the Nodes: what the reconcilers read, never the JSON;
  *                 per object, its 12-byte entries (one per cache it lists)
@@ -25,6 +24,7 @@
 #include <uv.h>
 
 #include <tkm/err.h>
+#include <tkm/strmap.h>
 #include <tkm/api/v1alpha1.h>
 #include <tkm/trust/policy.h>
 #include <tkm/api/policy.h>
@@ -37,33 +37,21 @@
 #define CTRL_MAX_FAILED    16
 #define CTRL_DIGEST_MAX    72 /* "sha256:" + 64 hex + NUL */
 
-/* ---- ctrl_map: string -> pointer hash map ------------------------------------ */
-
-struct ctrl_map_ent {
-    struct ctrl_map_ent *next;
-    uint64_t hash;
-    void *val; /* borrowed by the map */
-    char key[];
-};
-
-struct ctrl_map {
-    struct ctrl_map_ent **tab;
-    size_t cap, n;
-};
-
-/* A zeroed map is empty. Keys are copied; values are the caller's. */
-void *ctrl_map_get(const struct ctrl_map *m, const char *key);
-/* Inserts or replaces. *slot_key (optional) gets the map's copy of the key
- * (borrowed: valid until the key is deleted). 0 or -ENOMEM. */
-int ctrl_map_put(struct ctrl_map *m, const char *key, void *val, const char **slot_key);
-/* Removes key; returns its value (or NULL). */
-void *ctrl_map_del(struct ctrl_map *m, const char *key);
-/* Calls fn for each (key, value) until it returns non-zero (returned). fn
- * must not change the map. */
-int ctrl_map_foreach(const struct ctrl_map *m, int (*fn)(const char *key, void *val, void *data),
-                     void *data);
-/* Frees the table (not the values). */
-void ctrl_map_release(struct ctrl_map *m);
+/* The indexes are libtkm's one hash map (<tkm/strmap.h>), whose keys are
+ * borrowed: each value holds its own key (a cidx, group, node status object
+ * or Node after its struct), so an entry is one allocation as before.
+ * ctrl_map_each calls fn for each (key, value) of m until it returns non-zero
+ * (returned); fn must not change the map. */
+static inline int ctrl_map_each(const struct tkm_strmap *m,
+                                int (*fn)(const char *key, void *val, void *data), void *data)
+{
+    const char *k;
+    void *v;
+    int rc = 0;
+    for (size_t pos = 0; !rc && tkm_strmap_next(m, &pos, &k, &v);)
+        rc = fn(k, v, data);
+    return rc;
+}
 
 /* ---- ctrl_nodes: the node status index ---------------------------------------- */
 
@@ -108,7 +96,7 @@ struct ctrl_gslot {
  * group in ctrl_nodes.cgroup): what a cache's reconcile walks to find its
  * entries. */
 struct ctrl_nsgroup {
-    const char *ns;          /* borrowed from ctrl_nodes.groups ("" for cgroup) */
+    const char *ns;          /* in the group's allocation ("" for cgroup); groups' key */
     struct ctrl_gslot *objs; /* owned array */
     uint32_t n, cap;
     uint32_t refs; /* objects + cache indexes in it; freed at 0 (not cgroup) */
@@ -117,7 +105,7 @@ struct ctrl_nsgroup {
 /* One node status object (tkcns ns/node, or tkcnsc node): one allocation
  * (the struct and its strings). */
 struct ctrl_nsobj {
-    const char *key;            /* borrowed from ctrl_nodes.objs: "ns/name", or "c:name" */
+    const char *key;            /* in buf: "ns/name", or "c:name" (objs' key) */
     const char *ns;             /* in buf: "" for the cluster kind */
     const char *node;           /* in buf: metadata.name (= the node's name) */
     const char *uid;            /* in buf, or uid_own */
@@ -138,7 +126,7 @@ struct ctrl_nsobj {
  * ctrl_cache, owned by ctrl_rec). Exists while entries exist or the cache
  * does. Its entries are found in the node status objects of its group. */
 struct ctrl_cidx {
-    const char *key;            /* borrowed from ctrl_nodes.caches */
+    const char *key;            /* in the cidx's allocation (caches' key) */
     struct ctrl_nodes *owner;   /* borrowed: the index it is in */
     struct ctrl_nsgroup *group; /* borrowed: the objects that can hold its entries (holds a
                                    ref), NULL for a key without '/' */
@@ -185,11 +173,11 @@ struct ctrl_why {
 };
 
 struct ctrl_nodes {
-    struct ctrl_map objs;       /* nsobj key ("c:" + name for the cluster kind) -> struct ctrl_nsobj
+    struct tkm_strmap objs;     /* nsobj key ("c:" + name for the cluster kind) -> struct ctrl_nsobj
                                    (owned) */
-    struct ctrl_map caches;     /* cache key -> struct ctrl_cidx (owned) */
-    struct ctrl_map nodes;      /* node name -> struct ctrl_node (owned, private) */
-    struct ctrl_map groups;     /* namespace -> struct ctrl_nsgroup (owned) */
+    struct tkm_strmap caches;   /* cache key -> struct ctrl_cidx (owned) */
+    struct tkm_strmap nodes;    /* node name -> struct ctrl_node (owned, private) */
+    struct tkm_strmap groups;   /* namespace -> struct ctrl_nsgroup (owned) */
     struct ctrl_nsgroup cgroup; /* the cluster kind's objects */
     struct ctrl_idtab cidx;     /* cache id -> struct ctrl_cidx (borrowed from caches) */
     struct ctrl_idtab whys;     /* why id -> struct ctrl_why (owned) */
@@ -335,6 +323,13 @@ void ctrl_prom_queued(struct ctrl_prom *p, double seconds);
 /* The /readyz check: every informer and watch has synced. */
 int ctrl_ready_check(void *data, char *reason, size_t n);
 
+/* When a queue key was enqueued (for the queue latency histogram): the
+ * value of ctrl.queued_at, which holds the key. */
+struct ctrl_queued {
+    uint64_t at; /* uv_now */
+    char key[];
+};
+
 struct ctrl_wctx {
     struct ctrl *c;
     int kind; /* 0 tkcns, 1 tkcnsc, 2 nodes */
@@ -360,7 +355,7 @@ struct ctrl {
     struct ctrl_metrics m;
     struct ctrl_prom *prom; /* NULL: no /metrics */
     struct ctrl_wctx wctx[3];
-    struct ctrl_map queued_at; /* queue key -> enqueue time (ms, as a pointer-sized int) */
+    struct tkm_strmap queued_at; /* queue key -> struct ctrl_queued (owned: ctrl_core.c) */
     /* Catching up (the "caught up" log line; bench/controller.sh splits its
      * latency with it): wall-clock ms of the last node status event and of
      * the last status write answered, and writes since the queue was last

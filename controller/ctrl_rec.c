@@ -464,7 +464,7 @@ static int cleanup_entry(const struct ctrl_entry *e, const struct ctrl_nsobj *o,
     (void)why;
     struct cleanup_walk *w = data;
     struct ctrl *c = w->cc->c;
-    int node_gone = c->w_synced[2] && !ctrl_map_get(&c->idx.nodes, o->node);
+    int node_gone = c->w_synced[2] && !tkm_strmap_get(&c->idx.nodes, o->node);
     if ((w->expired || node_gone) && entry_remove(w->cc, o) == 0)
         w->cc->patches++;
     return 0;
@@ -984,7 +984,7 @@ static int status_build(struct ctrl_cache *cc, const struct view *v,
  * delayed. */
 static uint64_t rollout_max_delay(const struct ctrl *c)
 {
-    uint64_t d = c->o.status_max_delay_ms, spread = (uint64_t)c->idx.caches.n * 50u;
+    uint64_t d = c->o.status_max_delay_ms, spread = (uint64_t)c->idx.caches.count * 50u;
     return spread > d ? spread : d;
 }
 

@@ -1,5 +1,5 @@
 /*
- * test_ctrl.c - tkm-controller's pure parts: the hash map, the compact node
+ * test_ctrl.c - tkm-controller's pure parts: the compact node
  * status index (which caches an update notifies, relists, garbage, interned
  * reasons, cache ids, iteration across namespaces, a random model check and
  * its bytes per entry), the
@@ -21,24 +21,6 @@
 
 #define DA "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define DB "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
-
-TEST(map_put_get_del_grow)
-{
-    struct ctrl_map m = {0};
-    char k[32];
-    for (int i = 0; i < 1000; i++) {
-        snprintf(k, sizeof k, "key-%d", i);
-        ASSERT_EQ(ctrl_map_put(&m, k, (void *)(uintptr_t)(i + 1), NULL), 0);
-    }
-    ASSERT_UEQ(m.n, 1000);
-    ASSERT_EQ((int)(uintptr_t)ctrl_map_get(&m, "key-777"), 778);
-    ASSERT_EQ((int)(uintptr_t)ctrl_map_del(&m, "key-777"), 778);
-    ASSERT_NULL(ctrl_map_get(&m, "key-777"));
-    ASSERT_NULL(ctrl_map_del(&m, "key-777"));
-    ASSERT_UEQ(m.n, 999);
-    ctrl_map_release(&m);
-    ASSERT_NULL(ctrl_map_get(&m, "key-1"));
-}
 
 /* A node status object: caches given as a JSON object text. */
 static char *ns_json(const char *ns, const char *node, const char *caches)
@@ -272,8 +254,8 @@ TEST(nodes_relist_removes_vanished_objects_and_nodes)
     ASSERT_EQ(ctrl_nodes_node_upsert(&n, "n2", "u2"), 0);
     ctrl_nodes_list_end(&n, 2);
     ASSERT_EQ(seen.gone, 1);
-    ASSERT_NULL(ctrl_map_get(&n.nodes, "n1"));
-    ASSERT_NOT_NULL(ctrl_map_get(&n.nodes, "n2"));
+    ASSERT_NULL(tkm_strmap_get(&n.nodes, "n1"));
+    ASSERT_NOT_NULL(tkm_strmap_get(&n.nodes, "n2"));
     ctrl_nodes_release(&n);
 }
 
@@ -358,7 +340,7 @@ TEST(nodes_same_reason_on_many_nodes_is_stored_once)
         ASSERT_UEQ(n.n_whys, 1);
     }
     uint32_t last = 0;
-    struct ctrl_nsobj *o = ctrl_map_get(&n.objs, "ml/n899");
+    struct ctrl_nsobj *o = tkm_strmap_get(&n.objs, "ml/n899");
     ASSERT_NOT_NULL(o);
     last = o->ents[0].why;
     ASSERT_STREQ(ctrl_why_str(&n, last), "ArchMismatch");
@@ -366,7 +348,7 @@ TEST(nodes_same_reason_on_many_nodes_is_stored_once)
     ASSERT_UEQ(n.n_whys, 0);
     ASSERT_NULL(ctrl_why_str(&n, last));
     ASSERT_UEQ(n.n_entries, 0);
-    ASSERT_UEQ(n.caches.n, 0);
+    ASSERT_UEQ(n.caches.count, 0);
     ctrl_nodes_release(&n);
 }
 
@@ -459,8 +441,8 @@ TEST(nodes_iteration_per_namespace_and_cluster_kind)
     ctrl_nodes_remove(&n, 0, "b", "n0");
     ctrl_nodes_remove(&n, 0, "b", "n1");
     ASSERT_NULL(ctrl_nodes_cache(&n, "b/x", 0));
-    ASSERT_NULL(ctrl_map_get(&n.groups, "b"));
-    ASSERT_NOT_NULL(ctrl_map_get(&n.groups, "a"));
+    ASSERT_NULL(tkm_strmap_get(&n.groups, "b"));
+    ASSERT_NOT_NULL(tkm_strmap_get(&n.groups, "a"));
     ASSERT_EQ(collect(ctrl_nodes_cache(&n, "a/x", 0), &g), 3);
     ASSERT_EQ(collect(ctrl_nodes_cache(&n, "/x", 0), &g), 4);
     ctrl_nodes_release(&n);
@@ -619,7 +601,7 @@ static void m_check(const struct ctrl_nodes *n, struct model *m, unsigned char (
                 ASSERT_EQ(m->notified[gi][c], changed);
             total += (size_t)want;
             snprintf(key, sizeof key, "%s/c%d", m_ns[gi], c);
-            const struct ctrl_cidx *x = ctrl_map_get(&n->caches, key);
+            const struct ctrl_cidx *x = tkm_strmap_get(&n->caches, key);
             if (!want) {
                 ASSERT_NULL(x); /* no entries, no reconciler: dropped */
                 continue;
@@ -714,7 +696,7 @@ TEST_TIMEOUT(nodes_random_model_1000x100, 600)
     }
     m_check(&n, &m, NULL);
     ASSERT_UEQ(n.n_whys, 0);
-    ASSERT_UEQ(n.caches.n, 0);
+    ASSERT_UEQ(n.caches.count, 0);
     ctrl_nodes_release(&n);
 }
 
