@@ -25,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <tkm/backoff.h>
 #include <tkm/log.h>
 #include <tkm/oci/digest.h>
 #include <tkm/oci/ref.h>
@@ -121,12 +122,18 @@ static const char *kind_of(const struct ctrl_cache *cc)
     return cc->cluster ? "TritonKernelCacheCluster" : "TritonKernelCache";
 }
 
+/* The delay before retrying after the n-th failure in a row (n from 0):
+ * libtkm's one backoff (1 s doubling to 5 min, no jitter) replayed from its
+ * start, so that a cache keeps a 4-byte count per failure rather than a
+ * struct tkm_backoff (64 bytes) each. A failure a retry will not cure
+ * (retry 0) is looked at again every 5 min. */
 static uint64_t backoff_ms(unsigned n, int retry)
 {
-    if (!retry)
-        return 300000;
-    uint64_t d = 1000ULL << (n < 9 ? n : 9);
-    return d > 300000 ? 300000 : d;
+    struct tkm_backoff b = {.initial_ms = 1000, .max_ms = 300000};
+    uint64_t d = b.max_ms;
+    for (unsigned i = 0; retry && i <= n && i < 16; i++) /* capped from the 10th on */
+        d = tkm_backoff_next(&b, 0);
+    return d;
 }
 
 /* A heap string of exactly its length (NULL: out of memory). */
