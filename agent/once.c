@@ -263,7 +263,7 @@ int agent_once_image(struct agent *a)
     if (tkm_oci_session_new(a->http, oi->ref.host, NULL, &oi->s, &e) < 0 ||
         tkm_triton_job_inspect(oi->s, &oi->ref, once_inspected, oi, NULL, &e) < 0) {
         fprintf(stderr, "tkm-agent: --image %s: %s\n", a->o.image, tkm_err_str(&e));
-        tkm_oci_session_free(oi->s);
+        tkm_oci_session_close(oi->s, NULL, NULL);
         goto fail;
     }
     a->once_session = oi->s;

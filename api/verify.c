@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include <tkm/api/verify.h>
+#include <tkm/daemon.h>
 #include <tkm/oci/digest.h>
 #include <tkm/oci/ref.h>
 #include <tkm/trust/sigjob.h>
@@ -37,7 +38,8 @@ struct tkm_verify_ctx {
     struct tkm_verify_job *jobs; /* every job not yet freed */
     size_t n_sessions, n_jobs;
     int closing;
-    uv_timer_t timer; /* closed last: its close callback reports the close */
+    uv_timer_t timer;         /* closed last: its close callback reports the close */
+    struct tkm_closer closes; /* the sessions' closes, then the timer's */
     void (*close_cb)(void *data);
     void *close_data;
 };
@@ -53,7 +55,7 @@ struct tkm_verify_job {
     int calling; /* cb is running: cancel is a no-op */
     int pending; /* apiserver reads in flight */
     struct tkm_oci_job *oci;
-    int oci_summary; /* the inspect in flight is the summary's */
+    enum { OCI_RESOLVE, OCI_INSPECT, OCI_SUMMARY, OCI_SIG } oci_what; /* what oci is */
     struct tkm_oci_ref ref;
     /* creds: the docker config the session is made with (NULL: anonymous) */
     char *auth;
@@ -99,19 +101,28 @@ static void ctx_closed(uv_handle_t *h)
     free(c);
 }
 
-/* The context is closing and its last job is gone: the sessions go (each
- * frees itself once its own jobs have reported), then the timer, whose
- * close callback reports. */
+/* The sessions have reported closed: the timer goes, whose close callback
+ * reports the context's close. */
+static void sessions_closed(void *data)
+{
+    struct tkm_verify_ctx *c = data;
+    uv_close((uv_handle_t *)&c->timer, ctx_closed);
+}
+
+/* The context is closing and its last job is gone: each session closes once
+ * its own jobs have reported (the caller's layer pulls too); the last of them
+ * closes the timer. Nothing of the http client is used after the callback. */
 static void ctx_finish(struct tkm_verify_ctx *c)
 {
+    tkm_closer_init(&c->closes, sessions_closed, c);
     while (c->sessions) {
         struct pool_ent *e = c->sessions;
         c->sessions = e->next;
-        tkm_oci_session_free(e->s);
+        tkm_oci_session_close(e->s, tkm_closer_done, tkm_closer_add(&c->closes));
         free(e);
     }
     c->n_sessions = 0;
-    uv_close((uv_handle_t *)&c->timer, ctx_closed);
+    tkm_closer_done(&c->closes);
 }
 
 void tkm_verify_ctx_close(struct tkm_verify_ctx *c, void (*cb)(void *data), void *data)
@@ -361,14 +372,9 @@ static void on_policy(int rc, struct tkm_api_policy *pol, const char *reason,
     api_done(j);
 }
 
-static void on_resolve(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
-                       const struct tkm_err *err, void *data)
+static void resolved(struct tkm_verify_job *j, int rc, const struct tkm_oci_job_result *res,
+                     const struct tkm_err *err)
 {
-    struct tkm_verify_job *j = data;
-    (void)job;
-    j->oci = NULL;
-    if (gone(j))
-        return;
     if (rc < 0) {
         registry_fail(j, TKM_VERIFY_STEP_RESOLVE, rc, err);
         return;
@@ -378,15 +384,10 @@ static void on_resolve(struct tkm_oci_job *job, int rc, struct tkm_oci_job_resul
     step_after_resolve(j);
 }
 
-static void on_inspect(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
-                       const struct tkm_err *err, void *data)
+static void inspected(struct tkm_verify_job *j, int rc, struct tkm_oci_job_result *res,
+                      const struct tkm_err *err)
 {
-    struct tkm_verify_job *j = data;
     struct tkm_verify_result *r = &j->res;
-    (void)job;
-    j->oci = NULL;
-    if (gone(j))
-        return;
     if (rc == 0) {
         /* moved out of the job's result (session.h allows it) */
         struct tkm_triton_image *im = (struct tkm_triton_image *)res->detail;
@@ -397,7 +398,7 @@ static void on_inspect(struct tkm_oci_job *job, int rc, struct tkm_oci_job_resul
         snprintf(r->image_digest, sizeof r->image_digest, "%s", res->digest);
         r->inspected = 1;
     }
-    if (!j->oci_summary) {
+    if (j->oci_what == OCI_INSPECT) {
         if (rc < 0)
             registry_fail(j, TKM_VERIFY_STEP_INSPECT, rc, err);
         else
@@ -414,23 +415,10 @@ static void on_inspect(struct tkm_oci_job *job, int rc, struct tkm_oci_job_resul
     finish(j);
 }
 
-static int start_inspect(struct tkm_verify_job *j, int summary, struct tkm_err *err)
+static void searched(struct tkm_verify_job *j, int rc, const struct tkm_oci_job_result *res,
+                     const struct tkm_err *err)
 {
-    struct tkm_oci_ref ref = j->ref;
-    snprintf(ref.digest, sizeof ref.digest, "%s", j->res.digest);
-    j->oci_summary = summary;
-    return tkm_triton_job_inspect(j->res.session, &ref, on_inspect, j, &j->oci, err);
-}
-
-static void on_sig(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
-                   const struct tkm_err *err, void *data)
-{
-    struct tkm_verify_job *j = data;
     struct tkm_verify_result *r = &j->res;
-    (void)job;
-    j->oci = NULL;
-    if (gone(j))
-        return;
     r->sig_state = TKM_VERIFY_SIG_SEARCHED;
     r->sig_rc = rc;
     r->sig_reason = tkm_sig_reason(rc);
@@ -449,6 +437,38 @@ static void on_sig(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *r
     step_summary(j);
 }
 
+/* The one callback of the job's registry jobs (resolve, inspect, search). */
+static void on_oci(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
+                   const struct tkm_err *err, void *data)
+{
+    struct tkm_verify_job *j = data;
+    (void)job;
+    j->oci = NULL;
+    if (gone(j))
+        return;
+    if (j->oci_what == OCI_RESOLVE)
+        resolved(j, rc, res, err);
+    else if (j->oci_what == OCI_SIG)
+        searched(j, rc, res, err);
+    else
+        inspected(j, rc, res, err);
+}
+
+static int start_resolve(struct tkm_verify_job *j, struct tkm_err *err)
+{
+    j->oci_what = OCI_RESOLVE;
+    return tkm_oci_job_resolve(j->res.session, j->ref.repo, tkm_oci_ref_reference(&j->ref), on_oci,
+                               j, &j->oci, err);
+}
+
+static int start_inspect(struct tkm_verify_job *j, int summary, struct tkm_err *err)
+{
+    struct tkm_oci_ref ref = j->ref;
+    snprintf(ref.digest, sizeof ref.digest, "%s", j->res.digest);
+    j->oci_what = summary ? OCI_SUMMARY : OCI_INSPECT;
+    return tkm_triton_job_inspect(j->res.session, &ref, on_oci, j, &j->oci, err);
+}
+
 /* The session for the image's host with the job's credentials, then the
  * first registry step. */
 static void step_registry(struct tkm_verify_job *j)
@@ -464,9 +484,7 @@ static void step_registry(struct tkm_verify_job *j)
         step_after_resolve(j);
         return;
     }
-    rc = tkm_oci_job_resolve(j->res.session, j->ref.repo, tkm_oci_ref_reference(&j->ref),
-                             on_resolve, j, &j->oci, &err);
-    if (rc < 0)
+    if ((rc = start_resolve(j, &err)) < 0)
         fail(j, TKM_VERIFY_STEP_RESOLVE, rc, "InvalidImage", tkm_err_str(&err), 0);
 }
 
@@ -514,7 +532,8 @@ static void step_policy(struct tkm_verify_job *j)
         step_summary(j);
         return;
     }
-    rc = tkm_sig_job_verify(r->session, j->ref.repo, r->digest, &j->pol->pol, on_sig, j, &j->oci,
+    j->oci_what = OCI_SIG;
+    rc = tkm_sig_job_verify(r->session, j->ref.repo, r->digest, &j->pol->pol, on_oci, j, &j->oci,
                             &err);
     if (rc < 0) {
         r->sig_state = TKM_VERIFY_SIG_SEARCHED;
@@ -613,8 +632,7 @@ int tkm_verify_start(struct tkm_verify_ctx *c, const struct tkm_verify_req *q, t
     if (!j->pending) { /* straight to the registry: its jobs call back from the loop */
         rc = tkm_verify_ctx_session(c, j->ref.host, NULL, 0, &j->res.session, err);
         if (rc == 0 && !j->res.digest[0])
-            rc = tkm_oci_job_resolve(j->res.session, j->ref.repo, tkm_oci_ref_reference(&j->ref),
-                                     on_resolve, j, &j->oci, err);
+            rc = start_resolve(j, err);
         else if (rc == 0 && (q->flags & (TKM_VERIFY_INSPECT | TKM_VERIFY_SUMMARY)))
             rc = start_inspect(j, !(q->flags & TKM_VERIFY_INSPECT), err);
         if (rc < 0)

@@ -3,7 +3,8 @@
 # tkm-controller's node status index, now vs a baseline commit (default
 # 8cdd8dd: 32-byte entries linked into per-cache pointer arrays): compiles
 # bench/ctrl_index/driver.c against each side's controller/ctrl_nodes.c,
-# ctrl_agg.c, ctrl_map.c and ctrl-int.h (the baseline's from git), then runs
+# ctrl_agg.c and ctrl-int.h (and the baseline's ctrl_map.c, from git; now the
+# map is libtkm's tkm_strmap), then runs
 # NODES (default 1000) x 1000 caches, rounds alternating which side goes first.
 # Per side: heap bytes per entry, CPU ms per upsert while filling, per event
 # (one entry changes; JSON decoding included) and per ctrl_agg_build of a
@@ -23,12 +24,13 @@ for f in ctrl_nodes.c ctrl_agg.c ctrl_map.c ctrl-int.h; do
 done
 libs=("$build/api/libtkmapi.a" "$build/k8sclient/libk8sclient.a" "$build/lib/libtkm.a")
 for l in "${libs[@]}"; do [ -f "$l" ] || { echo "no $l: build first" >&2; exit 1; }; done
-cflags=(-O2 -std=c17 -D_GNU_SOURCE -I"$src/lib/include" -I"$src/k8sclient/include" -I"$src/k8sclient")
+cflags=(-O2 -std=c17 -D_GNU_SOURCE -I"$src/lib/include" -I"$src/k8sclient/include" -I"$src/k8sclient"
+  -I"$src/api/include")
 pkgs="libcurl jansson yaml-0.1 libuv libcrypto libssl libarchive zlib libzstd libnghttp2 libmicrohttpd sqlite3"
 read -ra syslibs <<<"$(pkg-config --libs $pkgs)"
 ldlibs=("${libs[@]}" "${libs[@]}" "${syslibs[@]}" -lm -lpthread -ldl)
 cc "${cflags[@]}" -I"$src/controller" -o "$work/now" "$src/bench/ctrl_index/driver.c" \
-  "$src/controller/ctrl_nodes.c" "$src/controller/ctrl_agg.c" "$src/controller/ctrl_map.c" "${ldlibs[@]}"
+  "$src/controller/ctrl_nodes.c" "$src/controller/ctrl_agg.c" "${ldlibs[@]}"
 cc "${cflags[@]}" -I"$work/base" -o "$work/base/drv" "$src/bench/ctrl_index/driver.c" \
   "$work/base/ctrl_nodes.c" "$work/base/ctrl_agg.c" "$work/base/ctrl_map.c" "${ldlibs[@]}"
 

@@ -3,7 +3,6 @@
  * docs/controller.md for the design).
  *
  * Pieces:
- *   ctrl_map      a string-keyed hash map (the controller's indexes)
  *   ctrl_nodes    compact stores of the node status objects (both kinds) and
  *                 of the Nodes: what the reconcilers read, never the JSON;
  *                 per object, its 12-byte entries (one per cache it lists)
@@ -11,9 +10,9 @@
  *                 (counts, failedNodes, conditions) the controller writes
  *   ctrl_state    SQLite: pinned digests, verification results (with the key
  *                 fingerprint), the last written status hash
- *   ctrl_reg      registry work on the loop: sessions per host, resolve,
- *                 inspect, and the one signature step
- *   ctrl_rec      the reconcilers (caches, nodes) and the controller object
+ *   ctrl_rec      the reconcilers (caches, nodes) and the controller object;
+ *                 its registry steps are verify jobs (<tkm/api/verify.h>, shared
+ *                 with tkm-agent) on the controller's one session pool
  *
  * Everything runs on the one libuv loop of the process.
  */
@@ -25,9 +24,11 @@
 #include <uv.h>
 
 #include <tkm/err.h>
+#include <tkm/strmap.h>
 #include <tkm/api/v1alpha1.h>
 #include <tkm/trust/policy.h>
 #include <tkm/api/policy.h>
+#include <tkm/api/verify.h>
 #include <k8s/client.h>
 
 #define CTRL_FIELD_MANAGER "tkm-controller"
@@ -36,33 +37,21 @@
 #define CTRL_MAX_FAILED    16
 #define CTRL_DIGEST_MAX    72 /* "sha256:" + 64 hex + NUL */
 
-/* ---- ctrl_map: string -> pointer hash map ------------------------------------ */
-
-struct ctrl_map_ent {
-    struct ctrl_map_ent *next;
-    uint64_t hash;
-    void *val; /* borrowed by the map */
-    char key[];
-};
-
-struct ctrl_map {
-    struct ctrl_map_ent **tab;
-    size_t cap, n;
-};
-
-/* A zeroed map is empty. Keys are copied; values are the caller's. */
-void *ctrl_map_get(const struct ctrl_map *m, const char *key);
-/* Inserts or replaces. *slot_key (optional) gets the map's copy of the key
- * (borrowed: valid until the key is deleted). 0 or -ENOMEM. */
-int ctrl_map_put(struct ctrl_map *m, const char *key, void *val, const char **slot_key);
-/* Removes key; returns its value (or NULL). */
-void *ctrl_map_del(struct ctrl_map *m, const char *key);
-/* Calls fn for each (key, value) until it returns non-zero (returned). fn
- * must not change the map. */
-int ctrl_map_foreach(const struct ctrl_map *m, int (*fn)(const char *key, void *val, void *data),
-                     void *data);
-/* Frees the table (not the values). */
-void ctrl_map_release(struct ctrl_map *m);
+/* The indexes are libtkm's one hash map (<tkm/strmap.h>), whose keys are
+ * borrowed: each value holds its own key (a cidx, group, node status object
+ * or Node after its struct), so an entry is one allocation as before.
+ * ctrl_map_each calls fn for each (key, value) of m until it returns non-zero
+ * (returned); fn must not change the map. */
+static inline int ctrl_map_each(const struct tkm_strmap *m,
+                                int (*fn)(const char *key, void *val, void *data), void *data)
+{
+    const char *k;
+    void *v;
+    int rc = 0;
+    for (size_t pos = 0; !rc && tkm_strmap_next(m, &pos, &k, &v);)
+        rc = fn(k, v, data);
+    return rc;
+}
 
 /* ---- ctrl_nodes: the node status index ---------------------------------------- */
 
@@ -107,7 +96,7 @@ struct ctrl_gslot {
  * group in ctrl_nodes.cgroup): what a cache's reconcile walks to find its
  * entries. */
 struct ctrl_nsgroup {
-    const char *ns;          /* borrowed from ctrl_nodes.groups ("" for cgroup) */
+    const char *ns;          /* in the group's allocation ("" for cgroup); groups' key */
     struct ctrl_gslot *objs; /* owned array */
     uint32_t n, cap;
     uint32_t refs; /* objects + cache indexes in it; freed at 0 (not cgroup) */
@@ -116,7 +105,7 @@ struct ctrl_nsgroup {
 /* One node status object (tkcns ns/node, or tkcnsc node): one allocation
  * (the struct and its strings). */
 struct ctrl_nsobj {
-    const char *key;            /* borrowed from ctrl_nodes.objs: "ns/name", or "c:name" */
+    const char *key;            /* in buf: "ns/name", or "c:name" (objs' key) */
     const char *ns;             /* in buf: "" for the cluster kind */
     const char *node;           /* in buf: metadata.name (= the node's name) */
     const char *uid;            /* in buf, or uid_own */
@@ -137,7 +126,7 @@ struct ctrl_nsobj {
  * ctrl_cache, owned by ctrl_rec). Exists while entries exist or the cache
  * does. Its entries are found in the node status objects of its group. */
 struct ctrl_cidx {
-    const char *key;            /* borrowed from ctrl_nodes.caches */
+    const char *key;            /* in the cidx's allocation (caches' key) */
     struct ctrl_nodes *owner;   /* borrowed: the index it is in */
     struct ctrl_nsgroup *group; /* borrowed: the objects that can hold its entries (holds a
                                    ref), NULL for a key without '/' */
@@ -184,11 +173,11 @@ struct ctrl_why {
 };
 
 struct ctrl_nodes {
-    struct ctrl_map objs;       /* nsobj key ("c:" + name for the cluster kind) -> struct ctrl_nsobj
+    struct tkm_strmap objs;     /* nsobj key ("c:" + name for the cluster kind) -> struct ctrl_nsobj
                                    (owned) */
-    struct ctrl_map caches;     /* cache key -> struct ctrl_cidx (owned) */
-    struct ctrl_map nodes;      /* node name -> struct ctrl_node (owned, private) */
-    struct ctrl_map groups;     /* namespace -> struct ctrl_nsgroup (owned) */
+    struct tkm_strmap caches;   /* cache key -> struct ctrl_cidx (owned) */
+    struct tkm_strmap nodes;    /* node name -> struct ctrl_node (owned, private) */
+    struct tkm_strmap groups;   /* namespace -> struct ctrl_nsgroup (owned) */
     struct ctrl_nsgroup cgroup; /* the cluster kind's objects */
     struct ctrl_idtab cidx;     /* cache id -> struct ctrl_cidx (borrowed from caches) */
     struct ctrl_idtab whys;     /* why id -> struct ctrl_why (owned) */
@@ -256,7 +245,6 @@ int ctrl_agg_build(const struct ctrl_cidx *c, const struct ctrl_verdict *v, int6
                    struct tkm_api_cache_status *st);
 /* Copies a summary (deep). 0 or -ENOMEM. */
 int ctrl_summary_copy(struct tkm_api_summary *dst, const struct tkm_api_summary *src);
-void ctrl_summary_release(struct tkm_api_summary *s);
 /* The status of a condition type in st, or UNKNOWN when absent (with reason). */
 enum tkm_api_cond_status ctrl_cond_get(const struct tkm_api_condition *c, size_t n,
                                        const char *type, const char **reason);
@@ -294,57 +282,6 @@ int ctrl_state_forget(struct ctrl_state *s, const char *uid);
 /* Uids known (for pruning caches deleted while down): fn per uid. */
 int ctrl_state_foreach_uid(struct ctrl_state *s, int (*fn)(const char *uid, void *data),
                            void *data);
-
-/* ---- ctrl_reg: registry work -------------------------------------------------- */
-
-struct ctrl_reg;
-struct tkm_http;
-
-/* The outcome of a registry step. reason is CamelCase ("ImageNotFound",
- * "RegistryUnreachable", "NoSignature", "KeyMismatch", ...), message a
- * sentence; retry 1 when trying again later may help. */
-struct ctrl_reg_result {
-    int rc;
-    const char *reason;
-    char message[768];
-    int retry;
-    char digest[CTRL_DIGEST_MAX];
-    char key_id[64];
-    struct tkm_api_summary summary; /* inspect: owned by the result until cb returns */
-    int has_summary;
-};
-typedef void (*ctrl_reg_cb)(const struct ctrl_reg_result *r, void *data);
-
-struct ctrl_reg_opts {
-    uint64_t timeout_ms; /* per registry request */
-};
-int ctrl_reg_new(uv_loop_t *loop, struct tkm_http *http, const struct ctrl_reg_opts *o,
-                 struct ctrl_reg **out, struct tkm_err *err);
-/* Cancels every operation in flight (each cb gets -ECANCELED) and closes the
- * sessions; closed_cb (optional) runs once they are freed, after which the
- * http client is no longer used. r NULL: no-op. ctrl_reg_free: the same
- * without a callback. */
-void ctrl_reg_close(struct ctrl_reg *r, void (*closed_cb)(void *data), void *data);
-void ctrl_reg_free(struct ctrl_reg *r);
-/* auth_json: docker config bytes for the image's host (copied), or NULL.
- * If a start fails (< 0) cb is never called; else once, from the loop. The
- * returned token (optional) cancels with ctrl_reg_cancel (cb: -ECANCELED). */
-struct ctrl_reg_op;
-int ctrl_reg_resolve(struct ctrl_reg *r, const char *image, const void *auth_json, size_t auth_len,
-                     ctrl_reg_cb cb, void *data, struct ctrl_reg_op **op, struct tkm_err *err);
-int ctrl_reg_inspect(struct ctrl_reg *r, const char *image, const char *digest,
-                     const void *auth_json, size_t auth_len, ctrl_reg_cb cb, void *data,
-                     struct ctrl_reg_op **op, struct tkm_err *err);
-/* The signature step: image's repository at digest against pol (borrowed
- * for the call). The one place that knows how signatures are searched. */
-int ctrl_reg_verify(struct ctrl_reg *r, const char *image, const char *digest,
-                    const struct tkm_sig_policy *pol, const void *auth_json, size_t auth_len,
-                    ctrl_reg_cb cb, void *data, struct ctrl_reg_op **op, struct tkm_err *err);
-void ctrl_reg_cancel(struct ctrl_reg_op *op);
-/* CamelCase reason of a registry failure code (resolve/inspect). */
-const char *ctrl_reg_reason(int rc, int *retry);
-/* Hex sha256 fingerprint of a policy (mode, keys, root, identities). */
-void ctrl_policy_fingerprint(const struct tkm_sig_policy *p, char out[72]);
 
 /* ---- ctrl_rec: the controller ------------------------------------------------- */
 
@@ -386,6 +323,13 @@ void ctrl_prom_queued(struct ctrl_prom *p, double seconds);
 /* The /readyz check: every informer and watch has synced. */
 int ctrl_ready_check(void *data, char *reason, size_t n);
 
+/* When a queue key was enqueued (for the queue latency histogram): the
+ * value of ctrl.queued_at, which holds the key. */
+struct ctrl_queued {
+    uint64_t at; /* uv_now */
+    char key[];
+};
+
 struct ctrl_wctx {
     struct ctrl *c;
     int kind; /* 0 tkcns, 1 tkcnsc, 2 nodes */
@@ -394,7 +338,7 @@ struct ctrl_wctx {
 struct ctrl {
     uv_loop_t *loop;
     struct k8s_client *c;
-    struct ctrl_reg *reg;
+    struct tkm_verify_ctx *verify; /* borrowed: the registry session pool, for verify jobs */
     struct ctrl_state *state;
     struct k8s_recorder *rec;
     struct k8s_workqueue *q;
@@ -411,7 +355,7 @@ struct ctrl {
     struct ctrl_metrics m;
     struct ctrl_prom *prom; /* NULL: no /metrics */
     struct ctrl_wctx wctx[3];
-    struct ctrl_map queued_at; /* queue key -> enqueue time (ms, as a pointer-sized int) */
+    struct tkm_strmap queued_at; /* queue key -> struct ctrl_queued (owned: ctrl_core.c) */
     /* Catching up (the "caught up" log line; bench/controller.sh splits its
      * latency with it): wall-clock ms of the last node status event and of
      * the last status write answered, and writes since the queue was last
@@ -422,8 +366,9 @@ struct ctrl {
 
 /* Sets up the indexes and queue (informers and watches are started by
  * ctrl_start). 0 or -errno with err. */
-int ctrl_init(struct ctrl *c, uv_loop_t *loop, struct k8s_client *client, struct ctrl_reg *reg,
-              struct ctrl_state *state, const struct ctrl_opts *o, struct tkm_err *err);
+int ctrl_init(struct ctrl *c, uv_loop_t *loop, struct k8s_client *client,
+              struct tkm_verify_ctx *verify, struct ctrl_state *state, const struct ctrl_opts *o,
+              struct tkm_err *err);
 int ctrl_start(struct ctrl *c, struct tkm_err *err);
 /* 1 once every informer and watch has synced. */
 int ctrl_synced(const struct ctrl *c);
@@ -444,6 +389,9 @@ size_t ctrl_cache_sizeof(void);
 /* The cache object changed: a registry operation in flight for it is
  * cancelled (its result would be for the old spec). */
 void ctrl_cache_changed(struct ctrl_cache *cc);
+/* The stop: every verify job in flight is cancelled and its key done (the
+ * verify context can then close without waiting for the work queue). */
+void ctrl_caches_cancel(struct ctrl *c);
 /* The conditions last computed for the cache (Verified, Ready, Progressing,
  * Degraded), UNKNOWN before the first status. */
 void ctrl_cache_conds(const struct ctrl_cache *cc, enum tkm_api_cond_status out[4]);

@@ -54,18 +54,6 @@ int ctrl_summary_copy(struct tkm_api_summary *dst, const struct tkm_api_summary 
     return 0;
 }
 
-void ctrl_summary_release(struct tkm_api_summary *s)
-{
-    for (size_t i = 0; i < s->n_targets; i++) {
-        free(s->targets[i].backend);
-        free(s->targets[i].arch);
-        free(s->targets[i].triton_version);
-        free(s->targets[i].ptx_version);
-    }
-    free(s->targets);
-    memset(s, 0, sizeof *s);
-}
-
 /* A node listed in a message or failedNodes (borrowed from the index for
  * the duration of ctrl_agg_build). */
 struct bad_node {

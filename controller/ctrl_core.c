@@ -38,8 +38,15 @@ void ctrl_enqueue(struct ctrl *c, const char *qkey)
      * finalizer); the synced callback queues everything. */
     if (!leading(c) || !c->q || !ctrl_synced(c))
         return;
-    if (!ctrl_map_get(&c->queued_at, qkey))
-        ctrl_map_put(&c->queued_at, qkey, (void *)(uintptr_t)(uv_now(c->loop) + 1), NULL);
+    if (!tkm_strmap_get(&c->queued_at, qkey)) {
+        size_t kl = strlen(qkey) + 1;
+        struct ctrl_queued *q = malloc(sizeof *q + kl);
+        if (q) {
+            q->at = uv_now(c->loop);
+            if (tkm_strmap_put(&c->queued_at, memcpy(q->key, qkey, kl), q, NULL) < 0)
+                free(q);
+        }
+    }
     c->m.queue_adds++;
     k8s_workqueue_add(c->q, qkey);
 }
@@ -96,9 +103,10 @@ static void handle(struct k8s_workqueue *q, const char *key, void *data)
 {
     (void)q;
     struct ctrl *c = data;
-    uintptr_t at = (uintptr_t)ctrl_map_del(&c->queued_at, key);
+    struct ctrl_queued *at = tkm_strmap_del(&c->queued_at, key);
     if (at)
-        ctrl_prom_queued(c->prom, (double)(uv_now(c->loop) + 1 - at) / 1000.0);
+        ctrl_prom_queued(c->prom, (double)(uv_now(c->loop) - at->at) / 1000.0);
+    free(at);
     if (!leading(c)) {
         k8s_workqueue_done(c->q, key, K8S_WQ_OK);
         return;
@@ -216,7 +224,7 @@ static void cfg_delete(const struct k8s_obj *o, int unknown, void *data)
 /* ---- state of caches that are gone ---------------------------------------------------- */
 
 struct prune {
-    struct ctrl_map uids;
+    struct tkm_strmap uids; /* keys borrowed from the informers' objects */
     char **stale;
     size_t n, cap;
 };
@@ -224,13 +232,13 @@ struct prune {
 static int uid_of(const struct k8s_obj *o, void *data)
 {
     struct prune *p = data;
-    return ctrl_map_put(&p->uids, o->uid, (void *)1, NULL);
+    return tkm_strmap_put(&p->uids, o->uid, (void *)1, NULL);
 }
 
 static int stale_uid(const char *uid, void *data)
 {
     struct prune *p = data;
-    if (ctrl_map_get(&p->uids, uid))
+    if (tkm_strmap_get(&p->uids, uid))
         return 0;
     if (p->n == p->cap) {
         size_t nc = p->cap ? p->cap * 2 : 16;
@@ -258,7 +266,7 @@ static void prune_state(struct ctrl *c)
     for (size_t i = 0; i < p.n; i++)
         free(p.stale[i]);
     free(p.stale);
-    ctrl_map_release(&p.uids);
+    tkm_strmap_release(&p.uids);
 }
 
 static void synced(void *data)
@@ -267,8 +275,8 @@ static void synced(void *data)
     if (ctrl_synced(c)) {
         tkm_info("controller: caches synced (%zu caches, %zu cluster caches, %zu node status "
                  "objects, %zu nodes)",
-                 k8s_informer_count(c->inf[0]), k8s_informer_count(c->inf[1]), c->idx.objs.n,
-                 c->idx.nodes.n);
+                 k8s_informer_count(c->inf[0]), k8s_informer_count(c->inf[1]), c->idx.objs.count,
+                 c->idx.nodes.count);
         enqueue_all(c);
         ctrl_gc_scan(c);
         if (leading(c))
@@ -372,13 +380,14 @@ static void idx_invalid(const struct ctrl_nsobj *o, const char *msg, void *data)
 
 /* ---- lifecycle ----------------------------------------------------------------------------- */
 
-int ctrl_init(struct ctrl *c, uv_loop_t *loop, struct k8s_client *client, struct ctrl_reg *reg,
-              struct ctrl_state *state, const struct ctrl_opts *o, struct tkm_err *err)
+int ctrl_init(struct ctrl *c, uv_loop_t *loop, struct k8s_client *client,
+              struct tkm_verify_ctx *verify, struct ctrl_state *state, const struct ctrl_opts *o,
+              struct tkm_err *err)
 {
     memset(c, 0, sizeof *c);
     c->loop = loop;
     c->c = client;
-    c->reg = reg;
+    c->verify = verify;
     c->state = state;
     c->o = *o;
     if (!c->o.cleanup_timeout_ms)

@@ -71,7 +71,7 @@ void ctrl_reconcile_node(struct ctrl *c, const char *qkey)
 {
     const char *node = qkey + 2;
     uint64_t t0 = uv_now(c->loop);
-    if ((c->lease && !c->leading) || c->stopping || ctrl_map_get(&c->idx.nodes, node)) {
+    if ((c->lease && !c->leading) || c->stopping || tkm_strmap_get(&c->idx.nodes, node)) {
         ctrl_done(c, qkey, 2, t0, K8S_WQ_OK, 0);
         return;
     }
@@ -90,7 +90,7 @@ void ctrl_reconcile_node(struct ctrl *c, const char *qkey)
     snprintf(g->qkey, sizeof g->qkey, "%s", qkey);
     g->node = g->qkey + 2;
     g->started = 1; /* held until the loop below is over */
-    ctrl_map_foreach(&c->idx.objs, gc_obj, g);
+    ctrl_map_each(&c->idx.objs, gc_obj, g);
     if (g->wait_ms) {
         /* some objects are too young: look again later (after the deletes) */
         k8s_workqueue_add_after(c->q, qkey, g->wait_ms);
@@ -104,7 +104,7 @@ static int scan_obj(const char *key, void *val, void *data)
     struct ctrl *c = data;
     struct ctrl_nsobj *o = val;
     char qkey[300];
-    if (!ctrl_map_get(&c->idx.nodes, o->node)) {
+    if (!tkm_strmap_get(&c->idx.nodes, o->node)) {
         snprintf(qkey, sizeof qkey, "n:%s", o->node);
         ctrl_enqueue(c, qkey);
     }
@@ -115,5 +115,5 @@ void ctrl_gc_scan(struct ctrl *c)
 {
     if (!c->w_synced[0] || !c->w_synced[1] || !c->w_synced[2])
         return;
-    ctrl_map_foreach(&c->idx.objs, scan_obj, c);
+    ctrl_map_each(&c->idx.objs, scan_obj, c);
 }

@@ -133,7 +133,7 @@ static void c_caches(struct tkm_metric *m, void *data)
     static const char *const st[3] = {"Unknown", "True", "False"};
     struct ctrl *c = data;
     struct cond_count cc = {0};
-    ctrl_map_foreach(&c->idx.caches, count_conds, &cc);
+    ctrl_map_each(&c->idx.caches, count_conds, &cc);
     for (int i = 0; i < 4; i++)
         for (int k = 0; k < 3; k++) {
             const char *v[] = {conds[i], st[k]};
@@ -155,7 +155,7 @@ static void c_ver_failed(struct tkm_metric *m, void *data)
 {
     struct ctrl *c = data;
     unsigned n = 0;
-    ctrl_map_foreach(&c->idx.caches, count_ver_failed, &n);
+    ctrl_map_each(&c->idx.caches, count_ver_failed, &n);
     set0(m, n);
 }
 
@@ -170,9 +170,9 @@ SIMPLE(c_fin, c->m.finalizer_writes)
 SIMPLE(c_reg, c->m.registry_ops)
 SIMPLE(c_ver, c->m.verifications)
 SIMPLE(c_events, c->m.events)
-SIMPLE(c_objs, c->idx.objs.n)
+SIMPLE(c_objs, c->idx.objs.count)
 SIMPLE(c_entries, c->idx.n_entries)
-SIMPLE(c_nodes, c->idx.nodes.n)
+SIMPLE(c_nodes, c->idx.nodes.count)
 SIMPLE(c_leader, !c->stopping && (!c->lease || c->leading))
 
 struct fam {

@@ -22,6 +22,7 @@
 struct ctrl_node {
     char *uid;
     unsigned mark;
+    char name[]; /* nodes' key */
 };
 
 uint32_t ctrl_digest_id(const char *d)
@@ -191,12 +192,14 @@ static void why_unref(struct ctrl_nodes *n, uint32_t id)
 
 static struct ctrl_nsgroup *group_ref(struct ctrl_nodes *n, int cluster, const char *ns)
 {
-    struct ctrl_nsgroup *g = cluster ? &n->cgroup : ctrl_map_get(&n->groups, ns);
+    struct ctrl_nsgroup *g = cluster ? &n->cgroup : tkm_strmap_get(&n->groups, ns);
     if (!g) {
-        g = calloc(1, sizeof *g);
+        size_t nl = strlen(ns) + 1;
+        g = calloc(1, sizeof *g + nl); /* the namespace after the struct: the map's key */
         if (!g)
             return NULL;
-        if (ctrl_map_put(&n->groups, ns, g, &g->ns) < 0) {
+        g->ns = memcpy(g + 1, ns, nl);
+        if (tkm_strmap_put(&n->groups, g->ns, g, NULL) < 0) {
             free(g);
             return NULL;
         }
@@ -209,7 +212,7 @@ static void group_unref(struct ctrl_nodes *n, struct ctrl_nsgroup *g)
 {
     if (!g || --g->refs || g == &n->cgroup)
         return;
-    ctrl_map_del(&n->groups, g->ns);
+    tkm_strmap_del(&n->groups, g->ns);
     free(g->objs);
     free(g);
 }
@@ -249,12 +252,14 @@ void ctrl_nodes_init(struct ctrl_nodes *n)
 
 struct ctrl_cidx *ctrl_nodes_cache(struct ctrl_nodes *n, const char *key, int create)
 {
-    struct ctrl_cidx *c = ctrl_map_get(&n->caches, key);
+    struct ctrl_cidx *c = tkm_strmap_get(&n->caches, key);
+    size_t kl = strlen(key) + 1;
     if (c || !create)
         return c;
-    c = calloc(1, sizeof *c);
+    c = calloc(1, sizeof *c + kl); /* the key after the struct: the map's key */
     if (!c)
         return NULL;
+    c->key = memcpy(c + 1, key, kl);
     c->owner = n;
     const char *slash = strchr(key, '/');
     if (slash) {
@@ -269,7 +274,7 @@ struct ctrl_cidx *ctrl_nodes_cache(struct ctrl_nodes *n, const char *key, int cr
     }
     if (idtab_add(&n->cidx, c, &c->id) < 0)
         goto fail;
-    if (ctrl_map_put(&n->caches, key, c, &c->key) < 0) {
+    if (tkm_strmap_put(&n->caches, c->key, c, NULL) < 0) {
         idtab_del(&n->cidx, c->id);
         goto fail;
     }
@@ -284,7 +289,7 @@ void ctrl_nodes_cache_gc(struct ctrl_nodes *n, struct ctrl_cidx *c)
 {
     if (!c || c->n || c->rec)
         return;
-    ctrl_map_del(&n->caches, c->key);
+    tkm_strmap_del(&n->caches, c->key);
     idtab_del(&n->cidx, c->id);
     group_unref(n, c->group);
     free(c);
@@ -446,7 +451,7 @@ static struct ctrl_nsobj *obj_get_or_new(struct ctrl_nodes *n, int cluster, cons
     char key[600];
     snprintf(key, sizeof key, "%s%s%s%s", cluster ? "c:" : "", cluster ? "" : ns,
              cluster ? "" : "/", name);
-    struct ctrl_nsobj *o = ctrl_map_get(&n->objs, key);
+    struct ctrl_nsobj *o = tkm_strmap_get(&n->objs, key);
     if (o) {
         if (uid && strcmp(o->uid, uid) != 0) {
             char *u = strdup(uid);
@@ -461,16 +466,18 @@ static struct ctrl_nsobj *obj_get_or_new(struct ctrl_nodes *n, int cluster, cons
         ns = "";
     if (!uid)
         uid = "";
-    size_t nl = strlen(ns) + 1, ml = strlen(name) + 1, ul = strlen(uid) + 1;
-    o = calloc(1, sizeof *o + nl + ml + ul);
+    size_t nl = strlen(ns) + 1, ml = strlen(name) + 1, ul = strlen(uid) + 1, kl = strlen(key) + 1;
+    o = calloc(1, sizeof *o + nl + ml + ul + kl);
     if (!o)
         return NULL;
     memcpy(o->buf, ns, nl);
     memcpy(o->buf + nl, name, ml);
     memcpy(o->buf + nl + ml, uid, ul);
+    memcpy(o->buf + nl + ml + ul, key, kl);
     o->ns = o->buf;
     o->node = o->buf + nl;
     o->uid = o->buf + nl + ml;
+    o->key = o->buf + nl + ml + ul;
     o->cluster = cluster;
     o->seen_ms = now_ms;
     if (!(o->group = group_ref(n, cluster, o->ns)))
@@ -479,7 +486,7 @@ static struct ctrl_nsobj *obj_get_or_new(struct ctrl_nodes *n, int cluster, cons
         group_unref(n, o->group);
         goto fail;
     }
-    if (ctrl_map_put(&n->objs, key, o, &o->key) < 0) {
+    if (tkm_strmap_put(&n->objs, o->key, o, NULL) < 0) {
         group_del(o->group, o);
         group_unref(n, o->group);
         goto fail;
@@ -577,10 +584,10 @@ static int gc_empty(const char *key, void *val, void *data)
 
 static void gc_unused_caches(struct ctrl_nodes *n)
 {
-    struct ctrl_cidx **v = calloc(n->caches.n ? n->caches.n : 1, sizeof *v), **p = v;
+    struct ctrl_cidx **v = calloc(n->caches.count ? n->caches.count : 1, sizeof *v), **p = v;
     if (!v)
         return;
-    ctrl_map_foreach(&n->caches, gc_empty, &p);
+    ctrl_map_each(&n->caches, gc_empty, &p);
     for (struct ctrl_cidx **q = v; q < p; q++)
         ctrl_nodes_cache_gc(n, *q);
     free(v);
@@ -650,7 +657,7 @@ static void obj_free(struct ctrl_nodes *n, struct ctrl_nsobj *o)
 static void obj_remove(struct ctrl_nodes *n, struct ctrl_nsobj *o)
 {
     swap_entries(n, o, NULL, 0);
-    ctrl_map_del(&n->objs, o->key);
+    tkm_strmap_del(&n->objs, o->key);
     group_del(o->group, o);
     group_unref(n, o->group);
     obj_free(n, o);
@@ -660,7 +667,7 @@ void ctrl_nodes_remove(struct ctrl_nodes *n, int cluster, const char *ns, const 
     char key[600];
     snprintf(key, sizeof key, "%s%s%s%s", cluster ? "c:" : "", cluster ? "" : ns,
              cluster ? "" : "/", name);
-    struct ctrl_nsobj *o = ctrl_map_get(&n->objs, key);
+    struct ctrl_nsobj *o = tkm_strmap_get(&n->objs, key);
     if (o)
         obj_remove(n, o);
 }
@@ -706,13 +713,13 @@ static int collect_stale(const char *key, void *val, void *data)
 void ctrl_nodes_list_end(struct ctrl_nodes *n, int kind)
 {
     struct stale s = {.n = n, .kind = kind};
-    if (ctrl_map_foreach(kind == 2 ? &n->nodes : &n->objs, collect_stale, &s) < 0)
+    if (ctrl_map_each(kind == 2 ? &n->nodes : &n->objs, collect_stale, &s) < 0)
         tkm_warn("controller: out of memory pruning vanished objects (kept)");
     for (size_t i = 0; i < s.nk; i++) {
         if (kind == 2) {
             ctrl_nodes_node_remove(n, s.keys[i]);
         } else {
-            struct ctrl_nsobj *o = ctrl_map_get(&n->objs, s.keys[i]);
+            struct ctrl_nsobj *o = tkm_strmap_get(&n->objs, s.keys[i]);
             if (o)
                 obj_remove(n, o);
         }
@@ -723,10 +730,11 @@ void ctrl_nodes_list_end(struct ctrl_nodes *n, int kind)
 
 int ctrl_nodes_node_upsert(struct ctrl_nodes *n, const char *name, const char *uid)
 {
-    struct ctrl_node *nd = ctrl_map_get(&n->nodes, name);
+    struct ctrl_node *nd = tkm_strmap_get(&n->nodes, name);
     if (!nd) {
-        nd = calloc(1, sizeof *nd);
-        if (!nd || ctrl_map_put(&n->nodes, name, nd, NULL) < 0) {
+        size_t nl = strlen(name) + 1;
+        nd = calloc(1, sizeof *nd + nl);
+        if (!nd || tkm_strmap_put(&n->nodes, memcpy(nd->name, name, nl), nd, NULL) < 0) {
             free(nd);
             return -ENOMEM;
         }
@@ -744,13 +752,13 @@ int ctrl_nodes_node_upsert(struct ctrl_nodes *n, const char *name, const char *u
 
 void ctrl_nodes_node_remove(struct ctrl_nodes *n, const char *name)
 {
-    struct ctrl_node *nd = ctrl_map_del(&n->nodes, name);
+    struct ctrl_node *nd = tkm_strmap_del(&n->nodes, name);
     if (!nd)
         return;
+    if (n->node_gone) /* before the free: name may be nd->name */
+        n->node_gone(name, n->data);
     free(nd->uid);
     free(nd);
-    if (n->node_gone)
-        n->node_gone(name, n->data);
 }
 
 static int free_obj_cb(const char *key, void *val, void *data)
@@ -790,14 +798,20 @@ static int free_node_cb(const char *key, void *val, void *data)
 
 void ctrl_nodes_release(struct ctrl_nodes *n)
 {
-    ctrl_map_foreach(&n->objs, free_obj_cb, n);
-    ctrl_map_foreach(&n->caches, free_cidx_cb, NULL);
-    ctrl_map_foreach(&n->groups, free_group_cb, NULL);
-    ctrl_map_foreach(&n->nodes, free_node_cb, NULL);
-    ctrl_map_release(&n->objs);
-    ctrl_map_release(&n->caches);
-    ctrl_map_release(&n->groups);
-    ctrl_map_release(&n->nodes);
+    /* the keys are in the values: the maps go before them */
+    struct tkm_strmap objs = n->objs, caches = n->caches, groups = n->groups, nodes = n->nodes;
+    memset(&n->objs, 0, sizeof n->objs);
+    memset(&n->caches, 0, sizeof n->caches);
+    memset(&n->groups, 0, sizeof n->groups);
+    memset(&n->nodes, 0, sizeof n->nodes);
+    ctrl_map_each(&objs, free_obj_cb, n);
+    ctrl_map_each(&caches, free_cidx_cb, NULL);
+    ctrl_map_each(&groups, free_group_cb, NULL);
+    ctrl_map_each(&nodes, free_node_cb, NULL);
+    tkm_strmap_release(&objs);
+    tkm_strmap_release(&caches);
+    tkm_strmap_release(&groups);
+    tkm_strmap_release(&nodes);
     tkm_api_nsscan_release(&n->scan);
     free(n->cgroup.objs);
     for (uint32_t id = 1; id < n->whys.n; id++)
@@ -810,9 +824,9 @@ void ctrl_nodes_release(struct ctrl_nodes *n)
     n->n_entries = 0;
 }
 
-static size_t map_bytes(const struct ctrl_map *m, size_t val_size)
+static size_t map_bytes(const struct tkm_strmap *m, size_t val_size)
 {
-    return m->cap * sizeof *m->tab + m->n * (sizeof(struct ctrl_map_ent) + val_size);
+    return tkm_strmap_bytes(m) + m->count * val_size;
 }
 
 struct bytes_acc {
@@ -853,10 +867,10 @@ size_t ctrl_nodes_bytes(const struct ctrl_nodes *n)
               (size_t)n->cidx.cap * (sizeof(void *) + sizeof(uint32_t)) +
               (size_t)n->whys.cap * (sizeof(void *) + sizeof(uint32_t)) +
               (size_t)n->n_bkt * sizeof(uint32_t);
-    ctrl_map_foreach(&n->objs, acc_obj, &a);
-    ctrl_map_foreach(&n->caches, acc_key, &a);
-    ctrl_map_foreach(&n->groups, acc_group, &a);
-    ctrl_map_foreach(&n->nodes, acc_key, &a);
+    ctrl_map_each(&n->objs, acc_obj, &a);
+    ctrl_map_each(&n->caches, acc_key, &a);
+    ctrl_map_each(&n->groups, acc_group, &a);
+    ctrl_map_each(&n->nodes, acc_key, &a);
     for (uint32_t id = 1; id < n->whys.n; id++) {
         const struct ctrl_why *w = n->whys.v[id];
         if (w) {

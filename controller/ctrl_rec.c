@@ -10,8 +10,13 @@
  * the next one (a result computed for an old spec is kept only under the
  * inputs it was computed for).
  *
- *   finalizer -> credentials -> pin (resolve) -> re-resolve annotation ->
- *   verify (policy, SQLite, registry) -> summary (inspect) -> status
+ *   finalizer -> pin (resolve) -> re-resolve annotation -> verify (policy,
+ *   SQLite, registry) -> summary (inspect) -> status
+ *
+ * The registry steps are verify jobs (<tkm/api/verify.h>, shared with
+ * tkm-agent): each reads the cache's pull Secrets, takes the session of the
+ * controller's one pool and runs its part of the pipeline; what the
+ * controller does with the result (pin, SQLite, conditions, Events) is here.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -20,10 +25,12 @@
 #include <string.h>
 #include <time.h>
 
+#include <tkm/backoff.h>
 #include <tkm/log.h>
 #include <tkm/oci/digest.h>
 #include <tkm/oci/ref.h>
 #include <tkm/api/policy.h>
+#include <tkm/api/verify.h>
 #include <k8s/events.h>
 #include <k8s/informer.h>
 #include <k8s/workqueue.h>
@@ -58,27 +65,18 @@ struct ctrl_cache {
     uint64_t t0;
     int cluster;
     int rr_state; /* 0 none, 1 re-resolved (annotation to remove), 2 removed */
-    /* credentials from imagePullSecrets */
-    char *auth;
-    size_t auth_len;
-    int64_t creds_gen;
-    /* the generation whose pull Secrets could not be read: read again at
-     * pin_f.retry_at (a Secret created after the cache is the usual order of
-     * `kubectl apply -f dir/`), -1 when none failed */
-    int64_t creds_fail_gen;
-    /* the pin */
+    /* the pin; pin_f also holds a failure to read the pull Secrets (a Secret
+     * created after the cache is the usual order of `kubectl apply -f dir/`):
+     * read again at pin_f.retry_at */
     char *pin_image;
     char pin[CTRL_DIGEST_MAX];
     char *want_image;
     struct fail pin_f;
     /* verification: ver_key ("pin|generation|config rv") is what the result
-     * in ver_why was computed for; want_key, pol_desc (quoted in the result's
-     * message up to 255 bytes, as always) and policy_fp exist while a
-     * verification is under way */
+     * in ver_why was computed for; want_key exists while a verification is
+     * under way */
     char *ver_key, *want_key;
     char *ver_why; /* owned: "Reason\0message" of the result, or NULL */
-    char *pol_desc;
-    char *policy_fp;
     int ver_done, ver_usable, ver_mode, ver_retry;
     enum tkm_api_cond_status ver_status;
     uint64_t ver_retry_at;
@@ -100,7 +98,7 @@ struct ctrl_cache {
     struct pending_event *ev; /* owned: n_ev events, NULL when none */
     int n_ev;
     unsigned patches;
-    struct ctrl_reg_op *op; /* the registry operation in flight, or NULL */
+    struct tkm_verify_job *op; /* the verify job in flight (owned by c->verify), or NULL */
 };
 
 /* The object as a step sees it. */
@@ -124,12 +122,18 @@ static const char *kind_of(const struct ctrl_cache *cc)
     return cc->cluster ? "TritonKernelCacheCluster" : "TritonKernelCache";
 }
 
+/* The delay before retrying after the n-th failure in a row (n from 0):
+ * libtkm's one backoff (1 s doubling to 5 min, no jitter) replayed from its
+ * start, so that a cache keeps a 4-byte count per failure rather than a
+ * struct tkm_backoff (64 bytes) each. A failure a retry will not cure
+ * (retry 0) is looked at again every 5 min. */
 static uint64_t backoff_ms(unsigned n, int retry)
 {
-    if (!retry)
-        return 300000;
-    uint64_t d = 1000ULL << (n < 9 ? n : 9);
-    return d > 300000 ? 300000 : d;
+    struct tkm_backoff b = {.initial_ms = 1000, .max_ms = 300000};
+    uint64_t d = b.max_ms;
+    for (unsigned i = 0; retry && i <= n && i < 16; i++) /* capped from the 10th on */
+        d = tkm_backoff_next(&b, 0);
+    return d;
 }
 
 /* A heap string of exactly its length (NULL: out of memory). */
@@ -220,16 +224,13 @@ static void events_clear(struct ctrl_cache *cc)
 static void ver_flight_clear(struct ctrl_cache *cc)
 {
     free(cc->want_key);
-    free(cc->pol_desc);
-    free(cc->policy_fp);
-    cc->want_key = cc->pol_desc = cc->policy_fp = NULL;
+    cc->want_key = NULL;
 }
 
 /* Frees what the memory owns, except qkey. */
 static void cache_strings_free(struct ctrl_cache *cc)
 {
     free(cc->uid);
-    free(cc->auth);
     free(cc->pin_image);
     free(cc->want_image);
     free(cc->pin_f.why);
@@ -237,13 +238,14 @@ static void cache_strings_free(struct ctrl_cache *cc)
     free(cc->ver_why);
     ver_flight_clear(cc);
     events_clear(cc);
-    ctrl_summary_release(&cc->sum);
+    tkm_api_summary_release(&cc->sum);
 }
 
 void ctrl_cache_free(struct ctrl_cache *cc)
 {
     if (!cc)
         return;
+    tkm_verify_job_cancel(cc->op); /* it never calls back */
     cache_strings_free(cc);
     free(cc->qkey);
     free(cc);
@@ -267,8 +269,6 @@ static struct ctrl_cache *cache_new(struct ctrl *c, struct ctrl_cidx *x, const c
     cc->c = c;
     cc->cidx = x;
     cc->cluster = key[0] == '/';
-    cc->creds_gen = -1;
-    cc->creds_fail_gen = -1;
     return cc;
 }
 
@@ -289,8 +289,6 @@ static void cache_reset(struct ctrl_cache *cc)
     cc->ns = ns;
     cc->cluster = cluster;
     cc->t0 = t0;
-    cc->creds_gen = -1;
-    cc->creds_fail_gen = -1;
 }
 
 static void finish(struct ctrl_cache *cc, int result, uint64_t after_ms)
@@ -473,7 +471,7 @@ static int cleanup_entry(const struct ctrl_entry *e, const struct ctrl_nsobj *o,
     (void)why;
     struct cleanup_walk *w = data;
     struct ctrl *c = w->cc->c;
-    int node_gone = c->w_synced[2] && !ctrl_map_get(&c->idx.nodes, o->node);
+    int node_gone = c->w_synced[2] && !tkm_strmap_get(&c->idx.nodes, o->node);
     if ((w->expired || node_gone) && entry_remove(w->cc, o) == 0)
         w->cc->patches++;
     return 0;
@@ -505,64 +503,24 @@ static void cleanup(struct ctrl_cache *cc, const struct view *v)
     finish(cc, K8S_WQ_OK, left < 5000 ? left : 5000);
 }
 
-/* ---- credentials ------------------------------------------------------------------- */
+/* ---- registry work: the verify job (<tkm/api/verify.h>) ------------------------------- */
 
-static void creds_done(int rc, const struct tkm_oci_creds *cr, const char *reason,
-                       const struct tkm_err *err, void *data)
+/* A job for the cache as v shows it: flags, the image and digest (NULL:
+ * the spec's image, resolve), the known() hook. The job reads the pull
+ * Secrets itself. 0, or < 0 with err (cb never called). */
+static int job_start(struct ctrl_cache *cc, const struct view *v, unsigned flags, const char *image,
+                     const char *digest, int (*known)(const struct tkm_verify_result *, void *),
+                     tkm_verify_cb cb, struct tkm_err *err)
 {
-    struct ctrl_cache *cc = data;
-    uint64_t now = uv_now(cc->c->loop);
-    free(cc->auth);
-    cc->auth = NULL;
-    cc->auth_len = 0;
-    if (rc == -ECANCELED) {
-        finish(cc, K8S_WQ_OK, 0);
-        return;
-    }
-    if (rc < 0) {
-        /* Retried with backoff (1 s doubling to 5 min), the Secret read again
-         * each time: it may simply not exist yet. */
-        fail_set(&cc->pin_f, rc, reason ? reason : "SecretNotFound", tkm_err_str(err), 1, now);
-        cc->creds_fail_gen = cc->creds_gen;
-        cc->creds_gen = -1;
-    } else if (cr && (cr->username[0] || cr->identity_token[0])) {
-        struct tkm_oci_ref ref;
-        json_t *a = NULL;
-        if (cc->want_image && tkm_oci_ref_parse(&ref, cc->want_image, NULL) == 0) {
-            a = json_pack("{s:{s:{s:s, s:s, s:s}}}", "auths", ref.host, "username", cr->username,
-                          "password", cr->password, "identitytoken", cr->identity_token);
-            cc->auth = a ? json_dumps(a, JSON_COMPACT) : NULL;
-            cc->auth_len = cc->auth ? strlen(cc->auth) : 0;
-        }
-        json_decref(a);
-    }
-    step(cc);
-}
-
-/* 1: started (the callback continues), 0: nothing to do. */
-static int creds_step(struct ctrl_cache *cc, const struct view *v)
-{
-    const struct tkm_api_cache *k = &v->cache;
-    struct tkm_oci_ref ref;
-    struct tkm_err err = {0};
-    if (cc->creds_gen == k->meta.generation)
-        return 0;
-    if (cc->creds_fail_gen == k->meta.generation && cc->pin_f.rc &&
-        uv_now(cc->c->loop) < cc->pin_f.retry_at)
-        return 0; /* pin_step waits for the retry too */
-    cc->creds_gen = k->meta.generation;
-    free(cc->auth);
-    cc->auth = NULL;
-    cc->auth_len = 0;
-    if (!k->spec.n_image_pull_secrets || tkm_oci_ref_parse(&ref, k->spec.cache_image, NULL) < 0)
-        return 0;
-    free(cc->want_image);
-    cc->want_image = strdup(k->spec.cache_image);
-    if (tkm_api_pull_creds_resolve(cc->c->c, k, cc->c->o.ns, ref.host, creds_done, cc, &err) < 0) {
-        fail_set(&cc->pin_f, err.code, "InvalidPolicy", tkm_err_str(&err), 0, uv_now(cc->c->loop));
-        return 0;
-    }
-    return 1;
+    struct tkm_verify_req q = {.flags = flags,
+                               .kc = cc->c->c,
+                               .cache = &v->cache,
+                               .image = image,
+                               .digest = digest,
+                               .cfg = &cc->c->cfg,
+                               .config_ns = cc->c->o.ns,
+                               .known = known};
+    return tkm_verify_start(cc->c->verify, &q, cb, cc, &cc->op, err);
 }
 
 /* ---- the pin ------------------------------------------------------------------------ */
@@ -582,16 +540,16 @@ static void pin_set(struct ctrl_cache *cc, const char *image, const char *digest
     fail_clear(&cc->pin_f);
 }
 
-static void resolve_done(const struct ctrl_reg_result *r, void *data)
+static void resolve_done(const struct tkm_verify_result *r, void *data)
 {
     struct ctrl_cache *cc = data;
     cc->op = NULL;
     uint64_t now = uv_now(cc->c->loop);
-    if (r->rc == -ECANCELED) {
-        finish(cc, K8S_WQ_OK, 0);
-        return;
-    }
-    if (r->rc < 0) {
+    if (r->failed == TKM_VERIFY_STEP_CREDS) {
+        /* Retried with backoff (1 s doubling to 5 min), the Secret read again
+         * each time: it may simply not exist yet. */
+        fail_set(&cc->pin_f, r->rc, r->reason, r->message, 1, now);
+    } else if (r->failed) {
         tkm_warn("controller: %s: resolving %s: %s", cc->qkey, cc->want_image, r->message);
         fail_set(&cc->pin_f, r->rc, r->reason, r->message, r->retry, now);
         if (cc->pin[0])
@@ -648,8 +606,8 @@ static int pin_step(struct ctrl_cache *cc, const struct view *v)
     cc->want_image = strdup(image);
     cc->c->m.registry_ops++;
     tkm_dbg("controller: %s: resolving %s", cc->qkey, image);
-    if (!cc->want_image || ctrl_reg_resolve(cc->c->reg, image, cc->auth, cc->auth_len, resolve_done,
-                                            cc, &cc->op, &err) < 0) {
+    if (!cc->want_image ||
+        job_start(cc, v, TKM_VERIFY_RESOLVE, NULL, NULL, NULL, resolve_done, &err) < 0) {
         fail_set(&cc->pin_f, err.code ? err.code : -ENOMEM, "InvalidImage", tkm_err_str(&err), 0,
                  now);
         return 0;
@@ -717,96 +675,75 @@ static void ver_set(struct ctrl_cache *cc, int ok, const char *reason, const cha
     }
 }
 
-static void verify_done(const struct ctrl_reg_result *r, void *data)
-{
-    struct ctrl_cache *cc = data;
-    cc->op = NULL;
-    struct ctrl_verify_rec rec = {.ok = r->rc == 0};
-    const char *desc = cc->pol_desc ? cc->pol_desc : "";
-    char *msg = NULL;
-    if (r->rc == -ECANCELED) {
-        ver_flight_clear(cc);
-        finish(cc, K8S_WQ_OK, 0);
-        return;
-    }
-    cc->c->m.verifications++;
-    tkm_dbg("controller: %s: signature check of %s: rc %d %s", cc->qkey, cc->pin, r->rc,
-            r->rc ? r->reason : "ok");
-    if (r->rc == 0) {
-        msg = dupf("%s verified with key %s (%.255s); %s", cc->pin, r->key_id, desc, r->message);
-        ver_set(cc, 1, "SignatureVerified", msg, 0);
-    } else {
-        msg =
-            dupf("%s%s (policy: %.255s)", r->message,
-                 cc->ver_mode == TKM_SIG_MODE_AUDIT ? "; Audit mode: nodes may use it anyway" : "",
-                 desc);
-        ver_set(cc, 0, r->reason, msg, r->retry);
-    }
-    if ((!r->retry || r->rc == 0) && cc->policy_fp) {
-        snprintf(rec.reason, sizeof rec.reason, "%s", why_reason(cc->ver_why));
-        snprintf(rec.message, sizeof rec.message, "%s", why_msg(cc->ver_why));
-        snprintf(rec.key_id, sizeof rec.key_id, "%s", r->rc == 0 ? r->key_id : "");
-        ctrl_state_verify_put(cc->c->state, cc->uid, cc->pin, cc->policy_fp, &rec);
-    }
-    free(msg);
-    ver_flight_clear(cc);
-    step(cc);
-}
-
-static void policy_done(int rc, struct tkm_api_policy *pol, const char *reason,
-                        const struct tkm_err *err, void *data)
+/* The job's known() hook: a result SQLite holds for this digest and policy
+ * fingerprint is taken (no search). */
+static int ver_known(const struct tkm_verify_result *r, void *data)
 {
     struct ctrl_cache *cc = data;
     struct ctrl_verify_rec rec;
-    struct tkm_err e2 = {0};
-    char fp[72];
+    cc->ver_mode = (int)r->mode;
+    if (ctrl_state_verify_get(cc->c->state, cc->uid, r->digest, r->policy_fp, &rec) != 1) {
+        cc->c->m.registry_ops++;
+        tkm_dbg("controller: %s: searching the signature of %s", cc->qkey, cc->pin);
+        return -1;
+    }
+    tkm_dbg("controller: %s: verification of %s known from the state", cc->qkey, cc->pin);
+    ver_set(cc, rec.ok, rec.reason, rec.message, 1);
+    return rec.ok ? 1 : 0;
+}
+
+/* The signature search's verdict, kept (with SQLite) unless a retry may
+ * change it. */
+static void ver_searched(struct ctrl_cache *cc, const struct tkm_verify_result *r)
+{
+    struct ctrl_verify_rec rec = {.ok = r->verified};
+    const char *desc = r->policy_describe;
+    char *msg;
+    cc->c->m.verifications++;
+    tkm_dbg("controller: %s: signature check of %s: rc %d %s", cc->qkey, cc->pin, r->sig_rc,
+            r->verified ? "ok" : r->sig_reason);
+    if (r->verified) {
+        msg = dupf("%s verified with key %s (%.255s); signature found by %s (%s) at %s", cc->pin,
+                   r->sig.key_id[0] ? r->sig.key_id : "keyless", desc,
+                   tkm_sig_source_name(r->sig.source), tkm_sig_format_name(r->sig.format),
+                   r->sig.location);
+        ver_set(cc, 1, "SignatureVerified", msg, 0);
+    } else {
+        msg = dupf("%s%s (policy: %.255s)", r->sig_message,
+                   r->mode == TKM_SIG_MODE_AUDIT ? "; Audit mode: nodes may use it anyway" : "",
+                   desc);
+        ver_set(cc, 0, r->sig_reason, msg, r->sig_retry);
+    }
+    free(msg);
+    if (r->verified || !r->sig_retry) {
+        snprintf(rec.reason, sizeof rec.reason, "%s", why_reason(cc->ver_why));
+        snprintf(rec.message, sizeof rec.message, "%s", why_msg(cc->ver_why));
+        snprintf(rec.key_id, sizeof rec.key_id, "%s", r->verified ? r->sig.key_id : "");
+        if (r->verified && !rec.key_id[0])
+            snprintf(rec.key_id, sizeof rec.key_id, "keyless");
+        ctrl_state_verify_put(cc->c->state, cc->uid, cc->pin, r->policy_fp, &rec);
+    }
+}
+
+static void verify_done(const struct tkm_verify_result *r, void *data)
+{
+    struct ctrl_cache *cc = data;
     char *msg = NULL;
-    if (rc == -ECANCELED || cc->c->stopping) { /* stopping: the registry client is closing */
-        if (rc == 0)
-            tkm_api_policy_free(pol);
-        ver_flight_clear(cc);
-        finish(cc, K8S_WQ_OK, 0);
-        return;
-    }
-    tkm_dbg("controller: %s: effective policy: rc %d %s", cc->qkey, rc,
-            rc ? reason : pol->describe);
-    if (rc < 0) {
+    cc->op = NULL;
+    if (r->failed) { /* the policy (or the pull Secrets) could not be read */
+        tkm_dbg("controller: %s: effective policy: rc %d %s", cc->qkey, r->rc, r->reason);
         cc->ver_mode = TKM_SIG_MODE_ENFORCE;
-        ver_set(cc, 0, reason ? reason : "InvalidPolicy", tkm_err_str(err), 1);
-        ver_flight_clear(cc);
-        step(cc);
-        return;
-    }
-    cc->ver_mode = (int)pol->pol.mode;
-    if (pol->pol.mode == TKM_SIG_MODE_DISABLED) {
-        msg = dupf("signature checks are disabled by %s", pol->describe);
+        ver_set(cc, 0, r->reason, r->message, 1);
+    } else if (r->sig_state == TKM_VERIFY_SIG_DISABLED) {
+        tkm_dbg("controller: %s: effective policy: %s", cc->qkey, r->policy_describe);
+        cc->ver_mode = (int)r->mode;
+        msg = dupf("signature checks are disabled by %s", r->policy_describe);
         ver_set(cc, 0, "VerificationDisabled", msg, 0);
-        goto next;
-    }
-    ctrl_policy_fingerprint(&pol->pol, fp);
-    if (ctrl_state_verify_get(cc->c->state, cc->uid, cc->pin, fp, &rec) == 1) {
-        tkm_dbg("controller: %s: verification of %s known from the state", cc->qkey, cc->pin);
-        ver_set(cc, rec.ok, rec.reason, rec.message, 1);
-        goto next;
-    }
-    cc->c->m.registry_ops++;
-    tkm_dbg("controller: %s: searching the signature of %s", cc->qkey, cc->pin);
-    free(cc->pol_desc);
-    free(cc->policy_fp);
-    cc->pol_desc = strdup(pol->describe); /* for verify_done: NULL reads "" */
-    cc->policy_fp = strdup(fp);           /* NULL: the result is not stored */
-    if (ctrl_reg_verify(cc->c->reg, cc->pin_image, cc->pin, &pol->pol, cc->auth, cc->auth_len,
-                        verify_done, cc, &cc->op, &e2) < 0) {
-        ver_set(cc, 0, e2.code == -EINVAL ? "InvalidPolicy" : "VerificationError", tkm_err_str(&e2),
-                1);
-        goto next;
-    }
-    tkm_api_policy_free(pol);
-    return;
-next:
+    } else if (r->sig_state == TKM_VERIFY_SIG_SEARCHED) {
+        ver_searched(cc, r);
+    } /* TKM_VERIFY_SIG_KNOWN: ver_known() has set it */
     free(msg);
     ver_flight_clear(cc);
-    tkm_api_policy_free(pol);
     step(cc);
 }
 
@@ -831,8 +768,8 @@ static int verify_step(struct ctrl_cache *cc, const struct view *v)
         ver_flight_clear(cc);
         return 0;
     }
-    if (tkm_api_policy_resolve(cc->c->c, &v->cache, &cc->c->cfg, cc->c->o.ns, policy_done, cc,
-                               &err) < 0) {
+    if (job_start(cc, v, TKM_VERIFY_SIGNATURE, cc->pin_image, cc->pin, ver_known, verify_done,
+                  &err) < 0) {
         ver_set(cc, 0, "InvalidPolicy", tkm_err_str(&err), 1);
         return 0;
     }
@@ -841,24 +778,19 @@ static int verify_step(struct ctrl_cache *cc, const struct view *v)
 
 /* ---- summary ------------------------------------------------------------------------- */
 
-static void inspect_done(const struct ctrl_reg_result *r, void *data)
+static void inspect_done(const struct tkm_verify_result *r, void *data)
 {
     struct ctrl_cache *cc = data;
     cc->op = NULL;
-    if (r->rc == -ECANCELED) {
-        finish(cc, K8S_WQ_OK, 0);
-        return;
-    }
-    ctrl_summary_release(&cc->sum);
+    tkm_api_summary_release(&cc->sum);
     cc->has_sum = 0;
-    if (r->rc == 0 && r->has_summary) {
-        cc->sum = r->summary;
-        memset((void *)&r->summary, 0, sizeof r->summary); /* moved out */
+    if (!r->failed && r->inspected && tkm_verify_api_summary(&r->image, &cc->sum) == 0) {
         cc->has_sum = 1;
         cc->sum_done = strcmp(r->digest, cc->pin) == 0;
-    } else if (r->rc == -ENOENT || r->rc == -EINVAL || r->rc == -EPROTO) {
+    } else if (!r->failed &&
+               (r->summary_rc == -ENOENT || r->summary_rc == -EINVAL || r->summary_rc == -EPROTO)) {
         /* not a Triton cache image (no summary label): nothing to show */
-        tkm_warn("controller: %s: no summary for %s: %s", cc->qkey, cc->pin, r->message);
+        tkm_warn("controller: %s: no summary for %s: %s", cc->qkey, cc->pin, r->summary_message);
         cc->sum_done = 1;
     } else {
         cc->sum_retry_at = uv_now(cc->c->loop) + 30000;
@@ -873,7 +805,7 @@ static int summary_step(struct ctrl_cache *cc, const struct view *v)
     if (!cc->pin[0] || cc->sum_done || !cc->ver_usable)
         return 0;
     if (st->resolved_digest && strcmp(st->resolved_digest, cc->pin) == 0 && st->has_summary) {
-        ctrl_summary_release(&cc->sum);
+        tkm_api_summary_release(&cc->sum);
         if (ctrl_summary_copy(&cc->sum, &st->summary) < 0)
             return 0;
         cc->has_sum = 1;
@@ -884,14 +816,13 @@ static int summary_step(struct ctrl_cache *cc, const struct view *v)
         return 0;
     cc->c->m.registry_ops++;
     tkm_dbg("controller: %s: reading the summary labels of %s", cc->qkey, cc->pin);
-    if (ctrl_reg_inspect(cc->c->reg, cc->pin_image, cc->pin, cc->auth, cc->auth_len, inspect_done,
-                         cc, &cc->op, &err) < 0) {
+    if (job_start(cc, v, TKM_VERIFY_SUMMARY, cc->pin_image, cc->pin, NULL, inspect_done, &err) <
+        0) {
         cc->sum_done = 1;
         return 0;
     }
     return 1;
 }
-
 /* ---- status ------------------------------------------------------------------------------ */
 
 /* key: ver_key_of() now (borrowed), NULL when it could not be made. */
@@ -1060,7 +991,7 @@ static int status_build(struct ctrl_cache *cc, const struct view *v,
  * delayed. */
 static uint64_t rollout_max_delay(const struct ctrl *c)
 {
-    uint64_t d = c->o.status_max_delay_ms, spread = (uint64_t)c->idx.caches.n * 50u;
+    uint64_t d = c->o.status_max_delay_ms, spread = (uint64_t)c->idx.caches.count * 50u;
     return spread > d ? spread : d;
 }
 
@@ -1192,8 +1123,8 @@ static void step(struct ctrl_cache *cc)
     else if (!v.has_fin) {
         if (finalizer_apply(cc, 1) < 0)
             finish(cc, K8S_WQ_RETRY, 0);
-    } else if (!creds_step(cc, &v) && !pin_step(cc, &v) && !rr_step(cc, &v) &&
-               !verify_step(cc, &v) && !summary_step(cc, &v))
+    } else if (!pin_step(cc, &v) && !rr_step(cc, &v) && !verify_step(cc, &v) &&
+               !summary_step(cc, &v))
         status_step(cc, &v);
     view_release(&v);
 }
@@ -1234,6 +1165,25 @@ void ctrl_cache_changed(struct ctrl_cache *cc)
 {
     if (cc && cc->op) {
         tkm_dbg("controller: %s: changed during a registry operation: cancelling it", cc->qkey);
-        ctrl_reg_cancel(cc->op); /* the callback finishes the key; the update queued it again */
+        tkm_verify_job_cancel(cc->op); /* it never calls back: the key ends here; the update
+                                          queued it again */
+        cc->op = NULL;
+        ver_flight_clear(cc);
+        finish(cc, K8S_WQ_OK, 0);
     }
+}
+
+static int cancel_one(const char *key, void *val, void *data)
+{
+    struct ctrl_cidx *x = val;
+    (void)key;
+    (void)data;
+    if (x->rec)
+        ctrl_cache_changed(x->rec);
+    return 0;
+}
+
+void ctrl_caches_cancel(struct ctrl *c)
+{
+    ctrl_map_each(&c->idx.caches, cancel_one, NULL);
 }

@@ -182,7 +182,7 @@ static void new_leader(const char *id, void *data)
 static void clients_close(void *data)
 {
     struct app *app = data;
-    /* the registry sessions are freed: nothing uses the http client */
+    /* the verify context's registry sessions are freed: nothing uses the http client */
     TKM_DAEMON_CLOSE(&app->d, tkm_http_close, app->http);
     app->http = NULL;
     tkm_daemon_closed(&app->d);
@@ -240,12 +240,15 @@ static void on_stop(struct tkm_daemon *d, int signum, void *data)
         c->inf[i] = NULL;
         c->w[i] = NULL;
     }
+    /* the verify jobs in flight end their keys (a cancelled job never calls back), then
+     * the registry sessions close; the http client closes after them */
+    ctrl_caches_cancel(c);
     tkm_daemon_closing(d);
-    if (c->reg)
-        ctrl_reg_close(c->reg, clients_close, app);
+    if (c->verify)
+        tkm_verify_ctx_close(c->verify, clients_close, app);
     else
         clients_close(app);
-    c->reg = NULL;
+    c->verify = NULL;
     tkm_daemon_closing(d);
     if (c->q)
         k8s_workqueue_close(c->q, queue_closed, app);
@@ -305,7 +308,7 @@ static int setup(struct app *app, struct tkm_err *err)
     struct args *a = &app->a;
     struct k8s_config cfg;
     struct ctrl_state *state = NULL;
-    struct ctrl_reg *reg = NULL;
+    struct tkm_verify_ctx *verify = NULL;
     struct k8s_recorder *rec = NULL;
     int rc;
     k8s_config_init(&cfg);
@@ -319,9 +322,9 @@ static int setup(struct app *app, struct tkm_err *err)
         return tkm_err_set(err, -errno, "--state-dir %s: %s", a->state_dir, strerror(errno));
     if ((rc = ctrl_state_open(a->state_dir[0] ? a->state_dir : NULL, &state, err)) < 0)
         return rc;
-    struct ctrl_reg_opts ro = {.timeout_ms = a->registry_timeout_ms};
+    struct tkm_verify_ctx_opts vo = {.timeout_ms = a->registry_timeout_ms};
     if ((rc = tkm_http_new(app->loop, NULL, &app->http, err)) < 0 ||
-        (rc = ctrl_reg_new(app->loop, app->http, &ro, &reg, err)) < 0)
+        (rc = tkm_verify_ctx_new(app->loop, app->http, &vo, &verify, err)) < 0)
         return rc;
     struct ctrl_opts co = {.ns = a->ns,
                            .cleanup_timeout_ms = a->cleanup_timeout_ms,
@@ -329,7 +332,7 @@ static int setup(struct app *app, struct tkm_err *err)
                            .status_settle_ms = a->status_settle_ms,
                            .node_gc_grace_ms = a->node_gc_grace_ms,
                            .workers = a->workers};
-    if ((rc = ctrl_init(&app->ctrl, app->loop, app->client, reg, state, &co, err)) < 0)
+    if ((rc = ctrl_init(&app->ctrl, app->loop, app->client, verify, state, &co, err)) < 0)
         return rc;
     struct k8s_recorder_opts rco = {.component = "tkm-controller"};
     if ((rc = k8s_recorder_new(app->client, &rco, &rec, err)) < 0)

@@ -107,7 +107,7 @@ static int run_job(const struct tkm_oci_ref *ref, const struct tkm_oci_registry_
 out:
     if (polling)
         uv_close((uv_handle_t *)&poll, NULL);
-    tkm_oci_session_free(s);
+    tkm_oci_session_close(s, NULL, NULL);
     tkm_http_close(http, NULL, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);
     uv_loop_close(&loop);

@@ -63,7 +63,7 @@ void tkm_oci_registry_free(struct tkm_oci_registry *r)
 {
     if (!r)
         return;
-    tkm_oci_session_free(r->s);
+    tkm_oci_session_close(r->s, NULL, NULL);
     if (r->http)
         tkm_http_close(r->http, NULL, NULL);
     if (r->loop_ready) {

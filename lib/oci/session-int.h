@@ -21,7 +21,7 @@
 struct tkm__oci_call;
 
 /* Everything in flight on a session (calls, jobs) is linked into it, so
- * tkm_oci_session_free() can cancel it and free the session last. cancel
+ * tkm_oci_session_close(, NULL, NULL) can cancel it and free the session last. cancel
  * must not report synchronously. */
 struct tkm__oci_link {
     struct tkm__oci_link *prev, *next;

@@ -236,11 +236,6 @@ int tkm__oci_session_freeing(const struct tkm_oci_session *s)
     return s->freeing;
 }
 
-void tkm_oci_session_free(struct tkm_oci_session *s)
-{
-    tkm_oci_session_close(s, NULL, NULL);
-}
-
 void tkm_oci_session_close(struct tkm_oci_session *s, void (*closed_cb)(void *data), void *data)
 {
     if (!s || s->freeing)

@@ -5,7 +5,8 @@
  * cosign3_bundle.h): credentials -> pooled session -> resolve -> inspect ->
  * policy -> signature -> summary, the known() hook, the pool's keys,
  * cancellation with a registry request and with an apiserver read in flight,
- * start failures; and the helpers (registry reasons, the API summary, the
+ * start failures, the pin (the hash of the manifest bytes) and resolve
+ * failures' reasons; and the helpers (registry reasons, the API summary, the
  * policy fingerprint).
  */
 #include <errno.h>
@@ -44,15 +45,10 @@ struct img {
     char mpath[160], cpath[160];
 };
 
-static void img_init(struct img *m)
+/* The image with config cfg (copied). */
+static void img_init_cfg(struct img *m, const char *cfg)
 {
-    snprintf(m->cfg, sizeof m->cfg, "%s",
-             "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Labels\":{"
-             "\"cache.triton.image/entry-count\":\"4\",\"cache.triton.image/cache-size-bytes\":"
-             "\"4096\",\"cache.triton.image/summary\":\"{\\\"targets\\\":[{\\\"backend\\\":"
-             "\\\"cuda\\\",\\\"arch\\\":\\\"90\\\",\\\"warp_size\\\":32}],\\\"triton_versions\\\":"
-             "[\\\"3.6.0\\\"],\\\"ptx_versions\\\":[\\\"8.7\\\"]}\"}},"
-             "\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[]}}");
+    snprintf(m->cfg, sizeof m->cfg, "%s", cfg);
     ASSERT_OK(tkm_oci_digest_bytes(m->cfg, strlen(m->cfg), m->cdg));
     ASSERT_OK(tkm_oci_digest_bytes("x", 1, m->ldg));
     snprintf(m->man, sizeof m->man,
@@ -64,6 +60,17 @@ static void img_init(struct img *m)
     ASSERT_OK(tkm_oci_digest_bytes(m->man, strlen(m->man), m->mdg));
     snprintf(m->mpath, sizeof m->mpath, "/v2/e2e/x/manifests/%s", m->mdg);
     snprintf(m->cpath, sizeof m->cpath, "/v2/e2e/x/blobs/%s", m->cdg);
+}
+
+static void img_init(struct img *m)
+{
+    img_init_cfg(
+        m, "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Labels\":{"
+           "\"cache.triton.image/entry-count\":\"4\",\"cache.triton.image/cache-size-bytes\":"
+           "\"4096\",\"cache.triton.image/summary\":\"{\\\"targets\\\":[{\\\"backend\\\":"
+           "\\\"cuda\\\",\\\"arch\\\":\\\"90\\\",\\\"warp_size\\\":32}],\\\"triton_versions\\\":"
+           "[\\\"3.6.0\\\"],\\\"ptx_versions\\\":[\\\"8.7\\\"]}\"}},"
+           "\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[]}}");
 }
 
 /* 401 Basic unless the request carries Authorization: Basic. */
@@ -373,6 +380,86 @@ TEST(pull_secret_session_resolve_inspect_policy)
     tsrv_stop(&srv);
 }
 
+/* Resolves 127.0.0.1:<port>/e2e/x:v1 with a job (RESOLVE only: what the
+ * controller's pin step runs). */
+static void resolve_once(int port, struct seen *s)
+{
+    struct env e;
+    char image[128];
+    env_open(&e, port);
+    snprintf(image, sizeof image, "127.0.0.1:%d/e2e/x:v1", port);
+    struct tkm_verify_req q = {.flags = TKM_VERIFY_RESOLVE, .image = image};
+    run_job(&e, &q, s);
+    env_close(&e);
+}
+
+TEST(resolve_pins_the_hash_of_the_manifest_bytes)
+{
+    static const char manifest[] =
+        "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
+        "\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":"
+        "\"sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\",\"size\":2},"
+        "\"layers\":[]}";
+    static const struct tsrv_reply ok[] = {
+        {200,
+         "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n"
+         "Docker-Content-Digest: "
+         "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\r\n",
+         manifest}};
+    struct tsrv srv;
+    struct seen s = {0};
+    char want[72];
+    tsrv_init(&srv);
+    ASSERT_OK(tsrv_route(&srv, NULL, "/v2/e2e/x/manifests/v1", TSRV_EXACT, NULL, ok, 1));
+    int port = tsrv_listen(&srv);
+    ASSERT(port > 0);
+    resolve_once(port, &s);
+    tsrv_stop(&srv);
+    ASSERT_EQ(s.r.failed, TKM_VERIFY_DONE);
+    ASSERT_EQ(s.r.resolved, 1);
+    ASSERT_OK(tkm_oci_digest_bytes(manifest, strlen(manifest), want));
+    ASSERT_STREQ(s.r.digest, want); /* never the header's claim */
+    ASSERT_EQ(s.r.inspected, 0);
+    ASSERT_EQ(s.r.sig_state, TKM_VERIFY_SIG_NOT_RUN);
+    seen_release(&s);
+}
+
+TEST(resolve_failures_have_reasons)
+{
+    static const struct tsrv_reply missing[] = {
+        {404, JSONH,
+         "{\"errors\":[{\"code\":\"MANIFEST_UNKNOWN\",\"message\":\"manifest unknown\"}]}"}};
+    static const struct tsrv_reply broken[] = {{500, NULL, "boom"}};
+    struct tsrv srv;
+    struct seen s = {0};
+    tsrv_init(&srv);
+    ASSERT_OK(tsrv_route(&srv, NULL, "/v2/e2e/x/manifests/v1", TSRV_EXACT, NULL, missing, 1));
+    int port = tsrv_listen(&srv);
+    ASSERT(port > 0);
+    resolve_once(port, &s);
+    tsrv_stop(&srv);
+    ASSERT_EQ(s.r.failed, TKM_VERIFY_STEP_RESOLVE);
+    ASSERT_EQ(s.r.rc, -ENOENT);
+    ASSERT_STREQ(s.r.reason, "ImageNotFound");
+    ASSERT_EQ(s.r.retry, 0); /* looked at again slowly, not with the fast backoff */
+    ASSERT_STRCONTAINS(s.r.message, "MANIFEST_UNKNOWN");
+    ASSERT_STREQ(s.r.digest, "");
+    seen_release(&s);
+
+    memset(&s, 0, sizeof s);
+    tsrv_init(&srv);
+    ASSERT_OK(tsrv_route(&srv, NULL, "/v2/e2e/x/manifests/v1", TSRV_EXACT, NULL, broken, 1));
+    port = tsrv_listen(&srv);
+    ASSERT(port > 0);
+    resolve_once(port, &s);
+    tsrv_stop(&srv);
+    ASSERT_EQ(s.r.failed, TKM_VERIFY_STEP_RESOLVE);
+    ASSERT(s.r.rc < 0);
+    ASSERT_STREQ(s.r.reason, "RegistryUnreachable");
+    ASSERT_EQ(s.r.retry, 1);
+    seen_release(&s);
+}
+
 TEST(missing_pull_secret_fails_the_creds_step)
 {
     struct tsrv srv;
@@ -486,6 +573,46 @@ TEST(unsigned_under_enforce_is_a_verdict_and_known_skips_the_search)
     ASSERT_STREQ(k2.r.sig_reason, "NoSignature");
     seen_release(&k2);
     tkm_api_cache_release(&c);
+    env_close(&e);
+    tsrv_stop(&srv);
+}
+
+TEST(not_a_triton_image_fails_inspect_but_not_the_summary)
+{
+    struct img m;
+    struct img_routes ir;
+    struct tsrv srv;
+    char image[128];
+    img_init_cfg(&m, "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{},"
+                     "\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[]}}");
+    tsrv_init(&srv);
+    img_serve(&srv, &m, &ir, 0);
+    int port = tsrv_listen(&srv);
+    ASSERT(port > 0);
+    struct env e;
+    env_open(&e, port);
+    snprintf(image, sizeof image, "127.0.0.1:%d/e2e/x:v1", port);
+    /* the agent's order: an image that cannot be judged ends the job */
+    struct tkm_verify_req q = {.flags = TKM_VERIFY_INSPECT, .image = image, .digest = m.mdg};
+    struct seen s = {0};
+    run_job(&e, &q, &s);
+    ASSERT_EQ(s.r.failed, TKM_VERIFY_STEP_INSPECT);
+    ASSERT_EQ(s.r.rc, -ENOENT);
+    ASSERT_STREQ(s.r.reason, "NotATritonCache");
+    ASSERT_EQ(s.r.retry, 0);
+    ASSERT_EQ(s.r.inspected, 0);
+    ASSERT_STREQ(s.r.digest, m.mdg);
+    seen_release(&s);
+    /* the controller's summary: reported, the job still done */
+    struct seen s2 = {0};
+    q.flags = TKM_VERIFY_SUMMARY;
+    run_job(&e, &q, &s2);
+    ASSERT_EQ(s2.r.failed, TKM_VERIFY_DONE);
+    ASSERT_EQ(s2.r.summary_rc, -ENOENT);
+    ASSERT_STREQ(s2.r.summary_reason, "NotATritonCache");
+    ASSERT_STRCONTAINS(s2.r.summary_message, "not a Triton cache image");
+    ASSERT_EQ(s2.r.inspected, 0);
+    seen_release(&s2);
     env_close(&e);
     tsrv_stop(&srv);
 }

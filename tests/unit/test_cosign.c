@@ -571,7 +571,7 @@ TEST(sig_job_fetches_sig_and_payload)
     sig_search(&loop, ses, IMG2, &pol, &out);
     ASSERT(out.rc < 0);
     ASSERT_STRCONTAINS(out.msg, "signature is for " IMG ", image is " IMG2);
-    tkm_oci_session_free(ses);
+    tkm_oci_session_close(ses, NULL, NULL);
     tkm_http_close(http, NULL, NULL);
     ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
     ASSERT_OK(uv_loop_close(&loop));

@@ -1,10 +1,10 @@
 /*
- * test_ctrl.c - tkm-controller's pure parts: the hash map, the compact node
+ * test_ctrl.c - tkm-controller's pure parts: the compact node
  * status index (which caches an update notifies, relists, garbage, interned
  * reasons, cache ids, iteration across namespaces, a random model check and
  * its bytes per entry), the
- * aggregation into conditions/counts/failedNodes, the SQLite state (across a
- * reopen) and the policy fingerprint.
+ * aggregation into conditions/counts/failedNodes and the SQLite state
+ * (across a reopen). The registry steps are verify jobs: test_api_verify.c.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -21,24 +21,6 @@
 
 #define DA "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define DB "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
-
-TEST(map_put_get_del_grow)
-{
-    struct ctrl_map m = {0};
-    char k[32];
-    for (int i = 0; i < 1000; i++) {
-        snprintf(k, sizeof k, "key-%d", i);
-        ASSERT_EQ(ctrl_map_put(&m, k, (void *)(uintptr_t)(i + 1), NULL), 0);
-    }
-    ASSERT_UEQ(m.n, 1000);
-    ASSERT_EQ((int)(uintptr_t)ctrl_map_get(&m, "key-777"), 778);
-    ASSERT_EQ((int)(uintptr_t)ctrl_map_del(&m, "key-777"), 778);
-    ASSERT_NULL(ctrl_map_get(&m, "key-777"));
-    ASSERT_NULL(ctrl_map_del(&m, "key-777"));
-    ASSERT_UEQ(m.n, 999);
-    ctrl_map_release(&m);
-    ASSERT_NULL(ctrl_map_get(&m, "key-1"));
-}
 
 /* A node status object: caches given as a JSON object text. */
 static char *ns_json(const char *ns, const char *node, const char *caches)
@@ -272,8 +254,8 @@ TEST(nodes_relist_removes_vanished_objects_and_nodes)
     ASSERT_EQ(ctrl_nodes_node_upsert(&n, "n2", "u2"), 0);
     ctrl_nodes_list_end(&n, 2);
     ASSERT_EQ(seen.gone, 1);
-    ASSERT_NULL(ctrl_map_get(&n.nodes, "n1"));
-    ASSERT_NOT_NULL(ctrl_map_get(&n.nodes, "n2"));
+    ASSERT_NULL(tkm_strmap_get(&n.nodes, "n1"));
+    ASSERT_NOT_NULL(tkm_strmap_get(&n.nodes, "n2"));
     ctrl_nodes_release(&n);
 }
 
@@ -358,7 +340,7 @@ TEST(nodes_same_reason_on_many_nodes_is_stored_once)
         ASSERT_UEQ(n.n_whys, 1);
     }
     uint32_t last = 0;
-    struct ctrl_nsobj *o = ctrl_map_get(&n.objs, "ml/n899");
+    struct ctrl_nsobj *o = tkm_strmap_get(&n.objs, "ml/n899");
     ASSERT_NOT_NULL(o);
     last = o->ents[0].why;
     ASSERT_STREQ(ctrl_why_str(&n, last), "ArchMismatch");
@@ -366,7 +348,7 @@ TEST(nodes_same_reason_on_many_nodes_is_stored_once)
     ASSERT_UEQ(n.n_whys, 0);
     ASSERT_NULL(ctrl_why_str(&n, last));
     ASSERT_UEQ(n.n_entries, 0);
-    ASSERT_UEQ(n.caches.n, 0);
+    ASSERT_UEQ(n.caches.count, 0);
     ctrl_nodes_release(&n);
 }
 
@@ -459,8 +441,8 @@ TEST(nodes_iteration_per_namespace_and_cluster_kind)
     ctrl_nodes_remove(&n, 0, "b", "n0");
     ctrl_nodes_remove(&n, 0, "b", "n1");
     ASSERT_NULL(ctrl_nodes_cache(&n, "b/x", 0));
-    ASSERT_NULL(ctrl_map_get(&n.groups, "b"));
-    ASSERT_NOT_NULL(ctrl_map_get(&n.groups, "a"));
+    ASSERT_NULL(tkm_strmap_get(&n.groups, "b"));
+    ASSERT_NOT_NULL(tkm_strmap_get(&n.groups, "a"));
     ASSERT_EQ(collect(ctrl_nodes_cache(&n, "a/x", 0), &g), 3);
     ASSERT_EQ(collect(ctrl_nodes_cache(&n, "/x", 0), &g), 4);
     ctrl_nodes_release(&n);
@@ -619,7 +601,7 @@ static void m_check(const struct ctrl_nodes *n, struct model *m, unsigned char (
                 ASSERT_EQ(m->notified[gi][c], changed);
             total += (size_t)want;
             snprintf(key, sizeof key, "%s/c%d", m_ns[gi], c);
-            const struct ctrl_cidx *x = ctrl_map_get(&n->caches, key);
+            const struct ctrl_cidx *x = tkm_strmap_get(&n->caches, key);
             if (!want) {
                 ASSERT_NULL(x); /* no entries, no reconciler: dropped */
                 continue;
@@ -714,7 +696,7 @@ TEST_TIMEOUT(nodes_random_model_1000x100, 600)
     }
     m_check(&n, &m, NULL);
     ASSERT_UEQ(n.n_whys, 0);
-    ASSERT_UEQ(n.caches.n, 0);
+    ASSERT_UEQ(n.caches.count, 0);
     ctrl_nodes_release(&n);
 }
 
@@ -941,24 +923,6 @@ TEST(state_bad_dir_is_a_clear_error)
     ASSERT_NULL(s);
 }
 
-TEST(policy_fingerprint_changes_with_the_key)
-{
-    struct tkm_sig_key k1 = {"key-one", 7}, k2 = {"key-two", 7};
-    struct tkm_sig_policy p = {.mode = TKM_SIG_MODE_ENFORCE, .keys = &k1, .nkeys = 1};
-    char a[72], b[72], c[72];
-    ctrl_policy_fingerprint(&p, a);
-    p.keys = &k2;
-    ctrl_policy_fingerprint(&p, b);
-    p.mode = TKM_SIG_MODE_AUDIT;
-    ctrl_policy_fingerprint(&p, c);
-    ASSERT(strcmp(a, b) != 0);
-    ASSERT(strcmp(b, c) != 0);
-    p.keys = &k1;
-    p.mode = TKM_SIG_MODE_ENFORCE;
-    ctrl_policy_fingerprint(&p, c);
-    ASSERT_STREQ(a, c);
-}
-
 TEST(digest_id)
 {
     ASSERT_EQ(sizeof(struct ctrl_entry), 12);
@@ -970,119 +934,6 @@ TEST(digest_id)
     ASSERT_EQ(ctrl_digest_id(NULL), 0);
     ASSERT_EQ(ctrl_digest_id("sha256:xyz"), 0);
     ASSERT_EQ(ctrl_digest_id("md5:aaaaaaaaaaaaaaaaaaaaaa"), 0);
-}
-
-/* ---- ctrl_reg against a scripted registry (tsrv) --------------------------------- */
-
-#include <tkm/http.h>
-#include <tkm/oci/digest.h>
-
-#include "tsrv.h"
-
-struct reg_out {
-    int done, rc, retry;
-    char reason[64], digest[CTRL_DIGEST_MAX], msg[800];
-};
-
-static void reg_cb(const struct ctrl_reg_result *r, void *data)
-{
-    struct reg_out *o = data;
-    o->done = 1;
-    o->rc = r->rc;
-    o->retry = r->retry;
-    snprintf(o->reason, sizeof o->reason, "%s", r->reason ? r->reason : "");
-    snprintf(o->digest, sizeof o->digest, "%s", r->digest);
-    snprintf(o->msg, sizeof o->msg, "%s", r->message);
-}
-
-static void closed(void *data)
-{
-    *(int *)data = 1;
-}
-
-/* Resolves 127.0.0.1:<port>/e2e/x:v1 on a fresh loop; returns the outcome. */
-static void resolve_once(int port, struct reg_out *o)
-{
-    uv_loop_t loop;
-    struct tkm_http *http = NULL;
-    struct ctrl_reg *reg = NULL;
-    struct tkm_err err = {0};
-    char image[128];
-    int hclosed = 0;
-    ASSERT_EQ(uv_loop_init(&loop), 0);
-    ASSERT_EQ(tkm_http_global_init(&err), 0);
-    ASSERT_EQ(tkm_http_new(&loop, NULL, &http, &err), 0);
-    struct ctrl_reg_opts ro = {.timeout_ms = 2000};
-    ASSERT_EQ(ctrl_reg_new(&loop, http, &ro, &reg, &err), 0);
-    snprintf(image, sizeof image, "127.0.0.1:%d/e2e/x:v1", port);
-    ASSERT_EQ(ctrl_reg_resolve(reg, image, NULL, 0, reg_cb, o, NULL, &err), 0);
-    ASSERT_EQ(o->done, 0); /* never from inside the start */
-    while (!o->done)
-        uv_run(&loop, UV_RUN_ONCE);
-    ctrl_reg_free(reg);
-    tkm_http_close(http, closed, &hclosed);
-    while (!hclosed)
-        uv_run(&loop, UV_RUN_ONCE);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    uv_loop_close(&loop);
-}
-
-TEST(reg_resolve_pins_the_hash_of_the_manifest_bytes)
-{
-    static const char manifest[] =
-        "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\","
-        "\"config\":{\"mediaType\":\"application/vnd.oci.image.config.v1+json\",\"digest\":"
-        "\"sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\",\"size\":2},"
-        "\"layers\":[]}";
-    static const struct tsrv_reply ok[] = {
-        {200,
-         "Content-Type: application/vnd.oci.image.manifest.v1+json\r\n"
-         "Docker-Content-Digest: "
-         "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\r\n",
-         manifest}};
-    struct tsrv s;
-    struct reg_out o = {0};
-    char want[CTRL_DIGEST_MAX];
-    tsrv_init(&s);
-    tsrv_route(&s, NULL, "/v2/e2e/x/manifests/v1", TSRV_EXACT, NULL, ok, 1);
-    int port = tsrv_listen(&s);
-    ASSERT(port > 0);
-    resolve_once(port, &o);
-    tsrv_stop(&s);
-    ASSERT_EQ(o.rc, 0);
-    ASSERT_EQ(tkm_oci_digest_bytes(manifest, strlen(manifest), want), 0);
-    ASSERT_STREQ(o.digest, want); /* never the header's claim */
-}
-
-TEST(reg_resolve_failures_have_reasons)
-{
-    static const struct tsrv_reply missing[] = {
-        {404, "Content-Type: application/json\r\n",
-         "{\"errors\":[{\"code\":\"MANIFEST_UNKNOWN\",\"message\":\"manifest unknown\"}]}"}};
-    static const struct tsrv_reply broken[] = {{500, NULL, "boom"}};
-    struct tsrv s;
-    struct reg_out o = {0};
-    tsrv_init(&s);
-    tsrv_route(&s, NULL, "/v2/e2e/x/manifests/v1", TSRV_EXACT, NULL, missing, 1);
-    int port = tsrv_listen(&s);
-    ASSERT(port > 0);
-    resolve_once(port, &o);
-    tsrv_stop(&s);
-    ASSERT_EQ(o.rc, -ENOENT);
-    ASSERT_STREQ(o.reason, "ImageNotFound");
-    ASSERT_EQ(o.retry, 0); /* looked at again slowly, not with the fast backoff */
-    ASSERT_STRCONTAINS(o.msg, "MANIFEST_UNKNOWN");
-
-    memset(&o, 0, sizeof o);
-    tsrv_init(&s);
-    tsrv_route(&s, NULL, "/v2/e2e/x/manifests/v1", TSRV_EXACT, NULL, broken, 1);
-    port = tsrv_listen(&s);
-    ASSERT(port > 0);
-    resolve_once(port, &o);
-    tsrv_stop(&s);
-    ASSERT(o.rc < 0);
-    ASSERT_STREQ(o.reason, "RegistryUnreachable");
-    ASSERT_EQ(o.retry, 1);
 }
 
 TEST(settle_waits_for_quiet_entries_up_to_the_max_delay)

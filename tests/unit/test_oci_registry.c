@@ -302,7 +302,7 @@ TEST(async_inspect_reports_on_the_loop)
     while (seen.calls + bad.calls < 2)
         uv_run(&loop, UV_RUN_ONCE);
     ASSERT_EQ(tkm_oci_session_jobs(ses), 0);
-    tkm_oci_session_free(ses);
+    tkm_oci_session_close(ses, NULL, NULL);
     tkm_http_close(http, NULL, NULL);
     ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
     ASSERT_EQ(seen.calls, 1);
@@ -579,7 +579,7 @@ TEST(pull_job_cancelled_midway_leaves_nothing)
     ASSERT_OK(leftovers(tkm_test_tmpdir(), "layout"));
     ASSERT_EQ(tkm_oci_session_jobs(ses), 0);
     uv_close((uv_handle_t *)&t, NULL);
-    tkm_oci_session_free(ses);
+    tkm_oci_session_close(ses, NULL, NULL);
     tkm_http_close(http, NULL, NULL);
     ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
     ASSERT_OK(uv_loop_close(&loop)); /* every handle closed: nothing leaked on the loop */
@@ -694,7 +694,7 @@ TEST(session_free_cancels_its_jobs)
         uv_run(&loop, UV_RUN_NOWAIT);
     ASSERT_OK(c.rc); /* the resolve finished on its own */
     ASSERT_EQ(a.calls + b.calls, 0);
-    tkm_oci_session_free(ses);
+    tkm_oci_session_close(ses, NULL, NULL);
     ASSERT_EQ(a.calls + b.calls, 0); /* not from inside free */
     while (a.calls == 0 || b.calls == 0)
         uv_run(&loop, UV_RUN_ONCE);
@@ -833,8 +833,8 @@ TEST(triton_inspect_job_reads_the_summary)
     ASSERT_STRCONTAINS(bad.err, "not a Triton cache image");
     ASSERT_EQ(cancelled.rc, -ECANCELED);
     ASSERT_EQ(tkm_oci_session_jobs(ses), 0);
-    tkm_oci_session_free(ses);
-    tkm_oci_session_free(ses2);
+    tkm_oci_session_close(ses, NULL, NULL);
+    tkm_oci_session_close(ses2, NULL, NULL);
     tkm_http_close(http, NULL, NULL);
     ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
     ASSERT_OK(uv_loop_close(&loop));

@@ -97,7 +97,7 @@ static void env_open(struct env *e, int port)
 
 static void env_close(struct env *e)
 {
-    tkm_oci_session_free(e->ses);
+    tkm_oci_session_close(e->ses, NULL, NULL);
     tkm_http_close(e->http, NULL, NULL);
     ASSERT_OK(uv_run(&e->loop, UV_RUN_DEFAULT));
     ASSERT_OK(uv_loop_close(&e->loop));
@@ -461,7 +461,7 @@ static void stall_tick(uv_timer_t *t)
     uv_timer_stop(t);
     uv_close((uv_handle_t *)t, NULL);
     if (s->free_session) {
-        tkm_oci_session_free(s->e->ses);
+        tkm_oci_session_close(s->e->ses, NULL, NULL);
         s->e->ses = NULL;
     } else {
         tkm_oci_job_cancel(s->job);

@@ -268,7 +268,7 @@ static void finish(struct app *a)
     printf("]}\n");
     uv_close((uv_handle_t *)&a->probe, NULL);
     uv_close((uv_handle_t *)&a->lag, NULL);
-    tkm_oci_session_free(a->ses);
+    tkm_oci_session_close(a->ses, NULL, NULL);
     a->ses = NULL;
     tkm_http_close(a->http, NULL, NULL);
     k8s_lease_close(a->l, on_closed, a);

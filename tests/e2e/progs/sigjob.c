@@ -154,7 +154,7 @@ int main(int argc, char **argv)
 fail_loop:
     if (st && err.code)
         fprintf(stderr, "e2e_sigjob: %s\n", tkm_err_str(&err));
-    tkm_oci_session_free(ses);
+    tkm_oci_session_close(ses, NULL, NULL);
     if (http)
         tkm_http_close(http, NULL, NULL);
     uv_run(&loop, UV_RUN_DEFAULT);

@@ -43,7 +43,7 @@
  *   - cb may start new jobs, cancel others and free the session.
  *
  * Ownership: strings and structs passed to _start are copied. The session
- * is freed with tkm_oci_session_free(), which cancels its jobs (each cb gets
+ * is freed with tkm_oci_session_close(, NULL, NULL), which cancels its jobs (each cb gets
  * -ECANCELED from the loop) and frees the memory once they have reported;
  * the http client and the loop must keep running until then.
  */
@@ -67,17 +67,15 @@ struct tkm_oci_job;
 
 /* A session for host on http (borrowed: must stay open until the session is
  * freed and its jobs have reported). opts may be NULL; its strings and
- * bytes are copied. *out is owned: tkm_oci_session_free(). */
+ * bytes are copied. *out is owned: tkm_oci_session_close(, NULL, NULL). */
 int tkm_oci_session_new(struct tkm_http *http, const char *host,
                         const struct tkm_oci_registry_opts *opts, struct tkm_oci_session **out,
                         struct tkm_err *err);
-/* Cancels the session's jobs and frees it once they have reported (at
- * once when none is in flight). NULL is a no-op. */
-void tkm_oci_session_free(struct tkm_oci_session *s);
-/* The same, then closed_cb(data) once the session is freed: its jobs have
+/* Cancels the session's jobs and frees it once they have reported (at once
+ * when none is in flight), then closed_cb(data) (optional): its jobs have
  * reported and its thread-pool work has finished, so nothing of it uses the
  * http client any more. From the loop, or at once (inside this call) when
- * nothing was in flight. s NULL: closed_cb is not called. */
+ * nothing was in flight. s NULL: nothing (closed_cb is not called). */
 void tkm_oci_session_close(struct tkm_oci_session *s, void (*closed_cb)(void *data), void *data);
 /* "https" or "http" (borrowed). */
 const char *tkm_oci_session_scheme(const struct tkm_oci_session *s);

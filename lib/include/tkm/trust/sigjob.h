@@ -59,7 +59,7 @@
  *                      -ECONNREFUSED, -ETIMEDOUT, ...) that stopped the
  *                      search (a referrer that cannot be fetched is counted
  *                      as a failed signature and the search goes on);
- *   -ECANCELED         after tkm_oci_job_cancel() or tkm_oci_session_free().
+ *   -ECANCELED         after tkm_oci_job_cancel() or tkm_oci_session_close(, NULL, NULL).
  * tkm_sig_reason(rc) names each for Kubernetes conditions.
  */
 int tkm_sig_job_verify(struct tkm_oci_session *ses, const char *repo, const char *image_digest,
