@@ -123,8 +123,9 @@ else
   gpu_args=(--no-nvml) gpu_desc="no GPU (--no-nvml; ninja -C $TKM_BUILD_DIR fakenvml gives a fake H200)"
 fi
 if ((tkm_ok)); then
-  # The agent wants its socket directory and store private (0700); $work exists.
-  mkdir -m 0700 "$work/tkm-store" "$work/tkm-sock"
+  # The agent wants its socket directory and store private (0700).
+  mkdir -p "$work/tkm-store" "$work/tkm-sock"
+  chmod 0700 "$work/tkm-store" "$work/tkm-sock"
   TKM_FAKE_NVML=$work/gpu/nvml.txt "$TKM_AGENT" --kubeconfig "$KUBECONFIG" --node-name bench-node \
     --namespace tkm-system --store-dir "$work/tkm-store" --socket "$work/tkm-sock/agent.sock" \
     --metrics-bind-address 0 --health-probe-bind-address 0 "${gpu_args[@]}" >"$work/tkm-agent.log" 2>&1 &
