@@ -83,7 +83,7 @@ tkm_cosign_sign() {
   [[ $("$cosign" version 2>&1) == *v3.* ]] && v3=(--use-signing-config=false)
   (
     cd "$dir" || exit 1
-    [[ -s cosign.key ]] || COSIGN_PASSWORD='' "$cosign" generate-key-pair >keygen.log 2>&1 || { cat keygen.log >&2; exit 1; }
+    [[ -s cosign.key ]] || COSIGN_PASSWORD='' COSIGN_YES=true "$cosign" generate-key-pair >keygen.log 2>&1 || { cat keygen.log >&2; exit 1; }
     COSIGN_PASSWORD='' COSIGN_YES=true "$cosign" sign --key cosign.key "${v3[@]}" --tlog-upload=false -y "$ref" >sign.log 2>&1 || { cat sign.log >&2; exit 1; }
   ) || { echo "cosign sign $ref failed (above)" >&2; return 1; }
 }
