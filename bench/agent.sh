@@ -294,8 +294,8 @@ alive gkm
 
 # ---- report ------------------------------------------------------------------------
 echo
-vs="vs GKM $(cut -c1-8 "$gkm/COMMIT" 2>/dev/null) gkm-agent"
-((gkm_on)) || vs="alone (SIDES=$SIDES)"
+vs="alone (SIDES=$SIDES)"
+((!gkm_on)) || vs="vs GKM $(cut -c1-8 "$gkm/COMMIT" 2>/dev/null || true) gkm-agent"
 echo "agent benchmark: tkm-agent $vs, one node, $CACHES caches, $PODS Pods, $(nproc) CPUs"
 echo "load average (1/5/15 min) at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "tkm-agent's GPU: $gpu_desc; gkm-agent: NO_GPU=true (its stub GPUs)"

@@ -193,7 +193,7 @@ row() { # BENCH KEY LABEL: one line of the table
   [[ $a != - && $b != - ]] || missing=1
   printf '| %s | %s | %s | %s |\n' "$3" "$a" "$b" "$(ratio "$b" "$a")"
 }
-{
+table() {
   echo "tkm before/after: before ${base_sha:0:12} ($base_rev), after ${cur_sha:0:12}$cur_dirty ($cur_build)"
   echo "$(date -u +%Y-%m-%d), $(nproc) CPUs, load average (1/5/15 min) $load0 at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end;"
   echo "median of $ROUNDS run(s) per side, sides alternated; after/before below 1 is better for times, RSS and bytes, above 1 for MiB/s and the ratio to curl+tar"
@@ -222,7 +222,9 @@ row() { # BENCH KEY LABEL: one line of the table
         row extract vs_curl_tar "extraction ${EXTRACT_MB} MB: throughput over curl+tar's, same run" ;;
     esac
   done
-} | tee "$out/table.md"
+}
+table >"$out/table.md" # (not in a pipe: row sets missing)
+cat "$out/table.md"
 echo
 echo "logs and table: $out"
 ((missing == 0)) || die "a number is missing (\"-\"): see the logs in $out"

@@ -322,8 +322,8 @@ done
 per() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-") print "-"; else printf "%.2f", a / b }'; }
 echo
 echo "controller benchmark ($preset): $NODES nodes x $CACHES caches, incompatible fraction $INCOMPATIBLE, $(nproc) CPUs"
-vs="vs GKM $(cut -c1-8 "$gkm/COMMIT" 2>/dev/null) gkm-operator (webhooks off)"
-[[ -n $gkm ]] || vs="alone (SIDES=$SIDES)"
+vs="alone (SIDES=$SIDES)"
+[[ -z $gkm ]] || vs="vs GKM $(cut -c1-8 "$gkm/COMMIT" 2>/dev/null || true) gkm-operator (webhooks off)"
 echo "tkm-controller $vs; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-54s %14s %14s %8s  %s\n' metric tkm-controller gkm-operator tkm/gkm goal
 printf '%-54s %14s %14s\n' "caches created -> all pinned (s)" "${R[tkm.pin_s]}" "${R[gkm.pin_s]}"
