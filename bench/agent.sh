@@ -10,9 +10,13 @@
 #                        with the values recorded on a real H200 (tests/fixtures/gpu/
 #                        h200-device) and empty sysfs/procfs roots; --no-nvml when
 #                        that library is not built)
-#        GKM_BIN_DIR    (default: bench/gkm-build.sh builds GKM f0e65de4 once into
-#                        ~/.cache/tkm/gkm/<commit>/)
+#        GKM_MIRROR     a clone of github.com/redhat-et/GKM: bench/gkm-build.sh builds
+#                        GKM f0e65de4 from it once into ~/.cache/tkm/gkm/<commit>/
+#        GKM_BIN_DIR    or a directory with gkm-agent, gkm-operator and crds/ (one of
+#                        the two is required unless SIDES=tkm)
 #        CACHES=100 PODS=10000 SETTLE=10 (seconds before each RSS reading)
+#        SIDES          (default "tkm gkm"; "tkm" runs tkm-agent alone, without GKM:
+#                        bench/compare.sh runs it so, once per tkm build)
 #        BENCH_DIR      (default a new temp dir; holds the cluster, logs, store)
 #        KEEP=1         leave the control plane running and BENCH_DIR in place
 #
@@ -68,6 +72,7 @@ done
 TKM_BUILD_DIR=${TKM_BUILD_DIR:-$repo/build}
 TKM_AGENT=${TKM_AGENT:-$TKM_BUILD_DIR/agent/tkm-agent}
 CACHES=${CACHES:-100} PODS=${PODS:-10000} SETTLE=${SETTLE:-10}
+SIDES=${SIDES:-tkm gkm}
 # shellcheck source=bench/lib-daemons.sh
 source "$here/lib-daemons.sh"
 
@@ -75,16 +80,23 @@ for t in jq curl; do command -v "$t" >/dev/null || bench_die "$t is needed"; don
 sim=$TKM_BUILD_DIR/bench/bench_simagents
 [[ -x $sim && -x $TKM_BUILD_DIR/cli/tkmctl ]] ||
   bench_die "missing $sim or $TKM_BUILD_DIR/cli/tkmctl (build first: ninja -C $TKM_BUILD_DIR)"
-tkm_ok=1 tkm_why=
-if [[ ! -x $TKM_AGENT ]]; then
-  tkm_ok=0 tkm_why="tkm-agent not found at $TKM_AGENT, build it first (ninja -C $TKM_BUILD_DIR)"
-  echo "agent: $tkm_why; running the GKM side only" >&2
+tkm_ok=0 tkm_why="not run (SIDES=$SIDES)" gkm_on=0 gkm=''
+if [[ " $SIDES " == *" tkm "* ]]; then
+  tkm_ok=1 tkm_why=
+  if [[ ! -x $TKM_AGENT ]]; then
+    tkm_ok=0 tkm_why="tkm-agent not found at $TKM_AGENT, build it first (ninja -C $TKM_BUILD_DIR)"
+    echo "agent: $tkm_why; running the GKM side only" >&2
+  fi
 fi
-gkm=$(bench_gkm)
+if [[ " $SIDES " == *" gkm "* ]]; then
+  gkm_on=1
+  gkm=$(bench_gkm)
+fi
+((tkm_ok || gkm_on)) || bench_die "nothing to run (SIDES=$SIDES; $tkm_why)"
 
 bench_workdir agent
 bench_cluster_up "$work/cluster"
-bench_crds "$repo/crds/" "$gkm/crds/"
+bench_crds "$repo/crds/" ${gkm:+"$gkm/crds/"}
 for ns in tkm-system bench-agent bench-gkm bench-pods; do kubectl create ns "$ns" >/dev/null; done
 # Pods need their namespace's "default" ServiceAccount (ServiceAccount admission is on);
 # kube-controller-manager, which would make it, does not run here.
@@ -95,36 +107,39 @@ read -r image digest < <(bench_image "$work")
 bench_log "cache image $image@$digest"
 
 # ---- the agents ---------------------------------------------------------------
-tkm_pid= gkm_pid=
+tkm_pid='' gkm_pid=''
 fake_nvml=$TKM_BUILD_DIR/fakenvml/libnvidia-ml.so.1
 if [[ -n ${TKM_AGENT_GPU_ARGS:-} ]]; then
-  gpu_args=$TKM_AGENT_GPU_ARGS gpu_desc="TKM_AGENT_GPU_ARGS=$TKM_AGENT_GPU_ARGS"
+  read -ra gpu_args <<<"$TKM_AGENT_GPU_ARGS"
+  gpu_desc="TKM_AGENT_GPU_ARGS=$TKM_AGENT_GPU_ARGS"
 elif [[ -f $fake_nvml ]]; then
   mkdir -p "$work/gpu/sys" "$work/gpu/proc"
   printf '%s\n' driver=580.159.04 cuda=13000 '[gpu]' 'name=NVIDIA H200' \
     uuid=GPU-e94096f6-d7bf-1394-9a46-472036dacea0 cc=9.0 mem=150754820096 \
     busid=00000000:00:06.0 pcidevid=0x233510de mig=0 >"$work/gpu/nvml.txt"
-  gpu_args="--nvml-lib $fake_nvml --sysfs-root $work/gpu/sys --procfs-root $work/gpu/proc"
+  gpu_args=(--nvml-lib "$fake_nvml" --sysfs-root "$work/gpu/sys" --procfs-root "$work/gpu/proc")
   gpu_desc="one H200 through the tests' fake NVML (values of tests/fixtures/gpu/h200-device)"
 else
-  gpu_args=--no-nvml gpu_desc="no GPU (--no-nvml; ninja -C $TKM_BUILD_DIR fakenvml gives a fake H200)"
+  gpu_args=(--no-nvml) gpu_desc="no GPU (--no-nvml; ninja -C $TKM_BUILD_DIR fakenvml gives a fake H200)"
 fi
 if ((tkm_ok)); then
   # The agent wants its socket directory and store private (0700).
-  mkdir -p -m 0700 "$work/tkm-store" "$work/tkm-sock"
-  # shellcheck disable=SC2086
+  mkdir -p "$work/tkm-store" "$work/tkm-sock"
+  chmod 0700 "$work/tkm-store" "$work/tkm-sock"
   TKM_FAKE_NVML=$work/gpu/nvml.txt "$TKM_AGENT" --kubeconfig "$KUBECONFIG" --node-name bench-node \
     --namespace tkm-system --store-dir "$work/tkm-store" --socket "$work/tkm-sock/agent.sock" \
-    --metrics-bind-address 0 --health-probe-bind-address 0 $gpu_args >"$work/tkm-agent.log" 2>&1 &
+    --metrics-bind-address 0 --health-probe-bind-address 0 "${gpu_args[@]}" >"$work/tkm-agent.log" 2>&1 &
   tkm_pid=$!
   disown "$tkm_pid"
   pids+=("$tkm_pid")
 fi
-(cd "$work" && NO_GPU=true KUBE_NODE_NAME=bench-node exec "$gkm/gkm-agent" --kubeconfig "$KUBECONFIG" \
-  --metrics-bind-address=0 --health-probe-bind-address=0 >"$work/gkm-agent.log" 2>&1) &
-gkm_pid=$!
-disown "$gkm_pid"
-pids+=("$gkm_pid")
+if ((gkm_on)); then
+  (cd "$work" && NO_GPU=true KUBE_NODE_NAME=bench-node exec "$gkm/gkm-agent" --kubeconfig "$KUBECONFIG" \
+    --metrics-bind-address=0 --health-probe-bind-address=0 >"$work/gkm-agent.log" 2>&1) &
+  gkm_pid=$!
+  disown "$gkm_pid"
+  pids+=("$gkm_pid")
+fi
 
 alive() { # SIDE: fails the side (tkm) or the run (gkm) when its agent has exited
   if [[ $1 == tkm ]] && ((tkm_ok)) && ! kill -0 "$tkm_pid" 2>/dev/null; then
@@ -132,7 +147,7 @@ alive() { # SIDE: fails the side (tkm) or the run (gkm) when its agent has exite
     tail -15 "$work/tkm-agent.log" >&2
     echo "agent: $tkm_why" >&2
   fi
-  if [[ $1 == gkm ]] && ! kill -0 "$gkm_pid" 2>/dev/null; then
+  if [[ $1 == gkm ]] && ((gkm_on)) && ! kill -0 "$gkm_pid" 2>/dev/null; then
     tail -15 "$work/gkm-agent.log" >&2
     bench_die "gkm-agent exited (log: $work/gkm-agent.log)"
   fi
@@ -143,8 +158,11 @@ measure() { # POINT: RSS of both after SETTLE s
   alive tkm
   alive gkm
   local r h
-  read -r r h < <(bench_rss "$gkm_pid")
-  R[gkm.$1.rss]=$r R[gkm.$1.hwm]=$h
+  R[gkm.$1.rss]=- R[gkm.$1.hwm]=-
+  if ((gkm_on)); then
+    read -r r h < <(bench_rss "$gkm_pid")
+    R[gkm.$1.rss]=$r R[gkm.$1.hwm]=$h
+  fi
   if ((tkm_ok)); then
     read -r r h < <(bench_rss "$tkm_pid")
     R[tkm.$1.rss]=$r R[tkm.$1.hwm]=$h
@@ -205,8 +223,9 @@ wait_entries() { # SIDE N TIMEOUT_S T0_MS: until N entries (prints the seconds s
   done
 }
 bench_log "creating and pinning $CACHES caches per side"
-sides=(gkm)
-((tkm_ok)) && sides=(tkm gkm)
+sides=()
+((tkm_ok)) && sides+=(tkm)
+((gkm_on)) && sides+=(gkm)
 for s in "${sides[@]}"; do
   for i in $(seq 0 $((CACHES - 1))); do create_cache "$s" "$(printf 'c-%05d' "$i")"; done
   for i in $(seq 0 $((CACHES - 1))); do pin_cache "$s" "$(printf 'c-%05d' "$i")"; done
@@ -217,6 +236,7 @@ for s in "${sides[@]}"; do
   bench_log "$s: $CACHES caches in the node status ${R[$s.fill]} s after its last pin"
 done
 ((tkm_ok)) || R[tkm.fill]=-
+((gkm_on)) || R[gkm.fill]=-
 measure caches
 
 # ---- pods -----------------------------------------------------------------------
@@ -242,7 +262,7 @@ watch_status() { # SIDE OUT: timestamped "<ms>\t<name>@<digest> ..." per event
 for s in "${sides[@]}"; do watch_status "$s" "$work/$s.events"; done
 sleep 2
 pin_once() { # SIDE NAME: prints the ms from the pin to the entry (or "timeout")
-  local t0 line ts
+  local t0 line
   create_cache "$1" "$2"
   sleep 1
   t0=$(bench_now_ms)
@@ -266,16 +286,17 @@ stats() { # "v v v" -> "median max" (ms; timeouts count as 15000 and are shown)
   tr ' ' '\n' <<<"$1" | sed '/^$/d; s/timeout/15000/' | sort -n |
     awk '{ v[NR] = $1 } END { if (NR == 0) print "- -"; else print v[int((NR + 1) / 2)], v[NR] }'
 }
-read -r gkm_med gkm_max < <(stats "${L[gkm]}")
-tkm_med=- tkm_max=-
+tkm_med=- tkm_max=- gkm_med=- gkm_max=-
+((gkm_on)) && read -r gkm_med gkm_max < <(stats "${L[gkm]}")
 ((tkm_ok)) && read -r tkm_med tkm_max < <(stats "${L[tkm]}")
 alive tkm
 alive gkm
 
 # ---- report ------------------------------------------------------------------------
-mib() { [[ $1 == - ]] && echo - || awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 echo
-echo "agent benchmark: tkm-agent vs GKM $(cat "$gkm/COMMIT" 2>/dev/null | cut -c1-8) gkm-agent, one node, $CACHES caches, $PODS Pods, $(nproc) CPUs"
+vs="alone (SIDES=$SIDES)"
+((!gkm_on)) || vs="vs GKM $(cut -c1-8 "$gkm/COMMIT" 2>/dev/null || true) gkm-agent"
+echo "agent benchmark: tkm-agent $vs, one node, $CACHES caches, $PODS Pods, $(nproc) CPUs"
 echo "load average (1/5/15 min) at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "tkm-agent's GPU: $gpu_desc; gkm-agent: NO_GPU=true (its stub GPUs)"
 printf '%-40s %12s %12s %8s  %s\n' metric tkm-agent gkm-agent tkm/gkm goal
@@ -285,18 +306,18 @@ for p in idle caches pods; do
     caches) label="RSS with $CACHES caches (MiB)" lim=16 ;;
     pods) label="RSS + $PODS Pods (MiB)" lim=16 ;;
   esac
-  printf '%-40s %12s %12s %8s  %s\n' "$label" "$(mib "${R[tkm.$p.rss]}")" "$(mib "${R[gkm.$p.rss]}")" \
+  printf '%-40s %12s %12s %8s  %s\n' "$label" "$(bench_mib "${R[tkm.$p.rss]}")" "$(bench_mib "${R[gkm.$p.rss]}")" \
     "$(bench_ratio "${R[tkm.$p.rss]}" "${R[gkm.$p.rss]}")" "< $lim MiB, <= 0.2x"
-  printf '%-40s %12s %12s %8s\n' "  peak VmHWM so far (MiB)" "$(mib "${R[tkm.$p.hwm]}")" "$(mib "${R[gkm.$p.hwm]}")" \
+  printf '%-40s %12s %12s %8s\n' "  peak VmHWM so far (MiB)" "$(bench_mib "${R[tkm.$p.hwm]}")" "$(bench_mib "${R[gkm.$p.hwm]}")" \
     "$(bench_ratio "${R[tkm.$p.hwm]}" "${R[gkm.$p.hwm]}")"
 done
-printf '%-40s %12s %12s %8s  %s\n' "floor: libcurl+libuv only, idle (MiB)" "$(mib "${R[floor.rss]}")" "" "" \
+printf '%-40s %12s %12s %8s  %s\n' "floor: libcurl+libuv only, idle (MiB)" "$(bench_mib "${R[floor.rss]}")" "" "" \
   "bench/rss_floor.c; tkm-agent idle above it: $(awk -v a="${R[tkm.idle.rss]}" -v b="${R[floor.rss]}" \
     'BEGIN { if (a == "-" || b == "-") print "-"; else printf "%.1f MiB", (a - b) / 1024 }')"
 printf '%-40s %12s %12s\n' "last of $CACHES pins -> all in status (s)" "${R[tkm.fill]}" "${R[gkm.fill]}"
 printf '%-40s %12s %12s %8s  %s\n' "pin -> node status, median (ms)" "$tkm_med" "$gkm_med" "$(bench_ratio "$tkm_med" "$gkm_med")" "<= 1000 ms"
 printf '%-40s %12s %12s %8s  %s\n' "pin -> node status, max of $ROUNDS (ms)" "$tkm_max" "$gkm_max" "$(bench_ratio "$tkm_max" "$gkm_max")" "<= 1000 ms"
-echo "per round (ms): tkm [${L[tkm]:-}] gkm [${L[gkm]}]"
+echo "per round (ms): tkm [${L[tkm]:-}] gkm [${L[gkm]:-}]"
 echo "logs: $work/{tkm,gkm}-agent.log$([[ ${KEEP:-0} == 1 ]] || echo ' (removed; KEEP=1 keeps them)')"
 
 if ((!tkm_ok)); then
@@ -309,12 +330,14 @@ within "${R[tkm.idle.rss]}" 8192 || ok=0
 within "${R[tkm.caches.rss]}" 16384 || ok=0
 within "${R[tkm.pods.rss]}" 16384 || ok=0
 for p in idle caches pods; do
-  within "${R[tkm.$p.rss]}" "$(awk -v g="${R[gkm.$p.rss]}" 'BEGIN { print g * 0.2 }')" || ok=0
+  ((!gkm_on)) || within "${R[tkm.$p.rss]}" "$(awk -v g="${R[gkm.$p.rss]}" 'BEGIN { print g * 0.2 }')" || ok=0
 done
 within "$tkm_max" 1000 || ok=0
+goal="RSS < 8/16/16 MiB and <= 0.2x GKM's agent; every pin in the node status within 1 s"
+((gkm_on)) || goal="RSS < 8/16/16 MiB (no GKM side: the 0.2x not checked); every pin in the node status within 1 s"
 if ((ok)); then
-  echo "goal met: RSS < 8/16/16 MiB and <= 0.2x GKM's agent; every pin in the node status within 1 s"
+  echo "goal met: $goal"
 else
-  echo "goal NOT met: RSS < 8/16/16 MiB and <= 0.2x GKM's agent; every pin in the node status within 1 s"
+  echo "goal NOT met: $goal"
   exit 1
 fi

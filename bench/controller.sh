@@ -19,8 +19,10 @@
 #        write; default 300 small, 900 large), SIDES ("tkm gkm"), SETTLE (s; default 5)
 #        TKM_BUILD_DIR (default <repo>/build), TKM_CONTROLLER (default
 #        $TKM_BUILD_DIR/controller/tkm-controller), TKM_CONTROLLER_ARGS (more
-#        flags, e.g. "-v 1"), GKM_BIN_DIR (default: built by
-#        bench/gkm-build.sh), BENCH_DIR (default a temp dir), KEEP=1 (leave it up)
+#        flags, e.g. "-v 1"), GKM_MIRROR (a clone of github.com/redhat-et/GKM,
+#        built once by bench/gkm-build.sh) or GKM_BIN_DIR (a directory with
+#        gkm-agent, gkm-operator, crds/): one is required unless SIDES=tkm;
+#        BENCH_DIR (default a temp dir), KEEP=1 (leave it up)
 #
 # Per side:
 # A TritonKernelCacheNodeStatus lists at most 512 caches (the CRD's
@@ -70,7 +72,7 @@ BENCH_NAME=controller
 preset=${1:-small}
 case $preset in
   small) NODES=${NODES:-1000} CACHES=${CACHES:-100} goal_s=5 goal_rss=15 TIMEOUT=${TIMEOUT:-300} ;;
-  large) NODES=${NODES:-5000} CACHES=${CACHES:-1000} goal_s=60 goal_rss= TIMEOUT=${TIMEOUT:-900}
+  large) NODES=${NODES:-5000} CACHES=${CACHES:-1000} goal_s=60 goal_rss='' TIMEOUT=${TIMEOUT:-900}
     # 5000 node statuses of 1000 entries, each written twice, exceed etcd's
     # default 2 GiB backend quota (etcdserver: mvcc: database space exceeded).
     export TKM_ETCD_QUOTA=${TKM_ETCD_QUOTA:-8589934592} ;;
@@ -93,6 +95,7 @@ for ((k = 0; k < tkm_nsn; k++)); do
 done
 TKM_BUILD_DIR=${TKM_BUILD_DIR:-$repo/build}
 TKM_CONTROLLER=${TKM_CONTROLLER:-$TKM_BUILD_DIR/controller/tkm-controller}
+read -ra ctrl_args <<<"${TKM_CONTROLLER_ARGS:-}"
 # shellcheck source=bench/lib-daemons.sh
 source "$here/lib-daemons.sh"
 
@@ -108,11 +111,12 @@ if [[ " $SIDES " == *" tkm "* ]]; then
     echo "controller: $tkm_why; running the GKM side only" >&2
   fi
 fi
-gkm=$(bench_gkm)
+gkm=''
+[[ " $SIDES " != *" gkm "* ]] || gkm=$(bench_gkm)
 
 bench_workdir ctrl
 bench_cluster_up "$work/cluster"
-bench_crds "$repo/crds/" "$gkm/crds/"
+bench_crds "$repo/crds/" ${gkm:+"$gkm/crds/"}
 for ns in tkm-system "${tkm_ns[@]}" bench-gkm; do kubectl create ns "$ns" >/dev/null; done
 read -r image digest < <(bench_image "$work")
 [[ $digest == sha256:* ]] || bench_die "no digest from tkmctl build --push"
@@ -146,8 +150,10 @@ for ns in "${tkm_ns[@]}"; do # (the Nodes are created once; later namespaces fin
   "$sim" setup --nodes "$NODES" --kind tkm --ns "$ns" --concurrency "$CONCURRENCY" >/dev/null ||
     bench_die "bench_simagents setup (tkm, $ns) failed"
 done
-"$sim" setup --nodes "$NODES" --kind gkm --ns bench-gkm --concurrency "$CONCURRENCY" >/dev/null ||
-  bench_die "bench_simagents setup (gkm) failed"
+if [[ -n $gkm ]]; then
+  "$sim" setup --nodes "$NODES" --kind gkm --ns bench-gkm --concurrency "$CONCURRENCY" >/dev/null ||
+    bench_die "bench_simagents setup (gkm) failed"
+fi
 bench_log "$NODES Nodes and their empty node status objects created in $((($(bench_now_ms) - t) / 1000)) s"
 
 metrics() { # OUT: apiserver_request_total summed by verb resource subresource
@@ -178,7 +184,7 @@ run_side() { # SIDE
     res=tritonkernelcaches node_res=tritonkernelcachenodestatuses
     mkdir -p "$work/tkm-state"
     "$TKM_CONTROLLER" --kubeconfig "$KUBECONFIG" --namespace tkm-system --state-dir "$work/tkm-state" \
-      --metrics-bind-address 0 --health-probe-bind-address 0 ${TKM_CONTROLLER_ARGS:-} >"$work/tkm-controller.log" 2>&1 &
+      --metrics-bind-address 0 --health-probe-bind-address 0 "${ctrl_args[@]}" >"$work/tkm-controller.log" 2>&1 &
     pid=$!
     disown "$pid"
   else
@@ -259,14 +265,14 @@ run_side() { # SIDE
     cu=$(sed -n 's/.*caught up: [0-9]* status writes, the last answered at \([0-9]*\) ms; last node status event at \([0-9]*\) ms.*/\1 \2/p' \
       "$work/tkm-controller.log" | awk -v t="$(jq -r .first_write_ms "$work/$s.write")" '$2 >= t { l = $0 } END { print l }')
     if [[ -n $cu ]]; then
-      read -r R[$s.lag_in] R[$s.lag_work] R[$s.lag_out] < <(awk -v tw="$tw" -v ar="$ar" -v cu="$cu" \
+      read -r "R[$s.lag_in]" "R[$s.lag_work]" "R[$s.lag_out]" < <(awk -v tw="$tw" -v ar="$ar" -v cu="$cu" \
         'BEGIN { split(cu, a, " "); printf "%.3f %.3f %.3f\n", (a[2] - tw) / 1000, (a[1] - a[2]) / 1000, (ar - a[1]) / 1000 }')
     fi
   fi
   metrics "$work/$s.m1"
   if kill -0 "$pid" 2>/dev/null; then
-    read -r R[$s.rss] R[$s.hwm] < <(bench_rss "$pid")
-    read -r R[$s.anon] R[$s.file] < <(bench_rss_split "$pid")
+    read -r "R[$s.rss]" "R[$s.hwm]" < <(bench_rss "$pid")
+    read -r "R[$s.anon]" "R[$s.file]" < <(bench_rss_split "$pid")
     cp "/proc/$pid/smaps" "$work/$s.smaps" 2>/dev/null || true # per-mapping RSS, kept with KEEP=1
   else
     R[$s.rss]=- R[$s.hwm]=- R[$s.anon]=- R[$s.file]=-
@@ -313,11 +319,12 @@ for k in pin_s ready_s write_s rss hwm anon file writes reqs change_writes lag_i
 done
 
 # ---- report --------------------------------------------------------------------------
-mib() { [[ $1 == - ]] && echo - || awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
-per() { [[ $1 == - ]] && echo - || awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+per() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-") print "-"; else printf "%.2f", a / b }'; }
 echo
 echo "controller benchmark ($preset): $NODES nodes x $CACHES caches, incompatible fraction $INCOMPATIBLE, $(nproc) CPUs"
-echo "tkm-controller vs GKM $(cut -c1-8 "$gkm/COMMIT" 2>/dev/null) gkm-operator (webhooks off); load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+vs="alone (SIDES=$SIDES)"
+[[ -z $gkm ]] || vs="vs GKM $(cut -c1-8 "$gkm/COMMIT" 2>/dev/null || true) gkm-operator (webhooks off)"
+echo "tkm-controller $vs; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-54s %14s %14s %8s  %s\n' metric tkm-controller gkm-operator tkm/gkm goal
 printf '%-54s %14s %14s\n' "caches created -> all pinned (s)" "${R[tkm.pin_s]}" "${R[gkm.pin_s]}"
 printf '%-54s %14s %14s\n' "simulator: $NODES status applies took (s)" "${R[tkm.write_s]}" "${R[gkm.write_s]}"
@@ -326,13 +333,13 @@ printf '%-54s %14s %14s %8s  %s\n' "last node status -> all caches Ready (s)" "$
 printf '%-54s %14s\n' "  last node status -> seen by the controller (apiserver)" "${R[tkm.lag_in]}"
 printf '%-54s %14s\n' "  -> its last status write answered (controller)" "${R[tkm.lag_work]}"
 printf '%-54s %14s\n' "  -> seen Ready by the waiter (apiserver)" "${R[tkm.lag_out]}"
-printf '%-54s %14s %14s %8s  %s\n' "controller RSS at the end, VmRSS as ps shows (MiB)" "$(mib "${R[tkm.rss]}")" "$(mib "${R[gkm.rss]}")" \
+printf '%-54s %14s %14s %8s  %s\n' "controller RSS at the end, VmRSS as ps shows (MiB)" "$(bench_mib "${R[tkm.rss]}")" "$(bench_mib "${R[gkm.rss]}")" \
   "$(bench_ratio "${R[tkm.rss]}" "${R[gkm.rss]}")" "${goal_rss:+< $goal_rss MiB, }<= 0.2x"
-printf '%-54s %14s %14s %8s\n' "  anonymous (heap, stacks) (MiB)" "$(mib "${R[tkm.anon]}")" "$(mib "${R[gkm.anon]}")" \
+printf '%-54s %14s %14s %8s\n' "  anonymous (heap, stacks) (MiB)" "$(bench_mib "${R[tkm.anon]}")" "$(bench_mib "${R[gkm.anon]}")" \
   "$(bench_ratio "${R[tkm.anon]}" "${R[gkm.anon]}")"
-printf '%-54s %14s %14s %8s\n' "  file-backed (binary, shared libraries) (MiB)" "$(mib "${R[tkm.file]}")" \
-  "$(mib "${R[gkm.file]}")" "$(bench_ratio "${R[tkm.file]}" "${R[gkm.file]}")"
-printf '%-54s %14s %14s %8s\n' "  peak VmHWM (MiB)" "$(mib "${R[tkm.hwm]}")" "$(mib "${R[gkm.hwm]}")" \
+printf '%-54s %14s %14s %8s\n' "  file-backed (binary, shared libraries) (MiB)" "$(bench_mib "${R[tkm.file]}")" \
+  "$(bench_mib "${R[gkm.file]}")" "$(bench_ratio "${R[tkm.file]}" "${R[gkm.file]}")"
+printf '%-54s %14s %14s %8s\n' "  peak VmHWM (MiB)" "$(bench_mib "${R[tkm.hwm]}")" "$(bench_mib "${R[gkm.hwm]}")" \
   "$(bench_ratio "${R[tkm.hwm]}" "${R[gkm.hwm]}")"
 printf '%-54s %14s %14s %8s\n' "writes to the caches while $NODES nodes report, per cache" "$(per "${R[tkm.writes]}" "$CACHES")" \
   "$(per "${R[gkm.writes]}" "$CACHES")" "$(bench_ratio "${R[tkm.writes]}" "${R[gkm.writes]}")"
@@ -353,7 +360,7 @@ fi
 ok=1
 num() { [[ $1 =~ ^[0-9.]+$ ]]; }
 num "${R[tkm.ready_s]}" && awk -v a="${R[tkm.ready_s]}" -v g="$goal_s" 'BEGIN { exit !(a <= g) }' || ok=0
-[[ -z $goal_rss ]] || { num "${R[tkm.rss]}" && ((R[tkm.rss] < goal_rss * 1024)); } || ok=0
+[[ -z $goal_rss ]] || { num "${R[tkm.rss]}" && ((${R[tkm.rss]} < goal_rss * 1024)); } || ok=0
 if num "${R[gkm.rss]}"; then
   awk -v a="${R[tkm.rss]}" -v b="${R[gkm.rss]}" 'BEGIN { exit !(a <= 0.2 * b) }' || ok=0
 fi

@@ -26,8 +26,8 @@ libs=("$build/api/libtkmapi.a" "$build/k8sclient/libk8sclient.a" "$build/lib/lib
 for l in "${libs[@]}"; do [ -f "$l" ] || { echo "no $l: build first" >&2; exit 1; }; done
 cflags=(-O2 -std=c17 -D_GNU_SOURCE -I"$src/lib/include" -I"$src/k8sclient/include" -I"$src/k8sclient"
   -I"$src/api/include")
-pkgs="libcurl jansson yaml-0.1 libuv libcrypto libssl libarchive zlib libzstd libnghttp2 libmicrohttpd sqlite3"
-read -ra syslibs <<<"$(pkg-config --libs $pkgs)"
+pkgs=(libcurl jansson yaml-0.1 libuv libcrypto libssl libarchive zlib libzstd libnghttp2 libmicrohttpd sqlite3)
+read -ra syslibs <<<"$(pkg-config --libs "${pkgs[@]}")"
 ldlibs=("${libs[@]}" "${libs[@]}" "${syslibs[@]}" -lm -lpthread -ldl)
 cc "${cflags[@]}" -I"$src/controller" -o "$work/now" "$src/bench/ctrl_index/driver.c" \
   "$src/controller/ctrl_nodes.c" "$src/controller/ctrl_agg.c" "${ldlibs[@]}"

@@ -3,10 +3,13 @@
 # of bench/agent.sh and bench/controller.sh) from the bare mirror of
 # redhat-et/GKM, once per commit, into a cache directory outside the clone.
 #
-# Usage: bench/gkm-build.sh            prints the directory holding
+# Usage: bench/gkm-build.sh MIRROR     prints the directory holding
 #                                      gkm-agent, gkm-operator and crds/
+#   MIRROR       a git repository (bare or not) holding GKM's history: a clone of
+#                github.com/redhat-et/GKM, wherever it is on this machine.
+#                Required; GKM_MIRROR in the environment gives it instead (how
+#                bench/agent.sh and bench/controller.sh pass it on).
 #   env: GKM_COMMIT  (default f0e65de4, the snapshot docs/ and the reference read)
-#        GKM_MIRROR  (default /work/.mirror/redhat-et+GKM/repo: a bare git repository)
 #        TKM_CACHE   (default ~/.cache/tkm; output in $TKM_CACHE/gkm/<commit>/)
 #
 # How GKM is built here (what its Containerfile.gkm-agent.no-gpu does, minus
@@ -39,13 +42,16 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 commit=${GKM_COMMIT:-f0e65de4}
-mirror=${GKM_MIRROR:-/work/.mirror/redhat-et+GKM/repo}
 cache=${TKM_CACHE:-$HOME/.cache/tkm}
-die() { echo "gkm-build: $*" >&2; exit 1; }
 # shellcheck source=hack/lib.sh
 source "$repo/hack/lib.sh" # go_ensure
+die() { echo "gkm-build: $*" >&2; exit 1; } # (after lib.sh, whose die says "error:")
 
-[[ -d $mirror ]] || die "no GKM mirror at $mirror (set GKM_MIRROR to a bare clone of github.com/redhat-et/GKM)"
+(($# <= 1)) || die "usage: bench/gkm-build.sh MIRROR (one argument: a clone of github.com/redhat-et/GKM)"
+mirror=${1:-${GKM_MIRROR:-}}
+[[ -n $mirror ]] || die "no GKM source: give a clone of github.com/redhat-et/GKM (bare or not) as the argument or in GKM_MIRROR, e.g. git clone --bare https://github.com/redhat-et/GKM gkm.git; bench/gkm-build.sh gkm.git"
+mirror=$(git -C "$mirror" rev-parse --absolute-git-dir 2>/dev/null) ||
+  die "GKM source ${1:-${GKM_MIRROR:-}} is not a git repository (want a clone of github.com/redhat-et/GKM)"
 full=$(git --git-dir="$mirror" rev-parse --verify -q "$commit^{commit}") ||
   die "commit $commit is not in $mirror"
 out=$cache/gkm/${full:0:8}

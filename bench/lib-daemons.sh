@@ -2,6 +2,7 @@
 # (sourced, not run): a private control plane, raw API calls, RSS, the GKM
 # baseline and the cache image.
 # shellcheck shell=bash
+repo=${repo:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 
 bench_die() {
   echo "${BENCH_NAME:-bench}: $*" >&2
@@ -31,7 +32,7 @@ bench_cluster_up() {
     ((try < 3)) || { tail -20 "$TKM_CLUSTER_DIR.up.log" >&2; bench_die "hack/cluster.sh up failed 3 times (log: $TKM_CLUSTER_DIR.up.log)"; }
     bench_log "hack/cluster.sh up failed ($(grep -m1 -o 'port [0-9]* is in use' "$TKM_CLUSTER_DIR.up.log" || echo see log)); trying again"
   done
-  # shellcheck disable=SC1091
+  # shellcheck source=/dev/null # written by hack/cluster.sh up
   source "$TKM_CLUSTER_DIR/env"
 }
 bench_cluster_down() {
@@ -67,8 +68,6 @@ bench_rss_split() {
   awk '/^Rss:/ { r = $2 } /^Anonymous:/ { a = $2 } END { print a + 0, r - a }' "/proc/$1/smaps_rollup"
 }
 
-# bench_gkm: builds (once) and prints the directory of GKM's binaries;
-# GKM_BIN_DIR overrides (a directory with gkm-agent, gkm-operator, crds/).
 bench_workdir() { # SHORT: sets $work (BENCH_DIR, else a new /tmp/tkm-bench-SHORT-*) and pids=(); on
   # EXIT stops every pid in pids, takes the cluster down and removes $work (KEEP=1 keeps both)
   work=${BENCH_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/tkm-bench-$1-XXXXXX")}
@@ -87,13 +86,18 @@ bench_workdir_cleanup() {
   fi
 }
 
+# bench_gkm: prints the directory of GKM's binaries: GKM_BIN_DIR (a directory
+# with gkm-agent, gkm-operator, crds/), else what bench/gkm-build.sh builds (once
+# per commit) from the clone of GKM named by GKM_MIRROR.
 bench_gkm() {
   if [[ -n ${GKM_BIN_DIR:-} ]]; then
     [[ -x $GKM_BIN_DIR/gkm-agent && -x $GKM_BIN_DIR/gkm-operator && -d $GKM_BIN_DIR/crds ]] ||
       bench_die "GKM_BIN_DIR=$GKM_BIN_DIR lacks gkm-agent, gkm-operator or crds/"
     echo "$GKM_BIN_DIR"
+  elif [[ -n ${GKM_MIRROR:-} ]]; then
+    bash "$repo/bench/gkm-build.sh" "$GKM_MIRROR" || bench_die "bench/gkm-build.sh failed"
   else
-    bash "$repo/bench/gkm-build.sh"
+    bench_die "no GKM baseline: set GKM_MIRROR to a clone of github.com/redhat-et/GKM (bench/gkm-build.sh builds it once), or GKM_BIN_DIR to a directory with gkm-agent, gkm-operator and crds/ (such as ${TKM_CACHE:-~/.cache/tkm}/gkm/f0e65de4)"
   fi
 }
 
@@ -120,6 +124,11 @@ bench_stop() {
     sleep 0.1
   done
   kill -KILL "$pid" 2>/dev/null || true
+}
+
+# bench_mib KIB: KiB as MiB with one decimal ("-" stays "-").
+bench_mib() {
+  awk -v k="$1" 'BEGIN { if (k == "-") print "-"; else printf "%.1f", k / 1024 }'
 }
 
 # bench_ratio A B: A/B with 2 decimals ("-" when either is missing).

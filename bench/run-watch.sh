@@ -40,12 +40,12 @@ done
 TKM_CLUSTER_DIR=${TKM_CLUSTER_DIR:-$repo/.tkm/cluster}
 TKM_BUILD_DIR=${TKM_BUILD_DIR:-$repo/build}
 cache=${TKM_CACHE:-$HOME/.cache/tkm}
-die() { echo "run-watch: $*" >&2; exit 1; }
 # shellcheck source=hack/lib.sh
 source "$repo/hack/lib.sh" # go_ensure
+die() { echo "run-watch: $*" >&2; exit 1; } # (after lib.sh, whose die says "error:")
 
 [[ -s $TKM_CLUSTER_DIR/env ]] || die "no control plane in $TKM_CLUSTER_DIR (run: hack/cluster.sh up)"
-# shellcheck disable=SC1091
+# shellcheck source=/dev/null # written by hack/cluster.sh up
 source "$TKM_CLUSTER_DIR/env"
 ctool=$TKM_BUILD_DIR/bench/bench_watch_informer
 [[ -x $ctool ]] || die "missing $ctool (build first: ninja -C $TKM_BUILD_DIR)"

@@ -97,7 +97,7 @@ gen_pki() {
   )
   # Tokens: one for tkm-admin (system:masters), spares for token-rotation tests, one for alice.
   {
-    for i in 0 1 2 3; do
+    for _ in 0 1 2 3; do
       printf '%s,tkm-admin,uid-tkm-admin,"system:masters"\n' "$(openssl rand -hex 24)"
     done
     printf '%s,alice,uid-alice\n' "$(openssl rand -hex 24)"
@@ -144,7 +144,7 @@ choose_port() { # VAR_NAME ENV_OVERRIDE FILE
 start_etcd() {
   local etcd=$1 port=$2 peer=$3
   local data quota=${TKM_ETCD_QUOTA:-2147483648}
-  [[ $quota =~ ^[0-9]+$ ]] && ((quota >= 1048576)) ||
+  { [[ $quota =~ ^[0-9]+$ ]] && ((quota >= 1048576)); } ||
     die "TKM_ETCD_QUOTA=$quota: give etcd's backend quota in bytes (at least 1048576; default 2147483648)"
   if [[ -s $dir/etcd.datadir && -d $(cat "$dir/etcd.datadir") ]]; then
     data=$(cat "$dir/etcd.datadir")

@@ -53,7 +53,7 @@ quiet() {
 }
 # wait_until SECONDS WHAT CMD...: polls CMD every second
 wait_until() {
-  local s=$1 what=$2 end
+  local s=$1 end # ($2, WHAT, names the wait for the reader; the caller reports a timeout)
   shift 2
   end=$(($(date +%s) + s))
   until "$@" >/dev/null 2>&1; do

@@ -20,7 +20,7 @@ repo=$(cd "$here/.." && pwd)
 # shellcheck source=hack/lib.sh
 source "$here/lib.sh"
 
-overlay=local tag=dev gpuroot= fakenvml= render=0
+overlay=local tag=dev gpuroot='' fakenvml='' render=0
 while (($#)); do
   case $1 in
     --overlay) overlay=$2; shift 2 ;;
@@ -35,7 +35,7 @@ done
 [[ -s $overlay/kustomization.yaml ]] || die "deploy: no kustomization.yaml in $overlay"
 dir=${TKM_CLUSTER_DIR:-$repo/.tkm/cluster}
 [[ -s $dir/env && -s $dir/registry/addr && -s $dir/apiserver.port ]] || die "deploy: no control plane in $dir (run: hack/cluster.sh up)"
-# shellcheck disable=SC1091
+# shellcheck source=/dev/null # written by hack/cluster.sh up
 source "$dir/env"
 reg=$(cat "$dir/registry/addr") port=$(cat "$dir/apiserver.port")
 [[ $tag =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]*$ ]] || die "deploy: bad tag '$tag'"

@@ -21,7 +21,8 @@ ensure_go() {
   want=$(go_required)
   if [[ ${1:-} == --check ]]; then
     local have cached=${TKM_CACHE:-$HOME/.cache/tkm}/go/go$want/bin/go
-    have=$(command -v go >/dev/null && go_version_of "$(command -v go)" || true)
+    have=''
+    if command -v go >/dev/null; then have=$(go_version_of "$(command -v go)" || true); fi
     if [[ -n $have ]] && go_version_ge "$have" "$want"; then return 0; fi
     [[ $(go_version_of "$cached") == "$want" ]] && return 0
     echo "deps: missing: Go >= $want (found ${have:-none}; hack/deps.sh bootstraps it)" >&2
@@ -34,6 +35,7 @@ ensure_go() {
 PKGS=(
   # toolchain
   build-essential cmake ninja-build pkg-config clang clang-format llvm libclang-rt-14-dev
+  shellcheck # hack/lint.sh shell (ctest lint.shell)
   # libraries named in docs/ and ARCHITECTURE.md
   libcurl4-openssl-dev libjansson-dev libyaml-dev libssl-dev libuv1-dev
   libsqlite3-dev libarchive-dev libzstd-dev zlib1g-dev

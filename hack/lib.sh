@@ -120,7 +120,7 @@ go_bootstrap() {
     boot=/usr/lib/go/bin/go
     [[ -x $boot ]] || boot=$(command -v go) || { echo "go: golang-go installed no go binary" >&2; return 1; }
   fi
-  os=$("$boot" env GOHOSTOS) && arch=$("$boot" env GOHOSTARCH) || { echo "go: $boot does not run" >&2; return 1; }
+  { os=$("$boot" env GOHOSTOS) && arch=$("$boot" env GOHOSTARCH); } || { echo "go: $boot does not run" >&2; return 1; }
   mod=golang.org/toolchain@v0.0.1-go$want.$os-$arch
   tmp=$(mktemp -d "${TMPDIR:-/tmp}/tkm-go-XXXXXX")
   echo "go: downloading $mod with $boot ($(go_version_of "$boot")) into $dest..." >&2

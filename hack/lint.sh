@@ -2,9 +2,14 @@
 # Lint checks run by ctest (lint.*) and `make format-check`.
 #   hack/lint.sh format   every C file in the repo is clang-formatted (.clang-format)
 #   hack/lint.sh banned   no banned function (lib/banned.h) in any C file, even ones built without it
+#   hack/lint.sh shell    shellcheck finds nothing in any shell script of hack/, bench/, tests/e2e/
+#                         and .ci/ (*.sh, *.bash, *.inc and files with a sh/bash #! line), with
+#                         the settings of .shellcheckrc; every finding, style notes included, fails
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t files < <(git ls-files --cached --others --exclude-standard -- '*.c' '*.h' | while read -r f; do [[ -e $f ]] && echo "$f"; done)
+# tracked and new (not ignored) files that exist, of the given pathspecs
+tree_files() { git ls-files --cached --others --exclude-standard -- "$@" | while read -r f; do [[ -e $f ]] && echo "$f"; done; }
+mapfile -t files < <(tree_files '*.c' '*.h')
 case ${1:-} in
   format)
     command -v clang-format >/dev/null || { echo "clang-format not installed (hack/deps.sh)" >&2; exit 1; }
@@ -27,5 +32,21 @@ case ${1:-} in
     fi
     echo "banned: ${#files[@]} files clean"
     ;;
-  *) echo "usage: hack/lint.sh format|banned" >&2; exit 2 ;;
+  shell)
+    command -v shellcheck >/dev/null || { echo "shellcheck not installed (hack/deps.sh)" >&2; exit 1; }
+    scripts=()
+    while read -r f; do
+      case $f in
+        *.sh | *.bash | *.inc) scripts+=("$f") ;;
+        *) [[ $(head -n1 "$f") =~ ^#!.*[/\ ](ba)?sh$ ]] && scripts+=("$f") ;;
+      esac
+    done < <(tree_files hack bench tests/e2e .ci)
+    # From the repository root, where the "# shellcheck source=" directives' paths start.
+    if ! shellcheck --format=gcc "${scripts[@]}"; then
+      echo "shell: shellcheck found the above in ${#scripts[@]} scripts (fix them; a '# shellcheck disable=' needs a reason beside it)"
+      exit 1
+    fi
+    echo "shell: ${#scripts[@]} scripts clean (shellcheck $(shellcheck --version | sed -n 's/^version: //p'))"
+    ;;
+  *) echo "usage: hack/lint.sh format|banned|shell" >&2; exit 2 ;;
 esac

@@ -158,7 +158,7 @@ push_images() {
 write_containerd_config() {
   local reg port=$1
   reg=$(cat "$dir/registry/addr")
-  # shellcheck disable=SC1091
+  # shellcheck source=/dev/null # written above from hack/images/build.sh's output
   source "$N/images.env"
   rm -rf "$N/containerd/certs.d"
   mkdir -p "$N/containerd"/{root,state,opt} "$N/cni/net.d" "$N/cni/bin" "$N/containerd/certs.d/$reg"
@@ -504,9 +504,10 @@ remove_iptables() {
     [[ -n $ch ]] || continue
     grep -qx "$cmd $t $ch" "$host/iptables" 2>/dev/null && continue
     # rules that jump to the chain first, then the chain itself
+    local rule
     while read -r line; do
-      # shellcheck disable=SC2086
-      "$cmd" -t "$t" ${line/-A /-D } 2>/dev/null || true
+      read -ra rule <<<"${line/-A /-D }" # the rule's words, as iptables -S printed them
+      "$cmd" -t "$t" "${rule[@]}" 2>/dev/null || true
     done < <("$cmd" -t "$t" -S 2>/dev/null | grep -E -- "^-A .* -j $ch( |$)" || true)
     "$cmd" -t "$t" -F "$ch" 2>/dev/null || true
     n=$((n + 1))
@@ -526,7 +527,7 @@ restore_sysctls() {
     k=${kv%%=*} v=${kv#*=}
     [[ -n $v ]] || continue
     [[ $(sysctl -n "$k" 2>/dev/null) == "$v" ]] && continue
-    sysctl -qw "$k=$v" >/dev/null 2>&1 && log "sysctl $k restored to $v" || log "could not restore sysctl $k=$v"
+    if sysctl -qw "$k=$v" >/dev/null 2>&1; then log "sysctl $k restored to $v"; else log "could not restore sysctl $k=$v"; fi
   done <"$host/sysctls"
 }
 
@@ -620,7 +621,9 @@ cmd_check() {
                   "\($p.n): container \($c.name): KUBERNETES_SERVICE_PORT must be set to \($port)" else empty end)
            else empty end))' <<<"$json") || die "checking manifest $f failed"
   if [[ -n $bad ]]; then
-    echo "$bad" | sed 's/^/refused: /' >&2
+    local refused
+    mapfile -t refused <<<"$bad"
+    printf 'refused: %s\n' "${refused[@]}" >&2
     return 1
   fi
 }

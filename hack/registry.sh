@@ -21,7 +21,7 @@ shift 2
 
 case $cmd in
   start)
-    port= htpasswd=
+    port='' htpasswd=''
     while [[ $# -gt 0 ]]; do
       case $1 in
         --port) port=$2; shift 2 ;;

@@ -19,7 +19,7 @@
 # Ends with one line "N passed, N failed" summing every phase; exit 0 only if
 # nothing failed. TKM_TEST_PHASES limits the phases, e.g. "main asan".
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 phases=${TKM_TEST_PHASES:-main buildtypes asan valgrind fuzz}
 jobs=${JOBS:-2}

@@ -64,7 +64,7 @@ tkm_diagnose() {
 tkm_cache_image() {
   local tkmctl=$1 tgz=$2 dir=$3 ref=$4 d
   [[ -f $tgz ]] || { echo "tkm_cache_image: $tgz is missing" >&2; return 1; }
-  mkdir -p "$dir/c" && tar -xzf "$tgz" -C "$dir/c" || { echo "tkm_cache_image: cannot extract $tgz into $dir/c" >&2; return 1; }
+  { mkdir -p "$dir/c" && tar -xzf "$tgz" -C "$dir/c"; } || { echo "tkm_cache_image: cannot extract $tgz into $dir/c" >&2; return 1; }
   "$tkmctl" build "$dir/c/$(ls "$dir/c")" --output "$dir/layout" >"$dir/build.log" 2>&1 ||
     { echo "tkmctl build: $(cat "$dir/build.log")" >&2; return 1; }
   "$tkmctl" push "$dir/layout" "$ref" -o json >"$dir/push.json" 2>"$dir/push.err" ||
@@ -83,9 +83,8 @@ tkm_cosign_sign() {
   [[ $("$cosign" version 2>&1) == *v3.* ]] && v3=(--use-signing-config=false)
   (
     cd "$dir" || exit 1
-    export COSIGN_PASSWORD= COSIGN_YES=true
-    [[ -s cosign.key ]] || "$cosign" generate-key-pair >keygen.log 2>&1 || { cat keygen.log >&2; exit 1; }
-    "$cosign" sign --key cosign.key "${v3[@]}" --tlog-upload=false -y "$ref" >sign.log 2>&1 || { cat sign.log >&2; exit 1; }
+    [[ -s cosign.key ]] || COSIGN_PASSWORD='' COSIGN_YES=true "$cosign" generate-key-pair >keygen.log 2>&1 || { cat keygen.log >&2; exit 1; }
+    COSIGN_PASSWORD='' COSIGN_YES=true "$cosign" sign --key cosign.key "${v3[@]}" --tlog-upload=false -y "$ref" >sign.log 2>&1 || { cat sign.log >&2; exit 1; }
   ) || { echo "cosign sign $ref failed (above)" >&2; return 1; }
 }
 

@@ -24,6 +24,7 @@ mkdir -p "$dest/lib" "$dest/bin" "$dest/cli" "$dest/csi" "$dest/tests"
 for b in "${bins[@]}"; do
   mkdir -p "$(dirname "$dest/$b")"
   cp "$build/$b" "$dest/bin/"
+  # shellcheck disable=SC2016 # the wrapper's own $0, $d and $@, expanded when it runs
   printf '#!/bin/sh\nd=$(cd "$(dirname "$0")/.." && pwd)\nLD_LIBRARY_PATH=$d/lib exec "$d/bin/%s" "$@"\n' \
     "$(basename "$b")" >"$dest/$b"
   chmod +x "$dest/$b"

@@ -98,8 +98,11 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/tkm-consumers-XXXXXX")
 chmod 755 "$work"
 CSI_TMP=$work/csi
 cleanup() {
-  [[ -n ${CSI_TMP:-} && -d $CSI_TMP ]] && csi_teardown >/dev/null 2>&1 || true
-  for m in $(awk '$2 ~ "^'"$work"'" {print $2}' /proc/self/mounts | sort -r); do umount -l "$m" 2>/dev/null || true; done
+  if [[ -n ${CSI_TMP:-} && -d $CSI_TMP ]]; then csi_teardown >/dev/null 2>&1 || true; fi
+  local m
+  while IFS= read -r m; do
+    umount -l "$m" 2>/dev/null || true
+  done < <(awk -v w="$work" 'index($2, w) == 1 {print $2}' /proc/self/mounts | sort -r)
   if [[ $pack == 1 ]]; then
     tar -C "$out" --exclude results.tar.gz -czf "$work/results.tar.gz" . 2>/dev/null || true
     find "$out" -mindepth 1 -maxdepth 1 ! -name summary.txt ! -name runs.tsv ! -name preflight.txt \

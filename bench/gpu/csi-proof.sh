@@ -65,6 +65,9 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
+fake_flag=() pack_flag=() # the flags as given, passed on
+[[ $fake == 0 ]] || fake_flag=(--fake)
+[[ $pack == 0 ]] || pack_flag=(--pack)
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export TKM_FIXTURES=${TKM_FIXTURES:-$src/tests/fixtures}
@@ -141,7 +144,7 @@ if [[ -z ${TKM_CSI_UNSHARED:-} ]]; then
   export TKM_PROOF_MODE=$mode
   if [[ $mode == overlay ]]; then
     exec env TKM_CSI_UNSHARED=1 unshare -m --propagation private bash "$0" --n "$n" --parts "$parts" \
-      --out "$out" $([[ $fake == 1 ]] && echo --fake) $([[ $pack == 1 ]] && echo --pack)
+      --out "$out" "${fake_flag[@]}" "${pack_flag[@]}"
   fi
   # copy: no overlay here. The closest real path: tkmctl extract straight to the
   # mount path (the same extraction and the same group rewrite, lib/triton, as a
@@ -162,8 +165,9 @@ cleanup() {
       ! -name failed.txt -exec rm -rf {} + 2>/dev/null || true
     mv "$work/results.tar.gz" "$out/" 2>/dev/null || true
   fi
-  for m in $(awk '$2 ~ "^'"$work"'" {print $2}' /proc/self/mounts | sort -r); do umount -l "$m" 2>/dev/null || true; done
-  [[ -n ${CSI_TMP:-} && -d $CSI_TMP ]] && csi_teardown >/dev/null 2>&1 || true
+  local m
+  while read -r m; do umount -l "$m" 2>/dev/null || true; done < <(awk -v w="$work" 'index($2, w) == 1 { print $2 }' /proc/self/mounts | sort -r)
+  if [[ -n ${CSI_TMP:-} && -d $CSI_TMP ]]; then csi_teardown >/dev/null 2>&1 || true; fi
   rm -rf "$work" "${TKM_PROOF_BUNDLE_TMP:-}"
 }
 trap cleanup EXIT
@@ -187,9 +191,9 @@ run_workload() {
   js=$log.json
   t0=$(date +%s.%N)
   rc=0
-  env TRITON_CACHE_DIR="$tdir" TORCHINDUCTOR_CACHE_DIR="$ind" TORCHINDUCTOR_FX_GRAPH_CACHE=$fx \
-    TORCHINDUCTOR_AUTOGRAD_CACHE=$fx FAKE_SEED="${FAKE_SEED:-}" FAKE_INDUCTOR_SEED="${FAKE_INDUCTOR_SEED:-}" \
-    "${cmd[@]}" $extra --json "$js" >"$log" 2>&1 || rc=$?
+  env TRITON_CACHE_DIR="$tdir" TORCHINDUCTOR_CACHE_DIR="$ind" TORCHINDUCTOR_FX_GRAPH_CACHE="$fx" \
+    TORCHINDUCTOR_AUTOGRAD_CACHE="$fx" FAKE_SEED="${FAKE_SEED:-}" FAKE_INDUCTOR_SEED="${FAKE_INDUCTOR_SEED:-}" \
+    "${cmd[@]}" ${extra:+"$extra"} --json "$js" >"$log" 2>&1 || rc=$?
   t1=$(date +%s.%N)
   [[ $part == full ]] || rm -rf "$ind"
   "$TKM_PYTHON" - "$js" "$rc" "$t0" "$t1" "$part" "$(basename "$log" .log)" "$out/fx.tsv" <<'EOF'
@@ -259,7 +263,7 @@ new_in_pod() { # -> "files cubins" written by the workload in the pod's view
 
 proof_part() { # PART
   PART=$1
-  local d=$out/$PART i r f c
+  local d=$out/$PART i f c
   mkdir -p "$d/logs"
   : >"$d/csi-client.log"
   if [[ $fake == 1 ]]; then
@@ -399,9 +403,9 @@ for p in $parts; do
     failed+=("$p")
     echo "csi-proof: part $p FAILED (rc $rc)" | tee -a "$out/failed.txt" >&2
   fi
-  "$TKM_PYTHON" "$here/summary.py" "$out" "$mode" $([[ $fake == 1 ]] && echo --fake) >"$out/summary.txt"
+  "$TKM_PYTHON" "$here/summary.py" "$out" "$mode" "${fake_flag[@]}" >"$out/summary.txt"
 done
 cat "$out/summary.txt"
 [[ ${#failed[@]} == 0 ]]
 # Exit 1 if a verdict other than the 5% failed (a cubin compiled, the miss, the store).
-"$TKM_PYTHON" "$here/summary.py" "$out" "$mode" $([[ $fake == 1 ]] && echo --fake) --check >/dev/null
+"$TKM_PYTHON" "$here/summary.py" "$out" "$mode" "${fake_flag[@]}" --check >/dev/null

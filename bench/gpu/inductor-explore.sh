@@ -40,8 +40,8 @@ run() { # NAME TRITON_DIR INDUCTOR_DIR FXCACHE [ARGS...]
   shift 4
   mkdir -p "$i"
   t0=$(date +%s.%N)
-  env ${t:+TRITON_CACHE_DIR=$t} TORCHINDUCTOR_CACHE_DIR="$i" TORCHINDUCTOR_FX_GRAPH_CACHE=$fx \
-    TORCHINDUCTOR_AUTOGRAD_CACHE=$fx PYTHONUNBUFFERED=1 \
+  env ${t:+"TRITON_CACHE_DIR=$t"} TORCHINDUCTOR_CACHE_DIR="$i" TORCHINDUCTOR_FX_GRAPH_CACHE="$fx" \
+    TORCHINDUCTOR_AUTOGRAD_CACHE="$fx" PYTHONUNBUFFERED=1 \
     "$py" "$here/inductor_workload.py" --json "$out/logs/$name.json" --events "$out/events/$name.json" "$@" \
     >"$out/logs/$name.log" 2>&1 || rc=$?
   t1=$(date +%s.%N)

@@ -26,8 +26,8 @@ run() { # NAME TRITON_DIR INDUCTOR_DIR FXCACHE
   local name=$1 t=$2 i=$3 fx=$4 t0 t1 rc=0
   mkdir -p "$i"
   t0=$(date +%s.%N)
-  env TRITON_CACHE_DIR="$t" TORCHINDUCTOR_CACHE_DIR="$i" TORCHINDUCTOR_FX_GRAPH_CACHE=$fx \
-    TORCHINDUCTOR_AUTOGRAD_CACHE=$fx PYTHONUNBUFFERED=1 \
+  env TRITON_CACHE_DIR="$t" TORCHINDUCTOR_CACHE_DIR="$i" TORCHINDUCTOR_FX_GRAPH_CACHE="$fx" \
+    TORCHINDUCTOR_AUTOGRAD_CACHE="$fx" PYTHONUNBUFFERED=1 \
     "$py" "$here/inductor_workload.py" --json "$r/logs/$name.json" --events "$r/events/$name.json" \
     >"$r/logs/$name.log" 2>&1 || rc=$?
   t1=$(date +%s.%N)

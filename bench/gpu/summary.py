@@ -1,7 +1,7 @@
 """summary.py OUT MODE [--fake] [--check]: csi-proof.sh's table from OUT/runs.tsv.
 
 Medians of N per part and mode (cold, warm-local, tkm-mounted) side by side, the
-verdicts, and OUT/summary.json (what tests/unit/test_gpu_proof.c checks against
+verdicts, and OUT/summary.json (what bench/gpu/check-results.sh checks against
 runs.tsv and the other files).
 """
 

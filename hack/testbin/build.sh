@@ -66,7 +66,7 @@ tool_path() {
 }
 
 build_one() {
-  local tool=$1 ver out dir mod pkg tags= ldflags=(-s -w)
+  local tool=$1 ver out dir mod pkg tags='' ldflags=(-s -w)
   ver=$(tool_version "$tool")
   out=$(tool_path "$tool")
   [[ -x $out ]] && return 0

@@ -11,7 +11,7 @@ e2e_crds
 agent_ns
 COSIGN=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path cosign)
 CRANE=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path crane)
-export COSIGN_PASSWORD= COSIGN_YES=true
+export COSIGN_PASSWORD='' COSIGN_YES=true
 cd "$E2E_TMP"
 FX=$TKM_FIXTURES/triton-cache/triton-3.6.0-cuda-sm90.tar.gz
 
@@ -26,7 +26,7 @@ assert_eq "$D" "$D2" "tkmctl build is reproducible (same digest in both reposito
 "$CRANE" append -f "$TKM_FIXTURES/triton-cache/triton-3.6.0-cuda-sm90-binary-only.tar.gz" -t "$BASE/plain:v1" >/dev/null 2>&1
 DP=$("$CRANE" digest "$BASE/plain:v1")
 # a registry with basic auth
-htpasswd -Bbn tkm e2e-pass >htpasswd
+htpasswd -Bbn tkm e2e-pass >"$E2E_TMP/htpasswd"
 AREG=$("$TKM_SOURCE_DIR/hack/registry.sh" start "$E2E_TMP/areg" --htpasswd "$E2E_TMP/htpasswd")
 e2e_on_exit "'$TKM_SOURCE_DIR/hack/registry.sh' stop '$E2E_TMP/areg'"
 printf '{"auths":{"%s":{"auth":"%s"}}}' "$AREG" "$(printf tkm:e2e-pass | base64)" >auth.json

@@ -7,7 +7,7 @@
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/agent.inc"
 COSIGN=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path cosign)
-export COSIGN_PASSWORD= COSIGN_YES=true
+export COSIGN_PASSWORD='' COSIGN_YES=true
 cd "$E2E_TMP"
 once() { # ROOT ARGS...: tkm-agent --once on a GPU root, no kubeconfig
   local root=$1

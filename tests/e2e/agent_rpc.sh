@@ -46,8 +46,8 @@ kubectl -n "$NSA" patch tkc vec --subresource=status --type=merge \
 step "the harness: informers + the agent socket"
 vg=()
 if command -v valgrind >/dev/null && [[ ${TKM_E2E_VALGRIND:-1} == 1 ]]; then
-  vg=(valgrind -q --leak-check=full --show-leak-kinds=definite,indirect
-    --errors-for-leak-kinds=definite,indirect --error-exitcode=9
+  vg=(valgrind -q --leak-check=full '--show-leak-kinds=definite,indirect'
+    '--errors-for-leak-kinds=definite,indirect' --error-exitcode=9
     --suppressions="$TKM_SOURCE_DIR/tests/valgrind.supp")
 fi
 "${vg[@]}" "$PBIN" --socket "$SOCK" >"$E2E_TMP/out" 2>"$E2E_TMP/err" &

@@ -11,7 +11,7 @@ source "$(dirname "$0")/agent.inc"
 e2e_crds
 agent_ns
 COSIGN=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path cosign)
-export COSIGN_PASSWORD= COSIGN_YES=true
+export COSIGN_PASSWORD='' COSIGN_YES=true
 cd "$E2E_TMP"
 
 step "image from the sm90 fixture, pushed and signed with cosign"

@@ -18,7 +18,7 @@ csi_unshare "$0" "$@"
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/agent.inc"
 COSIGN=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path cosign)
-export COSIGN_PASSWORD= COSIGN_YES=true
+export COSIGN_PASSWORD='' COSIGN_YES=true
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.2f", b-a}'; }
 
@@ -29,6 +29,7 @@ agent_ns
 NSB=$NS
 csi_setup "$E2E_TMP/csi"
 # at exit after a failure ($rc is e2e_exit's): the end of tkm-csi's log
+# shellcheck disable=SC2016 # e2e_on_exit evaluates the string at exit
 e2e_on_exit '[[ ${rc:-0} == 0 ]] || { echo "--- last lines of the tkm-csi log:" >&2; tail -n 40 "$CSI_TMP/csi.log" >&2; }'
 e2e_on_exit csi_teardown
 : >"$CSI_TMP/agent.log" # csi_logs_clean reads it; the real agent logs to $E2E_TMP/h200.log
@@ -101,7 +102,7 @@ expect_ok "publish pod a" pub vol-a "$P/a/mount" cacheName=vadd
 echo "timing: a publish through the real agent (store hit): $(since "$t0") s"
 expect_ok "publish pod b" pub vol-b "$P/b/mount" cacheName=vadd
 read -r ga STORE <<<"$(lowers "$P/a/mount")"
-read -r gb store_b <<<"$(lowers "$P/b/mount")"
+read -r _ store_b <<<"$(lowers "$P/b/mount")"
 assert_eq "$STORE" "$store_b" "both overlays' lower layer is the same store copy"
 assert_eq "$STORE" "$(lowers "$P/c/mount" | cut -d' ' -f2)" "vol-c's too"
 [[ $STORE == "$E2E_TMP/h200/store/"* && -d $STORE ]] || fail "lower layer '$STORE' is not in the agent's store"
@@ -195,7 +196,7 @@ expect_ok "unpublish again: idempotent" csi unpublish vol-a "$P/a/mount"
 assert_eq "" "$(csi_mounts)" "no tkm-csi mount left"
 for v in a b ro c img after; do [[ ! -e $P/$v/mount ]] || fail "target $P/$v/mount left"; done
 pass "every target dir removed"
-assert_eq "" "$(ls -A "$CSI_STATE" | grep -v '^\.release$' || true)" "no per-pod dir left"
+assert_eq "" "$(find "$CSI_STATE" -mindepth 1 -maxdepth 1 ! -name .release -printf '%f\n')" "no per-pod dir left"
 assert_eq "" "$(ls -A "$CSI_STATE/.release" 2>/dev/null || true)" "no release pending"
 wait_jp 30 "the agent holds no reference (node status pods[] empty)" "" tkcns "$N1" "$NSA" '{.status.caches.vadd.pods[*].name}'
 assert_eq 0 "$(metrics | awk '$1 == "tkm_agent_store_references" {print $2}')" "tkm_agent_store_references 0"

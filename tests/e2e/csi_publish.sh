@@ -200,7 +200,7 @@ for v in ro ro2 copy nh c e2 r; do expect_ok "unpublish vol-$v" csi unpublish "v
 expect_ok "unpublish again: idempotent" csi unpublish vol-a "$P/a/mount"
 expect_ok "unpublish of a volume never published" csi unpublish vol-never "$P/never/mount"
 assert_eq "" "$(csi_mounts)" "no tkm-csi mount left"
-assert_eq "" "$(ls -A "$CSI_STATE" | grep -v '^\.release$' || true)" "no per-pod dir left"
+assert_eq "" "$(find "$CSI_STATE" -mindepth 1 -maxdepth 1 ! -name .release -printf '%f\n')" "no per-pod dir left"
 assert_eq "" "$(ls -A "$CSI_STATE/.release" 2>/dev/null || true)" "no release pending"
 assert_eq "" "$(find "$P" -mindepth 2 -name mount)" "target dirs removed"
 for v in a b ro ro2 copy nh c e2 r; do

@@ -22,6 +22,7 @@ sanity=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path csi-sanity)
 csi_setup "$E2E_TMP/csi"
 e2e_on_exit csi_teardown
 CTRL_PID=
+# shellcheck disable=SC2016 # e2e_on_exit evaluates the string at exit
 e2e_on_exit '[[ -z $CTRL_PID ]] || { kill "$CTRL_PID" 2>/dev/null; wait "$CTRL_PID" 2>/dev/null; }'
 csi_agent_start
 csi_driver_start

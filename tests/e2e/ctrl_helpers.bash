@@ -23,7 +23,7 @@ CRANE=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path crane)
 TKMCTL=$TKM_BUILD_DIR/cli/tkmctl
 CTRL_BIN=${TKM_CTRL_BIN:-$TKM_BUILD_DIR/controller/tkm-controller}
 [[ -x $TKMCTL && -x $CTRL_BIN ]] || fail "build tkmctl and tkm-controller first"
-export COSIGN_PASSWORD= COSIGN_YES=true
+export COSIGN_PASSWORD='' COSIGN_YES=true
 declare -A CTRL_PID=()
 
 ctrl_crds() {
@@ -62,8 +62,8 @@ ctrl_start() {
   # the scenario when it exits), but valgrind itself is the process CTRL_PID signals
   if [[ ${TKM_E2E_CTRL_VALGRIND:-0} == 1 ]]; then
     mkdir -p "$E2E_TMP/valgrind"
-    vg=(valgrind -q --leak-check=full --show-leak-kinds=definite,indirect
-      --errors-for-leak-kinds=definite,indirect --track-fds=no
+    vg=(valgrind -q --leak-check=full '--show-leak-kinds=definite,indirect'
+      '--errors-for-leak-kinds=definite,indirect' --track-fds=no
       --suppressions="$TKM_SOURCE_DIR/tests/valgrind.supp" --log-file="$E2E_TMP/valgrind/%p.log")
   fi
   "${vg[@]}" "$CTRL_BIN" --kubeconfig "$KUBECONFIG" --namespace "$CTRL_NS" --state-dir "$E2E_TMP/state-${CTRL_STATE:-main}" \

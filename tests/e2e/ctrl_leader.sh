@@ -28,7 +28,7 @@ LE=(--leader-elect --leader-election-id e2e-ctrl --lease-duration 6s --renew-dea
 
 step "two replicas"
 POD_NAME=e2e-ctrl-pod-a CTRL_STATE=a ctrl_start a "${LE[@]}"
-POD_NAME= CTRL_STATE=b ctrl_start b "${LE[@]}"
+POD_NAME='' CTRL_STATE=b ctrl_start b "${LE[@]}"
 holder() { kubectl -n "$NS" get lease e2e-ctrl -o jsonpath='{.spec.holderIdentity}' 2>/dev/null; }
 has_holder() { [[ -n $(holder) ]]; }
 wait_for 20 "a leader is elected" has_holder

@@ -132,7 +132,7 @@ assert_not_contains "$OUT" "deployment.apps" "no Deployment applied"
 assert_not_contains "$OUT" "daemonset.apps" "no DaemonSet applied"
 for o in csidriver/csi.tkm.io -n\ tkm-system\ configmap/tkm-config -n\ tkm-system\ secret/tkm-trusted-keys -n\ tkm-system\ sa/tkm-agent \
   -n\ tkm-system\ sa/tkm-controller validatingadmissionpolicy/tkm-agent-own-node-only; do
-  # shellcheck disable=SC2086
-  expect_ok "exists: ${o##* }" kubectl get $o
+  read -ra obj <<<"$o"
+  expect_ok "exists: ${o##* }" kubectl get "${obj[@]}"
 done
 e2e_done

@@ -96,7 +96,7 @@ status_obj() { # NAME
   printf '{"apiVersion":"tkm.io/v1alpha1","kind":"TritonKernelCacheNodeStatusCluster","metadata":{"name":"%s"}}' "$1"
 }
 as_apply() { # KUBECONFIG NAME [--dry-run=server]: server-side apply of a node status object
-  status_obj "$2" | KUBECONFIG=$1 kubectl apply --server-side --field-manager=tkm-agent -f - ${3:-}
+  status_obj "$2" | KUBECONFIG=$1 kubectl apply --server-side --field-manager=tkm-agent -f - ${3:+"$3"}
 }
 policy_denies_node_b() { ! as_apply "$T/agent-a.json" node-b --dry-run=server; }
 e2e_on_exit "kubectl delete tkcnsc node-a node-b --ignore-not-found --wait=false >/dev/null 2>&1"

@@ -67,7 +67,7 @@ kill -CONT "$XPID"
 rc=0
 wait "$XPID" || rc=$?
 assert_eq 0 "$rc" "the live extraction completed: $(cat "$W/x.log")"
-assert_eq "$(printf 'c-live\nc-other')" "$(ls -A "$W/out" | sort)" "both outputs, no staging left"
+assert_eq "$(printf 'c-live\nc-other')" "$(find "$W/out" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort)" "both outputs, no staging left"
 cmp -s "$kdir/big.bin" "$W/out/c-live/$(basename "$kdir")/big.bin" || fail "big.bin differs"
 pass "the live extraction's big file is intact"
 
@@ -84,7 +84,7 @@ mkdir -p "$W/out/.tkm-staging-$dead-12345-cccc/y" "$W/out/.not-ours-staging"
 rm -rf "$W/out/c-live" "$W/out/c-other"
 expect_ok "extract purges" "$TKMCTL" extract "$W/img-small" --output "$W/out/c3"
 assert_eq "$(printf '%s\n' .not-ours-staging ".tkm-staging-$SPID-$start-aaaa" c3 | sort)" \
-  "$(ls -A "$W/out" | sort)" "kept: a foreign name and a live process's dir; removed: reused and dead pids"
+  "$(find "$W/out" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort)" "kept: a foreign name and a live process's dir; removed: reused and dead pids"
 
 step "--max-bytes / --max-file-bytes"
 expect_fail "--max-file-bytes below big.bin" "$TKMCTL" extract "$W/img-big" --output "$W/out/c4" --max-file-bytes 100Mi
@@ -100,7 +100,7 @@ for bad in 0 -5 1.5G 99999999999999999999 16EiB ""; do
   assert_eq 2 "$rc" "--max-file-bytes='$bad' is a usage error"
 done
 assert_eq "$(printf '%s\n' .not-ours-staging ".tkm-staging-$SPID-$start-aaaa" c3 | sort)" \
-  "$(ls -A "$W/out" | sort)" "refusals leave nothing"
+  "$(find "$W/out" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort)" "refusals leave nothing"
 expect_ok "generous caps" "$TKMCTL" extract "$W/img-small" --output "$W/out/c5" --max-bytes 1Gi --max-file-bytes 64MiB
 
 step "from a registry: caps checked from the manifest, before any layer is fetched"

@@ -63,7 +63,7 @@ assert_not_contains "$(cat "$T"/store/triton/*/__grp__*.json)" "$T" "no producer
 assert_contains "$("$TKMCTL" inspect "$T/store")" "torch 2.11.0+cu130 (cache)" "inspect of the extracted directory shows the parts"
 
 step "tkm-agent --once judges the Inductor part on the recorded H100"
-IFS=, read -r idx name uuid driver cc mem bus devid mig < <(sed -n '2p' "$R/nvidia-smi-query.csv" | sed 's/, /,/g')
+IFS=, read -r _ name uuid driver cc mem bus devid _ < <(sed -n '2p' "$R/nvidia-smi-query.csv" | sed 's/, /,/g')
 cuda=$(sed -n 's:.*<cuda_version>\([0-9.]*\)</cuda_version>.*:\1:p' "$R/nvidia-smi.xml" | head -1)
 cat >"$T/nvml.conf" <<CONF
 driver=$driver

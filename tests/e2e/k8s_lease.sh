@@ -21,8 +21,8 @@ declare -A PID
 start_candidate() { # ID [valgrind 0|1]
   local id=$1 vg=()
   if [[ ${2:-1} == 1 ]] && command -v valgrind >/dev/null && [[ ${TKM_E2E_VALGRIND:-1} == 1 ]]; then
-    vg=(valgrind -q --leak-check=full --show-leak-kinds=definite,indirect
-      --errors-for-leak-kinds=definite,indirect --error-exitcode=9
+    vg=(valgrind -q --leak-check=full '--show-leak-kinds=definite,indirect'
+      '--errors-for-leak-kinds=definite,indirect' --error-exitcode=9
       --suppressions="$TKM_SOURCE_DIR/tests/valgrind.supp" --log-file="$E2E_TMP/vg-$id.log")
   fi
   "${vg[@]}" "$prog" --name tkm-leader --namespace "$ns" --identity "$id" --lease-ms $LEASE_MS \

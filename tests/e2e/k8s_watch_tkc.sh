@@ -14,8 +14,8 @@ tkc() { # NAME IMAGE
 tkc llama quay.io/org/llama-cache:v3 | kubectl -n "$ns" apply -f - >/dev/null
 vg=()
 if command -v valgrind >/dev/null && [[ ${TKM_E2E_VALGRIND:-1} == 1 ]]; then
-  vg=(valgrind -q --leak-check=full --show-leak-kinds=definite,indirect
-    --errors-for-leak-kinds=definite,indirect --error-exitcode=9
+  vg=(valgrind -q --leak-check=full '--show-leak-kinds=definite,indirect'
+    '--errors-for-leak-kinds=definite,indirect' --error-exitcode=9
     --suppressions="$TKM_SOURCE_DIR/tests/valgrind.supp")
 fi
 "${vg[@]}" "$ex" -n "$ns" >"$E2E_TMP/out" 2>"$E2E_TMP/err" &

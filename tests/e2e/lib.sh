@@ -12,7 +12,7 @@ TKM_BUILD_DIR=${TKM_BUILD_DIR:-$TKM_SOURCE_DIR/build}
 TKM_FIXTURES=${TKM_FIXTURES:-$TKM_SOURCE_DIR/tests/fixtures}
 TKM_CLUSTER_DIR=${TKM_CLUSTER_DIR:-$TKM_SOURCE_DIR/.tkm/cluster}
 if [[ -s $TKM_CLUSTER_DIR/env ]]; then
-  # shellcheck disable=SC1091
+  # shellcheck source=/dev/null # written by hack/cluster.sh up
   source "$TKM_CLUSTER_DIR/env"
 else
   echo "e2e: no control plane in $TKM_CLUSTER_DIR (run: hack/cluster.sh up)" >&2

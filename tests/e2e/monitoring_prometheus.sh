@@ -157,7 +157,7 @@ assert_eq "$A/failed=0 $A/pending=0 $A/usable=1 $H/failed=0 $H/pending=0 $H/usab
   "fleet matrix: one row per node, the cache usable on both"
 assert_eq 1 "$(promv 'sum(tkm_agent_extraction_seconds_count)')" "one extraction in all, the H200's"
 sb=$(promv "sum(tkm_agent_store_bytes{node=\"$H\"})")
-[[ $sb =~ ^[0-9]+$ ]] && ((sb > 0)) || fail "the H200's store bytes: '$sb'"
+{ [[ $sb =~ ^[0-9]+$ ]] && ((sb > 0)); } || fail "the H200's store bytes: '$sb'"
 pass "the H200's store holds $sb bytes"
 assert_eq 0 "$(promv "sum(tkm_agent_store_bytes{node=\"$A\"})")" "the A100's store holds nothing"
 assert_eq 10737418240 "$(promv "tkm_agent_store_budget_bytes{node=\"$H\"}")" "the store budget is --store-budget's default, 10Gi"

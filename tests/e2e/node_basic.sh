@@ -30,6 +30,7 @@ envs="        env:
 
 # pod NAME HOSTNETWORK IMAGE ENVS COMMAND: a Pod manifest
 pod() {
+  # shellcheck disable=SC2001 # per line: ${4//} cannot anchor at each line's start
   cat <<EOF
 apiVersion: v1
 kind: Pod
@@ -67,6 +68,7 @@ done
 
 step "a hostNetwork busybox pod runs; its logs come back through kubectl logs"
 t0=$(now)
+# shellcheck disable=SC2016 # the pod's shell expands them
 expect_ok "apply hello" "$hack/node.sh" apply - < <(pod hello true "$TKM_BUSYBOX_IMAGE" "$envs" \
   'echo "hello from the tkm node: host=$KUBERNETES_SERVICE_HOST port=$KUBERNETES_SERVICE_PORT"')
 wait_for 120 "hello Succeeded" is pod/hello '{.status.phase}' Succeeded
@@ -128,9 +130,9 @@ pass "containers run in containerd ($running tasks)"
 step "every listener of the node's processes is on loopback"
 pids=" $(cat "$TKM_NODE_DIR"/{containerd,kubelet,kube-scheduler,kube-controller-manager}.pid | tr '\n' ' ') "
 listeners=$(ss -Hltnp | while read -r _ _ _ local _ proc; do
-  for p in $(grep -o 'pid=[0-9]*' <<<"$proc" | cut -d= -f2); do
+  while read -r p; do
     if [[ $pids == *" $p "* ]]; then echo "$local"; fi
-  done
+  done < <(grep -o 'pid=[0-9]*' <<<"$proc" | cut -d= -f2)
 done | sort -u)
 [[ -n $listeners ]] || fail "found no listener of the node's processes"
 bad=$(grep -v '^127\.0\.0\.1:' <<<"$listeners" || true)

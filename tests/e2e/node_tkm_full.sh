@@ -18,4 +18,5 @@
 # shellcheck source=tests/e2e/lib.sh
 source "$(dirname "$0")/lib.sh"
 NODE_WITH_CONTROLLER=1
+# shellcheck source=tests/e2e/node_scenario.inc
 source "$(dirname "$0")/node_scenario.inc"

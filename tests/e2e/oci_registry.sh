@@ -72,7 +72,6 @@ expect_ok "inspect through the index" "$T" inspect "$REG/e2e/oci-cache:multi" -o
 assert_eq "$WANT" "$(jq -r .manifestDigest <<<"$OUT")" "inspect pins the same manifest as pull"
 
 step "extract"
-MOUNT=$(cd "$(dirname "$CACHE")" && pwd)/$(basename "$CACHE")
 expect_ok "extract from the registry" "$T" extract "$REG/e2e/oci-cache:sm90" --output "$E2E_TMP/x" \
   --mount-path /tmp/tcache -o json
 assert_eq 36 "$(jq -r .files <<<"$OUT")" "files extracted"
@@ -162,7 +161,7 @@ assert_contains "$OUT" "blob $LAYER" "error names the layer digest"
 assert_contains "$OUT" "digest mismatch" "error says digest mismatch"
 [[ ! -e $E2E_TMP/tp/blobs/sha256/$LHEX ]] || fail "tampered blob left in the layout"
 pass "no unverified blob left behind"
-[[ ! -e $E2E_TMP/tp && -z $(ls -A "$E2E_TMP" | grep -F .tp.pull-) ]] || fail "the failed pull left a directory"
+[[ ! -e $E2E_TMP/tp && -z $(find "$E2E_TMP" -mindepth 1 -maxdepth 1 -name '*.tp.pull-*') ]] || fail "the failed pull left a directory"
 pass "the failed pull left no layout and no staging directory"
 cp "$E2E_TMP/layer.orig" "$LF"
 MHEX=${BUILT#sha256:}

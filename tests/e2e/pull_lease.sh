@@ -28,7 +28,7 @@ ns=$(e2e_namespace)
 
 step "sign it with real cosign (key pair, no tlog) and make a second, unrelated key"
 COSIGN=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path cosign)
-export COSIGN_PASSWORD= COSIGN_YES=true
+export COSIGN_PASSWORD='' COSIGN_YES=true
 (cd "$E2E_TMP" && "$COSIGN" generate-key-pair >/dev/null 2>&1 &&
   mkdir other && cd other && "$COSIGN" generate-key-pair >/dev/null 2>&1) || fail "cosign generate-key-pair"
 expect_ok "cosign sign" "$COSIGN" sign --key "$E2E_TMP/cosign.key" --tlog-upload=false -y \
@@ -54,7 +54,7 @@ for i in 0 1 2 3; do
     fail "pull-$i: blobs differ from the manifest's"
 done
 pass "each layout holds exactly the manifest, config and layer"
-[[ -z $(ls -A "$E2E_TMP/pulls" | grep -F .pull-) ]] || fail "a staging directory was left behind"
+[[ -z $(find "$E2E_TMP/pulls" -mindepth 1 -maxdepth 1 -name '*.pull-*') ]] || fail "a staging directory was left behind"
 pass "no staging directory left"
 
 PULL_MS=$(jq -r .pull_ms <<<"$R")

@@ -45,8 +45,7 @@ csi_agent_start() {
   "$TKM_BUILD_DIR/tests/e2e_csi_testagent" --socket "$CSI_AGENT_SOCK" --store "$CSI_STORE" \
     --cache vadd=/cache --cache nohint "${CSI_AGENT_ARGS[@]}" >>"$CSI_TMP/agent.log" 2>&1 &
   CSI_AGENT_PID=$!
-  local i
-  for i in $(seq 100); do [[ -S $CSI_AGENT_SOCK ]] && return 0; sleep 0.05; done
+  for _ in $(seq 100); do [[ -S $CSI_AGENT_SOCK ]] && return 0; sleep 0.05; done
   echo "csi env: the test agent did not start:" >&2; cat "$CSI_TMP/agent.log" >&2; return 1
 }
 csi_agent_stop() {
@@ -63,15 +62,15 @@ csi_driver_start() {
     --target-root "$CSI_TMP/pods" --registration-dir "$CSI_REG_DIR" --retry-release 1s -v 1 "$@" \
     >>"$CSI_TMP/csi.log" 2>&1 &
   CSI_DRIVER_PID=$!
-  local i
-  for i in $(seq 100); do [[ -S $CSI_SOCK ]] && return 0; sleep 0.05; done
+  for _ in $(seq 100); do [[ -S $CSI_SOCK ]] && return 0; sleep 0.05; done
   echo "csi env: tkm-csi did not start:" >&2; cat "$CSI_TMP/csi.log" >&2; return 1
 }
-# csi_driver_stop [SIGNAL]
+# csi_driver_stop [SIGNAL]: sets CSI_DRIVER_RC, its exit status
+# shellcheck disable=SC2120 # SIGNAL is optional; callers in other files pass it (csi_publish.sh: KILL)
 csi_driver_stop() {
   [[ -n ${CSI_DRIVER_PID:-} ]] || return 0
   kill "-${1:-TERM}" "$CSI_DRIVER_PID" 2>/dev/null || true
-  CSI_DRIVER_RC=0
+  export CSI_DRIVER_RC=0 # (the callers read it)
   wait "$CSI_DRIVER_PID" 2>/dev/null || CSI_DRIVER_RC=$?
   CSI_DRIVER_PID= # a SIGKILLed one leaves a stale socket: the next tkm-csi removes it
 }
@@ -99,7 +98,7 @@ csi_mounts() {
 csi_teardown() {
   csi_driver_stop
   csi_agent_stop
-  local m src
-  while read -r m src; do umount -l "$m" 2>/dev/null || true; done < <(csi_mounts)
+  local m
+  while read -r m _; do umount -l "$m" 2>/dev/null || true; done < <(csi_mounts)
   umount -l "$CSI_TMP/run" 2>/dev/null || true
 }

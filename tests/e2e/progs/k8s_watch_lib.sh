@@ -13,11 +13,11 @@ watcher_start() {
   shift 2
   local vg=()
   if command -v valgrind >/dev/null && [[ ${TKM_E2E_VALGRIND:-1} == 1 ]]; then
-    vg=(valgrind -q --leak-check=full --show-leak-kinds=definite,indirect
-      --errors-for-leak-kinds=definite,indirect --error-exitcode=9
+    vg=(valgrind -q --leak-check=full '--show-leak-kinds=definite,indirect'
+      '--errors-for-leak-kinds=definite,indirect' --error-exitcode=9
       --suppressions="$TKM_SOURCE_DIR/tests/valgrind.supp" --log-file="$E2E_TMP/valgrind.log")
   fi
-  "${vg[@]}" "$prog" --resource "$res" --namespace "$ns" --dump "$E2E_TMP/dump" "$@" \
+  "${vg[@]}" "${prog:?the scenario sets prog}" --resource "$res" --namespace "$ns" --dump "$E2E_TMP/dump" "$@" \
     >"$W_OUT" 2>"$E2E_TMP/watch.err" &
   W_PID=$!
   e2e_on_exit "kill -9 $W_PID 2>/dev/null"
