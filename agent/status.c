@@ -491,7 +491,10 @@ void agent_status_own_event(struct agent *a, const struct k8s_obj *obj, int dele
     if (deleted) {
         if (!o->inflight && !o->want_delete) {
             /* the garbage collector deletes it when the Node went away (or came
-             * back with a new uid): read the Node again before recreating */
+             * back with a new uid): read the Node again before recreating (no
+             * write until on_node has the uid: passes run at once now, sooner
+             * than the GET answers) */
+            a->node_uid[0] = 0;
             uv_timer_start(&a->node_timer, node_get, 0, 0);
             tkm_warn("node status %s%s was deleted by someone else: recreating it", obj->ns,
                      obj->ns[0] ? "/" : "");

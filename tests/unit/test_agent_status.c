@@ -2,8 +2,9 @@
  * test_agent_status.c - agent/status.c: when tkm-agent writes its node status
  * objects, against a scripted apiserver (tsrv): a change is written at once
  * when no write is in flight, the changes that come while one is in flight
- * make exactly one more write, an unchanged body is not written again, and a
- * failed write is retried after its backoff, never earlier. The agent's
+ * make exactly one more write, an unchanged body is not written again, a
+ * failed write is retried after its backoff, never earlier, and a node status
+ * deleted by someone else waits for the Node to be read again. The agent's
  * informers are real k8s informers over empty lists (the writer waits for
  * them to sync); the caches are set by hand, as cache.c would leave them.
  */
@@ -35,6 +36,8 @@ struct api {
     int waiting;        /* /status applies being held now */
     uint64_t failed_ms; /* tkm_now_ms() just before the last failure was answered */
     uv_async_t wake;    /* wakes the loop when an apply arrives (the test waits on it) */
+    int node_gone;      /* GET Node answers 404 while set */
+    int node_gets;      /* GET Node requests */
     char body[8][8192]; /* the first bodies received */
 };
 
@@ -71,6 +74,24 @@ static int on_status_apply(const struct tsrv_request *rq, struct tsrv_reply *out
              100 + n);
     out->status = fail ? 500 : 200;
     out->body = fail ? "{\"kind\":\"Status\",\"code\":500,\"message\":\"boom\"}" : scratch;
+    return 0;
+}
+
+static int on_node_get(const struct tsrv_request *rq, struct tsrv_reply *out, char *scratch,
+                       size_t scratch_len, void *data)
+{
+    struct api *api = data;
+    (void)rq;
+    (void)scratch;
+    (void)scratch_len;
+    pthread_mutex_lock(&api->mu);
+    api->node_gets++;
+    int gone = api->node_gone;
+    pthread_mutex_unlock(&api->mu);
+    out->status = gone ? 404 : 200;
+    out->body = gone ? "{\"kind\":\"Status\",\"code\":404,\"reason\":\"NotFound\"}"
+                     : "{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{\"name\":"
+                       "\"node-1\",\"uid\":\"node-uid-1\"}}";
     return 0;
 }
 
@@ -179,10 +200,6 @@ static void fx_start(struct fx *f)
                                  "{server: \"http://127.0.0.1:%d\"}\nusers:\n- name: u\n  user: "
                                  "{}\ncontexts:\n- name: f\n  context: {cluster: f, user: u}\n"
                                  "current-context: f\n";
-    static const struct tsrv_reply node[] = {
-        {200, NULL,
-         "{\"apiVersion\":\"v1\",\"kind\":\"Node\",\"metadata\":{\"name\":\"node-1\","
-         "\"uid\":\"node-uid-1\"}}"}};
     static const struct tsrv_reply watch[] = {{200, NULL, "", .hold = 1}};
     static const struct tsrv_reply list[] = {
         {200, NULL,
@@ -201,7 +218,7 @@ static void fx_start(struct fx *f)
     ASSERT_OK(uv_loop_init(&f->loop));
     ASSERT_OK(uv_async_init(&f->loop, &f->api.wake, NULL));
     tsrv_init(&f->s);
-    tsrv_route(&f->s, "GET", "/api/v1/nodes/node-1", TSRV_EXACT, NULL, node, 1);
+    tsrv_route_fn(&f->s, "GET", "/api/v1/nodes/node-1", TSRV_EXACT, NULL, on_node_get, &f->api);
     tsrv_route(&f->s, "GET", NULL, TSRV_PREFIX, "watch=1", watch, 1);
     tsrv_route(&f->s, "GET", "/apis/", TSRV_PREFIX, NULL, list, 1);
     tsrv_route_fn(&f->s, "PATCH", NS_PATH "/status", TSRV_EXACT, NULL, on_status_apply, &f->api);
@@ -386,5 +403,35 @@ TEST(failed_write_backs_off)
     ASSERT(rq.at_ms >= f.api.failed_ms + AGENT_BACKOFF_MIN_MS);
     ASSERT_STRCONTAINS(f.api.body[2], "\"c-02\":{\"digest\"");
     ASSERT_EQ(f.a.write_backoff_ms, 0);
+    fx_stop(&f);
+}
+
+/* The Node's 404 was answered: on_node retries in 5 s. */
+static int node_gone_seen(struct fx *f)
+{
+    pthread_mutex_lock(&f->api.mu);
+    int n = f->api.node_gets;
+    pthread_mutex_unlock(&f->api.mu);
+    return n >= 2 && uv_is_active((uv_handle_t *)&f->a.node_timer) &&
+           uv_timer_get_due_in(&f->a.node_timer) > 1000;
+}
+
+/* The node status deleted by someone else (the garbage collector, when the
+ * Node went away): nothing is recreated before the Node is read again, and
+ * nothing while it is gone, though passes now run at once. */
+TEST(deleted_status_waits_for_the_node)
+{
+    struct fx f;
+    fx_start(&f);
+    struct agent_nsobj *o = nsobj(&f);
+    struct k8s_obj gone = {.key = "ml/node-1", .ns = "ml", .name = "node-1"};
+    api_set(&f.api, &f.api.node_gone, 1);
+    agent_status_own_event(&f.a, &gone, 1);
+    ASSERT(!o->exists);
+    uv_run(&f.loop, UV_RUN_NOWAIT); /* the pass the event asked for */
+    ASSERT(!o->inflight);
+    run_until(&f, node_gone_seen, "the Node's 404");
+    ASSERT(!o->inflight);
+    ASSERT_EQ(api_writes(&f.api), 1);
     fx_stop(&f);
 }
