@@ -61,7 +61,6 @@
 #define AGENT_BACKOFF_MIN_MS  1000             /* the work queue's retry backoff: 1 s doubling */
 #define AGENT_BACKOFF_MAX_MS  (5 * 60 * 1000)  /* ... to 5 min */
 #define AGENT_WORKERS         64               /* caches verified at once */
-#define AGENT_FLUSH_DELAY_MS  200              /* coalesces many cache changes into one write */
 /* --socket's default: what manifests/base/daemonset-node.yaml mounts and tkm-csi's
  * --agent-socket default (CSI_DEFAULT_AGENT_SOCKET); a directory of its own, since the
  * agent makes the socket's directory 0700 and the shared /var/run/tkm is 0755
@@ -124,6 +123,7 @@ struct agent_nsobj {
     int exists;       /* created (through the main endpoint) */
     int inflight;     /* an apply or delete is in flight */
     int want_delete;  /* no caches left */
+    int again;        /* changed while in flight: another pass when the write ends */
     char *applied_rv; /* resourceVersion our last apply returned */
 };
 
@@ -159,6 +159,7 @@ struct agent {
     int flush_pending;
     uint64_t flush_due_ms;
     uint64_t write_backoff_ms;
+    uint64_t write_retry_ms; /* tkm_now_ms() before which no write starts (backoff), or 0 */
     int stopping;
     struct tkm_oci_session *once_session; /* --once --image REF */
     /* the store and the socket */
@@ -218,7 +219,10 @@ void agent_entry_release(struct tkm_api_node_cache *e);
 int agent_status_build(const struct agent *a, const char *ns, const char *last_updated,
                        struct tkm_api_node_status *st);
 void agent_status_release(struct tkm_api_node_status *st);
-/* Marks the node status dirty: a write within AGENT_FLUSH_DELAY_MS. */
+/* Marks the node status dirty: a pass on the loop's next turn writes what
+ * changed at once; an object whose write is in flight is written again when
+ * that write ends, with every change made meanwhile (one write, not one per
+ * change); after a failed write, not before its backoff ends. */
 void agent_status_changed(struct agent *a);
 int agent_status_start(struct agent *a, struct tkm_err *err);
 void agent_status_own_event(struct agent *a, const struct k8s_obj *o, int deleted);

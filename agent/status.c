@@ -227,9 +227,18 @@ static void flush_after(struct agent *a, uint64_t ms)
     uv_timer_start(&a->flush_timer, on_flush_timer, ms, 0);
 }
 
+/* Runs flush() as soon as a write may start: on the loop's next turn (so the
+ * changes of one turn make one pass), or when the backoff after a failed
+ * write ends. */
+static void flush_soon(struct agent *a)
+{
+    uint64_t now = tkm_now_ms();
+    flush_after(a, a->write_retry_ms > now ? a->write_retry_ms - now : 0);
+}
+
 void agent_status_changed(struct agent *a)
 {
-    flush_after(a, AGENT_FLUSH_DELAY_MS);
+    flush_soon(a);
 }
 
 static struct agent_nsobj *nsobj_get(struct agent *a, const char *ns, int create)
@@ -283,6 +292,7 @@ static void write_failed(struct write_ctx *w, int rc, const struct k8s_status *s
     a->write_backoff_ms = a->write_backoff_ms ? a->write_backoff_ms * 2 : AGENT_BACKOFF_MIN_MS;
     if (a->write_backoff_ms > 30000)
         a->write_backoff_ms = 30000;
+    a->write_retry_ms = tkm_now_ms() + a->write_backoff_ms;
     tkm_warn("%s %s%s%s: %s failed (%d): %s; retrying in %llu ms", nsobj_res(w->o)->kind, w->o->ns,
              w->o->ns[0] ? "/" : "", a->o.node_name, w->step == 2 ? "delete" : "apply", rc,
              st ? k8s_status_str(st, msg, sizeof msg) : "",
@@ -302,14 +312,15 @@ static void on_written(int rc, json_t *obj, const struct k8s_status *st, void *d
         goto out;
     if (w->step == 2) {
         if (rc < 0 && rc != -ENOENT) {
+            o->again = 0;
             write_failed(w, rc, st);
             goto out;
         }
         tkm_info("deleted the node status of %s%s (no caches left)", o->ns[0] ? "namespace " : "",
                  o->ns[0] ? o->ns : "cluster caches");
         nsobj_remove(a, o);
-        a->write_backoff_ms = 0;
-        flush_after(a, 0);
+        a->write_backoff_ms = a->write_retry_ms = 0;
+        flush_soon(a);
         goto out;
     }
     if (w->step == 0 && (rc == 0 || rc == -EEXIST || rc == -EALREADY)) {
@@ -327,10 +338,11 @@ static void on_written(int rc, json_t *obj, const struct k8s_status *st, void *d
         return;
     }
     if (rc < 0) {
+        o->again = 0; /* the retry's pass takes what came meanwhile */
         write_failed(w, rc, st);
         goto out;
     }
-    a->write_backoff_ms = 0;
+    a->write_backoff_ms = a->write_retry_ms = 0;
     a->status_writes++;
     a->status_write_time = wall_s();
     free(o->last_body);
@@ -340,6 +352,10 @@ static void on_written(int rc, json_t *obj, const struct k8s_status *st, void *d
     free(o->applied_rv);
     o->applied_rv =
         obj && k8s_obj_resource_version(obj) ? strdup(k8s_obj_resource_version(obj)) : NULL;
+    if (o->again) { /* changes came while this write was in flight: one more pass */
+        o->again = 0;
+        flush_soon(a);
+    }
 out:
     json_decref(w->body);
     free(w->body_cmp);
@@ -430,6 +446,10 @@ static void flush(struct agent *a)
         flush_after(a, 500);
         return;
     }
+    if (a->write_retry_ms > now) { /* backing off after a failed write */
+        flush_after(a, a->write_retry_ms - now);
+        return;
+    }
     /* the objects there should be */
     for (struct agent_cache *ac = a->caches; ac; ac = ac->next)
         nsobj_get(a, ac->c.cluster ? "" : ac->c.meta.ns, 1);
@@ -439,8 +459,10 @@ static void flush(struct agent *a)
         for (struct agent_cache *ac = a->caches; ac && !has; ac = ac->next)
             has = o->ns[0] ? !ac->c.cluster && !strcmp(ac->c.meta.ns, o->ns) : ac->c.cluster;
         o->want_delete = !has;
-        if (o->inflight)
+        if (o->inflight) { /* one write per object at a time: the next pass when it ends */
+            o->again = 1;
             continue;
+        }
         if (o->want_delete) {
             struct write_ctx *w = calloc(1, sizeof *w);
             if (!w)
@@ -469,7 +491,10 @@ void agent_status_own_event(struct agent *a, const struct k8s_obj *obj, int dele
     if (deleted) {
         if (!o->inflight && !o->want_delete) {
             /* the garbage collector deletes it when the Node went away (or came
-             * back with a new uid): read the Node again before recreating */
+             * back with a new uid): read the Node again before recreating (no
+             * write until on_node has the uid: passes run at once now, sooner
+             * than the GET answers) */
+            a->node_uid[0] = 0;
             uv_timer_start(&a->node_timer, node_get, 0, 0);
             tkm_warn("node status %s%s was deleted by someone else: recreating it", obj->ns,
                      obj->ns[0] ? "/" : "");

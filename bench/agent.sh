@@ -5,6 +5,9 @@
 # Usage: bench/agent.sh [-r PIN_ROUNDS]          (default 10)
 #   env: TKM_BUILD_DIR  (default <repo>/build: cli/tkmctl, bench/bench_simagents)
 #        TKM_AGENT      (default $TKM_BUILD_DIR/agent/tkm-agent)
+#        TKM_BASE_AGENT a second tkm-agent binary (say one built from main in another
+#                        build dir) run side by side as the baseline ("base"), or
+#        TKM_BASE_BUILD_DIR: then TKM_BASE_AGENT is its agent/tkm-agent. Unset: no baseline.
 #        TKM_AGENT_GPU_ARGS (default: one H200 through the tests' fake NVML,
 #                        $TKM_BUILD_DIR/fakenvml/libnvidia-ml.so.1 (ninja fakenvml),
 #                        with the values recorded on a real H200 (tests/fixtures/gpu/
@@ -46,6 +49,11 @@
 #   a watch on the node's status object (one per side, opened before the
 #   rounds, timestamps taken by jq as each event arrives) gives the time the
 #   entry "<cache>" with the pinned digest first appears. Median and max.
+# The baseline (TKM_BASE_AGENT) runs as a second node, bench-node-base, beside
+#   tkm-agent: like every tkm-agent of a cluster, each of the two handles every
+#   TritonKernelCache and writes its own node's status objects, so both see the
+#   same caches and the same pins at the same time (its RSS, fill time and pin
+#   latency come from the very same events as tkm-agent's).
 # Signature policy Disabled, on purpose: GKM's agent verifies nothing (its
 # webhook and Kyverno do, at admission, outside what is measured); with
 # Enforce tkm would add a cosign verification GKM's agent never does.
@@ -66,11 +74,12 @@ ROUNDS=10
 while getopts "r:" o; do
   case $o in
     r) ROUNDS=$OPTARG ;;
-    *) sed -n '2,53p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,61p' "$0" >&2; exit 2 ;;
   esac
 done
 TKM_BUILD_DIR=${TKM_BUILD_DIR:-$repo/build}
 TKM_AGENT=${TKM_AGENT:-$TKM_BUILD_DIR/agent/tkm-agent}
+TKM_BASE_AGENT=${TKM_BASE_AGENT:-${TKM_BASE_BUILD_DIR:+$TKM_BASE_BUILD_DIR/agent/tkm-agent}}
 CACHES=${CACHES:-100} PODS=${PODS:-10000} SETTLE=${SETTLE:-10}
 SIDES=${SIDES:-tkm gkm}
 # shellcheck source=bench/lib-daemons.sh
@@ -93,6 +102,12 @@ if [[ " $SIDES " == *" gkm "* ]]; then
   gkm=$(bench_gkm)
 fi
 ((tkm_ok || gkm_on)) || bench_die "nothing to run (SIDES=$SIDES; $tkm_why)"
+base_ok=0
+if [[ -n $TKM_BASE_AGENT ]]; then
+  [[ -x $TKM_BASE_AGENT ]] || bench_die "TKM_BASE_AGENT: no executable at $TKM_BASE_AGENT"
+  ((tkm_ok)) || bench_die "a baseline needs tkm-agent itself ($tkm_why)"
+  base_ok=1
+fi
 
 bench_workdir agent
 bench_cluster_up "$work/cluster"
@@ -107,7 +122,7 @@ read -r image digest < <(bench_image "$work")
 bench_log "cache image $image@$digest"
 
 # ---- the agents ---------------------------------------------------------------
-tkm_pid='' gkm_pid=''
+tkm_pid='' gkm_pid='' base_pid=''
 fake_nvml=$TKM_BUILD_DIR/fakenvml/libnvidia-ml.so.1
 if [[ -n ${TKM_AGENT_GPU_ARGS:-} ]]; then
   read -ra gpu_args <<<"$TKM_AGENT_GPU_ARGS"
@@ -122,16 +137,21 @@ elif [[ -f $fake_nvml ]]; then
 else
   gpu_args=(--no-nvml) gpu_desc="no GPU (--no-nvml; ninja -C $TKM_BUILD_DIR fakenvml gives a fake H200)"
 fi
-if ((tkm_ok)); then
+start_tkm() { # SIDE BINARY NODE: starts a tkm-agent for NODE, its pid in ${SIDE}_pid
   # The agent wants its socket directory and store private (0700).
-  mkdir -p "$work/tkm-store" "$work/tkm-sock"
-  chmod 0700 "$work/tkm-store" "$work/tkm-sock"
-  TKM_FAKE_NVML=$work/gpu/nvml.txt "$TKM_AGENT" --kubeconfig "$KUBECONFIG" --node-name bench-node \
-    --namespace tkm-system --store-dir "$work/tkm-store" --socket "$work/tkm-sock/agent.sock" \
-    --metrics-bind-address 0 --health-probe-bind-address 0 "${gpu_args[@]}" >"$work/tkm-agent.log" 2>&1 &
-  tkm_pid=$!
-  disown "$tkm_pid"
-  pids+=("$tkm_pid")
+  mkdir -p "$work/$1-store" "$work/$1-sock"
+  chmod 0700 "$work/$1-store" "$work/$1-sock"
+  TKM_FAKE_NVML=$work/gpu/nvml.txt "$2" --kubeconfig "$KUBECONFIG" --node-name "$3" \
+    --namespace tkm-system --store-dir "$work/$1-store" --socket "$work/$1-sock/agent.sock" \
+    --metrics-bind-address 0 --health-probe-bind-address 0 "${gpu_args[@]}" >"$work/$1-agent.log" 2>&1 &
+  printf -v "$1_pid" %s $!
+  disown $!
+  pids+=("$!")
+}
+((tkm_ok)) && start_tkm tkm "$TKM_AGENT" bench-node
+if ((base_ok)); then
+  kubectl create -f - >/dev/null <<<'{"apiVersion":"v1","kind":"Node","metadata":{"name":"bench-node-base","labels":{"kubernetes.io/hostname":"bench-node-base"}}}'
+  start_tkm base "$TKM_BASE_AGENT" bench-node-base
 fi
 if ((gkm_on)); then
   (cd "$work" && NO_GPU=true KUBE_NODE_NAME=bench-node exec "$gkm/gkm-agent" --kubeconfig "$KUBECONFIG" \
@@ -147,6 +167,10 @@ alive() { # SIDE: fails the side (tkm) or the run (gkm) when its agent has exite
     tail -15 "$work/tkm-agent.log" >&2
     echo "agent: $tkm_why" >&2
   fi
+  if [[ $1 == base ]] && ((base_ok)) && ! kill -0 "$base_pid" 2>/dev/null; then
+    tail -15 "$work/base-agent.log" >&2
+    bench_die "the baseline tkm-agent exited (log: $work/base-agent.log)"
+  fi
   if [[ $1 == gkm ]] && ((gkm_on)) && ! kill -0 "$gkm_pid" 2>/dev/null; then
     tail -15 "$work/gkm-agent.log" >&2
     bench_die "gkm-agent exited (log: $work/gkm-agent.log)"
@@ -156,6 +180,7 @@ declare -A R
 measure() { # POINT: RSS of both after SETTLE s
   sleep "$SETTLE"
   alive tkm
+  alive base
   alive gkm
   local r h
   R[gkm.$1.rss]=- R[gkm.$1.hwm]=-
@@ -169,7 +194,12 @@ measure() { # POINT: RSS of both after SETTLE s
   else
     R[tkm.$1.rss]=- R[tkm.$1.hwm]=-
   fi
-  bench_log "$1: VmRSS/VmHWM KiB: tkm ${R[tkm.$1.rss]}/${R[tkm.$1.hwm]}, gkm ${R[gkm.$1.rss]}/${R[gkm.$1.hwm]}"
+  R[base.$1.rss]=- R[base.$1.hwm]=-
+  if ((base_ok)); then
+    read -r r h < <(bench_rss "$base_pid")
+    R[base.$1.rss]=$r R[base.$1.hwm]=$h
+  fi
+  bench_log "$1: VmRSS/VmHWM KiB: tkm ${R[tkm.$1.rss]}/${R[tkm.$1.hwm]}, gkm ${R[gkm.$1.rss]}/${R[gkm.$1.hwm]}, base ${R[base.$1.rss]}/${R[base.$1.hwm]}"
 }
 measure idle
 floor_bin=$TKM_BUILD_DIR/bench/bench_rss_floor
@@ -204,23 +234,39 @@ pin_cache() { # SIDE NAME: what the controller (tkm) / operator (GKM) writes to 
     bench_api PATCH "$gkm_path/$2/status" "{\"status\":{\"pvcOwner\":\"Agent\",\"counts\":$counts0}}" >/dev/null
   fi
 }
+node_of() { # SIDE: the node whose status objects the side writes
+  if [[ $1 == base ]]; then echo bench-node-base; else echo bench-node; fi
+}
 entries() { # SIDE: number of caches with the pinned digest in the node's status
-  if [[ $1 == tkm ]]; then
-    kubectl -n bench-agent get tritonkernelcachenodestatuses bench-node -o json 2>/dev/null |
+  if [[ $1 != gkm ]]; then
+    kubectl -n bench-agent get tritonkernelcachenodestatuses "$(node_of "$1")" -o json 2>/dev/null |
       jq --arg d "$digest" '[.status.caches // {} | to_entries[] | select(.value.digest == $d)] | length'
   else
     kubectl -n bench-gkm get gkmcachenodes bench-node -o json 2>/dev/null |
       jq --arg d "$digest" '[.status.caches // {} | to_entries[] | select(.value[$d] != null)] | length'
   fi
 }
-wait_entries() { # SIDE N TIMEOUT_S T0_MS: until N entries (prints the seconds since T0, or "timeout")
-  local t0=$4 n
-  while :; do
-    n=$(entries "$1" || echo 0)
-    [[ ${n:-0} -ge $2 ]] && { awk -v ms=$(($(bench_now_ms) - t0)) 'BEGIN { printf "%.1f", ms / 1000 }'; return 0; }
-    (($(bench_now_ms) - t0 > $3 * 1000)) && { echo "timeout($n/$2)"; return 0; }
-    sleep 1
+wait_fill() { # N TIMEOUT_S SIDE...: polls every side each second until each has N entries;
+  # R[SIDE.fill] = the seconds from R[SIDE.pinned_ms] to the poll that saw them (or "timeout")
+  local n s left=("${@:3}") next t
+  while ((${#left[@]})); do
+    next=()
+    for s in "${left[@]}"; do
+      n=$(entries "$s" || echo 0) t=$(bench_now_ms)
+      if [[ ${n:-0} -ge $1 ]]; then
+        R[$s.fill]=$(awk -v ms=$((t - R[$s.pinned_ms])) 'BEGIN { printf "%.1f", ms / 1000 }')
+      elif ((t - R[$s.pinned_ms] > $2 * 1000)); then
+        R[$s.fill]="timeout($n/$1)"
+      else
+        next+=("$s")
+        continue
+      fi
+      bench_log "$s: $1 caches in the node status ${R[$s.fill]} s after its last pin"
+    done
+    left=("${next[@]}")
+    ((${#left[@]})) && sleep 1
   done
+  return 0
 }
 bench_log "creating and pinning $CACHES caches per side"
 sides=()
@@ -231,12 +277,13 @@ for s in "${sides[@]}"; do
   for i in $(seq 0 $((CACHES - 1))); do pin_cache "$s" "$(printf 'c-%05d' "$i")"; done
   R[$s.pinned_ms]=$(bench_now_ms)
 done
-for s in "${sides[@]}"; do
-  R[$s.fill]=$(wait_entries "$s" "$CACHES" 300 "${R[$s.pinned_ms]}")
-  bench_log "$s: $CACHES caches in the node status ${R[$s.fill]} s after its last pin"
-done
+# the baseline sees tkm-agent's caches and pins (another node of the same cluster)
+fill_sides=("${sides[@]}")
+((base_ok)) && R[base.pinned_ms]=${R[tkm.pinned_ms]} fill_sides+=(base)
+wait_fill "$CACHES" 300 "${fill_sides[@]}"
 ((tkm_ok)) || R[tkm.fill]=-
 ((gkm_on)) || R[gkm.fill]=-
+((base_ok)) || R[base.fill]=-
 measure caches
 
 # ---- pods -----------------------------------------------------------------------
@@ -248,30 +295,42 @@ measure pods
 # ---- pin -> status ----------------------------------------------------------------
 watch_status() { # SIDE OUT: timestamped "<ms>\t<name>@<digest> ..." per event
   local path filter
-  if [[ $1 == tkm ]]; then
+  if [[ $1 != gkm ]]; then
     path=/apis/tkm.io/v1alpha1/namespaces/bench-agent/tritonkernelcachenodestatuses
     filter='.object.status.caches // {} | to_entries | map(.key + "@" + (.value.digest // ""))'
   else
     path=/apis/gkm.io/v1alpha1/namespaces/bench-gkm/gkmcachenodes
     filter='.object.status.caches // {} | to_entries | map(.key + "@" + ((.value | keys)[0] // ""))'
   fi
-  bench_api GET "$path?watch=1&fieldSelector=metadata.name%3Dbench-node&timeoutSeconds=3600" 2>/dev/null |
+  bench_api GET "$path?watch=1&fieldSelector=metadata.name%3D$(node_of "$1")&timeoutSeconds=3600" 2>/dev/null |
     jq --unbuffered -r "[(now * 1000 | floor | tostring), (($filter) | join(\" \"))] | join(\"\\t\")" >"$2" &
   pids+=($!)
 }
-for s in "${sides[@]}"; do watch_status "$s" "$work/$s.events"; done
+for s in "${fill_sides[@]}"; do watch_status "$s" "$work/$s.events"; done
 sleep 2
-pin_once() { # SIDE NAME: prints the ms from the pin to the entry (or "timeout")
-  local t0 line
+seen_after() { # SIDE NAME T0: the ms from T0 to the first event of SIDE with the entry (or "")
+  awk -F'\t' -v t="$3" -v k=" $2@$digest " '$1 >= t && index(" " $2 " ", k) { print $1 - t; exit }' "$work/$1.events"
+}
+pin_once() { # SIDE NAME: adds the ms from the pin to the entry (or "timeout") to L[SIDE], and
+  # for tkm's pins to L[base] (the baseline sees the same pin)
+  local t0 obs=("$1") s ms all
+  ((base_ok)) && [[ $1 == tkm ]] && obs+=(base)
   create_cache "$1" "$2"
   sleep 1
   t0=$(bench_now_ms)
   pin_cache "$1" "$2"
   while :; do
-    line=$(awk -F'\t' -v t="$t0" -v k=" $2@$digest " '$1 >= t && index(" " $2 " ", k) { print $1; exit }' "$work/$1.events")
-    [[ -n $line ]] && { echo $((line - t0)); return 0; }
-    (($(bench_now_ms) - t0 > 15000)) && { echo timeout; return 0; }
+    all=1
+    for s in "${obs[@]}"; do
+      [[ -n $(seen_after "$s" "$2" "$t0") ]] || all=0
+    done
+    ((all)) && break
+    (($(bench_now_ms) - t0 > 15000)) && break
     sleep 0.02
+  done
+  for s in "${obs[@]}"; do
+    ms=$(seen_after "$s" "$2" "$t0")
+    L[$s]+="${ms:-timeout} "
   done
 }
 declare -A L
@@ -279,17 +338,19 @@ for r in $(seq 1 "$ROUNDS"); do
   order=("${sides[@]}")
   ((r % 2 == 0 && ${#sides[@]} == 2)) && order=(gkm tkm)
   for s in "${order[@]}"; do
-    L[$s]+="$(pin_once "$s" "$(printf 'pin-%03d' "$r")") "
+    pin_once "$s" "$(printf 'pin-%03d' "$r")"
   done
 done
 stats() { # "v v v" -> "median max" (ms; timeouts count as 15000 and are shown)
   tr ' ' '\n' <<<"$1" | sed '/^$/d; s/timeout/15000/' | sort -n |
     awk '{ v[NR] = $1 } END { if (NR == 0) print "- -"; else print v[int((NR + 1) / 2)], v[NR] }'
 }
-tkm_med=- tkm_max=- gkm_med=- gkm_max=-
+tkm_med=- tkm_max=- gkm_med=- gkm_max=- base_med=- base_max=-
 ((gkm_on)) && read -r gkm_med gkm_max < <(stats "${L[gkm]}")
 ((tkm_ok)) && read -r tkm_med tkm_max < <(stats "${L[tkm]}")
+((base_ok)) && read -r base_med base_max < <(stats "${L[base]}")
 alive tkm
+alive base
 alive gkm
 
 # ---- report ------------------------------------------------------------------------
@@ -299,26 +360,41 @@ vs="alone (SIDES=$SIDES)"
 echo "agent benchmark: tkm-agent $vs, one node, $CACHES caches, $PODS Pods, $(nproc) CPUs"
 echo "load average (1/5/15 min) at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "tkm-agent's GPU: $gpu_desc; gkm-agent: NO_GPU=true (its stub GPUs)"
-printf '%-40s %12s %12s %8s  %s\n' metric tkm-agent gkm-agent tkm/gkm goal
+((base_ok)) && echo "baseline (base): $TKM_BASE_AGENT for node bench-node-base, beside tkm-agent"
+row() { # LABEL TKM GKM BASE GOAL: one line of the table (the base columns with a baseline)
+  local ratio bratio
+  ratio=$(bench_ratio "$2" "$3")
+  [[ $2 == tkm-agent ]] && ratio=tkm/gkm
+  [[ -z $3 ]] && ratio=
+  if ((base_ok)); then
+    bratio=$(bench_ratio "$2" "$4")
+    [[ $2 == tkm-agent ]] && bratio=tkm/base
+    [[ -z $4 ]] && bratio=
+    printf '%-40s %12s %12s %8s %12s %8s  %s\n' "$1" "$2" "$3" "$ratio" "$4" "$bratio" "$5"
+  else
+    printf '%-40s %12s %12s %8s  %s\n' "$1" "$2" "$3" "$ratio" "$5"
+  fi
+}
+row metric tkm-agent gkm-agent tkm-base goal
 for p in idle caches pods; do
   case $p in
     idle) label="RSS idle (MiB)" lim=8 ;;
     caches) label="RSS with $CACHES caches (MiB)" lim=16 ;;
     pods) label="RSS + $PODS Pods (MiB)" lim=16 ;;
   esac
-  printf '%-40s %12s %12s %8s  %s\n' "$label" "$(bench_mib "${R[tkm.$p.rss]}")" "$(bench_mib "${R[gkm.$p.rss]}")" \
-    "$(bench_ratio "${R[tkm.$p.rss]}" "${R[gkm.$p.rss]}")" "< $lim MiB, <= 0.2x"
-  printf '%-40s %12s %12s %8s\n' "  peak VmHWM so far (MiB)" "$(bench_mib "${R[tkm.$p.hwm]}")" "$(bench_mib "${R[gkm.$p.hwm]}")" \
-    "$(bench_ratio "${R[tkm.$p.hwm]}" "${R[gkm.$p.hwm]}")"
+  row "$label" "$(bench_mib "${R[tkm.$p.rss]}")" "$(bench_mib "${R[gkm.$p.rss]}")" "$(bench_mib "${R[base.$p.rss]}")" \
+    "< $lim MiB, <= 0.2x"
+  row "  peak VmHWM so far (MiB)" "$(bench_mib "${R[tkm.$p.hwm]}")" "$(bench_mib "${R[gkm.$p.hwm]}")" \
+    "$(bench_mib "${R[base.$p.hwm]}")" ""
 done
-printf '%-40s %12s %12s %8s  %s\n' "floor: libcurl+libuv only, idle (MiB)" "$(bench_mib "${R[floor.rss]}")" "" "" \
+row "floor: libcurl+libuv only, idle (MiB)" "$(bench_mib "${R[floor.rss]}")" "" "" \
   "bench/rss_floor.c; tkm-agent idle above it: $(awk -v a="${R[tkm.idle.rss]}" -v b="${R[floor.rss]}" \
     'BEGIN { if (a == "-" || b == "-") print "-"; else printf "%.1f MiB", (a - b) / 1024 }')"
-printf '%-40s %12s %12s\n' "last of $CACHES pins -> all in status (s)" "${R[tkm.fill]}" "${R[gkm.fill]}"
-printf '%-40s %12s %12s %8s  %s\n' "pin -> node status, median (ms)" "$tkm_med" "$gkm_med" "$(bench_ratio "$tkm_med" "$gkm_med")" "<= 1000 ms"
-printf '%-40s %12s %12s %8s  %s\n' "pin -> node status, max of $ROUNDS (ms)" "$tkm_max" "$gkm_max" "$(bench_ratio "$tkm_max" "$gkm_max")" "<= 1000 ms"
-echo "per round (ms): tkm [${L[tkm]:-}] gkm [${L[gkm]:-}]"
-echo "logs: $work/{tkm,gkm}-agent.log$([[ ${KEEP:-0} == 1 ]] || echo ' (removed; KEEP=1 keeps them)')"
+row "last of $CACHES pins -> all in status (s)" "${R[tkm.fill]}" "${R[gkm.fill]}" "${R[base.fill]}" ""
+row "pin -> node status, median (ms)" "$tkm_med" "$gkm_med" "$base_med" "<= 1000 ms"
+row "pin -> node status, max of $ROUNDS (ms)" "$tkm_max" "$gkm_max" "$base_max" "<= 1000 ms"
+echo "per round (ms): tkm [${L[tkm]:-}] gkm [${L[gkm]:-}]$( ((base_ok)) && echo " base [${L[base]:-}]")"
+echo "logs: $work/{tkm,gkm$( ((base_ok)) && echo ,base)}-agent.log$([[ ${KEEP:-0} == 1 ]] || echo ' (removed; KEEP=1 keeps them)')"
 
 if ((!tkm_ok)); then
   echo "goal NOT checked: $tkm_why"
