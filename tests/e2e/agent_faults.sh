@@ -118,18 +118,7 @@ assert_not_contains "$(agent_log h200)" "ERROR" "no error in the agent's log"
 assert_eq 0 "${AGENT_RC[h200]}" "SIGTERM: exit 0"
 
 step "SIGTERM with a registry request in flight: exit 0 at once"
-python3 -c '
-import socket, sys
-s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(64)
-print(s.getsockname()[1], flush=True)
-conns = []
-while True:
-    c, _ = s.accept(); conns.append(c)   # accept, never answer
-    with open(sys.argv[1], "a") as f: f.write("accepted\n")
-' "$E2E_TMP/silent.accepts" >"$E2E_TMP/silent.port" &
-SILENT_PID=$!
-e2e_on_exit "kill $SILENT_PID 2>/dev/null"
-wait_for 10 "a registry that never answers listens" test -s "$E2E_TMP/silent.port"
+e2e_silent_registry silent
 cache_create tkc "$NS" silent "127.0.0.1:$(cat "$E2E_TMP/silent.port")/e2e/vadd:v1" "$D"
 # --gc-grace 600: the spelling of the previous release (seconds)
 agent_start term h200 "$NODE" "$NS" --gc-grace 600

@@ -13,12 +13,10 @@ NS=$(e2e_namespace)
 CTRL_NS=$NS
 P="e2e-faults-$RANDOM"
 N1=$P-1
-SLOW_PID=
 finish() {
   kubectl -n "$NS" delete tkc --all --wait=false >/dev/null 2>&1
   for _ in $(seq 20); do [[ -z $(kubectl -n "$NS" get tkc -o name 2>/dev/null) ]] && break; sleep 0.5; done
   ctrl_kill_all
-  [[ -n $SLOW_PID ]] && kill "$SLOW_PID" 2>/dev/null
   kubectl delete node "$N1" --wait=false >/dev/null 2>&1
 }
 e2e_on_exit finish
@@ -30,17 +28,7 @@ DA=$(ctrl_image "$REPO" v1)
 ctrl_sign "$REPO@$DA"
 kubectl -n "$NS" create configmap tkm-config --from-file=signaturePublicKeys="$E2E_TMP/cosign.pub" >/dev/null
 kubectl -n "$NS" create secret generic empty-secret --from-literal=other=x >/dev/null
-python3 -c '
-import socket, sys, time
-s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(64)
-print(s.getsockname()[1], flush=True)
-conns = []
-while True:
-    c, _ = s.accept(); conns.append(c)   # accept, never answer
-    with open(sys.argv[1], "a") as f: f.write("accepted\n")
-' "$E2E_TMP/slow.accepts" >"$E2E_TMP/slow.port" &
-SLOW_PID=$!
-for _ in $(seq 20); do [[ -s $E2E_TMP/slow.port ]] && break; sleep 0.2; done
+e2e_silent_registry slow
 SLOW=127.0.0.1:$(cat "$E2E_TMP/slow.port")
 U1=$(ctrl_node "$N1")
 

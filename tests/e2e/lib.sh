@@ -127,6 +127,23 @@ wait_for() {
   done
   pass "$what"
 }
+# e2e_silent_registry NAME: a TCP server on 127.0.0.1 that accepts connections and never
+# answers (a registry that stalls). Its port goes to $E2E_TMP/NAME.port (waited for), a line
+# per accepted connection to $E2E_TMP/NAME.accepts; it is stopped when the scenario exits.
+# Main shell only (not inside $(...)).
+e2e_silent_registry() {
+  python3 -c '
+import socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(64)
+print(s.getsockname()[1], flush=True)
+conns = []
+while True:
+    c, _ = s.accept(); conns.append(c)   # accept, never answer
+    with open(sys.argv[1], "a") as f: f.write("accepted\n")
+' "$E2E_TMP/$1.accepts" >"$E2E_TMP/$1.port" &
+  e2e_on_exit "kill $! 2>/dev/null"
+  wait_for 10 "a registry that never answers listens ($1)" test -s "$E2E_TMP/$1.port"
+}
 e2e_done() { echo "$E2E_NAME: $E2E_CHECKS checks passed"; }
 
 # A scratch namespace per scenario, deleted at exit.
