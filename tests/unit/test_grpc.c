@@ -849,9 +849,15 @@ static void raw_frame(int fd, uint8_t type, uint8_t flags, uint32_t sid, const v
     uint8_t h[9] = {
         (uint8_t)(n >> 16),   (uint8_t)(n >> 8),    (uint8_t)n,          type,        flags,
         (uint8_t)(sid >> 24), (uint8_t)(sid >> 16), (uint8_t)(sid >> 8), (uint8_t)sid};
-    raw_send(fd, h, 9);
+    /* One send for the whole frame: a server that hangs up on a bad frame's
+     * header must not make the payload's send fail (EPIPE, exit 41). */
+    uint8_t f[9 + 512];
+    if (n > sizeof f - 9)
+        _exit(43);
+    memcpy(f, h, 9);
     if (n)
-        raw_send(fd, p, n);
+        memcpy(f + 9, p, n);
+    raw_send(fd, f, 9 + n);
 }
 
 /* Reads exactly n bytes; 0 at EOF/reset, -1 on timeout. */
