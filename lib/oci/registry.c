@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <tkm/http.h>
@@ -30,11 +29,6 @@ struct tkm_oci_registry {
     struct tkm_http *http;
     struct tkm_oci_session *s;
 };
-
-const char *tkm_oci_registry_scheme(const struct tkm_oci_registry *r)
-{
-    return tkm_oci_session_scheme(r->s);
-}
 
 int tkm_oci_registry_new(const char *host, const struct tkm_oci_registry_opts *opts,
                          struct tkm_oci_registry **out, struct tkm_err *err)
@@ -164,27 +158,6 @@ out:
     return rc;
 }
 
-int tkm_oci_registry_resolve(struct tkm_oci_registry *r, const char *repo, const char *reference,
-                             char digest[TKM_OCI_DIGEST_LEN + 1], struct tkm_err *err)
-{
-    struct tkm_buf body = TKM_BUF_INIT(TKM_OCI_MANIFEST_MAX);
-    /* The digest is always the hash of the bytes received (by digest: they
-     * are verified against it), never a header the registry sends. */
-    int rc = tkm_oci_registry_get_manifest(r, repo, reference, &body, NULL, 0, digest, err);
-    tkm_buf_release(&body);
-    return rc;
-}
-
-int tkm_oci_registry_get_referrers(struct tkm_oci_registry *r, const char *repo, const char *digest,
-                                   const char *artifact_type, struct tkm_buf *body,
-                                   struct tkm_err *err)
-{
-    struct wait w = {.err = err};
-    return run(
-        r, &w,
-        tkm__oci_get_referrers(r->s, repo, digest, artifact_type, body, wait_op, &w, NULL, err));
-}
-
 int tkm_oci_registry_put_manifest(struct tkm_oci_registry *r, const char *repo,
                                   const char *reference, const char *media_type, const void *p,
                                   size_t n, struct tkm_err *err)
@@ -215,34 +188,6 @@ out:
 }
 
 /* ---- blobs --------------------------------------------------------------- */
-
-int tkm_oci_registry_fetch_blob(struct tkm_oci_registry *r, const char *repo,
-                                const struct tkm_oci_desc *d, const char *path, struct tkm_err *err)
-{
-    struct wait w = {.err = err};
-    int fd, rc;
-    if (!tkm_oci_digest_valid(d->digest))
-        return tkm_err_set(err, -EINVAL, "blob digest '%.80s' is not sha256:<64 hex>", d->digest);
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0)
-        return tkm_err_set(err, -errno, "blob %s: create %s: %s", d->digest, path, strerror(errno));
-    rc = run(r, &w, tkm__oci_get_blob(r->s, repo, d, fd, path, NULL, wait_op, &w, NULL, err));
-    if (rc == 0 && fsync(fd) != 0)
-        rc = tkm_err_set(err, -errno, "blob %s: fsync %s: %s", d->digest, path, strerror(errno));
-    if (close(fd) != 0 && rc == 0)
-        rc = tkm_err_set(err, -errno, "blob %s: close %s: %s", d->digest, path, strerror(errno));
-    if (rc)
-        unlink(path);
-    return rc;
-}
-
-int tkm_oci_registry_fetch_blob_mem(struct tkm_oci_registry *r, const char *repo,
-                                    const struct tkm_oci_desc *d, struct tkm_buf *out,
-                                    struct tkm_err *err)
-{
-    struct wait w = {.err = err};
-    return run(r, &w, tkm__oci_get_blob(r->s, repo, d, -1, NULL, out, wait_op, &w, NULL, err));
-}
 
 /* 1 when the blob exists, 0 when not, < 0 on error (a push skips what is there). */
 static int blob_exists(struct tkm_oci_registry *r, const char *repo, const char *digest,
