@@ -398,11 +398,6 @@ fail:
 
 /* ---- public: updates ------------------------------------------------------- */
 
-int tkm_metric_inc(struct tkm_metric *m, const char *const *values)
-{
-    return tkm_metric_add(m, values, 1);
-}
-
 int tkm_metric_add(struct tkm_metric *m, const char *const *values, double v)
 {
     struct series *s;
@@ -454,28 +449,6 @@ void tkm_metric_reset(struct tkm_metric *m)
         series_free(m->series[i]);
     m->nseries = 0;
     m->overflow = NULL;
-}
-
-int tkm_metric_value(const struct tkm_metric *m, const char *const *values, double *out)
-{
-    if (!m || !values_ok(m, values))
-        return -EINVAL;
-    for (size_t i = 0; i < m->nseries; i++) {
-        const struct series *s = m->series[i];
-        size_t k = 0;
-        while (k < m->nlabels && strcmp(s->values[k], values[k]) == 0)
-            k++;
-        if (k == m->nlabels) {
-            *out = m->type == TKM_METRIC_HISTOGRAM ? (double)s->count : s->value;
-            return 0;
-        }
-    }
-    return -ENOENT;
-}
-
-size_t tkm_metric_series(const struct tkm_metric *m)
-{
-    return m ? m->nseries : 0;
 }
 
 /* ---- exposition ------------------------------------------------------------ */
