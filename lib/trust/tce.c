@@ -278,34 +278,20 @@ static int load_rsa(const char *pem, size_t len, int priv, EVP_PKEY **k, struct 
     return 0;
 }
 
-int tkm_tce_sign_dir(const char *cache_dir, const char *priv_pem, size_t pem_len,
-                     struct tkm_tce_report *rep, struct tkm_err *err)
+int tkm_tce_dir(const char *cache_dir, const char *pem, size_t pem_len, int verify,
+                struct tkm_tce_report *rep, struct tkm_err *err)
 {
     EVP_PKEY *k = NULL;
     memset(rep, 0, sizeof(*rep));
-    int rc = load_rsa(priv_pem, pem_len, 1, &k, err);
+    int rc = load_rsa(pem, pem_len, !verify, &k, err);
     if (rc == 0)
-        rc = walk(cache_dir, k, 0, rep, err);
+        rc = walk(cache_dir, k, verify, rep, err);
     EVP_PKEY_free(k);
-    if (rc == 0 && rep->failed)
-        rc = tkm_err_set(err, -EIO, "%zu of %zu files in %s could not be signed", rep->failed,
-                         rep->n, cache_dir);
-    return rc;
-}
-
-int tkm_tce_verify_dir(const char *cache_dir, const char *pub_pem, size_t pem_len,
-                       struct tkm_tce_report *rep, struct tkm_err *err)
-{
-    EVP_PKEY *k = NULL;
-    memset(rep, 0, sizeof(*rep));
-    int rc = load_rsa(pub_pem, pem_len, 0, &k, err);
-    if (rc == 0)
-        rc = walk(cache_dir, k, 1, rep, err);
-    EVP_PKEY_free(k);
-    if (rc == 0 && rep->n == 0)
+    if (rc == 0 && verify && rep->n == 0)
         rc = tkm_err_set(err, -ENOENT, "%s has no kernel files to verify", cache_dir);
     else if (rc == 0 && rep->failed)
-        rc = tkm_err_set(err, -EKEYREJECTED, "%zu of %zu files in %s failed verification",
-                         rep->failed, rep->n, cache_dir);
+        rc = tkm_err_set(err, verify ? -EKEYREJECTED : -EIO, "%zu of %zu files in %s %s",
+                         rep->failed, rep->n, cache_dir,
+                         verify ? "failed verification" : "could not be signed");
     return rc;
 }
