@@ -354,16 +354,11 @@ static json_t *summary_encode(const struct tkm_api_summary *s)
               tkm__api_set_int(o, "cacheSizeBytes", s->cache_size_bytes);
     for (size_t i = 0; !bad && i < s->n_targets; i++) {
         const struct tkm_api_target *t = &s->targets[i];
-        json_t *e = json_object();
-        if (!e || tkm__api_set_str(e, "backend", t->backend) ||
-            tkm__api_set_str(e, "arch", t->arch) || tkm__api_set_int(e, "warpSize", t->warp_size) ||
-            tkm__api_set_str(e, "tritonVersion", t->triton_version) ||
-            tkm__api_set_str(e, "ptxVersion", t->ptx_version)) {
-            json_decref(e);
-            bad = 1;
-        } else {
-            bad = json_array_append_new(arr, e) != 0;
-        }
+        /* s*: the member is left out when the string is NULL */
+        json_t *e = json_pack("{s:s*,s:s*,s:I,s:s*,s:s*}", "backend", t->backend, "arch", t->arch,
+                              "warpSize", (json_int_t)t->warp_size, "tritonVersion",
+                              t->triton_version, "ptxVersion", t->ptx_version);
+        bad = !e || json_array_append_new(arr, e) != 0; /* append_new frees e on failure */
     }
     if (!bad && s->n_targets)
         bad = json_object_set(o, "targets", arr) != 0;
@@ -392,13 +387,8 @@ static json_t *failed_encode(const struct tkm_api_cache_status *st, struct tkm_e
             json_decref(arr);
             return NULL;
         }
-        json_t *e = json_object();
-        if (!e || tkm__api_set_str(e, "node", f->node) ||
-            tkm__api_set_str(e, "reason", f->reason) ||
-            tkm__api_set_str(e, "message", f->message)) {
-            json_decref(e);
-            e = NULL;
-        }
+        json_t *e = json_pack("{s:s,s:s*,s:s*}", "node", f->node, "reason", f->reason, "message",
+                              f->message);
         if (!e || json_array_append_new(arr, e)) {
             json_decref(arr);
             arr = NULL;
