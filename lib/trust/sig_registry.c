@@ -153,28 +153,9 @@ static void search_cancel(void *p)
 
 /* ---- reporting ------------------------------------------------------------- */
 
-/* Which failure to report when nothing verified: the most specific first. */
-static int rank(int code)
-{
-    switch (code) {
-    case -EBADMSG:
-        return 6;
-    case -EKEYREJECTED:
-        return 5;
-    case -ENOTSUP:
-        return 4;
-    case -EPROTONOSUPPORT:
-        return 3;
-    case -EINVAL:
-        return 2;
-    default:
-        return 1;
-    }
-}
-
 static void note_fail(struct search *s, const char *where, const struct tkm_err *e)
 {
-    if (s->best.code == 0 || rank(e->code) > rank(s->best.code)) {
+    if (s->best.code == 0 || tkm__trust_rank(e->code) > tkm__trust_rank(s->best.code)) {
         tkm_err_clear(&s->best);
         tkm_err_set(&s->best, e->code, "%s: %s", where, tkm_err_str(e));
     }
