@@ -218,8 +218,10 @@ fail:
     return NULL;
 }
 
-static int series_push(struct tkm_metric *m, struct series *s)
+/* A new series for v (hash h) appended to m: 0 (*out, optional, borrowed) or -ENOMEM. */
+static int series_add(struct tkm_metric *m, const char *const *v, uint64_t h, struct series **out)
 {
+    struct series *s;
     if (m->nseries == m->cap) {
         size_t ncap = m->cap ? m->cap * 2 : 4;
         struct series **tmp = realloc(m->series, ncap * sizeof *tmp);
@@ -228,7 +230,11 @@ static int series_push(struct tkm_metric *m, struct series *s)
         m->series = tmp;
         m->cap = ncap;
     }
+    if (!(s = series_new(m, v, h)))
+        return -ENOMEM;
     m->series[m->nseries++] = s;
+    if (out)
+        *out = s;
     return 0;
 }
 
@@ -278,23 +284,13 @@ static int series_get(struct tkm_metric *m, const char *const *v, struct series 
             const char *ov[TKM_METRICS_MAX_LABELS];
             for (size_t i = 0; i < m->nlabels; i++)
                 ov[i] = TKM_METRICS_OVERFLOW;
-            struct series *s = series_new(m, ov, values_hash(m, ov));
-            if (!s || series_push(m, s)) {
-                series_free(s);
+            if (series_add(m, ov, values_hash(m, ov), &m->overflow))
                 return -ENOMEM;
-            }
-            m->overflow = s;
         }
         *out = m->overflow;
         return 0;
     }
-    struct series *s = series_new(m, v, h);
-    if (!s || series_push(m, s)) {
-        series_free(s);
-        return -ENOMEM;
-    }
-    *out = s;
-    return 0;
+    return series_add(m, v, h, out);
 }
 
 /* ---- public: registry ------------------------------------------------------ */
@@ -355,13 +351,8 @@ static int family_fill(struct tkm_metric *m, enum tkm_metric_type type,
     }
     /* A family without labels has its one series from the start (value 0),
      * unless its values come from a collect callback. */
-    if (m->nlabels == 0 && !m->collect) {
-        struct series *s = series_new(m, NULL, values_hash(m, NULL));
-        if (!s || series_push(m, s)) {
-            series_free(s);
-            return -ENOMEM;
-        }
-    }
+    if (m->nlabels == 0 && !m->collect)
+        return series_add(m, NULL, values_hash(m, NULL), NULL);
     return 0;
 }
 
