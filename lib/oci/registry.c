@@ -111,22 +111,20 @@ static int run(struct tkm_oci_registry *r, struct wait *w, int started)
     return w->rc;
 }
 
-/* One generic request (push): resp is initialised here and released by the
- * caller in every case; url is kept in resp->url for error sentences. */
-static int reg_do(struct tkm_oci_registry *r, const struct tkm__oci_req *q,
-                  struct tkm_http_resp *resp, struct tkm_err *err)
+/* One request of a push that must answer status want (or want2, when not 0):
+ * resp is initialised here and released by the caller in every case; url is
+ * kept in resp->url for error sentences; any other status is an error that
+ * quotes the registry's, about what. */
+static int reg_do(struct tkm_oci_registry *r, const struct tkm__oci_req *q, long want, long want2,
+                  const char *what, struct tkm_http_resp *resp, struct tkm_err *err)
 {
     struct wait w = {.err = err, .resp = resp};
     tkm_http_resp_init(resp);
     int rc = run(r, &w, tkm__oci_call_start(r->s, q, wait_call, &w, NULL, err));
     resp->url = q->url;
+    if (rc == 0 && resp->status != want && (!want2 || resp->status != want2))
+        rc = tkm__oci_status_error(r->s, resp, what, err);
     return rc;
-}
-
-static int status_error(struct tkm_oci_registry *r, const struct tkm_http_resp *resp,
-                        const char *what, struct tkm_err *err)
-{
-    return tkm__oci_status_error(r->s, resp, what, err);
 }
 
 #define url_printf(b, r, ...) tkm__oci_url((r)->s, (b), __VA_ARGS__)
@@ -176,11 +174,7 @@ int tkm_oci_registry_put_manifest(struct tkm_oci_registry *r, const char *repo,
                              .content_type = media_type,
                              .body = p,
                              .body_len = n};
-    tkm_http_resp_release(&resp);
-    if ((rc = reg_do(r, &q, &resp, err)) != 0)
-        goto out;
-    if (resp.status != 201 && resp.status != 200)
-        rc = status_error(r, &resp, "manifest upload", err);
+    rc = reg_do(r, &q, 201, 200, "manifest upload", &resp, err);
 out:
     tkm_http_resp_release(&resp);
     tkm_buf_release(&url);
@@ -234,14 +228,8 @@ static int upload_start(struct tkm_oci_registry *r, const char *repo, const char
                              .scope = scope,
                              .content_type = "application/octet-stream",
                              .extra = "Content-Length: 0"};
-    tkm_http_resp_release(&resp);
-    if ((rc = reg_do(r, &q, &resp, err)) != 0)
-        goto out;
-    if (resp.status != 202) {
-        rc = status_error(r, &resp, "blob upload start", err);
-        goto out;
-    }
-    rc = upload_location(r, &resp, loc, err);
+    if ((rc = reg_do(r, &q, 202, 0, "blob upload start", &resp, err)) == 0)
+        rc = upload_location(r, &resp, loc, err);
 out:
     tkm_http_resp_release(&resp);
     tkm_buf_release(&url);
@@ -254,8 +242,10 @@ static int upload_finish(struct tkm_oci_registry *r, const char *scope, const st
 {
     struct tkm_buf url = TKM_BUF_INIT(REG_URL_MAX);
     struct tkm_http_resp resp;
+    char what[128];
     int rc = tkm_buf_printf(&url, "%s%sdigest=%s", loc->data, strchr(loc->data, '?') ? "&" : "?",
                             digest);
+    snprintf(what, sizeof what, "blob %s upload", digest);
     tkm_http_resp_init(&resp);
     if (rc)
         goto out;
@@ -266,14 +256,7 @@ static int upload_finish(struct tkm_oci_registry *r, const char *scope, const st
                              .body = n ? p : NULL,
                              .body_len = n,
                              .extra = n ? NULL : "Content-Length: 0"};
-    tkm_http_resp_release(&resp);
-    if ((rc = reg_do(r, &q, &resp, err)) != 0)
-        goto out;
-    if (resp.status != 201) {
-        char what[128];
-        snprintf(what, sizeof what, "blob %s upload", digest);
-        rc = status_error(r, &resp, what, err);
-    }
+    rc = reg_do(r, &q, 201, 0, what, &resp, err);
 out:
     tkm_http_resp_release(&resp);
     tkm_buf_release(&url);
@@ -296,14 +279,8 @@ static int upload_chunk(struct tkm_oci_registry *r, const char *scope, struct tk
                              .extra = range,
                              .body = p,
                              .body_len = n};
-    if ((rc = reg_do(r, &q, &resp, err)) != 0)
-        goto out;
-    if (resp.status != 202) {
-        rc = status_error(r, &resp, "blob chunk upload", err);
-        goto out;
-    }
-    rc = upload_location(r, &resp, loc, err);
-out:
+    if ((rc = reg_do(r, &q, 202, 0, "blob chunk upload", &resp, err)) == 0)
+        rc = upload_location(r, &resp, loc, err);
     tkm_http_resp_release(&resp);
     return rc;
 }
