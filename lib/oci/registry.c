@@ -285,23 +285,6 @@ static int upload_chunk(struct tkm_oci_registry *r, const char *scope, struct tk
     return rc;
 }
 
-int tkm_oci_registry_push_blob_mem(struct tkm_oci_registry *r, const char *repo, const void *p,
-                                   size_t n, const char *digest, int *skipped, struct tkm_err *err)
-{
-    struct tkm_buf loc = TKM_BUF_INIT(REG_URL_MAX);
-    char scope[600];
-    int rc = blob_exists(r, repo, digest, err);
-    if (skipped)
-        *skipped = rc == 1;
-    if (rc != 0)
-        return rc < 0 ? rc : 0;
-    scope_of(scope, sizeof scope, repo, 1);
-    if ((rc = upload_start(r, repo, scope, &loc, err)) == 0)
-        rc = upload_finish(r, scope, &loc, digest, p, n, err);
-    tkm_buf_release(&loc);
-    return rc;
-}
-
 static int read_full(int fd, char *p, size_t n, size_t *got)
 {
     size_t off = 0;

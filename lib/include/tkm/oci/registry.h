@@ -92,8 +92,6 @@ int tkm_oci_registry_get_manifest(struct tkm_oci_registry *r, const char *repo,
 int tkm_oci_registry_push_blob_file(struct tkm_oci_registry *r, const char *repo, const char *path,
                                     const char *digest, uint64_t size, int *skipped,
                                     struct tkm_err *err);
-int tkm_oci_registry_push_blob_mem(struct tkm_oci_registry *r, const char *repo, const void *p,
-                                   size_t n, const char *digest, int *skipped, struct tkm_err *err);
 
 /* PUT /v2/<repo>/manifests/<reference> (a tag or the digest). */
 int tkm_oci_registry_put_manifest(struct tkm_oci_registry *r, const char *repo,
