@@ -9,6 +9,13 @@
 
 #include "test.h"
 
+/* The port srv is bound to, from its "host:port" address (0 for a NULL server). */
+static unsigned port_of(const struct tkm_httpd *srv)
+{
+    const char *colon = strrchr(tkm_httpd_addr(srv), ':');
+    return colon ? (unsigned)atoi(colon + 1) : 0;
+}
+
 /* ---- a strict parser of the exposition ----------------------------------- */
 
 struct sample {
@@ -498,7 +505,7 @@ TEST(scrape_over_http)
     ASSERT_OK(tkm_metrics_serve(reg, srv, "/metrics", &err));
     ASSERT_OK(tkm_metrics_serve(reg, NULL, "/metrics", &err)); /* disabled server */
     char url[128];
-    snprintf(url, sizeof url, "http://127.0.0.1:%u/metrics", tkm_httpd_port(srv));
+    snprintf(url, sizeof url, "http://127.0.0.1:%u/metrics", port_of(srv));
     struct tkm_http_resp got;
     tkm_http_resp_init(&got);
     struct tkm_http_req_opts o = {
