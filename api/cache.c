@@ -21,7 +21,7 @@ void tkm_api_identities_release(struct tkm_api_identity *ids, size_t n)
     free(ids);
 }
 
-void tkm_api_signature_policy_release(struct tkm_api_signature_policy *p)
+static void signature_policy_release(struct tkm_api_signature_policy *p)
 {
     free(p->public_key);
     free(p->public_key_ref_name);
@@ -119,8 +119,10 @@ static int sig_mode(const char *m, const char *field, enum tkm_api_sig_mode *out
                        m);
 }
 
-int tkm_api_signature_policy_decode(const json_t *v, const char *field,
-                                    struct tkm_api_signature_policy *out, struct tkm_err *err)
+/* Decodes spec.signaturePolicy (v: the policy object, NULL = absent; field:
+ * the path for messages). *out is owned. 0, -EPROTO, -ENOMEM. */
+static int signature_policy_decode(const json_t *v, const char *field,
+                                   struct tkm_api_signature_policy *out, struct tkm_err *err)
 {
     char *mode = NULL, refpath[256];
     const json_t *ref = NULL;
@@ -146,7 +148,7 @@ int tkm_api_signature_policy_decode(const json_t *v, const char *field,
 out:
     free(mode);
     if (rc)
-        tkm_api_signature_policy_release(out);
+        signature_policy_release(out);
     return rc;
 }
 
@@ -156,7 +158,7 @@ static void spec_release(struct tkm_api_cache_spec *s)
 {
     free(s->cache_image);
     free(s->mount_path);
-    tkm_api_signature_policy_release(&s->signature_policy);
+    signature_policy_release(&s->signature_policy);
     for (size_t i = 0; i < s->n_image_pull_secrets; i++)
         free(s->image_pull_secrets[i]);
     free(s->image_pull_secrets);
@@ -176,8 +178,7 @@ static int spec_decode(const json_t *root, struct tkm_api_cache_spec *s, struct 
     if ((rc = tkm__api_str(spec, "spec", "cacheImage", &s->cache_image, err)) ||
         (rc = tkm__api_str(spec, "spec", "mountPath", &s->mount_path, err)) ||
         (rc = tkm__api_obj(spec, "spec", "signaturePolicy", &pol, err)) ||
-        (rc = tkm_api_signature_policy_decode(pol, "spec.signaturePolicy", &s->signature_policy,
-                                              err)) ||
+        (rc = signature_policy_decode(pol, "spec.signaturePolicy", &s->signature_policy, err)) ||
         (rc = tkm__api_arr(spec, "spec", "imagePullSecrets", 8, &ips, &n, err)) ||
         (rc = tkm__api_alloc(n, sizeof(char *), (void **)&s->image_pull_secrets, err)))
         return rc;

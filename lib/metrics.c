@@ -176,11 +176,22 @@ static void series_free(struct series *s)
     free(s);
 }
 
+/* Removes every series of m (before a collect callback, and when it is freed). */
+static void metric_reset(struct tkm_metric *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->nseries; i++)
+        series_free(m->series[i]);
+    m->nseries = 0;
+    m->overflow = NULL;
+}
+
 static void family_free(struct tkm_metric *m)
 {
     if (!m)
         return;
-    tkm_metric_reset(m);
+    metric_reset(m);
     free(m->series);
     free(m->name);
     free(m->help);
@@ -432,16 +443,6 @@ int tkm_metric_observe(struct tkm_metric *m, const char *const *values, double v
     return ovf;
 }
 
-void tkm_metric_reset(struct tkm_metric *m)
-{
-    if (!m)
-        return;
-    for (size_t i = 0; i < m->nseries; i++)
-        series_free(m->series[i]);
-    m->nseries = 0;
-    m->overflow = NULL;
-}
-
 /* ---- exposition ------------------------------------------------------------ */
 
 /* The shortest of %.15g..%.17g that reads back exactly; NaN, +Inf, -Inf. */
@@ -547,7 +548,7 @@ static int write_family(struct tkm_buf *b, struct tkm_metric *m)
 {
     static const char *const tnames[] = {"counter", "gauge", "histogram"};
     if (m->collect) {
-        tkm_metric_reset(m);
+        metric_reset(m);
         m->in_collect = 1;
         m->collect(m, m->collect_data);
         m->in_collect = 0;

@@ -12,7 +12,8 @@
 #include <tkm/buf.h>
 #include <tkm/oci/digest.h>
 
-enum tkm_oci_kind tkm_oci_media_kind(const char *mt)
+/* Whether a media type is a manifest or an index. */
+static enum tkm_oci_kind media_kind(const char *mt)
 {
     if (!mt)
         return TKM_OCI_KIND_NONE;
@@ -130,7 +131,7 @@ static int decide_type(struct tkm_oci_manifest *m, json_t *root, const char *con
         /* No type from either side (a layout or a file): the structure decides. */
         mt = json_object_get(root, "manifests") ? TKM_OCI_MT_INDEX : TKM_OCI_MT_MANIFEST;
     }
-    m->kind = tkm_oci_media_kind(mt);
+    m->kind = media_kind(mt);
     if (m->kind == TKM_OCI_KIND_NONE)
         return tkm_err_set(err, -EINVAL,
                            "%s: media type '%.100s' is not an image manifest or index", what, mt);
@@ -233,7 +234,7 @@ int tkm_oci_index_select(const struct tkm_oci_manifest *idx, const char *os, con
         if (d->attestation ||
             (d->has_platform && strcmp(d->os, "unknown") == 0 && strcmp(d->arch, "unknown") == 0))
             continue;
-        if (tkm_oci_media_kind(d->media_type) != TKM_OCI_KIND_MANIFEST)
+        if (media_kind(d->media_type) != TKM_OCI_KIND_MANIFEST)
             continue;
         n_images++;
         only = d;

@@ -100,8 +100,6 @@ int tkm_metric_add(struct tkm_metric *m, const char *const *values, double v);
 int tkm_metric_set(struct tkm_metric *m, const char *const *values, double v);
 /* Histograms: counts v into its bucket, adds it to _sum and 1 to _count. */
 int tkm_metric_observe(struct tkm_metric *m, const char *const *values, double v);
-/* Removes every series of m (a gauge whose label set changed). */
-void tkm_metric_reset(struct tkm_metric *m);
 
 /* Appends the whole exposition (collect callbacks run first) to out. */
 int tkm_metrics_write(struct tkm_metrics *reg, struct tkm_buf *out);
