@@ -14,6 +14,7 @@
 
 #include <tkm/fs.h>
 #include <tkm/buf.h>
+#include <tkm/util.h>
 #include <tkm/trust/keys.h>
 
 #define MAX_SIG   2048
@@ -34,16 +35,8 @@ void tkm_tce_report_release(struct tkm_tce_report *r)
 
 const char *tkm_tce_status_name(enum tkm_tce_status s)
 {
-    switch (s) {
-    case TKM_TCE_OK:
-        return "ok";
-    case TKM_TCE_MISSING_SIG:
-        return "unsigned";
-    case TKM_TCE_BAD_SIG:
-        return "bad signature";
-    default:
-        return "error";
-    }
+    static const char *const names[] = {"ok", "unsigned", "bad signature", "error"};
+    return (unsigned)s < TKM_ARRAY_SIZE(names) ? names[s] : "error";
 }
 
 static int report_add(struct tkm_tce_report *r, const char *dir, const char *file,
