@@ -298,21 +298,6 @@ static void req_free(struct tkm_http_req *r)
     free(r);
 }
 
-/* Errors that mean the server stopped the exchange after its reply began. */
-static int server_cut_after_status(CURLcode cc)
-{
-    switch (cc) {
-    case CURLE_PARTIAL_FILE:
-    case CURLE_SEND_ERROR:
-    case CURLE_RECV_ERROR:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 /* Removes r from curl and the client, reports to done_cb, frees r. */
 static void req_finish(struct tkm_http_req *r, CURLcode cc)
 {
@@ -336,11 +321,12 @@ static void req_finish(struct tkm_http_req *r, CURLcode cc)
         resp->code = -ECANCELED;
     else if (cc != CURLE_OK && r->abort_code)
         resp->code = r->abort_code;
-    else if (st >= 400 && server_cut_after_status(cc))
+    else if (st >= 400 && map_curl_code(cc) == -ECONNRESET)
         /* The server answered with an error status, then ended the stream
-         * early: a Go server resets an HTTP/2 stream whose upload it did not
-         * read (401 before the body), or closes after a short error body.
-         * Its status is the answer; the body may be cut. */
+         * early (a reset or a close after its reply began): a Go server
+         * resets an HTTP/2 stream whose upload it did not read (401 before
+         * the body), or closes after a short error body. Its status is the
+         * answer; the body may be cut. */
         resp->code = 0;
     else
         resp->code = map_curl_code(cc);
