@@ -7,23 +7,16 @@
 
 static const char *type_name(const json_t *v)
 {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "a list";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number with a fraction";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
+    static const char *const names[] = {[JSON_OBJECT] = "an object",
+                                        [JSON_ARRAY] = "a list",
+                                        [JSON_STRING] = "a string",
+                                        [JSON_INTEGER] = "an integer",
+                                        [JSON_REAL] = "a number with a fraction",
+                                        [JSON_TRUE] = "a boolean",
+                                        [JSON_FALSE] = "a boolean",
+                                        [JSON_NULL] = "null"};
+    unsigned t = (unsigned)json_typeof(v);
+    return t < sizeof names / sizeof names[0] ? names[t] : "null";
 }
 
 static int wrong(const json_t *v, const char *path, const char *key, const char *want,
