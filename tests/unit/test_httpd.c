@@ -16,7 +16,10 @@
 static unsigned port_of(const struct tkm_httpd *srv)
 {
     const char *colon = strrchr(tkm_httpd_addr(srv), ':');
-    return colon ? (unsigned)atoi(colon + 1) : 0;
+    uint64_t port = 0;
+    if (colon)
+        ASSERT_OK(tkm_parse_u64(colon + 1, 65535, &port));
+    return (unsigned)port;
 }
 
 struct got {
