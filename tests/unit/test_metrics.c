@@ -3,22 +3,11 @@
 #include <tkm/http.h>
 #include <tkm/httpd.h>
 #include <tkm/metrics.h>
-#include <tkm/util.h>
 
 #include <math.h>
 #include <time.h>
 
 #include "test.h"
-
-/* The port srv is bound to, from its "host:port" address (0 for a NULL server). */
-static unsigned port_of(const struct tkm_httpd *srv)
-{
-    const char *colon = strrchr(tkm_httpd_addr(srv), ':');
-    uint64_t port = 0;
-    if (colon)
-        ASSERT_OK(tkm_parse_u64(colon + 1, 65535, &port));
-    return (unsigned)port;
-}
 
 /* ---- a strict parser of the exposition ----------------------------------- */
 
@@ -509,7 +498,7 @@ TEST(scrape_over_http)
     ASSERT_OK(tkm_metrics_serve(reg, srv, "/metrics", &err));
     ASSERT_OK(tkm_metrics_serve(reg, NULL, "/metrics", &err)); /* disabled server */
     char url[128];
-    snprintf(url, sizeof url, "http://127.0.0.1:%u/metrics", port_of(srv));
+    snprintf(url, sizeof url, "http://%s/metrics", tkm_httpd_addr(srv)); /* 127.0.0.1:<port> */
     struct tkm_http_resp got;
     tkm_http_resp_init(&got);
     struct tkm_http_req_opts o = {
