@@ -32,15 +32,13 @@
 
 int tkm_sig_mode_parse(const char *s, enum tkm_sig_mode *out)
 {
-    if (s && strcmp(s, "Enforce") == 0)
-        *out = TKM_SIG_MODE_ENFORCE;
-    else if (s && strcmp(s, "Audit") == 0)
-        *out = TKM_SIG_MODE_AUDIT;
-    else if (s && strcmp(s, "Disabled") == 0)
-        *out = TKM_SIG_MODE_DISABLED;
-    else
-        return -EINVAL;
-    return 0;
+    static const char *const names[] = {"Enforce", "Audit", "Disabled"}; /* enum order */
+    for (size_t i = 0; s && i < TKM_ARRAY_SIZE(names); i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = (enum tkm_sig_mode)i;
+            return 0;
+        }
+    return -EINVAL;
 }
 
 static int identity_check(const struct tkm_sig_identity *id, size_t i, struct tkm_err *err)
