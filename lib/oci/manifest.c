@@ -208,17 +208,17 @@ void tkm_oci_manifest_release(struct tkm_oci_manifest *m)
 
 const char *tkm_oci_host_arch(void)
 {
+    static const char *const arch[][2] = {{"x86_64", "amd64"},
+                                          {"aarch64", "arm64"},
+                                          {"arm64", "arm64"},
+                                          {"ppc64le", "ppc64le"},
+                                          {"s390x", "s390x"}};
     struct utsname u;
     if (uname(&u) != 0)
         return "amd64";
-    if (strcmp(u.machine, "x86_64") == 0)
-        return "amd64";
-    if (strcmp(u.machine, "aarch64") == 0 || strcmp(u.machine, "arm64") == 0)
-        return "arm64";
-    if (strcmp(u.machine, "ppc64le") == 0)
-        return "ppc64le";
-    if (strcmp(u.machine, "s390x") == 0)
-        return "s390x";
+    for (size_t i = 0; i < sizeof arch / sizeof arch[0]; i++)
+        if (strcmp(u.machine, arch[i][0]) == 0)
+            return arch[i][1];
     return "amd64";
 }
 

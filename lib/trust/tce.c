@@ -80,12 +80,6 @@ static int eligible(const char *name)
     return 1;
 }
 
-/* Sorted names in dirfd; want_dirs selects directories or everything else. */
-static int list_names(int dirfd, int want_dirs, char ***out, size_t *n)
-{
-    return tkm_list_dir(dirfd, want_dirs ? TKM_LIST_DIRS : TKM_LIST_NONDIRS, MAX_NAMES, out, n);
-}
-
 /* Feeds the file into ctx (DigestSign/VerifyUpdate). msg gets a reason. */
 static int hash_file(int dirfd, const char *name, EVP_MD_CTX *ctx, int verify, char *msg,
                      size_t msgn)
@@ -222,7 +216,7 @@ static int walk(const char *cache_dir, EVP_PKEY *k, int verify, struct tkm_tce_r
     int rc, root = open(cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (root < 0)
         return tkm_err_set(err, -errno, "cannot open cache dir %s: %s", cache_dir, strerror(errno));
-    if ((rc = list_names(root, 1, &dirs, &nd)) < 0) {
+    if ((rc = tkm_list_dir(root, TKM_LIST_DIRS, MAX_NAMES, &dirs, &nd)) < 0) {
         tkm_err_set(err, rc, "cannot list %s: %s", cache_dir, strerror(-rc));
         goto out;
     }
@@ -230,7 +224,7 @@ static int walk(const char *cache_dir, EVP_PKEY *k, int verify, struct tkm_tce_r
         char **files = NULL;
         size_t nf = 0;
         int dfd = openat(root, dirs[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (dfd < 0 || (rc = list_names(dfd, 0, &files, &nf)) < 0) {
+        if (dfd < 0 || (rc = tkm_list_dir(dfd, TKM_LIST_NONDIRS, MAX_NAMES, &files, &nf)) < 0) {
             rc = tkm_err_set(err, dfd < 0 ? -errno : rc, "cannot list %s/%s", cache_dir, dirs[i]);
             if (dfd >= 0)
                 close(dfd);
