@@ -127,9 +127,6 @@ static int reg_do(struct tkm_oci_registry *r, const struct tkm__oci_req *q, long
     return rc;
 }
 
-#define url_printf(b, r, ...) tkm__oci_url((r)->s, (b), __VA_ARGS__)
-#define scope_of              tkm__oci_scope
-
 /* ---- manifests ----------------------------------------------------------- */
 
 int tkm_oci_registry_get_manifest(struct tkm_oci_registry *r, const char *repo,
@@ -164,9 +161,9 @@ int tkm_oci_registry_put_manifest(struct tkm_oci_registry *r, const char *repo,
     struct tkm_http_resp resp;
     char scope[600];
     int rc;
-    scope_of(scope, sizeof scope, repo, 1);
+    tkm__oci_scope(scope, sizeof scope, repo, 1);
     tkm_http_resp_init(&resp);
-    if ((rc = url_printf(&url, r, "/v2/%s/manifests/%s", repo, reference)) != 0)
+    if ((rc = tkm__oci_url(r->s, &url, "/v2/%s/manifests/%s", repo, reference)) != 0)
         goto out;
     struct tkm__oci_req q = {.method = "PUT",
                              .url = url.data,
@@ -206,7 +203,7 @@ static int upload_location(struct tkm_oci_registry *r, const struct tkm_http_res
                            resp->url);
     tkm_buf_reset(loc);
     if (hdr[0] == '/')
-        return url_printf(loc, r, "%s", hdr);
+        return tkm__oci_url(r->s, loc, "%s", hdr);
     if (strncasecmp(hdr, "https://", 8) != 0 && strncasecmp(hdr, "http://", 7) != 0)
         return tkm_err_set(err, -EPROTO, "%s: upload Location '%.200s' is not a URL", resp->url,
                            hdr);
@@ -219,7 +216,7 @@ static int upload_start(struct tkm_oci_registry *r, const char *repo, const char
 {
     struct tkm_buf url = TKM_BUF_INIT(REG_URL_MAX);
     struct tkm_http_resp resp;
-    int rc = url_printf(&url, r, "/v2/%s/blobs/uploads/", repo);
+    int rc = tkm__oci_url(r->s, &url, "/v2/%s/blobs/uploads/", repo);
     tkm_http_resp_init(&resp);
     if (rc)
         goto out;
@@ -316,7 +313,7 @@ int tkm_oci_registry_push_blob_file(struct tkm_oci_registry *r, const char *repo
         *skipped = rc == 1;
     if (rc != 0)
         return rc < 0 ? rc : 0;
-    scope_of(scope, sizeof scope, repo, 1);
+    tkm__oci_scope(scope, sizeof scope, repo, 1);
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
         rc = tkm_err_set(err, -errno, "blob %s: open %s: %s", digest, path, strerror(errno));
         goto out;
