@@ -4,8 +4,9 @@
  * The synchronous client: a thin wrapper that runs the asynchronous core
  * (session.h: the same session, requests, authentication and retries) on a
  * private loop of its own until each operation completes. It serves
- * tkmctl, tests and benchmarks; daemons that run one libuv loop use
- * session.h's jobs instead and must not call this from the loop thread.
+ * tkmctl (push, verify), tests and benchmarks; daemons that run one libuv
+ * loop use session.h's jobs instead (which also do every blob download) and
+ * must not call this from the loop thread.
  *
  * What it does:
  *   - picks the scheme: https, or plain http only for loopback hosts and the
@@ -21,9 +22,6 @@
  *     at most 4 MiB, the digest is the sha256 of the bytes received and must
  *     equal the reference when it is a digest (Docker-Content-Digest is never
  *     trusted);
- *   - blobs: GET following redirects (curl never forwards Authorization to
- *     another host), streamed into a new file (O_EXCL) while hashing, with an
- *     exact size limit; the file is removed unless digest and size match;
  *   - push: HEAD to skip existing blobs, POST then PUT (monolithic) for small
  *     blobs, PATCH chunks of 8 MiB then PUT for large ones; manifest PUT by
  *     tag or digest;
