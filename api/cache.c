@@ -21,7 +21,7 @@ void tkm_api_identities_release(struct tkm_api_identity *ids, size_t n)
     free(ids);
 }
 
-void tkm_api_signature_policy_release(struct tkm_api_signature_policy *p)
+static void signature_policy_release(struct tkm_api_signature_policy *p)
 {
     free(p->public_key);
     free(p->public_key_ref_name);
@@ -119,8 +119,10 @@ static int sig_mode(const char *m, const char *field, enum tkm_api_sig_mode *out
                        m);
 }
 
-int tkm_api_signature_policy_decode(const json_t *v, const char *field,
-                                    struct tkm_api_signature_policy *out, struct tkm_err *err)
+/* Decodes spec.signaturePolicy (v: the policy object, NULL = absent; field:
+ * the path for messages). *out is owned. 0, -EPROTO, -ENOMEM. */
+static int signature_policy_decode(const json_t *v, const char *field,
+                                   struct tkm_api_signature_policy *out, struct tkm_err *err)
 {
     char *mode = NULL, refpath[256];
     const json_t *ref = NULL;
@@ -146,7 +148,7 @@ int tkm_api_signature_policy_decode(const json_t *v, const char *field,
 out:
     free(mode);
     if (rc)
-        tkm_api_signature_policy_release(out);
+        signature_policy_release(out);
     return rc;
 }
 
@@ -156,7 +158,7 @@ static void spec_release(struct tkm_api_cache_spec *s)
 {
     free(s->cache_image);
     free(s->mount_path);
-    tkm_api_signature_policy_release(&s->signature_policy);
+    signature_policy_release(&s->signature_policy);
     for (size_t i = 0; i < s->n_image_pull_secrets; i++)
         free(s->image_pull_secrets[i]);
     free(s->image_pull_secrets);
@@ -176,8 +178,7 @@ static int spec_decode(const json_t *root, struct tkm_api_cache_spec *s, struct 
     if ((rc = tkm__api_str(spec, "spec", "cacheImage", &s->cache_image, err)) ||
         (rc = tkm__api_str(spec, "spec", "mountPath", &s->mount_path, err)) ||
         (rc = tkm__api_obj(spec, "spec", "signaturePolicy", &pol, err)) ||
-        (rc = tkm_api_signature_policy_decode(pol, "spec.signaturePolicy", &s->signature_policy,
-                                              err)) ||
+        (rc = signature_policy_decode(pol, "spec.signaturePolicy", &s->signature_policy, err)) ||
         (rc = tkm__api_arr(spec, "spec", "imagePullSecrets", 8, &ips, &n, err)) ||
         (rc = tkm__api_alloc(n, sizeof(char *), (void **)&s->image_pull_secrets, err)))
         return rc;
@@ -354,16 +355,11 @@ static json_t *summary_encode(const struct tkm_api_summary *s)
               tkm__api_set_int(o, "cacheSizeBytes", s->cache_size_bytes);
     for (size_t i = 0; !bad && i < s->n_targets; i++) {
         const struct tkm_api_target *t = &s->targets[i];
-        json_t *e = json_object();
-        if (!e || tkm__api_set_str(e, "backend", t->backend) ||
-            tkm__api_set_str(e, "arch", t->arch) || tkm__api_set_int(e, "warpSize", t->warp_size) ||
-            tkm__api_set_str(e, "tritonVersion", t->triton_version) ||
-            tkm__api_set_str(e, "ptxVersion", t->ptx_version)) {
-            json_decref(e);
-            bad = 1;
-        } else {
-            bad = json_array_append_new(arr, e) != 0;
-        }
+        /* s*: the member is left out when the string is NULL */
+        json_t *e = json_pack("{s:s*,s:s*,s:I,s:s*,s:s*}", "backend", t->backend, "arch", t->arch,
+                              "warpSize", (json_int_t)t->warp_size, "tritonVersion",
+                              t->triton_version, "ptxVersion", t->ptx_version);
+        bad = !e || json_array_append_new(arr, e) != 0; /* append_new frees e on failure */
     }
     if (!bad && s->n_targets)
         bad = json_object_set(o, "targets", arr) != 0;
@@ -392,13 +388,8 @@ static json_t *failed_encode(const struct tkm_api_cache_status *st, struct tkm_e
             json_decref(arr);
             return NULL;
         }
-        json_t *e = json_object();
-        if (!e || tkm__api_set_str(e, "node", f->node) ||
-            tkm__api_set_str(e, "reason", f->reason) ||
-            tkm__api_set_str(e, "message", f->message)) {
-            json_decref(e);
-            e = NULL;
-        }
+        json_t *e = json_pack("{s:s,s:s*,s:s*}", "node", f->node, "reason", f->reason, "message",
+                              f->message);
         if (!e || json_array_append_new(arr, e)) {
             json_decref(arr);
             arr = NULL;

@@ -7,23 +7,16 @@
 
 static const char *type_name(const json_t *v)
 {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "a list";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number with a fraction";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
+    static const char *const names[] = {[JSON_OBJECT] = "an object",
+                                        [JSON_ARRAY] = "a list",
+                                        [JSON_STRING] = "a string",
+                                        [JSON_INTEGER] = "an integer",
+                                        [JSON_REAL] = "a number with a fraction",
+                                        [JSON_TRUE] = "a boolean",
+                                        [JSON_FALSE] = "a boolean",
+                                        [JSON_NULL] = "null"};
+    unsigned t = (unsigned)json_typeof(v);
+    return t < sizeof names / sizeof names[0] ? names[t] : "null";
 }
 
 static int wrong(const json_t *v, const char *path, const char *key, const char *want,
@@ -300,22 +293,13 @@ int tkm__api_set_bool(json_t *o, const char *key, int v)
 int tkm__api_object(const char *kind, const char *name, const char *ns, json_t **out,
                     struct tkm_err *err)
 {
-    json_t *o = json_object(), *md = json_object();
     *out = NULL;
-    if (!name || !*name) {
-        json_decref(o);
-        json_decref(md);
+    if (!name || !*name)
         return tkm_err_set(err, -EINVAL, "%s apply body: metadata.name is required", kind);
-    }
-    if (!o || !md || tkm__api_set_str(o, "apiVersion", TKM_API_GROUP_VERSION) ||
-        tkm__api_set_str(o, "kind", kind) || tkm__api_set_str(md, "name", name) ||
-        tkm__api_set_str(md, "namespace", ns) || json_object_set(o, "metadata", md)) {
-        json_decref(o);
-        json_decref(md);
+    /* s*: no namespace member for a cluster-scoped object (ns NULL) */
+    if (!(*out = json_pack("{s:s,s:s,s:{s:s,s:s*}}", "apiVersion", TKM_API_GROUP_VERSION, "kind",
+                           kind, "metadata", "name", name, "namespace", ns)))
         return tkm_err_set(err, -ENOMEM, "%s apply body: out of memory", kind);
-    }
-    json_decref(md);
-    *out = o;
     return 0;
 }
 
@@ -335,16 +319,11 @@ json_t *tkm__api_conditions_encode(const struct tkm_api_condition *c, size_t n, 
             json_decref(arr);
             return NULL;
         }
-        json_t *o = json_object();
-        if (!o || tkm__api_set_str(o, "type", c[i].type) ||
-            tkm__api_set_str(o, "status", cond_status_str(c[i].status)) ||
-            tkm__api_set_int(o, "observedGeneration", c[i].observed_generation) ||
-            tkm__api_set_str(o, "lastTransitionTime", c[i].last_transition_time) ||
-            tkm__api_set_str(o, "reason", c[i].reason) ||
-            tkm__api_set_str(o, "message", c[i].message ? c[i].message : "")) {
-            json_decref(o);
-            o = NULL;
-        }
+        json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:s}", "type", c[i].type, "status",
+                              cond_status_str(c[i].status), "observedGeneration",
+                              (json_int_t)c[i].observed_generation, "lastTransitionTime",
+                              c[i].last_transition_time, "reason", c[i].reason, "message",
+                              c[i].message ? c[i].message : "");
         if (!o || json_array_append_new(arr, o)) { /* append_new frees o on failure */
             json_decref(arr);
             tkm_err_set(err, -ENOMEM, "status.conditions: out of memory");

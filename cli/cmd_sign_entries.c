@@ -77,8 +77,7 @@ int ctl_tce_run(int argc, char **argv, int verify)
         fprintf(stderr, "tkmctl %s: key: %s\n", cmd, tkm_err_str(&err));
         return 1;
     }
-    int rc = verify ? tkm_tce_verify_dir(dir, pem, len, &rep, &err)
-                    : tkm_tce_sign_dir(dir, pem, len, &rep, &err);
+    int rc = tkm_tce_dir(dir, pem, len, verify, &rep, &err);
     free(pem);
     if (rc < 0 && rc != -EKEYREJECTED && rc != -EIO && rep.n == 0)
         tkm_err_prefix(&err, "key %s, cache %s", key, dir);

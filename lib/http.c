@@ -29,10 +29,10 @@
 #include <tkm/bug.h>
 #include <tkm/util.h>
 
-#define HTTP_DEFAULT_MAX_BODY   (16u * 1024 * 1024)
-#define HTTP_MAX_HEADERS        (256u * 1024)
-#define HTTP_DEFAULT_CONNECT_MS 10000
-#define HTTP_DEFAULT_REDIRECTS  5
+#define HTTP_DEFAULT_MAX_BODY (16u * 1024 * 1024)
+#define HTTP_MAX_HEADERS      (256u * 1024)
+#define HTTP_CONNECT_MS       10000L /* connection setup, every request */
+#define HTTP_MAX_REDIRECTS    5L
 
 struct http_sock {
     uv_poll_t poll; /* first member: the handle's address is the struct's */
@@ -47,7 +47,6 @@ struct tkm_http {
     uv_timer_t timer;    /* curl's timeout */
     uv_timer_t deferred; /* cancellations and close */
     char *user_agent;
-    int verbose;
     int closing;
     int cleaning; /* inside curl_multi_cleanup() */
     int torn_down;
@@ -299,21 +298,6 @@ static void req_free(struct tkm_http_req *r)
     free(r);
 }
 
-/* Errors that mean the server stopped the exchange after its reply began. */
-static int server_cut_after_status(CURLcode cc)
-{
-    switch (cc) {
-    case CURLE_PARTIAL_FILE:
-    case CURLE_SEND_ERROR:
-    case CURLE_RECV_ERROR:
-    case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 /* Removes r from curl and the client, reports to done_cb, frees r. */
 static void req_finish(struct tkm_http_req *r, CURLcode cc)
 {
@@ -337,11 +321,12 @@ static void req_finish(struct tkm_http_req *r, CURLcode cc)
         resp->code = -ECANCELED;
     else if (cc != CURLE_OK && r->abort_code)
         resp->code = r->abort_code;
-    else if (st >= 400 && server_cut_after_status(cc))
+    else if (st >= 400 && map_curl_code(cc) == -ECONNRESET)
         /* The server answered with an error status, then ended the stream
-         * early: a Go server resets an HTTP/2 stream whose upload it did not
-         * read (401 before the body), or closes after a short error body.
-         * Its status is the answer; the body may be cut. */
+         * early (a reset or a close after its reply began): a Go server
+         * resets an HTTP/2 stream whose upload it did not read (401 before
+         * the body), or closes after a short error body. Its status is the
+         * answer; the body may be cut. */
         resp->code = 0;
     else
         resp->code = map_curl_code(cc);
@@ -460,16 +445,11 @@ int tkm_http_new(uv_loop_t *loop, const struct tkm_http_opts *opts, struct tkm_h
         free(h);
         return tkm_err_set(err, -ENOMEM, "http client: cannot create the curl multi handle");
     }
-    h->verbose = opts ? opts->verbose : 0;
     curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, sock_cb);
     curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
     curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, timer_fn);
     curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
     curl_multi_setopt(h->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
-    if (opts && opts->max_host_connections > 0)
-        curl_multi_setopt(h->multi, CURLMOPT_MAX_HOST_CONNECTIONS, opts->max_host_connections);
-    if (opts && opts->max_total_connections > 0)
-        curl_multi_setopt(h->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, opts->max_total_connections);
     uv_timer_init(loop, &h->timer);
     uv_timer_init(loop, &h->deferred);
     h->timer.data = h;
@@ -613,9 +593,7 @@ static void apply_limits(struct tkm_http_req *r, const struct tkm_http_req_opts 
 {
     CURL *e = r->easy;
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)o->timeout_ms);
-    curl_easy_setopt(
-        e, CURLOPT_CONNECTTIMEOUT_MS,
-        (long)(o->connect_timeout_ms ? o->connect_timeout_ms : HTTP_DEFAULT_CONNECT_MS));
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, HTTP_CONNECT_MS);
     if (o->idle_timeout_ms) {
         long s = (long)((o->idle_timeout_ms + 999) / 1000);
         curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -626,8 +604,7 @@ static void apply_limits(struct tkm_http_req *r, const struct tkm_http_req_opts 
     curl_easy_setopt(e, CURLOPT_TCP_KEEPINTVL, 15L);
     if (o->follow_redirects) {
         curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
-        curl_easy_setopt(e, CURLOPT_MAXREDIRS,
-                         (long)(o->max_redirects > 0 ? o->max_redirects : HTTP_DEFAULT_REDIRECTS));
+        curl_easy_setopt(e, CURLOPT_MAXREDIRS, HTTP_MAX_REDIRECTS);
         curl_easy_setopt(e, CURLOPT_UNRESTRICTED_AUTH, 0L);
         /* https never downgrades to http; plain http (tests) may go either way. */
         curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR,
@@ -680,7 +657,6 @@ int tkm_http_start(struct tkm_http *h, const struct tkm_http_req_opts *o, struct
     curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, header_cb);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
-    curl_easy_setopt(e, CURLOPT_VERBOSE, (long)h->verbose);
     apply_limits(r, o);
     if ((rc = apply_method_body(r, o)) || (rc = apply_headers(r, o))) {
         tkm_err_set(err, rc, "%s: out of memory", o->url);

@@ -68,7 +68,6 @@ struct tkm_httpd {
     struct MHD_Daemon *mhd;
     uv_poll_t poll;
     uv_timer_t timer;
-    unsigned port;
     unsigned max_conns;
     char addr[80];
     size_t max_body;
@@ -201,13 +200,11 @@ static void format_bound(struct tkm_httpd *s, const struct sockaddr_storage *ss)
     if (ss->ss_family == AF_INET6) {
         const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)ss;
         inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof ip);
-        s->port = ntohs(in6->sin6_port);
-        snprintf(s->addr, sizeof s->addr, "[%s]:%u", ip, s->port);
+        snprintf(s->addr, sizeof s->addr, "[%s]:%u", ip, ntohs(in6->sin6_port));
     } else {
         const struct sockaddr_in *in4 = (const struct sockaddr_in *)ss;
         inet_ntop(AF_INET, &in4->sin_addr, ip, sizeof ip);
-        s->port = ntohs(in4->sin_port);
-        snprintf(s->addr, sizeof s->addr, "%s:%u", ip, s->port);
+        snprintf(s->addr, sizeof s->addr, "%s:%u", ip, ntohs(in4->sin_port));
     }
 }
 
@@ -499,11 +496,6 @@ int tkm_httpd_handle(struct tkm_httpd *srv, const char *path, tkm_httpd_handler 
     if (!srv)
         return 0;
     return route_add(srv, path, fn, data, NULL, err);
-}
-
-unsigned tkm_httpd_port(const struct tkm_httpd *srv)
-{
-    return srv ? srv->port : 0;
 }
 
 const char *tkm_httpd_addr(const struct tkm_httpd *srv)

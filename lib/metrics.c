@@ -176,11 +176,22 @@ static void series_free(struct series *s)
     free(s);
 }
 
+/* Removes every series of m (before a collect callback, and when it is freed). */
+static void metric_reset(struct tkm_metric *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->nseries; i++)
+        series_free(m->series[i]);
+    m->nseries = 0;
+    m->overflow = NULL;
+}
+
 static void family_free(struct tkm_metric *m)
 {
     if (!m)
         return;
-    tkm_metric_reset(m);
+    metric_reset(m);
     free(m->series);
     free(m->name);
     free(m->help);
@@ -218,8 +229,10 @@ fail:
     return NULL;
 }
 
-static int series_push(struct tkm_metric *m, struct series *s)
+/* A new series for v (hash h) appended to m: 0 (*out, optional, borrowed) or -ENOMEM. */
+static int series_add(struct tkm_metric *m, const char *const *v, uint64_t h, struct series **out)
 {
+    struct series *s;
     if (m->nseries == m->cap) {
         size_t ncap = m->cap ? m->cap * 2 : 4;
         struct series **tmp = realloc(m->series, ncap * sizeof *tmp);
@@ -228,7 +241,11 @@ static int series_push(struct tkm_metric *m, struct series *s)
         m->series = tmp;
         m->cap = ncap;
     }
+    if (!(s = series_new(m, v, h)))
+        return -ENOMEM;
     m->series[m->nseries++] = s;
+    if (out)
+        *out = s;
     return 0;
 }
 
@@ -278,23 +295,13 @@ static int series_get(struct tkm_metric *m, const char *const *v, struct series 
             const char *ov[TKM_METRICS_MAX_LABELS];
             for (size_t i = 0; i < m->nlabels; i++)
                 ov[i] = TKM_METRICS_OVERFLOW;
-            struct series *s = series_new(m, ov, values_hash(m, ov));
-            if (!s || series_push(m, s)) {
-                series_free(s);
+            if (series_add(m, ov, values_hash(m, ov), &m->overflow))
                 return -ENOMEM;
-            }
-            m->overflow = s;
         }
         *out = m->overflow;
         return 0;
     }
-    struct series *s = series_new(m, v, h);
-    if (!s || series_push(m, s)) {
-        series_free(s);
-        return -ENOMEM;
-    }
-    *out = s;
-    return 0;
+    return series_add(m, v, h, out);
 }
 
 /* ---- public: registry ------------------------------------------------------ */
@@ -355,13 +362,8 @@ static int family_fill(struct tkm_metric *m, enum tkm_metric_type type,
     }
     /* A family without labels has its one series from the start (value 0),
      * unless its values come from a collect callback. */
-    if (m->nlabels == 0 && !m->collect) {
-        struct series *s = series_new(m, NULL, values_hash(m, NULL));
-        if (!s || series_push(m, s)) {
-            series_free(s);
-            return -ENOMEM;
-        }
-    }
+    if (m->nlabels == 0 && !m->collect)
+        return series_add(m, NULL, values_hash(m, NULL), NULL);
     return 0;
 }
 
@@ -397,11 +399,6 @@ fail:
 }
 
 /* ---- public: updates ------------------------------------------------------- */
-
-int tkm_metric_inc(struct tkm_metric *m, const char *const *values)
-{
-    return tkm_metric_add(m, values, 1);
-}
 
 int tkm_metric_add(struct tkm_metric *m, const char *const *values, double v)
 {
@@ -444,38 +441,6 @@ int tkm_metric_observe(struct tkm_metric *m, const char *const *values, double v
     s->count++;
     s->value += v;
     return ovf;
-}
-
-void tkm_metric_reset(struct tkm_metric *m)
-{
-    if (!m)
-        return;
-    for (size_t i = 0; i < m->nseries; i++)
-        series_free(m->series[i]);
-    m->nseries = 0;
-    m->overflow = NULL;
-}
-
-int tkm_metric_value(const struct tkm_metric *m, const char *const *values, double *out)
-{
-    if (!m || !values_ok(m, values))
-        return -EINVAL;
-    for (size_t i = 0; i < m->nseries; i++) {
-        const struct series *s = m->series[i];
-        size_t k = 0;
-        while (k < m->nlabels && strcmp(s->values[k], values[k]) == 0)
-            k++;
-        if (k == m->nlabels) {
-            *out = m->type == TKM_METRIC_HISTOGRAM ? (double)s->count : s->value;
-            return 0;
-        }
-    }
-    return -ENOENT;
-}
-
-size_t tkm_metric_series(const struct tkm_metric *m)
-{
-    return m ? m->nseries : 0;
 }
 
 /* ---- exposition ------------------------------------------------------------ */
@@ -583,7 +548,7 @@ static int write_family(struct tkm_buf *b, struct tkm_metric *m)
 {
     static const char *const tnames[] = {"counter", "gauge", "histogram"};
     if (m->collect) {
-        tkm_metric_reset(m);
+        metric_reset(m);
         m->in_collect = 1;
         m->collect(m, m->collect_data);
         m->in_collect = 0;

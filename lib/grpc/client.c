@@ -140,41 +140,27 @@ static void call_done(struct tkm_grpc_client_call *call, int code, const char *f
         uv_timer_start(&cli->deferred, deferred_cb, 0, 0);
 }
 
+/* The gRPC code for a non-200 HTTP status (gRPC's HTTP-to-gRPC mapping). */
 static int code_from_http(int status)
 {
-    switch (status) {
-    case 400:
-        return TKM_GRPC_INTERNAL;
-    case 401:
-        return TKM_GRPC_UNAUTHENTICATED;
-    case 403:
-        return TKM_GRPC_PERMISSION_DENIED;
-    case 404:
-        return TKM_GRPC_UNIMPLEMENTED;
-    case 429:
-    case 502:
-    case 503:
-    case 504:
-        return TKM_GRPC_UNAVAILABLE;
-    default:
-        return TKM_GRPC_UNKNOWN;
-    }
+    static const int map[][2] = {{400, TKM_GRPC_INTERNAL},          {401, TKM_GRPC_UNAUTHENTICATED},
+                                 {403, TKM_GRPC_PERMISSION_DENIED}, {404, TKM_GRPC_UNIMPLEMENTED},
+                                 {429, TKM_GRPC_UNAVAILABLE},       {502, TKM_GRPC_UNAVAILABLE},
+                                 {503, TKM_GRPC_UNAVAILABLE},       {504, TKM_GRPC_UNAVAILABLE}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (map[i][0] == status)
+            return map[i][1];
+    return TKM_GRPC_UNKNOWN;
 }
 
+/* The gRPC code for an HTTP/2 RST_STREAM error code. */
 static int code_from_h2(uint32_t e)
 {
-    switch (e) {
-    case NGHTTP2_REFUSED_STREAM:
-        return TKM_GRPC_UNAVAILABLE;
-    case NGHTTP2_CANCEL:
-        return TKM_GRPC_CANCELLED;
-    case NGHTTP2_ENHANCE_YOUR_CALM:
-        return TKM_GRPC_RESOURCE_EXHAUSTED;
-    case NGHTTP2_INADEQUATE_SECURITY:
-        return TKM_GRPC_PERMISSION_DENIED;
-    default:
-        return TKM_GRPC_INTERNAL;
-    }
+    static const int map[] = {[NGHTTP2_REFUSED_STREAM] = TKM_GRPC_UNAVAILABLE,
+                              [NGHTTP2_CANCEL] = TKM_GRPC_CANCELLED,
+                              [NGHTTP2_ENHANCE_YOUR_CALM] = TKM_GRPC_RESOURCE_EXHAUSTED,
+                              [NGHTTP2_INADEQUATE_SECURITY] = TKM_GRPC_PERMISSION_DENIED};
+    return e < sizeof map / sizeof map[0] && map[e] ? map[e] : TKM_GRPC_INTERNAL;
 }
 
 /* The stream ended (error_code from RST_STREAM, or 0): decide the outcome. */

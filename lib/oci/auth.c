@@ -24,16 +24,6 @@
 
 /* ---- WWW-Authenticate ---------------------------------------------------- */
 
-/* Copies src into dst (n bytes), truncating; dst is always terminated. */
-static void set_str(char *dst, size_t n, const char *src)
-{
-    size_t len = strlen(src);
-    if (len >= n)
-        len = n - 1;
-    memcpy(dst, src, len);
-    dst[len] = '\0';
-}
-
 static const char *skip_ws(const char *p)
 {
     while (*p == ' ' || *p == '\t' || *p == ',')
@@ -109,13 +99,13 @@ int tkm_oci_challenge_parse(struct tkm_oci_challenge *c, const char *header, str
             if (!q)
                 goto bad;
             if (strcasecmp(name, "realm") == 0)
-                set_str(cur.realm, sizeof cur.realm, value);
+                snprintf(cur.realm, sizeof cur.realm, "%s", value);
             else if (strcasecmp(name, "service") == 0)
-                set_str(cur.service, sizeof cur.service, value);
+                snprintf(cur.service, sizeof cur.service, "%s", value);
             else if (strcasecmp(name, "scope") == 0)
-                set_str(cur.scope, sizeof cur.scope, value);
+                snprintf(cur.scope, sizeof cur.scope, "%s", value);
             else if (strcasecmp(name, "error") == 0)
-                set_str(cur.error, sizeof cur.error, value);
+                snprintf(cur.error, sizeof cur.error, "%s", value);
             p = skip_ws(q);
             continue;
         }

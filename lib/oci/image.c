@@ -177,13 +177,9 @@ int tkm_oci_push(const char *layout_dir, const char *tag, const struct tkm_oci_r
     }
     if ((rc = tkm_oci_registry_new(ref->host, ro, &r, err)) != 0)
         goto out;
-    if ((rc = tkm_oci_layout_read_blob(layout_dir, &img.parsed.config, &b, err)) != 0 ||
-        (rc = tkm_oci_registry_push_blob_mem(r, ref->repo, b.data, b.len, img.parsed.config.digest,
-                                             &skipped, err)) != 0)
-        goto out;
-    up += !skipped;
-    for (size_t i = 0; i < img.parsed.n_descs; i++) {
-        const struct tkm_oci_desc *d = &img.parsed.descs[i];
+    /* the config, then the layers: each verified in the layout first */
+    for (size_t i = 0; i <= img.parsed.n_descs; i++) {
+        const struct tkm_oci_desc *d = i ? &img.parsed.descs[i - 1] : &img.parsed.config;
         if ((rc = tkm_oci_layout_verify_blob(layout_dir, d, err)) != 0)
             goto out;
         tkm_oci_layout_blob_path(layout_dir, d->digest, path, sizeof path);

@@ -12,7 +12,8 @@
 #include <tkm/buf.h>
 #include <tkm/oci/digest.h>
 
-enum tkm_oci_kind tkm_oci_media_kind(const char *mt)
+/* Whether a media type is a manifest or an index. */
+static enum tkm_oci_kind media_kind(const char *mt)
 {
     if (!mt)
         return TKM_OCI_KIND_NONE;
@@ -130,7 +131,7 @@ static int decide_type(struct tkm_oci_manifest *m, json_t *root, const char *con
         /* No type from either side (a layout or a file): the structure decides. */
         mt = json_object_get(root, "manifests") ? TKM_OCI_MT_INDEX : TKM_OCI_MT_MANIFEST;
     }
-    m->kind = tkm_oci_media_kind(mt);
+    m->kind = media_kind(mt);
     if (m->kind == TKM_OCI_KIND_NONE)
         return tkm_err_set(err, -EINVAL,
                            "%s: media type '%.100s' is not an image manifest or index", what, mt);
@@ -207,17 +208,17 @@ void tkm_oci_manifest_release(struct tkm_oci_manifest *m)
 
 const char *tkm_oci_host_arch(void)
 {
+    static const char *const arch[][2] = {{"x86_64", "amd64"},
+                                          {"aarch64", "arm64"},
+                                          {"arm64", "arm64"},
+                                          {"ppc64le", "ppc64le"},
+                                          {"s390x", "s390x"}};
     struct utsname u;
     if (uname(&u) != 0)
         return "amd64";
-    if (strcmp(u.machine, "x86_64") == 0)
-        return "amd64";
-    if (strcmp(u.machine, "aarch64") == 0 || strcmp(u.machine, "arm64") == 0)
-        return "arm64";
-    if (strcmp(u.machine, "ppc64le") == 0)
-        return "ppc64le";
-    if (strcmp(u.machine, "s390x") == 0)
-        return "s390x";
+    for (size_t i = 0; i < sizeof arch / sizeof arch[0]; i++)
+        if (strcmp(u.machine, arch[i][0]) == 0)
+            return arch[i][1];
     return "amd64";
 }
 
@@ -233,7 +234,7 @@ int tkm_oci_index_select(const struct tkm_oci_manifest *idx, const char *os, con
         if (d->attestation ||
             (d->has_platform && strcmp(d->os, "unknown") == 0 && strcmp(d->arch, "unknown") == 0))
             continue;
-        if (tkm_oci_media_kind(d->media_type) != TKM_OCI_KIND_MANIFEST)
+        if (media_kind(d->media_type) != TKM_OCI_KIND_MANIFEST)
             continue;
         n_images++;
         only = d;

@@ -28,7 +28,7 @@ struct tkm__oci_op {
     struct tkm_buf *body;        /* referrers */
     json_t *index;               /* referrers: page 1, manifests of every page merged */
     unsigned pages;              /* referrers: pages read */
-    char scope[600];             /* referrers: for the next page */
+    char scope[600];             /* the request's (referrers: the next pages') */
     char link[TKM__OCI_URL_MAX]; /* referrers: the next page's URL */
     /* blob sink */
     struct tkm_oci_desc d;
@@ -70,10 +70,13 @@ static int op_new(struct tkm_oci_session *s, tkm__oci_op_cb cb, void *data,
     return 0;
 }
 
-/* Starts q for op; on failure op is freed and cb never runs. */
-static int op_start(struct tkm__oci_op *op, const struct tkm__oci_req *q, tkm__oci_call_cb done,
-                    struct tkm__oci_op **out, struct tkm_err *err)
+/* Starts q for op with the pull (or push) scope of repo; on failure op is
+ * freed and cb never runs. */
+static int op_start(struct tkm__oci_op *op, const char *repo, int push, struct tkm__oci_req *q,
+                    tkm__oci_call_cb done, struct tkm__oci_op **out, struct tkm_err *err)
 {
+    tkm__oci_scope(op->scope, sizeof op->scope, repo, push);
+    q->scope = op->scope;
     int rc = tkm__oci_call_start(op->s, q, done, op, &op->call, err);
     if (rc) {
         if (op->hashing)
@@ -130,7 +133,6 @@ int tkm__oci_get_manifest(struct tkm_oci_session *s, const char *repo, const cha
 {
     struct tkm_buf url = TKM_BUF_INIT(TKM__OCI_URL_MAX);
     struct tkm__oci_op *op = NULL;
-    char scope[600];
     int rc;
     if (strlen(reference) > TKM_OCI_NAME_MAX)
         return tkm_err_set(err, -EINVAL, "manifest reference '%.80s...' is too long", reference);
@@ -142,13 +144,11 @@ int tkm__oci_get_manifest(struct tkm_oci_session *s, const char *repo, const cha
         goto out;
     snprintf(op->reference, sizeof op->reference, "%s", reference);
     op->m = m;
-    tkm__oci_scope(scope, sizeof scope, repo, 0);
     struct tkm__oci_req q = {.method = "GET",
                              .url = url.data,
-                             .scope = scope,
                              .accept = TKM_OCI_MANIFEST_ACCEPT,
                              .max_body = TKM_OCI_MANIFEST_MAX};
-    rc = op_start(op, &q, manifest_done, out, err);
+    rc = op_start(op, repo, 0, &q, manifest_done, out, err);
 out:
     tkm_buf_release(&url);
     return rc;
@@ -262,7 +262,6 @@ int tkm__oci_get_blob(struct tkm_oci_session *s, const char *repo, const struct 
 {
     struct tkm_buf url = TKM_BUF_INIT(TKM__OCI_URL_MAX);
     struct tkm__oci_op *op = NULL;
-    char scope[600];
     int rc;
     if (!tkm_oci_digest_valid(d->digest))
         return tkm_err_set(err, -EINVAL, "blob digest '%.80s' is not sha256:<64 hex>", d->digest);
@@ -287,16 +286,14 @@ int tkm__oci_get_blob(struct tkm_oci_session *s, const char *repo, const struct 
         goto out;
     }
     op->hashing = 1;
-    tkm__oci_scope(scope, sizeof scope, repo, 0);
     struct tkm__oci_req q = {.method = "GET",
                              .url = url.data,
-                             .scope = scope,
                              .follow = 1,
                              .streaming = 1,
                              .data_cb = blob_data,
                              .reset = blob_reset,
                              .data = op};
-    rc = op_start(op, &q, blob_done, out, err);
+    rc = op_start(op, repo, 0, &q, blob_done, out, err);
 out:
     tkm_buf_release(&url);
     return rc;
@@ -322,7 +319,6 @@ int tkm__oci_blob_exists(struct tkm_oci_session *s, const char *repo, const char
 {
     struct tkm_buf url = TKM_BUF_INIT(TKM__OCI_URL_MAX);
     struct tkm__oci_op *op = NULL;
-    char scope[600];
     int rc;
     if ((rc = tkm__oci_url(s, &url, "/v2/%s/blobs/%s", repo, digest)) != 0) {
         rc = tkm_err_set(err, rc, "%s: URL too long", repo);
@@ -331,9 +327,8 @@ int tkm__oci_blob_exists(struct tkm_oci_session *s, const char *repo, const char
     if ((rc = op_new(s, cb, data, &op, err)) != 0)
         goto out;
     op->exists = exists;
-    tkm__oci_scope(scope, sizeof scope, repo, 1);
-    struct tkm__oci_req q = {.method = "HEAD", .url = url.data, .scope = scope, .follow = 1};
-    rc = op_start(op, &q, exists_done, out, err);
+    struct tkm__oci_req q = {.method = "HEAD", .url = url.data, .follow = 1};
+    rc = op_start(op, repo, 1, &q, exists_done, out, err);
 out:
     tkm_buf_release(&url);
     return rc;
@@ -604,13 +599,11 @@ int tkm__oci_get_referrers(struct tkm_oci_session *s, const char *repo, const ch
     if ((rc = op_new(s, cb, data, &op, err)) != 0)
         goto out;
     op->body = body;
-    tkm__oci_scope(op->scope, sizeof op->scope, repo, 0);
     struct tkm__oci_req q = {.method = "GET",
                              .url = url.data,
-                             .scope = op->scope,
                              .accept = TKM_OCI_MT_INDEX,
                              .max_body = TKM_OCI_MANIFEST_MAX};
-    rc = op_start(op, &q, referrers_done, out, err);
+    rc = op_start(op, repo, 0, &q, referrers_done, out, err);
 out:
     tkm_buf_release(&url);
     return rc;

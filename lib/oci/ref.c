@@ -8,20 +8,14 @@
 #include <string.h>
 #include <strings.h>
 
+#include <tkm/archive.h> /* tkm_digest_valid */
 #include <tkm/util.h>
 
 #define REF_INPUT_MAX 1024
 
 int tkm_oci_digest_valid(const char *s)
 {
-    if (!s || strncmp(s, "sha256:", 7) != 0)
-        return 0;
-    const char *h = s + 7;
-    size_t i = 0;
-    for (; h[i]; i++)
-        if (!((h[i] >= '0' && h[i] <= '9') || (h[i] >= 'a' && h[i] <= 'f')))
-            return 0;
-    return i == 64;
+    return tkm_digest_valid(s);
 }
 
 static int is_lower_alnum(char c)

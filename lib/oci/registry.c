@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <tkm/http.h>
@@ -30,11 +29,6 @@ struct tkm_oci_registry {
     struct tkm_http *http;
     struct tkm_oci_session *s;
 };
-
-const char *tkm_oci_registry_scheme(const struct tkm_oci_registry *r)
-{
-    return tkm_oci_session_scheme(r->s);
-}
 
 int tkm_oci_registry_new(const char *host, const struct tkm_oci_registry_opts *opts,
                          struct tkm_oci_registry **out, struct tkm_err *err)
@@ -117,26 +111,21 @@ static int run(struct tkm_oci_registry *r, struct wait *w, int started)
     return w->rc;
 }
 
-/* One generic request (push): resp is initialised here and released by the
- * caller in every case; url is kept in resp->url for error sentences. */
-static int reg_do(struct tkm_oci_registry *r, const struct tkm__oci_req *q,
-                  struct tkm_http_resp *resp, struct tkm_err *err)
+/* One request of a push that must answer status want (or want2, when not 0):
+ * resp is initialised here and released by the caller in every case; url is
+ * kept in resp->url for error sentences; any other status is an error that
+ * quotes the registry's, about what. */
+static int reg_do(struct tkm_oci_registry *r, const struct tkm__oci_req *q, long want, long want2,
+                  const char *what, struct tkm_http_resp *resp, struct tkm_err *err)
 {
     struct wait w = {.err = err, .resp = resp};
     tkm_http_resp_init(resp);
     int rc = run(r, &w, tkm__oci_call_start(r->s, q, wait_call, &w, NULL, err));
     resp->url = q->url;
+    if (rc == 0 && resp->status != want && (!want2 || resp->status != want2))
+        rc = tkm__oci_status_error(r->s, resp, what, err);
     return rc;
 }
-
-static int status_error(struct tkm_oci_registry *r, const struct tkm_http_resp *resp,
-                        const char *what, struct tkm_err *err)
-{
-    return tkm__oci_status_error(r->s, resp, what, err);
-}
-
-#define url_printf(b, r, ...) tkm__oci_url((r)->s, (b), __VA_ARGS__)
-#define scope_of              tkm__oci_scope
 
 /* ---- manifests ----------------------------------------------------------- */
 
@@ -164,27 +153,6 @@ out:
     return rc;
 }
 
-int tkm_oci_registry_resolve(struct tkm_oci_registry *r, const char *repo, const char *reference,
-                             char digest[TKM_OCI_DIGEST_LEN + 1], struct tkm_err *err)
-{
-    struct tkm_buf body = TKM_BUF_INIT(TKM_OCI_MANIFEST_MAX);
-    /* The digest is always the hash of the bytes received (by digest: they
-     * are verified against it), never a header the registry sends. */
-    int rc = tkm_oci_registry_get_manifest(r, repo, reference, &body, NULL, 0, digest, err);
-    tkm_buf_release(&body);
-    return rc;
-}
-
-int tkm_oci_registry_get_referrers(struct tkm_oci_registry *r, const char *repo, const char *digest,
-                                   const char *artifact_type, struct tkm_buf *body,
-                                   struct tkm_err *err)
-{
-    struct wait w = {.err = err};
-    return run(
-        r, &w,
-        tkm__oci_get_referrers(r->s, repo, digest, artifact_type, body, wait_op, &w, NULL, err));
-}
-
 int tkm_oci_registry_put_manifest(struct tkm_oci_registry *r, const char *repo,
                                   const char *reference, const char *media_type, const void *p,
                                   size_t n, struct tkm_err *err)
@@ -193,9 +161,9 @@ int tkm_oci_registry_put_manifest(struct tkm_oci_registry *r, const char *repo,
     struct tkm_http_resp resp;
     char scope[600];
     int rc;
-    scope_of(scope, sizeof scope, repo, 1);
+    tkm__oci_scope(scope, sizeof scope, repo, 1);
     tkm_http_resp_init(&resp);
-    if ((rc = url_printf(&url, r, "/v2/%s/manifests/%s", repo, reference)) != 0)
+    if ((rc = tkm__oci_url(r->s, &url, "/v2/%s/manifests/%s", repo, reference)) != 0)
         goto out;
     struct tkm__oci_req q = {.method = "PUT",
                              .url = url.data,
@@ -203,11 +171,7 @@ int tkm_oci_registry_put_manifest(struct tkm_oci_registry *r, const char *repo,
                              .content_type = media_type,
                              .body = p,
                              .body_len = n};
-    tkm_http_resp_release(&resp);
-    if ((rc = reg_do(r, &q, &resp, err)) != 0)
-        goto out;
-    if (resp.status != 201 && resp.status != 200)
-        rc = status_error(r, &resp, "manifest upload", err);
+    rc = reg_do(r, &q, 201, 200, "manifest upload", &resp, err);
 out:
     tkm_http_resp_release(&resp);
     tkm_buf_release(&url);
@@ -215,34 +179,6 @@ out:
 }
 
 /* ---- blobs --------------------------------------------------------------- */
-
-int tkm_oci_registry_fetch_blob(struct tkm_oci_registry *r, const char *repo,
-                                const struct tkm_oci_desc *d, const char *path, struct tkm_err *err)
-{
-    struct wait w = {.err = err};
-    int fd, rc;
-    if (!tkm_oci_digest_valid(d->digest))
-        return tkm_err_set(err, -EINVAL, "blob digest '%.80s' is not sha256:<64 hex>", d->digest);
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd < 0)
-        return tkm_err_set(err, -errno, "blob %s: create %s: %s", d->digest, path, strerror(errno));
-    rc = run(r, &w, tkm__oci_get_blob(r->s, repo, d, fd, path, NULL, wait_op, &w, NULL, err));
-    if (rc == 0 && fsync(fd) != 0)
-        rc = tkm_err_set(err, -errno, "blob %s: fsync %s: %s", d->digest, path, strerror(errno));
-    if (close(fd) != 0 && rc == 0)
-        rc = tkm_err_set(err, -errno, "blob %s: close %s: %s", d->digest, path, strerror(errno));
-    if (rc)
-        unlink(path);
-    return rc;
-}
-
-int tkm_oci_registry_fetch_blob_mem(struct tkm_oci_registry *r, const char *repo,
-                                    const struct tkm_oci_desc *d, struct tkm_buf *out,
-                                    struct tkm_err *err)
-{
-    struct wait w = {.err = err};
-    return run(r, &w, tkm__oci_get_blob(r->s, repo, d, -1, NULL, out, wait_op, &w, NULL, err));
-}
 
 /* 1 when the blob exists, 0 when not, < 0 on error (a push skips what is there). */
 static int blob_exists(struct tkm_oci_registry *r, const char *repo, const char *digest,
@@ -267,7 +203,7 @@ static int upload_location(struct tkm_oci_registry *r, const struct tkm_http_res
                            resp->url);
     tkm_buf_reset(loc);
     if (hdr[0] == '/')
-        return url_printf(loc, r, "%s", hdr);
+        return tkm__oci_url(r->s, loc, "%s", hdr);
     if (strncasecmp(hdr, "https://", 8) != 0 && strncasecmp(hdr, "http://", 7) != 0)
         return tkm_err_set(err, -EPROTO, "%s: upload Location '%.200s' is not a URL", resp->url,
                            hdr);
@@ -280,7 +216,7 @@ static int upload_start(struct tkm_oci_registry *r, const char *repo, const char
 {
     struct tkm_buf url = TKM_BUF_INIT(REG_URL_MAX);
     struct tkm_http_resp resp;
-    int rc = url_printf(&url, r, "/v2/%s/blobs/uploads/", repo);
+    int rc = tkm__oci_url(r->s, &url, "/v2/%s/blobs/uploads/", repo);
     tkm_http_resp_init(&resp);
     if (rc)
         goto out;
@@ -289,14 +225,8 @@ static int upload_start(struct tkm_oci_registry *r, const char *repo, const char
                              .scope = scope,
                              .content_type = "application/octet-stream",
                              .extra = "Content-Length: 0"};
-    tkm_http_resp_release(&resp);
-    if ((rc = reg_do(r, &q, &resp, err)) != 0)
-        goto out;
-    if (resp.status != 202) {
-        rc = status_error(r, &resp, "blob upload start", err);
-        goto out;
-    }
-    rc = upload_location(r, &resp, loc, err);
+    if ((rc = reg_do(r, &q, 202, 0, "blob upload start", &resp, err)) == 0)
+        rc = upload_location(r, &resp, loc, err);
 out:
     tkm_http_resp_release(&resp);
     tkm_buf_release(&url);
@@ -309,8 +239,10 @@ static int upload_finish(struct tkm_oci_registry *r, const char *scope, const st
 {
     struct tkm_buf url = TKM_BUF_INIT(REG_URL_MAX);
     struct tkm_http_resp resp;
+    char what[128];
     int rc = tkm_buf_printf(&url, "%s%sdigest=%s", loc->data, strchr(loc->data, '?') ? "&" : "?",
                             digest);
+    snprintf(what, sizeof what, "blob %s upload", digest);
     tkm_http_resp_init(&resp);
     if (rc)
         goto out;
@@ -321,14 +253,7 @@ static int upload_finish(struct tkm_oci_registry *r, const char *scope, const st
                              .body = n ? p : NULL,
                              .body_len = n,
                              .extra = n ? NULL : "Content-Length: 0"};
-    tkm_http_resp_release(&resp);
-    if ((rc = reg_do(r, &q, &resp, err)) != 0)
-        goto out;
-    if (resp.status != 201) {
-        char what[128];
-        snprintf(what, sizeof what, "blob %s upload", digest);
-        rc = status_error(r, &resp, what, err);
-    }
+    rc = reg_do(r, &q, 201, 0, what, &resp, err);
 out:
     tkm_http_resp_release(&resp);
     tkm_buf_release(&url);
@@ -351,32 +276,9 @@ static int upload_chunk(struct tkm_oci_registry *r, const char *scope, struct tk
                              .extra = range,
                              .body = p,
                              .body_len = n};
-    if ((rc = reg_do(r, &q, &resp, err)) != 0)
-        goto out;
-    if (resp.status != 202) {
-        rc = status_error(r, &resp, "blob chunk upload", err);
-        goto out;
-    }
-    rc = upload_location(r, &resp, loc, err);
-out:
+    if ((rc = reg_do(r, &q, 202, 0, "blob chunk upload", &resp, err)) == 0)
+        rc = upload_location(r, &resp, loc, err);
     tkm_http_resp_release(&resp);
-    return rc;
-}
-
-int tkm_oci_registry_push_blob_mem(struct tkm_oci_registry *r, const char *repo, const void *p,
-                                   size_t n, const char *digest, int *skipped, struct tkm_err *err)
-{
-    struct tkm_buf loc = TKM_BUF_INIT(REG_URL_MAX);
-    char scope[600];
-    int rc = blob_exists(r, repo, digest, err);
-    if (skipped)
-        *skipped = rc == 1;
-    if (rc != 0)
-        return rc < 0 ? rc : 0;
-    scope_of(scope, sizeof scope, repo, 1);
-    if ((rc = upload_start(r, repo, scope, &loc, err)) == 0)
-        rc = upload_finish(r, scope, &loc, digest, p, n, err);
-    tkm_buf_release(&loc);
     return rc;
 }
 
@@ -411,7 +313,7 @@ int tkm_oci_registry_push_blob_file(struct tkm_oci_registry *r, const char *repo
         *skipped = rc == 1;
     if (rc != 0)
         return rc < 0 ? rc : 0;
-    scope_of(scope, sizeof scope, repo, 1);
+    tkm__oci_scope(scope, sizeof scope, repo, 1);
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
         rc = tkm_err_set(err, -errno, "blob %s: open %s: %s", digest, path, strerror(errno));
         goto out;

@@ -117,10 +117,23 @@ int tkm__oci_get_blob(struct tkm_oci_session *s, const char *repo, const struct 
 int tkm__oci_blob_exists(struct tkm_oci_session *s, const char *repo, const char *digest,
                          int *exists, tkm__oci_op_cb cb, void *data, struct tkm__oci_op **op,
                          struct tkm_err *err);
-/* GET /v2/<repo>/referrers/<digest>[?artifactType=]: the index into body;
- * -ENOTSUP when the registry has no referrers API (404 without an OCI error
- * body, or any 400/405); pages linked by `Link: <url>; rel="next"` followed
- * and merged as tkm_oci_registry_get_referrers says. */
+/* GET /v2/<repo>/referrers/<digest>[?artifactType=<percent-encoded type>]
+ * (OCI 1.1; artifact_type NULL: all): the image index of the subject's
+ * referrers into body (caller-owned, capped at 4 MiB). Registries may ignore
+ * the filter, so callers filter again. A registry that paginates sends
+ * `Link: <url>; rel="next"`: the pages are followed and their "manifests"
+ * merged into one index (page 1's other fields) in body; a single page is
+ * given as its bytes. A next URL must be on this registry (a path, a
+ * "?query" on the current path, or an absolute URL with the same scheme and
+ * host[:port]): any other is refused (-EPERM), never sent our credentials.
+ * More than TKM_OCI_REFERRERS_MAX_PAGES pages (a loop, say): -ELOOP; more
+ * than TKM_OCI_REFERRERS_MAX manifests over several pages: -E2BIG; a Link
+ * header that is not `<url>[; param=value]...[, ...]`: -EBADMSG (refused
+ * rather than ignored, which would hide the later pages). Links with other
+ * rels are ignored. -ENOTSUP when the registry has no
+ * referrers API (400, 405, 501, a 404 that is not a NAME_UNKNOWN or
+ * MANIFEST_UNKNOWN error, or a 200 that is not an OCI image index): fall back
+ * to the "sha256-<hex>" tag schema. -ENOENT when the repository is unknown. */
 int tkm__oci_get_referrers(struct tkm_oci_session *s, const char *repo, const char *digest,
                            const char *artifact_type, struct tkm_buf *body, tkm__oci_op_cb cb,
                            void *data, struct tkm__oci_op **op, struct tkm_err *err);

@@ -32,15 +32,13 @@
 
 int tkm_sig_mode_parse(const char *s, enum tkm_sig_mode *out)
 {
-    if (s && strcmp(s, "Enforce") == 0)
-        *out = TKM_SIG_MODE_ENFORCE;
-    else if (s && strcmp(s, "Audit") == 0)
-        *out = TKM_SIG_MODE_AUDIT;
-    else if (s && strcmp(s, "Disabled") == 0)
-        *out = TKM_SIG_MODE_DISABLED;
-    else
-        return -EINVAL;
-    return 0;
+    static const char *const names[] = {"Enforce", "Audit", "Disabled"}; /* enum order */
+    for (size_t i = 0; s && i < TKM_ARRAY_SIZE(names); i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = (enum tkm_sig_mode)i;
+            return 0;
+        }
+    return -EINVAL;
 }
 
 static int identity_check(const struct tkm_sig_identity *id, size_t i, struct tkm_err *err)
@@ -104,28 +102,15 @@ int tkm_sig_policy_check(const struct tkm_sig_policy *p, struct tkm_err *err)
 
 const char *tkm_sig_source_name(enum tkm_sig_source s)
 {
-    switch (s) {
-    case TKM_SIG_SRC_REFERRERS:
-        return "referrers";
-    case TKM_SIG_SRC_TAG_SCHEMA:
-        return "tag schema";
-    case TKM_SIG_SRC_SIG_TAG:
-        return ".sig tag";
-    default:
-        return "bytes";
-    }
+    static const char *const names[] = {"referrers", "tag schema", ".sig tag", "bytes"};
+    return (unsigned)s < TKM_ARRAY_SIZE(names) ? names[s] : "bytes";
 }
 
 const char *tkm_sig_format_name(enum tkm_sig_format f)
 {
-    switch (f) {
-    case TKM_SIG_FMT_SIMPLESIGNING:
-        return "cosign simplesigning";
-    case TKM_SIG_FMT_BUNDLE_DSSE:
-        return "Sigstore bundle (DSSE)";
-    default:
-        return "Sigstore bundle (message signature)";
-    }
+    static const char *const names[] = {"cosign simplesigning", "Sigstore bundle (DSSE)",
+                                        "Sigstore bundle (message signature)"};
+    return (unsigned)f < TKM_ARRAY_SIZE(names) ? names[f] : names[TKM_SIG_FMT_BUNDLE_MESSAGE];
 }
 
 /* ---- parsing ------------------------------------------------------------ */

@@ -275,13 +275,17 @@ static int verify_layer(json_t *l, size_t i, const struct tkm_cosign_layer *d,
     return check_claims(b, image_digest, res, err);
 }
 
-/* Which failure to report when no layer verified: claim mismatches first. */
-static int rank(int code)
+/* See trust-int.h. */
+int tkm__trust_rank(int code)
 {
     switch (code) {
     case -EBADMSG:
-        return 4;
+        return 6;
     case -EKEYREJECTED:
+        return 5;
+    case -ENOTSUP:
+        return 4;
+    case -EPROTONOSUPPORT:
         return 3;
     case -EINVAL:
         return 2;
@@ -330,7 +334,7 @@ int tkm_cosign_verify(const char *manifest, size_t manifest_len,
             rc = 0;
             goto out;
         }
-        if (best.code == 0 || rank(r) > rank(best.code))
+        if (best.code == 0 || tkm__trust_rank(r) > tkm__trust_rank(best.code))
             best = e;
     }
     if (nsig == 0)

@@ -25,25 +25,30 @@ static const char *ossl_reason(void)
     return r ? r : "no PEM key found";
 }
 
-int tkm_trust_load_pubkey(const char *pem, size_t len, EVP_PKEY **out, struct tkm_err *err)
+/* One PEM key (priv: a private key) from memory into *out (owned). */
+static int load_key(const char *pem, size_t len, int priv, EVP_PKEY **out, struct tkm_err *err)
 {
     *out = NULL;
     if (len > INT32_MAX)
-        return tkm_err_set(err, -EINVAL, "public key: too large");
+        return tkm_err_set(err, -EINVAL, "%s key: too large", priv ? "private" : "public");
     BIO *b = BIO_new_mem_buf(pem, (int)len);
     if (!b)
         return tkm_err_set(err, -ENOMEM, "out of memory");
     ERR_clear_error();
-    *out = PEM_read_bio_PUBKEY(b, NULL, NULL, NULL);
+    /* an empty passphrase callback: encrypted keys fail instead of prompting */
+    *out = priv ? PEM_read_bio_PrivateKey(b, NULL, NULL, (void *)"")
+                : PEM_read_bio_PUBKEY(b, NULL, NULL, NULL);
     BIO_free(b);
-    if (!*out && memmem(pem, len, "PRIVATE KEY-----", 16)) {
+    if (!*out && !priv && memmem(pem, len, "PRIVATE KEY-----", 16)) {
         ERR_clear_error();
         return tkm_err_set(err, -EINVAL,
                            "this is a private key; give the public key (-----BEGIN "
                            "PUBLIC KEY-----)");
     }
     if (!*out) {
-        int rc = tkm_err_set(err, -EINVAL, "not a PEM public key (-----BEGIN PUBLIC KEY-----): %s",
+        int rc = tkm_err_set(err, -EINVAL, "%s: %s",
+                             priv ? "not an unencrypted PEM private key"
+                                  : "not a PEM public key (-----BEGIN PUBLIC KEY-----)",
                              ossl_reason());
         ERR_clear_error();
         return rc;
@@ -51,24 +56,14 @@ int tkm_trust_load_pubkey(const char *pem, size_t len, EVP_PKEY **out, struct tk
     return 0;
 }
 
+int tkm_trust_load_pubkey(const char *pem, size_t len, EVP_PKEY **out, struct tkm_err *err)
+{
+    return load_key(pem, len, 0, out, err);
+}
+
 int tkm_trust_load_privkey(const char *pem, size_t len, EVP_PKEY **out, struct tkm_err *err)
 {
-    *out = NULL;
-    if (len > INT32_MAX)
-        return tkm_err_set(err, -EINVAL, "private key: too large");
-    BIO *b = BIO_new_mem_buf(pem, (int)len);
-    if (!b)
-        return tkm_err_set(err, -ENOMEM, "out of memory");
-    ERR_clear_error();
-    /* an empty passphrase callback: encrypted keys fail instead of prompting */
-    *out = PEM_read_bio_PrivateKey(b, NULL, NULL, (void *)"");
-    BIO_free(b);
-    if (!*out) {
-        int rc = tkm_err_set(err, -EINVAL, "not an unencrypted PEM private key: %s", ossl_reason());
-        ERR_clear_error();
-        return rc;
-    }
-    return 0;
+    return load_key(pem, len, 1, out, err);
 }
 
 int tkm_trust_read_file(const char *path, size_t max, char **data, size_t *len, struct tkm_err *err)

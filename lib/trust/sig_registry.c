@@ -15,6 +15,7 @@
 
 #include <tkm/archive.h> /* tkm_digest_valid */
 #include <tkm/buf.h>
+#include <tkm/util.h>
 #include <tkm/oci/registry.h>
 #include <tkm/trust/bundle.h>
 #include <tkm/trust/cosign.h>
@@ -153,28 +154,9 @@ static void search_cancel(void *p)
 
 /* ---- reporting ------------------------------------------------------------- */
 
-/* Which failure to report when nothing verified: the most specific first. */
-static int rank(int code)
-{
-    switch (code) {
-    case -EBADMSG:
-        return 6;
-    case -EKEYREJECTED:
-        return 5;
-    case -ENOTSUP:
-        return 4;
-    case -EPROTONOSUPPORT:
-        return 3;
-    case -EINVAL:
-        return 2;
-    default:
-        return 1;
-    }
-}
-
 static void note_fail(struct search *s, const char *where, const struct tkm_err *e)
 {
-    if (s->best.code == 0 || rank(e->code) > rank(s->best.code)) {
+    if (s->best.code == 0 || tkm__trust_rank(e->code) > tkm__trust_rank(s->best.code)) {
         tkm_err_clear(&s->best);
         tkm_err_set(&s->best, e->code, "%s: %s", where, tkm_err_str(e));
     }
@@ -794,43 +776,36 @@ int tkm_sig_verify_registry(struct tkm_oci_registry *r, const char *repo, const 
 
 const char *tkm_sig_reason(int rc)
 {
-    switch (rc) {
-    case 0:
-        return "Verified";
-    case -ENOENT:
-        return "NoSignature";
-    case TKM_SIG_ENOIMAGE:
-        return "ImageNotFound";
-    case -EKEYREJECTED:
-        return "KeyMismatch";
-    case -EBADMSG:
-        return "SignatureForOtherImage";
-    case -ENOTSUP:
-    case -EPROTONOSUPPORT:
-        return "UnsupportedSignature";
-    case -EINVAL:
-        return "MalformedSignature";
-    case -EACCES:
-    case -EPERM:
-        return "RegistryUnauthorized";
-    case -ECONNREFUSED:
-    case -ECONNRESET:
-    case -ETIMEDOUT:
-    case -EHOSTUNREACH:
-    case -ENETUNREACH:
-    case -EIO:
-    case -EAGAIN:
-        return "RegistryUnreachable";
-    case -EPROTO:
-    case -E2BIG:
-    case -ELOOP:
-        return "RegistryError";
-    case TKM_SIG_EPOLICY:
-        return "InvalidPolicy";
-    case -ECANCELED:
-    case -ESHUTDOWN:
-        return "Cancelled";
-    default:
-        return "InternalError";
-    }
+    static const struct {
+        int rc;
+        const char *reason;
+    } reasons[] = {
+        {0, "Verified"},
+        {-ENOENT, "NoSignature"},
+        {TKM_SIG_ENOIMAGE, "ImageNotFound"},
+        {-EKEYREJECTED, "KeyMismatch"},
+        {-EBADMSG, "SignatureForOtherImage"},
+        {-ENOTSUP, "UnsupportedSignature"},
+        {-EPROTONOSUPPORT, "UnsupportedSignature"},
+        {-EINVAL, "MalformedSignature"},
+        {-EACCES, "RegistryUnauthorized"},
+        {-EPERM, "RegistryUnauthorized"},
+        {-ECONNREFUSED, "RegistryUnreachable"},
+        {-ECONNRESET, "RegistryUnreachable"},
+        {-ETIMEDOUT, "RegistryUnreachable"},
+        {-EHOSTUNREACH, "RegistryUnreachable"},
+        {-ENETUNREACH, "RegistryUnreachable"},
+        {-EIO, "RegistryUnreachable"},
+        {-EAGAIN, "RegistryUnreachable"},
+        {-EPROTO, "RegistryError"},
+        {-E2BIG, "RegistryError"},
+        {-ELOOP, "RegistryError"},
+        {TKM_SIG_EPOLICY, "InvalidPolicy"},
+        {-ECANCELED, "Cancelled"},
+        {-ESHUTDOWN, "Cancelled"},
+    };
+    for (size_t i = 0; i < TKM_ARRAY_SIZE(reasons); i++)
+        if (reasons[i].rc == rc)
+            return reasons[i].reason;
+    return "InternalError";
 }

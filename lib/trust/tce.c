@@ -14,6 +14,7 @@
 
 #include <tkm/fs.h>
 #include <tkm/buf.h>
+#include <tkm/util.h>
 #include <tkm/trust/keys.h>
 
 #define MAX_SIG   2048
@@ -34,16 +35,8 @@ void tkm_tce_report_release(struct tkm_tce_report *r)
 
 const char *tkm_tce_status_name(enum tkm_tce_status s)
 {
-    switch (s) {
-    case TKM_TCE_OK:
-        return "ok";
-    case TKM_TCE_MISSING_SIG:
-        return "unsigned";
-    case TKM_TCE_BAD_SIG:
-        return "bad signature";
-    default:
-        return "error";
-    }
+    static const char *const names[] = {"ok", "unsigned", "bad signature", "error"};
+    return (unsigned)s < TKM_ARRAY_SIZE(names) ? names[s] : "error";
 }
 
 static int report_add(struct tkm_tce_report *r, const char *dir, const char *file,
@@ -85,12 +78,6 @@ static int eligible(const char *name)
     if (n >= 4 && strcmp(name + n - 4, ".sig") == 0)
         return 0;
     return 1;
-}
-
-/* Sorted names in dirfd; want_dirs selects directories or everything else. */
-static int list_names(int dirfd, int want_dirs, char ***out, size_t *n)
-{
-    return tkm_list_dir(dirfd, want_dirs ? TKM_LIST_DIRS : TKM_LIST_NONDIRS, MAX_NAMES, out, n);
 }
 
 /* Feeds the file into ctx (DigestSign/VerifyUpdate). msg gets a reason. */
@@ -229,7 +216,7 @@ static int walk(const char *cache_dir, EVP_PKEY *k, int verify, struct tkm_tce_r
     int rc, root = open(cache_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (root < 0)
         return tkm_err_set(err, -errno, "cannot open cache dir %s: %s", cache_dir, strerror(errno));
-    if ((rc = list_names(root, 1, &dirs, &nd)) < 0) {
+    if ((rc = tkm_list_dir(root, TKM_LIST_DIRS, MAX_NAMES, &dirs, &nd)) < 0) {
         tkm_err_set(err, rc, "cannot list %s: %s", cache_dir, strerror(-rc));
         goto out;
     }
@@ -237,7 +224,7 @@ static int walk(const char *cache_dir, EVP_PKEY *k, int verify, struct tkm_tce_r
         char **files = NULL;
         size_t nf = 0;
         int dfd = openat(root, dirs[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (dfd < 0 || (rc = list_names(dfd, 0, &files, &nf)) < 0) {
+        if (dfd < 0 || (rc = tkm_list_dir(dfd, TKM_LIST_NONDIRS, MAX_NAMES, &files, &nf)) < 0) {
             rc = tkm_err_set(err, dfd < 0 ? -errno : rc, "cannot list %s/%s", cache_dir, dirs[i]);
             if (dfd >= 0)
                 close(dfd);
@@ -278,34 +265,20 @@ static int load_rsa(const char *pem, size_t len, int priv, EVP_PKEY **k, struct 
     return 0;
 }
 
-int tkm_tce_sign_dir(const char *cache_dir, const char *priv_pem, size_t pem_len,
-                     struct tkm_tce_report *rep, struct tkm_err *err)
+int tkm_tce_dir(const char *cache_dir, const char *pem, size_t pem_len, int verify,
+                struct tkm_tce_report *rep, struct tkm_err *err)
 {
     EVP_PKEY *k = NULL;
     memset(rep, 0, sizeof(*rep));
-    int rc = load_rsa(priv_pem, pem_len, 1, &k, err);
+    int rc = load_rsa(pem, pem_len, !verify, &k, err);
     if (rc == 0)
-        rc = walk(cache_dir, k, 0, rep, err);
+        rc = walk(cache_dir, k, verify, rep, err);
     EVP_PKEY_free(k);
-    if (rc == 0 && rep->failed)
-        rc = tkm_err_set(err, -EIO, "%zu of %zu files in %s could not be signed", rep->failed,
-                         rep->n, cache_dir);
-    return rc;
-}
-
-int tkm_tce_verify_dir(const char *cache_dir, const char *pub_pem, size_t pem_len,
-                       struct tkm_tce_report *rep, struct tkm_err *err)
-{
-    EVP_PKEY *k = NULL;
-    memset(rep, 0, sizeof(*rep));
-    int rc = load_rsa(pub_pem, pem_len, 0, &k, err);
-    if (rc == 0)
-        rc = walk(cache_dir, k, 1, rep, err);
-    EVP_PKEY_free(k);
-    if (rc == 0 && rep->n == 0)
+    if (rc == 0 && verify && rep->n == 0)
         rc = tkm_err_set(err, -ENOENT, "%s has no kernel files to verify", cache_dir);
     else if (rc == 0 && rep->failed)
-        rc = tkm_err_set(err, -EKEYREJECTED, "%zu of %zu files in %s failed verification",
-                         rep->failed, rep->n, cache_dir);
+        rc = tkm_err_set(err, verify ? -EKEYREJECTED : -EIO, "%zu of %zu files in %s %s",
+                         rep->failed, rep->n, cache_dir,
+                         verify ? "failed verification" : "could not be signed");
     return rc;
 }

@@ -17,6 +17,11 @@
 
 struct tkm_buf;
 
+/* Which failure to report when no signature verified: the higher, the more
+ * specific (a claim for another image, then a key mismatch, then an
+ * unsupported or malformed signature, then anything else). */
+int tkm__trust_rank(int code);
+
 /* The first key (borrowed from v) of an object anywhere in v that has two
  * keys equal but for case (Go's encoding/json matches them
  * case-insensitively), or NULL when there is none. */

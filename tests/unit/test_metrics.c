@@ -236,7 +236,7 @@ TEST(exposition_valid_and_sorted)
         .name = "tkm_test_dur_seconds", .help = "D.", .labels = kind, .buckets = b, .nbuckets = 3};
     ASSERT_OK(tkm_metrics_add(reg, TKM_METRIC_HISTOGRAM, &o, &dur, &err));
     ASSERT_OK(tkm_metrics_add_standard(reg, &err));
-    ASSERT_OK(tkm_metric_inc(ops, (const char *[]){"Zeta"}));
+    ASSERT_OK(tkm_metric_add(ops, (const char *[]){"Zeta"}, 1));
     ASSERT_OK(tkm_metric_add(ops, (const char *[]){"Alpha"}, 2));
     ASSERT_OK(tkm_metric_set(depth, NULL, 0.1));
     double obs[] = {0.05, 0.1, 0.5, 3, 100};
@@ -266,10 +266,8 @@ TEST(exposition_valid_and_sorted)
     tkm_buf_init(&again, 1 << 20);
     ASSERT_OK(tkm_metrics_write(reg, &again));
     ASSERT(strstr(again.data, "tkm_test_zz_total{kind=\"Alpha\"} 2\n"));
-    double v = 0;
-    ASSERT_OK(tkm_metric_value(dur, (const char *[]){"A"}, &v));
-    ASSERT(v == 5);
-    ASSERT_EQ(tkm_metric_value(dur, (const char *[]){"C"}, &v), -ENOENT);
+    ASSERT(find(&e, "tkm_test_dur_seconds_count", "kind", "A")->v == 5);
+    ASSERT_NULL(find(&e, "tkm_test_dur_seconds_count", "kind", "C"));
     tkm_buf_release(&again);
     tkm_buf_release(&out);
     tkm_metrics_free(reg);
@@ -310,15 +308,18 @@ TEST(cardinality_cap_overflows)
     const char *imgs[] = {"a", "b", "c", "d", "e", "a"};
     int rcs[6];
     for (int i = 0; i < 6; i++)
-        rcs[i] = tkm_metric_inc(c, (const char *[]){imgs[i]});
+        rcs[i] = tkm_metric_add(c, (const char *[]){imgs[i]}, 1);
     ASSERT_EQ(rcs[2], 0);
     ASSERT_EQ(rcs[3], 1);
     ASSERT_EQ(rcs[4], 1);
     ASSERT_EQ(rcs[5], 0); /* an existing series is still updated */
-    ASSERT_EQ(tkm_metric_series(c), 4);
     struct tkm_buf out;
     static struct expo e;
     expose(reg, &out, &e);
+    int series = 0;
+    for (int i = 0; i < e.n; i++)
+        series += strcmp(e.s[i].name, "tkm_test_pulls_total") == 0;
+    ASSERT_EQ(series, 4);
     const struct sample *s = find(&e, "tkm_test_pulls_total", "image", TKM_METRICS_OVERFLOW);
     ASSERT_NOT_NULL(s);
     ASSERT(s->v == 2);
@@ -388,22 +389,22 @@ TEST(update_rules)
     ASSERT_EQ(tkm_metric_add(c, v, -1), -EINVAL);
     ASSERT_EQ(tkm_metric_add(c, v, NAN), -EINVAL);
     ASSERT_EQ(tkm_metric_set(c, v, 3), -EINVAL); /* only from collect */
-    ASSERT_EQ(tkm_metric_inc(c, NULL), -EINVAL);
-    ASSERT_EQ(tkm_metric_inc(c, (const char *[]){NULL}), -EINVAL);
-    ASSERT_EQ(tkm_metric_inc(c, (const char *[]){"\xff\xfe"}), -EINVAL);
+    ASSERT_EQ(tkm_metric_add(c, NULL, 1), -EINVAL);
+    ASSERT_EQ(tkm_metric_add(c, (const char *[]){NULL}, 1), -EINVAL);
+    ASSERT_EQ(tkm_metric_add(c, (const char *[]){"\xff\xfe"}, 1), -EINVAL);
     char big[TKM_METRICS_MAX_VALUE + 2];
     memset(big, 'a', sizeof big - 1);
     big[sizeof big - 1] = '\0';
-    ASSERT_EQ(tkm_metric_inc(c, (const char *[]){big}), -EINVAL);
+    ASSERT_EQ(tkm_metric_add(c, (const char *[]){big}, 1), -EINVAL);
     ASSERT_EQ(tkm_metric_observe(g, v, 1), -EINVAL);
-    ASSERT_EQ(tkm_metric_inc(h, v), -EINVAL);
+    ASSERT_EQ(tkm_metric_add(h, v, 1), -EINVAL);
     ASSERT_EQ(tkm_metric_observe(h, v, NAN), -EINVAL);
-    ASSERT_EQ(tkm_metric_series(c), 0);
     ASSERT_OK(tkm_metric_add(g, v, -2.5));
     ASSERT_OK(tkm_metric_set(g, v, INFINITY));
     struct tkm_buf out;
     static struct expo e;
     expose(reg, &out, &e);
+    ASSERT_NULL(find(&e, "tkm_test_c_total", NULL, NULL)); /* no refused update made a series */
     ASSERT_STRCONTAINS(out.data, "tkm_test_g{k=\"x\"} +Inf\n");
     ASSERT_STRCONTAINS(out.data, "# TYPE tkm_test_c_total counter\n# HELP tkm_test_g");
     tkm_buf_release(&out);
@@ -497,7 +498,7 @@ TEST(scrape_over_http)
     ASSERT_OK(tkm_metrics_serve(reg, srv, "/metrics", &err));
     ASSERT_OK(tkm_metrics_serve(reg, NULL, "/metrics", &err)); /* disabled server */
     char url[128];
-    snprintf(url, sizeof url, "http://127.0.0.1:%u/metrics", tkm_httpd_port(srv));
+    snprintf(url, sizeof url, "http://%s/metrics", tkm_httpd_addr(srv)); /* 127.0.0.1:<port> */
     struct tkm_http_resp got;
     tkm_http_resp_init(&got);
     struct tkm_http_req_opts o = {

@@ -11,6 +11,7 @@
 #include <tkm/oci/session.h>
 #include <tkm/triton/image.h>
 
+#include "sup_oci.h"
 #include "test.h"
 #include "tsrv.h"
 
@@ -87,7 +88,7 @@ static struct tkm_oci_registry *client(int port, const char *auth_json)
     if (rc)
         fprintf(stderr, "%s\n", e.msg);
     ASSERT_OK(rc);
-    ASSERT_STREQ(tkm_oci_registry_scheme(r), "http");
+    ASSERT_STREQ(sup_oci_scheme(r), "http");
     return r;
 }
 
@@ -112,7 +113,7 @@ TEST(blob_redirect_to_other_host_drops_authorization)
     memcpy(d.digest, dg, sizeof dg);
     struct tkm_buf out = TKM_BUF_INIT(1 << 20);
     struct tkm_err e = {0};
-    int rc = tkm_oci_registry_fetch_blob_mem(r, "a/b", &d, &out, &e);
+    int rc = sup_oci_fetch_blob_mem(r, "a/b", &d, &out, &e);
     if (rc)
         fprintf(stderr, "%s\n", e.msg);
     ASSERT_OK(rc);
@@ -140,17 +141,17 @@ TEST(blob_size_and_digest_are_exact)
     struct tkm_err e = {0};
     char file[1200];
     snprintf(file, sizeof file, "%s/blob", tkm_test_tmpdir());
-    ASSERT_EQ(tkm_oci_registry_fetch_blob(r, "a/b", &d, file, &e), -EBADMSG);
+    ASSERT_EQ(sup_oci_fetch_blob(r, "a/b", &d, file, &e), -EBADMSG);
     ASSERT_STRCONTAINS(e.msg, "more bytes than the 32 its descriptor declares");
     ASSERT_STRCONTAINS(e.msg, dg);
     ASSERT_EQ(access(file, F_OK), -1); /* nothing left behind */
     d.size = strlen(blob) + 5;         /* declares more */
     tkm_err_clear(&e);
-    ASSERT_EQ(tkm_oci_registry_fetch_blob(r, "a/b", &d, file, &e), -EBADMSG);
+    ASSERT_EQ(sup_oci_fetch_blob(r, "a/b", &d, file, &e), -EBADMSG);
     ASSERT_STRCONTAINS(e.msg, "got 37 bytes, the descriptor says 42");
     ASSERT_EQ(access(file, F_OK), -1);
     d.size = strlen(blob);
-    ASSERT_OK(tkm_oci_registry_fetch_blob(r, "a/b", &d, file, &e));
+    ASSERT_OK(sup_oci_fetch_blob(r, "a/b", &d, file, &e));
     ASSERT_EQ(access(file, F_OK), 0);
     tkm_oci_registry_free(r);
     tsrv_stop(&s);
@@ -193,7 +194,7 @@ TEST(manifest_digest_verified_and_capped)
     ASSERT_STREQ(ct, "x/y");
     ASSERT_STREQ(body.data, man);
     /* a tag resolves to the hash of the bytes, not to the header */
-    ASSERT_OK(tkm_oci_registry_resolve(r, "a/b", "v1", got, &e));
+    ASSERT_OK(sup_oci_resolve(r, "a/b", "v1", got, &e));
     ASSERT_STREQ(got, dg);
     ASSERT_STRCONTAINS(last_request(&s), "GET /v2/a/b/manifests/v1 ");
     /* more than 4 MiB is refused */
@@ -731,18 +732,18 @@ TEST(referrers_api_and_its_absence)
     struct tkm_oci_registry *r = client(port, NULL);
     struct tkm_buf body = TKM_BUF_INIT(1 << 20);
     struct tkm_err e = {0};
-    ASSERT_OK(tkm_oci_registry_get_referrers(
-        r, "a/b", d1, "application/vnd.dev.sigstore.bundle.v0.3+json", &body, &e));
+    ASSERT_OK(sup_oci_get_referrers(r, "a/b", d1, "application/vnd.dev.sigstore.bundle.v0.3+json",
+                                    &body, &e));
     ASSERT_STREQ(body.data, idx);
     /* a 404 with an OCI error body: the repository is missing */
-    ASSERT_EQ(tkm_oci_registry_get_referrers(r, "a/b", d2, NULL, &body, &e), -ENOENT);
+    ASSERT_EQ(sup_oci_get_referrers(r, "a/b", d2, NULL, &body, &e), -ENOENT);
     ASSERT_STRCONTAINS(e.msg, "NAME_UNKNOWN");
     /* a bare 404 (the server's unknown route): no referrers API */
     tkm_err_clear(&e);
-    ASSERT_EQ(tkm_oci_registry_get_referrers(r, "a/b", d1, NULL, &body, &e), -ENOTSUP);
+    ASSERT_EQ(sup_oci_get_referrers(r, "a/b", d1, NULL, &body, &e), -ENOTSUP);
     ASSERT_STRCONTAINS(e.msg, "no referrers API");
-    ASSERT_EQ(tkm_oci_registry_get_referrers(r, "a/b", "sha256:nope", NULL, &body, &e), -EINVAL);
-    ASSERT_EQ(tkm_oci_registry_get_referrers(r, "a/b", d1, "a&b=c", &body, &e), -EINVAL);
+    ASSERT_EQ(sup_oci_get_referrers(r, "a/b", "sha256:nope", NULL, &body, &e), -EINVAL);
+    ASSERT_EQ(sup_oci_get_referrers(r, "a/b", d1, "a&b=c", &body, &e), -EINVAL);
     tkm_buf_release(&body);
     tkm_oci_registry_free(r);
     tsrv_stop(&s);
@@ -897,7 +898,7 @@ TEST(referrers_two_pages_merged_query_link)
     struct tkm_oci_registry *r = client(port, NULL);
     struct tkm_buf body = TKM_BUF_INIT(1 << 20);
     struct tkm_err e = {0};
-    int rc = tkm_oci_registry_get_referrers(r, "a/b", d, NULL, &body, &e);
+    int rc = sup_oci_get_referrers(r, "a/b", d, NULL, &body, &e);
     if (rc)
         fprintf(stderr, "%s\n", e.msg);
     ASSERT_OK(rc);
@@ -939,7 +940,7 @@ TEST(referrers_three_pages_relative_and_absolute_links)
     struct tkm_oci_registry *r = client(port, NULL);
     struct tkm_buf body = TKM_BUF_INIT(1 << 20);
     struct tkm_err e = {0};
-    int rc = tkm_oci_registry_get_referrers(r, "a/b", d, "x/y", &body, &e);
+    int rc = sup_oci_get_referrers(r, "a/b", d, "x/y", &body, &e);
     if (rc)
         fprintf(stderr, "%s\n", e.msg);
     ASSERT_OK(rc);
@@ -974,18 +975,18 @@ TEST(referrers_next_link_to_other_host_refused)
     struct tkm_oci_registry *r = client(port, "{\"auths\":{}}");
     struct tkm_buf body = TKM_BUF_INIT(1 << 20);
     struct tkm_err e = {0};
-    ASSERT_EQ(tkm_oci_registry_get_referrers(r, "a/b", d, NULL, &body, &e), -EPERM);
+    ASSERT_EQ(sup_oci_get_referrers(r, "a/b", d, NULL, &body, &e), -EPERM);
     ASSERT_STRCONTAINS(e.msg, "not followed");
     ASSERT_STRCONTAINS(e.msg, "/v2/a/b/referrers/next");
     ASSERT_EQ(tsrv_nreqs(&other), 0);
     /* a scheme-relative link to another host, and the userinfo trick, too */
     snprintf(h1, sizeof h1, IDX_CT "Link: <//127.0.0.1:%d/v2/a/b/referrers/next>; rel=\"next\"\r\n",
              oport);
-    ASSERT_EQ(tkm_oci_registry_get_referrers(r, "a/b", d, NULL, &body, &e), -EPERM);
+    ASSERT_EQ(sup_oci_get_referrers(r, "a/b", d, NULL, &body, &e), -EPERM);
     snprintf(h1, sizeof h1,
              IDX_CT "Link: <http://127.0.0.1:%d@127.0.0.1:%d/v2/a/b/referrers/next>; rel=next\r\n",
              port, oport);
-    ASSERT_EQ(tkm_oci_registry_get_referrers(r, "a/b", d, NULL, &body, &e), -EPERM);
+    ASSERT_EQ(sup_oci_get_referrers(r, "a/b", d, NULL, &body, &e), -EPERM);
     ASSERT_EQ(tsrv_nreqs(&other), 0);
     ASSERT_EQ(tsrv_nreqs(&s), 3);
     tkm_buf_release(&body);
@@ -1013,7 +1014,7 @@ TEST(referrers_page_loop_stopped_by_page_cap)
     struct tkm_oci_registry *r = client(port, NULL);
     struct tkm_buf body = TKM_BUF_INIT(1 << 20);
     struct tkm_err e = {0};
-    ASSERT_EQ(tkm_oci_registry_get_referrers(r, "a/b", d, NULL, &body, &e), -ELOOP);
+    ASSERT_EQ(sup_oci_get_referrers(r, "a/b", d, NULL, &body, &e), -ELOOP);
     ASSERT_STRCONTAINS(e.msg, "stopped after 16 pages");
     ASSERT_EQ(tsrv_nreqs(&s), TKM_OCI_REFERRERS_MAX_PAGES);
     tkm_buf_release(&body);
@@ -1039,7 +1040,7 @@ TEST(referrers_total_cap)
     struct tkm_oci_registry *r = client(port, NULL);
     struct tkm_buf body = TKM_BUF_INIT(1 << 20);
     struct tkm_err e = {0};
-    ASSERT_EQ(tkm_oci_registry_get_referrers(r, "a/b", d, NULL, &body, &e), -E2BIG);
+    ASSERT_EQ(sup_oci_get_referrers(r, "a/b", d, NULL, &body, &e), -E2BIG);
     ASSERT_STRCONTAINS(e.msg, "more than 512 referrers");
     tkm_buf_release(&body);
     tkm_buf_release(&p1);
@@ -1072,14 +1073,14 @@ TEST(referrers_malformed_link_refused_other_rels_ignored)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(h1, sizeof h1, IDX_CT "%s", bad[i]);
         tkm_err_clear(&e);
-        ASSERT_EQ(tkm_oci_registry_get_referrers(r, "a/b", d, NULL, &body, &e), -EBADMSG);
+        ASSERT_EQ(sup_oci_get_referrers(r, "a/b", d, NULL, &body, &e), -EBADMSG);
         ASSERT_STRCONTAINS(e.msg, "malformed Link header");
     }
     /* well-formed links with other rels: one page, its bytes as they came */
     snprintf(h1, sizeof h1,
              IDX_CT "Link: </v2/a/b/referrers/x?n=0>; rel=\"prev\", <https://"
                     "docs.example/r>; rel=\"help nextpage\"\r\n");
-    ASSERT_OK(tkm_oci_registry_get_referrers(r, "a/b", d, NULL, &body, &e));
+    ASSERT_OK(sup_oci_get_referrers(r, "a/b", d, NULL, &body, &e));
     ASSERT_STREQ(body.data, p1.data);
     ASSERT_EQ(tsrv_nreqs(&s), (int)(sizeof bad / sizeof bad[0]) + 1);
     tkm_buf_release(&body);

@@ -1,6 +1,6 @@
 /*
  * test_sigfind.c - finding an image's signatures as cosign v3 does
- * (tkm_oci_registry_get_referrers and tkm_sig_verify_registry, the
+ * (the referrers call, sup_oci_get_referrers, and tkm_sig_verify_registry, the
  * synchronous form of tkm_sig_job_verify: test_sigjob.c) against a canned registry that
  * records each request. The bundle is real cosign v3.1.3 output.
  */
@@ -8,11 +8,13 @@
 #include <tkm/buf.h>
 #include <tkm/http.h>
 #include <tkm/oci/registry.h>
+#include <tkm/oci/session.h>
 #include <tkm/oci/digest.h>
 #include <tkm/trust/bundle.h>
 #include <tkm/trust/keys.h>
 #include <tkm/util.h>
 
+#include "sup_oci.h"
 #include "test.h"
 #include "tsrv.h"
 
@@ -127,19 +129,18 @@ TEST(referrers_artifact_type_filter_encoded)
     struct tkm_oci_registry *reg = reg_for(port);
     struct tkm_buf body = TKM_BUF_INIT(1 << 20);
     struct tkm_err err = {0};
-    ASSERT_OK(
-        tkm_oci_registry_get_referrers(reg, "t/a", IMG, TKM_BUNDLE_MEDIA_TYPE_V03, &body, &err));
+    ASSERT_OK(sup_oci_get_referrers(reg, "t/a", IMG, TKM_BUNDLE_MEDIA_TYPE_V03, &body, &err));
     ASSERT_STRCONTAINS(body.data, "\"manifests\":[]");
     ASSERT_STRCONTAINS(tsrv_req(&srv, 0), "GET /v2/t/a/referrers/" IMG
                                           "?artifactType=application%2Fvnd.dev.sigstore.bundle."
                                           "v0.3%2Bjson HTTP/1.1");
     /* no referrers API: 404, or an answer that is not an index */
-    ASSERT_EQ(tkm_oci_registry_get_referrers(reg, "t/a", IMG, NULL, &body, &err), -ENOTSUP);
+    ASSERT_EQ(sup_oci_get_referrers(reg, "t/a", IMG, NULL, &body, &err), -ENOTSUP);
     tkm_err_clear(&err);
-    ASSERT_EQ(tkm_oci_registry_get_referrers(reg, "t/a", IMG, NULL, &body, &err), -ENOTSUP);
+    ASSERT_EQ(sup_oci_get_referrers(reg, "t/a", IMG, NULL, &body, &err), -ENOTSUP);
     ASSERT_STRCONTAINS(err.msg, "not an OCI index");
     tkm_err_clear(&err);
-    ASSERT_EQ(tkm_oci_registry_get_referrers(reg, "t/a", "sha256:12", NULL, &body, &err), -EINVAL);
+    ASSERT_EQ(sup_oci_get_referrers(reg, "t/a", "sha256:12", NULL, &body, &err), -EINVAL);
     tkm_buf_release(&body);
     tkm_oci_registry_free(reg);
     tsrv_stop(&srv);

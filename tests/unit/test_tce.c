@@ -64,7 +64,7 @@ TEST_TIMEOUT(sign_then_verify_fixture, 60)
     char *priv = pem_of(k, 1), *pub = pem_of(k, 0);
     struct tkm_tce_report rep;
     struct tkm_err err = {0};
-    ASSERT_OK(tkm_tce_sign_dir(dir, priv, strlen(priv), &rep, &err));
+    ASSERT_OK(tkm_tce_dir(dir, priv, strlen(priv), 0, &rep, &err));
     ASSERT_EQ(rep.n, want);
     ASSERT_EQ(rep.ok, want);
     ASSERT(rep.kernel_dirs >= 4);
@@ -75,7 +75,7 @@ TEST_TIMEOUT(sign_then_verify_fixture, 60)
     char cmd[1400];
     snprintf(cmd, sizeof cmd, "test -z \"$(find '%s' -name '__grp__*.sig')\"", dir);
     ASSERT_OK(system(cmd));
-    ASSERT_OK(tkm_tce_verify_dir(dir, pub, strlen(pub), &rep, &err));
+    ASSERT_OK(tkm_tce_dir(dir, pub, strlen(pub), 1, &rep, &err));
     ASSERT_EQ(rep.ok, want);
     ASSERT_EQ(rep.failed, 0);
     /* interop: the same bytes openssl dgst -sha384 -verify accepts */
@@ -104,7 +104,7 @@ TEST_TIMEOUT(tampered_missing_and_wrong_key, 60)
     char *priv = pem_of(k, 1), *pub = pem_of(k, 0), *pub2 = pem_of(k2, 0);
     struct tkm_tce_report rep;
     struct tkm_err err = {0};
-    ASSERT_OK(tkm_tce_sign_dir(dir, priv, strlen(priv), &rep, &err));
+    ASSERT_OK(tkm_tce_dir(dir, priv, strlen(priv), 0, &rep, &err));
     size_t total = rep.n;
     char victim[1200], cmd[2600];
     snprintf(victim, sizeof victim, "%s/%s", dir, rep.v[0].path);
@@ -114,7 +114,7 @@ TEST_TIMEOUT(tampered_missing_and_wrong_key, 60)
     snprintf(cmd, sizeof cmd, "printf x >> '%s'", victim);
     ASSERT_OK(system(cmd));
     ASSERT_OK(unlink(sigv));
-    ASSERT_EQ(tkm_tce_verify_dir(dir, pub, strlen(pub), &rep, &err), -EKEYREJECTED);
+    ASSERT_EQ(tkm_tce_dir(dir, pub, strlen(pub), 1, &rep, &err), -EKEYREJECTED);
     ASSERT_STRCONTAINS(err.msg, "2 of ");
     ASSERT_EQ(rep.failed, 2);
     ASSERT_EQ(rep.v[0].status, TKM_TCE_BAD_SIG);
@@ -124,7 +124,7 @@ TEST_TIMEOUT(tampered_missing_and_wrong_key, 60)
     ASSERT_EQ(rep.ok, total - 2);
     tkm_tce_report_release(&rep);
     tkm_err_clear(&err);
-    ASSERT_EQ(tkm_tce_verify_dir(dir, pub2, strlen(pub2), &rep, &err), -EKEYREJECTED);
+    ASSERT_EQ(tkm_tce_dir(dir, pub2, strlen(pub2), 1, &rep, &err), -EKEYREJECTED);
     ASSERT_EQ(rep.ok, 0);
     tkm_tce_report_release(&rep);
     free(priv);
@@ -140,17 +140,17 @@ TEST(non_rsa_key_and_bad_dir)
     char *pub = pem_of(k, 0);
     struct tkm_tce_report rep;
     struct tkm_err err = {0};
-    ASSERT_EQ(tkm_tce_verify_dir(tkm_test_tmpdir(), pub, strlen(pub), &rep, &err), -EINVAL);
+    ASSERT_EQ(tkm_tce_dir(tkm_test_tmpdir(), pub, strlen(pub), 1, &rep, &err), -EINVAL);
     ASSERT_STRCONTAINS(err.msg, "TCE signatures are RSA; this key is ECDSA P-256");
     EVP_PKEY_free(k);
     free(pub);
     k = EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)2048);
     pub = pem_of(k, 0);
     tkm_err_clear(&err);
-    ASSERT_EQ(tkm_tce_verify_dir("/nonexistent-tkm", pub, strlen(pub), &rep, &err), -ENOENT);
+    ASSERT_EQ(tkm_tce_dir("/nonexistent-tkm", pub, strlen(pub), 1, &rep, &err), -ENOENT);
     ASSERT_STRCONTAINS(err.msg, "cannot open cache dir /nonexistent-tkm");
     tkm_err_clear(&err);
-    ASSERT_EQ(tkm_tce_verify_dir(tkm_test_tmpdir(), pub, strlen(pub), &rep, &err), -ENOENT);
+    ASSERT_EQ(tkm_tce_dir(tkm_test_tmpdir(), pub, strlen(pub), 1, &rep, &err), -ENOENT);
     ASSERT_STRCONTAINS(err.msg, "has no kernel files");
     tkm_tce_report_release(&rep);
     EVP_PKEY_free(k);

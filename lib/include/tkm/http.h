@@ -46,7 +46,7 @@
  *   -E2BIG          the body exceeded max_body
  *   -ECANCELED      tkm_http_cancel() or tkm_http_close()
  *   -EINTR          data_cb returned non-zero (its value is in resp->cb_rc)
- *   -ELOOP          more redirects than max_redirects
+ *   -ELOOP          more than 5 redirects
  *   -EINVAL         malformed URL or unsupported scheme
  *   -EIO            anything else (resp->error says what)
  *
@@ -73,10 +73,7 @@ struct tkm_http_req;
 
 /* Client-wide settings; all optional (zero = default). Strings are copied. */
 struct tkm_http_opts {
-    const char *user_agent;     /* default "tkm/<version>" */
-    long max_host_connections;  /* default 0: libcurl's choice */
-    long max_total_connections; /* default 0: libcurl's choice */
-    int verbose;                /* libcurl's verbose trace to stderr (debugging) */
+    const char *user_agent; /* default "tkm/<version>" */
 };
 
 /* TLS material for one request. Every pointer is borrowed for the duration
@@ -127,13 +124,11 @@ struct tkm_http_req_opts {
     size_t body_len;
     const struct tkm_http_tls *tls; /* or NULL: system CA store, no client cert */
     uint64_t timeout_ms;            /* whole request; 0 = no limit (watches) */
-    uint64_t connect_timeout_ms;    /* default 10 s */
     /* Idle limit: abort when fewer than 1 byte/s arrives for this long.
      * 0 = none. Watches set it a little above their server timeout. */
     uint64_t idle_timeout_ms;
     size_t max_body;      /* cap for the buffered body; default 16 MiB */
-    int follow_redirects; /* 1: follow up to max_redirects (default 5) */
-    int max_redirects;
+    int follow_redirects; /* 1: follow up to 5 redirects */
     /* 1: offer gzip/deflate and decode transparently (API responses). Never
      * for content-addressed downloads, whose digest covers the raw bytes. */
     int compressed;

@@ -12,7 +12,7 @@
  *   ":port"        all interfaces (IPv6 dual stack "[::]", else 0.0.0.0)
  *   "0"            disabled: tkm_httpd_new() returns 0 with *out = NULL, and
  *                  every function here accepts that NULL server as a no-op.
- *   port 0         an ephemeral port; tkm_httpd_port() says which.
+ *   port 0         an ephemeral port; tkm_httpd_addr() says which.
  *
  * How it runs: MHD in external epoll mode. Its one epoll fd is watched with a
  * uv_poll_t, its timeouts run on a uv_timer_t (MHD_get_timeout), and MHD_run()
@@ -102,9 +102,6 @@ int tkm_httpd_new(uv_loop_t *loop, const char *addr, const struct tkm_httpd_opts
  * route, -EINVAL for a path without a leading '/'. srv NULL: returns 0. */
 int tkm_httpd_handle(struct tkm_httpd *srv, const char *path, tkm_httpd_handler fn, void *data,
                      struct tkm_err *err);
-
-/* The bound port (> 0), or 0 for a NULL (disabled) server. */
-unsigned tkm_httpd_port(const struct tkm_httpd *srv);
 
 /* The bound address as "host:port" ("[::]:8080"), borrowed from srv; "0"
  * for a NULL server. */

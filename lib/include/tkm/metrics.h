@@ -92,22 +92,14 @@ int tkm_metrics_add(struct tkm_metrics *reg, enum tkm_metric_type type,
 /* Updates. values: one string per label name, in order (NULL for a family
  * without labels). Return 0, 1 when the update went to the overflow series,
  * or < 0 without any change: -EINVAL (wrong type for the call, a negative or
- * NaN counter increment, a missing or too long value), -ENOMEM. */
-int tkm_metric_inc(struct tkm_metric *m, const char *const *values);
-/* Counters: v >= 0. Gauges: any finite or infinite v. */
+ * NaN counter increment, a missing or too long value), -ENOMEM.
+ * tkm_metric_add: counters v >= 0 (1 for one event); gauges any finite or
+ * infinite v. */
 int tkm_metric_add(struct tkm_metric *m, const char *const *values, double v);
 /* Gauges; counters only from their collect callback. */
 int tkm_metric_set(struct tkm_metric *m, const char *const *values, double v);
 /* Histograms: counts v into its bucket, adds it to _sum and 1 to _count. */
 int tkm_metric_observe(struct tkm_metric *m, const char *const *values, double v);
-/* Removes every series of m (a gauge whose label set changed). */
-void tkm_metric_reset(struct tkm_metric *m);
-
-/* Reads a series back (tests, the daemons' own checks): a counter's or
- * gauge's value, a histogram's _count. -ENOENT when the series is absent. */
-int tkm_metric_value(const struct tkm_metric *m, const char *const *values, double *out);
-/* Number of series (the overflow series included). */
-size_t tkm_metric_series(const struct tkm_metric *m);
 
 /* Appends the whole exposition (collect callbacks run first) to out. */
 int tkm_metrics_write(struct tkm_metrics *reg, struct tkm_buf *out);

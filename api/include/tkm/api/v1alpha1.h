@@ -95,7 +95,7 @@ struct tkm_api_identity {
     char *issuer, *subject, *subject_regexp;
 };
 
-/* spec.signaturePolicy. Decoded by tkm_api_signature_policy_decode() so new
+/* spec.signaturePolicy. Decoded by one function (api/cache.c) so new
  * fields (keyless identities, a trusted root) are added in one place. */
 struct tkm_api_signature_policy {
     int present; /* the field was in the spec */
@@ -172,11 +172,6 @@ int tkm_api_cache_decode(const char *json, size_t len, struct tkm_api_cache *out
                          struct tkm_err *err);
 void tkm_api_cache_release(struct tkm_api_cache *c);
 
-/* Decodes spec.signaturePolicy (v: the policy object, NULL = absent; field:
- * the path for messages). *out is owned. 0, -EPROTO, -ENOMEM. */
-int tkm_api_signature_policy_decode(const json_t *v, const char *field,
-                                    struct tkm_api_signature_policy *out, struct tkm_err *err);
-void tkm_api_signature_policy_release(struct tkm_api_signature_policy *p);
 /* Decodes a list of keyless identities (arr: a JSON array, NULL = none; at
  * most 16). *out owned: tkm_api_identities_release(*out, *n), also after a
  * failure. 0, -EPROTO, -ENOMEM. */

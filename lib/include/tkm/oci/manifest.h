@@ -70,9 +70,6 @@ int tkm_oci_manifest_parse(struct tkm_oci_manifest *m, const char *content_type,
                            size_t n, const char *what, struct tkm_err *err);
 void tkm_oci_manifest_release(struct tkm_oci_manifest *m);
 
-/* 1 for a media type that is a manifest (kind) / an index. */
-enum tkm_oci_kind tkm_oci_media_kind(const char *media_type);
-
 /* Picks from an index the manifest for os/arch (variant optional; NULL/"" =
  * any), skipping attestation and unknown/unknown entries. An index with a
  * single image manifest (and no platform) yields that one. *out is borrowed

@@ -59,7 +59,8 @@ int tkm_oci_host_is_loopback(const char *host);
  * entry without a port matches every port of that host). */
 int tkm_oci_host_plain_http(const char *host, const char *const *insecure);
 
-/* 1 when s is "sha256:" followed by 64 lower-case hex digits. */
+/* 1 when s is "sha256:" followed by 64 lower-case hex digits: the check
+ * of tkm_digest_valid (archive.h), under this header's name. */
 int tkm_oci_digest_valid(const char *s);
 
 #endif

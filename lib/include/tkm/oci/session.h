@@ -62,6 +62,10 @@
 /* Most thread-pool work items one session has queued at a time. */
 #define TKM_OCI_POOL_JOBS 2
 
+/* Bounds on a paginated referrers answer (the signature search's first step). */
+#define TKM_OCI_REFERRERS_MAX_PAGES 16
+#define TKM_OCI_REFERRERS_MAX       512
+
 struct tkm_oci_session;
 struct tkm_oci_job;
 

@@ -6,7 +6,7 @@
  * synchronous client's private loop.
  *
  * The search, in order: the referrers API (GET /v2/<repo>/referrers/<digest>,
- * every page, see tkm_oci_registry_get_referrers; entries whose artifactType
+ * every page, see tkm__oci_get_referrers in lib/oci/session-int.h; entries whose artifactType
  * is a Sigstore bundle, at most TKM_OCI_REFERRERS_MAX tried, and the message
  * says when that cap was hit), or, when the registry has no referrers API,
  * the index tagged "sha256-<hex>"; then the classic "sha256-<hex>.sig". The

@@ -44,18 +44,15 @@ struct tkm_tce_report {
 void tkm_tce_report_release(struct tkm_tce_report *r);
 const char *tkm_tce_status_name(enum tkm_tce_status s);
 
-/* Signs every eligible file under cache_dir (borrowed) with the RSA private
- * key in priv_pem (borrowed), writing <file>.sig (replacing an old one).
- * 0 when every file was signed; -EIO when some failed (see the report);
- * other negative codes when nothing could be done (err says why). */
-int tkm_tce_sign_dir(const char *cache_dir, const char *priv_pem, size_t pem_len,
-                     struct tkm_tce_report *rep, struct tkm_err *err);
-
-/* Verifies every eligible file under cache_dir against pub_pem (RSA).
+/* verify 0: signs every eligible file under cache_dir (borrowed) with the
+ * RSA private key in pem (borrowed), writing <file>.sig (replacing an old
+ * one). 0 when every file was signed; -EIO when some failed (see the report).
+ * verify 1: verifies every eligible file against the RSA public key in pem.
  * 0 when all verify; -EKEYREJECTED when any is unsigned or does not verify
- * (the report says which); other negative codes for a bad key or dir. A
- * cache dir without any eligible file is -ENOENT. */
-int tkm_tce_verify_dir(const char *cache_dir, const char *pub_pem, size_t pem_len,
-                       struct tkm_tce_report *rep, struct tkm_err *err);
+ * (the report says which); a cache dir without any eligible file is -ENOENT.
+ * Other negative codes when nothing could be done (a bad key or dir; err
+ * says why). */
+int tkm_tce_dir(const char *cache_dir, const char *pem, size_t pem_len, int verify,
+                struct tkm_tce_report *rep, struct tkm_err *err);
 
 #endif
