@@ -235,6 +235,9 @@ struct tkm_api_node_cache {
     size_t n_pods;
     char *error;
     char *last_updated;
+    /* lastFailure: the last failed Materialize here (reason, message, RFC 3339
+     * time); all NULL when absent (cleared on the next success) */
+    char *fail_reason, *fail_message, *fail_time;
 };
 
 /* The status a node's agent writes. gpuCount, gpuTypes and cacheCount (the
