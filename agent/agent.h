@@ -61,6 +61,9 @@
 #define AGENT_BACKOFF_MIN_MS  1000             /* the work queue's retry backoff: 1 s doubling */
 #define AGENT_BACKOFF_MAX_MS  (5 * 60 * 1000)  /* ... to 5 min */
 #define AGENT_WORKERS         64               /* caches verified at once */
+/* The reason (node status lastFailure, Materialize's RESOURCE_EXHAUSTED) when the store's
+ * budget or its filesystem cannot hold a cache. */
+#define AGENT_REASON_STORE_FULL "StoreFull"
 /* --socket's default: what manifests/base/daemonset-node.yaml mounts and tkm-csi's
  * --agent-socket default (CSI_DEFAULT_AGENT_SOCKET); a directory of its own, since the
  * agent makes the socket's directory 0700 and the shared /var/run/tkm is 0755

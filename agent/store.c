@@ -271,9 +271,10 @@ static void pull_fail(struct agent_pull *p, int code, const char *reason, int rc
             p->layout = NULL;
         }
         code = TKM_GRPC_RESOURCE_EXHAUSTED;
-        reason = "StoreFull";
+        reason = AGENT_REASON_STORE_FULL;
         snprintf(m, sizeof m,
-                 "StoreFull: cache %s needs %llu bytes in the store (%llu to download, %llu "
+                 AGENT_REASON_STORE_FULL
+                 ": cache %s needs %llu bytes in the store (%llu to download, %llu "
                  "extracted); its filesystem has %llu bytes free on node %s: %s",
                  p->cache_key, ac ? (unsigned long long)(ac->layer_bytes + ac->cache_bytes) : 0ULL,
                  ac ? (unsigned long long)ac->layer_bytes : 0ULL,
@@ -709,7 +710,8 @@ static int admit(struct agent *a, const struct agent_cache *ac, char *msg, size_
         struct tkm_store_stats st = {0};
         tkm_store_state_stats(a->state, &st, NULL);
         snprintf(msg, n,
-                 "StoreFull: cache %s needs %llu bytes; the store's budget of %llu bytes has "
+                 AGENT_REASON_STORE_FULL
+                 ": cache %s needs %llu bytes; the store's budget of %llu bytes has "
                  "%llu free: the rest is held by caches in use on node %s",
                  ac->key, (unsigned long long)bytes, (unsigned long long)a->o.store_budget,
                  (unsigned long long)(a->o.store_budget > st.referenced_bytes
@@ -744,7 +746,8 @@ static void op_materialize(struct agent_rpc_call *call, const struct agent_mater
     int code = cache_refusal(a, ac, msg, sizeof msg);
     if (!code && !agent_store_extracted(a, ac->layer_digest) &&
         (code = admit(a, ac, msg, sizeof msg)) != 0)
-        fail_record(a, ac->key, code == TKM_GRPC_RESOURCE_EXHAUSTED ? "StoreFull" : "Internal",
+        fail_record(a, ac->key,
+                    code == TKM_GRPC_RESOURCE_EXHAUSTED ? AGENT_REASON_STORE_FULL : "Internal",
                     msg);
     if (code) {
         agent_rpc_fail(call, code, msg);
