@@ -255,7 +255,7 @@ static void fail_record(struct agent *a, const char *key, const char *reason, co
 }
 
 /* Ends a pull with "reason: detail" for every waiter; recorded unless the agent
- * is stopping. A full disk (rc -ENOSPC) becomes StoreFull with the bytes the
+ * is stopping. A full disk (rc -ENOSPC, -EDQUOT) becomes StoreFull with the bytes the
  * layer needs (download and extraction) and those free once the pull's own
  * files are gone. */
 static void pull_fail(struct agent_pull *p, int code, const char *reason, int rc,
@@ -264,7 +264,7 @@ static void pull_fail(struct agent_pull *p, int code, const char *reason, int rc
     struct agent *a = p->a;
     struct agent_cache *ac = agent_cache_get(a, p->cache_key);
     char m[1400];
-    if (rc == -ENOSPC) {
+    if (rc == -ENOSPC || rc == -EDQUOT) {
         if (p->layout) {
             tkm_rmtree_at(AT_FDCWD, p->layout);
             free(p->layout);
@@ -486,7 +486,7 @@ static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
     if (rc < 0) {
         char m[1200];
         int transient = rc != -EBADMSG && rc != -ENOENT && rc != -EACCES && rc != -EPERM &&
-                        rc != -EINVAL && rc != -ECANCELED && rc != -ENOSPC;
+                        rc != -EINVAL && rc != -ECANCELED && rc != -ENOSPC && rc != -EDQUOT;
         if (transient)
             a->registry_errors++;
         snprintf(m, sizeof m, "pulling %s: %s", p->layer, tkm_err_str(err));
