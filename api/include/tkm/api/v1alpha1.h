@@ -297,7 +297,8 @@ struct tkm_api_nsscan_head {
     size_t n_caches;
 };
 
-/* One status.caches entry: what tkm_api_node_cache has, less the lists. */
+/* One status.caches entry: what tkm_api_node_cache has, less the lists and lastFailure
+ * (checked: an object of strings reason, message, time). */
 struct tkm_api_nsscan_entry {
     const char *name;   /* the member name (never NULL) */
     const char *digest; /* NULL when absent */
