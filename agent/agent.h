@@ -61,6 +61,9 @@
 #define AGENT_BACKOFF_MIN_MS  1000             /* the work queue's retry backoff: 1 s doubling */
 #define AGENT_BACKOFF_MAX_MS  (5 * 60 * 1000)  /* ... to 5 min */
 #define AGENT_WORKERS         64               /* caches verified at once */
+/* The reason (node status lastFailure, Materialize's RESOURCE_EXHAUSTED) when the store's
+ * budget or its filesystem cannot hold a cache. */
+#define AGENT_REASON_STORE_FULL "StoreFull"
 /* --socket's default: what manifests/base/daemonset-node.yaml mounts and tkm-csi's
  * --agent-socket default (CSI_DEFAULT_AGENT_SOCKET); a directory of its own, since the
  * agent makes the socket's directory 0700 and the shared /var/run/tkm is 0755
@@ -178,7 +181,7 @@ struct agent {
     struct tkm_httpd *httpd_metrics, *httpd_health;
     struct tkm_metric *m_gpus, *m_store_bytes, *m_store_entries, *m_store_refs, *m_extractions,
         *m_extract_errors, *m_extract_seconds, *m_registry_errors, *m_watch_restarts,
-        *m_status_writes, *m_store_budget, *m_status_write_time;
+        *m_status_writes, *m_store_budget, *m_status_write_time, *m_mat_failures;
     uint64_t registry_errors, watch_restarts, status_writes;
     double status_write_time; /* wall clock (Unix seconds) of the last accepted status apply */
 };
@@ -250,6 +253,8 @@ struct tkm_metric;
 struct tkm_httpd;
 int agent_metrics_start(struct agent *a, struct tkm_err *err);
 void agent_metrics_extraction(struct agent *a, double seconds);
+/* Counts a failed Materialize or prefetch by its CamelCase reason. */
+void agent_metrics_materialize_failure(struct agent *a, const char *reason);
 void agent_metrics_stop(struct agent *a); /* servers closed (on the loop) */
 void agent_metrics_free(struct agent *a); /* after the loop ended */
 

@@ -282,6 +282,7 @@ static int take_image(struct agent_run *r, struct tkm_verify_result *res)
     if (!im->size_bytes || tkm_parse_u64(im->size_bytes, UINT64_MAX, &sz) < 0 || sz == 0)
         sz = m->descs[0].size * 4; /* no label: a generous guess from the compressed size */
     ac->cache_bytes = sz + agent_cache_take_parts(ac, &im->config);
+    ac->layer_bytes = m->descs[0].size;
     ac->inspected = 1;
     ac->reason[0] = 0;
     ac->message[0] = 0;

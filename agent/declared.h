@@ -82,10 +82,16 @@ struct agent_cache {
     struct tkm_triton_summary summary;
     char *layer_digest;              /* the image's one layer */
     uint64_t cache_bytes;            /* extracted size (label cache-size-bytes), for admission */
+    uint64_t layer_bytes;            /* the layer's declared (compressed) size */
     struct tkm_oci_session *session; /* the registry session it was inspected through (borrowed) */
     int label_checked;               /* the extracted kernels matched the label (this process) */
     struct agent_verdicts verdicts;
     char judged_at[32];
+    /* the last failed Materialize or prefetch of this cache here (store.c), cleared
+     * when the cache is next materialized: node status lastFailure */
+    char fail_reason[32];
+    char fail_message[768];
+    char fail_at[32];
     /* the image's Inductor part (cache.inductor.image/summary), judged per GPU
      * beside the Triton summary; a malformed label leaves the facts empty, so
      * every GPU is refused (fail closed) */

@@ -81,7 +81,7 @@ static int add(struct agent *a, enum tkm_metric_type t, const char *name, const 
 
 static int metrics_register(struct agent *a, struct tkm_err *err)
 {
-    static const char *const state[] = {"state", NULL};
+    static const char *const state[] = {"state", NULL}, *const reason[] = {"reason", NULL};
     int rc;
     if ((rc = tkm_metrics_new(&a->metrics, err)) < 0 ||
         (rc = tkm_metrics_add_standard(a->metrics, err)) < 0 ||
@@ -111,6 +111,11 @@ static int metrics_register(struct agent *a, struct tkm_err *err)
         (rc = add(a, TKM_METRIC_HISTOGRAM, "tkm_agent_extraction_seconds",
                   "Time from the start of a pull to the extracted entry.", NULL, NULL,
                   &a->m_extract_seconds, err)) < 0 ||
+        (rc = add(a, TKM_METRIC_COUNTER, "tkm_agent_materialize_failures_total",
+                  "Materialize calls and prefetches that failed after admission, by reason "
+                  "(StoreFull, ExtractFailed, RegistryUnreachable, ...): the node status keeps "
+                  "each cache's last one.",
+                  reason, NULL, &a->m_mat_failures, err)) < 0 ||
         (rc = add(a, TKM_METRIC_COUNTER, "tkm_agent_registry_errors_total",
                   "Registry requests that failed transiently (unreachable, 5xx).", NULL,
                   collect_counters, &a->m_registry_errors, err)) < 0 ||
@@ -152,6 +157,12 @@ void agent_metrics_extraction(struct agent *a, double seconds)
 {
     if (a->m_extract_seconds)
         tkm_metric_observe(a->m_extract_seconds, NULL, seconds);
+}
+
+void agent_metrics_materialize_failure(struct agent *a, const char *reason)
+{
+    if (a->m_mat_failures)
+        tkm_metric_inc(a->m_mat_failures, (const char *[]){reason});
 }
 
 int agent_metrics_start(struct agent *a, struct tkm_err *err)

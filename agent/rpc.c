@@ -522,26 +522,46 @@ static void peer_log(const struct agent_rpc_call *call, const char *what)
              (unsigned)p->uid, (unsigned)p->gid, what);
 }
 
-static void handle_materialize(struct tkm_grpc_call *gc, void *data)
+/* A handle for gc with its request decoded and the cancel callback set, or
+ * NULL once the call is answered (out of memory, or a request refused). */
+static struct agent_rpc_call *call_start(struct tkm_grpc_call *gc, struct agent_rpc_server *srv,
+                                         enum method m)
 {
-    struct agent_rpc_server *srv = data;
-    struct agent_rpc_call *call = call_new(gc, srv, METHOD_MATERIALIZE);
+    struct agent_rpc_call *call = call_new(gc, srv, m);
     struct tkm_err err = {0};
-    struct tkm_buf line = TKM_BUF_INIT(2048);
+    Tkm__Agent__V1__StatusRequest *sr;
     size_t n;
     const void *b;
-    int rc;
+    int rc = 0;
     if (!call)
-        return;
+        return NULL;
     b = tkm_grpc_call_request(gc, &n);
-    rc = agent_materialize_req_decode(b, n, &call->mat, &err);
+    if (m == METHOD_MATERIALIZE)
+        rc = agent_materialize_req_decode(b, n, &call->mat, &err);
+    else if (m == METHOD_RELEASE)
+        rc = agent_release_req_decode(b, n, &call->rel, &err);
+    else if (!(sr = tkm__agent__v1__status_request__unpack(NULL, n, b)))
+        rc = tkm_err_set(&err, -EINVAL, "cannot decode the StatusRequest");
+    else
+        tkm__agent__v1__status_request__free_unpacked(sr, NULL);
     if (rc < 0) {
         peer_log(call, "refused");
         agent_rpc_fail(call, rc == -EINVAL ? TKM_GRPC_INVALID_ARGUMENT : TKM_GRPC_INTERNAL,
                        tkm_err_str(&err));
-        return;
+        return NULL;
     }
-    call->mat.peer = *tkm_grpc_call_peer(gc);
+    call->mat.peer = call->rel.peer = *tkm_grpc_call_peer(gc); /* its method's is read */
+    tkm_grpc_call_on_cancel(gc, on_cancel, call);
+    return call;
+}
+
+static void handle_materialize(struct tkm_grpc_call *gc, void *data)
+{
+    struct agent_rpc_server *srv = data;
+    struct agent_rpc_call *call = call_start(gc, srv, METHOD_MATERIALIZE);
+    struct tkm_buf line = TKM_BUF_INIT(2048);
+    if (!call)
+        return;
     tkm_buf_printf(&line, "pod %s/%s (%s) volume %s %s %s readOnly=%s mountPath=%s",
                    call->mat.pod_ns, call->mat.pod_name, call->mat.pod_uid, call->mat.volume_id,
                    call->mat.cache_name ? "cacheName" : "cacheImage",
@@ -552,54 +572,27 @@ static void handle_materialize(struct tkm_grpc_call *gc, void *data)
                    call->mat.mount_path ? call->mat.mount_path : "(none)");
     peer_log(call, line.data);
     tkm_buf_release(&line);
-    tkm_grpc_call_on_cancel(gc, on_cancel, call);
     srv->ops->materialize(call, &call->mat, srv->data);
 }
 
 static void handle_release(struct tkm_grpc_call *gc, void *data)
 {
     struct agent_rpc_server *srv = data;
-    struct agent_rpc_call *call = call_new(gc, srv, METHOD_RELEASE);
-    struct tkm_err err = {0};
+    struct agent_rpc_call *call = call_start(gc, srv, METHOD_RELEASE);
     char what[AGENT_RPC_MAX_VOLUME_ID + 16];
-    size_t n;
-    const void *b;
-    int rc;
     if (!call)
         return;
-    b = tkm_grpc_call_request(gc, &n);
-    rc = agent_release_req_decode(b, n, &call->rel, &err);
-    if (rc < 0) {
-        peer_log(call, "refused");
-        agent_rpc_fail(call, rc == -EINVAL ? TKM_GRPC_INVALID_ARGUMENT : TKM_GRPC_INTERNAL,
-                       tkm_err_str(&err));
-        return;
-    }
-    call->rel.peer = *tkm_grpc_call_peer(gc);
     snprintf(what, sizeof what, "volume %s", call->rel.volume_id);
     peer_log(call, what);
-    tkm_grpc_call_on_cancel(gc, on_cancel, call);
     srv->ops->release(call, &call->rel, srv->data);
 }
 
 static void handle_status(struct tkm_grpc_call *gc, void *data)
 {
     struct agent_rpc_server *srv = data;
-    struct agent_rpc_call *call = call_new(gc, srv, METHOD_STATUS);
-    size_t n;
-    const void *b;
-    Tkm__Agent__V1__StatusRequest *m;
-    if (!call)
-        return;
-    b = tkm_grpc_call_request(gc, &n);
-    if (!(m = tkm__agent__v1__status_request__unpack(NULL, n, b))) {
-        peer_log(call, "refused");
-        agent_rpc_fail(call, TKM_GRPC_INVALID_ARGUMENT, "cannot decode the StatusRequest");
-        return;
-    }
-    tkm__agent__v1__status_request__free_unpacked(m, NULL);
-    tkm_grpc_call_on_cancel(gc, on_cancel, call);
-    srv->ops->status(call, srv->data);
+    struct agent_rpc_call *call = call_start(gc, srv, METHOD_STATUS);
+    if (call)
+        srv->ops->status(call, srv->data);
 }
 
 /* ---- server ----------------------------------------------------------------------------- */

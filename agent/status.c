@@ -121,6 +121,11 @@ int agent_entry_build(const struct agent *a, const struct agent_cache *ac,
     if (e->n_pods > 1) /* a stable order: the same state is the same body */
         qsort(e->pods, e->n_pods, sizeof *e->pods, pod_cmp);
     e->last_updated = ac->judged_at[0] ? (char *)ac->judged_at : NULL;
+    if (ac->fail_reason[0]) {
+        e->fail_reason = (char *)ac->fail_reason;
+        e->fail_message = (char *)ac->fail_message;
+        e->fail_time = (char *)ac->fail_at;
+    }
     for (size_t i = 0; ac->verdicts.judged && i < ac->verdicts.n && i < a->gpus.n; i++) {
         const struct tkm_compat_verdict *v = &ac->verdicts.v[i];
         const struct tkm_gpu *g = &a->gpus.gpus[i];

@@ -10,6 +10,10 @@
  * pull) -> the extracted kernels checked against the config label (a label
  * that lies about the arch removes the entry: LabelMismatch) -> a reference
  * for (pod, volume) -> store path, target arch, mountPath hint.
+ * A full disk or budget is RESOURCE_EXHAUSTED with reason StoreFull (the bytes
+ * needed and free). Every failure after the refusals above is the cache's
+ * lastFailure in the node status until it is next materialized, and counted
+ * by reason (tkm_agent_materialize_failures_total).
  * Release drops the reference; a GC timer removes unused digests after the
  * grace period and when the budget is exceeded, least recently used first.
  */
@@ -18,6 +22,7 @@
 #include <string.h>
 #include <time.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <fcntl.h>
@@ -199,6 +204,13 @@ static void pull_unlink(struct agent *a, struct agent_pull *p)
 
 static void mat_answer(struct agent *a, struct agent_mat *m, const char *store_path);
 
+/* The cache was materialized (or prefetched): its lastFailure goes. */
+static void fail_clear(struct agent_cache *ac)
+{
+    if (ac)
+        ac->fail_reason[0] = ac->fail_message[0] = ac->fail_at[0] = 0;
+}
+
 /* Ends a pull: every waiter gets the store path, or code and message. */
 static void pull_done(struct agent_pull *p, const char *path, int code, const char *msg)
 {
@@ -206,6 +218,8 @@ static void pull_done(struct agent_pull *p, const char *path, int code, const ch
     pull_unlink(a, p);
     if (p->layout)
         tkm_rmtree_at(AT_FDCWD, p->layout);
+    if (path)
+        fail_clear(agent_cache_get(a, p->cache_key));
     while (p->waiters) {
         struct agent_mat *m = p->waiters;
         p->waiters = m->next;
@@ -217,6 +231,61 @@ static void pull_done(struct agent_pull *p, const char *path, int code, const ch
     }
     pull_free(p);
     agent_status_changed(a);
+}
+
+/* Bytes an unprivileged writer may still use on the store's filesystem. */
+static uint64_t store_free(const struct agent *a)
+{
+    struct statvfs sv;
+    return statvfs(a->o.store_dir, &sv) == 0 ? (uint64_t)sv.f_bavail * sv.f_frsize : 0;
+}
+
+/* A failed Materialize (or prefetch) of cache key: its lastFailure in the node
+ * status until it is next materialized, and the failure counted by reason. */
+static void fail_record(struct agent *a, const char *key, const char *reason, const char *msg)
+{
+    struct agent_cache *ac = key ? agent_cache_get(a, key) : NULL;
+    agent_metrics_materialize_failure(a, reason);
+    if (!ac)
+        return;
+    snprintf(ac->fail_reason, sizeof ac->fail_reason, "%s", reason);
+    snprintf(ac->fail_message, sizeof ac->fail_message, "%s", msg);
+    tkm_api_now(ac->fail_at, sizeof ac->fail_at);
+    agent_status_changed(a);
+}
+
+/* Ends a pull with "reason: detail" for every waiter; recorded unless the agent
+ * is stopping. A full disk (rc -ENOSPC, -EDQUOT) becomes StoreFull with the bytes the
+ * layer needs (download and extraction) and those free once the pull's own
+ * files are gone. */
+static void pull_fail(struct agent_pull *p, int code, const char *reason, int rc,
+                      const char *detail)
+{
+    struct agent *a = p->a;
+    struct agent_cache *ac = agent_cache_get(a, p->cache_key);
+    char m[1400];
+    if (rc == -ENOSPC || rc == -EDQUOT) {
+        if (p->layout) {
+            tkm_rmtree_at(AT_FDCWD, p->layout);
+            free(p->layout);
+            p->layout = NULL;
+        }
+        code = TKM_GRPC_RESOURCE_EXHAUSTED;
+        reason = AGENT_REASON_STORE_FULL;
+        snprintf(m, sizeof m,
+                 AGENT_REASON_STORE_FULL
+                 ": cache %s needs %llu bytes in the store (%llu to download, %llu "
+                 "extracted); its filesystem has %llu bytes free on node %s: %s",
+                 p->cache_key, ac ? (unsigned long long)(ac->layer_bytes + ac->cache_bytes) : 0ULL,
+                 ac ? (unsigned long long)ac->layer_bytes : 0ULL,
+                 ac ? (unsigned long long)ac->cache_bytes : 0ULL, (unsigned long long)store_free(a),
+                 a->o.node_name, detail);
+    } else {
+        snprintf(m, sizeof m, "%s: %s", reason, detail);
+    }
+    if (!a->stopping)
+        fail_record(a, p->cache_key, reason, m);
+    pull_done(p, NULL, code, m);
 }
 
 /* The label must not lie: the arch targets of the kernels actually in the
@@ -319,10 +388,8 @@ static void label_done(uv_work_t *w, int status)
         if (tkm_store_state_remove_start(a->loop, a->state, p->layer, on_removed_bad, NULL, &e) < 0)
             tkm_warn("%s", tkm_err_str(&e));
         tkm_warn("cache %s@%s: %s", p->cache_key, p->layer, lc->msg);
-        char m[900];
-        snprintf(m, sizeof m, "%s: %s", lc->rc == -EBADMSG ? "LabelMismatch" : "ExtractFailed",
-                 lc->msg);
-        pull_done(p, NULL, TKM_GRPC_FAILED_PRECONDITION, m);
+        pull_fail(p, TKM_GRPC_FAILED_PRECONDITION,
+                  lc->rc == -EBADMSG ? "LabelMismatch" : "ExtractFailed", lc->rc, lc->msg);
     }
     tkm_triton_summary_release(&lc->label);
     free(lc->path);
@@ -352,13 +419,13 @@ static void on_ingested(int rc, const char *digest, const char *path,
     p->sjob = NULL;
     if (rc < 0) {
         char m[1200];
-        int code = rc == -ECANCELED ? TKM_GRPC_UNAVAILABLE : TKM_GRPC_INTERNAL;
-        snprintf(m, sizeof m, "%s: extracting %s into the store failed: %s",
-                 rc == -ENOSPC ? "DiskFull" : "ExtractFailed", p->layer, tkm_err_str(err));
+        snprintf(m, sizeof m, "extracting %s into the store failed: %s", p->layer,
+                 tkm_err_str(err));
         if (rc != -ECANCELED)
-            tkm_warn("%s", m);
+            tkm_warn("cache %s: %s", p->cache_key, m);
         a->extract_errors++;
-        pull_done(p, NULL, code, m);
+        pull_fail(p, rc == -ECANCELED ? TKM_GRPC_UNAVAILABLE : TKM_GRPC_INTERNAL, "ExtractFailed",
+                  rc, m);
         return;
     }
     double secs = (double)(tkm_now_ms() - p->t0) / 1000.0;
@@ -394,7 +461,7 @@ static void pull_check(struct agent_pull *p, const char *path)
             tkm_triton_summary_release(&lc->label);
         }
         free(lc);
-        pull_done(p, NULL, TKM_GRPC_INTERNAL, "out of memory");
+        pull_fail(p, TKM_GRPC_INTERNAL, "Internal", 0, "out of memory");
         return;
     }
     lc->w.data = lc;
@@ -403,7 +470,7 @@ static void pull_check(struct agent_pull *p, const char *path)
         free(lc->path);
         tkm_triton_summary_release(&lc->label);
         free(lc);
-        pull_done(p, NULL, TKM_GRPC_INTERNAL, "cannot queue the label check");
+        pull_fail(p, TKM_GRPC_INTERNAL, "Internal", 0, "cannot queue the label check");
     }
 }
 
@@ -419,22 +486,21 @@ static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
     if (rc < 0) {
         char m[1200];
         int transient = rc != -EBADMSG && rc != -ENOENT && rc != -EACCES && rc != -EPERM &&
-                        rc != -EINVAL && rc != -ECANCELED;
+                        rc != -EINVAL && rc != -ECANCELED && rc != -ENOSPC && rc != -EDQUOT;
         if (transient)
             a->registry_errors++;
-        snprintf(m, sizeof m, "%s: pulling %s: %s",
-                 rc == -EBADMSG ? "DigestMismatch"
-                 : transient    ? "RegistryUnreachable"
-                                : "PullFailed",
-                 p->layer, tkm_err_str(err));
-        pull_done(p, NULL, transient || rc == -ECANCELED ? TKM_GRPC_UNAVAILABLE : TKM_GRPC_INTERNAL,
-                  m);
+        snprintf(m, sizeof m, "pulling %s: %s", p->layer, tkm_err_str(err));
+        pull_fail(p, transient || rc == -ECANCELED ? TKM_GRPC_UNAVAILABLE : TKM_GRPC_INTERNAL,
+                  rc == -EBADMSG ? "DigestMismatch"
+                  : transient    ? "RegistryUnreachable"
+                                 : "PullFailed",
+                  rc, m);
         return;
     }
     if (strcmp(res->digest, p->manifest) != 0 || res->image.parsed.n_descs != 1 ||
         strcmp(res->image.parsed.descs[0].digest, p->layer) != 0) {
-        pull_done(p, NULL, TKM_GRPC_FAILED_PRECONDITION,
-                  "DigestMismatch: the pulled image is not the one that was verified");
+        pull_fail(p, TKM_GRPC_FAILED_PRECONDITION, "DigestMismatch", 0,
+                  "the pulled image is not the one that was verified");
         return;
     }
     struct tkm_archive_opts o;
@@ -452,11 +518,8 @@ static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
     snprintf(src, sizeof src, "%s %s@%s", p->cache_key, p->ref.repo, p->manifest);
     rc = tkm_store_state_ingest_start(a->loop, a->state, p->layer, blob, &o, src, on_ingested, p,
                                       &p->sjob, &e);
-    if (rc < 0) {
-        char m[1200];
-        snprintf(m, sizeof m, "ExtractFailed: %s", tkm_err_str(&e));
-        pull_done(p, NULL, TKM_GRPC_INTERNAL, m);
-    }
+    if (rc < 0)
+        pull_fail(p, TKM_GRPC_INTERNAL, "ExtractFailed", rc, tkm_err_str(&e));
 }
 
 /* Starts making ac's layer present (or joins the pull in flight); m (taken,
@@ -597,6 +660,7 @@ static void mat_answer(struct agent *a, struct agent_mat *m, const char *store_p
                                            .digest = ac->digest};
     tkm_info("materialized %s for pod %s/%s volume %s: %s", ac->key, req->pod_ns, req->pod_name,
              req->volume_id, store_path);
+    fail_clear(ac);
     agent_rpc_reply_materialize(m->call, &res);
     agent_status_changed(a);
 }
@@ -643,10 +707,16 @@ static int admit(struct agent *a, const struct agent_cache *ac, char *msg, size_
         return TKM_GRPC_INTERNAL;
     }
     if (!fits) {
+        struct tkm_store_stats st = {0};
+        tkm_store_state_stats(a->state, &st, NULL);
         snprintf(msg, n,
-                 "StoreBudgetExceeded: cache %s needs %llu bytes; the store's budget of %llu "
-                 "bytes is held by caches in use on node %s",
+                 AGENT_REASON_STORE_FULL
+                 ": cache %s needs %llu bytes; the store's budget of %llu bytes has "
+                 "%llu free: the rest is held by caches in use on node %s",
                  ac->key, (unsigned long long)bytes, (unsigned long long)a->o.store_budget,
+                 (unsigned long long)(a->o.store_budget > st.referenced_bytes
+                                          ? a->o.store_budget - st.referenced_bytes
+                                          : 0),
                  a->o.node_name);
         return TKM_GRPC_RESOURCE_EXHAUSTED;
     }
@@ -674,8 +744,11 @@ static void op_materialize(struct agent_rpc_call *call, const struct agent_mater
         return;
     }
     int code = cache_refusal(a, ac, msg, sizeof msg);
-    if (!code && !agent_store_extracted(a, ac->layer_digest))
-        code = admit(a, ac, msg, sizeof msg);
+    if (!code && !agent_store_extracted(a, ac->layer_digest) &&
+        (code = admit(a, ac, msg, sizeof msg)) != 0)
+        fail_record(a, ac->key,
+                    code == TKM_GRPC_RESOURCE_EXHAUSTED ? AGENT_REASON_STORE_FULL : "Internal",
+                    msg);
     if (code) {
         agent_rpc_fail(call, code, msg);
         return;
@@ -695,6 +768,7 @@ static void op_materialize(struct agent_rpc_call *call, const struct agent_mater
         return;
     }
     if (pull_start(a, ac, m, &e) < 0) {
+        fail_record(a, ac->key, "PullFailed", tkm_err_str(&e));
         agent_rpc_fail(call, TKM_GRPC_UNAVAILABLE, tkm_err_str(&e));
         mat_free(m);
     }

@@ -38,6 +38,9 @@ static void node_cache_release(struct tkm_api_node_cache *c)
     free(c->pods);
     free(c->error);
     free(c->last_updated);
+    free(c->fail_reason);
+    free(c->fail_message);
+    free(c->fail_time);
 }
 
 static void gpu_release(struct tkm_api_gpu *g)
@@ -144,7 +147,15 @@ static json_t *pods_encode(const struct tkm_api_pod_ref *p, size_t n)
 
 static json_t *node_cache_encode(const struct tkm_api_node_cache *c)
 {
-    json_t *o = json_object();
+    json_t *o = json_object(), *f = NULL;
+    if (o && c->fail_reason &&
+        (!(f = json_object()) || tkm__api_set_str(f, "reason", c->fail_reason) ||
+         tkm__api_set_str(f, "message", c->fail_message) ||
+         tkm__api_set_str(f, "time", c->fail_time))) {
+        json_decref(f);
+        json_decref(o);
+        return NULL;
+    }
     if (!o || tkm__api_set_str(o, "digest", c->digest) ||
         tkm__api_set_bool(o, "verified", c->verified) ||
         tkm__api_set_bool(o, "extracted", c->extracted) ||
@@ -154,6 +165,11 @@ static json_t *node_cache_encode(const struct tkm_api_node_cache *c)
         tkm__api_set_new(o, "pods", pods_encode(c->pods, c->n_pods)) ||
         tkm__api_set_str(o, "error", c->error) ||
         tkm__api_set_str(o, "lastUpdated", c->last_updated)) {
+        json_decref(f);
+        json_decref(o);
+        return NULL;
+    }
+    if (f && tkm__api_set_new(o, "lastFailure", f)) { /* f taken either way */
         json_decref(o);
         return NULL;
     }

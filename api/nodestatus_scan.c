@@ -197,7 +197,8 @@ static const char *const group_keys[] = {"ids", "gpuType", "reason", "message"};
 static const char *const pod_keys[] = {"namespace", "name", "uid", "volumeId"};
 static const char *const entry_keys[] = {"digest",         "verified",         "extracted",
                                          "compatibleGPUs", "incompatibleGPUs", "pods",
-                                         "error",          "lastUpdated"};
+                                         "error",          "lastUpdated",      "lastFailure"};
+static const char *const failure_keys[] = {"reason", "message", "time"};
 static const char *const root_keys[] = {"apiVersion", "kind", "metadata", "status"};
 static const char *const meta_keys[] = {"name",       "namespace",        "uid", "resourceVersion",
                                         "generation", "deletionTimestamp"};
@@ -290,12 +291,29 @@ static int pods_check(const char *p, size_t n, const struct fld *f, const char *
     return 0;
 }
 
+/* lastFailure: an object of three strings. */
+static int failure_check(const char *p, size_t n, const struct fld *f, const char *path,
+                         struct tkm_err *err)
+{
+    struct fld g[3];
+    char fp[420];
+    int rc = want(f, J_OBJ, path, "lastFailure", err);
+    if (rc || !present(f))
+        return rc;
+    snprintf(fp, sizeof fp, "%s.lastFailure", path);
+    pick(p, n, f->off, failure_keys, 3, g);
+    for (size_t k = 0; k < 3; k++)
+        if ((rc = want(&g[k], J_STR, fp, failure_keys[k], err)))
+            return rc;
+    return 0;
+}
+
 /* One status.caches member: checked, and read into e (strings in b, which
  * is reset first). */
 static int entry_read(const char *p, size_t n, const struct tkm_jscan_member *m, struct tkm_buf *b,
                       struct tkm_api_nsscan_entry *e, struct tkm_err *err)
 {
-    struct fld f[8];
+    struct fld f[9];
     char path[400];
     size_t at_name, at_digest, at_error, at_why[2], dummy[2];
     int rc;
@@ -307,7 +325,7 @@ static int entry_read(const char *p, size_t n, const struct tkm_jscan_member *m,
     snprintf(path, sizeof path, "status.caches[\"%.300s\"]", b->data);
     if (jtype(p, m->val, m->val_len) != J_OBJ)
         return tkm_err_set(err, -EPROTO, "%s: expected an object", path);
-    pick(p, n, m->val, entry_keys, 8, f);
+    pick(p, n, m->val, entry_keys, 9, f);
     if ((rc = want(&f[0], J_STR, path, "digest", err)) ||
         (rc = want(&f[1], J_BOOL, path, "verified", err)) ||
         (rc = want(&f[2], J_BOOL, path, "extracted", err)) ||
@@ -318,6 +336,7 @@ static int entry_read(const char *p, size_t n, const struct tkm_jscan_member *m,
         (rc = pods_check(p, n, &f[5], path, &e->n_pods, err)) ||
         (rc = want(&f[6], J_STR, path, "error", err)) ||
         (rc = want(&f[7], J_STR, path, "lastUpdated", err)) ||
+        (rc = failure_check(p, n, &f[8], path, err)) ||
         (rc = str_to(p, &f[0], b, &at_digest, err)) || (rc = str_to(p, &f[6], b, &at_error, err)))
         return rc;
     e->verified = present(&f[1]) && p[f[1].off] == 't';
@@ -563,12 +582,12 @@ static void cache_tree(struct tree *t, const struct tkm_jscan_member *m,
                        struct tkm_api_node_cache *c)
 {
     struct tkm_jscan_member pm;
-    struct fld f[8], g[4];
+    struct fld f[9], g[4];
     size_t pos, cnt;
     tkm_buf_reset(t->tmp);
     if (tkm_jscan_str(t->p, m->key, m->key_len, t->tmp) < 0 || !(c->name = strdup(t->tmp->data)))
         t->rc = -ENOMEM;
-    pick(t->p, t->n, m->val, entry_keys, 8, f);
+    pick(t->p, t->n, m->val, entry_keys, 9, f);
     c->digest = t_str(t, &f[0]);
     c->verified = present(&f[1]) && t->p[f[1].off] == 't';
     c->extracted = present(&f[2]) && t->p[f[2].off] == 't';
@@ -576,6 +595,12 @@ static void cache_tree(struct tree *t, const struct tkm_jscan_member *m,
     groups_tree(t, &f[4], 1, &c->incompatible, &c->n_incompatible);
     c->error = t_str(t, &f[6]);
     c->last_updated = t_str(t, &f[7]);
+    if (present(&f[8])) {
+        pick(t->p, t->n, f[8].off, failure_keys, 3, g);
+        c->fail_reason = t_str(t, &g[0]);
+        c->fail_message = t_str(t, &g[1]);
+        c->fail_time = t_str(t, &g[2]);
+    }
     if (!(c->pods = t_list(t, &f[5], sizeof *c->pods, &cnt)))
         return;
     for (pos = f[5].off; c->n_pods < cnt && tkm_jscan_next(t->p, t->n, &pos, &pm);) {

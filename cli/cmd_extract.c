@@ -46,7 +46,8 @@ static void usage(FILE *f)
         "                     e.g. the mountPath of a pod volume\n"
         "  --tag TAG          the image in a layout (default: the only one)\n"
         "  --max-bytes N      cap on the uncompressed layer (default 32Gi); for REF also on\n"
-        "                     the bytes downloaded (manifest sizes checked before any layer)\n"
+        "                     the bytes downloaded: the sizes the manifest declares are\n"
+        "                     checked against it before any layer is requested\n"
         "  --max-file-bytes N cap on one extracted file (default 4Gi)\n"
         "                     N: bytes, or K/M/G/T (x1000) or Ki/Mi/Gi/Ti (x1024): 512Mi\n"
         "  -o json            print the result as JSON\n\n"
@@ -173,8 +174,9 @@ static int cmd_extract(int argc, char **argv)
     if (ctl_size_flag("extract", "--max-bytes", max_bytes, &j.ao.limits.max_total_bytes) ||
         ctl_size_flag("extract", "--max-file-bytes", max_file, &j.ao.limits.max_file_bytes))
         return 2;
-    if (max_bytes)
-        j.caps.max_bytes = j.ao.limits.max_total_bytes;
+    /* the cap (given or the default) also bounds the sizes a manifest declares, checked
+     * before any layer is downloaded */
+    j.caps.max_bytes = j.ao.limits.max_total_bytes;
     if (j.mount && j.mount[0] != '/') {
         fprintf(stderr, "tkmctl extract: --mount-path must be absolute, not '%s'\n", j.mount);
         return 2;

@@ -593,9 +593,23 @@ nodestatus_crd() { # kind plural singular short scope
                             type: string
                             maxLength: 256
                     error:
-                      description: The last failure on this node for this cache (pull, verify, extract), if any.
+                      description: Why this cache cannot be used on this node (verification, signature, label), if anything.
                       type: string
                       maxLength: 1024
+                    lastFailure:
+                      description: The last failed Materialize of this cache on this node (pull, extraction, full store), cleared when it next succeeds.
+                      type: object
+                      properties:
+                        reason:
+                          description: CamelCase, e.g. StoreFull, ExtractFailed, RegistryUnreachable.
+                          type: string
+                          maxLength: 64
+                        message:
+                          type: string
+                          maxLength: 1024
+                        time:
+                          type: string
+                          format: date-time
                     lastUpdated:
                       description: When the agent last judged this cache.
                       type: string

@@ -148,6 +148,12 @@ static int node_steps(const struct kt_row *r, const struct kt_cell *c, json_t *a
     tkm_buf_release(&pods);
     snprintf(s, sizeof s, "%s.error", src);
     rc |= step(arr, "error", e->error ? e->error : "none", s, NULL);
+    if (e->fail_reason) { /* the last failed Materialize here, until one succeeds */
+        snprintf(v, sizeof v, "%s at %s", e->fail_message ? e->fail_message : e->fail_reason,
+                 e->fail_time ? e->fail_time : "an unknown time");
+        snprintf(s, sizeof s, "%s.lastFailure", src);
+        rc |= step(arr, "failure", v, s, NULL);
+    }
     kt__cell_text(c->state, c->pods, txt, sizeof txt);
     kt_cell_reason(r, c, v, sizeof v);
     char sv[2200];

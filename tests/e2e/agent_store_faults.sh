@@ -5,7 +5,9 @@
 #   - a config label lying about the arch (sm80 said, sm90 kernels): LabelMismatch, the
 #     entry removed from the store;
 #   - a malicious layer (a '../' path escaping the cache): refused, nothing extracted;
-#   - disk full during extraction (the store on a tmpfs too small): nothing partial;
+#   - disk full while extracting and while pulling (the store on a tmpfs too small):
+#     RESOURCE_EXHAUSTED StoreFull with the bytes needed and free, the cache's lastFailure
+#     in the node status (cleared once it materializes), the metric, nothing partial;
 #   - kill -9 during extraction and right after a reference was written (SQLite): the
 #     restarted agent reconciles, answers, and the store holds only complete entries.
 source "$(dirname "$0")/lib.sh"
@@ -77,21 +79,46 @@ assert_eq "" "$(partial "$E2E_TMP/h200/store")$(ls "$E2E_TMP/h200/store/sha256" 
 kill -0 "${AGENT_PID[h200]}" || fail "the agent died"
 agent_stop a100
 
-step "disk full during extraction (the store on a 600 KiB tmpfs; the cache is 758 KB)"
+step "disk full while extracting and while pulling (the store on a 600 KiB tmpfs; vadd is 758 KB extracted, big's layer 830 KB to download)"
 mkdir -p small
 mount -t tmpfs -o size=600k tmpfs small || fail "mount tmpfs"
 e2e_on_exit "umount '$E2E_TMP/small' 2>/dev/null || true"
 agent_stop h200
 NF=e2e-store-full-$S
 agent_node "$NF"
-agent_start full h200 "$NF" "$NS" --store-dir "$E2E_TMP/small/store"
+agent_start full h200 "$NF" "$NS" --store-dir "$E2E_TMP/small/store" --metrics-bind-address 127.0.0.1:0
 SF=$E2E_TMP/full/run/agent.sock
 wait_jp 60 "judged" nvidia-h200 tkcns "$NF" "$NS" '{.status.caches.vadd.compatibleGPUs[0].gpuType}'
+wait_jp 60 "judged" nvidia-h200 tkcns "$NF" "$NS" '{.status.caches.big.compatibleGPUs[0].gpuType}'
+# nothing_partial WHAT: no entry, staging tree or pull left in the store
+nothing_partial() {
+  assert_eq "" "$(partial "$E2E_TMP/small/store")$(ls "$E2E_TMP/small/store/sha256" 2>/dev/null)" "$1: no partial cache in the store"
+  assert_eq "" "$(ls -A "$E2E_TMP/small/store/staging" 2>/dev/null)$(ls -A "$E2E_TMP/small/store/pulls" 2>/dev/null)" "$1: staging and pulls cleaned"
+}
 agent_call "$SF" "$(mat p3 v-full vadd)"
-assert_eq "$(agent_field .code)" INTERNAL "disk full is an error"
-assert_contains "$(agent_field .details)" "DiskFull" "named DiskFull"
-assert_eq "" "$(partial "$E2E_TMP/small/store")$(ls "$E2E_TMP/small/store/sha256" 2>/dev/null)" "no partial cache in the store"
-assert_eq "" "$(ls "$E2E_TMP/small/store/staging" 2>/dev/null)" "staging cleaned"
+assert_eq "$(agent_field .code)" RESOURCE_EXHAUSTED "disk full while extracting: RESOURCE_EXHAUSTED ($(agent_field .details))"
+assert_contains "$(agent_field .details)" "StoreFull: cache $NS/vadd needs " "named StoreFull"
+free_said=$(agent_field .details | sed -n 's/.*filesystem has \([0-9]*\) bytes free.*/\1/p')
+[[ -n $free_said && $free_said -gt 0 && $free_said -le 614400 ]] || fail "the bytes free are said (got '$free_said')"
+pass "the bytes needed and free are said ($free_said free)"
+nothing_partial "extracting"
+wait_jp 30 "node status: vadd's lastFailure is StoreFull" StoreFull tkcns "$NF" "$NS" '{.status.caches.vadd.lastFailure.reason}'
+assert_contains "$(jp tkcns "$NF" "$NS" '{.status.caches.vadd.lastFailure.message}')" "bytes free on node $NF" "the node status says the bytes"
+agent_call "$SF" "$(mat p3 v-full2 big)"
+assert_eq "$(agent_field .code)" RESOURCE_EXHAUSTED "disk full while pulling: RESOURCE_EXHAUSTED, not UNAVAILABLE RegistryUnreachable ($(agent_field .details))"
+assert_contains "$(agent_field .details)" "StoreFull: cache $NS/big needs " "named StoreFull"
+assert_contains "$(agent_field .details)" "pulling sha256:" "while pulling"
+nothing_partial "pulling"
+wait_jp 30 "node status: big's lastFailure is StoreFull" StoreFull tkcns "$NF" "$NS" '{.status.caches.big.lastFailure.reason}'
+metrics() { curl -s "$(grep -o 'metrics on http://[^ ]*' "$E2E_TMP/full.log" | tail -1 | sed 's/metrics on //')"; }
+assert_eq 2 "$(metrics | awk '$1 == "tkm_agent_materialize_failures_total{reason=\"StoreFull\"}" {print $2}')" "tkm_agent_materialize_failures_total{reason=\"StoreFull\"} 2"
+step "the store grows (the tmpfs remounted at 8 MiB): vadd materializes and its lastFailure goes"
+mount -o remount,size=8m "$E2E_TMP/small" || fail "remount"
+agent_call "$SF" "$(mat p3 v-full vadd)"
+assert_eq "$(agent_field .code)" OK "materialized once there is room: $(agent_field .details)"
+wait_jp 30 "node status: vadd's lastFailure cleared" "" tkcns "$NF" "$NS" '{.status.caches.vadd.lastFailure}'
+assert_eq StoreFull "$(jp tkcns "$NF" "$NS" '{.status.caches.big.lastFailure.reason}')" "big's stays until big succeeds"
+agent_call "$SF" '{"m":"Release","vol":"v-full"}'
 kill -0 "${AGENT_PID[full]}" || fail "the agent died"
 agent_stop full
 umount "$E2E_TMP/small"

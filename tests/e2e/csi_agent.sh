@@ -11,7 +11,8 @@
 #   restart with the same store dir -> publish OK without re-extraction (extraction
 #   counter 0, store entry's mtime and inode unchanged); errors: not declared for the
 #   namespace -> PermissionDenied, signature not verified / incompatible GPU ->
-#   FailedPrecondition with the agent's reason, bad attributes -> InvalidArgument;
+#   FailedPrecondition with the agent's reason, bad attributes -> InvalidArgument, the
+#   store on a too small tmpfs -> ResourceExhausted with the agent's StoreFull;
 #   unpublish leaves no mount, no dir, and no reference in the agent.
 source "$(dirname "$0")/csi/env.sh"
 csi_unshare "$0" "$@"
@@ -219,10 +220,30 @@ said
 [[ ! -e $P/e5/mount ]] && pass "no target left"
 [[ -z $(ls "$E2E_TMP/a100/store/sha256" 2>/dev/null) ]] && pass "nothing pulled on the incompatible node"
 
+step "a full store (a 300 KiB tmpfs; vadd is 758 KB extracted): ResourceExhausted StoreFull through the publish"
+agent_stop a100
+csi_driver_stop
+mkdir -p "$E2E_TMP/small"
+mount -t tmpfs -o size=300k tmpfs "$E2E_TMP/small" || fail "mount tmpfs"
+e2e_on_exit "umount '$E2E_TMP/small' 2>/dev/null || true"
+N3=e2e-csi-full-$RANDOM
+agent_node "$N3"
+agent_start full h200 "$N3" "$NSA" --store-dir "$E2E_TMP/small/store"
+CSI_AGENT_SOCK=$E2E_TMP/full/run/agent.sock
+wait_jp 90 "vadd judged on the node with the small store" nvidia-h200 tkcns "$N3" "$NSA" '{.status.caches.vadd.compatibleGPUs[0].gpuType}'
+csi_driver_start
+expect_fail "publish with the store full" pub vol-e6 "$P/e6/mount" cacheName=vadd
+assert_contains "$OUT" "RESOURCE_EXHAUSTED: tkm-agent: StoreFull: cache $NSA/vadd needs " "ResourceExhausted with the agent's StoreFull"
+assert_contains "$OUT" "bytes free on node $N3" "naming the bytes free"
+said
+[[ ! -e $P/e6/mount ]] && pass "no target left"
+assert_eq "" "$(ls -A "$E2E_TMP/small/store/sha256" 2>/dev/null)$(ls -A "$E2E_TMP/small/store/pulls" 2>/dev/null)" "nothing half-written in the store"
+
 step "shutdown"
 csi_driver_stop
 assert_eq 0 "$CSI_DRIVER_RC" "SIGTERM: tkm-csi exits 0"
-agent_stop a100
+agent_stop full
+umount "$E2E_TMP/small"
 csi_logs_clean && pass "no sanitizer report in tkm-csi's log"
-! grep -E 'Sanitizer|runtime error:' "$E2E_TMP/h200.log" "$E2E_TMP/a100.log" && pass "nor in the agents' logs"
+! grep -E 'Sanitizer|runtime error:' "$E2E_TMP/h200.log" "$E2E_TMP/a100.log" "$E2E_TMP/full.log" && pass "nor in the agents' logs"
 e2e_done

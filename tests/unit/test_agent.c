@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include <tkm/api/v1alpha1.h>
+#include <tkm/buf.h>
 #include <tkm/gpu/compat.h>
 
 #include "test.h"
@@ -218,6 +219,58 @@ TEST(status_body_is_stable_and_owned)
     agent_status_release(&st);
     tkm_buf_release(&b1);
     tkm_buf_release(&b2);
+    world_release(&w);
+}
+
+/* A failed Materialize is the entry's lastFailure (reason, message, time) until it is
+ * cleared; the body reads back through the one decoder. */
+TEST(last_failure_in_status)
+{
+    struct world w;
+    struct tkm_api_node_status st;
+    struct tkm_api_nodestatus back;
+    struct tkm_err e = {0};
+    struct tkm_buf b = TKM_BUF_INIT(1 << 20);
+    json_t *body = NULL;
+    world(&w);
+    snprintf(w.ac.fail_reason, sizeof w.ac.fail_reason, "StoreFull");
+    snprintf(w.ac.fail_message, sizeof w.ac.fail_message,
+             "StoreFull: cache ml/vadd needs 864 bytes; 12 free \"quoted\"");
+    snprintf(w.ac.fail_at, sizeof w.ac.fail_at, "2026-11-27T18:00:00Z");
+    ASSERT(agent_cache_usable(&w.ac)); /* a failed pull does not make the cache unusable */
+    ASSERT_OK(agent_status_build(&w.a, "ml", NULL, &st));
+    ASSERT_OK(tkm_api_node_status_apply(&st, "ml", "uid-1", &body, &e));
+    agent_status_release(&st);
+    ASSERT_OK(tkm_api_dump(body, &b));
+    json_decref(body);
+    ASSERT_STRCONTAINS(b.data,
+                       "\"lastFailure\":{\"reason\":\"StoreFull\",\"message\":"
+                       "\"StoreFull: cache ml/vadd needs 864 bytes; 12 free \\\"quoted\\\"\","
+                       "\"time\":\"2026-11-27T18:00:00Z\"}");
+    ASSERT_OK(tkm_api_nodestatus_decode(b.data, b.len, &back, &e));
+    ASSERT_EQ(back.status.n_caches, 1);
+    ASSERT_STREQ(back.status.caches[0].fail_reason, "StoreFull");
+    ASSERT_STRCONTAINS(back.status.caches[0].fail_message, "12 free \"quoted\"");
+    ASSERT_STREQ(back.status.caches[0].fail_time, "2026-11-27T18:00:00Z");
+    ASSERT_NULL(back.status.caches[0].error);
+    tkm_api_nodestatus_release(&back);
+    /* cleared (the next Materialize succeeded): the member goes */
+    w.ac.fail_reason[0] = w.ac.fail_message[0] = w.ac.fail_at[0] = 0;
+    tkm_buf_reset(&b);
+    ASSERT_OK(agent_status_build(&w.a, "ml", NULL, &st));
+    ASSERT_OK(tkm_api_node_status_apply(&st, "ml", "uid-1", &body, &e));
+    agent_status_release(&st);
+    ASSERT_OK(tkm_api_dump(body, &b));
+    json_decref(body);
+    ASSERT(!strstr(b.data, "lastFailure"));
+    /* a reader refuses a lastFailure of the wrong shape, naming the field */
+    const char *bad =
+        "{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"TritonKernelCacheNodeStatus\","
+        "\"metadata\":{\"name\":\"n\",\"namespace\":\"ml\"},\"status\":{\"caches\":"
+        "{\"vadd\":{\"lastFailure\":{\"reason\":7}}}}}";
+    ASSERT_EQ(tkm_api_nodestatus_decode(bad, strlen(bad), &back, &e), -EPROTO);
+    ASSERT_STRCONTAINS(tkm_err_str(&e), "lastFailure.reason: expected a string");
+    tkm_buf_release(&b);
     world_release(&w);
 }
 

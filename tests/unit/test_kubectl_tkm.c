@@ -27,6 +27,12 @@
     "{\"digest\":\"" D1 "\",\"verified\":true,\"incompatibleGPUs\":[{\"ids\":[0],\"gpuType\":"     \
     "\"amd-mi300x\",\"reason\":\"BackendMismatch\",\"message\":\"backend mismatch: cache built "   \
     "for cuda, GPU 0 (AMD Instinct MI300X) is hip\"}]}"
+/* E_INCOMPAT with the last failed Materialize */
+#define E_INCOMPAT_FAILED                                                                          \
+    "{\"digest\":\"" D1 "\",\"verified\":true,\"incompatibleGPUs\":[{\"ids\":[0],\"gpuType\":"     \
+    "\"amd-mi300x\",\"reason\":\"BackendMismatch\",\"message\":\"backend mismatch: cache built "   \
+    "for cuda, GPU 0 (AMD Instinct MI300X) is hip\"}],\"lastFailure\":{\"reason\":\"StoreFull\","  \
+    "\"message\":\"StoreFull: cache ml/a needs 9 bytes\",\"time\":\"2026-11-27T18:00:00Z\"}}"
 #define E_FAILED                                                                                   \
     "{\"digest\":\"" D1 "\",\"verified\":true,\"compatibleGPUs\":[{\"ids\":[0],\"gpuType\":"       \
     "\"nvidia-h200\"}],\"error\":\"ExtractFailed: no space left on device\"}"
@@ -84,7 +90,7 @@ static void small_world(struct kt_world *w)
                "{\"a\":{\"digest\":\"" D1 "\",\"verified\":true,\"extracted\":true,"
                "\"compatibleGPUs\":[{\"ids\":[0],\"gpuType\":\"nvidia-h200\"}],\"pods\":[{"
                "\"namespace\":\"ml\",\"name\":\"p\",\"uid\":\"u\",\"volumeId\":\"v\"}]}}");
-    add_status(w, "ml", "n2", MI300X, "{\"a\":" E_INCOMPAT ",\"b\":" E_INCOMPAT "}");
+    add_status(w, "ml", "n2", MI300X, "{\"a\":" E_INCOMPAT_FAILED ",\"b\":" E_INCOMPAT "}");
     add_status(w, NULL, "n1", H200,
                "{\"c\":{\"digest\":\"" D1 "\",\"verified\":true,\"compatibleGPUs\":[{\"ids\":[0],"
                "\"gpuType\":\"nvidia-h200\"}]}}");
@@ -390,6 +396,8 @@ TEST(why_chain_names_each_source)
     ASSERT_STRCONTAINS(b.data, "from TritonKernelCacheNodeStatus ml/n2 "
                                "status.caches[\"a\"].incompatibleGPUs, status.gpus\n");
     ASSERT_STRCONTAINS(b.data, "  state       incompatible: BackendMismatch");
+    ASSERT_STRCONTAINS(b.data, "  failure     StoreFull: cache ml/a needs 9 bytes at "
+                               "2026-11-27T18:00:00Z\n");
     tkm_buf_reset(&b);
     ASSERT_OK(kt_render_why(&m, 0, (size_t)-1, 0, &b));
     ASSERT_STRCONTAINS(b.data, "nodes (3)\n  failed        1 (n3)\n  incompatible  1 (n2)\n"

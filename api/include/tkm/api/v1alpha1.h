@@ -230,6 +230,9 @@ struct tkm_api_node_cache {
     size_t n_pods;
     char *error;
     char *last_updated;
+    /* lastFailure: the last failed Materialize here (reason, message, RFC 3339
+     * time); all NULL when absent (cleared on the next success) */
+    char *fail_reason, *fail_message, *fail_time;
 };
 
 /* The status a node's agent writes. gpuCount, gpuTypes and cacheCount (the
@@ -289,7 +292,8 @@ struct tkm_api_nsscan_head {
     size_t n_caches;
 };
 
-/* One status.caches entry: what tkm_api_node_cache has, less the lists. */
+/* One status.caches entry: what tkm_api_node_cache has, less the lists and lastFailure
+ * (checked: an object of strings reason, message, time). */
 struct tkm_api_nsscan_entry {
     const char *name;   /* the member name (never NULL) */
     const char *digest; /* NULL when absent */
