@@ -76,7 +76,8 @@ struct agent_opts {
     const char *socket;
     uint64_t store_budget;
     uint64_t gc_grace_ms;
-    uint64_t once_timeout_ms; /* --once gives up after this long */
+    uint64_t once_timeout_ms;  /* --once gives up after this long */
+    uint64_t pull_deadline_ms; /* each blob download, retries included */
     const char *metrics_addr;
     const char *health_addr;
     struct tkm_gpu_probe_opts probe;

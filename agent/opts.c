@@ -65,6 +65,7 @@ int agent_opts_parse(struct agent_opts *o, int argc, char **argv)
     o->store_budget = 10ULL << 30;
     o->gc_grace_ms = 10 * 60 * 1000;
     o->once_timeout_ms = 2 * 60 * 1000;
+    o->pull_deadline_ms = 30 * 60 * 1000;
     o->metrics_addr = ":8080";
     o->health_addr = ":8081";
     o->output = "json";
@@ -87,6 +88,10 @@ int agent_opts_parse(struct agent_opts *o, int argc, char **argv)
         {.name = "gc-grace", .type = TKM_FLAG_DURATION, .dst = &o->gc_grace_ms,
          .arg = "DURATION", .def = "10m", .bare_ms = 1000,
          .help = "keep unused caches this long"},
+        {.name = "pull-deadline", .type = TKM_FLAG_DURATION, .dst = &o->pull_deadline_ms,
+         .arg = "DURATION", .def = "30m", .min = 1,
+         .help = "each blob download (the layer, the config, signatures), retries\n"
+                 "included, ends after this long (reason PullDeadlineExceeded)"},
         {.name = "metrics-bind-address", .type = TKM_FLAG_STRING, .dst = &o->metrics_addr,
          .arg = "ADDR", .def = ":8080", .help = "/metrics on host:port or :port; \"0\" disables"},
         {.name = "health-probe-bind-address", .type = TKM_FLAG_STRING, .dst = &o->health_addr,

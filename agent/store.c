@@ -424,6 +424,7 @@ static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
             a->registry_errors++;
         snprintf(m, sizeof m, "%s: pulling %s: %s",
                  rc == -EBADMSG ? "DigestMismatch"
+                 : rc == -ETIME ? TKM_OCI_REASON_PULL_DEADLINE
                  : transient    ? "RegistryUnreachable"
                                 : "PullFailed",
                  p->layer, tkm_err_str(err));

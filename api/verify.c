@@ -33,7 +33,7 @@ struct pool_ent {
 struct tkm_verify_ctx {
     uv_loop_t *loop;
     struct tkm_http *http;
-    uint64_t timeout_ms;
+    uint64_t timeout_ms, pull_deadline_ms;
     struct pool_ent *sessions;
     struct tkm_verify_job *jobs; /* every job not yet freed */
     size_t n_sessions, n_jobs;
@@ -89,6 +89,7 @@ int tkm_verify_ctx_new(uv_loop_t *loop, struct tkm_http *http, const struct tkm_
     c->loop = loop;
     c->http = http;
     c->timeout_ms = o && o->timeout_ms ? o->timeout_ms : 30000;
+    c->pull_deadline_ms = o ? o->pull_deadline_ms : 0;
     *out = c;
     return 0;
 }
@@ -165,7 +166,8 @@ int tkm_verify_ctx_session(struct tkm_verify_ctx *c, const char *host, const voi
     struct tkm_oci_registry_opts o = {.auth_json = auth_json,
                                       .auth_json_len = auth_len,
                                       .anonymous = !(auth_json && auth_len),
-                                      .timeout_ms = c->timeout_ms};
+                                      .timeout_ms = c->timeout_ms,
+                                      .deadline_ms = c->pull_deadline_ms};
     if ((rc = tkm_oci_session_new(c->http, host, &o, &e->s, err)) < 0) {
         free(e);
         return rc;
@@ -278,6 +280,9 @@ const char *tkm_verify_registry_reason(int rc, const char *msg, int *retry)
     case -EPERM:
         *retry = 1;
         return "RegistryForbidden";
+    case -ETIME:
+        *retry = 1;
+        return TKM_OCI_REASON_PULL_DEADLINE;
     default:
         *retry = 1;
         return "RegistryUnreachable";

@@ -821,6 +821,8 @@ const char *tkm_sig_reason(int rc)
     case -EIO:
     case -EAGAIN:
         return "RegistryUnreachable";
+    case -ETIME:
+        return TKM_OCI_REASON_PULL_DEADLINE;
     case -EPROTO:
     case -E2BIG:
     case -ELOOP:

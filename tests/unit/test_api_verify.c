@@ -861,6 +861,9 @@ TEST(registry_reasons)
     ASSERT_STREQ(tkm_verify_registry_reason(-EPERM, "", &retry), "RegistryForbidden");
     ASSERT_STREQ(tkm_verify_registry_reason(-ECONNREFUSED, "", &retry), "RegistryUnreachable");
     ASSERT_EQ(retry, 1);
+    retry = 0;
+    ASSERT_STREQ(tkm_verify_registry_reason(-ETIME, "", &retry), "PullDeadlineExceeded");
+    ASSERT_EQ(retry, 1);
 }
 
 TEST(policy_fingerprint_changes_with_the_key)

@@ -66,6 +66,8 @@ struct tkm_verify_ctx;
 
 struct tkm_verify_ctx_opts {
     uint64_t timeout_ms; /* per registry request; 0: 30 s */
+    /* each blob download, retries included; 0: 30 min (tkm_oci_registry_opts) */
+    uint64_t pull_deadline_ms;
 };
 
 /* loop and http borrowed (see above); o may be NULL. *out owned:
