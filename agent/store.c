@@ -760,7 +760,9 @@ int agent_ready(const struct agent *a)
 
 int agent_socket_start(struct agent *a, struct tkm_err *err)
 {
-    return agent_rpc_server_new(a->loop, a->o.socket, &ops, a, NULL, &a->rpc, err);
+    struct agent_rpc_opts ro = {.max_connections = (unsigned)a->o.socket_max_conns,
+                                .idle_timeout_ms = a->o.socket_idle_ms};
+    return agent_rpc_server_new(a->loop, a->o.socket, &ops, a, &ro, &a->rpc, err);
 }
 
 /* ---- prefetch and GC --------------------------------------------------------------------------
