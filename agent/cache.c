@@ -530,6 +530,7 @@ static void config_apply(struct agent *a, const struct k8s_obj *o)
     int changed = !a->cfg_inputs || !inputs || strcmp(a->cfg_inputs, inputs) != 0;
     tkm_api_config_release(&a->cfg);
     a->cfg = cfg;
+    tkm_verify_ctx_set_pull_deadline(a->verify, cfg.pull_deadline_ms);
     free(a->cfg_inputs);
     a->cfg_inputs = inputs;
     if (changed) {

@@ -100,7 +100,7 @@ int agent_opts_parse(struct agent_opts *o, int argc, char **argv)
         {.name = "pull-deadline", .type = TKM_FLAG_DURATION, .dst = &o->pull_deadline_ms,
          .arg = "DURATION", .def = "30m", .min = 1,
          .help = "each blob download (the layer, the config, signatures), retries\n"
-                 "included, ends after this long (reason PullDeadlineExceeded)"},
+                 "included, ends after this long (reason PullDeadlineExceeded); tkm-config pullDeadline wins"},
         {.name = "metrics-bind-address", .type = TKM_FLAG_STRING, .dst = &o->metrics_addr,
          .arg = "ADDR", .def = ":8080", .help = "/metrics on host:port or :port; \"0\" disables"},
         {.name = "health-probe-bind-address", .type = TKM_FLAG_STRING, .dst = &o->health_addr,

@@ -33,7 +33,7 @@ struct pool_ent {
 struct tkm_verify_ctx {
     uv_loop_t *loop;
     struct tkm_http *http;
-    uint64_t timeout_ms, pull_deadline_ms;
+    uint64_t timeout_ms, pull_deadline_ms, pull_deadline_opt;
     struct pool_ent *sessions;
     struct tkm_verify_job *jobs; /* every job not yet freed */
     size_t n_sessions, n_jobs;
@@ -89,7 +89,7 @@ int tkm_verify_ctx_new(uv_loop_t *loop, struct tkm_http *http, const struct tkm_
     c->loop = loop;
     c->http = http;
     c->timeout_ms = o && o->timeout_ms ? o->timeout_ms : 30000;
-    c->pull_deadline_ms = o ? o->pull_deadline_ms : 0;
+    c->pull_deadline_ms = c->pull_deadline_opt = o ? o->pull_deadline_ms : 0;
     *out = c;
     return 0;
 }
@@ -140,6 +140,15 @@ void tkm_verify_ctx_close(struct tkm_verify_ctx *c, void (*cb)(void *data), void
     }
     if (!c->jobs)
         ctx_finish(c);
+}
+
+void tkm_verify_ctx_set_pull_deadline(struct tkm_verify_ctx *c, uint64_t ms)
+{
+    if (!c)
+        return;
+    c->pull_deadline_ms = ms ? ms : c->pull_deadline_opt;
+    for (struct pool_ent *e = c->sessions; e; e = e->next)
+        tkm_oci_session_set_deadline(e->s, c->pull_deadline_ms);
 }
 
 int tkm_verify_ctx_session(struct tkm_verify_ctx *c, const char *host, const void *auth_json,

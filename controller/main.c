@@ -125,7 +125,7 @@ static int parse_args(int argc, char **argv, struct args *a)
         {.name = "pull-deadline", .type = TKM_FLAG_DURATION, .dst = &a->pull_deadline_ms,
          .arg = "DURATION", .def = "30m", .min = 1,
          .help = "each blob download (signatures), retries included, ends after this\n"
-                 "long (reason PullDeadlineExceeded)"},
+                 "long (reason PullDeadlineExceeded); tkm-config pullDeadline wins"},
         {.name = "status-min-interval", .type = TKM_FLAG_DURATION,
          .dst = &a->status_interval_ms, .arg = "DURATION", .def = "500ms", .bare_ms = 1,
          .help = "least time between two status writes of one cache"},

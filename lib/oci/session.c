@@ -94,6 +94,16 @@ size_t tkm_oci_session_jobs(const struct tkm_oci_session *s)
     return s ? s->n_jobs : 0;
 }
 
+void tkm_oci_session_set_deadline(struct tkm_oci_session *s, uint64_t ms)
+{
+    s->deadline_ms = ms ? ms : SES_DEFAULT_DEADLINE;
+}
+
+uint64_t tkm_oci_session_deadline(const struct tkm_oci_session *s)
+{
+    return s->deadline_ms;
+}
+
 uv_loop_t *tkm__oci_session_loop(const struct tkm_oci_session *s)
 {
     return tkm_http_loop(s->http);
@@ -168,7 +178,7 @@ int tkm_oci_session_new(struct tkm_http *http, const char *host,
     s->anonymous = o->anonymous;
     s->timeout_ms = o->timeout_ms ? o->timeout_ms : SES_DEFAULT_TO_MS;
     s->idle_timeout_ms = o->idle_timeout_ms ? o->idle_timeout_ms : SES_DEFAULT_TO_MS;
-    s->deadline_ms = o->deadline_ms ? o->deadline_ms : SES_DEFAULT_DEADLINE;
+    tkm_oci_session_set_deadline(s, o->deadline_ms);
     s->progress = o->progress;
     s->progress_ud = o->progress_ud;
     if (o->ca_file && !(s->ca_file = strdup(o->ca_file))) {
