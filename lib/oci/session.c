@@ -590,8 +590,9 @@ static int past_deadline(const struct tkm__oci_call *c, uint64_t wait_ms)
     return c->deadline_at && tkm_now_ms() + wait_ms >= c->deadline_at;
 }
 
-/* Ends a download at its deadline: -ETIME, the reason first, then the last
- * attempt's cause (a transport sentence or a status, never a remote body). */
+/* Ends a download at its deadline: -ETIME (callers name it
+ * TKM_OCI_REASON_PULL_DEADLINE), the deadline and the last attempt's cause
+ * (a transport sentence or a status, never a remote body). */
 static void call_deadline(struct tkm__oci_call *c, int rc, struct tkm_http_resp *resp)
 {
     char last[600], limit[32];
@@ -604,10 +605,8 @@ static void call_deadline(struct tkm__oci_call *c, int rc, struct tkm_http_resp 
         snprintf(last, sizeof last, "%s", resp->error);
     else
         snprintf(last, sizeof last, "%s: HTTP %ld", c->url, resp->status);
-    tkm_err_set(&c->err, -ETIME,
-                TKM_OCI_REASON_PULL_DEADLINE ": the download cannot finish within its deadline "
-                                             "of %s (%u attempt%s; last: %s)",
-                limit, c->bo.steps + 1, c->bo.steps ? "s" : "", last);
+    tkm_err_set(&c->err, -ETIME, "download deadline of %s reached (%u attempt%s; last: %s)", limit,
+                c->bo.steps + 1, c->bo.steps ? "s" : "", last);
     tkm_warn("registry: %s", c->err.msg);
     call_finish(c, -ETIME, resp);
 }
