@@ -874,7 +874,7 @@ int tkm__oci_call_start(struct tkm_oci_session *s, const struct tkm__oci_req *q,
                                  .rng = tkm_now_ms() ^ (uint64_t)(uintptr_t)c};
     c->cb = cb;
     c->data = data;
-    if (q->streaming)
+    if (q->streaming && s->deadline_ms != TKM_OCI_NO_DEADLINE)
         c->deadline_at = tkm_now_ms() + s->deadline_ms;
     if (dup_opt(&c->url, q->url) || dup_opt(&c->scope, q->scope) ||
         dup_opt(&c->accept, q->accept) || dup_opt(&c->content_type, q->content_type) ||

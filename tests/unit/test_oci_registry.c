@@ -587,7 +587,8 @@ TEST(stalled_download_names_the_stall_and_meets_its_deadline)
 
 /* A registry that trickles the layer (2 bytes every 20 ms: never slow
  * enough for the idle limit, 40 s for the whole layer) is stopped by the
- * download's deadline, with its reason, within bounds. */
+ * download's deadline, with its reason, within bounds. Without a deadline
+ * (tkmctl's TKM_OCI_NO_DEADLINE) a trickle that ends is pulled whole. */
 TEST(trickled_download_ends_at_its_deadline)
 {
     static char layer[4000];
@@ -612,6 +613,16 @@ TEST(trickled_download_ends_at_its_deadline)
     ASSERT_STRCONTAINS(e.msg, "timed out: no complete response within");
     ASSERT_EQ(access(out, F_OK), -1);
     ASSERT_OK(leftovers(tkm_test_tmpdir(), "layout"));
+    tsrv_stop(&s);
+    /* 160 bytes in 2-byte pieces: 1.6 s, more than the 1.5 s above */
+    image_routes(&ir, layer, 160);
+    ir.routes[3].reply.chunks = 160;
+    parse_ref(&ref, server_start(&s, ir.routes, 4), ":v1");
+    o.deadline_ms = TKM_OCI_NO_DEADLINE;
+    t0 = tkm_now_ms();
+    ASSERT_OK(pull_logged(&ref, &o, out, log, &e));
+    ASSERT(tkm_now_ms() - t0 >= 1500);
+    ASSERT_OK(access(out, F_OK));
     tsrv_stop(&s);
 }
 
