@@ -79,7 +79,10 @@ struct agent_opts {
     const char *socket;
     uint64_t store_budget;
     uint64_t gc_grace_ms;
-    uint64_t once_timeout_ms; /* --once gives up after this long */
+    uint64_t once_timeout_ms;  /* --once gives up after this long */
+    uint64_t pull_deadline_ms; /* each blob download, retries included */
+    uint64_t socket_max_conns; /* the socket's connection cap */
+    uint64_t socket_idle_ms;   /* ... and idle timeout */
     const char *metrics_addr;
     const char *health_addr;
     struct tkm_gpu_probe_opts probe;
@@ -181,7 +184,8 @@ struct agent {
     struct tkm_httpd *httpd_metrics, *httpd_health;
     struct tkm_metric *m_gpus, *m_store_bytes, *m_store_entries, *m_store_refs, *m_extractions,
         *m_extract_errors, *m_extract_seconds, *m_registry_errors, *m_watch_restarts,
-        *m_status_writes, *m_store_budget, *m_status_write_time, *m_mat_failures;
+        *m_status_writes, *m_store_budget, *m_status_write_time, *m_mat_failures, *m_socket_refused,
+        *m_socket_idle_closed;
     uint64_t registry_errors, watch_restarts, status_writes;
     double status_write_time; /* wall clock (Unix seconds) of the last accepted status apply */
 };

@@ -250,7 +250,8 @@ static void run_fail(struct agent_run *r, int transient, const char *reason, con
 static int transient_failure(int rc, const char *reason)
 {
     return rc == -ECANCELED || !strcmp(reason, "RegistryUnreachable") ||
-           !strcmp(reason, "APIUnavailable") || !strcmp(reason, "Internal");
+           !strcmp(reason, TKM_OCI_REASON_PULL_DEADLINE) || !strcmp(reason, "APIUnavailable") ||
+           !strcmp(reason, "Internal");
 }
 
 /* The inspected image becomes the cache's: the summary every GPU is judged
@@ -328,7 +329,8 @@ static void on_verified(const struct tkm_verify_result *cres, void *data)
         ac->verified = 1;
         tkm_dbg("cache %s: signature verified (%s at %s)", ac->key,
                 tkm_sig_format_name(res->sig.format), res->sig.location);
-    } else if (!strcmp(res->sig_reason, "RegistryUnreachable")) {
+    } else if (!strcmp(res->sig_reason, "RegistryUnreachable") ||
+               !strcmp(res->sig_reason, TKM_OCI_REASON_PULL_DEADLINE)) {
         ac->verified = 0;
         r->a->registry_errors++;
         run_fail(r, 1, res->sig_reason, res->sig_message);
@@ -529,6 +531,7 @@ static void config_apply(struct agent *a, const struct k8s_obj *o)
     int changed = !a->cfg_inputs || !inputs || strcmp(a->cfg_inputs, inputs) != 0;
     tkm_api_config_release(&a->cfg);
     a->cfg = cfg;
+    tkm_verify_ctx_set_pull_deadline(a->verify, cfg.pull_deadline_ms);
     free(a->cfg_inputs);
     a->cfg_inputs = inputs;
     if (changed) {
@@ -608,7 +611,8 @@ int agent_caches_start(struct agent *a, struct tkm_err *err)
     char fsel[512];
     int rc;
     agent_caches_index(a);
-    if ((rc = tkm_verify_ctx_new(a->loop, a->http, NULL, &a->verify, err)) < 0 ||
+    struct tkm_verify_ctx_opts vo = {.pull_deadline_ms = a->o.pull_deadline_ms};
+    if ((rc = tkm_verify_ctx_new(a->loop, a->http, &vo, &a->verify, err)) < 0 ||
         (rc = k8s_workqueue_new(a->loop, &qo, agent_cache_reconcile, a, &a->q, err)) < 0)
         return rc;
     snprintf(fsel, sizeof fsel, "metadata.name=%s", TKM_API_CONFIG_NAME);

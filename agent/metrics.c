@@ -64,6 +64,10 @@ static void collect_counters(struct tkm_metric *m, void *data)
         tkm_metric_set(m, NULL, (double)a->o.store_budget);
     else if (m == a->m_status_write_time)
         tkm_metric_set(m, NULL, a->status_write_time);
+    else if (m == a->m_socket_refused)
+        tkm_metric_set(m, NULL, (double)agent_rpc_server_refused(a->rpc));
+    else if (m == a->m_socket_idle_closed)
+        tkm_metric_set(m, NULL, (double)agent_rpc_server_idle_closed(a->rpc));
 }
 
 static int add(struct agent *a, enum tkm_metric_type t, const char *name, const char *help,
@@ -127,7 +131,15 @@ static int metrics_register(struct agent *a, struct tkm_err *err)
                   &a->m_status_writes, err)) < 0 ||
         (rc = add(a, TKM_METRIC_GAUGE, "tkm_agent_last_status_write_timestamp_seconds",
                   "Unix time of the last node status apply the apiserver accepted (0: none yet).",
-                  NULL, collect_counters, &a->m_status_write_time, err)) < 0)
+                  NULL, collect_counters, &a->m_status_write_time, err)) < 0 ||
+        (rc = add(a, TKM_METRIC_COUNTER, "tkm_agent_socket_refused_connections_total",
+                  "Connections to the agent's socket closed at once: --socket-max-connections "
+                  "were open.",
+                  NULL, collect_counters, &a->m_socket_refused, err)) < 0 ||
+        (rc = add(a, TKM_METRIC_COUNTER, "tkm_agent_socket_idle_closed_total",
+                  "Connections to the agent's socket closed after --socket-idle-timeout "
+                  "without a call.",
+                  NULL, collect_counters, &a->m_socket_idle_closed, err)) < 0)
         return rc;
     return 0;
 }
@@ -162,7 +174,7 @@ void agent_metrics_extraction(struct agent *a, double seconds)
 void agent_metrics_materialize_failure(struct agent *a, const char *reason)
 {
     if (a->m_mat_failures)
-        tkm_metric_inc(a->m_mat_failures, (const char *[]){reason});
+        tkm_metric_add(a->m_mat_failures, (const char *[]){reason}, 1);
 }
 
 int agent_metrics_start(struct agent *a, struct tkm_err *err)

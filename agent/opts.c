@@ -65,6 +65,9 @@ int agent_opts_parse(struct agent_opts *o, int argc, char **argv)
     o->store_budget = 10ULL << 30;
     o->gc_grace_ms = 10 * 60 * 1000;
     o->once_timeout_ms = 2 * 60 * 1000;
+    o->pull_deadline_ms = 30 * 60 * 1000;
+    o->socket_max_conns = TKM_GRPC_DEFAULT_MAX_CONNS;
+    o->socket_idle_ms = TKM_GRPC_DEFAULT_IDLE_MS;
     o->metrics_addr = ":8080";
     o->health_addr = ":8081";
     o->output = "json";
@@ -82,11 +85,22 @@ int agent_opts_parse(struct agent_opts *o, int argc, char **argv)
          .def = "/var/lib/tkm/store", .help = "the cache store"},
         {.name = "socket", .type = TKM_FLAG_STRING, .dst = &o->socket, .arg = "PATH",
          .def = AGENT_DEFAULT_SOCKET, .help = "the socket tkm-csi calls"},
+        {.name = "socket-max-connections", .type = TKM_FLAG_UINT, .dst = &o->socket_max_conns,
+         .arg = "N", .def = "1024", .min = 1, .max = 1000000,
+         .help = "connections the socket serves at once; more are closed at once\n"
+                 "(tkm_agent_socket_refused_connections_total)"},
+        {.name = "socket-idle-timeout", .type = TKM_FLAG_DURATION, .dst = &o->socket_idle_ms,
+         .arg = "DURATION", .def = "5m", .min = 1,
+         .help = "close a socket connection without a call for this long"},
         {.name = "store-budget", .type = TKM_FLAG_SIZE, .dst = &o->store_budget, .arg = "SIZE",
          .def = "10Gi", .min = 1, .help = "disk budget of the store"},
         {.name = "gc-grace", .type = TKM_FLAG_DURATION, .dst = &o->gc_grace_ms,
          .arg = "DURATION", .def = "10m", .bare_ms = 1000,
          .help = "keep unused caches this long"},
+        {.name = "pull-deadline", .type = TKM_FLAG_DURATION, .dst = &o->pull_deadline_ms,
+         .arg = "DURATION", .def = "30m", .min = 1,
+         .help = "each blob download (the layer, the config, signatures), retries\n"
+                 "included, ends after this long (reason PullDeadlineExceeded); tkm-config pullDeadline wins"},
         {.name = "metrics-bind-address", .type = TKM_FLAG_STRING, .dst = &o->metrics_addr,
          .arg = "ADDR", .def = ":8080", .help = "/metrics on host:port or :port; \"0\" disables"},
         {.name = "health-probe-bind-address", .type = TKM_FLAG_STRING, .dst = &o->health_addr,

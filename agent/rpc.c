@@ -658,6 +658,8 @@ int agent_rpc_server_new(uv_loop_t *loop, const char *socket_path, const struct 
     if (opts) {
         go.allowed_uids = opts->allowed_uids;
         go.n_allowed_uids = opts->n_allowed_uids;
+        go.max_connections = opts->max_connections;
+        go.idle_timeout_ms = opts->idle_timeout_ms;
     }
     if ((rc = tkm_grpc_server_new(loop, &go, &srv->grpc, err)) < 0) {
         free(srv);
@@ -693,4 +695,14 @@ void agent_rpc_server_close(struct agent_rpc_server *srv, void (*closed_cb)(void
 const char *agent_rpc_server_path(const struct agent_rpc_server *srv)
 {
     return tkm_grpc_server_path(srv->grpc);
+}
+
+uint64_t agent_rpc_server_refused(const struct agent_rpc_server *srv)
+{
+    return srv ? tkm_grpc_server_refused(srv->grpc) : 0;
+}
+
+uint64_t agent_rpc_server_idle_closed(const struct agent_rpc_server *srv)
+{
+    return srv ? tkm_grpc_server_idle_closed(srv->grpc) : 0;
 }

@@ -121,6 +121,8 @@ struct agent_rpc_opts {
      * effective uid (lib/grpc's default). Borrowed for _new() only. */
     const uid_t *allowed_uids;
     size_t n_allowed_uids;
+    unsigned max_connections; /* 0: lib/grpc's default (1024) */
+    uint64_t idle_timeout_ms; /* 0: lib/grpc's default (5 min) */
 };
 
 /* Listens on socket_path (absolute, < 108 bytes; copied) on loop (borrowed,
@@ -146,6 +148,10 @@ void agent_rpc_server_close(struct agent_rpc_server *srv, void (*closed_cb)(void
 
 /* The socket path (borrowed from srv). */
 const char *agent_rpc_server_path(const struct agent_rpc_server *srv);
+/* Connections refused by max_connections, and closed as idle, so far (0 for
+ * NULL). */
+uint64_t agent_rpc_server_refused(const struct agent_rpc_server *srv);
+uint64_t agent_rpc_server_idle_closed(const struct agent_rpc_server *srv);
 
 /* ---- finishing a call ---------------------------------------------------------------- */
 

@@ -492,6 +492,7 @@ static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
         snprintf(m, sizeof m, "pulling %s: %s", p->layer, tkm_err_str(err));
         pull_fail(p, transient || rc == -ECANCELED ? TKM_GRPC_UNAVAILABLE : TKM_GRPC_INTERNAL,
                   rc == -EBADMSG ? "DigestMismatch"
+                  : rc == -ETIME ? TKM_OCI_REASON_PULL_DEADLINE
                   : transient    ? "RegistryUnreachable"
                                  : "PullFailed",
                   rc, m);
@@ -833,7 +834,9 @@ int agent_ready(const struct agent *a)
 
 int agent_socket_start(struct agent *a, struct tkm_err *err)
 {
-    return agent_rpc_server_new(a->loop, a->o.socket, &ops, a, NULL, &a->rpc, err);
+    struct agent_rpc_opts ro = {.max_connections = (unsigned)a->o.socket_max_conns,
+                                .idle_timeout_ms = a->o.socket_idle_ms};
+    return agent_rpc_server_new(a->loop, a->o.socket, &ops, a, &ro, &a->rpc, err);
 }
 
 /* ---- prefetch and GC --------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <uv.h>
 
 #include <tkm/api/policy.h>
+#include <tkm/flags.h>
 
 #include "api-int.h"
 
@@ -42,6 +43,25 @@ static int cfg_bool(const json_t *data, const char *key, int *out, struct tkm_er
     else if (strcmp(v, "false") != 0)
         return tkm_err_set(err, -EINVAL, "tkm-config %s: \"%.64s\" is not \"true\" or \"false\"",
                            key, v);
+    return 0;
+}
+
+/* data[key] as a duration ("500ms", "30m"); *out untouched when absent. */
+static int cfg_duration(const json_t *data, const char *key, uint64_t *out, struct tkm_err *err)
+{
+    const json_t *j = json_object_get(data, key);
+    const char *v = json_string_value(j);
+    uint64_t ms = 0;
+    if (!j)
+        return 0;
+    if (!v)
+        return tkm_err_set(err, -EINVAL, "tkm-config %s: expected a string", key);
+    if (tkm_parse_duration(v, &ms) < 0 || ms == 0)
+        return tkm_err_set(err, -EINVAL,
+                           "tkm-config %s: \"%.64s\" is not a duration above 0 (500ms, 10s, 5m, "
+                           "1h, 1m30s)",
+                           key, v);
+    *out = ms;
     return 0;
 }
 
@@ -109,7 +129,8 @@ int tkm_api_config_decode(const json_t *configmap, struct tkm_api_config *out, s
         (rc = cfg_str(data, "signatureTrustedRootRef", &ref, err)) ||
         (rc = cfg_str(data, "signatureIdentities", &ids, err)) ||
         (rc = cfg_bool(data, "signatureAllowCrossRepository", &out->allow_cross_repository, err)) ||
-        (rc = cfg_bool(data, "prefetch", &out->prefetch, err)))
+        (rc = cfg_bool(data, "prefetch", &out->prefetch, err)) ||
+        (rc = cfg_duration(data, "pullDeadline", &out->pull_deadline_ms, err)))
         goto out;
     if (mode) {
         enum tkm_sig_mode m;

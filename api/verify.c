@@ -33,7 +33,7 @@ struct pool_ent {
 struct tkm_verify_ctx {
     uv_loop_t *loop;
     struct tkm_http *http;
-    uint64_t timeout_ms;
+    uint64_t timeout_ms, pull_deadline_ms, pull_deadline_opt;
     struct pool_ent *sessions;
     struct tkm_verify_job *jobs; /* every job not yet freed */
     size_t n_sessions, n_jobs;
@@ -89,6 +89,7 @@ int tkm_verify_ctx_new(uv_loop_t *loop, struct tkm_http *http, const struct tkm_
     c->loop = loop;
     c->http = http;
     c->timeout_ms = o && o->timeout_ms ? o->timeout_ms : 30000;
+    c->pull_deadline_ms = c->pull_deadline_opt = o ? o->pull_deadline_ms : 0;
     *out = c;
     return 0;
 }
@@ -141,6 +142,15 @@ void tkm_verify_ctx_close(struct tkm_verify_ctx *c, void (*cb)(void *data), void
         ctx_finish(c);
 }
 
+void tkm_verify_ctx_set_pull_deadline(struct tkm_verify_ctx *c, uint64_t ms)
+{
+    if (!c)
+        return;
+    c->pull_deadline_ms = ms ? ms : c->pull_deadline_opt;
+    for (struct pool_ent *e = c->sessions; e; e = e->next)
+        tkm_oci_session_set_deadline(e->s, c->pull_deadline_ms);
+}
+
 int tkm_verify_ctx_session(struct tkm_verify_ctx *c, const char *host, const void *auth_json,
                            size_t auth_len, struct tkm_oci_session **out, struct tkm_err *err)
 {
@@ -165,7 +175,8 @@ int tkm_verify_ctx_session(struct tkm_verify_ctx *c, const char *host, const voi
     struct tkm_oci_registry_opts o = {.auth_json = auth_json,
                                       .auth_json_len = auth_len,
                                       .anonymous = !(auth_json && auth_len),
-                                      .timeout_ms = c->timeout_ms};
+                                      .timeout_ms = c->timeout_ms,
+                                      .deadline_ms = c->pull_deadline_ms};
     if ((rc = tkm_oci_session_new(c->http, host, &o, &e->s, err)) < 0) {
         free(e);
         return rc;
@@ -278,6 +289,9 @@ const char *tkm_verify_registry_reason(int rc, const char *msg, int *retry)
     case -EPERM:
         *retry = 1;
         return "RegistryForbidden";
+    case -ETIME:
+        *retry = 1;
+        return TKM_OCI_REASON_PULL_DEADLINE;
     default:
         *retry = 1;
         return "RegistryUnreachable";

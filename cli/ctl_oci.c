@@ -66,6 +66,7 @@ void ctl_oci_registry_opts(struct ctl_oci_flags *f, struct tkm_oci_registry_opts
     o->auth_file = f->auth_file;
     o->ca_file = f->ca_file;
     o->anonymous = f->anonymous;
+    o->deadline_ms = TKM_OCI_NO_DEADLINE; /* interactive: interrupted by the person, not a clock */
     o->progress = ctl_progress_cb;
     o->progress_ud = &f->progress;
 }

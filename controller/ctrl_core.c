@@ -200,6 +200,7 @@ static void cfg_set(struct ctrl *c, const struct k8s_obj *o)
     json_decref(j);
     tkm_api_config_release(&c->cfg);
     c->cfg = cfg;
+    tkm_verify_ctx_set_pull_deadline(c->verify, cfg.pull_deadline_ms);
     snprintf(c->cfg_rv, sizeof c->cfg_rv, "%s", o ? o->resource_version : "");
     tkm_info("controller: ConfigMap %s/%s %s", c->o.ns, TKM_API_CONFIG_NAME,
              o ? "loaded" : "absent: defaults");

@@ -34,6 +34,7 @@ struct args {
     int leader_elect;
     struct tkm_flagset flags;
     uint64_t cleanup_timeout_ms, registry_timeout_ms, status_interval_ms, node_gc_grace_ms;
+    uint64_t pull_deadline_ms;
     uint64_t status_settle_ms;
     uint64_t lease_ms, renew_ms, retry_ms;
     unsigned workers;
@@ -77,6 +78,7 @@ static int parse_args(int argc, char **argv, struct args *a)
                        .state_dir = "/var/lib/tkm-controller",
                        .cleanup_timeout_ms = 60000,
                        .registry_timeout_ms = 30000,
+                       .pull_deadline_ms = 30 * 60 * 1000,
                        .status_interval_ms = 500,
                        .status_settle_ms = 250,
                        .node_gc_grace_ms = 5000,
@@ -120,6 +122,10 @@ static int parse_args(int argc, char **argv, struct args *a)
                  "before the controller removes them"},
         {.name = "registry-timeout", .type = TKM_FLAG_DURATION, .dst = &a->registry_timeout_ms,
          .arg = "DURATION", .def = "30s", .bare_ms = 1000, .help = "per registry request"},
+        {.name = "pull-deadline", .type = TKM_FLAG_DURATION, .dst = &a->pull_deadline_ms,
+         .arg = "DURATION", .def = "30m", .min = 1,
+         .help = "each blob download (signatures), retries included, ends after this\n"
+                 "long (reason PullDeadlineExceeded); tkm-config pullDeadline wins"},
         {.name = "status-min-interval", .type = TKM_FLAG_DURATION,
          .dst = &a->status_interval_ms, .arg = "DURATION", .def = "500ms", .bare_ms = 1,
          .help = "least time between two status writes of one cache"},
@@ -322,7 +328,8 @@ static int setup(struct app *app, struct tkm_err *err)
         return tkm_err_set(err, -errno, "--state-dir %s: %s", a->state_dir, strerror(errno));
     if ((rc = ctrl_state_open(a->state_dir[0] ? a->state_dir : NULL, &state, err)) < 0)
         return rc;
-    struct tkm_verify_ctx_opts vo = {.timeout_ms = a->registry_timeout_ms};
+    struct tkm_verify_ctx_opts vo = {.timeout_ms = a->registry_timeout_ms,
+                                     .pull_deadline_ms = a->pull_deadline_ms};
     if ((rc = tkm_http_new(app->loop, NULL, &app->http, err)) < 0 ||
         (rc = tkm_verify_ctx_new(app->loop, app->http, &vo, &verify, err)) < 0)
         return rc;

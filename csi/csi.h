@@ -54,6 +54,8 @@ struct csi_config {
     uint64_t agent_timeout_ms; /* Materialize/Release deadline */
     uint64_t retry_release_ms; /* how often pending releases are retried */
     int64_t max_volumes;       /* NodeGetInfo max_volumes_per_node (0: no limit) */
+    unsigned socket_max_conns; /* each socket's connection cap (0: lib/grpc's) */
+    uint64_t socket_idle_ms;   /* ... and idle timeout (0: lib/grpc's) */
 };
 
 /* ---- the driver (csi/driver.c) --------------------------------------------- */

@@ -195,7 +195,9 @@ void csi_retry_kick(struct csi_driver *d)
 int csi_driver_new(uv_loop_t *loop, const struct csi_config *cfg, struct csi_driver **out,
                    struct tkm_err *err)
 {
-    struct tkm_grpc_server_opts so = {.socket_path = cfg->endpoint};
+    struct tkm_grpc_server_opts so = {.socket_path = cfg->endpoint,
+                                      .max_connections = cfg->socket_max_conns,
+                                      .idle_timeout_ms = cfg->socket_idle_ms};
     struct csi_driver *d = NULL;
     size_t removed = 0;
     int rc;
@@ -235,7 +237,8 @@ int csi_driver_new(uv_loop_t *loop, const struct csi_config *cfg, struct csi_dri
         goto fail;
     d->handles_open++;
     if (cfg->registration_dir && cfg->registration_dir[0]) {
-        struct tkm_grpc_server_opts ro = {.socket_path = d->reg_path};
+        struct tkm_grpc_server_opts ro = so;
+        ro.socket_path = d->reg_path;
         int n = snprintf(d->reg_path, sizeof(d->reg_path), "%s/" CSI_DRIVER_NAME "-reg.sock",
                          cfg->registration_dir);
         if (n < 0 || (size_t)n >= sizeof(d->reg_path)) {

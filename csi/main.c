@@ -11,6 +11,7 @@
 #include <tkm/daemon.h>
 #include <tkm/flags.h>
 #include <tkm/fs.h>
+#include <tkm/grpc.h>
 #include <tkm/http.h>
 #include <tkm/log.h>
 #include <tkm/util.h>
@@ -87,12 +88,13 @@ int main(int argc, char **argv)
         .state_dir = "/var/run/tkm/caches",
         .agent_timeout_ms = 100000,
         .retry_release_ms = 10000,
+        .socket_idle_ms = TKM_GRPC_DEFAULT_IDLE_MS,
     };
     const char *kubelet = "/var/lib/kubelet", *reg = NULL;
     char pods[PATH_MAX], regdef[PATH_MAX];
     struct main_ctx m;
     struct tkm_err err = {0};
-    uint64_t maxv = 0;
+    uint64_t maxv = 0, maxc = TKM_GRPC_DEFAULT_MAX_CONNS;
     struct roots extra = {0};
     int rc;
 
@@ -126,6 +128,13 @@ int main(int argc, char **argv)
          .help = "how often releases the agent missed are retried"},
         {.name = "max-volumes", .type = TKM_FLAG_UINT, .dst = &maxv, .arg = "N", .def = "0",
          .max = 1000000, .help = "NodeGetInfo's max_volumes_per_node, 0 = no limit"},
+        {.name = "socket-max-connections", .type = TKM_FLAG_UINT, .dst = &maxc, .arg = "N",
+         .def = "1024", .min = 1, .max = 1000000,
+         .help = "connections each of its sockets serves at once; more are closed at\n"
+                 "once (logged)"},
+        {.name = "socket-idle-timeout", .type = TKM_FLAG_DURATION, .dst = &cfg.socket_idle_ms,
+         .arg = "DURATION", .def = "5m", .min = 1,
+         .help = "close a socket connection without a call for this long"},
     };
     /* clang-format on */
     struct tkm_flagset fs = {.prog = "tkm-csi",
@@ -141,6 +150,7 @@ int main(int argc, char **argv)
     if (strncmp(cfg.agent_socket, "unix://", 7) == 0)
         cfg.agent_socket += 7;
     cfg.max_volumes = (int64_t)maxv;
+    cfg.socket_max_conns = (unsigned)maxc;
     tkm_flags_log_init(&fs, TKM_LOG_INFO);
     if (!cfg.node_id || !cfg.node_id[0]) {
         fprintf(stderr, "tkm-csi: no node id: pass --node-id or set NODE_NAME (the DaemonSet sets "

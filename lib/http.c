@@ -70,8 +70,12 @@ struct tkm_http_req {
     void *data;
     struct tkm_http_resp resp;
     int cancelled;
-    int abort_code;   /* set by the write/header callbacks when they stop curl */
-    int stream_state; /* 0 undecided, 1 streaming to data_cb, 2 buffering */
+    int abort_code;               /* set by the write/header callbacks when they stop curl */
+    int stream_state;             /* 0 undecided, 1 streaming to data_cb, 2 buffering */
+    uint64_t timeout_ms, idle_ms; /* the limits set (0: none), to say which one hit */
+    uint64_t last_byte_ms;        /* idle limit: when a byte last moved (or the start) */
+    curl_off_t seen_dl, seen_ul;  /* ... and the counts then */
+    int stalled;                  /* the idle limit stopped it */
     char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -298,6 +302,30 @@ static void req_free(struct tkm_http_req *r)
     free(r);
 }
 
+/* The cause of a CURLE_OPERATION_TIMEDOUT, in words: no connection within
+ * the connect limit, the whole-request limit, or a stall (fewer than 1
+ * byte/s for the idle window), with the bytes received so far. */
+static void timeout_why(struct tkm_http_req *r, char *out, size_t n)
+{
+    curl_off_t total_us = 0, sent_us = 0, got = 0;
+    curl_easy_getinfo(r->easy, CURLINFO_TOTAL_TIME_T, &total_us);
+    curl_easy_getinfo(r->easy, CURLINFO_PRETRANSFER_TIME_T, &sent_us);
+    curl_easy_getinfo(r->easy, CURLINFO_SIZE_DOWNLOAD_T, &got);
+    uint64_t ms = (uint64_t)total_us / 1000;
+    if (r->stalled || (r->idle_ms && !(r->timeout_ms && ms + 5 >= r->timeout_ms) && sent_us))
+        snprintf(out, n, "stalled: no data for %llu %s (%lld bytes received)",
+                 (unsigned long long)(r->idle_ms % 1000 ? r->idle_ms : r->idle_ms / 1000),
+                 r->idle_ms % 1000 ? "ms" : "s", (long long)got);
+    else if (sent_us == 0)
+        snprintf(out, n, "timed out connecting after %llu ms", (unsigned long long)ms);
+    else if (r->timeout_ms && ms + 5 >= r->timeout_ms)
+        snprintf(out, n, "timed out: no complete response within %llu ms (%lld bytes received)",
+                 (unsigned long long)r->timeout_ms, (long long)got);
+    else
+        snprintf(out, n, "timed out after %llu ms (%lld bytes received)", (unsigned long long)ms,
+                 (long long)got);
+}
+
 /* Removes r from curl and the client, reports to done_cb, frees r. */
 static void req_finish(struct tkm_http_req *r, CURLcode cc)
 {
@@ -332,6 +360,7 @@ static void req_finish(struct tkm_http_req *r, CURLcode cc)
         resp->code = map_curl_code(cc);
     if (resp->code) {
         const char *why;
+        char tmo[160];
         switch (resp->code) {
         case -ECANCELED:
             why = "cancelled";
@@ -341,6 +370,10 @@ static void req_finish(struct tkm_http_req *r, CURLcode cc)
             break;
         case -EINTR:
             why = "stopped by the data callback";
+            break;
+        case -ETIMEDOUT:
+            timeout_why(r, tmo, sizeof tmo);
+            why = tmo;
             break;
         default:
             why = r->errbuf[0] ? r->errbuf : curl_easy_strerror(cc);
@@ -589,15 +622,46 @@ static int apply_headers(struct tkm_http_req *r, const struct tkm_http_req_opts 
     return 0;
 }
 
+/* The idle limit (curl's progress callback, at least once a second while
+ * the low-speed check runs): non-zero stops the transfer as a stall. */
+static int idle_cb(void *p, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                   curl_off_t ulnow)
+{
+    struct tkm_http_req *r = p;
+    uint64_t now = tkm_now_ms();
+    (void)dltotal;
+    (void)ultotal;
+    if (dlnow != r->seen_dl || ulnow != r->seen_ul) {
+        r->seen_dl = dlnow;
+        r->seen_ul = ulnow;
+        r->last_byte_ms = now;
+        return 0;
+    }
+    if (now - r->last_byte_ms < r->idle_ms)
+        return 0;
+    r->stalled = 1;
+    r->abort_code = -ETIMEDOUT;
+    return 1;
+}
+
 static void apply_limits(struct tkm_http_req *r, const struct tkm_http_req_opts *o)
 {
     CURL *e = r->easy;
+    r->timeout_ms = o->timeout_ms;
+    r->idle_ms = o->idle_timeout_ms;
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)o->timeout_ms);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, HTTP_CONNECT_MS);
     if (o->idle_timeout_ms) {
+        /* curl's low-speed check (a moving average: it lags a stall by
+         * seconds) keeps a 1 s tick going; idle_cb stops the transfer
+         * when no byte has moved for exactly the idle limit. */
         long s = (long)((o->idle_timeout_ms + 999) / 1000);
         curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
         curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, s);
+        r->last_byte_ms = tkm_now_ms();
+        curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, idle_cb);
+        curl_easy_setopt(e, CURLOPT_XFERINFODATA, r);
+        curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
     }
     curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(e, CURLOPT_TCP_KEEPIDLE, 30L);

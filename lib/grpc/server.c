@@ -13,7 +13,10 @@
  *     connection goes) and the handler (from dispatch until reply/fail). It is
  *     freed when both have let go, so a handler may answer after its client
  *     left, and the response bytes live as long as nghttp2 sends them;
- *   - one timer for every deadline: it fires at the earliest one and scans.
+ *   - one timer for every deadline: it fires at the earliest one and scans;
+ *   - a connection cap (one over it is accepted and closed at once, counted)
+ *     and an idle timer: a connection with no call open and no frame for
+ *     idle_ms gets GOAWAY and is closed.
  */
 #include "grpc-int.h"
 
@@ -31,10 +34,12 @@
 
 #include <tkm/log.h>
 
-#define SRV_GRACE_MS   1000
-#define SRV_MAX_PATH   1024
-#define SRV_MAX_UIDS   64
-#define SRV_DEFAULT_MD 0600
+#define SRV_GRACE_MS      1000
+#define SRV_MAX_PATH      1024
+#define SRV_MAX_UIDS      64
+#define SRV_DEFAULT_MD    0600
+#define SRV_IDLE_TICK_MAX 30000 /* the idle scan runs every idle/4, at most this */
+#define SRV_REFUSE_LOG_MS 10000 /* at most one warning about refusals this often */
 
 struct method_reg {
     char *name;
@@ -49,6 +54,8 @@ struct srv_conn {
     struct srv_conn *prev, *next;
     struct tkm_grpc_call *calls; /* streams open on this connection */
     struct tkm_grpc_peer peer;
+    uint64_t last_active; /* uv_now() of the last frame received or call closed */
+    int refused;          /* over the cap: closing, not counted as served */
 };
 
 struct tkm_grpc_call {
@@ -79,11 +86,15 @@ struct tkm_grpc_server {
     uv_pipe_t listener;
     uv_timer_t deadlines;
     uv_timer_t grace;
+    uv_timer_t idle;
     char *path;
     uid_t uids[SRV_MAX_UIDS];
     size_t n_uids;
     size_t max_message;
     unsigned max_streams;
+    unsigned max_conns, n_served; /* the cap; connections served now */
+    uint64_t idle_ms;
+    uint64_t refused, refused_logged, idle_closed, refuse_log_at;
     nghttp2_session_callbacks *cbs;
     struct method_reg *methods;
     struct srv_conn *conns;
@@ -439,7 +450,8 @@ static void request_dispatch(struct tkm_grpc_call *call)
 static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
 {
     struct tkm_grpc_call *call = nghttp2_session_get_stream_user_data(ng, f->hd.stream_id);
-    (void)ud;
+    struct srv_conn *c = ud;
+    c->last_active = uv_now(c->srv->loop);
     if (!call || (f->hd.type != NGHTTP2_HEADERS && f->hd.type != NGHTTP2_DATA))
         return 0;
     if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST)
@@ -476,8 +488,9 @@ static int on_data_chunk(nghttp2_session *ng, uint8_t flags, int32_t sid, const 
 static int on_stream_close(nghttp2_session *ng, int32_t sid, uint32_t code, void *ud)
 {
     struct tkm_grpc_call *call = nghttp2_session_get_stream_user_data(ng, sid);
+    struct srv_conn *c = ud;
     (void)code;
-    (void)ud;
+    c->last_active = uv_now(c->srv->loop); /* idle from the end of its last call */
     if (call)
         call_detach(call);
     return 0;
@@ -503,6 +516,8 @@ static void conn_closed(struct tkm__h2conn *h2)
         srv->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    if (!c->refused)
+        srv->n_served--;
     free(c);
     srv_close_grace(srv);
     srv_handle_closed(srv);
@@ -547,6 +562,41 @@ static int conn_session(struct tkm_grpc_server *srv, struct srv_conn *c)
     return rc == 0 ? 0 : -EIO;
 }
 
+/* Over the cap: counted, and a warning at most every SRV_REFUSE_LOG_MS. */
+static void conn_refuse(struct tkm_grpc_server *srv, struct srv_conn *c)
+{
+    uint64_t now = uv_now(srv->loop);
+    c->refused = 1;
+    srv->refused++;
+    if (srv->refuse_log_at && now < srv->refuse_log_at + SRV_REFUSE_LOG_MS)
+        return;
+    tkm_warn("grpc: %s: refused %llu connection(s): %u are open, the most allowed "
+             "(max connections)",
+             srv->path, (unsigned long long)(srv->refused - srv->refused_logged), srv->n_served);
+    srv->refused_logged = srv->refused;
+    srv->refuse_log_at = now;
+}
+
+/* Closes the connections that have had no call and no frame for idle_ms:
+ * GOAWAY, then closed once it is written. */
+static void idle_cb(uv_timer_t *t)
+{
+    struct tkm_grpc_server *srv = t->data;
+    uint64_t now = uv_now(srv->loop);
+    for (struct srv_conn *c = srv->conns; c; c = c->next) {
+        if (c->calls || c->refused || c->h2.closing || c->h2.drain_close || !c->h2.ng ||
+            now - c->last_active < srv->idle_ms)
+            continue;
+        srv->idle_closed++;
+        tkm_dbg("grpc: %s: closing a connection idle for %llu ms (pid %d)", srv->path,
+                (unsigned long long)(now - c->last_active), (int)c->peer.pid);
+        nghttp2_submit_goaway(c->h2.ng, NGHTTP2_FLAG_NONE,
+                              nghttp2_session_get_last_proc_stream_id(c->h2.ng), NGHTTP2_NO_ERROR,
+                              NULL, 0);
+        tkm__h2conn_drain(&c->h2);
+    }
+}
+
 static void on_connection(uv_stream_t *l, int status)
 {
     struct tkm_grpc_server *srv = l->data;
@@ -566,7 +616,12 @@ static void on_connection(uv_stream_t *l, int status)
         srv->conns->prev = c;
     srv->conns = c;
     srv->open_handles++;
-    if (uv_accept(l, (uv_stream_t *)&c->h2.pipe) < 0 || !peer_allowed(srv, c) ||
+    c->last_active = uv_now(srv->loop);
+    if (srv->n_served >= srv->max_conns)
+        conn_refuse(srv, c);
+    else
+        srv->n_served++;
+    if (uv_accept(l, (uv_stream_t *)&c->h2.pipe) < 0 || c->refused || !peer_allowed(srv, c) ||
         conn_session(srv, c) < 0 || tkm__h2conn_start(&c->h2) < 0) {
         tkm__h2conn_close(&c->h2);
         return;
@@ -738,6 +793,8 @@ static int srv_opts(struct tkm_grpc_server *srv, const struct tkm_grpc_server_op
         return tkm_err_set(err, -ENOMEM, "grpc: out of memory");
     srv->max_message = o->max_message ? o->max_message : TKM_GRPC_DEFAULT_MAX_MESSAGE;
     srv->max_streams = o->max_streams ? o->max_streams : TKM_GRPC_DEFAULT_MAX_STREAMS;
+    srv->max_conns = o->max_connections ? o->max_connections : TKM_GRPC_DEFAULT_MAX_CONNS;
+    srv->idle_ms = o->idle_timeout_ms ? o->idle_timeout_ms : TKM_GRPC_DEFAULT_IDLE_MS;
     if (o->n_allowed_uids) {
         memcpy(srv->uids, o->allowed_uids, o->n_allowed_uids * sizeof(uid_t));
         srv->n_uids = o->n_allowed_uids;
@@ -775,8 +832,13 @@ int tkm_grpc_server_new(uv_loop_t *loop, const struct tkm_grpc_server_opts *opts
     uv_pipe_init(loop, &srv->listener, 0);
     uv_timer_init(loop, &srv->deadlines);
     uv_timer_init(loop, &srv->grace);
-    srv->listener.data = srv->deadlines.data = srv->grace.data = srv;
-    srv->open_handles = 3;
+    uv_timer_init(loop, &srv->idle);
+    srv->listener.data = srv->deadlines.data = srv->grace.data = srv->idle.data = srv;
+    srv->open_handles = 4;
+    uint64_t tick = srv->idle_ms / 4 ? srv->idle_ms / 4 : 1;
+    if (tick > SRV_IDLE_TICK_MAX)
+        tick = SRV_IDLE_TICK_MAX;
+    uv_timer_start(&srv->idle, idle_cb, tick, tick);
     rc = uv_pipe_open(&srv->listener, fd);
     if (rc < 0)
         close(fd);
@@ -833,6 +895,7 @@ void tkm_grpc_server_close(struct tkm_grpc_server *srv, void (*closed_cb)(void *
     srv->closed_data = data;
     uv_close((uv_handle_t *)&srv->listener, srv_uv_closed);
     uv_close((uv_handle_t *)&srv->deadlines, srv_uv_closed);
+    uv_close((uv_handle_t *)&srv->idle, srv_uv_closed);
     unlink(srv->path);
     for (struct srv_conn *c = srv->conns; c; c = c->next) {
         if (!c->h2.ng || c->h2.closing) {
@@ -858,6 +921,16 @@ void tkm_grpc_server_close(struct tkm_grpc_server *srv, void (*closed_cb)(void *
 const char *tkm_grpc_server_path(const struct tkm_grpc_server *srv)
 {
     return srv->path;
+}
+
+uint64_t tkm_grpc_server_refused(const struct tkm_grpc_server *srv)
+{
+    return srv ? srv->refused : 0;
+}
+
+uint64_t tkm_grpc_server_idle_closed(const struct tkm_grpc_server *srv)
+{
+    return srv ? srv->idle_closed : 0;
 }
 
 size_t tkm_grpc_server_connections(const struct tkm_grpc_server *srv)

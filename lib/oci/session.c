@@ -26,6 +26,7 @@
 #define SES_RETRIES           3
 #define SES_BACKOFF_MS        500u
 #define SES_RETRY_AFTER_MAX_S 30
+#define SES_DEFAULT_DEADLINE  (30u * 60 * 1000)
 
 struct ses_token {
     char scope[1024];
@@ -42,7 +43,7 @@ struct tkm_oci_session {
     int have_creds;
     struct tkm_oci_creds creds;
     int use_basic; /* the registry asked for Basic */
-    uint64_t timeout_ms, idle_timeout_ms;
+    uint64_t timeout_ms, idle_timeout_ms, deadline_ms;
     tkm_oci_progress_cb progress;
     void *progress_ud;
     struct ses_token tokens[SES_TOKENS];
@@ -74,6 +75,7 @@ struct tkm__oci_call {
     enum call_phase phase;
     int authed, cancelled;
     struct tkm_backoff bo; /* retry waits; bo.steps = retries so far */
+    uint64_t deadline_at;  /* downloads: tkm_now_ms() by which it ends, retries included; 0 none */
     int report_rc;         /* CALL_DONE by a timer: the code to report */
     struct tkm_err err;
 };
@@ -90,6 +92,16 @@ const char *tkm_oci_session_scheme(const struct tkm_oci_session *s)
 size_t tkm_oci_session_jobs(const struct tkm_oci_session *s)
 {
     return s ? s->n_jobs : 0;
+}
+
+void tkm_oci_session_set_deadline(struct tkm_oci_session *s, uint64_t ms)
+{
+    s->deadline_ms = ms ? ms : SES_DEFAULT_DEADLINE;
+}
+
+uint64_t tkm_oci_session_deadline(const struct tkm_oci_session *s)
+{
+    return s->deadline_ms;
 }
 
 uv_loop_t *tkm__oci_session_loop(const struct tkm_oci_session *s)
@@ -166,6 +178,7 @@ int tkm_oci_session_new(struct tkm_http *http, const char *host,
     s->anonymous = o->anonymous;
     s->timeout_ms = o->timeout_ms ? o->timeout_ms : SES_DEFAULT_TO_MS;
     s->idle_timeout_ms = o->idle_timeout_ms ? o->idle_timeout_ms : SES_DEFAULT_TO_MS;
+    tkm_oci_session_set_deadline(s, o->deadline_ms);
     s->progress = o->progress;
     s->progress_ud = o->progress_ud;
     if (o->ca_file && !(s->ca_file = strdup(o->ca_file))) {
@@ -196,6 +209,7 @@ int tkm__oci_session_clone(const struct tkm_oci_session *src, struct tkm_http *h
     s->use_basic = src->use_basic;
     s->timeout_ms = src->timeout_ms;
     s->idle_timeout_ms = src->idle_timeout_ms;
+    s->deadline_ms = src->deadline_ms;
     if (src->ca_file && !(s->ca_file = strdup(src->ca_file))) {
         session_destroy(s);
         return tkm_err_set(err, -ENOMEM, "registry %s: out of memory", src->host);
@@ -560,13 +574,41 @@ static uint64_t retry_delay(struct tkm__oci_call *c, const struct tkm_http_resp 
     uint64_t ms = tkm_backoff_next(&c->bo, 0);
     if (ra >= 0)
         ms = (uint64_t)ra * 1000;
-    if (resp->status)
+    /* A transport error wins over the status seen before it: a stalled 200
+     * is a stall (resp->error names the URL and the cause), not "HTTP 200". */
+    if (resp->code)
+        tkm_info("registry: %s, retrying in %llu ms", resp->error, (unsigned long long)ms);
+    else
         tkm_info("registry: %s: HTTP %ld, retrying in %llu ms", c->url, resp->status,
                  (unsigned long long)ms);
-    else
-        tkm_info("registry: %s: %s, retrying in %llu ms", c->url, strerror(-resp->code),
-                 (unsigned long long)ms);
     return ms;
+}
+
+/* 1 when a download's deadline has passed (or will have after wait_ms). */
+static int past_deadline(const struct tkm__oci_call *c, uint64_t wait_ms)
+{
+    return c->deadline_at && tkm_now_ms() + wait_ms >= c->deadline_at;
+}
+
+/* Ends a download at its deadline: -ETIME (callers name it
+ * TKM_OCI_REASON_PULL_DEADLINE), the deadline and the last attempt's cause
+ * (a transport sentence or a status, never a remote body). */
+static void call_deadline(struct tkm__oci_call *c, int rc, struct tkm_http_resp *resp)
+{
+    char last[600], limit[32];
+    uint64_t ms = c->s->deadline_ms;
+    if (ms % 1000)
+        snprintf(limit, sizeof limit, "%llu ms", (unsigned long long)ms);
+    else
+        snprintf(limit, sizeof limit, "%llu s", (unsigned long long)(ms / 1000));
+    if (rc)
+        snprintf(last, sizeof last, "%s", resp->error);
+    else
+        snprintf(last, sizeof last, "%s: HTTP %ld", c->url, resp->status);
+    tkm_err_set(&c->err, -ETIME, "download deadline of %s reached (%u attempt%s; last: %s)", limit,
+                c->bo.steps + 1, c->bo.steps ? "s" : "", last);
+    tkm_warn("registry: %s", c->err.msg);
+    call_finish(c, -ETIME, resp);
 }
 
 static void token_done(struct tkm_http_req *req, struct tkm_http_resp *resp, void *data)
@@ -716,8 +758,17 @@ static void call_done(struct tkm_http_req *req, struct tkm_http_resp *resp, void
             call_finish(c, 0, resp);
         return;
     }
+    if ((rc == -ETIMEDOUT || retryable(&c->q, rc, resp)) &&
+        past_deadline(c, rc == -ETIMEDOUT ? 50 : 0)) {
+        call_deadline(c, rc, resp);
+        return;
+    }
     if (c->bo.steps < SES_RETRIES && retryable(&c->q, rc, resp)) {
         uint64_t ms = retry_delay(c, resp);
+        if (past_deadline(c, ms)) {
+            call_deadline(c, rc, resp);
+            return;
+        }
         c->phase = CALL_WAIT;
         if (call_defer(c, ms) == 0)
             return;
@@ -767,13 +818,17 @@ static void call_send(struct tkm__oci_call *c)
     if (q->extra)
         hdrs[nh++] = q->extra;
     hdrs[nh] = NULL;
+    uint64_t now = tkm_now_ms();
     struct tkm_http_req_opts o = {
         .method = q->method,
         .url = q->url,
         .headers = hdrs,
         .body = q->body,
         .body_len = q->body_len,
-        .timeout_ms = q->streaming ? 0 : s->timeout_ms,
+        /* a download has no per-request limit but the rest of its deadline */
+        .timeout_ms = !q->streaming    ? s->timeout_ms
+                      : c->deadline_at ? (c->deadline_at > now ? c->deadline_at - now : 1)
+                                       : 0,
         .idle_timeout_ms = q->streaming ? s->idle_timeout_ms : 0,
         .max_body = q->max_body ? q->max_body : SES_ERR_BODY_MAX,
         .follow_redirects = q->follow,
@@ -819,6 +874,8 @@ int tkm__oci_call_start(struct tkm_oci_session *s, const struct tkm__oci_req *q,
                                  .rng = tkm_now_ms() ^ (uint64_t)(uintptr_t)c};
     c->cb = cb;
     c->data = data;
+    if (q->streaming && s->deadline_ms != TKM_OCI_NO_DEADLINE)
+        c->deadline_at = tkm_now_ms() + s->deadline_ms;
     if (dup_opt(&c->url, q->url) || dup_opt(&c->scope, q->scope) ||
         dup_opt(&c->accept, q->accept) || dup_opt(&c->content_type, q->content_type) ||
         dup_opt(&c->extra, q->extra)) {

@@ -797,6 +797,7 @@ const char *tkm_sig_reason(int rc)
         {-ENETUNREACH, "RegistryUnreachable"},
         {-EIO, "RegistryUnreachable"},
         {-EAGAIN, "RegistryUnreachable"},
+        {-ETIME, TKM_OCI_REASON_PULL_DEADLINE},
         {-EPROTO, "RegistryError"},
         {-E2BIG, "RegistryError"},
         {-ELOOP, "RegistryError"},

@@ -389,7 +389,7 @@ TEST(config_decode_reads_every_key_and_defaults)
                         "\"signatureTrustedRootRef\":\"Secret/root\",\"signatureIdentities\":"
                         "\"[{\\\"issuer\\\":\\\"https://i\\\",\\\"subject\\\":\\\"s\\\"}]\","
                         "\"signatureAllowCrossRepository\":\"true\",\"prefetch\":\"true\","
-                        "\"somethingElse\":\"ignored\"}",
+                        "\"pullDeadline\":\"1m30s\",\"somethingElse\":\"ignored\"}",
                         &cfg, &err),
               0);
     ASSERT_EQ(cfg.present, 1);
@@ -402,6 +402,7 @@ TEST(config_decode_reads_every_key_and_defaults)
     ASSERT_STREQ(cfg.identities[0].issuer, "https://i");
     ASSERT_EQ(cfg.allow_cross_repository, 1);
     ASSERT_EQ(cfg.prefetch, 1);
+    ASSERT_UEQ(cfg.pull_deadline_ms, 90000);
     tkm_api_config_release(&cfg);
     ASSERT_EQ(config_of("{\"signatureTrustedRootRef\":\"ConfigMap/r/k.json\","
                         "\"signatureIdentities\":\"[{\\\"issuer\\\":\\\"i\\\","
@@ -410,6 +411,7 @@ TEST(config_decode_reads_every_key_and_defaults)
               0);
     ASSERT_STREQ(cfg.trusted_root_kind, "ConfigMap");
     ASSERT_STREQ(cfg.trusted_root_key, "k.json");
+    ASSERT_UEQ(cfg.pull_deadline_ms, 0); /* absent: the daemons' --pull-deadline */
     tkm_api_config_release(&cfg);
 }
 
@@ -427,6 +429,9 @@ TEST(config_decode_names_the_bad_key)
         {"{\"signatureIdentities\":\"not json\"}", "signatureIdentities: not JSON"},
         {"{\"signatureTrustedRootRef\":\"Secret/r\"}", "go together"},
         {"{\"signatureMode\":7}", "signatureMode: expected a string"},
+        {"{\"pullDeadline\":\"30\"}", "pullDeadline: \"30\" is not a duration above 0"},
+        {"{\"pullDeadline\":\"0s\"}", "pullDeadline: \"0s\" is not a duration above 0"},
+        {"{\"pullDeadline\":30}", "pullDeadline: expected a string"},
     };
     for (size_t i = 0; i < TKM_ARRAY_SIZE(bad); i++) {
         struct tkm_api_config cfg;

@@ -846,6 +846,27 @@ TEST(start_failures_never_call_back)
     env_close(&e);
 }
 
+/* tkm-config pullDeadline reaches the pool's sessions, those already made
+ * and those made later; unset, the daemon's --pull-deadline comes back. */
+TEST(pull_deadline_reaches_every_session)
+{
+    struct env e;
+    struct tkm_err err = {0};
+    struct tkm_oci_session *s1 = NULL, *s2 = NULL;
+    env_open(&e, 1);
+    ASSERT_OK(tkm_verify_ctx_session(e.ctx, "127.0.0.1:1", NULL, 0, &s1, &err));
+    ASSERT_UEQ(tkm_oci_session_deadline(s1), 30u * 60 * 1000); /* opts 0: the default */
+    tkm_verify_ctx_set_pull_deadline(e.ctx, 1500);
+    ASSERT_UEQ(tkm_oci_session_deadline(s1), 1500);
+    ASSERT_OK(tkm_verify_ctx_session(e.ctx, "127.0.0.1:2", NULL, 0, &s2, &err));
+    ASSERT_UEQ(tkm_oci_session_deadline(s2), 1500);
+    tkm_verify_ctx_set_pull_deadline(e.ctx, 0);
+    ASSERT_UEQ(tkm_oci_session_deadline(s1), 30u * 60 * 1000);
+    ASSERT_UEQ(tkm_oci_session_deadline(s2), 30u * 60 * 1000);
+    tkm_verify_ctx_set_pull_deadline(NULL, 5); /* nothing */
+    env_close(&e);
+}
+
 TEST(registry_reasons)
 {
     int retry;
@@ -860,6 +881,9 @@ TEST(registry_reasons)
     ASSERT_EQ(retry, 1);
     ASSERT_STREQ(tkm_verify_registry_reason(-EPERM, "", &retry), "RegistryForbidden");
     ASSERT_STREQ(tkm_verify_registry_reason(-ECONNREFUSED, "", &retry), "RegistryUnreachable");
+    ASSERT_EQ(retry, 1);
+    retry = 0;
+    ASSERT_STREQ(tkm_verify_registry_reason(-ETIME, "", &retry), "PullDeadlineExceeded");
     ASSERT_EQ(retry, 1);
 }
 

@@ -340,6 +340,116 @@ TEST_TIMEOUT(concurrent, 60)
     fx_finish(&f);
 }
 
+/* A non-blocking connect to path that the server has not accepted yet (the
+ * loop runs while the backlog is full). */
+static int flood_connect(uv_loop_t *loop, const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    ASSERT(fd >= 0);
+    while (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        ASSERT(errno == EAGAIN);
+        uv_run(loop, UV_RUN_NOWAIT); /* the server accepts; the backlog drains */
+    }
+    return fd;
+}
+
+/* 1 when the server has closed fd (reads what it sent first: SETTINGS,
+ * GOAWAY), 0 while it is open. */
+static int flood_closed(int fd)
+{
+    char buf[4096];
+    for (;;) {
+        ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno == ECONNRESET))
+            return 1;
+        if (n < 0)
+            return 0;
+    }
+}
+
+static int flood_count_closed(const int *fds, int n)
+{
+    int closed = 0;
+    for (int i = 0; i < n; i++)
+        closed += flood_closed(fds[i]);
+    return closed;
+}
+
+/* 3,000 idle connections against a cap of 1,000 (one of them a real
+ * client's): the ones over the cap are closed at once and counted; the
+ * server answers the real client meanwhile; a new client is refused while
+ * the cap is full; the idle ones are closed after the idle timeout (and
+ * not before), after which a new client is served. */
+TEST_TIMEOUT(connection_cap_and_idle_timeout, 120)
+{
+    enum { FLOOD = 3000, CAP = 1000, IDLE_MS = 1500 };
+    struct tkm_grpc_server_opts o = {.max_connections = CAP, .idle_timeout_ms = IDLE_MS};
+    struct fx f;
+    struct res r = {.loop = NULL};
+    struct tkm_err err = {0};
+    int *fds = calloc(FLOOD, sizeof *fds);
+    ASSERT_NOT_NULL(fds);
+    fx_init(&f, "cap.sock", &o);
+    r.loop = &f.loop;
+    say(f.cli, SAY, "before", 0, 0, 0, NULL, 5000, &r);
+    run_until(&f.loop, &r.done, 1);
+    ASSERT_EQ(r.code, TKM_GRPC_OK);
+    ASSERT_UEQ(tkm_grpc_server_connections(f.srv), 1);
+    for (int i = 0; i < FLOOD; i++)
+        fds[i] = flood_connect(&f.loop, f.path);
+    uv_update_time(&f.loop);
+    uint64_t flooded = uv_now(&f.loop);
+    while (tkm_grpc_server_refused(f.srv) < FLOOD - CAP + 1 ||
+           tkm_grpc_server_connections(f.srv) > CAP)
+        uv_run(&f.loop, UV_RUN_ONCE);
+    ASSERT_UEQ(tkm_grpc_server_refused(f.srv), FLOOD - CAP + 1);
+    ASSERT_UEQ(tkm_grpc_server_connections(f.srv), CAP);
+    ASSERT_UEQ(tkm_grpc_server_idle_closed(f.srv), 0);
+    /* the refused ones see their connection closed; the others stay open */
+    ASSERT_EQ(flood_count_closed(fds, FLOOD), FLOOD - CAP + 1);
+    /* the real client, connected before the flood, is answered at once */
+    struct res r2 = {.loop = &f.loop};
+    say(f.cli, SAY, "during", 0, 0, 0, NULL, 5000, &r2);
+    run_until(&f.loop, &r2.done, 1);
+    ASSERT_EQ(r2.code, TKM_GRPC_OK);
+    ASSERT_STREQ(r2.text, "during");
+    /* a new client is over the cap: refused (UNAVAILABLE), counted */
+    struct tkm_grpc_client *late = NULL;
+    struct res r3 = {.loop = &f.loop};
+    ASSERT_OK(tkm_grpc_client_new(&f.loop, f.path, NULL, &late, &err));
+    say(late, SAY, "over the cap", 0, 0, 0, NULL, 5000, &r3);
+    run_until(&f.loop, &r3.done, 1);
+    ASSERT_EQ(r3.code, TKM_GRPC_UNAVAILABLE);
+    ASSERT_UEQ(tkm_grpc_server_refused(f.srv), FLOOD - CAP + 2);
+    /* the idle timeout closes every idle connection, the real client's too */
+    while (tkm_grpc_server_connections(f.srv) > 0)
+        uv_run(&f.loop, UV_RUN_ONCE);
+    uint64_t took = uv_now(&f.loop) - flooded;
+    ASSERT(took >= IDLE_MS - 100);
+    ASSERT(took < 4 * IDLE_MS);
+    ASSERT_UEQ(tkm_grpc_server_idle_closed(f.srv), CAP);
+    ASSERT_EQ(flood_count_closed(fds, FLOOD), FLOOD);
+    /* room again: the late client is served on a new connection, and so is
+     * the first one (it reconnects after the GOAWAY) */
+    struct res r4 = {.loop = &f.loop}, r5 = {.loop = &f.loop};
+    say(late, SAY, "after", 0, 0, 0, NULL, 5000, &r4);
+    say(f.cli, SAY, "again", 0, 0, 0, NULL, 5000, &r5);
+    run_until(&f.loop, &r4.done, 1);
+    run_until(&f.loop, &r5.done, 1);
+    ASSERT_EQ(r4.code, TKM_GRPC_OK);
+    ASSERT_EQ(r5.code, TKM_GRPC_OK);
+    ASSERT_STREQ(r5.text, "again");
+    for (int i = 0; i < FLOOD; i++)
+        close(fds[i]);
+    free(fds);
+    int late_closed = 0;
+    tkm_grpc_client_close(late, on_closed, &late_closed);
+    run_until(&f.loop, &late_closed, 1);
+    fx_finish(&f);
+}
+
 TEST(unknown_method)
 {
     struct fx f;

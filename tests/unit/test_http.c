@@ -284,6 +284,8 @@ TEST(total_timeout)
     ASSERT_EQ(http_do(&o, &resp, &err), -ETIMEDOUT);
     ASSERT(tkm_now_ms() - t0 < 2500);
     ASSERT_STRCONTAINS(err.msg, url);
+    /* the cause in words: the whole-request limit, not a stall */
+    ASSERT_STRCONTAINS(err.msg, "timed out: no complete response within 300 ms (0 bytes received)");
     ASSERT_EQ(resp.status, 0);
     tkm_http_resp_release(&resp);
     tsrv_stop(&s);
@@ -298,10 +300,13 @@ TEST(idle_timeout)
     url_of(url, sizeof url, port, "/idle");
     struct tkm_http_req_opts o = {.url = url, .idle_timeout_ms = 1000};
     struct tkm_http_resp resp;
+    struct tkm_err err = {0};
     tkm_http_resp_init(&resp);
     uint64_t t0 = tkm_now_ms();
-    ASSERT_EQ(http_do(&o, &resp, NULL), -ETIMEDOUT);
+    ASSERT_EQ(http_do(&o, &resp, &err), -ETIMEDOUT);
     ASSERT(tkm_now_ms() - t0 < 3500);
+    /* a stall is named as one */
+    ASSERT_STRCONTAINS(err.msg, "stalled: no data for 1 s (0 bytes received)");
     tkm_http_resp_release(&resp);
     tsrv_stop(&s);
 }

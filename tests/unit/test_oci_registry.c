@@ -1,6 +1,7 @@
 /* test_oci_registry.c - the registry client against scripted loopback HTTP servers:
  * redirects drop Authorization across hosts, exact blob size limits, digest checks,
  * manifest size cap, Basic auth from Secret bytes. */
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <tkm/buf.h>
@@ -10,6 +11,7 @@
 #include <tkm/oci/registry.h>
 #include <tkm/oci/session.h>
 #include <tkm/triton/image.h>
+#include <tkm/util.h>
 
 #include "sup_oci.h"
 #include "test.h"
@@ -507,6 +509,121 @@ TEST(failed_pull_leaves_no_directory)
     ASSERT_OK(leftovers(tkm_test_tmpdir(), "layout"));
     tsrv_stop(&s2);
     slow_stop(&cut);
+    tsrv_stop(&s);
+}
+
+/* An image whose layer route redirects to a slow server on slow_port: the
+ * registry (s, borrowed until tsrv_stop) and the reference to pull. */
+struct redirected {
+    struct image_routes ir;
+    char loc[200];
+    struct tsrv s;
+    struct tkm_oci_ref ref;
+};
+
+static void redirected_start(struct redirected *rd, const char *layer, size_t n, int slow_port)
+{
+    image_routes(&rd->ir, layer, n);
+    snprintf(rd->loc, sizeof rd->loc, "Location: http://127.0.0.1:%d/blob\r\n", slow_port);
+    rd->ir.routes[3] = (struct route){"GET", rd->ir.lpath, {307, rd->loc}};
+    parse_ref(&rd->ref, server_start(&rd->s, rd->ir.routes, 4), ":v1");
+}
+
+/* Runs tkm_oci_pull with stderr sent to log (the log lines it writes). */
+static int pull_logged(const struct tkm_oci_ref *ref, const struct tkm_oci_registry_opts *o,
+                       const char *out, const char *log, struct tkm_err *e)
+{
+    struct tkm_oci_pull_result res;
+    fflush(stderr);
+    int saved = dup(2), fd = open(log, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    ASSERT(saved >= 0 && fd >= 0);
+    ASSERT(dup2(fd, 2) == 2);
+    int rc = tkm_oci_pull(ref, o, out, NULL, 1, &res, e);
+    fflush(stderr);
+    ASSERT(dup2(saved, 2) == 2);
+    close(fd);
+    close(saved);
+    if (rc == 0)
+        tkm_oci_pull_result_release(&res);
+    return rc;
+}
+
+/* A layer that stops after 100 bytes: each retry is logged with its cause (a
+ * stall, not the "HTTP 200" seen before it) and the download's deadline ends
+ * the retries with its own reason. */
+TEST(stalled_download_names_the_stall_and_meets_its_deadline)
+{
+    static char layer[4096];
+    memset(layer, 's', sizeof layer);
+    struct slow_server slow; /* 100 bytes, then nothing: the connection is held */
+    slow_start(&slow, sizeof layer, 100, 0);
+    struct redirected rd;
+    redirected_start(&rd, layer, sizeof layer, slow.port);
+    struct tkm_oci_registry_opts o = {.anonymous = 1, .idle_timeout_ms = 1000, .deadline_ms = 3000};
+    struct tkm_err e = {0};
+    char out[1200], log[1200], text[8192];
+    snprintf(out, sizeof out, "%s/layout", tkm_test_tmpdir());
+    snprintf(log, sizeof log, "%s/log", tkm_test_tmpdir());
+    uint64_t t0 = tkm_now_ms();
+    ASSERT_EQ(pull_logged(&rd.ref, &o, out, log, &e), -ETIME);
+    uint64_t took = tkm_now_ms() - t0;
+    ASSERT(took >= 1000 && took < 6000);
+    ASSERT_STRCONTAINS(e.msg, "download deadline of 3 s reached");
+    ASSERT_STRCONTAINS(e.msg, "stalled: no data for 1 s (100 bytes received)");
+    ASSERT_STRCONTAINS(e.msg, rd.ir.ldg);
+    ASSERT(slow_started(&slow) >= 2); /* retried before the deadline */
+    FILE *f = fopen(log, "r");
+    ASSERT_NOT_NULL(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    ASSERT_STRCONTAINS(text, "stalled: no data for 1 s (100 bytes received), "
+                             "retrying in ");
+    ASSERT_NULL(strstr(text, "HTTP 200"));
+    ASSERT_EQ(access(out, F_OK), -1);
+    ASSERT_OK(leftovers(tkm_test_tmpdir(), "layout"));
+    tsrv_stop(&rd.s);
+    slow_stop(&slow);
+}
+
+/* A registry that trickles the layer (2 bytes every 20 ms: never slow
+ * enough for the idle limit, 40 s for the whole layer) is stopped by the
+ * download's deadline, with its reason, within bounds. Without a deadline
+ * (tkmctl's TKM_OCI_NO_DEADLINE) a trickle that ends is pulled whole. */
+TEST(trickled_download_ends_at_its_deadline)
+{
+    static char layer[4000];
+    memset(layer, 't', sizeof layer);
+    struct image_routes ir;
+    image_routes(&ir, layer, sizeof layer);
+    ir.routes[3].reply.chunks = (int)sizeof layer;
+    struct tsrv s;
+    int port = server_start(&s, ir.routes, 4);
+    struct tkm_oci_ref ref;
+    parse_ref(&ref, port, ":v1");
+    struct tkm_oci_registry_opts o = {.anonymous = 1, .idle_timeout_ms = 1000, .deadline_ms = 1500};
+    struct tkm_err e = {0};
+    char out[1200], log[1200];
+    snprintf(out, sizeof out, "%s/layout", tkm_test_tmpdir());
+    snprintf(log, sizeof log, "%s/log", tkm_test_tmpdir());
+    uint64_t t0 = tkm_now_ms();
+    ASSERT_EQ(pull_logged(&ref, &o, out, log, &e), -ETIME);
+    uint64_t took = tkm_now_ms() - t0;
+    ASSERT(took >= 1400 && took < 5000);
+    ASSERT_STRCONTAINS(e.msg, "download deadline of 1500 ms reached (1 attempt; last: ");
+    ASSERT_STRCONTAINS(e.msg, "timed out: no complete response within");
+    ASSERT_EQ(access(out, F_OK), -1);
+    ASSERT_OK(leftovers(tkm_test_tmpdir(), "layout"));
+    tsrv_stop(&s);
+    /* 160 bytes in 2-byte pieces: 1.6 s, more than the 1.5 s above */
+    image_routes(&ir, layer, 160);
+    ir.routes[3].reply.chunks = 160;
+    parse_ref(&ref, server_start(&s, ir.routes, 4), ":v1");
+    o.deadline_ms = TKM_OCI_NO_DEADLINE;
+    t0 = tkm_now_ms();
+    ASSERT_OK(pull_logged(&ref, &o, out, log, &e));
+    ASSERT(tkm_now_ms() - t0 >= 1500);
+    ASSERT_OK(access(out, F_OK));
     tsrv_stop(&s);
 }
 

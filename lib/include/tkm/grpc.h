@@ -52,8 +52,9 @@
  * enum tkm_grpc_code values with a message.
  *
  * Limits and defaults (see docs/grpc.md): max message 4 MiB each way, 100
- * concurrent streams per connection, 16 KiB of request metadata, socket mode
- * 0600, parent directory created 0700, peers allowed: uid 0 and our own uid.
+ * concurrent streams per connection, 1024 connections, idle connections
+ * closed after 5 min, 16 KiB of request metadata, socket mode 0600, parent
+ * directory created 0700, peers allowed: uid 0 and our own uid.
  */
 #ifndef TKM_GRPC_H
 #define TKM_GRPC_H
@@ -92,6 +93,8 @@ const char *tkm_grpc_code_name(int code);
 
 #define TKM_GRPC_DEFAULT_MAX_MESSAGE (4u * 1024 * 1024)
 #define TKM_GRPC_DEFAULT_MAX_STREAMS 100u
+#define TKM_GRPC_DEFAULT_MAX_CONNS   1024u
+#define TKM_GRPC_DEFAULT_IDLE_MS     (5u * 60 * 1000)
 
 /* ---- server ------------------------------------------------------------ */
 
@@ -115,6 +118,13 @@ struct tkm_grpc_server_opts {
     size_t n_allowed_uids;
     size_t max_message;   /* request and response; default 4 MiB */
     unsigned max_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS; default 100 */
+    /* Connections served at once; one more is accepted and closed at once,
+     * before any HTTP/2, and counted (tkm_grpc_server_refused). Default 1024. */
+    unsigned max_connections;
+    /* A connection with no call open and no frame received for this long
+     * gets GOAWAY and is closed (checked every quarter of it, at most every
+     * 30 s). Default 5 min. */
+    uint64_t idle_timeout_ms;
 };
 
 /* A request for a registered method. call is borrowed until the handler
@@ -152,6 +162,10 @@ void tkm_grpc_server_close(struct tkm_grpc_server *srv, void (*closed_cb)(void *
 const char *tkm_grpc_server_path(const struct tkm_grpc_server *srv);
 /* Connections open now, refused ones until they have closed (metrics, tests). */
 size_t tkm_grpc_server_connections(const struct tkm_grpc_server *srv);
+/* Connections refused by max_connections since the server started (metrics). */
+uint64_t tkm_grpc_server_refused(const struct tkm_grpc_server *srv);
+/* Connections closed by idle_timeout_ms since the server started (metrics). */
+uint64_t tkm_grpc_server_idle_closed(const struct tkm_grpc_server *srv);
 
 /* Accessors; every result is borrowed from the call until it is finished. */
 const char *tkm_grpc_call_method(const struct tkm_grpc_call *call);

@@ -38,7 +38,10 @@
  * reports its outcome in struct tkm_http_resp: code 0 means an HTTP response
  * arrived (any status, look at resp->status); a negative code is a transport
  * failure with resp->status 0 (or the status seen before the failure):
- *   -ETIMEDOUT      total timeout or idle (low-speed) limit hit, connect timeout
+ *   -ETIMEDOUT      total timeout or idle (low-speed) limit hit, connect timeout;
+ *                   resp->error says which ("timed out connecting ...", "timed
+ *                   out: no complete response within N ms ...", "stalled: no
+ *                   data for N s (B bytes received)")
  *   -ECONNREFUSED   nothing listens
  *   -ECONNRESET     the connection broke (reset, closed early, HTTP/2 stream error)
  *   -EHOSTUNREACH   name resolution or routing failed
@@ -124,8 +127,10 @@ struct tkm_http_req_opts {
     size_t body_len;
     const struct tkm_http_tls *tls; /* or NULL: system CA store, no client cert */
     uint64_t timeout_ms;            /* whole request; 0 = no limit (watches) */
-    /* Idle limit: abort when fewer than 1 byte/s arrives for this long.
-     * 0 = none. Watches set it a little above their server timeout. */
+    /* Idle limit: abort (-ETIMEDOUT, "stalled") when no byte has moved for
+     * this long (checked about every second). A trickle of a byte now and
+     * then keeps a transfer going: bound it with timeout_ms. 0 = none.
+     * Watches set it a little above their server timeout. */
     uint64_t idle_timeout_ms;
     size_t max_body;      /* cap for the buffered body; default 16 MiB */
     int follow_redirects; /* 1: follow up to 5 redirects */

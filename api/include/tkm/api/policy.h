@@ -52,6 +52,9 @@ struct tkm_api_config {
     size_t n_identities;
     int allow_cross_repository; /* signatureAllowCrossRepository "true" */
     int prefetch;               /* prefetch "true": agents extract ahead of demand */
+    /* pullDeadline ("30m", lib/flags.c's duration grammar): each blob
+     * download's deadline, over the daemons' --pull-deadline; 0 when absent */
+    uint64_t pull_deadline_ms;
 };
 
 /* Decodes a ConfigMap object (the whole object as GET or an informer returns

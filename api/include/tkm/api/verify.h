@@ -66,12 +66,18 @@ struct tkm_verify_ctx;
 
 struct tkm_verify_ctx_opts {
     uint64_t timeout_ms; /* per registry request; 0: 30 s */
+    /* each blob download, retries included; 0: 30 min (tkm_oci_registry_opts) */
+    uint64_t pull_deadline_ms;
 };
 
 /* loop and http borrowed (see above); o may be NULL. *out owned:
  * tkm_verify_ctx_close. 0 or -ENOMEM. */
 int tkm_verify_ctx_new(uv_loop_t *loop, struct tkm_http *http, const struct tkm_verify_ctx_opts *o,
                        struct tkm_verify_ctx **out, struct tkm_err *err);
+/* The blob download deadline of the pool's sessions, now and for those made
+ * later (tkm-config pullDeadline); 0: back to o->pull_deadline_ms. NULL ctx:
+ * nothing. */
+void tkm_verify_ctx_set_pull_deadline(struct tkm_verify_ctx *ctx, uint64_t ms);
 /* Cancels every job (none calls back), frees the sessions once their jobs
  * have reported (jobs the caller started itself on a session from
  * tkm_verify_ctx_session get -ECANCELED), then calls cb(data) once from the

@@ -49,6 +49,10 @@
  * every MiB and once at the end. */
 typedef void (*tkm_oci_progress_cb)(void *ud, uint64_t done, uint64_t total);
 
+/* The condition/event reason of a download stopped by its deadline. */
+#define TKM_OCI_REASON_PULL_DEADLINE "PullDeadlineExceeded"
+#define TKM_OCI_NO_DEADLINE          UINT64_MAX
+
 struct tkm_oci_registry_opts {
     const char *const *insecure; /* NULL-terminated "host[:port]" allowed plain HTTP, or NULL */
     const char *auth_file;       /* a docker config.json to read instead of the defaults */
@@ -59,6 +63,11 @@ struct tkm_oci_registry_opts {
                                  when set, https is used even for loopback hosts */
     uint64_t timeout_ms;      /* per manifest/token request; default 60 s */
     uint64_t idle_timeout_ms; /* blob transfers: abort after this long without data; 60 s */
+    /* blob transfers: each download, its retries and their waits included,
+     * ends after this long (a registry that trickles bytes faster than the
+     * idle limit), with -ETIME and TKM_OCI_REASON_PULL_DEADLINE; default 30 min;
+     * TKM_OCI_NO_DEADLINE: none (tkmctl, where a person can interrupt) */
+    uint64_t deadline_ms;
     tkm_oci_progress_cb progress;
     void *progress_ud;
     /* Borrowed, may be NULL: a flag that stops tkm_oci_pull / tkm_oci_inspect

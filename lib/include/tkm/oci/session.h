@@ -85,6 +85,10 @@ void tkm_oci_session_close(struct tkm_oci_session *s, void (*closed_cb)(void *da
 const char *tkm_oci_session_scheme(const struct tkm_oci_session *s);
 /* Jobs started and not yet reported (tests, metrics). */
 size_t tkm_oci_session_jobs(const struct tkm_oci_session *s);
+/* The deadline of each blob download (tkm_oci_registry_opts.deadline_ms):
+ * set applies to downloads started from now on (0: the default, 30 min). */
+void tkm_oci_session_set_deadline(struct tkm_oci_session *s, uint64_t ms);
+uint64_t tkm_oci_session_deadline(const struct tkm_oci_session *s);
 
 struct tkm_oci_job_result {
     /* resolve: the digest of the reference's manifest (index or image);
