@@ -172,11 +172,18 @@ struct ctrl_why {
     char s[];      /* "Reason\0message\0" */
 };
 
+/* A Node seen by the nodes informer. */
+struct ctrl_node {
+    char *uid;
+    unsigned mark;
+    char name[]; /* nodes' key */
+};
+
 struct ctrl_nodes {
     struct tkm_strmap objs;     /* nsobj key ("c:" + name for the cluster kind) -> struct ctrl_nsobj
                                    (owned) */
     struct tkm_strmap caches;   /* cache key -> struct ctrl_cidx (owned) */
-    struct tkm_strmap nodes;    /* node name -> struct ctrl_node (owned, private) */
+    struct tkm_strmap nodes;    /* node name -> struct ctrl_node (owned) */
     struct tkm_strmap groups;   /* namespace -> struct ctrl_nsgroup (owned) */
     struct ctrl_nsgroup cgroup; /* the cluster kind's objects */
     struct ctrl_idtab cidx;     /* cache id -> struct ctrl_cidx (borrowed from caches) */
@@ -198,10 +205,6 @@ struct ctrl_nodes {
 
 void ctrl_nodes_init(struct ctrl_nodes *n);
 void ctrl_nodes_release(struct ctrl_nodes *n);
-/* The bytes the index holds on the heap (its structs, arrays, strings and
- * map tables, not malloc's own overhead): what bytes per entry is measured
- * with. */
-size_t ctrl_nodes_bytes(const struct ctrl_nodes *n);
 /* The cache key of a cache: "ns/name", or "/name" for the cluster kind. */
 int ctrl_cache_key(char *out, size_t n, const char *ns, const char *name);
 /* Upserts a node status object from its raw JSON (borrowed). cluster: 1 for
