@@ -426,17 +426,11 @@ int k8s_apply_async(struct k8s_client *c, const struct k8s_resource *r, const ch
     ASYNC_BODY(apply_prep(&p, c, r, ns, obj, o, &st));
 }
 
-/* ---- the synchronous list (CLIs: kubectl-tkm) --------------------------------------------- */
+/* ---- waiting for one verb (CLIs, tests) ----------------------------------------------------- */
 
-struct sync_ctx {
-    int done, rc;
-    json_t *obj;
-    struct k8s_status *st;
-};
-
-static void sync_done(int rc, json_t *obj, const struct k8s_status *st, void *data)
+void k8s_sync_cb(int rc, json_t *obj, const struct k8s_status *st, void *data)
 {
-    struct sync_ctx *s = data;
+    struct k8s_sync *s = data;
     s->done = 1;
     s->rc = rc;
     if (rc == 0) {
@@ -450,30 +444,32 @@ static void sync_done(int rc, json_t *obj, const struct k8s_status *st, void *da
     }
 }
 
+int k8s_sync_wait(struct k8s_client *c, int rc, struct k8s_sync *s, json_t **out)
+{
+    if (out)
+        *out = NULL;
+    if (rc)
+        return rc;
+    while (!s->done)
+        uv_run(k8s_client_loop(c), UV_RUN_ONCE);
+    if (out)
+        *out = s->obj;
+    else
+        json_decref(s->obj);
+    return s->rc;
+}
+
 int k8s_list(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
              const struct k8s_list_opts *o, json_t **out, struct k8s_status *st)
 {
     struct prep p;
     struct k8s_status local = K8S_STATUS_INIT;
-    struct sync_ctx s = {.st = st};
-    if (out)
-        *out = NULL;
-    if (!st)
-        st = &local;
-    int rc = list_prep(&p, c, r, ns, o, st);
+    struct k8s_sync s = {.st = st};
+    int rc = list_prep(&p, c, r, ns, o, st ? st : &local);
     if (rc == 0)
-        rc = prep_send(&p, c, sync_done, &s, st);
+        rc = prep_send(&p, c, k8s_sync_cb, &s, st ? st : &local);
     else
         prep_release(&p);
-    if (rc == 0) {
-        while (!s.done)
-            uv_run(k8s_client_loop(c), UV_RUN_ONCE);
-        rc = s.rc;
-        if (out)
-            *out = s.obj;
-        else
-            json_decref(s.obj);
-    }
     k8s_status_release(&local);
-    return rc;
+    return k8s_sync_wait(c, rc, &s, out);
 }

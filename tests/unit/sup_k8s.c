@@ -6,78 +6,40 @@
 
 #include "sup_k8s.h"
 
-struct wait {
-    int done, rc;
-    json_t *obj;
-    struct k8s_status *st;
-};
-
-static void wait_done(int rc, json_t *obj, const struct k8s_status *st, void *data)
-{
-    struct wait *w = data;
-    w->done = 1;
-    w->rc = rc;
-    if (rc == 0) {
-        w->obj = json_incref(obj);
-    } else if (w->st) {
-        /* Move the report: the request frees its own copy after we return. */
-        struct k8s_status *src = (struct k8s_status *)st;
-        k8s_status_release(w->st);
-        *w->st = *src;
-        k8s_status_init(src);
-    }
-}
-
-/* rc: what the _async verb returned. */
-static int wait_run(struct k8s_client *c, int rc, struct wait *w, json_t **out)
-{
-    if (out)
-        *out = NULL;
-    if (rc)
-        return rc;
-    while (!w->done)
-        uv_run(k8s_client_loop(c), UV_RUN_ONCE);
-    if (out)
-        *out = w->obj;
-    else
-        json_decref(w->obj);
-    return w->rc;
-}
-
 #define SYNC(call)                                                                                 \
-    struct wait w = {.st = st};                                                                    \
-    return wait_run(c, (call), &w, out)
+    struct k8s_sync w = {.st = st};                                                                \
+    return k8s_sync_wait(c, (call), &w, out)
 
 int sup_k8s_get(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
                 const char *name, const char *subresource, json_t **out, struct k8s_status *st)
 {
-    SYNC(k8s_get_async(c, r, ns, name, subresource, wait_done, &w));
+    SYNC(k8s_get_async(c, r, ns, name, subresource, k8s_sync_cb, &w));
 }
 
 int sup_k8s_create(struct k8s_client *c, const struct k8s_resource *r, const char *ns, json_t *obj,
                    json_t **out, struct k8s_status *st)
 {
-    SYNC(k8s_create_async(c, r, ns, obj, wait_done, &w));
+    SYNC(k8s_create_async(c, r, ns, obj, k8s_sync_cb, &w));
 }
 
 int sup_k8s_delete(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
                    const char *name, const struct k8s_delete_opts *o, json_t **out,
                    struct k8s_status *st)
 {
-    SYNC(k8s_delete_async(c, r, ns, name, o, wait_done, &w));
+    SYNC(k8s_delete_async(c, r, ns, name, o, k8s_sync_cb, &w));
 }
 
 int sup_k8s_patch(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
                   const char *name, json_t *patch, const struct k8s_patch_opts *o, json_t **out,
                   struct k8s_status *st)
 {
-    SYNC(k8s_patch_async(c, r, ns, name, patch, o, wait_done, &w));
+    SYNC(k8s_patch_async(c, r, ns, name, patch, o, k8s_sync_cb, &w));
 }
 
 int sup_k8s_apply(struct k8s_client *c, const struct k8s_resource *r, const char *ns, json_t *obj,
                   const struct k8s_apply_opts *o, json_t **out, struct k8s_status *st)
 {
-    SYNC(k8s_apply_async(c, r, ns, obj, o, wait_done, &w));
+    SYNC(k8s_apply_async(c, r, ns, obj, o, k8s_sync_cb, &w));
 }
 
 int sup_stderr_begin(struct sup_stderr *s)

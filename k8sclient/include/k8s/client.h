@@ -4,9 +4,9 @@
  * A struct k8s_client holds a copy of a struct k8s_config, the credentials
  * derived from it and one lib/http transport (connection reuse, HTTP/2) on
  * the caller's loop. Requests are asynchronous with a completion callback;
- * k8s_list() also has a synchronous form for CLIs, which runs the client's
- * loop until the one request is done: never call it from inside a loop
- * callback.
+ * k8s_sync_wait() (and k8s_list(), built on it) run the client's loop until
+ * one request is done, for CLIs and tests: never call them from inside a
+ * loop callback.
  *
  * Lifecycle:
  *   k8s_client_new(loop, &cfg, &opts, &c, err)   cfg is copied
@@ -244,9 +244,23 @@ int k8s_patch_async(struct k8s_client *c, const struct k8s_resource *r, const ch
 int k8s_apply_async(struct k8s_client *c, const struct k8s_resource *r, const char *ns, json_t *obj,
                     const struct k8s_apply_opts *o, k8s_result_cb cb, void *data);
 
-/* The synchronous list: runs the client's loop until done. *out (optional)
- * gets an owned reference (json_decref()) on success, NULL on failure; st
- * (optional) gets the report on failure. Returns 0 or the negative errno. */
+/*
+ * Waiting for one request from outside the loop (CLIs, tests; never inside a
+ * loop callback): pass k8s_sync_cb and a struct k8s_sync (zeroed; st, the
+ * caller's, optional) to a verb, then k8s_sync_wait() with what the verb
+ * returned: it runs the client's loop until the request is done. *out
+ * (optional) gets an owned reference (json_decref()) on success, NULL on
+ * failure; st gets the report of a request that was sent and failed.
+ * Returns 0 or the negative errno.
+ */
+struct k8s_sync {
+    int done, rc;
+    json_t *obj;
+    struct k8s_status *st;
+};
+void k8s_sync_cb(int rc, json_t *obj, const struct k8s_status *st, void *data);
+int k8s_sync_wait(struct k8s_client *c, int rc, struct k8s_sync *s, json_t **out);
+/* The synchronous list, the same way (st also gets a refusal before sending). */
 int k8s_list(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
              const struct k8s_list_opts *o, json_t **out, struct k8s_status *st);
 
