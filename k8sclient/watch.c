@@ -27,6 +27,15 @@
 #define ACCEPT_META_LIST  "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 #define ACCEPT_META_WATCH "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
+/* A watch's timeoutSeconds is drawn from [300, 600] (client-go's range). */
+#define TIMEOUT_MIN_S 300u
+#define TIMEOUT_MAX_S 600u
+/* A watch that ends sooner than this without an event is an error
+ * (client-go's VeryShortWatchError). */
+#define SHORT_WATCH_MS 1000u
+/* The most of a server's Retry-After a watch waits. */
+#define MAX_RETRY_AFTER_S 60
+
 enum list_rv { LIST_RV_ANY = 0, LIST_RV_LAST, LIST_RV_QUORUM };
 enum next_step { STEP_LIST = 0, STEP_WATCH };
 
@@ -134,8 +143,8 @@ static void fail_and_retry(struct k8s_watch *w, enum next_step step, int rc, lon
     uint64_t d = tkm_backoff_next(&w->bo, tkm_now_ms());
     if (retry_after_s >= 0) {
         long ra = retry_after_s;
-        if (ra > w->o.max_retry_after_s)
-            ra = w->o.max_retry_after_s;
+        if (ra > MAX_RETRY_AFTER_S)
+            ra = MAX_RETRY_AFTER_S;
         uint64_t ra_ms = (uint64_t)ra * 1000u;
         w->st.last_retry_after_ms = ra_ms;
         if (ra_ms > d)
@@ -157,7 +166,7 @@ static int build_path(struct k8s_watch *w, struct tkm_buf *path, int watch, stru
     if (!watch && w->streaming) {
         /* A "list" as the initial events of a watch. */
         char t[24];
-        unsigned secs = (unsigned)tkm_rand_range(&w->rng, w->o.timeout_min_s, w->o.timeout_max_s);
+        unsigned secs = (unsigned)tkm_rand_range(&w->rng, TIMEOUT_MIN_S, TIMEOUT_MAX_S);
         const char *rv = w->list_rv == LIST_RV_LAST && *w->rv ? w->rv : NULL;
         snprintf(t, sizeof t, "%u", secs);
         if ((rc = k8s_query_add(path, "watch", "1")) < 0 ||
@@ -169,7 +178,7 @@ static int build_path(struct k8s_watch *w, struct tkm_buf *path, int watch, stru
             return tkm_err_set(err, rc, "watch: cannot build the request path");
     } else if (watch) {
         char t[24];
-        unsigned secs = (unsigned)tkm_rand_range(&w->rng, w->o.timeout_min_s, w->o.timeout_max_s);
+        unsigned secs = (unsigned)tkm_rand_range(&w->rng, TIMEOUT_MIN_S, TIMEOUT_MAX_S);
         snprintf(t, sizeof t, "%u", secs);
         if ((rc = k8s_query_add(path, "watch", "1")) < 0 ||
             (rc = k8s_query_add(path, "resourceVersion", *w->rv ? w->rv : w->rv0_param)) < 0 ||
@@ -190,28 +199,54 @@ static int build_path(struct k8s_watch *w, struct tkm_buf *path, int watch, stru
 
 /* ---- list ---------------------------------------------------------------- */
 
-static int list_item_cb(const char *p, size_t n, void *data)
+/* Decodes one list item (item 1) or watch event; a failure ends the stream. */
+static int decode(struct k8s_watch *w, int item, const char *p, size_t n,
+                  struct k8s_watch_event *ev, json_t **root)
 {
-    struct k8s_watch *w = data;
-    struct k8s_watch_event ev;
-    json_t *root = NULL;
-    if (dead(w))
-        return 1;
-    int rc = w->o.raw_only ? k8s__item_decode_raw(&w->rd, p, n, &ev, &w->stream_err)
-                           : k8s__item_decode(p, n, &ev, &root, &w->stream_err);
-    if (rc < 0) {
+    int rc;
+    *root = NULL;
+    if (item)
+        rc = w->o.raw_only ? k8s__item_decode_raw(&w->rd, p, n, ev, &w->stream_err)
+                           : k8s__item_decode(p, n, ev, root, &w->stream_err);
+    else
+        rc = w->o.raw_only ? k8s__event_decode_raw(&w->rd, p, n, ev, root, &w->stream_err)
+                           : k8s__event_decode(p, n, ev, root, &w->stream_err);
+    if (rc < 0)
         w->stream_rc = rc;
-        return 1;
-    }
+    return rc;
+}
+
+/* Hands a list item (or an initial event of a streaming list) to the handler. */
+static void deliver_item(struct k8s_watch *w, const struct k8s_watch_event *ev)
+{
     if (!w->list_begun) {
         w->list_begun = 1;
         if (w->h.list_begin)
             w->h.list_begin(w->data);
     }
-    if (w->h.list_item && !dead(w) && w->h.list_item(&ev, w->data) != 0 && !dead(w))
+    if (w->h.list_item && !dead(w) && w->h.list_item(ev, w->data) != 0 && !dead(w))
         halt(w);
+}
+
+static int list_item_cb(const char *p, size_t n, void *data)
+{
+    struct k8s_watch *w = data;
+    struct k8s_watch_event ev;
+    json_t *root;
+    if (dead(w) || decode(w, 1, p, n, &ev, &root) < 0)
+        return 1;
+    deliver_item(w, &ev);
     json_decref(root);
     return dead(w) ? 1 : 0;
+}
+
+/* The body of a list (cb list_item_cb) or of a watch (event_cb). */
+static int feed(struct k8s_watch *w, const char *p, size_t n, k8s__frame_cb cb)
+{
+    int rc = k8s__framer_feed(&w->fr, p, n, cb, w, &w->stream_err);
+    if (rc < 0)
+        w->stream_rc = rc;
+    return rc != 0;
 }
 
 static int list_data(struct k8s_req *req, const char *p, size_t n, void *data)
@@ -220,10 +255,7 @@ static int list_data(struct k8s_req *req, const char *p, size_t n, void *data)
     (void)req;
     if (dead(w) || w->stream_rc)
         return 1;
-    int rc = k8s__framer_feed(&w->fr, p, n, list_item_cb, w, &w->stream_err);
-    if (rc < 0)
-        w->stream_rc = rc;
-    return rc != 0;
+    return feed(w, p, n, list_item_cb);
 }
 
 /* The list's own resourceVersion, from the framer's non-item bytes. */
@@ -343,13 +375,7 @@ static int initial_event(struct k8s_watch *w, const struct k8s_watch_event *ev)
         list_completed(w);
         return 0;
     }
-    if (!w->list_begun) {
-        w->list_begun = 1;
-        if (w->h.list_begin)
-            w->h.list_begin(w->data);
-    }
-    if (w->h.list_item && !dead(w) && w->h.list_item(ev, w->data) != 0 && !dead(w))
-        halt(w);
+    deliver_item(w, ev);
     return 0;
 }
 
@@ -357,15 +383,10 @@ static int event_cb(const char *p, size_t n, void *data)
 {
     struct k8s_watch *w = data;
     struct k8s_watch_event ev;
-    json_t *root = NULL;
-    if (dead(w))
+    json_t *root;
+    int rc;
+    if (dead(w) || decode(w, 0, p, n, &ev, &root) < 0)
         return 1;
-    int rc = w->o.raw_only ? k8s__event_decode_raw(&w->rd, p, n, &ev, &root, &w->stream_err)
-                           : k8s__event_decode(p, n, &ev, &root, &w->stream_err);
-    if (rc < 0) {
-        w->stream_rc = rc;
-        return 1;
-    }
     if (ev.type == K8S_WATCH_ERROR) {
         if (ev.code == 410) {
             w->got_410 = 1;
@@ -406,10 +427,7 @@ static int watch_data(struct k8s_req *req, const char *p, size_t n, void *data)
     (void)req;
     if (dead(w) || w->stream_rc || w->got_410)
         return 1;
-    int rc = k8s__framer_feed(&w->fr, p, n, event_cb, w, &w->stream_err);
-    if (rc < 0)
-        w->stream_rc = rc;
-    return rc != 0;
+    return feed(w, p, n, event_cb);
 }
 
 static void watch_failed(struct k8s_watch *w, struct k8s_response *resp)
@@ -523,7 +541,7 @@ static void watch_done(struct k8s_req *req, struct k8s_response *resp, void *dat
         fail_and_retry(w, STEP_WATCH, -EPROTO, -1, err.msg);
         return;
     }
-    if (w->watch_events == 0 && lived < w->o.short_watch_ms) {
+    if (w->watch_events == 0 && lived < SHORT_WATCH_MS) {
         w->st.watch_failures++;
         fail_and_retry(w, STEP_WATCH, -EPIPE, -1,
                        "very short watch: the server closed it at once without an event");
@@ -559,7 +577,7 @@ static void start_next(struct k8s_watch *w)
         .accept = w->o.metadata_only ? (stream ? ACCEPT_META_WATCH : ACCEPT_META_LIST) : NULL,
         .idempotent = K8S_IDEMPOTENT,
         .no_retry = 1,
-        .timeout_ms = stream ? ((uint64_t)w->o.timeout_max_s + 60u) * 1000u : 5u * 60u * 1000u,
+        .timeout_ms = stream ? (TIMEOUT_MAX_S + 60u) * 1000u : 5u * 60u * 1000u,
     };
     w->req_is_list = !watch;
     if (stream) {
@@ -594,19 +612,8 @@ static int check_opts(struct k8s_watch_opts *o, struct tkm_err *err)
 {
     if (!o->res || !o->res->plural || !o->res->version)
         return tkm_err_set(err, -EINVAL, "watch: opts.res (the resource) is required");
-    if (!o->timeout_min_s)
-        o->timeout_min_s = 300;
-    if (!o->timeout_max_s)
-        o->timeout_max_s = o->timeout_min_s > 600 ? o->timeout_min_s : 600;
-    if (o->timeout_max_s < o->timeout_min_s)
-        return tkm_err_set(err, -EINVAL, "watch: timeout_max_s %u < timeout_min_s %u",
-                           o->timeout_max_s, o->timeout_min_s);
     if (!o->max_event_bytes)
         o->max_event_bytes = 8u * 1024u * 1024u;
-    if (!o->short_watch_ms)
-        o->short_watch_ms = 1000;
-    if (!o->max_retry_after_s)
-        o->max_retry_after_s = 60;
     if (!o->initial_events_timeout_ms)
         o->initial_events_timeout_ms = 60000;
     return 0;
@@ -641,7 +648,7 @@ int k8s_watch_start(struct k8s_client *c, const struct k8s_watch_opts *opts,
     w->bo =
         (struct tkm_backoff){.initial_ms = w->o.backoff_initial_ms ? w->o.backoff_initial_ms : 800,
                              .max_ms = w->o.backoff_max_ms ? w->o.backoff_max_ms : 30000,
-                             .reset_ms = w->o.backoff_reset_ms ? w->o.backoff_reset_ms : 120000,
+                             .reset_ms = 120000,
                              .jitter_pct = 100,
                              .rng = w->rng | 1};
     k8s__framer_init(&w->fr, K8S__FRAME_LIST, w->o.max_event_bytes);

@@ -5,7 +5,7 @@
  * A struct k8s_watch lists a resource (resourceVersion=0: the watch cache may
  * answer), hands every item to the handler, then watches from the list's
  * resourceVersion with allowWatchBookmarks and a random timeoutSeconds in
- * [timeout_min_s, timeout_max_s]. It keeps the last resourceVersion seen (an
+ * [300 s, 600 s]. It keeps the last resourceVersion seen (an
  * opaque string, compared for equality only) and:
  *   - re-watches from it when a watch ends normally (server timeout);
  *   - on 410 Gone / Expired (an ERROR event or the HTTP status) relists at the
@@ -127,15 +127,9 @@ struct k8s_watch_opts {
      * still come with their object. Malformed input is refused as without
      * it (same grammar, duplicate keys included). */
     int raw_only;
-    size_t max_event_bytes; /* one event / list item; default 8 MiB */
-    unsigned timeout_min_s; /* watch timeoutSeconds range; default 300..600 */
-    unsigned timeout_max_s;
+    size_t max_event_bytes;      /* one event / list item; default 8 MiB */
     uint64_t backoff_initial_ms; /* default 800 */
     uint64_t backoff_max_ms;     /* default 30,000 */
-    uint64_t backoff_reset_ms;   /* default 120,000 */
-    uint64_t short_watch_ms;     /* a watch shorter than this with 0 events is
-                                    an error; default 1,000 */
-    long max_retry_after_s;      /* cap on a server's Retry-After; default 60 */
     /* Non-NULL: skip the initial list and watch from this resourceVersion.
      * "0" (start at any: the server first sends the current objects as
      * synthetic ADDEDs, not in RV order) and "" (the same from a quorum
