@@ -137,15 +137,6 @@ struct k8s_watch_opts {
      * reconnect in between starts over rather than skipping objects. A 410
      * later falls back to list then watch as usual. */
     const char *start_resource_version;
-    /* 1: list by streaming (a watch with sendInitialEvents=true and
-     * resourceVersionMatch=NotOlderThan: the current objects arrive as
-     * ADDED events, then a BOOKMARK annotated k8s.io/initial-events-end
-     * completes the "list", and the same stream goes on as the watch). Falls
-     * back to LIST + WATCH for good when the server rejects it (400, 403,
-     * 422, 501) or when no initial-events-end bookmark arrives within
-     * initial_events_timeout_ms (default 60,000). */
-    int streaming_list;
-    uint64_t initial_events_timeout_ms;
 };
 
 /* Counters for tests, metrics and logs. */
@@ -159,7 +150,6 @@ struct k8s_watch_stats {
     uint64_t bookmarks;
     uint64_t throttled;           /* 429 answers */
     uint64_t last_retry_after_ms; /* the last server-requested wait honoured */
-    uint64_t streaming_fallbacks; /* streaming lists given up for LIST + WATCH */
     uint64_t oversized_events;    /* events over max_event_bytes (the watch resumed after them) */
 };
 
