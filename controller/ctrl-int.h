@@ -320,7 +320,6 @@ struct ctrl_prom;
 struct tkm_metrics;
 int ctrl_prom_new(struct ctrl *c, struct tkm_metrics *reg, struct ctrl_prom **out,
                   struct tkm_err *err);
-void ctrl_prom_free(struct ctrl_prom *p);
 void ctrl_prom_reconciled(struct ctrl_prom *p, int kind, double seconds);
 void ctrl_prom_queued(struct ctrl_prom *p, double seconds);
 /* The /readyz check: every informer and watch has synced. */
