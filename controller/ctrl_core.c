@@ -432,7 +432,7 @@ int ctrl_start(struct ctrl *c, struct tkm_err *err)
     const struct k8s_resource *wres[3] = {&tkm_api_res_tkcns, &tkm_api_res_tkcnsc, &k8s_res_nodes};
     for (int i = 0; i < 3; i++) {
         /* w_apply reads raw, type, ns, name and uid only: no tree */
-        struct k8s_watch_opts wo = {.res = wres[i], .metadata_only = i == 2, .raw_only = 1};
+        struct k8s_watch_opts wo = {.res = wres[i], .metadata_only = i == 2};
         if ((rc = k8s_watch_start(c->c, &wo, &wh, &c->wctx[i], &c->w[i], err)) < 0)
             return rc;
     }

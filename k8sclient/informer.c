@@ -161,10 +161,7 @@ int k8s_informer_start(struct k8s_client *c, const struct k8s_informer_opts *opt
         .event = on_event,
         .error = on_watch_error,
     };
-    /* The handlers store raw bytes and metadata only: no tree needed. */
-    struct k8s_watch_opts wo = opts->watch;
-    wo.raw_only = 1;
-    int rc = k8s_watch_start(c, &wo, &wh, inf, &inf->w, err);
+    int rc = k8s_watch_start(c, &opts->watch, &wh, inf, &inf->w, err);
     if (rc < 0) {
         free(inf);
         return rc;

@@ -53,7 +53,7 @@ struct k8s_watch {
     struct k8s_req *req; /* in flight, or NULL */
     int req_is_list;
     struct k8s__framer fr;
-    struct k8s__rawdec rd; /* raw_only: the decoder's scratch, reused */
+    struct k8s__rawdec rd; /* the decoder's scratch, reused */
     int list_begun;
     int got_410;
     int stream_rc;
@@ -189,11 +189,9 @@ static int decode(struct k8s_watch *w, int item, const char *p, size_t n,
     int rc;
     *root = NULL;
     if (item)
-        rc = w->o.raw_only ? k8s__item_decode_raw(&w->rd, p, n, ev, &w->stream_err)
-                           : k8s__item_decode(p, n, ev, root, &w->stream_err);
+        rc = k8s__item_decode_raw(&w->rd, p, n, ev, &w->stream_err);
     else
-        rc = w->o.raw_only ? k8s__event_decode_raw(&w->rd, p, n, ev, root, &w->stream_err)
-                           : k8s__event_decode(p, n, ev, root, &w->stream_err);
+        rc = k8s__event_decode_raw(&w->rd, p, n, ev, root, &w->stream_err);
     if (rc < 0)
         w->stream_rc = rc;
     return rc;

@@ -7,8 +7,8 @@
  * allocation (struct k8s_obj). No jansson tree is kept: a parsed tree costs
  * tens of bytes per JSON value, the raw bytes cost one. Callers that need
  * fields parse the bytes on demand with k8s_obj_parse() (or keep a compact
- * struct of their own, filled from the callbacks). The watch runs with
- * raw_only (k8s/watch.h): no tree is built while listing or watching either. With metadata_only the
+ * struct of their own, filled from the callbacks). The watch builds no tree
+ * while listing or watching either (k8s/watch.h). With metadata_only the
  * server sends PartialObjectMetadata (for Nodes: a fraction of the size).
  *
  * Semantics (client-go's shared informer, minus the sharing):

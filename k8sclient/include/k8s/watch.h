@@ -66,9 +66,11 @@ const char *k8s_watch_type_str(enum k8s_watch_type t);
 /*
  * One decoded event (or one list item, type ADDED). Everything is borrowed
  * and valid only until the callback returns.
- *   object        the parsed object (duplicate keys rejected); json_incref()
- *                 it to keep it. NULL for ADDED/MODIFIED/DELETED events and
- *                 list items when the watch runs with raw_only
+ *   object        BOOKMARK and ERROR events only: the parsed object;
+ *                 json_incref() it to keep it. NULL for ADDED/MODIFIED/
+ *                 DELETED events and list items: those are validated (the
+ *                 grammar jansson accepts, duplicate keys refused) and read
+ *                 without building a jansson tree
  *   raw, raw_len  the object's exact JSON bytes as the server sent them (not
  *                 NUL-terminated): what an informer stores
  *   ns, name, resource_version, uid
@@ -120,13 +122,6 @@ struct k8s_watch_opts {
     /* 1: lists and watches ask for PartialObjectMetadata (metadata only),
      * e.g. for Nodes: objects are then small. */
     int metadata_only;
-    /* 1: the handler reads only raw, raw_len, type, ns, name,
-     * resource_version and uid: events and list items are validated and
-     * read without building a jansson tree (ev->object is NULL; the strings
-     * stay valid until the callback returns). BOOKMARK and ERROR events
-     * still come with their object. Malformed input is refused as without
-     * it (same grammar, duplicate keys included). */
-    int raw_only;
     size_t max_event_bytes;      /* one event / list item; default 8 MiB */
     uint64_t backoff_initial_ms; /* default 800 */
     uint64_t backoff_max_ms;     /* default 30,000 */
