@@ -9,7 +9,7 @@
  *   ctrl_agg      pure aggregation: entries + verification -> the status
  *                 (counts, failedNodes, conditions) the controller writes
  *   ctrl_state    SQLite: pinned digests, verification results (with the key
- *                 fingerprint), the last written status hash
+ *                 fingerprint)
  *   ctrl_rec      the reconcilers (caches, nodes) and the controller object;
  *                 its registry steps are verify jobs (<tkm/api/verify.h>, shared
  *                 with tkm-agent) on the controller's one session pool
@@ -277,9 +277,6 @@ int ctrl_state_verify_get(struct ctrl_state *s, const char *uid, const char *dig
                           const char *policy_fp, struct ctrl_verify_rec *out);
 int ctrl_state_verify_put(struct ctrl_state *s, const char *uid, const char *digest,
                           const char *policy_fp, const struct ctrl_verify_rec *r);
-/* The hash of the status last written for uid. 1/0/<0. */
-int ctrl_state_status_get(struct ctrl_state *s, const char *uid, char hash[72]);
-int ctrl_state_status_put(struct ctrl_state *s, const char *uid, const char *hash);
 /* Forgets everything about uid (a cache that is gone). */
 int ctrl_state_forget(struct ctrl_state *s, const char *uid);
 /* Uids known (for pruning caches deleted while down): fn per uid. */

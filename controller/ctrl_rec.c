@@ -200,18 +200,6 @@ static void hash_set(uint8_t out[32], const char *s)
     }
 }
 
-/* 32 bytes -> "sha256:<hex>". */
-static void hash_hex(const uint8_t h[32], char out[TKM_OCI_DIGEST_LEN + 1])
-{
-    static const char x[] = "0123456789abcdef";
-    memcpy(out, "sha256:", 7);
-    for (int i = 0; i < 32; i++) {
-        out[7 + 2 * i] = x[h[i] >> 4];
-        out[8 + 2 * i] = x[h[i] & 15];
-    }
-    out[7 + 64] = '\0';
-}
-
 static void events_clear(struct ctrl_cache *cc)
 {
     for (int i = 0; i < cc->n_ev; i++)
@@ -937,7 +925,7 @@ static void status_done(int rc, json_t *obj, const struct k8s_status *st, void *
 {
     (void)obj;
     struct ctrl_cache *cc = data;
-    char line[512], hex[TKM_OCI_DIGEST_LEN + 1];
+    char line[512];
     if (rc < 0) {
         tkm_warn("controller: %s: status: %s", cc->qkey, k8s_status_str(st, line, sizeof line));
         cc->c->m.errors[cc->cluster]++;
@@ -950,8 +938,6 @@ static void status_done(int rc, json_t *obj, const struct k8s_status *st, void *
     cc->dirty_since = 0;
     cc->c->write_wall_ms = ctrl_wall_ms();
     cc->c->writes_since_idle++;
-    hash_hex(cc->new_hash, hex);
-    ctrl_state_status_put(cc->c->state, cc->uid, hex);
     for (int i = 0; i < cc->n_ev; i++)
         event(cc, cc->ev[i].type, cc->ev[i].reason, cc->ev[i].msg);
     events_clear(cc);

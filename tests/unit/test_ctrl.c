@@ -920,7 +920,7 @@ TEST(state_persists_across_reopen)
 {
     struct ctrl_state *s = NULL;
     struct tkm_err err = {0};
-    char d[CTRL_DIGEST_MAX], h[72];
+    char d[CTRL_DIGEST_MAX];
     struct ctrl_verify_rec r = {.ok = 1, .reason = "SignatureVerified", .key_id = "sha256:ab12"},
                            out;
     ASSERT_EQ(ctrl_state_open(tkm_test_tmpdir(), &s, &err), 0);
@@ -928,7 +928,6 @@ TEST(state_persists_across_reopen)
     ASSERT_EQ(ctrl_state_pin_put(s, "u1", "r/x:v1", DA), 0);
     ASSERT_EQ(ctrl_state_pin_put(s, "u1", "r/x:v2", DB), 0); /* replaces */
     ASSERT_EQ(ctrl_state_verify_put(s, "u1", DB, "fp1", &r), 0);
-    ASSERT_EQ(ctrl_state_status_put(s, "u1", "sha256:h"), 0);
     ctrl_state_close(s);
     s = NULL;
     ASSERT_EQ(ctrl_state_open(tkm_test_tmpdir(), &s, &err), 0);
@@ -939,18 +938,15 @@ TEST(state_persists_across_reopen)
     ASSERT_EQ(ctrl_state_verify_get(s, "u1", DB, "fp1", &out), 1);
     ASSERT_EQ(out.ok, 1);
     ASSERT_STREQ(out.key_id, "sha256:ab12");
-    ASSERT_EQ(ctrl_state_status_get(s, "u1", h), 1);
-    ASSERT_STREQ(h, "sha256:h");
     ASSERT_EQ(ctrl_state_forget(s, "u1"), 0);
     ASSERT_EQ(ctrl_state_pin_get(s, "u1", "r/x:v2", d), 0);
-    ASSERT_EQ(ctrl_state_status_get(s, "u1", h), 0);
     ctrl_state_close(s);
 }
 
 TEST(state_memory_stays_small_with_1000_caches)
 {
     /* The page cache is capped (64 KiB) and not allocated in bulk: 1000
-     * caches' pins, verifications and status hashes (about 200 pages) cost
+     * caches' pins and verifications (many more pages than the 16 cached) cost
      * SQLite ~80 KB of heap, not the ~280 KB of its defaults here. */
     struct ctrl_state *s = NULL;
     struct tkm_err err = {0};
@@ -963,7 +959,6 @@ TEST(state_memory_stays_small_with_1000_caches)
         snprintf(uid, sizeof uid, "%08d-1111-2222-3333-444444444444", i);
         ASSERT_EQ(ctrl_state_pin_put(s, uid, "127.0.0.1:5000/bench/cache:sm90", DA), 0);
         ASSERT_EQ(ctrl_state_verify_put(s, uid, DA, "fp1", &r), 0);
-        ASSERT_EQ(ctrl_state_status_put(s, uid, DB), 0);
     }
     for (int i = 0; i < 1000; i += 7) { /* still all there */
         snprintf(uid, sizeof uid, "%08d-1111-2222-3333-444444444444", i);
