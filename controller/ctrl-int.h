@@ -382,9 +382,6 @@ void ctrl_reconcile_node(struct ctrl *c, const char *qkey);
 /* Per-cache memory (owned by cidx->rec). */
 struct ctrl_cache;
 void ctrl_cache_free(struct ctrl_cache *cc);
-/* sizeof(struct ctrl_cache): its fixed part, without the strings it owns
- * (the unit tests keep it small: 1000 caches are 1000 of them). */
-size_t ctrl_cache_sizeof(void);
 /* The cache object changed: a registry operation in flight for it is
  * cancelled (its result would be for the old spec). */
 void ctrl_cache_changed(struct ctrl_cache *cc);

@@ -755,41 +755,6 @@ void ctrl_nodes_node_remove(struct ctrl_nodes *n, const char *name)
     free(nd);
 }
 
-static int free_obj_cb(const char *key, void *val, void *data)
-{
-    (void)key;
-    obj_free(data, val);
-    return 0;
-}
-
-static int free_cidx_cb(const char *key, void *val, void *data)
-{
-    (void)key;
-    (void)data;
-    free(val);
-    return 0;
-}
-
-static int free_group_cb(const char *key, void *val, void *data)
-{
-    (void)key;
-    (void)data;
-    struct ctrl_nsgroup *g = val;
-    free(g->objs);
-    free(g);
-    return 0;
-}
-
-static int free_node_cb(const char *key, void *val, void *data)
-{
-    (void)key;
-    (void)data;
-    struct ctrl_node *nd = val;
-    free(nd->uid);
-    free(nd);
-    return 0;
-}
-
 void ctrl_nodes_release(struct ctrl_nodes *n)
 {
     /* the keys are in the values: the maps go before them */
@@ -798,10 +763,19 @@ void ctrl_nodes_release(struct ctrl_nodes *n)
     memset(&n->caches, 0, sizeof n->caches);
     memset(&n->groups, 0, sizeof n->groups);
     memset(&n->nodes, 0, sizeof n->nodes);
-    ctrl_map_each(&objs, free_obj_cb, n);
-    ctrl_map_each(&caches, free_cidx_cb, NULL);
-    ctrl_map_each(&groups, free_group_cb, NULL);
-    ctrl_map_each(&nodes, free_node_cb, NULL);
+    void *v;
+    for (size_t pos = 0; tkm_strmap_next(&objs, &pos, NULL, &v);)
+        obj_free(n, v);
+    for (size_t pos = 0; tkm_strmap_next(&caches, &pos, NULL, &v);)
+        free(v);
+    for (size_t pos = 0; tkm_strmap_next(&groups, &pos, NULL, &v);) {
+        free(((struct ctrl_nsgroup *)v)->objs);
+        free(v);
+    }
+    for (size_t pos = 0; tkm_strmap_next(&nodes, &pos, NULL, &v);) {
+        free(((struct ctrl_node *)v)->uid);
+        free(v);
+    }
     tkm_strmap_release(&objs);
     tkm_strmap_release(&caches);
     tkm_strmap_release(&groups);

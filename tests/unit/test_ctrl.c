@@ -1013,11 +1013,3 @@ TEST(settle_waits_for_quiet_entries_up_to_the_max_delay)
     ASSERT_EQ(ctrl_settle_wait(settle, max, 20000, &dirty, 20001), 0);
     ASSERT_EQ(dirty, 0);
 }
-
-TEST(cache_memory_is_small)
-{
-    /* The reconciler's fixed memory per cache: strings are sized to their
-     * content and allocated while needed (was 6 KiB of fixed arrays: 6 MB at
-     * 1000 caches). */
-    ASSERT(ctrl_cache_sizeof() <= 512);
-}
