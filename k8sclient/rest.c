@@ -20,7 +20,6 @@ const struct k8s_resource k8s_res_pods = {"", "v1", "pods", "Pod", 1};
 const struct k8s_resource k8s_res_nodes = {"", "v1", "nodes", "Node", 0};
 const struct k8s_resource k8s_res_namespaces = {"", "v1", "namespaces", "Namespace", 0};
 const struct k8s_resource k8s_res_events = {"", "v1", "events", "Event", 1};
-const struct k8s_resource k8s_res_events_v1 = {"events.k8s.io", "v1", "events", "Event", 1};
 const struct k8s_resource k8s_res_leases = {"coordination.k8s.io", "v1", "leases", "Lease", 1};
 
 /* ---- paths ------------------------------------------------------------------ */

@@ -108,9 +108,8 @@ extern const struct k8s_resource k8s_res_secrets;
 extern const struct k8s_resource k8s_res_pods;
 extern const struct k8s_resource k8s_res_nodes;
 extern const struct k8s_resource k8s_res_namespaces;
-extern const struct k8s_resource k8s_res_events;    /* core/v1 Event */
-extern const struct k8s_resource k8s_res_events_v1; /* events.k8s.io/v1 Event */
-extern const struct k8s_resource k8s_res_leases;    /* coordination.k8s.io/v1 */
+extern const struct k8s_resource k8s_res_events; /* core/v1 Event */
+extern const struct k8s_resource k8s_res_leases; /* coordination.k8s.io/v1 */
 
 /*
  * Appends the path of a resource to out:
