@@ -9,7 +9,7 @@
  *   ctrl_agg      pure aggregation: entries + verification -> the status
  *                 (counts, failedNodes, conditions) the controller writes
  *   ctrl_state    SQLite: pinned digests, verification results (with the key
- *                 fingerprint), the last written status hash
+ *                 fingerprint)
  *   ctrl_rec      the reconcilers (caches, nodes) and the controller object;
  *                 its registry steps are verify jobs (<tkm/api/verify.h>, shared
  *                 with tkm-agent) on the controller's one session pool
@@ -172,11 +172,18 @@ struct ctrl_why {
     char s[];      /* "Reason\0message\0" */
 };
 
+/* A Node seen by the nodes informer. */
+struct ctrl_node {
+    char *uid;
+    unsigned mark;
+    char name[]; /* nodes' key */
+};
+
 struct ctrl_nodes {
     struct tkm_strmap objs;     /* nsobj key ("c:" + name for the cluster kind) -> struct ctrl_nsobj
                                    (owned) */
     struct tkm_strmap caches;   /* cache key -> struct ctrl_cidx (owned) */
-    struct tkm_strmap nodes;    /* node name -> struct ctrl_node (owned, private) */
+    struct tkm_strmap nodes;    /* node name -> struct ctrl_node (owned) */
     struct tkm_strmap groups;   /* namespace -> struct ctrl_nsgroup (owned) */
     struct ctrl_nsgroup cgroup; /* the cluster kind's objects */
     struct ctrl_idtab cidx;     /* cache id -> struct ctrl_cidx (borrowed from caches) */
@@ -198,10 +205,6 @@ struct ctrl_nodes {
 
 void ctrl_nodes_init(struct ctrl_nodes *n);
 void ctrl_nodes_release(struct ctrl_nodes *n);
-/* The bytes the index holds on the heap (its structs, arrays, strings and
- * map tables, not malloc's own overhead): what bytes per entry is measured
- * with. */
-size_t ctrl_nodes_bytes(const struct ctrl_nodes *n);
 /* The cache key of a cache: "ns/name", or "/name" for the cluster kind. */
 int ctrl_cache_key(char *out, size_t n, const char *ns, const char *name);
 /* Upserts a node status object from its raw JSON (borrowed). cluster: 1 for
@@ -274,9 +277,6 @@ int ctrl_state_verify_get(struct ctrl_state *s, const char *uid, const char *dig
                           const char *policy_fp, struct ctrl_verify_rec *out);
 int ctrl_state_verify_put(struct ctrl_state *s, const char *uid, const char *digest,
                           const char *policy_fp, const struct ctrl_verify_rec *r);
-/* The hash of the status last written for uid. 1/0/<0. */
-int ctrl_state_status_get(struct ctrl_state *s, const char *uid, char hash[72]);
-int ctrl_state_status_put(struct ctrl_state *s, const char *uid, const char *hash);
 /* Forgets everything about uid (a cache that is gone). */
 int ctrl_state_forget(struct ctrl_state *s, const char *uid);
 /* Uids known (for pruning caches deleted while down): fn per uid. */
@@ -317,7 +317,6 @@ struct ctrl_prom;
 struct tkm_metrics;
 int ctrl_prom_new(struct ctrl *c, struct tkm_metrics *reg, struct ctrl_prom **out,
                   struct tkm_err *err);
-void ctrl_prom_free(struct ctrl_prom *p);
 void ctrl_prom_reconciled(struct ctrl_prom *p, int kind, double seconds);
 void ctrl_prom_queued(struct ctrl_prom *p, double seconds);
 /* The /readyz check: every informer and watch has synced. */
@@ -383,9 +382,6 @@ void ctrl_reconcile_node(struct ctrl *c, const char *qkey);
 /* Per-cache memory (owned by cidx->rec). */
 struct ctrl_cache;
 void ctrl_cache_free(struct ctrl_cache *cc);
-/* sizeof(struct ctrl_cache): its fixed part, without the strings it owns
- * (the unit tests keep it small: 1000 caches are 1000 of them). */
-size_t ctrl_cache_sizeof(void);
 /* The cache object changed: a registry operation in flight for it is
  * cancelled (its result would be for the old spec). */
 void ctrl_cache_changed(struct ctrl_cache *cc);

@@ -51,10 +51,18 @@ void ctrl_enqueue(struct ctrl *c, const char *qkey)
     k8s_workqueue_add(c->q, qkey);
 }
 
-static void enqueue_cache(struct ctrl *c, int cluster, const char *key)
+/* A TritonKernelCacheCluster is cluster-scoped: its informer key, the
+ * name, has no '/'; a TritonKernelCache's is "ns/name". */
+static int cluster_key(const char *key)
+{
+    return !strchr(key, '/');
+}
+
+/* Queue key "c:ns/name", or "c:/name" for the cluster kind. */
+static void enqueue_cache(struct ctrl *c, const char *key)
 {
     char q[600];
-    snprintf(q, sizeof q, "c:%s%s", cluster ? "/" : "", key);
+    snprintf(q, sizeof q, "c:%s%s", cluster_key(key) ? "/" : "", key);
     ctrl_enqueue(c, q);
 }
 
@@ -121,65 +129,43 @@ static void handle(struct k8s_workqueue *q, const char *key, void *data)
 
 /* ---- cache informers ------------------------------------------------------------------ */
 
-static void tkc_add(const struct k8s_obj *o, void *data)
-{
-    enqueue_cache(data, 0, o->key);
-}
-static void cache_changed(struct ctrl *c, int cluster, const char *key)
+static void cache_changed(struct ctrl *c, const char *key)
 {
     char k[600];
-    snprintf(k, sizeof k, "%s%s", cluster ? "/" : "", key);
+    snprintf(k, sizeof k, "%s%s", cluster_key(key) ? "/" : "", key);
     struct ctrl_cidx *x = ctrl_nodes_cache(&c->idx, k, 0);
     if (x && x->rec)
         ctrl_cache_changed(x->rec);
 }
 
-static void tkc_update(const struct k8s_obj *old, const struct k8s_obj *cur, void *data)
+/* One set of handlers for both cache kinds (the key tells them apart). */
+static void cache_add(const struct k8s_obj *o, void *data)
+{
+    enqueue_cache(data, o->key);
+}
+static void cache_update(const struct k8s_obj *old, const struct k8s_obj *cur, void *data)
 {
     if (strcmp(old->resource_version, cur->resource_version) != 0) {
-        cache_changed(data, 0, cur->key);
-        enqueue_cache(data, 0, cur->key);
+        cache_changed(data, cur->key);
+        enqueue_cache(data, cur->key);
     }
 }
-static void tkc_delete(const struct k8s_obj *o, int unknown, void *data)
+static void cache_delete(const struct k8s_obj *o, int unknown, void *data)
 {
     (void)unknown;
-    enqueue_cache(data, 0, o->key);
+    enqueue_cache(data, o->key);
 }
-static void tkcc_add(const struct k8s_obj *o, void *data)
+static int enq_cache(const struct k8s_obj *o, void *data)
 {
-    enqueue_cache(data, 1, o->key);
-}
-static void tkcc_update(const struct k8s_obj *old, const struct k8s_obj *cur, void *data)
-{
-    if (strcmp(old->resource_version, cur->resource_version) != 0) {
-        cache_changed(data, 1, cur->key);
-        enqueue_cache(data, 1, cur->key);
-    }
-}
-static void tkcc_delete(const struct k8s_obj *o, int unknown, void *data)
-{
-    (void)unknown;
-    enqueue_cache(data, 1, o->key);
-}
-
-static int enq_tkc(const struct k8s_obj *o, void *data)
-{
-    enqueue_cache(data, 0, o->key);
-    return 0;
-}
-static int enq_tkcc(const struct k8s_obj *o, void *data)
-{
-    enqueue_cache(data, 1, o->key);
+    enqueue_cache(data, o->key);
     return 0;
 }
 
 static void enqueue_all(struct ctrl *c)
 {
-    if (c->inf[0])
-        k8s_informer_foreach(c->inf[0], enq_tkc, c);
-    if (c->inf[1])
-        k8s_informer_foreach(c->inf[1], enq_tkcc, c);
+    for (int i = 0; i < 2; i++)
+        if (c->inf[i])
+            k8s_informer_foreach(c->inf[i], enq_cache, c);
 }
 
 static void cfg_set(struct ctrl *c, const struct k8s_obj *o)
@@ -414,21 +400,16 @@ int ctrl_start(struct ctrl *c, struct tkm_err *err)
 {
     char sel[128];
     const struct k8s_resource *cres[2] = {&tkm_api_res_tkc, &tkm_api_res_tkcc};
-    const struct k8s_informer_handler ch[2] = {{.on_add = tkc_add,
-                                                .on_update = tkc_update,
-                                                .on_delete = tkc_delete,
-                                                .on_synced = synced,
-                                                .on_error = inf_error},
-                                               {.on_add = tkcc_add,
-                                                .on_update = tkcc_update,
-                                                .on_delete = tkcc_delete,
-                                                .on_synced = synced,
-                                                .on_error = inf_error}};
+    const struct k8s_informer_handler ch = {.on_add = cache_add,
+                                            .on_update = cache_update,
+                                            .on_delete = cache_delete,
+                                            .on_synced = synced,
+                                            .on_error = inf_error};
     int rc;
     for (int i = 0; i < 2; i++) {
         /* nothing here reads managedFields (changes are patches, never a PUT) */
         struct k8s_informer_opts io = {
-            .watch = {.res = cres[i]}, .handler = ch[i], .data = c, .strip_managed_fields = 1};
+            .watch = {.res = cres[i]}, .handler = ch, .data = c, .strip_managed_fields = 1};
         if ((rc = k8s_informer_start(c->c, &io, &c->inf[i], err)) < 0)
             return rc;
     }
@@ -452,7 +433,7 @@ int ctrl_start(struct ctrl *c, struct tkm_err *err)
     const struct k8s_resource *wres[3] = {&tkm_api_res_tkcns, &tkm_api_res_tkcnsc, &k8s_res_nodes};
     for (int i = 0; i < 3; i++) {
         /* w_apply reads raw, type, ns, name and uid only: no tree */
-        struct k8s_watch_opts wo = {.res = wres[i], .metadata_only = i == 2, .raw_only = 1};
+        struct k8s_watch_opts wo = {.res = wres[i], .metadata_only = i == 2};
         if ((rc = k8s_watch_start(c->c, &wo, &wh, &c->wctx[i], &c->w[i], err)) < 0)
             return rc;
     }

@@ -258,11 +258,6 @@ fail:
     return rc;
 }
 
-void ctrl_prom_free(struct ctrl_prom *p)
-{
-    free(p);
-}
-
 void ctrl_prom_reconciled(struct ctrl_prom *p, int kind, double seconds)
 {
     if (!p)

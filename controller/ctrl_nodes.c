@@ -19,12 +19,6 @@
 
 #include "ctrl-int.h"
 
-struct ctrl_node {
-    char *uid;
-    unsigned mark;
-    char name[]; /* nodes' key */
-};
-
 uint32_t ctrl_digest_id(const char *d)
 {
     uint32_t v = 0;
@@ -761,41 +755,6 @@ void ctrl_nodes_node_remove(struct ctrl_nodes *n, const char *name)
     free(nd);
 }
 
-static int free_obj_cb(const char *key, void *val, void *data)
-{
-    (void)key;
-    obj_free(data, val);
-    return 0;
-}
-
-static int free_cidx_cb(const char *key, void *val, void *data)
-{
-    (void)key;
-    (void)data;
-    free(val);
-    return 0;
-}
-
-static int free_group_cb(const char *key, void *val, void *data)
-{
-    (void)key;
-    (void)data;
-    struct ctrl_nsgroup *g = val;
-    free(g->objs);
-    free(g);
-    return 0;
-}
-
-static int free_node_cb(const char *key, void *val, void *data)
-{
-    (void)key;
-    (void)data;
-    struct ctrl_node *nd = val;
-    free(nd->uid);
-    free(nd);
-    return 0;
-}
-
 void ctrl_nodes_release(struct ctrl_nodes *n)
 {
     /* the keys are in the values: the maps go before them */
@@ -804,10 +763,19 @@ void ctrl_nodes_release(struct ctrl_nodes *n)
     memset(&n->caches, 0, sizeof n->caches);
     memset(&n->groups, 0, sizeof n->groups);
     memset(&n->nodes, 0, sizeof n->nodes);
-    ctrl_map_each(&objs, free_obj_cb, n);
-    ctrl_map_each(&caches, free_cidx_cb, NULL);
-    ctrl_map_each(&groups, free_group_cb, NULL);
-    ctrl_map_each(&nodes, free_node_cb, NULL);
+    void *v;
+    for (size_t pos = 0; tkm_strmap_next(&objs, &pos, NULL, &v);)
+        obj_free(n, v);
+    for (size_t pos = 0; tkm_strmap_next(&caches, &pos, NULL, &v);)
+        free(v);
+    for (size_t pos = 0; tkm_strmap_next(&groups, &pos, NULL, &v);) {
+        free(((struct ctrl_nsgroup *)v)->objs);
+        free(v);
+    }
+    for (size_t pos = 0; tkm_strmap_next(&nodes, &pos, NULL, &v);) {
+        free(((struct ctrl_node *)v)->uid);
+        free(v);
+    }
     tkm_strmap_release(&objs);
     tkm_strmap_release(&caches);
     tkm_strmap_release(&groups);
@@ -822,61 +790,4 @@ void ctrl_nodes_release(struct ctrl_nodes *n)
     n->why_bkt = NULL;
     n->n_bkt = n->n_whys = 0;
     n->n_entries = 0;
-}
-
-static size_t map_bytes(const struct tkm_strmap *m, size_t val_size)
-{
-    return tkm_strmap_bytes(m) + m->count * val_size;
-}
-
-struct bytes_acc {
-    size_t total;
-};
-
-static int acc_key(const char *key, void *val, void *data)
-{
-    (void)val;
-    ((struct bytes_acc *)data)->total += strlen(key) + 1;
-    return 0;
-}
-
-static int acc_obj(const char *key, void *val, void *data)
-{
-    const struct ctrl_nsobj *o = val;
-    struct bytes_acc *a = data;
-    a->total += strlen(key) + 1 + sizeof *o + strlen(o->ns) + strlen(o->node) + 3 +
-                (o->uid_own ? strlen(o->uid_own) : strlen(o->uid)) +
-                (o->bad_rv ? strlen(o->bad_rv) + 1 : 0) + o->n_ents * sizeof *o->ents;
-    return 0;
-}
-
-static int acc_group(const char *key, void *val, void *data)
-{
-    const struct ctrl_nsgroup *g = val;
-    ((struct bytes_acc *)data)->total += strlen(key) + 1 + g->cap * sizeof *g->objs;
-    return 0;
-}
-
-size_t ctrl_nodes_bytes(const struct ctrl_nodes *n)
-{
-    struct bytes_acc a = {0};
-    a.total = map_bytes(&n->objs, 0) + map_bytes(&n->caches, sizeof(struct ctrl_cidx)) +
-              map_bytes(&n->groups, sizeof(struct ctrl_nsgroup)) +
-              map_bytes(&n->nodes, sizeof(struct ctrl_node)) +
-              n->cgroup.cap * sizeof(struct ctrl_gslot) +
-              (size_t)n->cidx.cap * (sizeof(void *) + sizeof(uint32_t)) +
-              (size_t)n->whys.cap * (sizeof(void *) + sizeof(uint32_t)) +
-              (size_t)n->n_bkt * sizeof(uint32_t);
-    ctrl_map_each(&n->objs, acc_obj, &a);
-    ctrl_map_each(&n->caches, acc_key, &a);
-    ctrl_map_each(&n->groups, acc_group, &a);
-    ctrl_map_each(&n->nodes, acc_key, &a);
-    for (uint32_t id = 1; id < n->whys.n; id++) {
-        const struct ctrl_why *w = n->whys.v[id];
-        if (w) {
-            size_t rl = strlen(w->s);
-            a.total += sizeof *w + rl + strlen(w->s + rl + 1) + 2;
-        }
-    }
-    return a.total;
 }

@@ -7,7 +7,6 @@
  *   verifications(uid, digest, policy, ...)  a verification's outcome, with the
  *                                            fingerprint of the policy it used and the
  *                                            id of the key that verified
- *   status(uid, hash)                        sha256 of the status body last written
  *
  * Each statement is a few tens of microseconds on the loop thread (no fsync
  * per commit in WAL NORMAL mode); see docs/controller.md.
@@ -40,8 +39,7 @@ static const char schema[] =
     "NULL, PRIMARY KEY(uid, image));"
     "CREATE TABLE IF NOT EXISTS verifications(uid TEXT NOT NULL, digest TEXT NOT NULL, policy "
     "TEXT NOT NULL, ok INTEGER NOT NULL, reason TEXT NOT NULL, message TEXT NOT NULL, key_id "
-    "TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY(uid, digest, policy));"
-    "CREATE TABLE IF NOT EXISTS status(uid TEXT PRIMARY KEY, hash TEXT NOT NULL);";
+    "TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY(uid, digest, policy));";
 
 int ctrl_state_open(const char *dir, struct ctrl_state **out, struct tkm_err *err)
 {
@@ -183,41 +181,17 @@ int ctrl_state_verify_put(struct ctrl_state *s, const char *uid, const char *dig
                      a);
 }
 
-int ctrl_state_status_get(struct ctrl_state *s, const char *uid, char hash[72])
-{
-    const char *a[] = {uid, NULL};
-    sqlite3_stmt *st = prep(s, "SELECT hash FROM status WHERE uid=?1", a);
-    if (!st)
-        return -EIO;
-    int rc = sqlite3_step(st);
-    int found = rc == SQLITE_ROW;
-    if (found)
-        copy_col(st, 0, hash, 72);
-    sqlite3_finalize(st);
-    return found ? 1 : rc == SQLITE_DONE ? 0 : -EIO;
-}
-
-int ctrl_state_status_put(struct ctrl_state *s, const char *uid, const char *hash)
-{
-    const char *a[] = {uid, hash, NULL};
-    return exec_args(s, "INSERT OR REPLACE INTO status(uid, hash) VALUES(?1, ?2)", a);
-}
-
 int ctrl_state_forget(struct ctrl_state *s, const char *uid)
 {
     const char *a[] = {uid, NULL};
     int rc = exec_args(s, "DELETE FROM pins WHERE uid=?1", a);
     rc |= exec_args(s, "DELETE FROM verifications WHERE uid=?1", a);
-    rc |= exec_args(s, "DELETE FROM status WHERE uid=?1", a);
     return rc ? -EIO : 0;
 }
 
 int ctrl_state_foreach_uid(struct ctrl_state *s, int (*fn)(const char *uid, void *data), void *data)
 {
-    sqlite3_stmt *st = prep(s,
-                            "SELECT uid FROM pins UNION SELECT uid FROM verifications UNION "
-                            "SELECT uid FROM status",
-                            NULL);
+    sqlite3_stmt *st = prep(s, "SELECT uid FROM pins UNION SELECT uid FROM verifications", NULL);
     int rc = 0;
     if (!st)
         return -EIO;

@@ -64,7 +64,7 @@ static void on_update(const struct k8s_obj *old, const struct k8s_obj *cur, void
 {
     struct app *a = data;
     if (strcmp(old->resource_version, cur->resource_version) == 0)
-        return; /* a resync replay: nothing changed */
+        return; /* the same version: nothing changed */
     show("MODIFIED", cur);
     k8s_workqueue_add(a->q, cur->key);
 }

@@ -23,10 +23,8 @@ struct k8s__store {
  * validated JSON, as every decoded event's is). *out is owned:
  * k8s_obj_free(). 0, -EINVAL (no metadata.name), -ENOMEM. */
 int k8s__obj_new(const struct k8s_watch_event *ev, int strip_managed_fields, struct k8s_obj **out);
-/* Builds an object from parts (raw need not be NUL-terminated). */
-int k8s__obj_make(const char *ns, const char *name, const char *rv, const char *uid,
-                  const char *raw, size_t raw_len, struct k8s_obj **out);
-/* The same, with raw's bytes [cut, cut + cut_len) left out of json.
+/* Builds an object from parts (raw need not be NUL-terminated), with raw's
+ * bytes [cut, cut + cut_len) left out of json (cut_len 0: all of raw).
  * -EINVAL also for a span outside raw. */
 int k8s__obj_make_cut(const char *ns, const char *name, const char *rv, const char *uid,
                       const char *raw, size_t raw_len, size_t cut, size_t cut_len,

@@ -21,10 +21,8 @@ struct k8s_informer {
     struct k8s_watch *w;
     struct k8s__store store, fresh;
     int synced, in_list;
-    uint64_t resync_ms;
     int strip_mf; /* strip metadata.managedFields from stored objects */
-    uv_timer_t resync;
-    int stopping, pending; /* pending: uv handle + watch still to close */
+    int stopping;
     void (*closed_cb)(void *data);
     void *closed_data;
 };
@@ -141,22 +139,6 @@ static int on_event(const struct k8s_watch_event *ev, void *data)
     return apply_upsert(inf, o);
 }
 
-void k8s_informer_resync(struct k8s_informer *inf)
-{
-    size_t pos = 0;
-    void *v;
-    if (!inf->synced || inf->stopping)
-        return;
-    /* Callbacks only read: the store does not change during the replay. */
-    while (!inf->stopping && tkm_strmap_next(&inf->store.map, &pos, NULL, &v))
-        d_update(v, v, inf);
-}
-
-static void on_resync(uv_timer_t *t)
-{
-    k8s_informer_resync(t->data);
-}
-
 int k8s_informer_start(struct k8s_client *c, const struct k8s_informer_opts *opts,
                        struct k8s_informer **out, struct tkm_err *err)
 {
@@ -168,7 +150,6 @@ int k8s_informer_start(struct k8s_client *c, const struct k8s_informer_opts *opt
         return tkm_err_set(err, -ENOMEM, "informer: out of memory");
     inf->h = opts->handler;
     inf->data = opts->data;
-    inf->resync_ms = opts->resync_ms;
     inf->strip_mf = opts->strip_managed_fields;
     k8s__store_init(&inf->store);
     k8s__store_init(&inf->fresh);
@@ -180,26 +161,18 @@ int k8s_informer_start(struct k8s_client *c, const struct k8s_informer_opts *opt
         .event = on_event,
         .error = on_watch_error,
     };
-    /* The handlers store raw bytes and metadata only: no tree needed. */
-    struct k8s_watch_opts wo = opts->watch;
-    wo.raw_only = 1;
-    int rc = k8s_watch_start(c, &wo, &wh, inf, &inf->w, err);
+    int rc = k8s_watch_start(c, &opts->watch, &wh, inf, &inf->w, err);
     if (rc < 0) {
         free(inf);
         return rc;
     }
-    uv_timer_init(k8s_client_loop(c), &inf->resync);
-    inf->resync.data = inf;
-    if (inf->resync_ms)
-        uv_timer_start(&inf->resync, on_resync, inf->resync_ms, inf->resync_ms);
     *out = inf;
     return 0;
 }
 
-static void finish_close(struct k8s_informer *inf)
+static void on_watch_closed(void *data)
 {
-    if (--inf->pending > 0)
-        return;
+    struct k8s_informer *inf = data;
     void (*cb)(void *) = inf->closed_cb;
     void *d = inf->closed_data;
     k8s__store_release(&inf->store);
@@ -209,16 +182,6 @@ static void finish_close(struct k8s_informer *inf)
         cb(d);
 }
 
-static void on_watch_closed(void *data)
-{
-    finish_close(data);
-}
-
-static void on_resync_closed(uv_handle_t *h)
-{
-    finish_close(h->data);
-}
-
 void k8s_informer_close(struct k8s_informer *inf, void (*closed_cb)(void *data), void *data)
 {
     if (!inf || TKM_BUG(inf->stopping)) /* a second stop would wait forever */
@@ -226,9 +189,6 @@ void k8s_informer_close(struct k8s_informer *inf, void (*closed_cb)(void *data),
     inf->stopping = 1;
     inf->closed_cb = closed_cb;
     inf->closed_data = data;
-    inf->pending = 2;
-    uv_timer_stop(&inf->resync);
-    uv_close((uv_handle_t *)&inf->resync, on_resync_closed);
     k8s_watch_close(inf->w, on_watch_closed, inf);
 }
 
@@ -239,19 +199,6 @@ int k8s_informer_has_synced(const struct k8s_informer *inf)
 
 const struct k8s_obj *k8s_informer_get_key(const struct k8s_informer *inf, const char *key)
 {
-    return k8s__store_get(&inf->store, key);
-}
-
-const struct k8s_obj *k8s_informer_get(const struct k8s_informer *inf, const char *ns,
-                                       const char *name)
-{
-    char key[512];
-    if (!name)
-        return NULL;
-    int n = ns && *ns ? snprintf(key, sizeof key, "%s/%s", ns, name)
-                      : snprintf(key, sizeof key, "%s", name);
-    if (n < 0 || (size_t)n >= sizeof key)
-        return NULL;
     return k8s__store_get(&inf->store, key);
 }
 

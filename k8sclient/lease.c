@@ -65,11 +65,6 @@ int k8s_lease_is_leader(const struct k8s_lease *l)
     return l->leader && !l->stopping && tkm_now_ms() - l->last_renew_ms < l->o.renew_deadline_ms;
 }
 
-const char *k8s_lease_holder(const struct k8s_lease *l)
-{
-    return l->observed_holder ? l->observed_holder : "";
-}
-
 const struct k8s_lease_stats *k8s_lease_get_stats(const struct k8s_lease *l)
 {
     return &l->st;

@@ -1,7 +1,6 @@
 /*
- * rest.c - paths and the REST verbs (get, list, create, update, delete,
- * patch, server-side apply, update-with-retry-on-conflict) on top of
- * k8s_request_start(). See k8s/client.h.
+ * rest.c - paths and the REST verbs (get, list, create, delete, patch,
+ * server-side apply) on top of k8s_request_start(). See k8s/client.h.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -9,7 +8,6 @@
 #include <string.h>
 
 #include <k8s/client.h>
-#include <tkm/backoff.h>
 #include <tkm/log.h>
 
 #include "client-int.h"
@@ -22,7 +20,6 @@ const struct k8s_resource k8s_res_pods = {"", "v1", "pods", "Pod", 1};
 const struct k8s_resource k8s_res_nodes = {"", "v1", "nodes", "Node", 0};
 const struct k8s_resource k8s_res_namespaces = {"", "v1", "namespaces", "Namespace", 0};
 const struct k8s_resource k8s_res_events = {"", "v1", "events", "Event", 1};
-const struct k8s_resource k8s_res_events_v1 = {"events.k8s.io", "v1", "events", "Event", 1};
 const struct k8s_resource k8s_res_leases = {"coordination.k8s.io", "v1", "leases", "Lease", 1};
 
 /* ---- paths ------------------------------------------------------------------ */
@@ -120,11 +117,6 @@ static const char *meta_str(const json_t *obj, const char *key)
 const char *k8s_obj_name(const json_t *obj)
 {
     return meta_str(obj, "name");
-}
-
-const char *k8s_obj_namespace(const json_t *obj)
-{
-    return meta_str(obj, "namespace");
 }
 
 const char *k8s_obj_uid(const json_t *obj)
@@ -276,18 +268,6 @@ static int create_prep(struct prep *p, struct k8s_client *c, const struct k8s_re
 {
     prep_init(p, "POST");
     int rc = prep_path(p, c, r, ns, NULL, NULL, st);
-    return rc ? rc : prep_body(p, obj, st);
-}
-
-static int update_prep(struct prep *p, struct k8s_client *c, const struct k8s_resource *r,
-                       const char *ns, json_t *obj, const char *sub, struct k8s_status *st)
-{
-    prep_init(p, "PUT");
-    const char *name = k8s_obj_name(obj);
-    if (!name)
-        return k8s__status_local(st, -EINVAL, "update %s: the object has no metadata.name",
-                                 r->plural);
-    int rc = prep_path(p, c, r, ns, name, sub, st);
     return rc ? rc : prep_body(p, obj, st);
 }
 
@@ -445,17 +425,11 @@ int k8s_apply_async(struct k8s_client *c, const struct k8s_resource *r, const ch
     ASYNC_BODY(apply_prep(&p, c, r, ns, obj, o, &st));
 }
 
-/* ---- synchronous forms ------------------------------------------------------------ */
+/* ---- waiting for one verb (CLIs, tests) ----------------------------------------------------- */
 
-struct sync_ctx {
-    int done, rc;
-    json_t *obj;
-    struct k8s_status *st;
-};
-
-static void sync_done(int rc, json_t *obj, const struct k8s_status *st, void *data)
+void k8s_sync_cb(int rc, json_t *obj, const struct k8s_status *st, void *data)
 {
-    struct sync_ctx *s = data;
+    struct k8s_sync *s = data;
     s->done = 1;
     s->rc = rc;
     if (rc == 0) {
@@ -469,220 +443,32 @@ static void sync_done(int rc, json_t *obj, const struct k8s_status *st, void *da
     }
 }
 
-static int sync_run(struct k8s_client *c, struct prep *p, int rc, json_t **out,
-                    struct k8s_status *st)
+int k8s_sync_wait(struct k8s_client *c, int rc, struct k8s_sync *s, json_t **out)
 {
-    struct k8s_status local = K8S_STATUS_INIT;
-    struct sync_ctx s = {.st = st};
     if (out)
         *out = NULL;
-    if (!st)
-        st = &local;
-    if (rc == 0)
-        rc = prep_send(p, c, sync_done, &s, st);
+    if (rc)
+        return rc;
+    while (!s->done)
+        uv_run(k8s_client_loop(c), UV_RUN_ONCE);
+    if (out)
+        *out = s->obj;
     else
-        prep_release(p);
-    if (rc == 0) {
-        while (!s.done)
-            uv_run(k8s_client_loop(c), UV_RUN_ONCE);
-        rc = s.rc;
-        if (out)
-            *out = s.obj;
-        else
-            json_decref(s.obj);
-    }
-    k8s_status_release(&local);
-    return rc;
-}
-
-int k8s_get(struct k8s_client *c, const struct k8s_resource *r, const char *ns, const char *name,
-            const char *subresource, json_t **out, struct k8s_status *st)
-{
-    struct prep p;
-    return sync_run(c, &p, get_prep(&p, c, r, ns, name, subresource, st), out, st);
+        json_decref(s->obj);
+    return s->rc;
 }
 
 int k8s_list(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
              const struct k8s_list_opts *o, json_t **out, struct k8s_status *st)
 {
     struct prep p;
-    return sync_run(c, &p, list_prep(&p, c, r, ns, o, st), out, st);
-}
-
-int k8s_create(struct k8s_client *c, const struct k8s_resource *r, const char *ns, json_t *obj,
-               json_t **out, struct k8s_status *st)
-{
-    struct prep p;
-    return sync_run(c, &p, create_prep(&p, c, r, ns, obj, st), out, st);
-}
-
-int k8s_update(struct k8s_client *c, const struct k8s_resource *r, const char *ns, json_t *obj,
-               const char *subresource, json_t **out, struct k8s_status *st)
-{
-    struct prep p;
-    return sync_run(c, &p, update_prep(&p, c, r, ns, obj, subresource, st), out, st);
-}
-
-int k8s_delete(struct k8s_client *c, const struct k8s_resource *r, const char *ns, const char *name,
-               const struct k8s_delete_opts *o, json_t **out, struct k8s_status *st)
-{
-    struct prep p;
-    return sync_run(c, &p, delete_prep(&p, c, r, ns, name, o, st), out, st);
-}
-
-int k8s_patch(struct k8s_client *c, const struct k8s_resource *r, const char *ns, const char *name,
-              json_t *patch, const struct k8s_patch_opts *o, json_t **out, struct k8s_status *st)
-{
-    struct prep p;
-    return sync_run(c, &p, patch_prep(&p, c, r, ns, name, patch, o, st), out, st);
-}
-
-int k8s_apply(struct k8s_client *c, const struct k8s_resource *r, const char *ns, json_t *obj,
-              const struct k8s_apply_opts *o, json_t **out, struct k8s_status *st)
-{
-    struct prep p;
-    return sync_run(c, &p, apply_prep(&p, c, r, ns, obj, o, st), out, st);
-}
-
-/* ---- update with retry on conflict ------------------------------------------------------- */
-
-struct uretry {
-    struct k8s_client *c;
-    const struct k8s_resource *r;
-    char *ns, *name, *sub;
-    int attempts, n;
-    struct tkm_backoff bo; /* between conflicts: 10 ms x2 */
-    k8s_mutate_fn mutate;
-    void *mutate_data;
-    k8s_result_cb cb;
-    void *data;
-    uv_timer_t timer;
-};
-
-static void ur_closed(uv_handle_t *h)
-{
-    struct uretry *u = h->data;
-    free(u->ns);
-    free(u->name);
-    free(u->sub);
-    free(u);
-}
-
-static void ur_finish(struct uretry *u, int rc, json_t *obj, const struct k8s_status *st)
-{
-    u->cb(rc, rc ? NULL : obj, st, u->data);
-    uv_close((uv_handle_t *)&u->timer, ur_closed);
-}
-
-static void ur_fail_local(struct uretry *u, int rc, const char *what)
-{
-    struct k8s_status st = K8S_STATUS_INIT;
-    k8s__status_local(&st, rc, "update %s/%s: %s", u->r->plural, u->name, what);
-    ur_finish(u, rc, NULL, &st);
-    k8s_status_release(&st);
-}
-
-static void ur_got(int rc, json_t *obj, const struct k8s_status *st, void *data);
-
-static void ur_restart(uv_timer_t *t)
-{
-    struct uretry *u = t->data;
-    int rc = k8s_get_async(u->c, u->r, u->ns, u->name, u->sub, ur_got, u);
-    if (rc)
-        ur_fail_local(u, rc, "cannot start the GET");
-}
-
-static void ur_put(int rc, json_t *obj, const struct k8s_status *st, void *data)
-{
-    struct uretry *u = data;
-    if (rc == -ESTALE && st->code == 409 && ++u->n < u->attempts) {
-        uint64_t ms = tkm_backoff_next(&u->bo, 0);
-        tkm_dbg("k8s: update %s/%s: conflict, attempt %d of %d in %llu ms", u->r->plural, u->name,
-                u->n + 1, u->attempts, (unsigned long long)ms);
-        uv_timer_start(&u->timer, ur_restart, ms, 0);
-        return;
-    }
-    ur_finish(u, rc, obj, st);
-}
-
-static void ur_got(int rc, json_t *obj, const struct k8s_status *st, void *data)
-{
-    struct uretry *u = data;
-    if (rc) {
-        ur_finish(u, rc, NULL, st);
-        return;
-    }
-    int m = u->mutate(obj, u->mutate_data);
-    if (m < 0) {
-        ur_fail_local(u, m, "the mutate callback failed");
-        return;
-    }
-    if (m > 0) {
-        ur_finish(u, 0, obj, st);
-        return;
-    }
-    struct prep p;
-    struct k8s_status lst = K8S_STATUS_INIT;
-    rc = update_prep(&p, u->c, u->r, u->ns, obj, u->sub, &lst);
+    struct k8s_status local = K8S_STATUS_INIT;
+    struct k8s_sync s = {.st = st};
+    int rc = list_prep(&p, c, r, ns, o, st ? st : &local);
     if (rc == 0)
-        rc = prep_send(&p, u->c, ur_put, u, &lst);
+        rc = prep_send(&p, c, k8s_sync_cb, &s, st ? st : &local);
     else
         prep_release(&p);
-    if (rc) {
-        ur_finish(u, rc, NULL, &lst);
-        k8s_status_release(&lst);
-    }
-}
-
-static int ur_start(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
-                    const char *name, const char *subresource, int attempts, k8s_mutate_fn mutate,
-                    void *mutate_data, k8s_result_cb cb, void *data)
-{
-    if (!name || !mutate || !cb)
-        return -EINVAL;
-    struct uretry *u = calloc(1, sizeof *u);
-    if (!u)
-        return -ENOMEM;
-    u->c = c;
-    u->r = r;
-    u->attempts = attempts > 0 ? attempts : 5;
-    u->bo = (struct tkm_backoff){.initial_ms = 10, .max_ms = 1280};
-    u->mutate = mutate;
-    u->mutate_data = mutate_data;
-    u->cb = cb;
-    u->data = data;
-    const char *n = ns_or_default(c, r, ns);
-    if ((n && !(u->ns = strdup(n))) || !(u->name = strdup(name)) ||
-        (subresource && !(u->sub = strdup(subresource)))) {
-        free(u->ns);
-        free(u->name);
-        free(u);
-        return -ENOMEM;
-    }
-    uv_timer_init(k8s_client_loop(c), &u->timer);
-    u->timer.data = u;
-    int rc = k8s_get_async(c, r, u->ns, u->name, u->sub, ur_got, u);
-    if (rc)
-        uv_close((uv_handle_t *)&u->timer, ur_closed);
-    return rc;
-}
-
-int k8s_update_retry(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
-                     const char *name, const char *subresource, int attempts, k8s_mutate_fn mutate,
-                     void *data, json_t **out, struct k8s_status *st)
-{
-    struct sync_ctx s = {.st = st};
-    if (out)
-        *out = NULL;
-    int rc = ur_start(c, r, ns, name, subresource, attempts, mutate, data, sync_done, &s);
-    if (rc)
-        return k8s__status_local(st, rc, "update %s/%s: cannot start", r->plural,
-                                 name ? name : "(no name)");
-    while (!s.done)
-        uv_run(k8s_client_loop(c), UV_RUN_ONCE);
-    if (out)
-        *out = s.obj;
-    else
-        json_decref(s.obj);
-    return s.rc;
+    k8s_status_release(&local);
+    return k8s_sync_wait(c, rc, &s, out);
 }

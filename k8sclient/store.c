@@ -19,12 +19,6 @@ static char *put_str(char **p, const char *s, size_t n)
     return start;
 }
 
-int k8s__obj_make(const char *ns, const char *name, const char *rv, const char *uid,
-                  const char *raw, size_t raw_len, struct k8s_obj **out)
-{
-    return k8s__obj_make_cut(ns, name, rv, uid, raw, raw_len, 0, 0, out);
-}
-
 int k8s__obj_make_cut(const char *ns, const char *name, const char *rv, const char *uid,
                       const char *raw, size_t raw_len, size_t cut, size_t cut_len,
                       struct k8s_obj **out)
@@ -86,12 +80,6 @@ size_t k8s__obj_size(const struct k8s_obj *o)
     if (o->key != o->name)
         n += strlen(o->key) + 1;
     return n;
-}
-
-int k8s_obj_dup(const struct k8s_obj *obj, struct k8s_obj **out)
-{
-    return k8s__obj_make(obj->ns, obj->name, obj->resource_version, obj->uid, obj->json,
-                         obj->json_len, out);
 }
 
 void k8s_obj_free(struct k8s_obj *obj)

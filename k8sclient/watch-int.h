@@ -88,7 +88,7 @@ int k8s__item_decode(const char *p, size_t n, struct k8s_watch_event *ev, json_t
                      struct tkm_err *err);
 
 /*
- * Raw decoding (k8s_watch_opts.raw_only): no jansson tree. The object is
+ * Raw decoding (what a watch does): no jansson tree. The object is
  * validated with tkm_jscan (the same grammar jansson accepts, duplicate keys
  * refused), then type, the object's span and metadata name, namespace,
  * resourceVersion and uid are read from the bytes; the strings are unescaped

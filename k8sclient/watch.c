@@ -27,6 +27,15 @@
 #define ACCEPT_META_LIST  "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 #define ACCEPT_META_WATCH "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
+/* A watch's timeoutSeconds is drawn from [300, 600] (client-go's range). */
+#define TIMEOUT_MIN_S 300u
+#define TIMEOUT_MAX_S 600u
+/* A watch that ends sooner than this without an event is an error
+ * (client-go's VeryShortWatchError). */
+#define SHORT_WATCH_MS 1000u
+/* The most of a server's Retry-After a watch waits. */
+#define MAX_RETRY_AFTER_S 60
+
 enum list_rv { LIST_RV_ANY = 0, LIST_RV_LAST, LIST_RV_QUORUM };
 enum next_step { STEP_LIST = 0, STEP_WATCH };
 
@@ -44,7 +53,7 @@ struct k8s_watch {
     struct k8s_req *req; /* in flight, or NULL */
     int req_is_list;
     struct k8s__framer fr;
-    struct k8s__rawdec rd; /* raw_only: the decoder's scratch, reused */
+    struct k8s__rawdec rd; /* the decoder's scratch, reused */
     int list_begun;
     int got_410;
     int stream_rc;
@@ -57,15 +66,11 @@ struct k8s_watch {
     int halted;            /* a handler returned non-zero: no more requests or callbacks */
     int watch_rv0;         /* watching from ""/"0": the RV is held through the synthetic ADDEDs */
     const char *rv0_param; /* "0" or NULL (""), the watch's resourceVersion then */
-    int streaming;         /* lists are streamed (sendInitialEvents) */
-    int in_initial;        /* a streaming list is receiving its initial events */
-    int fallback;          /* give up streaming after this request */
     void (*closed_cb)(void *data);
     void *closed_data;
 };
 
 static void start_next(struct k8s_watch *w);
-static void list_completed(struct k8s_watch *w);
 
 static int dead(const struct k8s_watch *w)
 {
@@ -134,8 +139,8 @@ static void fail_and_retry(struct k8s_watch *w, enum next_step step, int rc, lon
     uint64_t d = tkm_backoff_next(&w->bo, tkm_now_ms());
     if (retry_after_s >= 0) {
         long ra = retry_after_s;
-        if (ra > w->o.max_retry_after_s)
-            ra = w->o.max_retry_after_s;
+        if (ra > MAX_RETRY_AFTER_S)
+            ra = MAX_RETRY_AFTER_S;
         uint64_t ra_ms = (uint64_t)ra * 1000u;
         w->st.last_retry_after_ms = ra_ms;
         if (ra_ms > d)
@@ -154,22 +159,9 @@ static int build_path(struct k8s_watch *w, struct tkm_buf *path, int watch, stru
     int rc = k8s_path(path, w->o.res, w->ns, NULL, NULL, err);
     if (rc < 0)
         return rc;
-    if (!watch && w->streaming) {
-        /* A "list" as the initial events of a watch. */
+    if (watch) {
         char t[24];
-        unsigned secs = (unsigned)tkm_rand_range(&w->rng, w->o.timeout_min_s, w->o.timeout_max_s);
-        const char *rv = w->list_rv == LIST_RV_LAST && *w->rv ? w->rv : NULL;
-        snprintf(t, sizeof t, "%u", secs);
-        if ((rc = k8s_query_add(path, "watch", "1")) < 0 ||
-            (rc = k8s_query_add(path, "sendInitialEvents", "true")) < 0 ||
-            (rc = k8s_query_add(path, "resourceVersionMatch", "NotOlderThan")) < 0 ||
-            (rc = k8s_query_add(path, "resourceVersion", rv)) < 0 ||
-            (rc = k8s_query_add(path, "allowWatchBookmarks", "true")) < 0 ||
-            (rc = k8s_query_add(path, "timeoutSeconds", t)) < 0)
-            return tkm_err_set(err, rc, "watch: cannot build the request path");
-    } else if (watch) {
-        char t[24];
-        unsigned secs = (unsigned)tkm_rand_range(&w->rng, w->o.timeout_min_s, w->o.timeout_max_s);
+        unsigned secs = (unsigned)tkm_rand_range(&w->rng, TIMEOUT_MIN_S, TIMEOUT_MAX_S);
         snprintf(t, sizeof t, "%u", secs);
         if ((rc = k8s_query_add(path, "watch", "1")) < 0 ||
             (rc = k8s_query_add(path, "resourceVersion", *w->rv ? w->rv : w->rv0_param)) < 0 ||
@@ -190,19 +182,28 @@ static int build_path(struct k8s_watch *w, struct tkm_buf *path, int watch, stru
 
 /* ---- list ---------------------------------------------------------------- */
 
+/* Decodes one list item (item 1) or watch event; a failure ends the stream. */
+static int decode(struct k8s_watch *w, int item, const char *p, size_t n,
+                  struct k8s_watch_event *ev, json_t **root)
+{
+    int rc;
+    *root = NULL;
+    if (item)
+        rc = k8s__item_decode_raw(&w->rd, p, n, ev, &w->stream_err);
+    else
+        rc = k8s__event_decode_raw(&w->rd, p, n, ev, root, &w->stream_err);
+    if (rc < 0)
+        w->stream_rc = rc;
+    return rc;
+}
+
 static int list_item_cb(const char *p, size_t n, void *data)
 {
     struct k8s_watch *w = data;
     struct k8s_watch_event ev;
-    json_t *root = NULL;
-    if (dead(w))
+    json_t *root;
+    if (dead(w) || decode(w, 1, p, n, &ev, &root) < 0)
         return 1;
-    int rc = w->o.raw_only ? k8s__item_decode_raw(&w->rd, p, n, &ev, &w->stream_err)
-                           : k8s__item_decode(p, n, &ev, &root, &w->stream_err);
-    if (rc < 0) {
-        w->stream_rc = rc;
-        return 1;
-    }
     if (!w->list_begun) {
         w->list_begun = 1;
         if (w->h.list_begin)
@@ -214,16 +215,22 @@ static int list_item_cb(const char *p, size_t n, void *data)
     return dead(w) ? 1 : 0;
 }
 
+/* The body of a list (cb list_item_cb) or of a watch (event_cb). */
+static int feed(struct k8s_watch *w, const char *p, size_t n, k8s__frame_cb cb)
+{
+    int rc = k8s__framer_feed(&w->fr, p, n, cb, w, &w->stream_err);
+    if (rc < 0)
+        w->stream_rc = rc;
+    return rc != 0;
+}
+
 static int list_data(struct k8s_req *req, const char *p, size_t n, void *data)
 {
     struct k8s_watch *w = data;
     (void)req;
     if (dead(w) || w->stream_rc)
         return 1;
-    int rc = k8s__framer_feed(&w->fr, p, n, list_item_cb, w, &w->stream_err);
-    if (rc < 0)
-        w->stream_rc = rc;
-    return rc != 0;
+    return feed(w, p, n, list_item_cb);
 }
 
 /* The list's own resourceVersion, from the framer's non-item bytes. */
@@ -300,14 +307,7 @@ static void list_done(struct k8s_req *req, struct k8s_response *resp, void *data
         list_failed(w, resp);
         return;
     }
-    list_completed(w);
-    if (!dead(w))
-        schedule(w, STEP_WATCH, 0);
-}
-
-/* A list (plain or streamed) is complete: w->rv is its resourceVersion. */
-static void list_completed(struct k8s_watch *w)
-{
+    /* The list is complete: w->rv is its resourceVersion. */
     w->st.lists++;
     if (!w->list_begun && w->h.list_begin)
         w->h.list_begin(w->data);
@@ -316,56 +316,19 @@ static void list_completed(struct k8s_watch *w)
     w->watch_rv0 = 0;
     if (w->h.list_end && w->h.list_end(w->rv, w->data) != 0 && !dead(w))
         halt(w);
+    if (!dead(w))
+        schedule(w, STEP_WATCH, 0);
 }
 
 /* ---- watch --------------------------------------------------------------- */
-
-static int is_initial_end(const struct k8s_watch_event *ev)
-{
-    json_t *a = json_object_get(json_object_get(ev->object, "metadata"), "annotations");
-    const char *v = json_string_value(json_object_get(a, "k8s.io/initial-events-end"));
-    return v && strcmp(v, "true") == 0;
-}
-
-/* An event of a streaming list before its initial-events-end bookmark: the
- * ADDEDs are the list's items (not in RV order: the RV is not taken). */
-static int initial_event(struct k8s_watch *w, const struct k8s_watch_event *ev)
-{
-    if (ev->type == K8S_WATCH_BOOKMARK) {
-        if (!is_initial_end(ev))
-            return 0;
-        uv_timer_stop(&w->timer);
-        w->in_initial = 0;
-        if (set_rv(w, ev->resource_version) < 0) {
-            w->stream_rc = -ENOMEM;
-            return 1;
-        }
-        list_completed(w);
-        return 0;
-    }
-    if (!w->list_begun) {
-        w->list_begun = 1;
-        if (w->h.list_begin)
-            w->h.list_begin(w->data);
-    }
-    if (w->h.list_item && !dead(w) && w->h.list_item(ev, w->data) != 0 && !dead(w))
-        halt(w);
-    return 0;
-}
 
 static int event_cb(const char *p, size_t n, void *data)
 {
     struct k8s_watch *w = data;
     struct k8s_watch_event ev;
-    json_t *root = NULL;
-    if (dead(w))
+    json_t *root;
+    if (dead(w) || decode(w, 0, p, n, &ev, &root) < 0)
         return 1;
-    int rc = w->o.raw_only ? k8s__event_decode_raw(&w->rd, p, n, &ev, &root, &w->stream_err)
-                           : k8s__event_decode(p, n, &ev, &root, &w->stream_err);
-    if (rc < 0) {
-        w->stream_rc = rc;
-        return 1;
-    }
     if (ev.type == K8S_WATCH_ERROR) {
         if (ev.code == 410) {
             w->got_410 = 1;
@@ -378,11 +341,6 @@ static int event_cb(const char *p, size_t n, void *data)
         return 1;
     }
     w->watch_events++;
-    if (w->in_initial) {
-        rc = initial_event(w, &ev);
-        json_decref(root);
-        return dead(w) || rc ? 1 : 0;
-    }
     if (w->watch_rv0 && ev.type != K8S_WATCH_ADDED)
         w->watch_rv0 = 0;
     if (ev.type == K8S_WATCH_BOOKMARK) {
@@ -406,10 +364,7 @@ static int watch_data(struct k8s_req *req, const char *p, size_t n, void *data)
     (void)req;
     if (dead(w) || w->stream_rc || w->got_410)
         return 1;
-    int rc = k8s__framer_feed(&w->fr, p, n, event_cb, w, &w->stream_err);
-    if (rc < 0)
-        w->stream_rc = rc;
-    return rc != 0;
+    return feed(w, p, n, event_cb);
 }
 
 static void watch_failed(struct k8s_watch *w, struct k8s_response *resp)
@@ -437,51 +392,6 @@ static void watch_failed(struct k8s_watch *w, struct k8s_response *resp)
     fail_and_retry(w, STEP_LIST, resp->rc, resp->st->retry_after_s, msg);
 }
 
-/* A streaming list ended before its initial-events-end bookmark. */
-static void initial_failed(struct k8s_watch *w, struct k8s_response *resp)
-{
-    long c = resp->code;
-    w->in_initial = 0;
-    uv_timer_stop(&w->timer);
-    if (w->fallback || c == 400 || c == 403 || c == 422 || c == 501 ||
-        (resp->rc == 0 && !w->got_410 && !w->stream_rc)) {
-        /* Rejected, ignored (the stream ended without the bookmark) or too
-         * slow: list the old way from now on. */
-        w->streaming = 0;
-        w->fallback = 0;
-        w->st.streaming_fallbacks++;
-        if (w->list_begun && w->h.list_abort)
-            w->h.list_abort(w->data);
-        w->list_begun = 0;
-        tkm_info("watch %s: streaming list not usable (HTTP %ld); using LIST + WATCH",
-                 w->o.res->plural, c);
-        schedule(w, STEP_LIST, 0);
-        return;
-    }
-    if (w->got_410) {
-        /* The RV to stream from is gone: stream from "now". */
-        if (w->list_begun && w->h.list_abort)
-            w->h.list_abort(w->data);
-        w->list_begun = 0;
-        w->st.relists_410++;
-        w->list_rv = LIST_RV_QUORUM;
-        schedule(w, STEP_LIST, 0);
-        return;
-    }
-    list_failed(w, resp);
-}
-
-static void on_initial_timeout(uv_timer_t *t)
-{
-    struct k8s_watch *w = t->data;
-    if (dead(w) || !w->in_initial || !w->req)
-        return;
-    tkm_warn("watch %s: no initial-events-end bookmark after %" PRIu64 " ms", w->o.res->plural,
-             w->o.initial_events_timeout_ms);
-    w->fallback = 1;
-    k8s_req_cancel(w->req);
-}
-
 static void watch_done(struct k8s_req *req, struct k8s_response *resp, void *data)
 {
     struct k8s_watch *w = data;
@@ -493,10 +403,6 @@ static void watch_done(struct k8s_req *req, struct k8s_response *resp, void *dat
         return;
     }
     uint64_t lived = tkm_now_ms() - w->watch_started_ms;
-    if (w->in_initial) {
-        initial_failed(w, resp);
-        return;
-    }
     if (w->got_410) {
         w->st.relists_410++;
         w->list_rv = LIST_RV_LAST;
@@ -523,7 +429,7 @@ static void watch_done(struct k8s_req *req, struct k8s_response *resp, void *dat
         fail_and_retry(w, STEP_WATCH, -EPROTO, -1, err.msg);
         return;
     }
-    if (w->watch_events == 0 && lived < w->o.short_watch_ms) {
+    if (w->watch_events == 0 && lived < SHORT_WATCH_MS) {
         w->st.watch_failures++;
         fail_and_retry(w, STEP_WATCH, -EPIPE, -1,
                        "very short watch: the server closed it at once without an event");
@@ -542,12 +448,10 @@ static void start_next(struct k8s_watch *w)
     struct tkm_err err = {0};
     int watch = w->next == STEP_WATCH && (*w->rv || w->watch_rv0);
     int rc = build_path(w, &path, watch, &err);
-    int stream = watch || w->streaming; /* a watch-shaped request */
     if (rc < 0)
         goto out;
     k8s__framer_release(&w->fr);
-    k8s__framer_init(&w->fr, stream ? K8S__FRAME_STREAM : K8S__FRAME_LIST, w->o.max_event_bytes);
-    w->in_initial = !watch && w->streaming;
+    k8s__framer_init(&w->fr, watch ? K8S__FRAME_STREAM : K8S__FRAME_LIST, w->o.max_event_bytes);
     w->stream_rc = 0;
     tkm_err_clear(&w->stream_err);
     w->got_410 = 0;
@@ -556,25 +460,22 @@ static void start_next(struct k8s_watch *w)
     struct k8s_request r = {
         .method = "GET",
         .path = path.data,
-        .accept = w->o.metadata_only ? (stream ? ACCEPT_META_WATCH : ACCEPT_META_LIST) : NULL,
+        .accept = w->o.metadata_only ? (watch ? ACCEPT_META_WATCH : ACCEPT_META_LIST) : NULL,
         .idempotent = K8S_IDEMPOTENT,
         .no_retry = 1,
-        .timeout_ms = stream ? ((uint64_t)w->o.timeout_max_s + 60u) * 1000u : 5u * 60u * 1000u,
+        .timeout_ms = watch ? (TIMEOUT_MAX_S + 60u) * 1000u : 5u * 60u * 1000u,
     };
     w->req_is_list = !watch;
-    if (stream) {
+    if (watch) {
         w->st.watches++;
         w->watch_started_ms = tkm_now_ms();
     }
-    rc = k8s_request_start(w->c, &r, stream ? watch_data : list_data,
-                           stream ? watch_done : list_done, w, &w->req, &err);
-    if (rc == 0 && w->in_initial)
-        uv_timer_start(&w->timer, on_initial_timeout, w->o.initial_events_timeout_ms, 0);
+    rc = k8s_request_start(w->c, &r, watch ? watch_data : list_data, watch ? watch_done : list_done,
+                           w, &w->req, &err);
 out:
     tkm_buf_release(&path);
     if (rc < 0) {
         w->req = NULL;
-        w->in_initial = 0;
         fail_and_retry(w, watch ? STEP_WATCH : STEP_LIST, rc, -1, tkm_err_str(&err));
     }
 }
@@ -594,21 +495,8 @@ static int check_opts(struct k8s_watch_opts *o, struct tkm_err *err)
 {
     if (!o->res || !o->res->plural || !o->res->version)
         return tkm_err_set(err, -EINVAL, "watch: opts.res (the resource) is required");
-    if (!o->timeout_min_s)
-        o->timeout_min_s = 300;
-    if (!o->timeout_max_s)
-        o->timeout_max_s = o->timeout_min_s > 600 ? o->timeout_min_s : 600;
-    if (o->timeout_max_s < o->timeout_min_s)
-        return tkm_err_set(err, -EINVAL, "watch: timeout_max_s %u < timeout_min_s %u",
-                           o->timeout_max_s, o->timeout_min_s);
     if (!o->max_event_bytes)
         o->max_event_bytes = 8u * 1024u * 1024u;
-    if (!o->short_watch_ms)
-        o->short_watch_ms = 1000;
-    if (!o->max_retry_after_s)
-        o->max_retry_after_s = 60;
-    if (!o->initial_events_timeout_ms)
-        o->initial_events_timeout_ms = 60000;
     return 0;
 }
 
@@ -641,7 +529,7 @@ int k8s_watch_start(struct k8s_client *c, const struct k8s_watch_opts *opts,
     w->bo =
         (struct tkm_backoff){.initial_ms = w->o.backoff_initial_ms ? w->o.backoff_initial_ms : 800,
                              .max_ms = w->o.backoff_max_ms ? w->o.backoff_max_ms : 30000,
-                             .reset_ms = w->o.backoff_reset_ms ? w->o.backoff_reset_ms : 120000,
+                             .reset_ms = 120000,
                              .jitter_pct = 100,
                              .rng = w->rng | 1};
     k8s__framer_init(&w->fr, K8S__FRAME_LIST, w->o.max_event_bytes);
@@ -656,7 +544,6 @@ int k8s_watch_start(struct k8s_client *c, const struct k8s_watch_opts *opts,
         }
     }
     w->o.start_resource_version = NULL;
-    w->streaming = opts->streaming_list;
     uv_timer_init(w->loop, &w->timer);
     w->timer.data = w;
     schedule(w, opts->start_resource_version ? STEP_WATCH : STEP_LIST, 0);

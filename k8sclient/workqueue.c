@@ -357,15 +357,6 @@ int k8s_workqueue_add_rate_limited(struct k8s_workqueue *q, const char *key, uin
     return k8s_workqueue_add_after(q, key, d);
 }
 
-void k8s_workqueue_forget(struct k8s_workqueue *q, const char *key)
-{
-    struct item *it = get_item(q, key, 0);
-    if (!it)
-        return;
-    tkm_backoff_reset(&it->bo);
-    maybe_free_item(q, it);
-}
-
 unsigned k8s_workqueue_num_requeues(const struct k8s_workqueue *q, const char *key)
 {
     const struct item *it = tkm_strmap_get(&q->items, key);

@@ -122,42 +122,41 @@ void kt_world_release(struct kt_world *w)
     memset(w, 0, sizeof *w);
 }
 
-/* Grows an array of elements of size sz to hold one more (doubling). */
-static int grow(void **arr, size_t *cap, size_t n, size_t sz)
+/* Appends the element at el (sz bytes) to an array that grows by doubling,
+ * and zeroes el. -ENOMEM leaves el as it was. */
+static int append(void **arr, size_t *n, size_t *cap, void *el, size_t sz)
 {
-    if (n < *cap)
-        return 0;
-    size_t nc = *cap ? *cap * 2 : 16;
-    void *p = realloc(*arr, nc * sz);
-    if (!p)
-        return -ENOMEM;
-    *arr = p;
-    *cap = nc;
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 16;
+        void *p = realloc(*arr, nc * sz);
+        if (!p)
+            return -ENOMEM;
+        *arr = p;
+        *cap = nc;
+    }
+    memcpy((char *)*arr + (*n)++ * sz, el, sz);
+    memset(el, 0, sz);
     return 0;
 }
 
 int kt_world_add_cache_take(struct kt_world *w, struct tkm_api_cache *c)
 {
-    if (grow((void **)&w->caches, &w->cap_caches, w->n_caches, sizeof *c) < 0) {
+    int rc = append((void **)&w->caches, &w->n_caches, &w->cap_caches, c, sizeof *c);
+    if (rc < 0) {
         tkm_api_cache_release(c);
         memset(c, 0, sizeof *c);
-        return -ENOMEM;
     }
-    w->caches[w->n_caches++] = *c;
-    memset(c, 0, sizeof *c);
-    return 0;
+    return rc;
 }
 
 int kt_world_add_status_take(struct kt_world *w, struct tkm_api_nodestatus *s)
 {
-    if (grow((void **)&w->statuses, &w->cap_statuses, w->n_statuses, sizeof *s) < 0) {
+    int rc = append((void **)&w->statuses, &w->n_statuses, &w->cap_statuses, s, sizeof *s);
+    if (rc < 0) {
         tkm_api_nodestatus_release(s);
         memset(s, 0, sizeof *s);
-        return -ENOMEM;
     }
-    w->statuses[w->n_statuses++] = *s;
-    memset(s, 0, sizeof *s);
-    return 0;
+    return rc;
 }
 
 /* ---- helpers ---------------------------------------------------------------------- */

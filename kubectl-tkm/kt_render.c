@@ -134,36 +134,26 @@ static size_t left_cols(const struct kt_render_opts *o)
     return 1 + (o->all_namespaces ? 1 : 0) + (o->wide ? 2 : 0);
 }
 
-static int set_left_header(struct kt_table *t, const struct kt_render_opts *o)
-{
-    size_t c = 0;
-    int rc = 0;
-    if (o->all_namespaces)
-        rc |= kt__table_set(t, c++, "NAMESPACE", NULL);
-    rc |= kt__table_set(t, c++, "CACHE", NULL);
-    if (o->wide) {
-        rc |= kt__table_set(t, c++, "DIGEST", NULL);
-        rc |= kt__table_set(t, c++, "IMAGE", NULL);
-    }
-    return rc ? -ENOMEM : 0;
-}
-
+/* The left columns of row r, blank unless first; r NULL: the header. */
 static int set_left(struct kt_table *t, const struct kt_row *r, const struct kt_render_opts *o,
                     int first)
 {
     char ref[320], d[32];
-    size_t c = 0;
+    const struct tkm_api_cache *k = r ? r->cache : NULL;
+    const char *v[4] = {"NAMESPACE", "CACHE", "DIGEST", "IMAGE"};
     int rc = 0;
-    const struct tkm_api_cache *k = r->cache;
-    kt_cache_ref(k, ref, sizeof ref);
-    short_digest(k->status.resolved_digest, d, sizeof d);
-    if (o->all_namespaces)
-        rc |= kt__table_set(t, c++, first ? (k->meta.ns ? k->meta.ns : "") : "", NULL);
-    rc |= kt__table_set(t, c++, first ? ref : "", NULL);
-    if (o->wide) {
-        rc |= kt__table_set(t, c++, first ? d : "", NULL);
-        rc |= kt__table_set(t, c++, first ? k->spec.cache_image : "", NULL);
+    if (k) {
+        kt_cache_ref(k, ref, sizeof ref);
+        short_digest(k->status.resolved_digest, d, sizeof d);
+        v[0] = first ? (k->meta.ns ? k->meta.ns : "") : "";
+        v[1] = first ? ref : "";
+        v[2] = first ? d : "";
+        v[3] = first ? k->spec.cache_image : "";
     }
+    size_t c = 0;
+    for (size_t i = 0; i < 4; i++)
+        if ((i != 0 || o->all_namespaces) && (i < 2 || o->wide))
+            rc |= kt__table_set(t, c++, v[i], NULL);
     return rc ? -ENOMEM : 0;
 }
 
@@ -189,7 +179,7 @@ static int node_table(const struct kt_matrix *m, const struct kt_render_opts *o,
     if (rc == 0)
         rc = kt__table_row(t);
     if (rc == 0)
-        rc = set_left_header(t, o);
+        rc = set_left(t, NULL, o, 1);
     for (size_t j = 0; rc == 0 && j < m->n_nodes; j++)
         rc = kt__table_set(t, lc + j, m->nodes[j].name, NULL);
     for (size_t i = 0; rc == 0 && i < m->n_rows; i++) {
@@ -336,7 +326,7 @@ static int group_table(const struct kt_matrix *m, const struct kt_group *g, size
     if (rc == 0)
         rc = kt__table_row(t);
     if (rc == 0)
-        rc = set_left_header(t, o);
+        rc = set_left(t, NULL, o, 1);
     for (size_t j = 0; rc == 0 && j < ng; j++) {
         char h[160];
         snprintf(h, sizeof h, "%s \xc3\x97%zu", g[j].label, g[j].n);
@@ -367,7 +357,7 @@ static int long_table(const struct kt_matrix *m, const struct kt_group *g, size_
     if (rc == 0)
         rc = kt__table_row(t);
     if (rc == 0)
-        rc = set_left_header(t, o);
+        rc = set_left(t, NULL, o, 1);
     if (rc == 0)
         rc = kt__table_set(t, lc, "GPU TYPE", NULL) | kt__table_set(t, lc + 1, "NODES", NULL) |
              kt__table_set(t, lc + 2, "STATE", NULL);

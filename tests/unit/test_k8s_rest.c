@@ -14,6 +14,7 @@
 #include "test.h"
 #include "client-int.h"
 #include "tsrv.h"
+#include "sup_k8s.h"
 
 static const char *path_of(const struct k8s_resource *r, const char *ns, const char *name,
                            const char *sub, int *rc)
@@ -118,11 +119,12 @@ TEST(get_sends_token_and_decodes)
     struct k8s_client *c = client_for(&loop, port, "tok-1", NULL, -1);
     json_t *obj = NULL;
     struct k8s_status st = K8S_STATUS_INIT;
-    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, &obj, &st));
+    ASSERT_OK(sup_k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, &obj, &st));
     ASSERT_STREQ(k8s_obj_name(obj), "a");
     ASSERT_STREQ(k8s_obj_resource_version(obj), "7");
     ASSERT_STREQ(k8s_obj_uid(obj), "u-1");
-    ASSERT_STREQ(k8s_obj_namespace(obj), "ns1");
+    ASSERT_STREQ(json_string_value(json_object_get(json_object_get(obj, "metadata"), "namespace")),
+                 "ns1");
     json_decref(obj);
     const char *req = tsrv_req(&s, 0);
     ASSERT_STRCONTAINS(req, "GET /api/v1/namespaces/ns1/configmaps/a HTTP/1.1\r\n");
@@ -149,7 +151,7 @@ TEST(status_errors_surface)
     struct k8s_client *c = client_for(&loop, port, NULL, NULL, -1);
     json_t *obj = (json_t *)1;
     struct k8s_status st = K8S_STATUS_INIT;
-    ASSERT_EQ(k8s_get(c, &k8s_res_configmaps, "other", "zz", NULL, &obj, &st), -ENOENT);
+    ASSERT_EQ(sup_k8s_get(c, &k8s_res_configmaps, "other", "zz", NULL, &obj, &st), -ENOENT);
     ASSERT_NULL(obj);
     ASSERT_EQ(st.code, 404);
     ASSERT_STREQ(st.reason, "NotFound");
@@ -157,7 +159,7 @@ TEST(status_errors_surface)
     ASSERT_STREQ(st.details_name, "zz");
     ASSERT(strstr(tsrv_req(&s, 0), "Authorization") == NULL);
     /* A 2xx that is not JSON is a protocol error, reported as such. */
-    ASSERT_EQ(k8s_get(c, &k8s_res_configmaps, "other", "zz", NULL, &obj, &st), -EPROTO);
+    ASSERT_EQ(sup_k8s_get(c, &k8s_res_configmaps, "other", "zz", NULL, &obj, &st), -EPROTO);
     ASSERT_STRCONTAINS(st.message, "not valid JSON");
     k8s_status_release(&st);
     finish(&loop, c);
@@ -177,19 +179,29 @@ TEST(apply_request_shape)
                              0, NULL);
     struct k8s_apply_opts ao = {.field_manager = "tkm-agent", .force = 1, .subresource = "status"};
     struct k8s_status st = K8S_STATUS_INIT;
-    ASSERT_OK(k8s_apply(c, &res_crd, "ml", obj, &ao, NULL, &st));
+    int rc = sup_k8s_apply(c, &res_crd, "ml", obj, &ao, NULL, &st);
+    ASSERT_OK(rc);
     const char *req = tsrv_req(&s, 0);
     ASSERT_STRCONTAINS(req, "PATCH /apis/tkm.io/v1alpha1/namespaces/ml/tritonkernelcaches/c1/"
                             "status?fieldManager=tkm-agent&force=true HTTP/1.1\r\n");
     ASSERT_STRCONTAINS(req, "Content-Type: application/apply-patch+yaml\r\n");
     ASSERT_STRCONTAINS(req, "\"status\":{\"x\":1}");
-    /* resourceVersion in an apply body is refused before sending. */
+    /* resourceVersion in an apply body is refused before sending, and the log says why. */
     json_object_set_new(json_object_get(obj, "metadata"), "resourceVersion", json_string("5"));
-    ASSERT_EQ(k8s_apply(c, &res_crd, "ml", obj, &ao, NULL, &st), -EINVAL);
-    ASSERT_STRCONTAINS(st.message, "remove metadata.resourceVersion");
+    struct sup_stderr log;
+    ASSERT_OK(sup_stderr_begin(&log));
+    rc = sup_k8s_apply(c, &res_crd, "ml", obj, &ao, NULL, &st);
+    char *msg = sup_stderr_end(&log);
+    ASSERT_EQ(rc, -EINVAL);
+    ASSERT_STRCONTAINS(msg, "remove metadata.resourceVersion");
+    free(msg);
     ao.field_manager = NULL;
-    ASSERT_EQ(k8s_apply(c, &res_crd, "ml", obj, &ao, NULL, &st), -EINVAL);
-    ASSERT_STRCONTAINS(st.message, "field manager is required");
+    ASSERT_OK(sup_stderr_begin(&log));
+    rc = sup_k8s_apply(c, &res_crd, "ml", obj, &ao, NULL, &st);
+    msg = sup_stderr_end(&log);
+    ASSERT_EQ(rc, -EINVAL);
+    ASSERT_STRCONTAINS(msg, "field manager is required");
+    free(msg);
     ASSERT_EQ(tsrv_nreqs(&s), 1);
     json_decref(obj);
     k8s_status_release(&st);
@@ -215,22 +227,28 @@ TEST(list_delete_patch_shapes)
     struct k8s_delete_opts d = {.propagation = K8S_PROPAGATE_FOREGROUND,
                                 .precondition_uid = "u-1",
                                 .precondition_resource_version = "7"};
-    ASSERT_OK(k8s_delete(c, &k8s_res_configmaps, NULL, "a", &d, NULL, NULL));
+    ASSERT_OK(sup_k8s_delete(c, &k8s_res_configmaps, NULL, "a", &d, NULL, NULL));
     const char *req = tsrv_req(&s, 1);
     ASSERT_STRCONTAINS(req, "DELETE /api/v1/namespaces/ns1/configmaps/a HTTP/1.1");
     ASSERT_STRCONTAINS(req, "\"propagationPolicy\":\"Foreground\"");
     ASSERT_STRCONTAINS(req, "\"preconditions\":{\"uid\":\"u-1\",\"resourceVersion\":\"7\"}");
     json_t *jp = json_loads("[{\"op\":\"add\",\"path\":\"/data/x\",\"value\":\"1\"}]", 0, NULL);
     struct k8s_patch_opts po = {.type = K8S_PATCH_JSON, .field_manager = "me"};
-    ASSERT_OK(k8s_patch(c, &k8s_res_configmaps, NULL, "a", jp, &po, NULL, NULL));
+    ASSERT_OK(sup_k8s_patch(c, &k8s_res_configmaps, NULL, "a", jp, &po, NULL, NULL));
     req = tsrv_req(&s, 2);
     ASSERT_STRCONTAINS(req, "PATCH /api/v1/namespaces/ns1/configmaps/a?fieldManager=me ");
     ASSERT_STRCONTAINS(req, "Content-Type: application/json-patch+json");
     /* A JSON patch must be an array; a merge patch an object. */
     struct k8s_status st = K8S_STATUS_INIT;
     po.type = K8S_PATCH_MERGE;
-    ASSERT_EQ(k8s_patch(c, &k8s_res_configmaps, NULL, "a", jp, &po, NULL, &st), -EINVAL);
-    ASSERT_STRCONTAINS(st.message, "must be a JSON object");
+    struct sup_stderr log;
+    ASSERT_OK(sup_stderr_begin(&log));
+    int rc = sup_k8s_patch(c, &k8s_res_configmaps, NULL, "a", jp, &po, NULL, &st);
+    char *msg = sup_stderr_end(&log);
+    ASSERT_EQ(rc, -EINVAL);
+    ASSERT_STRCONTAINS(msg, "must be a JSON object");
+    free(msg);
+    ASSERT_EQ(tsrv_nreqs(&s), 3);
     json_decref(jp);
     k8s_status_release(&st);
     finish(&loop, c);
@@ -250,7 +268,7 @@ TEST(retry_after_429_then_ok)
     uv_loop_init(&loop);
     struct k8s_client *c = client_for(&loop, port, "t", NULL, 3);
     uint64_t t0 = tkm_now_ms();
-    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, NULL));
+    ASSERT_OK(sup_k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, NULL));
     ASSERT(tkm_now_ms() - t0 >= 900);
     ASSERT_EQ(tsrv_nreqs(&s), 2);
     finish(&loop, c);
@@ -268,11 +286,11 @@ TEST(post_not_retried_on_plain_5xx)
     struct k8s_client *c = client_for(&loop, port, "t", NULL, 3);
     json_t *obj = json_loads(CM_JSON, 0, NULL);
     struct k8s_status st = K8S_STATUS_INIT;
-    ASSERT_EQ(k8s_create(c, &k8s_res_configmaps, NULL, obj, NULL, &st), -EREMOTEIO);
+    ASSERT_EQ(sup_k8s_create(c, &k8s_res_configmaps, NULL, obj, NULL, &st), -EREMOTEIO);
     ASSERT_STREQ(st.message, "boom");
     ASSERT_EQ(tsrv_nreqs(&s), 1);
     /* GET is idempotent: retried (3 more times) on 500. */
-    ASSERT_EQ(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st), -EREMOTEIO);
+    ASSERT_EQ(sup_k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st), -EREMOTEIO);
     ASSERT_EQ(tsrv_nreqs(&s), 5);
     json_decref(obj);
     k8s_status_release(&st);
@@ -291,7 +309,7 @@ TEST(post_retried_when_server_asks)
     uv_loop_init(&loop);
     struct k8s_client *c = client_for(&loop, port, "t", NULL, 3);
     json_t *obj = json_loads(CM_JSON, 0, NULL);
-    ASSERT_OK(k8s_create(c, &k8s_res_configmaps, NULL, obj, NULL, NULL));
+    ASSERT_OK(sup_k8s_create(c, &k8s_res_configmaps, NULL, obj, NULL, NULL));
     ASSERT_EQ(tsrv_nreqs(&s), 2);
     ASSERT_STRCONTAINS(tsrv_req(&s, 1), "POST /api/v1/namespaces/ns1/configmaps HTTP/1.1");
     json_decref(obj);
@@ -311,7 +329,7 @@ TEST(transport_error_distinguished)
     uv_loop_init(&loop);
     struct k8s_client *c = client_for(&loop, ntohs(a.sin_port), "t", NULL, -1);
     struct k8s_status st = K8S_STATUS_INIT;
-    ASSERT_EQ(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st), -ECONNREFUSED);
+    ASSERT_EQ(sup_k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st), -ECONNREFUSED);
     ASSERT_EQ(st.transport, 1);
     ASSERT_EQ(st.code, 0);
     ASSERT_STRCONTAINS(st.message, "/api/v1/namespaces/ns1/configmaps/a");
@@ -337,71 +355,9 @@ TEST(token_file_reloaded_on_401)
     f = fopen(tf, "w");
     fputs("token-B\n", f);
     fclose(f);
-    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, NULL));
+    ASSERT_OK(sup_k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, NULL));
     ASSERT_STRCONTAINS(tsrv_req(&s, 0), "Authorization: Bearer token-A\r\n");
     ASSERT_STRCONTAINS(tsrv_req(&s, 1), "Authorization: Bearer token-B\r\n");
-    finish(&loop, c);
-    tsrv_stop(&s);
-}
-
-static int mutate_calls;
-
-static int add_key(json_t *obj, void *data)
-{
-    mutate_calls++;
-    json_object_set_new(json_object_get(obj, "data"), "added", json_string(data));
-    return 0;
-}
-
-TEST(update_retry_on_conflict)
-{
-    struct tsrv s;
-    struct tsrv_reply r[] = {
-        {200, NULL, CM_JSON, 0, 0, 0},
-        {409, NULL,
-         "{\"kind\":\"Status\",\"reason\":\"Conflict\",\"message\":\"the object has been "
-         "modified\",\"code\":409}",
-         0, 0, 0},
-        {200, NULL, CM_JSON, 0, 0, 0},
-        {200, NULL, CM_JSON, 0, 0, 0}};
-    int port = tsrv_start(&s, r, 4);
-    uv_loop_t loop;
-    uv_loop_init(&loop);
-    struct k8s_client *c = client_for(&loop, port, "t", NULL, -1);
-    json_t *out = NULL;
-    ASSERT_OK(
-        k8s_update_retry(c, &k8s_res_configmaps, NULL, "a", NULL, 3, add_key, "yes", &out, NULL));
-    ASSERT_NOT_NULL(out);
-    json_decref(out);
-    ASSERT_EQ(mutate_calls, 2);
-    ASSERT_EQ(tsrv_nreqs(&s), 4);
-    ASSERT_STRCONTAINS(tsrv_req(&s, 1), "PUT /api/v1/namespaces/ns1/configmaps/a HTTP/1.1");
-    ASSERT_STRCONTAINS(tsrv_req(&s, 1), "\"resourceVersion\":\"7\"");
-    ASSERT_STRCONTAINS(tsrv_req(&s, 3), "\"added\":\"yes\"");
-    finish(&loop, c);
-    tsrv_stop(&s);
-}
-
-TEST(update_retry_gives_up)
-{
-    struct tsrv s;
-    struct tsrv_reply r[] = {
-        {200, NULL, CM_JSON, 0, 0, 0},
-        {409, NULL, "{\"kind\":\"Status\",\"reason\":\"Conflict\",\"message\":\"m\",\"code\":409}",
-         0, 0, 0},
-        {200, NULL, CM_JSON, 0, 0, 0},
-        {409, NULL, "{\"kind\":\"Status\",\"reason\":\"Conflict\",\"message\":\"m\",\"code\":409}",
-         0, 0, 0}};
-    int port = tsrv_start(&s, r, 4);
-    uv_loop_t loop;
-    uv_loop_init(&loop);
-    struct k8s_client *c = client_for(&loop, port, "t", NULL, -1);
-    struct k8s_status st = K8S_STATUS_INIT;
-    ASSERT_EQ(k8s_update_retry(c, &k8s_res_configmaps, NULL, "a", NULL, 2, add_key, "x", NULL, &st),
-              -ESTALE);
-    ASSERT_EQ(st.code, 409);
-    ASSERT_EQ(tsrv_nreqs(&s), 4);
-    k8s_status_release(&st);
     finish(&loop, c);
     tsrv_stop(&s);
 }
@@ -578,10 +534,10 @@ TEST(exec_plugin_refreshed_when_expired_and_on_401)
     struct k8s_client *c;
     ASSERT_OK(k8s_client_new(&loop, &cfg, NULL, &c, &err)); /* run 1 */
     k8s_config_release(&cfg);
-    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, "x", "a", NULL, NULL, NULL));
+    ASSERT_OK(sup_k8s_get(c, &k8s_res_configmaps, "x", "a", NULL, NULL, NULL));
     ASSERT_STRCONTAINS(tsrv_req(&s, 0), "Authorization: Bearer exec-2\r\n");
     /* Request 2: refreshed (run 3), refused with 401, refreshed again (run 4). */
-    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, "x", "a", NULL, NULL, NULL));
+    ASSERT_OK(sup_k8s_get(c, &k8s_res_configmaps, "x", "a", NULL, NULL, NULL));
     ASSERT_STRCONTAINS(tsrv_req(&s, 1), "Authorization: Bearer exec-3\r\n");
     ASSERT_STRCONTAINS(tsrv_req(&s, 2), "Authorization: Bearer exec-4\r\n");
     ASSERT_EQ(tsrv_nreqs(&s), 3);
@@ -633,14 +589,14 @@ TEST_TIMEOUT(patch_and_apply_honour_429_retry_after, 60)
 
     json_t *mp = json_pack("{s:{s:s}}", "data", "k", "v2");
     struct k8s_patch_opts po = {.type = K8S_PATCH_MERGE};
-    ASSERT_OK(k8s_patch(c, &k8s_res_configmaps, NULL, "m", mp, &po, NULL, &st));
+    ASSERT_OK(sup_k8s_patch(c, &k8s_res_configmaps, NULL, "m", mp, &po, NULL, &st));
     ASSERT_EQ(tsrv_nreqs(&s), 2);
     check_retried_after(&s, 0, 1000);
     ASSERT_STRCONTAINS(tsrv_req(&s, 1), "Content-Type: application/merge-patch+json\r\n");
 
     json_t *jp = json_pack("[{s:s,s:s,s:s}]", "op", "replace", "path", "/data/k", "value", "v3");
     po.type = K8S_PATCH_JSON;
-    ASSERT_OK(k8s_patch(c, &k8s_res_configmaps, NULL, "j", jp, &po, NULL, &st));
+    ASSERT_OK(sup_k8s_patch(c, &k8s_res_configmaps, NULL, "j", jp, &po, NULL, &st));
     ASSERT_EQ(tsrv_nreqs(&s), 4);
     check_retried_after(&s, 2, 2000);
     ASSERT_STRCONTAINS(tsrv_req(&s, 3), "Content-Type: application/json-patch+json\r\n");
@@ -649,7 +605,7 @@ TEST_TIMEOUT(patch_and_apply_honour_429_retry_after, 60)
                             "metadata", "name", "a", "data", "k", "v");
     struct k8s_apply_opts ao = {.field_manager = "tkm-agent", .subresource = "status"};
     json_t *out = NULL;
-    ASSERT_OK(k8s_apply(c, &k8s_res_configmaps, NULL, obj, &ao, &out, &st));
+    ASSERT_OK(sup_k8s_apply(c, &k8s_res_configmaps, NULL, obj, &ao, &out, &st));
     ASSERT_STREQ(k8s_obj_name(out), "a");
     ASSERT_EQ(tsrv_nreqs(&s), 7);
     check_retried_after(&s, 4, 1000);
@@ -678,7 +634,7 @@ TEST_TIMEOUT(apply_429_gives_up_after_max_retries, 60)
     json_t *obj = json_pack("{s:s,s:s,s:{s:s}}", "apiVersion", "v1", "kind", "ConfigMap",
                             "metadata", "name", "a");
     struct k8s_apply_opts ao = {.field_manager = "tkm-agent"};
-    ASSERT(k8s_apply(c, &k8s_res_configmaps, NULL, obj, &ao, NULL, &st) < 0);
+    ASSERT(sup_k8s_apply(c, &k8s_res_configmaps, NULL, obj, &ao, NULL, &st) < 0);
     ASSERT_EQ(st.code, 429);
     ASSERT_EQ(st.retry_after_s, 0);
     ASSERT_STREQ(st.message, "slow down");
@@ -770,19 +726,19 @@ TEST_TIMEOUT(ca_rotation_picked_up_after_tls_failure, 60)
     uv_loop_init(&loop);
     struct k8s_client *c = tls_client_for(&loop, port, p.ca, 0);
     struct k8s_status st = K8S_STATUS_INIT;
-    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
+    ASSERT_OK(sup_k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
     ASSERT_EQ(k8s__client_ca_reloads(c), 0);
 
     ASSERT_OK(tsrv_tls(&s, p.crt2, p.key2));
     tsrv_drop_conns(&s);
     copy_file(p.ca2, p.ca, 1);
-    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
+    ASSERT_OK(sup_k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
     ASSERT_EQ(k8s__client_ca_reloads(c), 1);
     ASSERT_EQ(tsrv_nreqs(&s), 2);
 
     ASSERT_OK(tsrv_tls(&s, p.crt1, p.key1));
     tsrv_drop_conns(&s);
-    ASSERT_EQ(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st), -EPROTO);
+    ASSERT_EQ(sup_k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st), -EPROTO);
     ASSERT_EQ(k8s__client_ca_reloads(c), 1);
     ASSERT_EQ(tsrv_nreqs(&s), 2);
     k8s_status_release(&st);
@@ -810,17 +766,17 @@ TEST_TIMEOUT(ca_file_checked_periodically, 60)
     uv_loop_init(&loop);
     struct k8s_client *c = tls_client_for(&loop, port, p.ca, 50);
     struct k8s_status st = K8S_STATUS_INIT;
-    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
+    ASSERT_OK(sup_k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
 
     copy_file(p.ca2, p.ca, 0);
     struct timespec ts = {0, 120 * 1000000L};
     nanosleep(&ts, NULL);
     tsrv_drop_conns(&s);
-    ASSERT_EQ(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st), -EPROTO);
+    ASSERT_EQ(sup_k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st), -EPROTO);
     ASSERT_EQ(k8s__client_ca_reloads(c), 1);
 
     ASSERT_OK(tsrv_tls(&s, p.crt2, p.key2));
-    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
+    ASSERT_OK(sup_k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
 
     FILE *f = fopen(p.ca, "w");
     ASSERT_NOT_NULL(f);
@@ -828,7 +784,7 @@ TEST_TIMEOUT(ca_file_checked_periodically, 60)
     fclose(f);
     nanosleep(&ts, NULL);
     tsrv_drop_conns(&s);
-    ASSERT_OK(k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
+    ASSERT_OK(sup_k8s_get(c, &k8s_res_configmaps, NULL, "a", NULL, NULL, &st));
     ASSERT_EQ(k8s__client_ca_reloads(c), 1);
     ASSERT_EQ(tsrv_nreqs(&s), 3);
     k8s_status_release(&st);

@@ -418,12 +418,10 @@ struct wrun {
     struct k8s_watch_stats st;
     char rv[32];
     const char *start_rv; /* watch only, from this RV */
-    int streaming;        /* streaming_list */
-    uint64_t initial_ms;  /* initial_events_timeout_ms (0: default) */
     size_t max_event;     /* max_event_bytes (0: default) */
     int use_informer;     /* run an informer instead of a bare watch */
     struct k8s_informer *inf;
-    int adds, updates, deletes, unknown, synced, replays;
+    int adds, updates, deletes, unknown, synced;
     size_t count_at_stop;
     char b_rv[32]; /* resourceVersion of t/b in the store at stop */
 };
@@ -467,11 +465,10 @@ static void poll_cb(uv_timer_t *t)
     if (n < r->stop_after)
         return;
     if (r->inf) {
-        const struct k8s_obj *b = k8s_informer_get(r->inf, "t", "b");
+        const struct k8s_obj *b = k8s_informer_get_key(r->inf, "t/b");
         r->st = *k8s_watch_get_stats(k8s_informer_watch(r->inf));
         r->count_at_stop = k8s_informer_count(r->inf);
         snprintf(r->b_rv, sizeof r->b_rv, "%s", b ? b->resource_version : "");
-        k8s_informer_resync(r->inf);
         k8s_informer_close(r->inf, NULL, NULL);
     } else {
         r->st = *k8s_watch_get_stats(r->w);
@@ -491,10 +488,9 @@ static void i_add(const struct k8s_obj *o, void *d)
 static void i_update(const struct k8s_obj *old, const struct k8s_obj *cur, void *d)
 {
     struct wrun *r = d;
-    if (old == cur)
-        r->replays++;
-    else
-        r->updates++;
+    (void)old;
+    (void)cur;
+    r->updates++;
 }
 
 static void i_delete(const struct k8s_obj *o, int unknown, void *d)
@@ -523,8 +519,6 @@ static void run_watch(struct fake *f, struct wrun *r, size_t stop_after)
                                .backoff_initial_ms = 200,
                                .backoff_max_ms = 1000,
                                .start_resource_version = r->start_rv,
-                               .streaming_list = r->streaming,
-                               .initial_events_timeout_ms = r->initial_ms,
                                .max_event_bytes = r->max_event};
     snprintf(kc, sizeof kc,
              "apiVersion: v1\nkind: Config\nclusters:\n- name: f\n  cluster: {server: "
@@ -700,8 +694,8 @@ TEST(watch_from_rv0_holds_rv_through_synthetic_adds)
 
 /* The informer on the scripted server: list of a, b; watch: b modified,
  * a deleted, c added, then 410; the relist (a vanished meanwhile came back,
- * c vanished) replaces the store with delete synthesis; resync replays it. */
-TEST(informer_events_relist_and_resync)
+ * c vanished) replaces the store with delete synthesis. */
+TEST(informer_events_and_relist)
 {
     static const struct tsrv_reply steps[] = {
         {200, NULL,
@@ -738,89 +732,12 @@ TEST(informer_events_relist_and_resync)
     ASSERT_EQ(r.unknown, 1);
     ASSERT_EQ(r.count_at_stop, 2);
     ASSERT_STREQ(r.b_rv, "11");
-    ASSERT_EQ(r.replays, 2); /* resync replays b and d, no API call */
     ASSERT_EQ(f.nreq, 4);
 }
 
 #define EV_ADDED(name, rv)                                                                         \
     "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"" name "\",\"namespace\":\"t\","     \
     "\"resourceVersion\":\"" rv "\"}}}\n"
-#define EV_INITIAL_END(rv)                                                                         \
-    "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"ConfigMap\",\"apiVersion\":\"v1\","             \
-    "\"metadata\":{\"resourceVersion\":\"" rv "\",\"annotations\":{"                               \
-    "\"k8s.io/initial-events-end\":\"true\"}}}}\n"
-
-TEST(streaming_list_initial_events_then_watch)
-{
-    static const struct tsrv_reply steps[] = {
-        {200, NULL,
-         EV_ADDED("a", "9") EV_ADDED("b", "4") EV_INITIAL_END(
-             "20") "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"a\",\"namespace\":"
-                   "\"t\",\"resourceVersion\":\"21\"}}}\n"},
-    };
-    struct fake f;
-    struct wrun r = {.streaming = 1};
-    fake_start(&f, steps, 1);
-    run_watch(&f, &r, 2);
-    fake_stop(&f);
-    ASSERT_STRCONTAINS(f.req[0], "?watch=1&sendInitialEvents=true&resourceVersionMatch="
-                                 "NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=");
-    /* The stream ended normally after the list: a plain watch from the last
-     * event's RV, no LIST at all. */
-    ASSERT_STRCONTAINS(f.req[1], "?watch=1&resourceVersion=21&");
-    ASSERT_EQ(r.list_begins, 1);
-    ASSERT_EQ(r.items, 2);
-    ASSERT_EQ(r.list_ends, 1);
-    ASSERT_STREQ(r.last_list_rv, "20");
-    ASSERT_EQ(r.events, 1);
-    ASSERT_EQ(r.st.lists, 1);
-    ASSERT_EQ(r.st.streaming_fallbacks, 0);
-}
-
-TEST(streaming_list_rejected_falls_back_to_list)
-{
-    static const struct tsrv_reply steps[] = {
-        {422, NULL,
-         "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\",\"message\":"
-         "\"sendInitialEvents is forbidden\",\"reason\":\"Invalid\",\"code\":422}"},
-        {200, NULL, LIST_10},
-    };
-    struct fake f;
-    struct wrun r = {.streaming = 1};
-    fake_start(&f, steps, 2);
-    run_watch(&f, &r, 3);
-    fake_stop(&f);
-    ASSERT_STRCONTAINS(f.req[0], "sendInitialEvents=true");
-    ASSERT_STRCONTAINS(f.req[1], "GET /api/v1/namespaces/t/configmaps?resourceVersion=0 ");
-    ASSERT_STRCONTAINS(f.req[2], "?watch=1&resourceVersion=10&");
-    ASSERT_EQ(r.st.list_failures, 0); /* a fallback, not a failure to back off from */
-    ASSERT_EQ(r.st.streaming_fallbacks, 1);
-    ASSERT_EQ(r.list_ends, 1);
-}
-
-/* Checklist 6: initial events but no initial-events-end: not synced; the
- * LIST fallback after the timeout (1 s here; it runs from the request's
- * start, so the server sees the gap a little shorter). */
-TEST(streaming_list_without_end_bookmark_falls_back_after_timeout)
-{
-    static const struct tsrv_reply steps[] = {
-        {200, NULL, EV_ADDED("a", "9"), .hold = 1},
-        {200, NULL, LIST_10},
-    };
-    struct fake f;
-    struct wrun r = {.streaming = 1, .initial_ms = 1000};
-    fake_start(&f, steps, 2);
-    run_watch(&f, &r, 3);
-    fake_stop(&f);
-    ASSERT_STRCONTAINS(f.req[0], "sendInitialEvents=true");
-    ASSERT_STRCONTAINS(f.req[1], "GET /api/v1/namespaces/t/configmaps?resourceVersion=0 ");
-    ASSERT(f.at[1] - f.at[0] >= 500);
-    ASSERT_EQ(r.aborts, 1); /* the item streamed before the timeout was discarded */
-    ASSERT_EQ(r.list_ends, 1);
-    ASSERT_EQ(r.items, 2);
-    ASSERT_EQ(r.st.streaming_fallbacks, 1);
-}
-
 /* reliability.md section 1: an event over max_event_bytes ends that watch and
  * the next one starts from the last event delivered (11), not from the
  * list's RV, with no relist; the events after the big one arrive then. */

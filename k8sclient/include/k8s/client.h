@@ -4,9 +4,9 @@
  * A struct k8s_client holds a copy of a struct k8s_config, the credentials
  * derived from it and one lib/http transport (connection reuse, HTTP/2) on
  * the caller's loop. Requests are asynchronous with a completion callback;
- * every verb also has a synchronous form (no _async suffix) for CLIs, tests
- * and start-up code, which runs the client's loop until the one request is
- * done: never call those from inside a loop callback.
+ * k8s_sync_wait() (and k8s_list(), built on it) run the client's loop until
+ * one request is done, for CLIs and tests: never call them from inside a
+ * loop callback.
  *
  * Lifecycle:
  *   k8s_client_new(loop, &cfg, &opts, &c, err)   cfg is copied
@@ -36,15 +36,15 @@
  *
  * Errors: 0 or a negative errno (see k8s/status.h, k8s_status_errno()); the
  * full report is in the struct k8s_status handed to the callback / filled
- * for the synchronous forms (pass NULL if you don't want it).
+ * by k8s_list() (pass NULL if you don't want it).
  *
  * Retries: requests marked idempotent (GET, LIST, server-side apply, DELETE
  * with preconditions) are retried up to opts.max_retries times when the
  * server answers 429 or 5xx, and after connection errors (backoff 200 ms x2
  * up to 5 s, or the server's Retry-After, at most 30 s). Other requests
- * (create, update, merge/JSON patch, plain delete) are retried only when the
+ * (create, merge/JSON patch, plain delete) are retried only when the
  * server asked for it: 429, or 5xx with Retry-After. Nothing is retried on
- * 409: use k8s_update_retry(). k8s_status_retryable() states the policy.
+ * 409. k8s_status_retryable() states the policy.
  */
 #ifndef K8S_CLIENT_H
 #define K8S_CLIENT_H
@@ -108,9 +108,8 @@ extern const struct k8s_resource k8s_res_secrets;
 extern const struct k8s_resource k8s_res_pods;
 extern const struct k8s_resource k8s_res_nodes;
 extern const struct k8s_resource k8s_res_namespaces;
-extern const struct k8s_resource k8s_res_events;    /* core/v1 Event */
-extern const struct k8s_resource k8s_res_events_v1; /* events.k8s.io/v1 Event */
-extern const struct k8s_resource k8s_res_leases;    /* coordination.k8s.io/v1 */
+extern const struct k8s_resource k8s_res_events; /* core/v1 Event */
+extern const struct k8s_resource k8s_res_leases; /* coordination.k8s.io/v1 */
 
 /*
  * Appends the path of a resource to out:
@@ -131,7 +130,7 @@ int k8s_query_add(struct tkm_buf *out, const char *key, const char *value);
 /* ---- raw requests (used by watch, informers, the verbs below) ----------- */
 
 enum k8s_idem {
-    K8S_NOT_IDEMPOTENT = 0, /* create, update, patch: retried on 429 only */
+    K8S_NOT_IDEMPOTENT = 0, /* create, patch: retried on 429 only */
     K8S_IDEMPOTENT = 1,     /* get, list, apply, delete w/ preconditions */
 };
 
@@ -225,10 +224,11 @@ struct k8s_apply_opts {
 /*
  * Asynchronous verbs. r borrowed; ns NULL = the client's namespace for
  * namespaced resources; objects and patches (borrowed json_t) are serialised
- * during the call. name for update/apply comes from obj's metadata.name.
+ * during the call. name for apply comes from obj's metadata.name.
  * Server-side apply sends obj as JSON with Content-Type
  * application/apply-patch+yaml; it must carry apiVersion, kind and
- * metadata.name and must not carry metadata.resourceVersion (-EINVAL).
+ * metadata.name and must not carry metadata.resourceVersion (-EINVAL). A
+ * request refused before it is sent returns its error and logs the reason.
  */
 int k8s_get_async(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
                   const char *name, const char *subresource, k8s_result_cb cb, void *data);
@@ -244,38 +244,27 @@ int k8s_apply_async(struct k8s_client *c, const struct k8s_resource *r, const ch
                     const struct k8s_apply_opts *o, k8s_result_cb cb, void *data);
 
 /*
- * Synchronous forms: run the client's loop until done. *out (optional) gets
- * an owned reference (json_decref()) on success, NULL on failure; st
- * (optional) gets the report on failure. Return 0 or the negative errno.
+ * Waiting for one request from outside the loop (CLIs, tests; never inside a
+ * loop callback): pass k8s_sync_cb and a struct k8s_sync (zeroed; st, the
+ * caller's, optional) to a verb, then k8s_sync_wait() with what the verb
+ * returned: it runs the client's loop until the request is done. *out
+ * (optional) gets an owned reference (json_decref()) on success, NULL on
+ * failure; st gets the report of a request that was sent and failed.
+ * Returns 0 or the negative errno.
  */
-int k8s_get(struct k8s_client *c, const struct k8s_resource *r, const char *ns, const char *name,
-            const char *subresource, json_t **out, struct k8s_status *st);
+struct k8s_sync {
+    int done, rc;
+    json_t *obj;
+    struct k8s_status *st;
+};
+void k8s_sync_cb(int rc, json_t *obj, const struct k8s_status *st, void *data);
+int k8s_sync_wait(struct k8s_client *c, int rc, struct k8s_sync *s, json_t **out);
+/* The synchronous list, the same way (st also gets a refusal before sending). */
 int k8s_list(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
              const struct k8s_list_opts *o, json_t **out, struct k8s_status *st);
-int k8s_create(struct k8s_client *c, const struct k8s_resource *r, const char *ns, json_t *obj,
-               json_t **out, struct k8s_status *st);
-/* PUT with obj's metadata.resourceVersion (optimistic concurrency: 409 if stale). */
-int k8s_update(struct k8s_client *c, const struct k8s_resource *r, const char *ns, json_t *obj,
-               const char *subresource, json_t **out, struct k8s_status *st);
-int k8s_delete(struct k8s_client *c, const struct k8s_resource *r, const char *ns, const char *name,
-               const struct k8s_delete_opts *o, json_t **out, struct k8s_status *st);
-int k8s_patch(struct k8s_client *c, const struct k8s_resource *r, const char *ns, const char *name,
-              json_t *patch, const struct k8s_patch_opts *o, json_t **out, struct k8s_status *st);
-int k8s_apply(struct k8s_client *c, const struct k8s_resource *r, const char *ns, json_t *obj,
-              const struct k8s_apply_opts *o, json_t **out, struct k8s_status *st);
-/* The 409 retry helper (client-go RetryOnConflict): GET name, call mutate on
- * the fresh object (return 0 to write it, > 0 to stop without writing with
- * result the fresh object, < 0 to abort with that code), PUT it; on 409
- * Conflict wait 10 ms x2^n and start over, at most attempts times (default 5
- * when 0). mutate runs on the loop and may be called several times. */
-typedef int (*k8s_mutate_fn)(json_t *obj, void *data);
-int k8s_update_retry(struct k8s_client *c, const struct k8s_resource *r, const char *ns,
-                     const char *name, const char *subresource, int attempts, k8s_mutate_fn mutate,
-                     void *data, json_t **out, struct k8s_status *st);
 
 /* Small accessors on objects (borrowed strings, NULL when absent). */
 const char *k8s_obj_name(const json_t *obj);
-const char *k8s_obj_namespace(const json_t *obj);
 const char *k8s_obj_uid(const json_t *obj);
 const char *k8s_obj_resource_version(const json_t *obj);
 

@@ -7,8 +7,8 @@
  * allocation (struct k8s_obj). No jansson tree is kept: a parsed tree costs
  * tens of bytes per JSON value, the raw bytes cost one. Callers that need
  * fields parse the bytes on demand with k8s_obj_parse() (or keep a compact
- * struct of their own, filled from the callbacks). The watch runs with
- * raw_only (k8s/watch.h): no tree is built while listing or watching either. With metadata_only the
+ * struct of their own, filled from the callbacks). The watch builds no tree
+ * while listing or watching either (k8s/watch.h). With metadata_only the
  * server sends PartialObjectMetadata (for Nodes: a fraction of the size).
  *
  * Semantics (client-go's shared informer, minus the sharing):
@@ -21,14 +21,12 @@
  *     DeletedFinalStateUnknown): no delete is lost while the watch was broken.
  *   - Watch events: ADDED/MODIFIED -> on_add or on_update (by whether the key
  *     is in the store), DELETED -> on_delete with the object's final state.
- *   - Resync (every resync_ms, or k8s_informer_resync()) replays the store as
- *     on_update(obj, obj) without any API call.
  *
  * Ownership: every struct k8s_obj passed to a callback or returned by a
  * getter is borrowed. Objects in the store stay valid until the informer
  * next changes that key, i.e. until control returns to the loop; objects
  * passed to callbacks that are not in the store (old versions, deleted ones)
- * only until the callback returns. Copy with k8s_obj_dup() to keep one.
+ * only until the callback returns.
  *
  * Lifecycle: k8s_informer_start() ... k8s_informer_close(inf, closed_cb,
  * data). Callback contract as in k8s/watch.h: never called from inside
@@ -62,8 +60,7 @@ struct k8s_obj {
 /* Parses obj->json (duplicate keys rejected). *out is owned: json_decref().
  * 0 or -EPROTO with err. */
 int k8s_obj_parse(const struct k8s_obj *obj, json_t **out, struct tkm_err *err);
-/* Copies an object. *out is owned: k8s_obj_free(). 0 or -ENOMEM. */
-int k8s_obj_dup(const struct k8s_obj *obj, struct k8s_obj **out);
+/* Frees an object built by the informer's internals (tests). NULL is a no-op. */
 void k8s_obj_free(struct k8s_obj *obj);
 
 /* Callbacks; every member optional. */
@@ -82,7 +79,6 @@ struct k8s_informer_opts {
     struct k8s_watch_opts watch;         /* resource, namespace, selectors, tuning */
     struct k8s_informer_handler handler; /* copied */
     void *data;                          /* passed to every callback */
-    uint64_t resync_ms;                  /* 0 = never */
     /* 1: store objects without metadata.managedFields (client-go's
      * TransformStripManagedFields): for a small custom resource it is most
      * of the bytes. Only for callers that never read managedFields. */
@@ -99,17 +95,13 @@ void k8s_informer_close(struct k8s_informer *inf, void (*closed_cb)(void *data),
 
 /* 1 once the first list has been applied. */
 int k8s_informer_has_synced(const struct k8s_informer *inf);
-/* Borrowed object or NULL. ns NULL/"" for cluster-scoped kinds. */
-const struct k8s_obj *k8s_informer_get(const struct k8s_informer *inf, const char *ns,
-                                       const char *name);
+/* Borrowed object or NULL; key is "ns/name", or "name" for cluster-scoped kinds. */
 const struct k8s_obj *k8s_informer_get_key(const struct k8s_informer *inf, const char *key);
 size_t k8s_informer_count(const struct k8s_informer *inf);
 /* Calls fn for every object (any order) until it returns non-zero, which is
  * then returned. fn must not stop the informer. */
 int k8s_informer_foreach(const struct k8s_informer *inf,
                          int (*fn)(const struct k8s_obj *obj, void *data), void *data);
-/* Replays the store as on_update(obj, obj); no API call. */
-void k8s_informer_resync(struct k8s_informer *inf);
 /* Bytes held by the store (objects + table), for metrics and the bench. */
 size_t k8s_informer_bytes(const struct k8s_informer *inf);
 /* The underlying watch (stats, resourceVersion); borrowed. */

@@ -79,9 +79,6 @@ int k8s_lease_start(struct k8s_client *c, const struct k8s_lease_opts *opts, str
                     struct tkm_err *err);
 /* 1 while leading and the last renewal is younger than renew_deadline. */
 int k8s_lease_is_leader(const struct k8s_lease *l);
-/* The holder last observed ("" = none). Borrowed, valid until the next
- * callback. */
-const char *k8s_lease_holder(const struct k8s_lease *l);
 const struct k8s_lease_stats *k8s_lease_get_stats(const struct k8s_lease *l);
 /* NULL is a no-op. */
 void k8s_lease_close(struct k8s_lease *l, void (*closed_cb)(void *data), void *data);

@@ -5,7 +5,7 @@
  * A struct k8s_watch lists a resource (resourceVersion=0: the watch cache may
  * answer), hands every item to the handler, then watches from the list's
  * resourceVersion with allowWatchBookmarks and a random timeoutSeconds in
- * [timeout_min_s, timeout_max_s]. It keeps the last resourceVersion seen (an
+ * [300 s, 600 s]. It keeps the last resourceVersion seen (an
  * opaque string, compared for equality only) and:
  *   - re-watches from it when a watch ends normally (server timeout);
  *   - on 410 Gone / Expired (an ERROR event or the HTTP status) relists at the
@@ -66,9 +66,11 @@ const char *k8s_watch_type_str(enum k8s_watch_type t);
 /*
  * One decoded event (or one list item, type ADDED). Everything is borrowed
  * and valid only until the callback returns.
- *   object        the parsed object (duplicate keys rejected); json_incref()
- *                 it to keep it. NULL for ADDED/MODIFIED/DELETED events and
- *                 list items when the watch runs with raw_only
+ *   object        BOOKMARK and ERROR events only: the parsed object;
+ *                 json_incref() it to keep it. NULL for ADDED/MODIFIED/
+ *                 DELETED events and list items: those are validated (the
+ *                 grammar jansson accepts, duplicate keys refused) and read
+ *                 without building a jansson tree
  *   raw, raw_len  the object's exact JSON bytes as the server sent them (not
  *                 NUL-terminated): what an informer stores
  *   ns, name, resource_version, uid
@@ -120,22 +122,9 @@ struct k8s_watch_opts {
     /* 1: lists and watches ask for PartialObjectMetadata (metadata only),
      * e.g. for Nodes: objects are then small. */
     int metadata_only;
-    /* 1: the handler reads only raw, raw_len, type, ns, name,
-     * resource_version and uid: events and list items are validated and
-     * read without building a jansson tree (ev->object is NULL; the strings
-     * stay valid until the callback returns). BOOKMARK and ERROR events
-     * still come with their object. Malformed input is refused as without
-     * it (same grammar, duplicate keys included). */
-    int raw_only;
-    size_t max_event_bytes; /* one event / list item; default 8 MiB */
-    unsigned timeout_min_s; /* watch timeoutSeconds range; default 300..600 */
-    unsigned timeout_max_s;
+    size_t max_event_bytes;      /* one event / list item; default 8 MiB */
     uint64_t backoff_initial_ms; /* default 800 */
     uint64_t backoff_max_ms;     /* default 30,000 */
-    uint64_t backoff_reset_ms;   /* default 120,000 */
-    uint64_t short_watch_ms;     /* a watch shorter than this with 0 events is
-                                    an error; default 1,000 */
-    long max_retry_after_s;      /* cap on a server's Retry-After; default 60 */
     /* Non-NULL: skip the initial list and watch from this resourceVersion.
      * "0" (start at any: the server first sends the current objects as
      * synthetic ADDEDs, not in RV order) and "" (the same from a quorum
@@ -143,15 +132,6 @@ struct k8s_watch_opts {
      * reconnect in between starts over rather than skipping objects. A 410
      * later falls back to list then watch as usual. */
     const char *start_resource_version;
-    /* 1: list by streaming (a watch with sendInitialEvents=true and
-     * resourceVersionMatch=NotOlderThan: the current objects arrive as
-     * ADDED events, then a BOOKMARK annotated k8s.io/initial-events-end
-     * completes the "list", and the same stream goes on as the watch). Falls
-     * back to LIST + WATCH for good when the server rejects it (400, 403,
-     * 422, 501) or when no initial-events-end bookmark arrives within
-     * initial_events_timeout_ms (default 60,000). */
-    int streaming_list;
-    uint64_t initial_events_timeout_ms;
 };
 
 /* Counters for tests, metrics and logs. */
@@ -165,7 +145,6 @@ struct k8s_watch_stats {
     uint64_t bookmarks;
     uint64_t throttled;           /* 429 answers */
     uint64_t last_retry_after_ms; /* the last server-requested wait honoured */
-    uint64_t streaming_fallbacks; /* streaming lists given up for LIST + WATCH */
     uint64_t oversized_events;    /* events over max_event_bytes (the watch resumed after them) */
 };
 

@@ -15,7 +15,7 @@
  *   - add_rate_limited() waits max(per-key backoff, token bucket): the
  *     per-key delay is base_delay_ms * 2^failures capped at max_delay_ms
  *     (5 ms .. 1000 s), the bucket refills qps tokens a second up to burst
- *     (10 / 100). forget() (or done with K8S_WQ_OK) resets the key's backoff.
+ *     (10 / 100). done with K8S_WQ_OK (or K8S_WQ_DROP) resets the key's backoff.
  *   - add_after(): delayed adds of one key keep the earliest time.
  *
  * Handlers run from the loop (a uv timer), never inside add*() or done().
@@ -72,7 +72,6 @@ int k8s_workqueue_add(struct k8s_workqueue *q, const char *key);
 int k8s_workqueue_add_after(struct k8s_workqueue *q, const char *key, uint64_t delay_ms);
 /* delay_ms (optional) gets the delay chosen. */
 int k8s_workqueue_add_rate_limited(struct k8s_workqueue *q, const char *key, uint64_t *delay_ms);
-void k8s_workqueue_forget(struct k8s_workqueue *q, const char *key);
 unsigned k8s_workqueue_num_requeues(const struct k8s_workqueue *q, const char *key);
 /* Ends processing of key (which the handler received). A key not in
  * processing is ignored. K8S_WQ_RETRY re-adds it rate limited. */

@@ -24,6 +24,7 @@
 #include <tkm/oci/ref.h>
 #include <k8s/client.h>
 #include <k8s/config.h>
+#include "sup_k8s.h"
 
 struct state {
     int policy_done, creds_done;
@@ -78,13 +79,13 @@ static int run(struct k8s_client *c, const char *ns, const char *name, const cha
     json_t *obj = NULL, *cm = NULL;
     char *text = NULL;
     int rc, ret = 1;
-    rc = k8s_get(c, ns ? &tkm_api_res_tkc : &tkm_api_res_tkcc, ns, name, NULL, &obj, &st);
+    rc = sup_k8s_get(c, ns ? &tkm_api_res_tkc : &tkm_api_res_tkcc, ns, name, NULL, &obj, &st);
     if (rc < 0) {
         fprintf(stderr, "get cache: %d %s\n", rc, st.message ? st.message : "");
         goto out;
     }
     k8s_status_release(&st);
-    rc = k8s_get(c, &k8s_res_configmaps, config_ns, TKM_API_CONFIG_NAME, NULL, &cm, &st);
+    rc = sup_k8s_get(c, &k8s_res_configmaps, config_ns, TKM_API_CONFIG_NAME, NULL, &cm, &st);
     if (rc < 0 && rc != -ENOENT) {
         fprintf(stderr, "get tkm-config: %d\n", rc);
         goto out;

@@ -26,6 +26,7 @@
 #include <tkm/http.h>
 #include <k8s/client.h>
 #include <k8s/config.h>
+#include "sup_k8s.h"
 
 #define DIGEST "sha256:1111111111111111111111111111111111111111111111111111111111111111"
 
@@ -44,7 +45,7 @@ static int apply(struct k8s_client *c, const struct k8s_resource *r, const char 
     struct k8s_status st = K8S_STATUS_INIT;
     struct k8s_apply_opts o = {.field_manager = manager, .force = 1, .subresource = sub};
     json_t *out = NULL;
-    int rc = k8s_apply(c, r, ns, body, &o, &out, &st);
+    int rc = sup_k8s_apply(c, r, ns, body, &o, &out, &st);
     if (rc == 0 && rv)
         *rv = strdup(k8s_obj_resource_version(out));
     json_decref(out);
@@ -61,7 +62,7 @@ static char *get_raw(struct k8s_client *c, const struct k8s_resource *r, const c
     struct k8s_status st = K8S_STATUS_INIT;
     json_t *obj = NULL;
     char *s = NULL;
-    if (k8s_get(c, r, ns, name, NULL, &obj, &st) == 0)
+    if (sup_k8s_get(c, r, ns, name, NULL, &obj, &st) == 0)
         s = json_dumps(obj, JSON_COMPACT);
     else
         api_error("get", st.rc, &st);

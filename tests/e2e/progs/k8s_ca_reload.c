@@ -18,6 +18,7 @@
 #include <tkm/util.h>
 #include <k8s/client.h>
 #include <k8s/config.h>
+#include "sup_k8s.h"
 
 static void sleep_ms(long ms)
 {
@@ -31,7 +32,7 @@ static int poll_until_recovered(struct k8s_client *c, uint64_t timeout_ms)
     int failed = 0, last = 1;
     while (tkm_now_ms() < end) {
         struct k8s_status st = K8S_STATUS_INIT;
-        int rc = k8s_get(c, &k8s_res_namespaces, NULL, "default", NULL, NULL, &st);
+        int rc = sup_k8s_get(c, &k8s_res_namespaces, NULL, "default", NULL, NULL, &st);
         if (rc == 0 && last != 0)
             printf("ok\n");
         if (rc != 0 && rc != last) {

@@ -5,12 +5,10 @@
  *   e2e_k8s_rest [--kubeconfig PATH] CMD ARGS...
  *     get RES NS NAME [SUB]                  print the object
  *     create RES NS FILE                     print the created object
- *     update RES NS FILE [SUB]               PUT (FILE carries metadata.resourceVersion)
  *     apply RES NS MANAGER FORCE FILE [SUB]  server-side apply (FORCE 0|1)
  *     patch RES NS NAME merge|json FILE [SUB]
  *     delete RES NS NAME [uid=U] [rv=R] [prop=Foreground|Background|Orphan]
  *     list RES NS [SELECTOR] [LIMIT] [CONTINUE]
- *     update-retry RES NS NAME KEY VALUE     set data.KEY=VALUE with k8s_update_retry
  *     events NS KIND NAME                    emit 3 identical Events and 1 other
  *     version                                raw GET /version twice on one client:
  *                                            prints "http=<1|2> git=<gitVersion>" each
@@ -36,6 +34,7 @@
 #include <k8s/events.h>
 #include <tkm/util.h>
 #include <tkm/api/v1alpha1.h>
+#include "sup_k8s.h"
 
 static const struct k8s_resource res_ssr = {"authentication.k8s.io", "v1", "selfsubjectreviews",
                                             "SelfSubjectReview", 0};
@@ -106,17 +105,6 @@ static json_t *load_json(const char *path)
     return o;
 }
 
-static int set_data(json_t *obj, void *data)
-{
-    char **kv = data;
-    json_t *d = json_object_get(obj, "data");
-    if (!json_is_object(d)) {
-        d = json_object();
-        json_object_set_new(obj, "data", d);
-    }
-    return json_object_set_new(d, kv[0], json_string(kv[1])) ? -ENOMEM : 0;
-}
-
 static int cmd_events(struct k8s_client *c, const char *ns, const char *kind, const char *name)
 {
     struct k8s_recorder *rec;
@@ -156,7 +144,7 @@ static int cmd_whoami(struct k8s_client *c, const char *want, int timeout_s)
                                  "SelfSubjectReview");
         json_t *out = NULL;
         struct k8s_status st = K8S_STATUS_INIT;
-        int rc = k8s_create(c, &res_ssr, NULL, body, &out, &st);
+        int rc = sup_k8s_create(c, &res_ssr, NULL, body, &out, &st);
         json_decref(body);
         char now[256];
         if (rc == 0) {
@@ -237,25 +225,22 @@ static int run(struct k8s_client *c, int argc, char **argv)
     const struct k8s_resource *r = resource(argv[1]);
     const char *ns = strcmp(argv[2], "-") == 0 ? NULL : argv[2];
     if (strcmp(cmd, "get") == 0 && argc >= 4) {
-        rc = k8s_get(c, r, ns, argv[3], argc > 4 ? argv[4] : NULL, &out, &st);
+        rc = sup_k8s_get(c, r, ns, argv[3], argc > 4 ? argv[4] : NULL, &out, &st);
     } else if (strcmp(cmd, "create") == 0 && argc == 4) {
         obj = load_json(argv[3]);
-        rc = k8s_create(c, r, ns, obj, &out, &st);
-    } else if (strcmp(cmd, "update") == 0 && argc >= 4) {
-        obj = load_json(argv[3]);
-        rc = k8s_update(c, r, ns, obj, argc > 4 ? argv[4] : NULL, &out, &st);
+        rc = sup_k8s_create(c, r, ns, obj, &out, &st);
     } else if (strcmp(cmd, "apply") == 0 && argc >= 6) {
         obj = load_json(argv[5]);
         struct k8s_apply_opts ao = {.field_manager = argv[3],
                                     .force = strcmp(argv[4], "1") == 0,
                                     .subresource = argc > 6 ? argv[6] : NULL};
-        rc = k8s_apply(c, r, ns, obj, &ao, &out, &st);
+        rc = sup_k8s_apply(c, r, ns, obj, &ao, &out, &st);
     } else if (strcmp(cmd, "patch") == 0 && argc >= 6) {
         obj = load_json(argv[5]);
         struct k8s_patch_opts po = {.type = strcmp(argv[4], "json") == 0 ? K8S_PATCH_JSON
                                                                          : K8S_PATCH_MERGE,
                                     .subresource = argc > 6 ? argv[6] : NULL};
-        rc = k8s_patch(c, r, ns, argv[3], obj, &po, &out, &st);
+        rc = sup_k8s_patch(c, r, ns, argv[3], obj, &po, &out, &st);
     } else if (strcmp(cmd, "delete") == 0 && argc >= 4) {
         struct k8s_delete_opts d = {0};
         for (int i = 4; i < argc; i++) {
@@ -270,15 +255,12 @@ static int run(struct k8s_client *c, int argc, char **argv)
             else if (strcmp(argv[i], "prop=Background") == 0)
                 d.propagation = K8S_PROPAGATE_BACKGROUND;
         }
-        rc = k8s_delete(c, r, ns, argv[3], &d, &out, &st);
+        rc = sup_k8s_delete(c, r, ns, argv[3], &d, &out, &st);
     } else if (strcmp(cmd, "list") == 0) {
         struct k8s_list_opts lo = {.label_selector = argc > 3 && *argv[3] ? argv[3] : NULL,
                                    .limit = argc > 4 ? strtol(argv[4], NULL, 10) : 0,
                                    .continue_token = argc > 5 ? argv[5] : NULL};
         rc = k8s_list(c, r, ns, &lo, &out, &st);
-    } else if (strcmp(cmd, "update-retry") == 0 && argc == 6) {
-        char *kv[2] = {argv[4], argv[5]};
-        rc = k8s_update_retry(c, r, ns, argv[3], NULL, 0, set_data, kv, &out, &st);
     } else {
         fprintf(stderr, "bad command or arguments: %s\n", cmd);
         return 1;

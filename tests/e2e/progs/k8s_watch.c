@@ -3,7 +3,7 @@
  *
  * Usage: e2e_k8s_watch --resource configmaps|tkc|nodes [--namespace NS]
  *                      [--kubeconfig FILE] [--metadata-only] [--dump FILE]
- *                      [--quiet] [--show-json] [--streaming-list]
+ *                      [--quiet] [--show-json]
  * Prints one line per change on stdout (flushed):
  *   SYNCED <n>                        the first list is in the store
  *   ADD <key> <rv>
@@ -112,11 +112,10 @@ static void print_stats(struct app *a)
     const struct k8s_watch_stats *s = k8s_watch_get_stats(k8s_informer_watch(a->inf));
     printf("STATS lists=%" PRIu64 " list_failures=%" PRIu64 " relists_410=%" PRIu64
            " watches=%" PRIu64 " watch_failures=%" PRIu64 " events=%" PRIu64 " bookmarks=%" PRIu64
-           " throttled=%" PRIu64 " retry_after_ms=%" PRIu64 " streaming_fallbacks=%" PRIu64
-           " count=%zu rv=%s\n",
+           " throttled=%" PRIu64 " retry_after_ms=%" PRIu64 " count=%zu rv=%s\n",
            s->lists, s->list_failures, s->relists_410, s->watches, s->watch_failures, s->events,
-           s->bookmarks, s->throttled, s->last_retry_after_ms, s->streaming_fallbacks,
-           k8s_informer_count(a->inf), k8s_watch_resource_version(k8s_informer_watch(a->inf)));
+           s->bookmarks, s->throttled, s->last_retry_after_ms, k8s_informer_count(a->inf),
+           k8s_watch_resource_version(k8s_informer_watch(a->inf)));
 }
 
 static int dump_store(struct app *a)
@@ -192,15 +191,11 @@ static const struct k8s_resource *pick(const char *name)
 
 int main(int argc, char **argv)
 {
-    static const struct option lo[] = {{"resource", required_argument, NULL, 'r'},
-                                       {"namespace", required_argument, NULL, 'n'},
-                                       {"kubeconfig", required_argument, NULL, 'k'},
-                                       {"metadata-only", no_argument, NULL, 'm'},
-                                       {"dump", required_argument, NULL, 'd'},
-                                       {"quiet", no_argument, NULL, 'q'},
-                                       {"show-json", no_argument, NULL, 'j'},
-                                       {"streaming-list", no_argument, NULL, 's'},
-                                       {NULL, 0, NULL, 0}};
+    static const struct option lo[] = {
+        {"resource", required_argument, NULL, 'r'},   {"namespace", required_argument, NULL, 'n'},
+        {"kubeconfig", required_argument, NULL, 'k'}, {"metadata-only", no_argument, NULL, 'm'},
+        {"dump", required_argument, NULL, 'd'},       {"quiet", no_argument, NULL, 'q'},
+        {"show-json", no_argument, NULL, 'j'},        {NULL, 0, NULL, 0}};
     struct app a = {0};
     struct k8s_config cfg;
     struct tkm_err err = {0};
@@ -234,9 +229,6 @@ int main(int argc, char **argv)
             break;
         case 'j':
             a.show_json = 1;
-            break;
-        case 's':
-            io.watch.streaming_list = 1;
             break;
         default:
             return 2;

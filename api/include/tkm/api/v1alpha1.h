@@ -15,13 +15,13 @@
  * arrays: free with the matching _release(); _release() of a zeroed struct
  * is a no-op, and so is a second one.
  *
- * Encoding: the *_apply() functions build the object to give to k8s_apply()
+ * Encoding: the *_apply() functions build the object to give to k8s_apply_async()
  * (with .subresource = "status"; the same body applied without the
  * subresource creates the object): apiVersion, kind, metadata.name (and
  * namespace), ownerReferences for node statuses, and only the status fields
  * the writer owns. Never metadata.resourceVersion. Keys come out in a fixed
  * order and lists in the order given (caches sorted by name), so an identical
- * status gives a byte-identical body (k8s_apply() serialises in insertion
+ * status gives a byte-identical body (k8s_apply_async() serialises in insertion
  * order) and the apiserver treats the re-apply as a no-op.
  *
  * Timestamps are RFC 3339 strings in UTC ("2026-01-02T03:04:05Z"), as the
@@ -321,7 +321,7 @@ int tkm_api_nodestatus_scan(struct tkm_api_nsscan *s, const char *json, size_t l
 int tkm_api_node_status_apply(const struct tkm_api_node_status *st, const char *ns,
                               const char *node_uid, json_t **out, struct tkm_err *err);
 
-/* Serialises an apply body as k8s_apply() sends it (compact, insertion
+/* Serialises an apply body as k8s_apply_async() sends it (compact, insertion
  * order), for comparisons and logs. out is appended to. */
 int tkm_api_dump(const json_t *obj, struct tkm_buf *out);
 
