@@ -663,7 +663,7 @@ static int authenticate(struct tkm__oci_call *c, const struct tkm_http_resp *res
         return tkm_err_set(&c->err, -EACCES,
                            "%s: 401 Unauthorized without a WWW-Authenticate header", resp->url);
     if ((rc = tkm_oci_challenge_parse(&ch, hdr, &c->err)) != 0) {
-        tkm_err_prefix(&c->err, "%s", resp->url);
+        tkm_err_prefix(&c->err, "%s: 401 Unauthorized", resp->url);
         return rc;
     }
     if (ch.scheme == TKM_OCI_AUTH_BASIC) {
