@@ -119,6 +119,13 @@ static int cfg_mode(const char *key, const char *text, enum tkm_api_sig_mode *ou
     return 0;
 }
 
+void tkm_api_config_floor_default(struct tkm_api_config *cfg, const char *flag)
+{
+    if (cfg && flag && cfg->floor == TKM_API_SIG_UNSET &&
+        cfg_mode("--signature-floor", flag, &cfg->floor, NULL) < 0)
+        cfg->floor = TKM_API_SIG_UNSET;
+}
+
 enum tkm_sig_mode tkm_api_config_floor(const struct tkm_api_config *cfg)
 {
     if (!cfg)

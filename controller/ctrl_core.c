@@ -198,6 +198,7 @@ static void cfg_set(struct ctrl *c, const struct k8s_obj *o)
         return;
     }
     json_decref(j);
+    tkm_api_config_floor_default(&cfg, c->o.signature_floor);
     tkm_api_config_release(&c->cfg);
     c->cfg = cfg;
     snprintf(c->cfg_rv, sizeof c->cfg_rv, "%s", o ? o->resource_version : "");

@@ -431,6 +431,15 @@ TEST(signature_floor_default_is_the_cluster_mode)
     ASSERT_EQ(config_of("{\"signatureMode\":\"Enforce\",\"signatureFloor\":\"Audit\"}", &cfg, &err),
               0);
     ASSERT_EQ(tkm_api_config_floor(&cfg), TKM_SIG_MODE_AUDIT);
+    /* --signature-floor: only when tkm-config sets none (the ConfigMap wins) */
+    tkm_api_config_floor_default(&cfg, "Disabled");
+    ASSERT_EQ(tkm_api_config_floor(&cfg), TKM_SIG_MODE_AUDIT);
+    tkm_api_config_release(&cfg);
+    ASSERT_EQ(config_of("{\"signatureMode\":\"Enforce\"}", &cfg, &err), 0);
+    tkm_api_config_floor_default(&cfg, NULL);
+    ASSERT_EQ(tkm_api_config_floor(&cfg), TKM_SIG_MODE_ENFORCE);
+    tkm_api_config_floor_default(&cfg, "Disabled");
+    ASSERT_EQ(tkm_api_config_floor(&cfg), TKM_SIG_MODE_DISABLED);
     tkm_api_config_release(&cfg);
 }
 

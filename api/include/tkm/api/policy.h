@@ -73,6 +73,11 @@ void tkm_api_config_release(struct tkm_api_config *c);
 /* The reason of a namespaced cache whose mode is weaker than the floor. */
 #define TKM_API_REASON_BELOW_FLOOR "PolicyBelowFloor"
 
+/* The daemons' --signature-floor flag (NULL: not given; else "Enforce",
+ * "Audit" or "Disabled"): the floor when tkm-config sets no signatureFloor
+ * (the ConfigMap wins, as for every signature key). */
+void tkm_api_config_floor_default(struct tkm_api_config *cfg, const char *flag);
+
 /* The floor cfg (NULL: no tkm-config) sets for namespaced caches: its
  * signatureFloor, else its signatureMode, else Enforce. */
 enum tkm_sig_mode tkm_api_config_floor(const struct tkm_api_config *cfg);
