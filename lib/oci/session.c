@@ -66,7 +66,6 @@ struct tkm__oci_call {
     struct tkm__oci_req q; /* strings point at the copies below */
     char *url, *scope, *accept, *content_type, *extra, *token_url, *token_form;
     char token_scope[1024];
-    char realm[1024];
     tkm__oci_call_cb cb;
     void *data;
     struct tkm_http_req *hreq; /* the request in flight, or NULL */
@@ -316,10 +315,9 @@ int tkm__oci_status_error(const struct tkm_oci_session *s, const struct tkm_http
      * (tkm_reach_remote_summary); the URL is the one tkm built, except for
      * a token request, whose URL is the registry's realm. */
     char sum[64];
-    const char *spec = NULL;
+    const char *spec = tkm_reach_oci_error_code(resp->body.data, resp->body.len);
     int code;
     tkm_reach_remote_summary(resp->status, resp->body.data, resp->body.len, sum, sizeof sum);
-    spec = tkm_reach_oci_error_code(resp->body.data, resp->body.len);
     switch (resp->status) {
     case 401:
         code = -EACCES;
@@ -587,7 +585,7 @@ static void token_done(struct tkm_http_req *req, struct tkm_http_resp *resp, voi
 }
 
 /* Builds the token request (GET with Basic or anonymous; POST for an
- * identity token) for the challenge c->realm/service/scope. */
+ * identity token) for the challenge ch's realm/service/scope. */
 static int token_request(struct tkm__oci_call *c, const struct tkm_oci_challenge *ch,
                          const char *scope)
 {
@@ -677,7 +675,6 @@ static int authenticate(struct tkm__oci_call *c, const struct tkm_http_resp *res
                            "registry %s: its token realm is not https (refusing to send "
                            "credentials in clear text)",
                            s->host);
-    snprintf(c->realm, sizeof c->realm, "%s", ch.realm);
     /* Bearer: the scope the registry asks for wins over the one we guessed;
      * the token is cached under ours, which is what the retry looks up. */
     return token_request(c, &ch, ch.scope[0] ? ch.scope : c->q.scope);
