@@ -337,12 +337,11 @@ int tkm__oci_status_error(const struct tkm_oci_session *s, const struct tkm_http
     const char *url = strcmp(what, "token request") == 0 ? s->host : resp->url;
     if (resp->status == 401 && s->have_creds && !s->anonymous)
         return tkm_err_set(err, code,
-                           "%s: %s: 401 Unauthorized%s%s (the credentials for %s from %s were "
+                           "%s: %s: 401 Unauthorized (the credentials for %s from %s were "
                            "rejected)",
-                           what, url, spec ? " " : "", spec ? spec : "", s->host, s->creds.source);
-    if (resp->status == 401)
-        return tkm_err_set(err, code, "%s: %s: 401 Unauthorized%s%s (%s)", what, url,
-                           spec ? " " : "", spec ? spec : "",
+                           what, url, s->host, s->creds.source);
+    if (resp->status == 401) /* the spec's code for a 401 says no more than the status */
+        return tkm_err_set(err, code, "%s: %s: 401 Unauthorized (%s)", what, url,
                            s->anonymous    ? "anonymous access requested"
                            : s->have_creds ? "the credentials were rejected"
                                            : "no credentials found for this registry: add them "
