@@ -528,6 +528,7 @@ static void config_apply(struct agent *a, const struct k8s_obj *o)
         return;
     }
     json_decref(cm);
+    tkm_api_config_floor_default(&cfg, a->o.signature_floor);
     int changed = !a->cfg_inputs || !inputs || strcmp(a->cfg_inputs, inputs) != 0;
     tkm_api_config_release(&a->cfg);
     a->cfg = cfg;

@@ -114,6 +114,10 @@ int agent_opts_parse(struct agent_opts *o, int argc, char **argv)
          .def = "libnvidia-ml.so.1", .help = "the NVML library to dlopen"},
         {.name = "no-nvml", .type = TKM_FLAG_BOOL, .dst = &o->probe.no_nvml,
          .help = "do not load NVML"},
+        {.name = "signature-floor", .type = TKM_FLAG_CHOICE, .dst = &o->signature_floor,
+         .choices = "Enforce|Audit|Disabled", .def = "tkm-config's signatureMode",
+         .help = "the weakest signature mode a namespaced cache may choose, when\n"
+                 "tkm-config sets no signatureFloor (PolicyBelowFloor: never mounted)"},
         {.name = "once", .type = TKM_FLAG_BOOL, .dst = &o->once,
          .help = "probe, judge, print the node status it would apply, exit\n"
                  "(writes nothing)"},

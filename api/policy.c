@@ -108,10 +108,68 @@ static int cfg_identities(const char *text, struct tkm_api_config *c, struct tkm
     return rc;
 }
 
+static enum tkm_sig_mode sig_mode_of(enum tkm_api_sig_mode m)
+{
+    return m == TKM_API_SIG_AUDIT      ? TKM_SIG_MODE_AUDIT
+           : m == TKM_API_SIG_DISABLED ? TKM_SIG_MODE_DISABLED
+                                       : TKM_SIG_MODE_ENFORCE;
+}
+
+static const char *mode_name(enum tkm_sig_mode m)
+{
+    return m == TKM_SIG_MODE_AUDIT ? "Audit" : m == TKM_SIG_MODE_DISABLED ? "Disabled" : "Enforce";
+}
+
+/* How strict a mode is: Enforce 2, Audit 1, Disabled 0. */
+static int sig_strength(enum tkm_sig_mode m)
+{
+    return m == TKM_SIG_MODE_ENFORCE ? 2 : m == TKM_SIG_MODE_AUDIT ? 1 : 0;
+}
+
+static int cfg_mode(const char *key, const char *text, enum tkm_api_sig_mode *out,
+                    struct tkm_err *err)
+{
+    enum tkm_sig_mode m;
+    if (tkm_sig_mode_parse(text, &m) < 0)
+        return tkm_err_set(err, -EINVAL,
+                           "tkm-config %s: \"%.64s\" is not Enforce, Audit or Disabled", key, text);
+    *out = m == TKM_SIG_MODE_ENFORCE ? TKM_API_SIG_ENFORCE
+           : m == TKM_SIG_MODE_AUDIT ? TKM_API_SIG_AUDIT
+                                     : TKM_API_SIG_DISABLED;
+    return 0;
+}
+
+void tkm_api_config_floor_default(struct tkm_api_config *cfg, const char *flag)
+{
+    if (cfg && flag && cfg->floor == TKM_API_SIG_UNSET &&
+        cfg_mode("--signature-floor", flag, &cfg->floor, NULL) < 0)
+        cfg->floor = TKM_API_SIG_UNSET;
+}
+
+enum tkm_sig_mode tkm_api_config_floor(const struct tkm_api_config *cfg)
+{
+    if (!cfg)
+        return TKM_SIG_MODE_ENFORCE;
+    return sig_mode_of(cfg->floor != TKM_API_SIG_UNSET ? cfg->floor : cfg->mode);
+}
+
+int tkm_api_policy_floor_check(int cluster, enum tkm_sig_mode mode, enum tkm_sig_mode floor,
+                               const char *config_ns, struct tkm_err *err)
+{
+    if (cluster || sig_strength(mode) >= sig_strength(floor))
+        return 0;
+    return tkm_err_set(err, -EPERM,
+                       "signature mode %s is weaker than the floor %s set for namespaced caches "
+                       "by ConfigMap %s/%s (signatureFloor, default its signatureMode): a "
+                       "namespaced cache may make signature checks stricter, never weaker",
+                       mode_name(mode), mode_name(floor), config_ns ? config_ns : "tkm-system",
+                       TKM_API_CONFIG_NAME);
+}
+
 int tkm_api_config_decode(const json_t *configmap, struct tkm_api_config *out, struct tkm_err *err)
 {
     const json_t *data;
-    char *mode = NULL, *ref = NULL, *ids = NULL;
+    char *mode = NULL, *floor = NULL, *ref = NULL, *ids = NULL;
     int rc = 0;
     memset(out, 0, sizeof *out);
     if (!configmap)
@@ -125,6 +183,7 @@ int tkm_api_config_decode(const json_t *configmap, struct tkm_api_config *out, s
         goto out;
     }
     if ((rc = cfg_str(data, "signatureMode", &mode, err)) ||
+        (rc = cfg_str(data, "signatureFloor", &floor, err)) ||
         (rc = cfg_str(data, "signaturePublicKeys", &out->public_keys, err)) ||
         (rc = cfg_str(data, "signatureTrustedRootRef", &ref, err)) ||
         (rc = cfg_str(data, "signatureIdentities", &ids, err)) ||
@@ -132,17 +191,15 @@ int tkm_api_config_decode(const json_t *configmap, struct tkm_api_config *out, s
         (rc = cfg_bool(data, "prefetch", &out->prefetch, err)) ||
         (rc = cfg_duration(data, "pullDeadline", &out->pull_deadline_ms, err)))
         goto out;
-    if (mode) {
-        enum tkm_sig_mode m;
-        if (tkm_sig_mode_parse(mode, &m) < 0) {
-            rc = tkm_err_set(
-                err, -EINVAL,
-                "tkm-config signatureMode: \"%.64s\" is not Enforce, Audit or Disabled", mode);
-            goto out;
-        }
-        out->mode = m == TKM_SIG_MODE_ENFORCE ? TKM_API_SIG_ENFORCE
-                    : m == TKM_SIG_MODE_AUDIT ? TKM_API_SIG_AUDIT
-                                              : TKM_API_SIG_DISABLED;
+    if ((mode && (rc = cfg_mode("signatureMode", mode, &out->mode, err))) ||
+        (floor && (rc = cfg_mode("signatureFloor", floor, &out->floor, err))))
+        goto out;
+    if (floor && sig_strength(sig_mode_of(out->mode)) < sig_strength(sig_mode_of(out->floor))) {
+        rc = tkm_err_set(err, -EINVAL,
+                         "tkm-config signatureFloor: %s is stricter than signatureMode %s (the "
+                         "cluster's own default must satisfy the floor)",
+                         floor, mode ? mode : "Enforce");
+        goto out;
     }
     if ((ref && (rc = cfg_root_ref(ref, out, err))) ||
         (ids && (rc = cfg_identities(ids, out, err))))
@@ -153,6 +210,7 @@ int tkm_api_config_decode(const json_t *configmap, struct tkm_api_config *out, s
                          "(keyless needs a trusted root and at least one identity)");
 out:
     free(mode);
+    free(floor);
     free(ref);
     free(ids);
     if (rc)
@@ -434,18 +492,6 @@ static int add_fetch(struct resolve *r, enum fetch_what what, const char *kind, 
     return 0;
 }
 
-static enum tkm_sig_mode sig_mode_of(enum tkm_api_sig_mode m)
-{
-    return m == TKM_API_SIG_AUDIT      ? TKM_SIG_MODE_AUDIT
-           : m == TKM_API_SIG_DISABLED ? TKM_SIG_MODE_DISABLED
-                                       : TKM_SIG_MODE_ENFORCE;
-}
-
-static const char *mode_name(enum tkm_sig_mode m)
-{
-    return m == TKM_SIG_MODE_AUDIT ? "Audit" : m == TKM_SIG_MODE_DISABLED ? "Disabled" : "Enforce";
-}
-
 /* Key material from the spec. Returns 1 when the spec names any. */
 static int plan_spec(struct resolve *r, const struct tkm_api_cache *cache, const char *config_ns,
                      struct tkm_buf *desc, struct tkm_err *err)
@@ -538,6 +584,15 @@ static int plan(struct resolve *r, const struct tkm_api_cache *cache,
     if (m == TKM_API_SIG_UNSET && cfg)
         m = cfg->mode; /* a spec policy without a mode takes the cluster default's */
     p->pol.mode = sig_mode_of(m);
+    if ((rc = tkm_api_policy_floor_check(cache->cluster, p->pol.mode, tkm_api_config_floor(cfg),
+                                         config_ns, err)) < 0) {
+        snprintf(p->describe, sizeof p->describe, "%s (%s)",
+                 p->source == TKM_API_POLICY_SPEC ? "spec.signaturePolicy" : "ConfigMap tkm-config",
+                 mode_name(p->pol.mode));
+        tkm_err_prefix(err, "%s", p->describe);
+        tkm_buf_release(&desc);
+        return rc;
+    }
     tkm_buf_printf(&desc, "%s (%s",
                    p->source == TKM_API_POLICY_SPEC     ? "spec.signaturePolicy"
                    : p->source == TKM_API_POLICY_CONFIG ? "ConfigMap tkm-config"
@@ -586,6 +641,7 @@ int tkm_api_policy_resolve(struct k8s_client *c, const struct tkm_api_cache *cac
         r->rc = rc;
         r->reason = rc == -ENOKEY   ? "NoTrustedKey"
                     : rc == -ENOMEM ? "APIUnavailable"
+                    : rc == -EPERM  ? TKM_API_REASON_BELOW_FLOOR
                                     : "InvalidPolicy";
         r->nfetch = 0;
     }

@@ -299,6 +299,7 @@ struct ctrl_opts {
     uint64_t status_max_delay_ms;    /* ... but at most this after the first unwritten change */
     uint64_t node_gc_grace_ms;       /* a node status younger than this is never collected */
     unsigned workers;
+    const char *signature_floor; /* --signature-floor: when tkm-config sets none (NULL) */
 };
 
 struct ctrl;

@@ -184,6 +184,7 @@ static void cfg_set(struct ctrl *c, const struct k8s_obj *o)
         return;
     }
     json_decref(j);
+    tkm_api_config_floor_default(&cfg, c->o.signature_floor);
     tkm_api_config_release(&c->cfg);
     c->cfg = cfg;
     tkm_verify_ctx_set_pull_deadline(c->verify, cfg.pull_deadline_ms);

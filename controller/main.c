@@ -31,6 +31,7 @@
 
 struct args {
     const char *kubeconfig, *ns, *le_ns, *le_id, *metrics_addr, *health_addr, *state_dir;
+    const char *signature_floor;
     int leader_elect;
     struct tkm_flagset flags;
     uint64_t cleanup_timeout_ms, registry_timeout_ms, status_interval_ms, node_gc_grace_ms;
@@ -137,6 +138,10 @@ static int parse_args(int argc, char **argv, struct args *a)
         {.name = "node-gc-grace", .type = TKM_FLAG_DURATION, .dst = &a->node_gc_grace_ms,
          .arg = "DURATION", .def = "5s", .bare_ms = 1000,
          .help = "a node status younger than this is never collected"},
+        {.name = "signature-floor", .type = TKM_FLAG_CHOICE, .dst = &a->signature_floor,
+         .choices = "Enforce|Audit|Disabled", .def = "tkm-config's signatureMode",
+         .help = "the weakest signature mode a namespaced cache may choose, when\n"
+                 "tkm-config sets no signatureFloor (PolicyBelowFloor)"},
         {.name = "workers", .type = TKM_FLAG_UINT, .dst = &workers, .arg = "N", .def = "64",
          .min = 1, .max = 256, .help = "caches reconciled at once"},
     };
@@ -338,6 +343,7 @@ static int setup(struct app *app, struct tkm_err *err)
                            .status_min_interval_ms = a->status_interval_ms,
                            .status_settle_ms = a->status_settle_ms,
                            .node_gc_grace_ms = a->node_gc_grace_ms,
+                           .signature_floor = a->signature_floor,
                            .workers = a->workers};
     if ((rc = ctrl_init(&app->ctrl, app->loop, app->client, verify, state, &co, err)) < 0)
         return rc;

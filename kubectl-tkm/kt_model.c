@@ -46,8 +46,8 @@ const char *kt_state_color(enum kt_state s)
 static int signature_reason(const char *error)
 {
     static const char *const sig[] = {
-        "NoSignature:",          "KeyMismatch:",        "SignatureForOtherImage:",
-        "UnsupportedSignature:", "MalformedSignature:", "NoTrustedKey:"};
+        "NoSignature:",        "KeyMismatch:",  "SignatureForOtherImage:", "UnsupportedSignature:",
+        "MalformedSignature:", "NoTrustedKey:", "PolicyBelowFloor:"};
     for (size_t i = 0; i < TKM_ARRAY_SIZE(sig); i++)
         if (strncmp(error, sig[i], strlen(sig[i])) == 0)
             return 1;

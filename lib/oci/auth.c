@@ -138,16 +138,14 @@ int tkm_oci_challenge_parse(struct tkm_oci_challenge *c, const char *header, str
     if (cur.scheme > best.scheme)
         best = cur;
     if (best.scheme == TKM_OCI_AUTH_NONE)
-        return tkm_err_set(err, -EINVAL, "WWW-Authenticate '%.200s': no Basic or Bearer challenge",
-                           header);
+        return tkm_err_set(err, -EINVAL, "WWW-Authenticate: no Basic or Bearer challenge");
     if (best.scheme == TKM_OCI_AUTH_BEARER && !best.realm[0])
-        return tkm_err_set(err, -EINVAL,
-                           "WWW-Authenticate '%.200s': Bearer challenge without realm", header);
+        return tkm_err_set(err, -EINVAL, "WWW-Authenticate: Bearer challenge without realm");
     *c = best;
     return 0;
 bad:
-    return tkm_err_set(err, -EINVAL, "WWW-Authenticate '%.200s': malformed near '%.40s'", header,
-                       p);
+    return tkm_err_set(err, -EINVAL, "WWW-Authenticate: malformed at byte %zu of %zu",
+                       (size_t)(p - header), strlen(header));
 }
 
 /* ---- base64 -------------------------------------------------------------- */

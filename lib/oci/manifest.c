@@ -74,8 +74,8 @@ static int parse_desc(json_t *j, struct tkm_oci_desc *d, const char *what, const
         return tkm_err_set(err, -EINVAL, "%s: %s[%zu] has no (or a too long) mediaType", what,
                            field, idx);
     if (!tkm_oci_digest_valid(dg))
-        return tkm_err_set(err, -EINVAL, "%s: %s[%zu] digest '%.80s' is not sha256:<64 hex>", what,
-                           field, idx, dg ? dg : "(missing)");
+        return tkm_err_set(err, -EINVAL, "%s: %s[%zu] digest%s is not sha256:<64 hex>", what, field,
+                           idx, dg ? "" : " (missing)");
     memcpy(d->digest, dg, TKM_OCI_DIGEST_LEN + 1);
     if (!json_is_integer(size) || json_integer_value(size) < 0)
         return tkm_err_set(err, -EINVAL, "%s: %s[%zu] (%s) has no valid size", what, field, idx,
@@ -102,11 +102,23 @@ static int parse_desc(json_t *j, struct tkm_oci_desc *d, const char *what, const
     return 0;
 }
 
+/* A media type as a message may show it, into out: quoted when it is one tkm
+ * knows, else a phrase (a registry's or a document's free text never reaches
+ * a condition message; docs/security.md). Returns out. */
+static const char *shown_type(const char *mt, char *out, size_t n)
+{
+    if (media_kind(mt) != TKM_OCI_KIND_NONE)
+        snprintf(out, n, "'%s'", mt);
+    else
+        snprintf(out, n, "(a type tkm does not know)");
+    return out;
+}
+
 /* Decides the media type from the Content-Type and the body's mediaType. */
 static int decide_type(struct tkm_oci_manifest *m, json_t *root, const char *content_type,
                        const char *what, struct tkm_err *err)
 {
-    char ct[128] = "";
+    char ct[128] = "", t1[160], t2[160];
     json_t *mtj = json_object_get(root, "mediaType");
     const char *mt = json_string_value(mtj);
     if (mtj && !mt)
@@ -122,9 +134,8 @@ static int decide_type(struct tkm_oci_manifest *m, json_t *root, const char *con
                            what);
     if (mt && ct[0] && strcmp(mt, ct) != 0)
         return tkm_err_set(err, -EINVAL,
-                           "%s: mediaType '%.100s' does not match the Content-Type '%.100s' it "
-                           "was served with",
-                           what, mt, ct);
+                           "%s: mediaType %s does not match the Content-Type %s it was served with",
+                           what, shown_type(mt, t1, sizeof t1), shown_type(ct, t2, sizeof t2));
     if (!mt && ct[0])
         mt = ct;
     if (!mt) {
@@ -133,8 +144,8 @@ static int decide_type(struct tkm_oci_manifest *m, json_t *root, const char *con
     }
     m->kind = media_kind(mt);
     if (m->kind == TKM_OCI_KIND_NONE)
-        return tkm_err_set(err, -EINVAL,
-                           "%s: media type '%.100s' is not an image manifest or index", what, mt);
+        return tkm_err_set(err, -EINVAL, "%s: media type %s is not an image manifest or index",
+                           what, shown_type(mt, t1, sizeof t1));
     if (json_integer_value(json_object_get(root, "schemaVersion")) != 2)
         return tkm_err_set(err, -EINVAL, "%s: schemaVersion is not 2", what);
     if ((m->kind == TKM_OCI_KIND_INDEX && json_object_get(root, "layers")) ||

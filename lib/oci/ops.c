@@ -426,9 +426,8 @@ static int referrers_next_url(struct tkm__oci_op *op, const char *cur, struct tk
         rc = tkm_buf_printf(url, "%s%s", origin.data, l + origin.len);
     } else {
         rc = tkm_err_set(err, -EPERM,
-                         "referrers %s: the Link header's next page '%.200s' is not on %s: not "
-                         "followed",
-                         cur, l, origin.data);
+                         "referrers %s: the Link header's next page is not on %s: not followed",
+                         cur, origin.data);
         goto out;
     }
     if (rc)
@@ -537,8 +536,8 @@ static void referrers_done(int rc, struct tkm_http_resp *resp, struct tkm_err *e
             rc = tkm__oci_status_error(op->s, resp, "referrers", err);
         else if (tkm_http_resp_header(resp, "Content-Type", ct, sizeof ct) < 0 ||
                  strncmp(ct, TKM_OCI_MT_INDEX, strlen(TKM_OCI_MT_INDEX)) != 0)
-            rc = tkm_err_set(err, -EBADMSG, "%s: answered Content-Type '%s', not an OCI index",
-                             resp->url, ct);
+            rc = tkm_err_set(err, -EBADMSG, "%s: answered a Content-Type that is not an OCI index",
+                             resp->url);
         else if ((rc = referrers_page(op, resp, err)) == 1)
             return; /* the next page is on its way */
     } else if (rc == 0) {
@@ -554,9 +553,9 @@ static void referrers_done(int rc, struct tkm_http_resp *resp, struct tkm_err *e
         if (resp->status == 200 && (tkm_http_resp_header(resp, "Content-Type", ct, sizeof ct) < 0 ||
                                     strncmp(ct, TKM_OCI_MT_INDEX, strlen(TKM_OCI_MT_INDEX)) != 0)) {
             rc = tkm_err_set(err, -ENOTSUP,
-                             "%s: answered Content-Type '%s', not an OCI index: the registry has "
-                             "no referrers API",
-                             resp->url, ct);
+                             "%s: answered a Content-Type that is not an OCI index: the registry "
+                             "has no referrers API",
+                             resp->url);
         } else if (resp->status == 200) {
             if ((rc = referrers_page(op, resp, err)) == 1)
                 return;

@@ -15,6 +15,7 @@
 #include <tkm/backoff.h>
 #include <tkm/log.h>
 #include <tkm/oci/auth.h>
+#include <tkm/reach.h>
 #include <tkm/util.h>
 
 #include "oci/session-int.h"
@@ -66,7 +67,6 @@ struct tkm__oci_call {
     struct tkm__oci_req q; /* strings point at the copies below */
     char *url, *scope, *accept, *content_type, *extra, *token_url, *token_form;
     char token_scope[1024];
-    char realm[1024];
     tkm__oci_call_cb cb;
     void *data;
     struct tkm_http_req *hreq; /* the request in flight, or NULL */
@@ -320,33 +320,18 @@ void tkm__oci_pool_queue(struct tkm_oci_session *s, struct tkm__oci_work *wk)
 
 /* ---- errors and URLs ----------------------------------------------------- */
 
-/* "CODE: message; CODE: message" from an OCI error body, into out. */
-static void oci_errors(const struct tkm_http_resp *resp, char *out, size_t n)
-{
-    json_t *root = json_loadb(resp->body.data, resp->body.len, 0, NULL);
-    json_t *errs = json_object_get(root, "errors");
-    size_t i, used = 0;
-    json_t *e;
-    out[0] = '\0';
-    json_array_foreach(errs, i, e)
-    {
-        const char *code = json_string_value(json_object_get(e, "code"));
-        const char *msg = json_string_value(json_object_get(e, "message"));
-        int w = snprintf(out + used, n - used, "%s%s: %s", used ? "; " : "", code ? code : "?",
-                         msg ? msg : "");
-        if (w < 0 || (size_t)w >= n - used)
-            break;
-        used += (size_t)w;
-    }
-    json_decref(root);
-}
-
 int tkm__oci_status_error(const struct tkm_oci_session *s, const struct tkm_http_resp *resp,
                           const char *what, struct tkm_err *err)
 {
-    char detail[512];
+    /* Never the body's text: a registry (or whatever answers at a tenant's
+     * reference) reaches condition messages and events through this. Only
+     * the status and a code from the distribution spec's list
+     * (tkm_reach_remote_summary); the URL is the one tkm built, except for
+     * a token request, whose URL is the registry's realm. */
+    char sum[64];
+    const char *spec = tkm_reach_oci_error_code(resp->body.data, resp->body.len);
     int code;
-    oci_errors(resp, detail, sizeof detail);
+    tkm_reach_remote_summary(resp->status, resp->body.data, resp->body.len, sum, sizeof sum);
     switch (resp->status) {
     case 401:
         code = -EACCES;
@@ -363,23 +348,21 @@ int tkm__oci_status_error(const struct tkm_oci_session *s, const struct tkm_http
     default:
         code = -EIO;
     }
+    const char *url = strcmp(what, "token request") == 0 ? s->host : resp->url;
     if (resp->status == 401 && s->have_creds && !s->anonymous)
         return tkm_err_set(err, code,
-                           "%s: %s: 401 Unauthorized%s%s (the credentials for %s from %s were "
+                           "%s: %s: 401 Unauthorized (the credentials for %s from %s were "
                            "rejected)",
-                           what, resp->url, detail[0] ? ": " : "", detail, s->host,
-                           s->creds.source);
-    if (resp->status == 401)
-        return tkm_err_set(err, code, "%s: %s: 401 Unauthorized%s%s (%s)", what, resp->url,
-                           detail[0] ? ": " : "", detail,
+                           what, url, s->host, s->creds.source);
+    if (resp->status == 401) /* the spec's code for a 401 says no more than the status */
+        return tkm_err_set(err, code, "%s: %s: 401 Unauthorized (%s)", what, url,
                            s->anonymous    ? "anonymous access requested"
                            : s->have_creds ? "the credentials were rejected"
                                            : "no credentials found for this registry: add them "
                                              "with docker login or --auth-file");
-    if (!detail[0] && resp->status == 404)
-        snprintf(detail, sizeof detail, "not found (no such repository, tag or digest)");
-    return tkm_err_set(err, code, "%s: %s: HTTP %ld%s%s", what, resp->url, resp->status,
-                       detail[0] ? ": " : "", detail);
+    return tkm_err_set(
+        err, code, "%s: %s: %s%s", what, url, sum,
+        !spec && resp->status == 404 ? ": not found (no such repository, tag or digest)" : "");
 }
 
 int tkm__oci_url(const struct tkm_oci_session *s, struct tkm_buf *b, const char *fmt, ...)
@@ -624,11 +607,12 @@ static void token_done(struct tkm_http_req *req, struct tkm_http_resp *resp, voi
         return;
     }
     if (rc) {
-        tkm_err_set(&c->err, rc, "token request: %s", resp->error);
+        tkm_err_set(&c->err, rc, "token request: %s: the registry's token service: %s", c->s->host,
+                    strerror(-rc));
     } else if (resp->status != 200) {
         rc = tkm__oci_status_error(c->s, resp, "token request", &c->err);
-    } else if ((rc = tkm_oci_token_parse(resp->body.data, resp->body.len, c->realm, tok, sizeof tok,
-                                         &ttl, &c->err)) == 0 &&
+    } else if ((rc = tkm_oci_token_parse(resp->body.data, resp->body.len, "token request", tok,
+                                         sizeof tok, &ttl, &c->err)) == 0 &&
                (rc = token_store(c->s, c->q.scope, tok, ttl)) != 0) {
         tkm_err_set(&c->err, rc, "registry %s: out of memory", c->s->host);
     }
@@ -642,7 +626,7 @@ static void token_done(struct tkm_http_req *req, struct tkm_http_resp *resp, voi
 }
 
 /* Builds the token request (GET with Basic or anonymous; POST for an
- * identity token) for the challenge c->realm/service/scope. */
+ * identity token) for the challenge ch's realm/service/scope. */
 static int token_request(struct tkm__oci_call *c, const struct tkm_oci_challenge *ch,
                          const char *scope)
 {
@@ -718,7 +702,7 @@ static int authenticate(struct tkm__oci_call *c, const struct tkm_http_resp *res
         return tkm_err_set(&c->err, -EACCES,
                            "%s: 401 Unauthorized without a WWW-Authenticate header", resp->url);
     if ((rc = tkm_oci_challenge_parse(&ch, hdr, &c->err)) != 0) {
-        tkm_err_prefix(&c->err, "%s", resp->url);
+        tkm_err_prefix(&c->err, "%s: 401 Unauthorized", resp->url);
         return rc;
     }
     if (ch.scheme == TKM_OCI_AUTH_BASIC) {
@@ -729,10 +713,9 @@ static int authenticate(struct tkm__oci_call *c, const struct tkm_http_resp *res
     }
     if (!realm_ok(s, ch.realm))
         return tkm_err_set(&c->err, -EPERM,
-                           "registry %s: token realm '%.200s' is not https (refusing to send "
+                           "registry %s: its token realm is not https (refusing to send "
                            "credentials in clear text)",
-                           s->host, ch.realm);
-    snprintf(c->realm, sizeof c->realm, "%s", ch.realm);
+                           s->host);
     /* Bearer: the scope the registry asks for wins over the one we guessed;
      * the token is cached under ours, which is what the retry looks up. */
     return token_request(c, &ch, ch.scope[0] ? ch.scope : c->q.scope);

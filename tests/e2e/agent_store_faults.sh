@@ -49,6 +49,8 @@ PY
 "$CRANE" append -f evil.tar.gz -t "$BASE/evil:v0" >/dev/null 2>&1 || fail "crane append"
 "$CRANE" mutate "$BASE/evil:v0" --label 'cache.triton.image/summary={"targets":[{"backend":"cuda","arch":"90","warp_size":32}]}' -t "$BASE/evil:v1" >/dev/null 2>&1
 DE=$("$CRANE" digest "$BASE/evil:v1")
+# the caches here switch signature checks off for themselves: the admin allows it (issue 23)
+kubectl -n "$NS" create configmap tkm-config --from-literal=signatureFloor=Disabled >/dev/null
 P="  signaturePolicy: {mode: Disabled}"
 cache_create tkc "$NS" vadd "$BASE/vadd:v1" "$D" "$P"
 cache_create tkc "$NS" big "$BASE/big:v1" "$DB" "$P"

@@ -50,11 +50,11 @@ assert_contains "$OUT" "creds rc=0 user=-" "no pull secrets: anonymous"
 
 step "an inline key in the spec"
 tkc inline "  signaturePolicy:
-    mode: Audit
+    mode: Enforce
     publicKey: |
 $(indent "$T/k1.pub")"
 OUT=$(run "$NS" inline "$SYS")
-assert_contains "$OUT" "policy rc=0 source=spec mode=Audit keys=1 root=0" "inline key"
+assert_contains "$OUT" "policy rc=0 source=spec mode=Enforce keys=1 root=0" "inline key"
 
 step "a key from a Secret in the cache's namespace (default key cosign.pub)"
 tkc secret "  signaturePolicy: {mode: Enforce, publicKeySecretRef: {name: sig}}"
@@ -77,15 +77,20 @@ tkc junk "  signaturePolicy: {mode: Enforce, publicKeySecretRef: {name: junk}}"
 OUT=$(run "$NS" junk "$SYS")
 assert_contains "$OUT" "reason=KeyInvalid" "a key that does not parse"
 
-step "Disabled reads nothing"
+step "the floor: a namespaced cache may not weaken the cluster's default (Enforce)"
 tkc disabled "  signaturePolicy: {mode: Disabled, publicKeySecretRef: {name: absent}}"
 OUT=$(run "$NS" disabled "$SYS")
-assert_contains "$OUT" "policy rc=0 source=spec mode=Disabled keys=0" "Disabled: no fetch, no error"
+assert_contains "$OUT" "policy rc=-1 reason=PolicyBelowFloor message=spec.signaturePolicy (Disabled): signature mode Disabled is weaker than the floor Enforce" "Disabled under the default floor"
+tkc audit "  signaturePolicy: {mode: Audit, publicKeySecretRef: {name: absent}}"
+OUT=$(run "$NS" audit "$SYS")
+assert_contains "$OUT" "reason=PolicyBelowFloor" "Audit under the default floor"
 
-step "tkm-config in the daemons' namespace gives the default"
+step "tkm-config in the daemons' namespace gives the default; signatureFloor lowers the floor"
 kubectl -n "$SYS" create configmap tkm-config --from-file=signaturePublicKeys="$T/k2.pub" \
   --from-literal=signatureMode=Enforce --from-literal=signatureAllowCrossRepository=true \
-  --from-literal=prefetch=true >/dev/null
+  --from-literal=prefetch=true --from-literal=signatureFloor=Disabled >/dev/null
+OUT=$(run "$NS" disabled "$SYS")
+assert_contains "$OUT" "policy rc=0 source=spec mode=Disabled keys=0" "Disabled under floor Disabled: no fetch, no error"
 OUT=$(run "$NS" plain "$SYS")
 assert_contains "$OUT" "policy rc=0 source=config mode=Enforce keys=1 root=0 ids=0 cross=1" "tkm-config keys, mode and cross-repository"
 tkc modeonly "  signaturePolicy: {mode: Audit}"

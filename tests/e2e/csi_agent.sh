@@ -10,9 +10,10 @@
 #   OK, one overlay at the target, one Materialize; kill -9 of the agent -> Unavailable,
 #   restart with the same store dir -> publish OK without re-extraction (extraction
 #   counter 0, store entry's mtime and inode unchanged); errors: not declared for the
-#   namespace -> PermissionDenied, signature not verified / incompatible GPU ->
-#   FailedPrecondition with the agent's reason, bad attributes -> InvalidArgument, the
-#   store on a too small tmpfs -> ResourceExhausted with the agent's StoreFull;
+#   namespace -> PermissionDenied, signature not verified / incompatible GPU / a tenant's
+#   signature mode below the floor (PolicyBelowFloor) -> FailedPrecondition with the agent's
+#   reason, bad attributes -> InvalidArgument, the store on a too small tmpfs ->
+#   ResourceExhausted with the agent's StoreFull;
 #   unpublish leaves no mount, no dir, and no reference in the agent.
 source "$(dirname "$0")/csi/env.sh"
 csi_unshare "$0" "$@"
@@ -54,6 +55,10 @@ cache_create tkc "$NSA" vadd "$REPO:v1" "$D" "  mountPath: $MP
   signaturePolicy: {mode: Enforce, publicKeySecretRef: {name: signing-key, key: cosign.pub}}"
 # the same image, but trusting another key: verified never
 cache_create tkc "$NSA" wrongkey "$REPO:v1" "$D" "  signaturePolicy: {mode: Enforce, publicKeySecretRef: {name: other-key, key: cosign.pub}}"
+# the floor (issue 23): the cluster's default here is Audit, so Audit is the floor; a tenant may
+# ask for more (wrongkey's Enforce is honoured: refused below), never for less
+kubectl -n "$NSA" create configmap tkm-config --from-literal=signatureMode=Audit >/dev/null
+cache_create tkc "$NSB" belowfloor "$REPO:v1" "$D" "  signaturePolicy: {mode: Disabled}"
 
 step "tkm-agent (fixture H200) and tkm-csi"
 N1=e2e-csi-h200-$RANDOM
@@ -64,6 +69,8 @@ wait_jp 90 "vadd verified and compatible on $N1" "true nvidia-h200" tkcns "$N1" 
   '{.status.caches.vadd.verified} {.status.caches.vadd.compatibleGPUs[0].gpuType}'
 wait_for 60 "wrongkey judged: not verified (KeyMismatch)" bash -c \
   "kubectl -n $NSA get tkcns $N1 -o jsonpath='{.status.caches.wrongkey.error}' | grep -q KeyMismatch"
+wait_for 60 "belowfloor judged: PolicyBelowFloor" bash -c \
+  "kubectl -n $NSB get tkcns $N1 -o jsonpath='{.status.caches.belowfloor.error}' | grep -q PolicyBelowFloor"
 csi_driver_start
 wait_for 30 "probe: the agent is ready" bash -c "$TKM_BUILD_DIR/tests/e2e_csi_client $CSI_SOCK probe | grep -q 'ready=true'"
 metrics() { curl -s "$(grep -o 'metrics on http://[^ ]*' "$E2E_TMP/h200.log" | tail -1 | sed 's/metrics on //')"; }
@@ -152,6 +159,12 @@ assert_eq "$STORE" "$(lowers "$P/img/mount" | cut -d' ' -f2)" "by image: the sam
 expect_fail "signature not verified" pub vol-e3 "$P/e3/mount" cacheName=wrongkey
 assert_contains "$OUT" "FAILED_PRECONDITION: tkm-agent: " "FailedPrecondition"
 assert_contains "$OUT" "KeyMismatch" "with the agent's reason"
+said
+expect_fail "a tenant's mode below the floor" csi publish vol-e5 "$P/e5/mount" \
+  "csi.storage.k8s.io/pod.namespace=$NSB" cacheName=belowfloor
+assert_contains "$OUT" "FAILED_PRECONDITION: tkm-agent: " "FailedPrecondition"
+assert_contains "$OUT" "PolicyBelowFloor" "with the agent's reason"
+[[ ! -e $P/e5/mount ]] || [[ -z $(ls -A "$P/e5/mount") ]] || fail "nothing is mounted below the floor"
 said
 expect_fail "a typo in an attribute" pub vol-e4 "$P/e4/mount" cachename=vadd
 assert_contains "$OUT" 'INVALID_ARGUMENT: unknown volume attribute "cachename"' "InvalidArgument (tkm-csi)"

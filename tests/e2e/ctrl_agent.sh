@@ -15,6 +15,8 @@ e2e_on_exit "kubectl -n $NS delete tkc --all --wait=false >/dev/null 2>&1; sleep
 REPO=$TKM_REGISTRY/e2e-ctrl-agent-$RANDOM/vadd
 agent_image "$REPO" "$TKM_FIXTURES/triton-cache/triton-3.6.0-cuda-sm90.tar.gz" >/dev/null
 D=$("$CRANE" digest "$REPO:v1")
+# the caches here switch signature checks off for themselves: the admin allows it (issue 23)
+kubectl -n "$NS" create configmap tkm-config --from-literal=signatureFloor=Disabled >/dev/null
 cache_create tkc "$NS" a "$REPO:v1" "" "  signaturePolicy: {mode: Disabled}"
 H=e2e-ctrl-h200-$RANDOM A=e2e-ctrl-a100-$RANDOM
 agent_node "$H"

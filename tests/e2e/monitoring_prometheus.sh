@@ -35,7 +35,8 @@ agent_image "$REPO" "$TKM_FIXTURES/triton-cache/triton-3.6.0-cuda-sm90.tar.gz" >
 D=$("$CRANE" digest "$REPO:v1")
 ctrl_sign "$REPO@$D"
 # prefetch: an agent extracts a usable cache on its compatible GPUs at once (no pod needed)
-kubectl -n "$NS" create configmap tkm-config --from-literal=prefetch=true >/dev/null
+# the caches here switch signature checks off for themselves: the admin allows it (issue 23)
+kubectl -n "$NS" create configmap tkm-config --from-literal=signatureFloor=Disabled --from-literal=prefetch=true >/dev/null
 cache_create tkc "$NS" a "$REPO:v1" "" "  signaturePolicy: {mode: Disabled}"
 H=e2e-mon-h200-$RANDOM A=e2e-mon-a100-$RANDOM
 agent_node "$H"

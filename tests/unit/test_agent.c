@@ -82,6 +82,9 @@ TEST(flags_bad_values_refused)
     ASSERT_EQ(parse(&o, (const char *[]){"--gc-grace", "10 minutes", NULL}), -EINVAL);
     ASSERT_EQ(parse(&o, (const char *[]){"-v", "x", NULL}), -EINVAL);
     ASSERT_EQ(parse(&o, (const char *[]){"--once-timeout", "0s", NULL}), -EINVAL);
+    ASSERT_EQ(parse(&o, (const char *[]){"--signature-floor", "enforce", NULL}), -EINVAL);
+    ASSERT_OK(parse(&o, (const char *[]){"--signature-floor", "Disabled", NULL}));
+    ASSERT_STREQ(o.signature_floor, "Disabled");
     ASSERT_EQ(parse(&o, (const char *[]){"--bogus", NULL}), -EINVAL);
     ASSERT_EQ(parse(&o, (const char *[]){"--socket", NULL}), -EINVAL);
     ASSERT_EQ(parse(&o, (const char *[]){"--image", "x", NULL}), -EINVAL);         /* no --once */

@@ -415,6 +415,58 @@ TEST(config_decode_reads_every_key_and_defaults)
     tkm_api_config_release(&cfg);
 }
 
+/* Issue 23: the floor under a namespaced cache's signature mode. */
+TEST(signature_floor_default_is_the_cluster_mode)
+{
+    struct tkm_api_config cfg;
+    struct tkm_err err = {0};
+    ASSERT_EQ(tkm_api_config_floor(NULL), TKM_SIG_MODE_ENFORCE);
+    ASSERT_EQ(tkm_api_config_decode(NULL, &cfg, &err), 0);
+    ASSERT_EQ(tkm_api_config_floor(&cfg), TKM_SIG_MODE_ENFORCE);
+    ASSERT_EQ(config_of("{\"signatureMode\":\"Audit\"}", &cfg, &err), 0);
+    ASSERT_EQ(tkm_api_config_floor(&cfg), TKM_SIG_MODE_AUDIT);
+    tkm_api_config_release(&cfg);
+    ASSERT_EQ(config_of("{\"signatureFloor\":\"Disabled\"}", &cfg, &err), 0);
+    ASSERT_EQ(cfg.floor, TKM_API_SIG_DISABLED);
+    ASSERT_EQ(tkm_api_config_floor(&cfg), TKM_SIG_MODE_DISABLED);
+    tkm_api_config_release(&cfg);
+    ASSERT_EQ(config_of("{\"signatureMode\":\"Enforce\",\"signatureFloor\":\"Audit\"}", &cfg, &err),
+              0);
+    ASSERT_EQ(tkm_api_config_floor(&cfg), TKM_SIG_MODE_AUDIT);
+    /* --signature-floor: only when tkm-config sets none (the ConfigMap wins) */
+    tkm_api_config_floor_default(&cfg, "Disabled");
+    ASSERT_EQ(tkm_api_config_floor(&cfg), TKM_SIG_MODE_AUDIT);
+    tkm_api_config_release(&cfg);
+    ASSERT_EQ(config_of("{\"signatureMode\":\"Enforce\"}", &cfg, &err), 0);
+    tkm_api_config_floor_default(&cfg, NULL);
+    ASSERT_EQ(tkm_api_config_floor(&cfg), TKM_SIG_MODE_ENFORCE);
+    tkm_api_config_floor_default(&cfg, "Disabled");
+    ASSERT_EQ(tkm_api_config_floor(&cfg), TKM_SIG_MODE_DISABLED);
+    tkm_api_config_release(&cfg);
+}
+
+TEST(signature_floor_check_namespaced_stricter_never_weaker)
+{
+    static const enum tkm_sig_mode modes[] = {TKM_SIG_MODE_DISABLED, TKM_SIG_MODE_AUDIT,
+                                              TKM_SIG_MODE_ENFORCE};
+    for (size_t f = 0; f < TKM_ARRAY_SIZE(modes); f++)
+        for (size_t m = 0; m < TKM_ARRAY_SIZE(modes); m++) {
+            struct tkm_err err = {0};
+            int rc = tkm_api_policy_floor_check(0, modes[m], modes[f], "tkm-system", &err);
+            ASSERT_EQ(rc, m >= f ? 0 : -EPERM); /* stricter or equal: allowed */
+            if (rc)
+                ASSERT_STRCONTAINS(err.msg, "is weaker than the floor");
+            /* the cluster-scoped kind is the admin's own: any mode */
+            ASSERT_EQ(tkm_api_policy_floor_check(1, modes[m], modes[f], "tkm-system", &err), 0);
+        }
+    struct tkm_err err = {0};
+    ASSERT_EQ(tkm_api_policy_floor_check(0, TKM_SIG_MODE_DISABLED, TKM_SIG_MODE_ENFORCE,
+                                         "tkm-system", &err),
+              -EPERM);
+    ASSERT_STRCONTAINS(err.msg, "signature mode Disabled is weaker than the floor Enforce set for "
+                                "namespaced caches by ConfigMap tkm-system/tkm-config");
+}
+
 TEST(config_decode_names_the_bad_key)
 {
     static const struct bad_case bad[] = {
@@ -432,6 +484,11 @@ TEST(config_decode_names_the_bad_key)
         {"{\"pullDeadline\":\"30\"}", "pullDeadline: \"30\" is not a duration above 0"},
         {"{\"pullDeadline\":\"0s\"}", "pullDeadline: \"0s\" is not a duration above 0"},
         {"{\"pullDeadline\":30}", "pullDeadline: expected a string"},
+        {"{\"signatureFloor\":\"none\"}", "signatureFloor: \"none\" is not Enforce"},
+        {"{\"signatureMode\":\"Audit\",\"signatureFloor\":\"Enforce\"}",
+         "signatureFloor: Enforce is stricter than signatureMode Audit"},
+        {"{\"signatureFloor\":\"Enforce\",\"signatureMode\":\"Disabled\"}",
+         "signatureFloor: Enforce is stricter than signatureMode Disabled"},
     };
     for (size_t i = 0; i < TKM_ARRAY_SIZE(bad); i++) {
         struct tkm_api_config cfg;

@@ -300,6 +300,18 @@ TEST(pull_secret_session_resolve_inspect_policy)
                                .cache = &c,
                                .config_ns = "tkm-system"};
     struct seen s = {0};
+    /* No tkm-config: the floor is Enforce, and a namespaced cache may not
+     * switch checks off for itself (issue 23). */
+    run_job(&e, &q, &s);
+    ASSERT_EQ(s.r.failed, TKM_VERIFY_STEP_POLICY);
+    ASSERT_STREQ(s.r.reason, "PolicyBelowFloor");
+    ASSERT_STRCONTAINS(s.r.message, "weaker than the floor Enforce");
+    ASSERT_EQ(s.r.has_policy, 0);
+    seen_release(&s);
+    memset(&s, 0, sizeof s);
+    /* The admin lowers the floor: the same cache is honoured. */
+    struct tkm_api_config cfg = {.present = 1, .floor = TKM_API_SIG_DISABLED};
+    q.cfg = &cfg;
     run_job(&e, &q, &s);
     if (s.r.failed)
         tkm_test_fail(__FILE__, __LINE__, "step %d: %s: %s", (int)s.r.failed, s.r.reason,

@@ -103,12 +103,16 @@ TEST(bad_manifests_rejected_with_reason)
         {"application/vnd.docker.distribution.manifest.v1+prettyjws", "{\"schemaVersion\":1}",
          "schema 1"},
         {"text/html", "{\"schemaVersion\":2}", "not an image manifest or index"},
+        /* a Content-Type or mediaType tkm does not know is never quoted (issue 23) */
+        {"INTERNAL-SECRET/x", "{\"schemaVersion\":2}", "type (a type tkm does not know) is not"},
+        {"INTERNAL-SECRET/x", "{\"schemaVersion\":2,\"mediaType\":\"" TKM_OCI_MT_MANIFEST "\"}",
+         "the Content-Type (a type tkm does not know)"},
         {TKM_OCI_MT_MANIFEST, "{\"schemaVersion\":3,\"layers\":[]}", "schemaVersion is not 2"},
         {TKM_OCI_MT_MANIFEST, "{\"schemaVersion\":2,\"layers\":[]}", "config[0] is not an object"},
         {TKM_OCI_MT_MANIFEST,
          "{\"schemaVersion\":2,\"config\":{\"mediaType\":\"x\",\"digest\":\"sha256:12\","
          "\"size\":1},\"layers\":[]}",
-         "config[0] digest 'sha256:12' is not sha256:<64 hex>"},
+         "config[0] digest is not sha256:<64 hex>"},
         {TKM_OCI_MT_MANIFEST,
          "{\"schemaVersion\":2,\"config\":{\"mediaType\":\"x\",\"digest\":\"" D1
          "\",\"size\":-1},\"layers\":[]}",
@@ -121,6 +125,7 @@ TEST(bad_manifests_rejected_with_reason)
                                         "test", &e);
         ASSERT(rc < 0);
         ASSERT_STRCONTAINS(e.msg, cases[i].why);
+        ASSERT_NULL(strcasestr(e.msg, "SECRET"));
     }
 }
 

@@ -18,6 +18,9 @@
  *   InvalidPolicy     the policy is not one (tkm_sig_policy_check), or
  *                     tkm-config holds garbage
  *   NoTrustedKey      Enforce or Audit with nothing to verify against
+ *   PolicyBelowFloor  a namespaced cache asks for a weaker mode than the floor
+ *                     (tkm-config signatureFloor, default its signatureMode):
+ *                     never verified, never mounted (docs/security.md)
  *   SecretNotFound    a referenced Secret / ConfigMap does not exist or
  *                     lacks the key (also: an imagePullSecret that is absent)
  *   KeyInvalid        the key / trusted root bytes are not usable
@@ -42,10 +45,12 @@
 /* The ConfigMap's data, decoded. Owned strings; release with
  * tkm_api_config_release(). A zeroed struct is the defaults. */
 struct tkm_api_config {
-    int present;                /* the ConfigMap exists */
-    enum tkm_api_sig_mode mode; /* signatureMode; UNSET means Enforce */
-    char *public_keys;          /* signaturePublicKeys: PEM, one or more, or NULL */
-    char *trusted_root_kind;    /* signatureTrustedRootRef: "ConfigMap" / "Secret" */
+    int present;                 /* the ConfigMap exists */
+    enum tkm_api_sig_mode mode;  /* signatureMode; UNSET means Enforce */
+    enum tkm_api_sig_mode floor; /* signatureFloor: the weakest mode a namespaced cache may
+                                    choose; UNSET means the cluster's mode (signatureMode) */
+    char *public_keys;           /* signaturePublicKeys: PEM, one or more, or NULL */
+    char *trusted_root_kind;     /* signatureTrustedRootRef: "ConfigMap" / "Secret" */
     char *trusted_root_name;
     char *trusted_root_key;              /* default "trusted_root.json" */
     struct tkm_api_identity *identities; /* signatureIdentities */
@@ -67,6 +72,25 @@ int tkm_api_config_decode(const json_t *configmap, struct tkm_api_config *out, s
 void tkm_api_config_release(struct tkm_api_config *c);
 
 /* ---- effective signature policy ----------------------------------------------- */
+
+/* The reason of a namespaced cache whose mode is weaker than the floor. */
+#define TKM_API_REASON_BELOW_FLOOR "PolicyBelowFloor"
+
+/* The daemons' --signature-floor flag (NULL: not given; else "Enforce",
+ * "Audit" or "Disabled"): the floor when tkm-config sets no signatureFloor
+ * (the ConfigMap wins, as for every signature key). */
+void tkm_api_config_floor_default(struct tkm_api_config *cfg, const char *flag);
+
+/* The floor cfg (NULL: no tkm-config) sets for namespaced caches: its
+ * signatureFloor, else its signatureMode, else Enforce. */
+enum tkm_sig_mode tkm_api_config_floor(const struct tkm_api_config *cfg);
+
+/* 0 when a namespaced cache may use mode under floor (mode is at least as
+ * strict: Enforce > Audit > Disabled); else -EPERM with err saying which mode,
+ * which floor and where it is set. A TritonKernelCacheCluster (cluster 1) may
+ * use any mode: only the cluster's admin can write one. Pure. */
+int tkm_api_policy_floor_check(int cluster, enum tkm_sig_mode mode, enum tkm_sig_mode floor,
+                               const char *config_ns, struct tkm_err *err);
 
 enum tkm_api_policy_source {
     TKM_API_POLICY_SPEC = 0, /* the cache's spec.signaturePolicy */
