@@ -42,6 +42,7 @@
 struct fail {
     int rc;
     unsigned n;
+    unsigned cfg_gen; /* ctrl.cfg_gen when it failed: a new tkm-config retries at once */
     uint64_t retry_at;
     char *why;
 };
@@ -552,6 +553,7 @@ static void resolve_done(const struct tkm_verify_result *r, void *data)
     } else if (r->failed) {
         tkm_warn("controller: %s: resolving %s: %s", cc->qkey, cc->want_image, r->message);
         fail_set(&cc->pin_f, r->rc, r->reason, r->message, r->retry, now);
+        cc->pin_f.cfg_gen = cc->c->cfg_gen; /* RegistryNotAllowed waits for a new tkm-config */
         if (cc->pin[0])
             event(cc, "Warning", "ResolveFailed", r->message);
     } else {
@@ -600,7 +602,7 @@ static int pin_step(struct ctrl_cache *cc, const struct view *v)
         pin_set(cc, image, k->status.resolved_digest); /* pinned by an earlier run */
         return 0;
     }
-    if (cc->pin_f.rc && now < cc->pin_f.retry_at)
+    if (cc->pin_f.rc && now < cc->pin_f.retry_at && cc->pin_f.cfg_gen == cc->c->cfg_gen)
         return 0;
     free(cc->want_image);
     cc->want_image = strdup(image);

@@ -32,6 +32,7 @@
 struct args {
     const char *kubeconfig, *ns, *le_ns, *le_id, *metrics_addr, *health_addr, *state_dir;
     int leader_elect;
+    struct tkm_reach_config reach; /* --registry-*: what tkm-config leaves out */
     struct tkm_flagset flags;
     uint64_t cleanup_timeout_ms, registry_timeout_ms, status_interval_ms, node_gc_grace_ms;
     uint64_t status_settle_ms;
@@ -120,6 +121,7 @@ static int parse_args(int argc, char **argv, struct args *a)
                  "before the controller removes them"},
         {.name = "registry-timeout", .type = TKM_FLAG_DURATION, .dst = &a->registry_timeout_ms,
          .arg = "DURATION", .def = "30s", .bare_ms = 1000, .help = "per registry request"},
+        TKM_VERIFY_REACH_FLAGS(&a->reach),
         {.name = "status-min-interval", .type = TKM_FLAG_DURATION,
          .dst = &a->status_interval_ms, .arg = "DURATION", .def = "500ms", .bare_ms = 1,
          .help = "least time between two status writes of one cache"},
@@ -326,7 +328,13 @@ static int setup(struct app *app, struct tkm_err *err)
     if ((rc = tkm_http_new(app->loop, NULL, &app->http, err)) < 0 ||
         (rc = tkm_verify_ctx_new(app->loop, app->http, &vo, &verify, err)) < 0)
         return rc;
+    /* the flags' policy until tkm-config is read (a bad flag stops the start) */
+    if ((rc = tkm_verify_ctx_reach(verify, NULL, &a->reach, err)) < 0) {
+        tkm_err_prefix(err, "--registry-*");
+        return rc;
+    }
     struct ctrl_opts co = {.ns = a->ns,
+                           .reach = a->reach,
                            .cleanup_timeout_ms = a->cleanup_timeout_ms,
                            .status_min_interval_ms = a->status_interval_ms,
                            .status_settle_ms = a->status_settle_ms,

@@ -827,6 +827,8 @@ const char *tkm_sig_reason(int rc)
         return "RegistryError";
     case TKM_SIG_EPOLICY:
         return "InvalidPolicy";
+    case TKM_OCI_EREACH:
+        return "RegistryNotAllowed";
     case -ECANCELED:
     case -ESHUTDOWN:
         return "Cancelled";

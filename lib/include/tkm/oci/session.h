@@ -50,6 +50,7 @@
 #ifndef TKM_OCI_SESSION_H
 #define TKM_OCI_SESSION_H
 
+#include <errno.h>
 #include <stddef.h>
 
 #include <tkm/buf.h>
@@ -81,6 +82,38 @@ void tkm_oci_session_close(struct tkm_oci_session *s, void (*closed_cb)(void *da
 const char *tkm_oci_session_scheme(const struct tkm_oci_session *s);
 /* Jobs started and not yet reported (tests, metrics). */
 size_t tkm_oci_session_jobs(const struct tkm_oci_session *s);
+
+/*
+ * Registry reach (<tkm/reach.h>, docs/registry-reach.md): the daemons give
+ * their sessions the admin's policy; tkmctl gives none (the user's own
+ * machine: any host, loopback is plain HTTP).
+ *
+ * With a policy, before each request the session decides for the URL's
+ * host[:port] (its registry with TKM_REACH_REGISTRY; a redirect's or token
+ * realm's host with TKM_REACH_FOLLOW) on the thread pool, resolving the name
+ * once, and sends the request with the checked addresses pinned
+ * (CURLOPT_RESOLVE): curl connects to what was checked. An allowed decision
+ * is kept 30 s per host. Redirects are followed by the session (never by
+ * curl), each hop decided the same way, without credentials to another host.
+ * The scheme is https, or http for a host in registryPlainHTTP (a CA file
+ * still means https); an IP literal is written in URLs canonically. A refused
+ * host fails the call before anything is sent: TKM_OCI_EREACH, err holding
+ * the decision's tenant-safe message (reason RegistryNotAllowed); a name that
+ * does not resolve fails with -EHOSTUNREACH.
+ *
+ * Ownership: tkm_oci_reach_new takes p's lists (p is left empty, also on
+ * failure: NULL means out of memory) and returns one reference; each
+ * session and each decision in flight holds its own, so the caller may
+ * unref (and swap in a new policy) at any time. Loop thread only.
+ */
+#define TKM_OCI_EREACH (-EADDRNOTAVAIL)
+struct tkm_reach_policy;
+struct tkm_oci_reach;
+struct tkm_oci_reach *tkm_oci_reach_new(struct tkm_reach_policy *p);
+void tkm_oci_reach_unref(struct tkm_oci_reach *r);
+const struct tkm_reach_policy *tkm_oci_reach_policy(const struct tkm_oci_reach *r);
+/* r NULL: no more checks (the scheme stays). Drops the decisions kept. */
+void tkm_oci_session_set_reach(struct tkm_oci_session *s, struct tkm_oci_reach *r);
 
 struct tkm_oci_job_result {
     /* resolve: the digest of the reference's manifest (index or image);
