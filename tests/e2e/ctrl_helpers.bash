@@ -6,7 +6,7 @@
 #                                  prints the digest
 #   ctrl_keys                      cosign key pairs in $E2E_TMP (cosign.pub, other/cosign.pub)
 #   ctrl_sign REF@DIGEST           cosign sign with $E2E_TMP/cosign.key (no tlog)
-#   ctrl_start NAME [FLAGS...]     start tkm-controller (log $E2E_TMP/NAME.log, pid in
+#   ctrl_start NAME [FLAGS...]     start tkm-controller with CTRL_REACH_FLAGS (log $E2E_TMP/NAME.log, pid in
 #                                  CTRL_PID[NAME]); CTRL_NS is its namespace; the state dir is
 #                                  $E2E_TMP/state-${CTRL_STATE:-main} (shared by restarts);
 #                                  under valgrind memcheck with TKM_E2E_CTRL_VALGRIND=1
@@ -25,6 +25,10 @@ CTRL_BIN=${TKM_CTRL_BIN:-$TKM_BUILD_DIR/controller/tkm-controller}
 [[ -x $TKMCTL && -x $CTRL_BIN ]] || fail "build tkmctl and tkm-controller first"
 export COSIGN_PASSWORD='' COSIGN_YES=true
 declare -A CTRL_PID=()
+# ctrl_start's registry reach flags (lib.sh); a scenario may set its own (or none).
+CTRL_REACH_FLAGS=("${E2E_REACH_FLAGS[@]}")
+# a command ctrl_start runs the controller under (it must exec it), or none
+CTRL_WRAP=()
 
 ctrl_crds() {
   kubectl apply -f "$TKM_SOURCE_DIR/crds/" >/dev/null
@@ -66,9 +70,9 @@ ctrl_start() {
       '--errors-for-leak-kinds=definite,indirect' --track-fds=no
       --suppressions="$TKM_SOURCE_DIR/tests/valgrind.supp" --log-file="$E2E_TMP/valgrind/%p.log")
   fi
-  "${vg[@]}" "$CTRL_BIN" --kubeconfig "$KUBECONFIG" --namespace "$CTRL_NS" --state-dir "$E2E_TMP/state-${CTRL_STATE:-main}" \
+  "${CTRL_WRAP[@]}" "${vg[@]}" "$CTRL_BIN" --kubeconfig "$KUBECONFIG" --namespace "$CTRL_NS" --state-dir "$E2E_TMP/state-${CTRL_STATE:-main}" \
     --metrics-bind-address 0 --health-probe-bind-address 0 --cleanup-timeout 3s \
-    --node-gc-grace 1s --registry-timeout 3s -v 1 "$@" >>"$E2E_TMP/$name.log" 2>&1 &
+    --node-gc-grace 1s --registry-timeout 3s -v 1 "${CTRL_REACH_FLAGS[@]}" "$@" >>"$E2E_TMP/$name.log" 2>&1 &
   CTRL_PID[$name]=$!
 }
 
