@@ -602,7 +602,9 @@ static int pin_step(struct ctrl_cache *cc, const struct view *v)
         pin_set(cc, image, k->status.resolved_digest); /* pinned by an earlier run */
         return 0;
     }
-    if (cc->pin_f.rc && now < cc->pin_f.retry_at && cc->pin_f.cfg_gen == cc->c->cfg_gen)
+    /* a failure waits for its retry, unless tkm-config or the image changed since */
+    if (cc->pin_f.rc && now < cc->pin_f.retry_at && cc->pin_f.cfg_gen == cc->c->cfg_gen &&
+        cc->want_image && strcmp(cc->want_image, image) == 0)
         return 0;
     free(cc->want_image);
     cc->want_image = strdup(image);

@@ -154,15 +154,15 @@ while True:
   e2e_on_exit "kill $! 2>/dev/null"
   wait_for 10 "a registry that never answers listens ($1)" test -s "$E2E_TMP/$1.port"
 }
-# e2e_logging_registry NAME: an HTTP server on 127.0.0.1:P and [::1]:P (the same port P)
-# that logs every request ("METHOD PATH HOST", HOST the Host header) to
+# e2e_logging_registry NAME [ADDR4 [ADDR6]]: an HTTP server on ADDR4:P (default 127.0.0.1)
+# and [ADDR6]:P (default ::1, "-" for none), the same port P (loopback addresses only), that logs every request ("METHOD PATH HOST", HOST the Host header) to
 # $E2E_TMP/NAME.requests and every accepted connection to $E2E_TMP/NAME.accepts, and
 # answers each with 403 and an OCI error body. P goes to $E2E_TMP/NAME.port (waited for);
 # stopped when the scenario exits. Main shell only.
 e2e_logging_registry() {
   python3 -c '
 import http.server, socket, socketserver, sys, threading
-log, acc = sys.argv[1], sys.argv[2]
+log, acc, a4, a6 = sys.argv[1:5]
 def note(path, line):
     with open(path, "a") as f: f.write(line + "\n")
 class H(http.server.BaseHTTPRequestHandler):
@@ -178,14 +178,14 @@ class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a): pass
 class S4(socketserver.ThreadingMixIn, http.server.HTTPServer): daemon_threads = True
 class S6(S4): address_family = socket.AF_INET6
-while True:  # a port free on both loopback addresses
-    s4 = S4(("127.0.0.1", 0), H)
-    try: s6 = S6(("::1", s4.server_address[1]), H); break
+while True:  # a port free on both addresses
+    s4 = S4((a4, 0), H)
+    try: s6 = S6((a6, s4.server_address[1]), H) if a6 != "-" else None; break
     except OSError: s4.server_close()
 print(s4.server_address[1], flush=True)
-threading.Thread(target=s6.serve_forever, daemon=True).start()
+if s6: threading.Thread(target=s6.serve_forever, daemon=True).start()
 s4.serve_forever()
-' "$E2E_TMP/$1.requests" "$E2E_TMP/$1.accepts" >"$E2E_TMP/$1.port" &
+' "$E2E_TMP/$1.requests" "$E2E_TMP/$1.accepts" "${2:-127.0.0.1}" "${3:-::1}" >"$E2E_TMP/$1.port" &
   e2e_on_exit "kill $! 2>/dev/null"
   wait_for 10 "a registry that logs every request listens ($1)" test -s "$E2E_TMP/$1.port"
 }
