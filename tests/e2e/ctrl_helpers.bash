@@ -12,6 +12,7 @@
 #                                  under valgrind memcheck with TKM_E2E_CTRL_VALGRIND=1
 #   ctrl_kill NAME [SIG]           signal it (default TERM) and wait for it: its exit status in
 #                                  CTRL_RC[NAME], how long it took (ms) in CTRL_STOP_MS[NAME]
+#   ctrl_drain_and_kill            at exit: delete the caches in $NS (a controller still runs), stop all
 #   ctrl_node NAME                 create a Node; prints its uid
 #   ctrl_report NS NODE UID JSON   apply a node status the way tkm-agent does (server-side,
 #                                  field manager tkm-agent, status subresource); JSON is the
@@ -74,6 +75,14 @@ ctrl_start() {
     --metrics-bind-address 0 --health-probe-bind-address 0 --cleanup-timeout 3s \
     --node-gc-grace 1s --registry-timeout 3s -v 1 "${CTRL_REACH_FLAGS[@]}" "$@" >>"$E2E_TMP/$name.log" 2>&1 &
   CTRL_PID[$name]=$!
+}
+
+# ctrl_drain_and_kill: at exit, the caches in $NS deleted while a controller still runs (it
+# removes their finalizers), then every controller stopped.
+ctrl_drain_and_kill() {
+  kubectl -n "$NS" delete tkc --all --wait=false >/dev/null 2>&1
+  for _ in $(seq 20); do [[ -z $(kubectl -n "$NS" get tkc -o name 2>/dev/null) ]] && break; sleep 0.5; done
+  ctrl_kill_all
 }
 
 declare -A CTRL_RC CTRL_STOP_MS

@@ -16,12 +16,7 @@ command -v unshare >/dev/null || fail "unshare (util-linux) is needed for the /e
 ctrl_crds
 NS=$(e2e_namespace)
 CTRL_NS=$NS
-finish() {
-  kubectl -n "$NS" delete tkc --all --wait=false >/dev/null 2>&1
-  for _ in $(seq 20); do [[ -z $(kubectl -n "$NS" get tkc -o name 2>/dev/null) ]] && break; sleep 0.5; done
-  ctrl_kill_all
-}
-e2e_on_exit finish
+e2e_on_exit ctrl_drain_and_kill
 
 step "a registry on 127.0.0.1:P and [::1]:P that logs every connection; a name for it in a hosts file"
 e2e_logging_registry reg
