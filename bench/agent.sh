@@ -113,6 +113,7 @@ bench_workdir agent
 bench_cluster_up "$work/cluster"
 bench_crds "$repo/crds/" ${gkm:+"$gkm/crds/"}
 for ns in tkm-system bench-agent bench-gkm bench-pods; do kubectl create ns "$ns" >/dev/null; done
+bench_reach_config
 # Pods need their namespace's "default" ServiceAccount (ServiceAccount admission is on);
 # kube-controller-manager, which would make it, does not run here.
 kubectl -n bench-pods create serviceaccount default >/dev/null 2>&1 || true

@@ -118,6 +118,7 @@ bench_workdir ctrl
 bench_cluster_up "$work/cluster"
 bench_crds "$repo/crds/" ${gkm:+"$gkm/crds/"}
 for ns in tkm-system "${tkm_ns[@]}" bench-gkm; do kubectl create ns "$ns" >/dev/null; done
+bench_reach_config
 read -r image digest < <(bench_image "$work")
 [[ $digest == sha256:* ]] || bench_die "no digest from tkmctl build --push"
 nsnote=
