@@ -306,11 +306,6 @@ void tkm_oci_reach_unref(struct tkm_oci_reach *r)
     free(r);
 }
 
-const struct tkm_reach_policy *tkm_oci_reach_policy(const struct tkm_oci_reach *r)
-{
-    return &r->pol;
-}
-
 void tkm_oci_session_set_reach(struct tkm_oci_session *s, struct tkm_oci_reach *r)
 {
     struct tkm_reach_host h;
@@ -697,7 +692,7 @@ static void decide_after(struct tkm__oci_work *w)
     struct tkm_reach_decision *d = &k->d;
     char addr[TKM_REACH_ADDRSTR_MAX];
     int rc = w->rc, https = 0;
-    char hp[TKM_OCI_NAME_MAX + 1];
+    char hp[TKM_OCI_NAME_MAX + 1] = "";
     c->gating = 0;
     if (rc == 0 && url_hostport(k->token ? c->ch.realm : c->url, hp, sizeof hp, &https) == 0 &&
         https == d->plain_http) {

@@ -111,7 +111,6 @@ struct tkm_reach_policy;
 struct tkm_oci_reach;
 struct tkm_oci_reach *tkm_oci_reach_new(struct tkm_reach_policy *p);
 void tkm_oci_reach_unref(struct tkm_oci_reach *r);
-const struct tkm_reach_policy *tkm_oci_reach_policy(const struct tkm_oci_reach *r);
 /* r NULL: no more checks (the scheme stays). Drops the decisions kept. */
 void tkm_oci_session_set_reach(struct tkm_oci_session *s, struct tkm_oci_reach *r);
 
