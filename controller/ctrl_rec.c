@@ -726,7 +726,8 @@ static void ver_searched(struct ctrl_cache *cc, const struct tkm_verify_result *
         ver_set(cc, 0, r->sig_reason, msg, r->sig_retry);
     }
     free(msg);
-    if (r->verified || !r->sig_retry) {
+    /* a refusal by the registry reach policy is no verdict on the signature: not kept */
+    if (r->verified || (!r->sig_retry && r->sig_rc != TKM_OCI_EREACH)) {
         snprintf(rec.reason, sizeof rec.reason, "%s", why_reason(cc->ver_why));
         snprintf(rec.message, sizeof rec.message, "%s", why_msg(cc->ver_why));
         snprintf(rec.key_id, sizeof rec.key_id, "%s", r->verified ? r->sig.key_id : "");

@@ -125,6 +125,7 @@ EOF
 # registryPrivate and registryPlainHTTP (docs/registry-reach.md); manifests/overlays/local
 # lists the same. Without them the daemons refuse a loopback registry
 # (RegistryNotAllowed) and speak https.
+# shellcheck disable=SC2034 # read by hack/demo.sh, which sources this file
 TKM_LOCAL_REGISTRIES="127.0.0.1 localhost [::1]"
 
 # tkm_key_overlay DIR BASE PUB: writes DIR/kustomization.yaml, a kustomize overlay of

@@ -38,6 +38,11 @@ CTRL_WRAP=()
 
 declare -A REF=([lit]="127.0.0.1:$P" [dec]="2130706433:$P" [lh]="localhost:$P2" [v6]="[::1]:$P"
   [name]="$NAME:$P")
+ZERO=sha256:$(printf 'ctrl reach %s' "$RANDOM" | sha256sum | cut -d' ' -f1)
+# by digest: nothing to resolve, the signature search is the first registry step
+openssl ecparam -genkey -name prime256v1 2>/dev/null | openssl ec -pubout >"$E2E_TMP/k.pub" 2>/dev/null
+printf 'apiVersion: tkm.io/v1alpha1\nkind: TritonKernelCache\nmetadata: {name: dig}\nspec:\n  cacheImage: "127.0.0.1:%s/x@%s"\n  signaturePolicy:\n    mode: Enforce\n    publicKey: |\n%s\n' \
+  "$P" "$ZERO" "$(sed 's/^/      /' "$E2E_TMP/k.pub")" | kubectl -n "$NS" apply -f - >/dev/null
 for c in "${!REF[@]}"; do
   printf 'apiVersion: tkm.io/v1alpha1\nkind: TritonKernelCache\nmetadata: {name: %s}\nspec:\n  cacheImage: "%s/x:v1"\n  signaturePolicy: {mode: Disabled}\n' \
     "$c" "${REF[$c]}" | kubectl -n "$NS" apply -f - >/dev/null
@@ -50,6 +55,7 @@ for c in lit dec lh v6 name; do
   wait_for 30 "$c (${REF[$c]}): RegistryNotAllowed" reason_is "$c" RegistryNotAllowed
   assert_eq "False" "$(ctrl_cond "$NS" "tkc/$c" Ready)" "$c: Ready=False"
 done
+wait_for 30 "dig (by digest): RegistryNotAllowed" reason_is dig RegistryNotAllowed
 assert_contains "$(msg lit)" "registry \"127.0.0.1:$P\" is not allowed: an IP address must be listed in registryAllow" "IP literal: the rule"
 assert_contains "$(msg dec)" "registry \"127.0.0.1:$P\" is not allowed: an IP address must be listed in registryAllow" "decimal spelling: the rule, the address it spells"
 assert_contains "$(msg lh)" "registry \"localhost:$P2\" is not allowed: it is a loopback name and not in registryPrivate" "localhost: the rule"
@@ -75,6 +81,8 @@ kubectl -n "$NS" create configmap tkm-config --from-literal=registryAllow="* $L"
 for c in lit dec lh v6 name; do
   wait_for 30 "$c: past the policy (the registry's 403)" reason_is "$c" RegistryForbidden
 done
+wait_for 30 "dig: past the policy (the registry's 403 to the signature search)" reason_is dig RegistryUnauthorized
+assert_contains "$(cat "$E2E_TMP/reg.requests")" "${ZERO#sha256:}" "the signature search asked the registry about the digest"
 for h in "127.0.0.1:$P" "[::1]:$P" "$NAME:$P"; do
   assert_contains "$(cat "$E2E_TMP/reg.requests")" "GET /v2/x/manifests/v1 $h" "a request with Host $h"
 done
