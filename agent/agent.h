@@ -89,10 +89,11 @@ struct agent_opts {
     struct tkm_flagset flags; /* -v, --log-format and the deprecation notes */
     int verbosity;
     int once;
-    const char *output;          /* "json" or "yaml" */
-    const char *image;           /* --once --image REF|LAYOUT_DIR */
-    const char *key;             /* --once --image: a cosign public key file to verify with */
-    const char *signature_floor; /* --signature-floor: when tkm-config sets none (NULL) */
+    const char *output;            /* "json" or "yaml" */
+    const char *image;             /* --once --image REF|LAYOUT_DIR */
+    const char *key;               /* --once --image: a cosign public key file to verify with */
+    const char *signature_floor;   /* --signature-floor: when tkm-config sets none (NULL) */
+    struct tkm_reach_config reach; /* --registry-*: what tkm-config leaves out */
 };
 
 /* Parses argv into o (strings borrowed). 0, 1 (--help printed: exit 0), or

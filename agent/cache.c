@@ -519,10 +519,12 @@ static void config_apply(struct agent *a, const struct k8s_obj *o)
     }
     char *inputs =
         cm ? json_dumps(json_object_get(cm, "data"), JSON_COMPACT | JSON_SORT_KEYS) : strdup("");
-    if (tkm_api_config_decode(cm, &cfg, &e) < 0) {
+    if (tkm_api_config_decode(cm, &cfg, &e) < 0 ||
+        tkm_verify_ctx_reach(a->verify, &cfg, &a->o.reach, &e) < 0) {
         /* a bad tkm-config: keep the last good one and say so */
         tkm_warn("ConfigMap %s/%s: %s (keeping the previous settings)", a->o.ns,
                  TKM_API_CONFIG_NAME, tkm_err_str(&e));
+        tkm_api_config_release(&cfg);
         json_decref(cm);
         free(inputs);
         return;
@@ -614,6 +616,7 @@ int agent_caches_start(struct agent *a, struct tkm_err *err)
     agent_caches_index(a);
     struct tkm_verify_ctx_opts vo = {.pull_deadline_ms = a->o.pull_deadline_ms};
     if ((rc = tkm_verify_ctx_new(a->loop, a->http, &vo, &a->verify, err)) < 0 ||
+        (rc = tkm_verify_ctx_reach(a->verify, NULL, &a->o.reach, err)) < 0 ||
         (rc = k8s_workqueue_new(a->loop, &qo, agent_cache_reconcile, a, &a->q, err)) < 0)
         return rc;
     snprintf(fsel, sizeof fsel, "metadata.name=%s", TKM_API_CONFIG_NAME);

@@ -51,7 +51,11 @@ static int opts_check(struct agent_opts *o)
         return bad("--key", o->key, "only with --image");
     if (!o->image && (!o->node_name || !o->node_name[0]))
         return bad("--node-name", "", "required (or set $NODE_NAME)");
-    return 0;
+    struct tkm_reach_policy p;
+    struct tkm_err e = {0};
+    int rc = tkm_api_reach_policy(NULL, &o->reach, &p, &e);
+    tkm_reach_policy_release(&p);
+    return rc ? bad("--registry-*", "", tkm_err_str(&e)) : 0;
 }
 
 int agent_opts_parse(struct agent_opts *o, int argc, char **argv)
@@ -134,6 +138,7 @@ int agent_opts_parse(struct agent_opts *o, int argc, char **argv)
         {.name = "key", .type = TKM_FLAG_STRING, .dst = &o->key, .arg = "FILE",
          .help = "--once --image: verify the cosign signature with this public key\n"
                  "(else the signature is not checked)"},
+        TKM_VERIFY_REACH_FLAGS(&o->reach),
     };
     /* clang-format on */
     o->flags = (struct tkm_flagset){

@@ -26,6 +26,9 @@ void tkm_api_config_release(struct tkm_api_config *c)
     free(c->trusted_root_kind);
     free(c->trusted_root_name);
     free(c->trusted_root_key);
+    free(c->registry_allow);
+    free(c->registry_private);
+    free(c->registry_plain_http);
     tkm_api_identities_release(c->identities, c->n_identities);
     memset(c, 0, sizeof *c);
 }
@@ -166,6 +169,30 @@ int tkm_api_policy_floor_check(int cluster, enum tkm_sig_mode mode, enum tkm_sig
                        TKM_API_CONFIG_NAME);
 }
 
+/* The registry reach keys parse (on their own: a flag fills a key left out). */
+static int cfg_reach(const struct tkm_api_config *c, struct tkm_err *err)
+{
+    struct tkm_reach_policy p;
+    int rc = tkm_api_reach_policy(c, NULL, &p, err);
+    tkm_reach_policy_release(&p);
+    if (rc)
+        tkm_err_prefix(err, "tkm-config");
+    return rc;
+}
+
+int tkm_api_reach_policy(const struct tkm_api_config *cfg, const struct tkm_reach_config *flags,
+                         struct tkm_reach_policy *out, struct tkm_err *err)
+{
+    const struct tkm_reach_config none = {0};
+    const struct tkm_reach_config *f = flags ? flags : &none;
+    const struct tkm_reach_config use = {
+        .allow = cfg && cfg->registry_allow ? cfg->registry_allow : f->allow,
+        .private_hosts = cfg && cfg->registry_private ? cfg->registry_private : f->private_hosts,
+        .plain_http = cfg && cfg->registry_plain_http ? cfg->registry_plain_http : f->plain_http,
+    };
+    return tkm_reach_policy_parse(out, &use, err);
+}
+
 int tkm_api_config_decode(const json_t *configmap, struct tkm_api_config *out, struct tkm_err *err)
 {
     const json_t *data;
@@ -189,7 +216,11 @@ int tkm_api_config_decode(const json_t *configmap, struct tkm_api_config *out, s
         (rc = cfg_str(data, "signatureIdentities", &ids, err)) ||
         (rc = cfg_bool(data, "signatureAllowCrossRepository", &out->allow_cross_repository, err)) ||
         (rc = cfg_bool(data, "prefetch", &out->prefetch, err)) ||
-        (rc = cfg_duration(data, "pullDeadline", &out->pull_deadline_ms, err)))
+        (rc = cfg_duration(data, "pullDeadline", &out->pull_deadline_ms, err)) ||
+        (rc = cfg_str(data, TKM_REACH_KEY_ALLOW, &out->registry_allow, err)) ||
+        (rc = cfg_str(data, TKM_REACH_KEY_PRIVATE, &out->registry_private, err)) ||
+        (rc = cfg_str(data, TKM_REACH_KEY_PLAIN_HTTP, &out->registry_plain_http, err)) ||
+        (rc = cfg_reach(out, err)))
         goto out;
     if ((mode && (rc = cfg_mode("signatureMode", mode, &out->mode, err))) ||
         (floor && (rc = cfg_mode("signatureFloor", floor, &out->floor, err))))

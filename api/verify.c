@@ -19,6 +19,7 @@
 #include <tkm/daemon.h>
 #include <tkm/oci/digest.h>
 #include <tkm/oci/ref.h>
+#include <tkm/reach.h>
 #include <tkm/trust/sigjob.h>
 #include <tkm/util.h>
 
@@ -35,6 +36,7 @@ struct tkm_verify_ctx {
     struct tkm_http *http;
     uint64_t timeout_ms, pull_deadline_ms, pull_deadline_opt;
     struct pool_ent *sessions;
+    struct tkm_oci_reach *reach; /* the admin's registry reach policy (a reference), or NULL */
     struct tkm_verify_job *jobs; /* every job not yet freed */
     size_t n_sessions, n_jobs;
     int closing;
@@ -97,6 +99,7 @@ int tkm_verify_ctx_new(uv_loop_t *loop, struct tkm_http *http, const struct tkm_
 static void ctx_closed(uv_handle_t *h)
 {
     struct tkm_verify_ctx *c = h->data;
+    tkm_oci_reach_unref(c->reach);
     if (c->close_cb)
         c->close_cb(c->close_data);
     free(c);
@@ -181,10 +184,30 @@ int tkm_verify_ctx_session(struct tkm_verify_ctx *c, const char *host, const voi
         free(e);
         return rc;
     }
+    tkm_oci_session_set_reach(e->s, c->reach);
     e->next = c->sessions;
     c->sessions = e;
     c->n_sessions++;
     *out = e->s;
+    return 0;
+}
+
+int tkm_verify_ctx_reach(struct tkm_verify_ctx *c, const struct tkm_api_config *cfg,
+                         const struct tkm_reach_config *flags, struct tkm_err *err)
+{
+    struct tkm_reach_policy p;
+    struct tkm_oci_reach *r;
+    int rc = tkm_api_reach_policy(cfg, flags, &p, err);
+    if (rc) {
+        tkm_reach_policy_release(&p);
+        return rc;
+    }
+    if (!(r = tkm_oci_reach_new(&p)))
+        return tkm_err_set(err, -ENOMEM, "out of memory");
+    tkm_oci_reach_unref(c->reach);
+    c->reach = r;
+    for (struct pool_ent *e = c->sessions; e; e = e->next)
+        tkm_oci_session_set_reach(e->s, r);
     return 0;
 }
 
@@ -273,6 +296,8 @@ const char *tkm_verify_registry_reason(int rc, const char *msg, int *retry)
 {
     *retry = 0;
     switch (rc) {
+    case TKM_OCI_EREACH: /* the decision changes only with the spec or tkm-config */
+        return TKM_REACH_REASON_NOT_ALLOWED;
     case -ENOENT:
         return msg && strstr(msg, "label") ? "NotATritonCache" : "ImageNotFound";
     case -EBADMSG:

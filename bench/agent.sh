@@ -114,8 +114,9 @@ bench_cluster_up "$work/cluster"
 bench_crds "$repo/crds/" ${gkm:+"$gkm/crds/"}
 for ns in tkm-system bench-agent bench-gkm bench-pods; do kubectl create ns "$ns" >/dev/null; done
 # The caches below switch signature checks off for themselves (as GKM verifies nothing): the
-# admin allows it (signatureFloor, issue 23; older builds ignore the key).
-kubectl -n tkm-system create configmap tkm-config --from-literal=signatureFloor=Disabled >/dev/null
+# admin allows it (signatureFloor, issue 23; older builds ignore the key). The local registry is
+# allowed explicitly (registry reach, issue 23).
+bench_reach_config --from-literal=signatureFloor=Disabled
 # Pods need their namespace's "default" ServiceAccount (ServiceAccount admission is on);
 # kube-controller-manager, which would make it, does not run here.
 kubectl -n bench-pods create serviceaccount default >/dev/null 2>&1 || true

@@ -119,8 +119,9 @@ bench_cluster_up "$work/cluster"
 bench_crds "$repo/crds/" ${gkm:+"$gkm/crds/"}
 for ns in tkm-system "${tkm_ns[@]}" bench-gkm; do kubectl create ns "$ns" >/dev/null; done
 # The caches below switch signature checks off for themselves (as GKM verifies nothing): the
-# admin allows it (signatureFloor, issue 23; older builds ignore the key).
-kubectl -n tkm-system create configmap tkm-config --from-literal=signatureFloor=Disabled >/dev/null
+# admin allows it (signatureFloor, issue 23; older builds ignore the key). The local registry is
+# allowed explicitly (registry reach, issue 23).
+bench_reach_config --from-literal=signatureFloor=Disabled
 read -r image digest < <(bench_image "$work")
 [[ $digest == sha256:* ]] || bench_die "no digest from tkmctl build --push"
 nsnote=

@@ -16,6 +16,16 @@ bench_now_ms() {
   echo "${t:0:13}"
 }
 
+# bench_reach_config [KUBECTL-CREATE-ARGS...]: tkm-config in tkm-system allowing the private control plane's
+# loopback registry (docs/registry-reach.md: tkm refuses loopback registries unless the
+# admin lists them). A ConfigMap, not flags: compare.sh runs older daemons with these
+# scripts, and they ignore keys they do not know.
+bench_reach_config() {
+  local l="127.0.0.1 localhost [::1]"
+  kubectl -n tkm-system create configmap tkm-config --from-literal=registryAllow="* $l" \
+    --from-literal=registryPrivate="$l" --from-literal=registryPlainHTTP="$l" "$@" >/dev/null
+}
+
 # bench_cluster_up DIR: a control plane and registry of hack/cluster.sh of its
 # own in DIR (loopback only); exports KUBECONFIG, TKM_REGISTRY, TKM_APISERVER.
 # bench_cluster_down stops it (call it from the EXIT trap).

@@ -299,7 +299,8 @@ struct ctrl_opts {
     uint64_t status_max_delay_ms;    /* ... but at most this after the first unwritten change */
     uint64_t node_gc_grace_ms;       /* a node status younger than this is never collected */
     unsigned workers;
-    const char *signature_floor; /* --signature-floor: when tkm-config sets none (NULL) */
+    const char *signature_floor;   /* --signature-floor: when tkm-config sets none (NULL) */
+    struct tkm_reach_config reach; /* --registry-* (strings borrowed from argv) */
 };
 
 struct ctrl;
@@ -351,6 +352,7 @@ struct ctrl {
     struct ctrl_nodes idx;
     struct tkm_api_config cfg;
     char cfg_rv[64];
+    unsigned cfg_gen; /* tkm-config applied so many times (failures wait for a new one) */
     struct ctrl_opts o;
     struct ctrl_metrics m;
     struct ctrl_prom *prom; /* NULL: no /metrics */

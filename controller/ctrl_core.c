@@ -178,8 +178,10 @@ static void cfg_set(struct ctrl *c, const struct k8s_obj *o)
                  TKM_API_CONFIG_NAME, tkm_err_str(&err));
         return;
     }
-    if (tkm_api_config_decode(j, &cfg, &err) < 0) {
+    if (tkm_api_config_decode(j, &cfg, &err) < 0 ||
+        tkm_verify_ctx_reach(c->verify, &cfg, &c->o.reach, &err) < 0) {
         tkm_warn("controller: %s (keeping the previous settings)", tkm_err_str(&err));
+        tkm_api_config_release(&cfg);
         json_decref(j);
         return;
     }
@@ -188,6 +190,7 @@ static void cfg_set(struct ctrl *c, const struct k8s_obj *o)
     tkm_api_config_release(&c->cfg);
     c->cfg = cfg;
     tkm_verify_ctx_set_pull_deadline(c->verify, cfg.pull_deadline_ms);
+    c->cfg_gen++;
     snprintf(c->cfg_rv, sizeof c->cfg_rv, "%s", o ? o->resource_version : "");
     tkm_info("controller: ConfigMap %s/%s %s", c->o.ns, TKM_API_CONFIG_NAME,
              o ? "loaded" : "absent: defaults");

@@ -42,6 +42,7 @@
 struct fail {
     int rc;
     unsigned n;
+    unsigned cfg_gen; /* ctrl.cfg_gen when it failed: a new tkm-config retries at once */
     uint64_t retry_at;
     char *why;
 };
@@ -303,6 +304,15 @@ static void fail_set(struct fail *f, int rc, const char *reason, const char *msg
     f->n++;
 }
 
+/* A failure of the pin step, remembered with the tkm-config it happened under:
+ * pin_step tries again at once when tkm-config changes (RegistryNotAllowed). */
+static void pin_fail(struct ctrl_cache *cc, int rc, const char *reason, const char *msg, int retry,
+                     uint64_t now)
+{
+    fail_set(&cc->pin_f, rc, reason, msg, retry, now);
+    cc->pin_f.cfg_gen = cc->c->cfg_gen;
+}
+
 static void event(struct ctrl_cache *cc, const char *type, const char *reason, const char *msg)
 {
     struct k8s_object_ref ref = {.api_version = TKM_API_GROUP_VERSION,
@@ -539,10 +549,10 @@ static void resolve_done(const struct tkm_verify_result *r, void *data)
     if (r->failed == TKM_VERIFY_STEP_CREDS) {
         /* Retried with backoff (1 s doubling to 5 min), the Secret read again
          * each time: it may simply not exist yet. */
-        fail_set(&cc->pin_f, r->rc, r->reason, r->message, 1, now);
+        pin_fail(cc, r->rc, r->reason, r->message, 1, now);
     } else if (r->failed) {
         tkm_warn("controller: %s: resolving %s: %s", cc->qkey, cc->want_image, r->message);
-        fail_set(&cc->pin_f, r->rc, r->reason, r->message, r->retry, now);
+        pin_fail(cc, r->rc, r->reason, r->message, r->retry, now);
         if (cc->pin[0])
             event(cc, "Warning", "ResolveFailed", r->message);
     } else {
@@ -571,7 +581,7 @@ static int pin_step(struct ctrl_cache *cc, const struct view *v)
     int same = cc->pin_image && strcmp(cc->pin_image, image) == 0 && cc->pin[0];
     int rr = v->rr && cc->rr_state == 0;
     if (tkm_oci_ref_parse(&ref, image, &err) < 0) {
-        fail_set(&cc->pin_f, err.code, "InvalidImage", tkm_err_str(&err), 0, now);
+        pin_fail(cc, err.code, "InvalidImage", tkm_err_str(&err), 0, now);
         return 0;
     }
     if (ref.digest[0]) { /* a digest in the spec is taken as is */
@@ -591,7 +601,9 @@ static int pin_step(struct ctrl_cache *cc, const struct view *v)
         pin_set(cc, image, k->status.resolved_digest); /* pinned by an earlier run */
         return 0;
     }
-    if (cc->pin_f.rc && now < cc->pin_f.retry_at)
+    /* a failure waits for its retry, unless tkm-config or the image changed since */
+    if (cc->pin_f.rc && now < cc->pin_f.retry_at && cc->pin_f.cfg_gen == cc->c->cfg_gen &&
+        cc->want_image && strcmp(cc->want_image, image) == 0)
         return 0;
     free(cc->want_image);
     cc->want_image = strdup(image);
@@ -599,8 +611,7 @@ static int pin_step(struct ctrl_cache *cc, const struct view *v)
     tkm_dbg("controller: %s: resolving %s", cc->qkey, image);
     if (!cc->want_image ||
         job_start(cc, v, TKM_VERIFY_RESOLVE, NULL, NULL, NULL, resolve_done, &err) < 0) {
-        fail_set(&cc->pin_f, err.code ? err.code : -ENOMEM, "InvalidImage", tkm_err_str(&err), 0,
-                 now);
+        pin_fail(cc, err.code ? err.code : -ENOMEM, "InvalidImage", tkm_err_str(&err), 0, now);
         return 0;
     }
     return 1;
@@ -706,7 +717,8 @@ static void ver_searched(struct ctrl_cache *cc, const struct tkm_verify_result *
         ver_set(cc, 0, r->sig_reason, msg, r->sig_retry);
     }
     free(msg);
-    if (r->verified || !r->sig_retry) {
+    /* a refusal by the registry reach policy is no verdict on the signature: not kept */
+    if (r->verified || (!r->sig_retry && r->sig_rc != TKM_OCI_EREACH)) {
         snprintf(rec.reason, sizeof rec.reason, "%s", why_reason(cc->ver_why));
         snprintf(rec.message, sizeof rec.message, "%s", why_msg(cc->ver_why));
         snprintf(rec.key_id, sizeof rec.key_id, "%s", r->verified ? r->sig.key_id : "");

@@ -33,6 +33,7 @@ struct args {
     const char *kubeconfig, *ns, *le_ns, *le_id, *metrics_addr, *health_addr, *state_dir;
     const char *signature_floor;
     int leader_elect;
+    struct tkm_reach_config reach; /* --registry-*: what tkm-config leaves out */
     struct tkm_flagset flags;
     uint64_t cleanup_timeout_ms, registry_timeout_ms, status_interval_ms, node_gc_grace_ms;
     uint64_t pull_deadline_ms;
@@ -127,6 +128,7 @@ static int parse_args(int argc, char **argv, struct args *a)
          .arg = "DURATION", .def = "30m", .min = 1,
          .help = "each blob download (signatures), retries included, ends after this\n"
                  "long (reason PullDeadlineExceeded); tkm-config pullDeadline wins"},
+        TKM_VERIFY_REACH_FLAGS(&a->reach),
         {.name = "status-min-interval", .type = TKM_FLAG_DURATION,
          .dst = &a->status_interval_ms, .arg = "DURATION", .def = "500ms", .bare_ms = 1,
          .help = "least time between two status writes of one cache"},
@@ -338,7 +340,13 @@ static int setup(struct app *app, struct tkm_err *err)
     if ((rc = tkm_http_new(app->loop, NULL, &app->http, err)) < 0 ||
         (rc = tkm_verify_ctx_new(app->loop, app->http, &vo, &verify, err)) < 0)
         return rc;
+    /* the flags' policy until tkm-config is read (a bad flag stops the start) */
+    if ((rc = tkm_verify_ctx_reach(verify, NULL, &a->reach, err)) < 0) {
+        tkm_err_prefix(err, "--registry-*");
+        return rc;
+    }
     struct ctrl_opts co = {.ns = a->ns,
+                           .reach = a->reach,
                            .cleanup_timeout_ms = a->cleanup_timeout_ms,
                            .status_min_interval_ms = a->status_interval_ms,
                            .status_settle_ms = a->status_settle_ms,

@@ -155,7 +155,7 @@ else
 fi
 
 if [[ $mode == node ]]; then
-  step "deploy tkm with kustomize (hack/deploy.sh): CRDs, RBAC, tkm-config with the key, controller, node DaemonSet"
+  step "deploy tkm with kustomize (hack/deploy.sh): CRDs, RBAC, tkm-config with the key and the local registries, controller, node DaemonSet"
   # An overlay of ours on top of the repository's: the key goes where the manifests
   # expect it, tkm-config (the cluster default: Enforce with this key) and the Secret
   # tkm-trusted-keys (for TritonKernelCacheClusters).
@@ -176,14 +176,16 @@ if [[ $mode == node ]]; then
   quiet rollout-node kubectl -n tkm-system rollout status ds/tkm-node --timeout=300s
   kubectl -n tkm-system get pods -o wide | sed 's/^/  /'
 else
-  step "CRDs, tkm-system, RBAC, tkm-config with the key; tkm-controller and tkm-agent as local processes (hack/tkm-local.sh)"
+  step "CRDs, tkm-system, RBAC, tkm-config with the key and the local registries; tkm-controller and tkm-agent as local processes (hack/tkm-local.sh)"
   quiet crds kubectl apply --server-side -f crds/
   quiet crds-established kubectl wait --for=condition=Established crd -l app.kubernetes.io/part-of=tkm --timeout=60s
   for f in namespace rbac-controller rbac-agent admission-nodestatus; do
     quiet "apply-$f" kubectl apply --server-side -f "manifests/base/$f.yaml"
   done
   kubectl -n tkm-system create configmap tkm-config --from-literal=signatureMode=Enforce \
-    --from-file=signaturePublicKeys="$D/keys/cosign.pub" --dry-run=client -o yaml | quiet tkm-config kubectl apply -f -
+    --from-file=signaturePublicKeys="$D/keys/cosign.pub" \
+    --from-literal=registryAllow="* $TKM_LOCAL_REGISTRIES" --from-literal=registryPrivate="$TKM_LOCAL_REGISTRIES" \
+    --from-literal=registryPlainHTTP="$TKM_LOCAL_REGISTRIES" --dry-run=client -o yaml | quiet tkm-config kubectl apply -f -
   quiet tkm-local hack/tkm-local.sh up "$BUILD"
 fi
 

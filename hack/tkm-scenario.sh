@@ -120,11 +120,20 @@ ${restart}  containers:
 EOF
 }
 
+# The local registries (hack/registry.sh on loopback, plain HTTP) that tkm's daemons may
+# reach in the demo: the admin's registry reach, tkm-config's registryAllow,
+# registryPrivate and registryPlainHTTP (docs/registry-reach.md); manifests/overlays/local
+# lists the same. Without them the daemons refuse a loopback registry
+# (RegistryNotAllowed) and speak https.
+# shellcheck disable=SC2034 # read by hack/demo.sh, which sources this file
+TKM_LOCAL_REGISTRIES="127.0.0.1 localhost [::1]"
+
 # tkm_key_overlay DIR BASE PUB: writes DIR/kustomization.yaml, a kustomize overlay of
 # the overlay dir BASE (e.g. manifests/overlays/fixture-gpu) that puts the cosign
 # public key PUB where the manifests expect it: tkm-config's signaturePublicKeys (the
 # cluster default, Enforce with this key, for caches without spec.signaturePolicy)
-# and the Secret tkm-trusted-keys (cosign.pub, for TritonKernelCacheClusters).
+# and the Secret tkm-trusted-keys (cosign.pub, for TritonKernelCacheClusters). The
+# local registries are allowed by BASE (manifests/overlays/local's tkm-config).
 # Deploy it with hack/deploy.sh --overlay DIR.
 tkm_key_overlay() {
   local dir=$1 base=$2 pub=$3

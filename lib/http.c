@@ -64,6 +64,7 @@ struct tkm_http_req {
     CURL *easy;
     struct curl_slist *hdrs;
     struct curl_slist *connect_to;
+    struct curl_slist *resolve; /* CURLOPT_RESOLVE: the checked addresses (registry reach) */
     char *url;
     tkm_http_data_cb data_cb;
     tkm_http_done_cb done_cb;
@@ -296,6 +297,7 @@ static void req_free(struct tkm_http_req *r)
         curl_easy_cleanup(r->easy);
     curl_slist_free_all(r->hdrs);
     curl_slist_free_all(r->connect_to);
+    curl_slist_free_all(r->resolve);
     tkm_buf_release(&r->resp.body);
     tkm_buf_release(&r->resp.headers);
     free(r->url);
@@ -728,6 +730,13 @@ int tkm_http_start(struct tkm_http *h, const struct tkm_http_req_opts *o, struct
     }
     if ((rc = apply_tls(r, o->tls, err)))
         goto fail;
+    if (o->resolve && *o->resolve) {
+        if (!(r->resolve = curl_slist_append(NULL, o->resolve))) {
+            rc = tkm_err_set(err, -ENOMEM, "%s: out of memory", o->url);
+            goto fail;
+        }
+        curl_easy_setopt(e, CURLOPT_RESOLVE, r->resolve);
+    }
     CURLMcode mc = curl_multi_add_handle(h->multi, e);
     if (mc != CURLM_OK) {
         rc = tkm_err_set(err, -EIO, "%s: %s", o->url, curl_multi_strerror(mc));

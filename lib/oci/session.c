@@ -28,6 +28,24 @@
 #define SES_BACKOFF_MS        500u
 #define SES_RETRY_AFTER_MAX_S 30
 #define SES_DEFAULT_DEADLINE  (30u * 60 * 1000)
+#define SES_PINS              8     /* reach decisions kept per session */
+#define SES_PIN_TTL_MS        30000 /* a decision's addresses are used this long, then re-resolved */
+#define SES_MAX_REDIRECTS     5
+
+/* The registry reach policy sessions share (read by the thread pool's
+ * decisions; the count is only touched on the loop). */
+struct tkm_oci_reach {
+    unsigned refs;
+    struct tkm_reach_policy pol;
+};
+
+/* An allowed reach decision for one host[:port] of a URL, and its pin. */
+struct ses_pin {
+    char hostport[TKM_OCI_NAME_MAX + 1];
+    int follow_only; /* decided as a redirect/realm host (TKM_REACH_FOLLOW) */
+    uint64_t expires_ms;
+    char resolve[sizeof((struct tkm_reach_decision *)0)->resolve];
+};
 
 struct ses_token {
     char scope[1024];
@@ -38,7 +56,11 @@ struct ses_token {
 struct tkm_oci_session {
     struct tkm_http *http; /* borrowed */
     char host[TKM_OCI_NAME_MAX + 1];
+    char url_host[TKM_OCI_NAME_MAX + 3]; /* host[:port] as URLs write it (a literal canonical) */
     char scheme[8];
+    struct tkm_oci_reach *reach; /* NULL: any host may be contacted (tkmctl's choice) */
+    struct ses_pin pins[SES_PINS];
+    size_t next_pin;
     char *ca_file;
     int anonymous;
     int have_creds;
@@ -67,6 +89,10 @@ struct tkm__oci_call {
     struct tkm__oci_req q; /* strings point at the copies below */
     char *url, *scope, *accept, *content_type, *extra, *token_url, *token_form;
     char token_scope[1024];
+    char realm[1024];
+    struct tkm_oci_challenge ch; /* the challenge a token request answers */
+    int gating;                  /* a reach decision for the next request is on the pool */
+    unsigned redirects;          /* followed by the call itself (a reach policy is set) */
     tkm__oci_call_cb cb;
     void *data;
     struct tkm_http_req *hreq; /* the request in flight, or NULL */
@@ -150,6 +176,7 @@ static void session_destroy(struct tkm_oci_session *s)
     void (*closed_cb)(void *data) = s->closed_cb;
     void *closed_data = s->closed_data;
     tkm_oci_creds_wipe(&s->creds);
+    tkm_oci_reach_unref(s->reach);
     free(s->ca_file);
     free(s);
     if (closed_cb)
@@ -172,6 +199,7 @@ int tkm_oci_session_new(struct tkm_http *http, const char *host,
         return tkm_err_set(err, -ENOMEM, "registry %s: out of memory", host);
     s->http = http;
     memcpy(s->host, host, strlen(host) + 1);
+    memcpy(s->url_host, host, strlen(host) + 1);
     /* A CA bundle means the registry speaks TLS, loopback or not. */
     snprintf(s->scheme, sizeof s->scheme, "%s",
              !o->ca_file && tkm_oci_host_plain_http(host, o->insecure) ? "http" : "https");
@@ -202,7 +230,10 @@ int tkm__oci_session_clone(const struct tkm_oci_session *src, struct tkm_http *h
         return tkm_err_set(err, -ENOMEM, "registry %s: out of memory", src->host);
     s->http = http;
     memcpy(s->host, src->host, sizeof s->host);
+    memcpy(s->url_host, src->url_host, sizeof s->url_host);
     memcpy(s->scheme, src->scheme, sizeof s->scheme);
+    if ((s->reach = src->reach))
+        s->reach->refs++;
     s->anonymous = src->anonymous;
     s->have_creds = src->have_creds;
     s->creds = src->creds;
@@ -264,6 +295,53 @@ void tkm_oci_session_close(struct tkm_oci_session *s, void (*closed_cb)(void *da
     /* Cancellation never reports synchronously, so the list holds still. */
     for (struct tkm__oci_link *l = s->links; l; l = l->next)
         l->cancel(l);
+}
+
+/* ---- registry reach -------------------------------------------------------- */
+
+struct tkm_oci_reach *tkm_oci_reach_new(struct tkm_reach_policy *p)
+{
+    struct tkm_oci_reach *r = calloc(1, sizeof *r);
+    if (!r) {
+        tkm_reach_policy_release(p);
+        return NULL;
+    }
+    r->refs = 1;
+    r->pol = *p;
+    memset(p, 0, sizeof *p);
+    return r;
+}
+
+void tkm_oci_reach_unref(struct tkm_oci_reach *r)
+{
+    if (!r || --r->refs)
+        return;
+    tkm_reach_policy_release(&r->pol);
+    free(r);
+}
+
+void tkm_oci_session_set_reach(struct tkm_oci_session *s, struct tkm_oci_reach *r)
+{
+    struct tkm_reach_host h;
+    if (r)
+        r->refs++;
+    tkm_oci_reach_unref(s->reach);
+    s->reach = r;
+    memset(s->pins, 0, sizeof s->pins); /* decided under the policy before */
+    memcpy(s->url_host, s->host, sizeof s->host);
+    /* A host that does not parse keeps its spelling: the first call's decision refuses it. */
+    if (!r || tkm_reach_host_parse(s->host, strlen(s->host), &h, NULL) < 0)
+        return;
+    /* The scheme is the admin's (registryPlainHTTP), not "loopback is plain HTTP". */
+    if (!s->ca_file)
+        snprintf(s->scheme, sizeof s->scheme, "%s",
+                 tkm_reach_list_match(&r->pol.plain_http, &h) ? "http" : "https");
+    /* An IP literal goes into URLs as the address that is checked ("0177.1" is 127.0.0.1). */
+    if (h.is_ip && h.port)
+        snprintf(s->url_host, sizeof s->url_host, h.addr.family == 6 ? "[%s]:%u" : "%s:%u", h.name,
+                 h.port);
+    else if (h.is_ip)
+        snprintf(s->url_host, sizeof s->url_host, h.addr.family == 6 ? "[%s]" : "%s", h.name);
 }
 
 /* ---- the session's share of the thread pool ----------------------------- */
@@ -368,7 +446,7 @@ int tkm__oci_status_error(const struct tkm_oci_session *s, const struct tkm_http
 int tkm__oci_url(const struct tkm_oci_session *s, struct tkm_buf *b, const char *fmt, ...)
 {
     va_list ap;
-    int rc = tkm_buf_printf(b, "%s://%s", s->scheme, s->host);
+    int rc = tkm_buf_printf(b, "%s://%s", s->scheme, s->url_host);
     if (rc)
         return rc;
     va_start(ap, fmt);
@@ -531,7 +609,7 @@ void tkm__oci_call_cancel(struct tkm__oci_call *c)
     c->cancelled = 1;
     if (c->hreq)
         tkm_http_cancel(c->hreq); /* its done_cb reports -ECANCELED */
-    else
+    else if (!c->gating)          /* a decision on the pool reports when it is back */
         call_defer(c, 0);
 }
 
@@ -594,6 +672,132 @@ static void call_deadline(struct tkm__oci_call *c, int rc, struct tkm_http_resp 
     call_finish(c, -ETIME, resp);
 }
 
+/* ---- reach: decide before a request, connect to what was checked -------- */
+
+static int token_request(struct tkm__oci_call *c);
+
+/* One decision on the thread pool, for the call's next request (or token
+ * request). The call holds its link, and cannot report, until after ran. */
+struct ses_decide {
+    struct tkm__oci_work w;
+    struct tkm__oci_call *c;
+    struct tkm_oci_reach *reach; /* a reference, dropped in after */
+    enum tkm_reach_purpose purpose;
+    int token;
+    char hostport[TKM_OCI_NAME_MAX + 1];
+    struct tkm_reach_decision d;
+};
+
+/* host[:port] of an http(s) URL (no user info); *https set. -EINVAL otherwise. */
+static int url_hostport(const char *url, char *out, size_t n, int *https)
+{
+    size_t skip = strncasecmp(url, "https://", 8) == 0  ? 8
+                  : strncasecmp(url, "http://", 7) == 0 ? 7
+                                                        : 0;
+    size_t len = skip ? strcspn(url + skip, "/?#") : 0;
+    if (!skip || !len || len >= n || memchr(url + skip, '@', len))
+        return -EINVAL;
+    *https = skip == 8;
+    memcpy(out, url + skip, len);
+    out[len] = '\0';
+    return 0;
+}
+
+static void decide_work(struct tkm__oci_work *w)
+{
+    struct ses_decide *k = (struct ses_decide *)w;
+    w->rc = tkm_reach_decide(&k->reach->pol, k->purpose, k->hostport, NULL, NULL, &k->d);
+}
+
+static void decide_after(struct tkm__oci_work *w)
+{
+    struct ses_decide *k = (struct ses_decide *)w;
+    struct tkm__oci_call *c = k->c;
+    struct tkm_oci_session *s = c->s;
+    struct tkm_reach_decision *d = &k->d;
+    char addr[TKM_REACH_ADDRSTR_MAX];
+    int rc = w->rc, https = 0;
+    char hp[TKM_OCI_NAME_MAX + 1] = "";
+    c->gating = 0;
+    if (rc == 0 && url_hostport(k->token ? c->ch.realm : c->url, hp, sizeof hp, &https) == 0 &&
+        https == d->plain_http) {
+        rc = TKM_OCI_EREACH;
+        tkm_err_set(&c->err, rc, "registry \"%.64s\" is not allowed: %s", d->host,
+                    https ? "it is in registryPlainHTTP, and was asked for over https"
+                          : "plain http is used only for hosts in registryPlainHTTP");
+    } else if (rc == 0 && k->reach == s->reach) {
+        struct ses_pin *p = &s->pins[s->next_pin++ % SES_PINS];
+        snprintf(p->hostport, sizeof p->hostport, "%s", hp);
+        p->follow_only = k->purpose == TKM_REACH_FOLLOW;
+        p->expires_ms = tkm_now_ms() + SES_PIN_TTL_MS;
+        memcpy(p->resolve, d->resolve, sizeof p->resolve);
+    } else if (rc == 0) { /* the policy changed meanwhile: decide again under the new one */
+        rc = 1;
+    } else {
+        if (d->refused_addr.family)
+            tkm_reach_addr_str(&d->refused_addr, addr, sizeof addr);
+        tkm_warn("registry reach: %s%s%s%s", d->message, d->refused_addr.family ? " (address " : "",
+                 d->refused_addr.family ? addr : "", d->refused_addr.family ? ")" : "");
+        rc = rc == -EACCES ? TKM_OCI_EREACH : -EHOSTUNREACH;
+        tkm_err_set(&c->err, rc, "%s", d->message);
+    }
+    tkm_oci_reach_unref(k->reach);
+    int token = k->token;
+    free(k);
+    if (c->cancelled)
+        call_finish(c, -ECANCELED, NULL);
+    else if (rc < 0)
+        call_finish(c, rc, NULL);
+    else if (token && (rc = token_request(c)) < 0)
+        call_finish(c, rc, NULL);
+    else if (!token)
+        call_send(c);
+}
+
+/* Before a request to url: 0 with *pin the CURLOPT_RESOLVE line to use (NULL
+ * without a policy) and *foreign 1 when url is not on the session's registry
+ * (a redirect or realm host: no credentials go there); 1 when a decision was
+ * queued (it sends again once decided); < 0 with c->err set. */
+static int gate(struct tkm__oci_call *c, const char *url, int token, const char **pin, int *foreign)
+{
+    struct tkm_oci_session *s = c->s;
+    char hp[TKM_OCI_NAME_MAX + 1];
+    int https;
+    *pin = NULL;
+    *foreign = 0;
+    if (!s->reach)
+        return 0;
+    if (url_hostport(url, hp, sizeof hp, &https) < 0)
+        return tkm_err_set(&c->err, TKM_OCI_EREACH,
+                           "registry %s: a URL without a plain host[:port] is not followed",
+                           s->host);
+    *foreign = strcasecmp(hp, s->url_host) != 0;
+    uint64_t now = tkm_now_ms();
+    for (size_t i = 0; i < SES_PINS; i++) {
+        const struct ses_pin *p = &s->pins[i];
+        if (p->expires_ms > now && strcasecmp(p->hostport, hp) == 0 &&
+            (*foreign || !p->follow_only)) {
+            *pin = p->resolve;
+            return 0;
+        }
+    }
+    struct ses_decide *k = calloc(1, sizeof *k);
+    if (!k)
+        return tkm_err_set(&c->err, -ENOMEM, "registry %s: out of memory", s->host);
+    k->c = c;
+    k->reach = s->reach;
+    k->reach->refs++;
+    k->purpose = *foreign ? TKM_REACH_FOLLOW : TKM_REACH_REGISTRY;
+    k->token = token;
+    /* the registry as the reference wrote it (the tenant sees that spelling) */
+    snprintf(k->hostport, sizeof k->hostport, "%s", *foreign ? hp : s->host);
+    k->w.work = decide_work;
+    k->w.after = decide_after;
+    c->gating = 1;
+    tkm__oci_pool_queue(s, &k->w);
+    return 1;
+}
+
 static void token_done(struct tkm_http_req *req, struct tkm_http_resp *resp, void *data)
 {
     struct tkm__oci_call *c = data;
@@ -626,17 +830,23 @@ static void token_done(struct tkm_http_req *req, struct tkm_http_resp *resp, voi
 }
 
 /* Builds the token request (GET with Basic or anonymous; POST for an
- * identity token) for the challenge ch's realm/service/scope. */
-static int token_request(struct tkm__oci_call *c, const struct tkm_oci_challenge *ch,
-                         const char *scope)
+ * identity token) for the challenge c->ch, scope c->token_scope, once the
+ * realm's host is allowed (0 also while that is being decided). */
+static int token_request(struct tkm__oci_call *c)
 {
     struct tkm_oci_session *s = c->s;
+    const struct tkm_oci_challenge *ch = &c->ch;
+    const char *scope = c->token_scope;
+    const char *pin;
+    int foreign, g = gate(c, ch->realm, 1, &pin, &foreign);
+    if (g)
+        return g > 0 ? 0 : g;
     struct tkm_buf url = TKM_BUF_INIT(TKM__OCI_URL_MAX), form = TKM_BUF_INIT(TKM__OCI_URL_MAX);
     char basic[2048], authz[2100];
     const char *hdrs[3] = {NULL, NULL, NULL};
     char *esc_service = curl_easy_escape(NULL, ch->service, 0);
     char *esc_scope = curl_easy_escape(NULL, scope, 0);
-    struct tkm_http_req_opts o = {.timeout_ms = s->timeout_ms, .headers = hdrs};
+    struct tkm_http_req_opts o = {.timeout_ms = s->timeout_ms, .headers = hdrs, .resolve = pin};
     int rc = 0;
     basic[0] = authz[0] = '\0';
     if (!esc_service || !esc_scope) {
@@ -711,14 +921,53 @@ static int authenticate(struct tkm__oci_call *c, const struct tkm_http_resp *res
         s->use_basic = 1;
         return call_defer(c, 0) ? -ENOMEM : 0;
     }
-    if (!realm_ok(s, ch.realm))
+    if (!s->reach && !realm_ok(s, ch.realm)) /* with a policy, registryPlainHTTP decides */
         return tkm_err_set(&c->err, -EPERM,
                            "registry %s: its token realm is not https (refusing to send "
                            "credentials in clear text)",
                            s->host);
     /* Bearer: the scope the registry asks for wins over the one we guessed;
      * the token is cached under ours, which is what the retry looks up. */
-    return token_request(c, &ch, ch.scope[0] ? ch.scope : c->q.scope);
+    c->ch = ch;
+    snprintf(c->token_scope, sizeof c->token_scope, "%s", ch.scope[0] ? ch.scope : c->q.scope);
+    return token_request(c);
+}
+
+/* A redirect of a call that follows them, under a reach policy: the next
+ * host is decided (TKM_REACH_FOLLOW) and pinned like the registry, so curl
+ * never follows one itself. 0 when sent on, < 0 with c->err. */
+static int call_redirect(struct tkm__oci_call *c, const struct tkm_http_resp *resp)
+{
+    char *loc = malloc(TKM__OCI_URL_MAX), *next = NULL;
+    CURLU *u = curl_url();
+    int rc = 0;
+    if (!loc || !u)
+        rc = tkm_err_set(&c->err, -ENOMEM, "%s: out of memory", c->url);
+    else if (++c->redirects > SES_MAX_REDIRECTS)
+        rc = tkm_err_set(&c->err, -ELOOP, "%s: more than %d redirects", c->url, SES_MAX_REDIRECTS);
+    else if (tkm_http_resp_header(resp, "Location", loc, TKM__OCI_URL_MAX) < 0 ||
+             curl_url_set(u, CURLUPART_URL, c->url, 0) != CURLUE_OK ||
+             curl_url_set(u, CURLUPART_URL, loc, 0) != CURLUE_OK ||
+             curl_url_get(u, CURLUPART_URL, &next, 0) != CURLUE_OK)
+        rc = tkm_err_set(&c->err, -EPROTO, "%s: HTTP %ld without a usable Location", c->url,
+                         resp->status);
+    else if (strncasecmp(c->url, "https:", 6) == 0 && strncasecmp(next, "https:", 6) != 0)
+        rc = tkm_err_set(&c->err, -EPROTO, "%s: a redirect from https to another scheme", c->url);
+    if (rc == 0) {
+        char *dup = strdup(next);
+        if (!dup) {
+            rc = tkm_err_set(&c->err, -ENOMEM, "%s: out of memory", c->url);
+        } else {
+            free(c->url);
+            c->url = dup;
+            c->q.url = c->url;
+            call_send(c);
+        }
+    }
+    curl_free(next);
+    curl_url_cleanup(u);
+    free(loc);
+    return rc;
 }
 
 static void call_done(struct tkm_http_req *req, struct tkm_http_resp *resp, void *data)
@@ -730,6 +979,12 @@ static void call_done(struct tkm_http_req *req, struct tkm_http_resp *resp, void
     resp->url = c->url;
     if (c->cancelled || rc == -ECANCELED) {
         call_finish(c, -ECANCELED, resp);
+        return;
+    }
+    if (rc == 0 && c->s->reach && c->q.follow && resp->status >= 300 && resp->status < 400 &&
+        resp->status != 304 && resp->status != 300) {
+        if ((rc = call_redirect(c, resp)) < 0)
+            call_finish(c, rc, resp);
         return;
     }
     if (rc == 0 && resp->status == 401 && !c->authed) {
@@ -775,11 +1030,17 @@ static void call_send(struct tkm__oci_call *c)
     struct tkm_oci_session *s = c->s;
     const struct tkm__oci_req *q = &c->q;
     char authz[2100], accept[512], ctype[256], basic[2048];
-    const char *hdrs[6];
+    const char *hdrs[6], *pin;
     size_t nh = 0;
-    int rc;
+    int foreign, rc;
     c->phase = CALL_MAIN;
-    if (s->use_basic && s->have_creds && !s->anonymous) {
+    if ((rc = gate(c, q->url, 0, &pin, &foreign)) > 0)
+        return; /* sent once the host is decided */
+    if (rc < 0)
+        goto fail;
+    if (foreign) {
+        /* a redirect to another host: no credentials go there */
+    } else if (s->use_basic && s->have_creds && !s->anonymous) {
         if (tkm_oci_basic_header(&s->creds, basic, sizeof basic) == 0) {
             snprintf(authz, sizeof authz, "Authorization: %s", basic);
             hdrs[nh++] = authz;
@@ -814,7 +1075,8 @@ static void call_send(struct tkm__oci_call *c)
                                        : 0,
         .idle_timeout_ms = q->streaming ? s->idle_timeout_ms : 0,
         .max_body = q->max_body ? q->max_body : SES_ERR_BODY_MAX,
-        .follow_redirects = q->follow,
+        .follow_redirects = q->follow && !s->reach, /* with a policy, call_redirect follows */
+        .resolve = pin,
         .data_cb = q->data_cb ? call_data : NULL,
         .done_cb = call_done,
         .data = c,
@@ -824,6 +1086,7 @@ static void call_send(struct tkm__oci_call *c)
         o.tls = &tls;
     rc = tkm_http_start(s->http, &o, &c->hreq, &c->err);
     memset(authz, 0, sizeof authz);
+fail:
     if (rc) {
         /* Report from the loop, not from inside a start function. */
         c->report_rc = rc;

@@ -798,6 +798,7 @@ const char *tkm_sig_reason(int rc)
         {-EIO, "RegistryUnreachable"},
         {-EAGAIN, "RegistryUnreachable"},
         {-ETIME, TKM_OCI_REASON_PULL_DEADLINE},
+        {TKM_OCI_EREACH, "RegistryNotAllowed"},
         {-EPROTO, "RegistryError"},
         {-E2BIG, "RegistryError"},
         {-ELOOP, "RegistryError"},

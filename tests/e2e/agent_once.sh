@@ -67,7 +67,7 @@ NODE=e2e-once-$RANDOM
 agent_node "$NODE"
 TKM_FAKE_NVML=$ROOTS/h200/nvml.conf "$AGENT" --once --kubeconfig "$KUBECONFIG" --node-name "$NODE" \
   --namespace "$NS" --sysfs-root "$ROOTS/h200/sys" --procfs-root "$ROOTS/h200/proc" \
-  --nvml-lib "$FAKE_NVML" -o json >once.json 2>once.err || true # other tests' caches may fail
+  --nvml-lib "$FAKE_NVML" "${E2E_REACH_FLAGS[@]}" -o json >once.json 2>once.err || true # other tests' caches may fail
 assert_eq "List" "$(jq -r .kind once.json)" "a List of node statuses"
 assert_eq "nvidia-h200" "$(jq -r --arg ns "$NS" '.items[] | select(.metadata.namespace == $ns) | .status.caches.vadd.compatibleGPUs[0].gpuType' once.json)" "vadd judged compatible"
 assert_eq "" "$(kubectl get tkcns "$NODE" -n "$NS" --ignore-not-found -o name)" "nothing written"

@@ -6,12 +6,13 @@
 #                                  prints the digest
 #   ctrl_keys                      cosign key pairs in $E2E_TMP (cosign.pub, other/cosign.pub)
 #   ctrl_sign REF@DIGEST           cosign sign with $E2E_TMP/cosign.key (no tlog)
-#   ctrl_start NAME [FLAGS...]     start tkm-controller (log $E2E_TMP/NAME.log, pid in
+#   ctrl_start NAME [FLAGS...]     start tkm-controller with CTRL_REACH_FLAGS (log $E2E_TMP/NAME.log, pid in
 #                                  CTRL_PID[NAME]); CTRL_NS is its namespace; the state dir is
 #                                  $E2E_TMP/state-${CTRL_STATE:-main} (shared by restarts);
 #                                  under valgrind memcheck with TKM_E2E_CTRL_VALGRIND=1
 #   ctrl_kill NAME [SIG]           signal it (default TERM) and wait for it: its exit status in
 #                                  CTRL_RC[NAME], how long it took (ms) in CTRL_STOP_MS[NAME]
+#   ctrl_drain_and_kill            at exit: delete the caches in $NS (a controller still runs), stop all
 #   ctrl_node NAME                 create a Node; prints its uid
 #   ctrl_report NS NODE UID JSON   apply a node status the way tkm-agent does (server-side,
 #                                  field manager tkm-agent, status subresource); JSON is the
@@ -25,6 +26,10 @@ CTRL_BIN=${TKM_CTRL_BIN:-$TKM_BUILD_DIR/controller/tkm-controller}
 [[ -x $TKMCTL && -x $CTRL_BIN ]] || fail "build tkmctl and tkm-controller first"
 export COSIGN_PASSWORD='' COSIGN_YES=true
 declare -A CTRL_PID=()
+# ctrl_start's registry reach flags (lib.sh); a scenario may set its own (or none).
+CTRL_REACH_FLAGS=("${E2E_REACH_FLAGS[@]}")
+# a command ctrl_start runs the controller under (it must exec it), or none
+CTRL_WRAP=()
 
 ctrl_crds() {
   kubectl apply -f "$TKM_SOURCE_DIR/crds/" >/dev/null
@@ -66,10 +71,18 @@ ctrl_start() {
       '--errors-for-leak-kinds=definite,indirect' --track-fds=no
       --suppressions="$TKM_SOURCE_DIR/tests/valgrind.supp" --log-file="$E2E_TMP/valgrind/%p.log")
   fi
-  "${vg[@]}" "$CTRL_BIN" --kubeconfig "$KUBECONFIG" --namespace "$CTRL_NS" --state-dir "$E2E_TMP/state-${CTRL_STATE:-main}" \
+  "${CTRL_WRAP[@]}" "${vg[@]}" "$CTRL_BIN" --kubeconfig "$KUBECONFIG" --namespace "$CTRL_NS" --state-dir "$E2E_TMP/state-${CTRL_STATE:-main}" \
     --metrics-bind-address 0 --health-probe-bind-address 0 --cleanup-timeout 3s \
-    --node-gc-grace 1s --registry-timeout 3s -v 1 "$@" >>"$E2E_TMP/$name.log" 2>&1 &
+    --node-gc-grace 1s --registry-timeout 3s -v 1 "${CTRL_REACH_FLAGS[@]}" "$@" >>"$E2E_TMP/$name.log" 2>&1 &
   CTRL_PID[$name]=$!
+}
+
+# ctrl_drain_and_kill: at exit, the caches in $NS deleted while a controller still runs (it
+# removes their finalizers), then every controller stopped.
+ctrl_drain_and_kill() {
+  kubectl -n "$NS" delete tkc --all --wait=false >/dev/null 2>&1
+  for _ in $(seq 20); do [[ -z $(kubectl -n "$NS" get tkc -o name 2>/dev/null) ]] && break; sleep 0.5; done
+  ctrl_kill_all
 }
 
 declare -A CTRL_RC CTRL_STOP_MS

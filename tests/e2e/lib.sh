@@ -19,6 +19,16 @@ else
   exit 1
 fi
 export TKM_SOURCE_DIR TKM_BUILD_DIR TKM_FIXTURES
+# The registries the suite runs on loopback (the registry fixture, and the fault, token
+# and silent registries scenarios start on free ports): allowed explicitly, as an admin
+# would (docs/registry-reach.md), with flags on every tkm-controller and tkm-agent a
+# scenario starts (ctrl_start, agent_start); a tkm-config key of the same name wins.
+# Without them the daemons refuse loopback registries (RegistryNotAllowed) and speak
+# https. ctrl_reach.sh and agent_reach.sh start daemons without them to show the refusals.
+E2E_LOCAL_REGISTRIES="127.0.0.1 localhost [::1]"
+# shellcheck disable=SC2034 # read by ctrl_helpers.bash, agent.inc and the scenarios
+E2E_REACH_FLAGS=(--registry-allow "* $E2E_LOCAL_REGISTRIES" --registry-private "$E2E_LOCAL_REGISTRIES"
+  --registry-plain-http "$E2E_LOCAL_REGISTRIES")
 E2E_NAME=$(basename "${BASH_SOURCE[1]:-$0}" .sh)
 E2E_TMP=$(mktemp -d "${TMPDIR:-/tmp}/tkm-e2e-$E2E_NAME-XXXXXX")
 E2E_CHECKS=0
@@ -143,6 +153,41 @@ while True:
 ' "$E2E_TMP/$1.accepts" >"$E2E_TMP/$1.port" &
   e2e_on_exit "kill $! 2>/dev/null"
   wait_for 10 "a registry that never answers listens ($1)" test -s "$E2E_TMP/$1.port"
+}
+# e2e_logging_registry NAME [ADDR4 [ADDR6]]: an HTTP server on ADDR4:P (default 127.0.0.1)
+# and [ADDR6]:P (default ::1, "-" for none), the same port P (loopback addresses only), that logs every request ("METHOD PATH HOST", HOST the Host header) to
+# $E2E_TMP/NAME.requests and every accepted connection to $E2E_TMP/NAME.accepts, and
+# answers each with 403 and an OCI error body. P goes to $E2E_TMP/NAME.port (waited for);
+# stopped when the scenario exits. Main shell only.
+e2e_logging_registry() {
+  python3 -c '
+import http.server, socket, socketserver, sys, threading
+log, acc, a4, a6 = sys.argv[1:5]
+def note(path, line):
+    with open(path, "a") as f: f.write(line + "\n")
+class H(http.server.BaseHTTPRequestHandler):
+    def setup(self):
+        note(acc, "accepted"); super().setup()
+    def answer(self):
+        note(log, "%s %s %s" % (self.command, self.path, self.headers.get("Host", "")))
+        b = b"{\"errors\":[{\"code\":\"DENIED\",\"message\":\"INTERNAL-SECRET\"}]}"
+        self.send_response(403); self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(b))); self.end_headers()
+        if self.command != "HEAD": self.wfile.write(b)
+    do_GET = do_HEAD = do_POST = answer
+    def log_message(self, *a): pass
+class S4(socketserver.ThreadingMixIn, http.server.HTTPServer): daemon_threads = True
+class S6(S4): address_family = socket.AF_INET6
+while True:  # a port free on both addresses
+    s4 = S4((a4, 0), H)
+    try: s6 = S6((a6, s4.server_address[1]), H) if a6 != "-" else None; break
+    except OSError: s4.server_close()
+print(s4.server_address[1], flush=True)
+if s6: threading.Thread(target=s6.serve_forever, daemon=True).start()
+s4.serve_forever()
+' "$E2E_TMP/$1.requests" "$E2E_TMP/$1.accepts" "${2:-127.0.0.1}" "${3:-::1}" >"$E2E_TMP/$1.port" &
+  e2e_on_exit "kill $! 2>/dev/null"
+  wait_for 10 "a registry that logs every request listens ($1)" test -s "$E2E_TMP/$1.port"
 }
 e2e_done() { echo "$E2E_NAME: $E2E_CHECKS checks passed"; }
 

@@ -467,6 +467,45 @@ TEST(signature_floor_check_namespaced_stricter_never_weaker)
                                 "namespaced caches by ConfigMap tkm-system/tkm-config");
 }
 
+/* The registry reach keys: kept as written, and the ConfigMap wins over the
+ * daemon's flags key by key (docs/registry-reach.md). */
+TEST(config_registry_reach_keys_and_flags)
+{
+    struct tkm_api_config cfg;
+    struct tkm_err err = {0};
+    struct tkm_reach_policy p;
+    struct tkm_reach_host h;
+    ASSERT_EQ(config_of("{\"registryAllow\":\"ghcr.io # ours\\n127.0.0.1:5000\","
+                        "\"registryPlainHTTP\":\"127.0.0.1:5000\"}",
+                        &cfg, &err),
+              0);
+    ASSERT_STREQ(cfg.registry_allow, "ghcr.io # ours\n127.0.0.1:5000");
+    ASSERT_NULL(cfg.registry_private);
+    ASSERT_STREQ(cfg.registry_plain_http, "127.0.0.1:5000");
+    const struct tkm_reach_config flags = {
+        .allow = "*", .private_hosts = "127.0.0.1:5000", .plain_http = "flag.example"};
+    ASSERT_EQ(tkm_api_reach_policy(&cfg, &flags, &p, &err), 0);
+    ASSERT_EQ(p.allow.n, 2);         /* the ConfigMap's, not the flag's "*" */
+    ASSERT_EQ(p.private_hosts.n, 1); /* left out of the ConfigMap: the flag's */
+    ASSERT_EQ(tkm_reach_host_parse("127.0.0.1:5000", 14, &h, NULL), 0);
+    ASSERT_EQ(tkm_reach_list_match(&p.private_hosts, &h), 1);
+    ASSERT_EQ(tkm_reach_list_match(&p.plain_http, &h), 1); /* the ConfigMap's */
+    ASSERT_EQ(tkm_reach_host_parse("flag.example", 12, &h, NULL), 0);
+    ASSERT_EQ(tkm_reach_list_match(&p.plain_http, &h), 0);
+    tkm_reach_policy_release(&p);
+    tkm_api_config_release(&cfg);
+    /* no ConfigMap, no flags: the defaults (any name, no literal, nothing private) */
+    ASSERT_EQ(tkm_api_reach_policy(NULL, NULL, &p, &err), 0);
+    ASSERT_EQ(p.allow.n, 1);
+    ASSERT_EQ(p.private_hosts.n, 0);
+    tkm_reach_policy_release(&p);
+    /* a bad flag is named */
+    const struct tkm_reach_config bad = {.allow = "ghcr.io/org"};
+    ASSERT_EQ(tkm_api_reach_policy(NULL, &bad, &p, &err), -EINVAL);
+    ASSERT_STRCONTAINS(err.msg, "registryAllow: entry 1");
+    tkm_reach_policy_release(&p);
+}
+
 TEST(config_decode_names_the_bad_key)
 {
     static const struct bad_case bad[] = {
@@ -489,6 +528,12 @@ TEST(config_decode_names_the_bad_key)
          "signatureFloor: Enforce is stricter than signatureMode Audit"},
         {"{\"signatureFloor\":\"Enforce\",\"signatureMode\":\"Disabled\"}",
          "signatureFloor: Enforce is stricter than signatureMode Disabled"},
+        {"{\"registryAllow\":\"*foo.com\"}",
+         "tkm-config: registryAllow: entry 1 \"*foo.com\" may use '*' only"},
+        {"{\"registryAllow\":\" # nothing\"}", "registryAllow"},
+        {"{\"registryPrivate\":\"https://ghcr.io\"}", "tkm-config: registryPrivate: entry 1"},
+        {"{\"registryPlainHTTP\":\"a.*.com\"}", "tkm-config: registryPlainHTTP: entry 1"},
+        {"{\"registryAllow\":[\"x\"]}", "registryAllow: expected a string"},
     };
     for (size_t i = 0; i < TKM_ARRAY_SIZE(bad); i++) {
         struct tkm_api_config cfg;

@@ -10,6 +10,7 @@
 #include <tkm/oci/layout.h>
 #include <tkm/oci/registry.h>
 #include <tkm/oci/session.h>
+#include <tkm/reach.h>
 #include <tkm/triton/image.h>
 #include <tkm/util.h>
 
@@ -317,6 +318,111 @@ TEST(async_inspect_reports_on_the_loop)
     ASSERT_STRCONTAINS(bad.err, "HTTP 404");
     ASSERT_OK(uv_loop_close(&loop));
     tsrv_stop(&s);
+}
+
+/* One inspect on ses under the policy (allow, private, plain), run to its
+ * callback. */
+static void reach_inspect(uv_loop_t *loop, struct tkm_oci_session *ses,
+                          const struct tkm_oci_ref *ref, const char *allow, const char *priv,
+                          const char *plain, struct async_seen *seen)
+{
+    struct tkm_reach_policy pol;
+    struct tkm_err e = {0};
+    const struct tkm_reach_config cfg = {
+        .allow = allow, .private_hosts = priv, .plain_http = plain};
+    ASSERT_OK(tkm_reach_policy_parse(&pol, &cfg, &e));
+    struct tkm_oci_reach *r = tkm_oci_reach_new(&pol);
+    ASSERT(r != NULL);
+    tkm_oci_session_set_reach(ses, r);
+    tkm_oci_reach_unref(r); /* the session holds its own */
+    memset(seen, 0, sizeof *seen);
+    ASSERT_OK(tkm_oci_job_inspect(ses, ref, async_cb, seen, NULL, &e));
+    while (!seen->calls)
+        uv_run(loop, UV_RUN_ONCE);
+}
+
+/* Registry reach (<tkm/oci/session.h>): a refused registry gets no request at
+ * all; a redirect's host is decided too (an unlisted IP literal is refused,
+ * nothing reaches it), and followed by the session once listed; the scheme is
+ * registryPlainHTTP's. */
+TEST(reach_policy_decides_the_registry_and_each_redirect)
+{
+    static const char cfg[] =
+        "{\"architecture\":\"amd64\",\"os\":\"linux\",\"config\":{\"Labels\":{\"cache.triton."
+        "image/entry-count\":\"4\"}},\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[]}}";
+    char cdg[TKM_OCI_DIGEST_LEN + 1], mdg[TKM_OCI_DIGEST_LEN + 1], man[1024], mpath[256],
+        cpath[256], hdr[256], loc[256], refs[128], want[128];
+    ASSERT_OK(tkm_oci_digest_bytes(cfg, strlen(cfg), cdg));
+    snprintf(man, sizeof man,
+             "{\"schemaVersion\":2,\"mediaType\":\"" TKM_OCI_MT_MANIFEST "\",\"config\":{"
+             "\"mediaType\":\"" TKM_OCI_MT_CONFIG "\",\"digest\":\"%s\",\"size\":%zu},"
+             "\"layers\":[]}",
+             cdg, strlen(cfg));
+    ASSERT_OK(tkm_oci_digest_bytes(man, strlen(man), mdg));
+    snprintf(mpath, sizeof mpath, "/v2/a/b/manifests/%s", mdg);
+    snprintf(cpath, sizeof cpath, "/v2/a/b/blobs/%s", cdg);
+    snprintf(hdr, sizeof hdr, "Content-Type: " TKM_OCI_MT_MANIFEST "\r\n");
+    struct tsrv cdn, reg;
+    struct route cdn_routes[] = {{"GET", "/cfg", {200, NULL, cfg}}};
+    int cdn_port = server_start(&cdn, cdn_routes, 1);
+    snprintf(loc, sizeof loc, "Location: http://127.0.0.1:%d/cfg\r\n", cdn_port);
+    struct route routes[] = {
+        {"GET", "/v2/a/b/manifests/v1", {200, hdr, man}},
+        {"GET", mpath, {200, hdr, man}},
+        {"GET", cpath, {307, loc, ""}},
+    };
+    int port = server_start(&reg, routes, 3);
+    struct tkm_err e = {0};
+    ASSERT_OK(tkm_http_global_init(&e));
+    struct tkm_oci_ref ref;
+    snprintf(refs, sizeof refs, "127.0.0.1:%d/a/b:v1", port);
+    ASSERT_OK(tkm_oci_ref_parse(&ref, refs, &e));
+    uv_loop_t loop;
+    ASSERT_OK(uv_loop_init(&loop));
+    struct tkm_http *http = NULL;
+    struct tkm_oci_session *ses = NULL;
+    ASSERT_OK(tkm_http_new(&loop, NULL, &http, &e));
+    struct tkm_oci_registry_opts o = {.anonymous = 1};
+    ASSERT_OK(tkm_oci_session_new(http, ref.host, &o, &ses, &e));
+    struct async_seen seen;
+
+    /* the default policy: an IP literal is refused before any request */
+    char lit[32];
+    snprintf(lit, sizeof lit, "127.0.0.1:%d", port);
+    reach_inspect(&loop, ses, &ref, "*", "", "", &seen);
+    ASSERT_EQ(seen.rc, TKM_OCI_EREACH);
+    snprintf(want, sizeof want, "registry \"127.0.0.1:%d\" is not allowed: an IP address", port);
+    ASSERT_STRCONTAINS(seen.err, want);
+    ASSERT_EQ(tsrv_nreqs(&reg), 0);
+
+    /* listed, but not as plain HTTP: the scheme is https (refused by the fake's plain server) */
+    reach_inspect(&loop, ses, &ref, lit, lit, "", &seen);
+    ASSERT_STREQ(tkm_oci_session_scheme(ses), "https");
+    ASSERT(seen.rc < 0);
+
+    /* the registry listed; its redirect to another (unlisted) literal is refused */
+    reach_inspect(&loop, ses, &ref, lit, lit, lit, &seen);
+    ASSERT_STREQ(tkm_oci_session_scheme(ses), "http");
+    ASSERT_EQ(seen.rc, TKM_OCI_EREACH);
+    snprintf(want, sizeof want, "registry \"127.0.0.1:%d\" is not allowed", cdn_port);
+    ASSERT_STRCONTAINS(seen.err, want);
+    ASSERT(tsrv_nreqs(&reg) > 0);
+    ASSERT_EQ(tsrv_nreqs(&cdn), 0);
+
+    /* the redirect's host listed: the session follows it */
+    reach_inspect(&loop, ses, &ref, "127.0.0.1", "127.0.0.1", "127.0.0.1", &seen);
+    if (seen.rc)
+        fprintf(stderr, "%s\n", seen.err);
+    ASSERT_OK(seen.rc);
+    ASSERT_STREQ(seen.label, "4");
+    ASSERT_EQ(tsrv_nreqs(&cdn), 1);
+
+    tkm_oci_session_close(ses, NULL, NULL);
+    tkm_http_close(http, NULL, NULL);
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT_OK(uv_loop_close(&loop));
+    tsrv_stop(&reg);
+    tsrv_stop(&cdn);
 }
 
 /* A Bearer challenge pointing at a plain-http, non-loopback realm: no credentials are sent. */

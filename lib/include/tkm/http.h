@@ -134,6 +134,10 @@ struct tkm_http_req_opts {
     uint64_t idle_timeout_ms;
     size_t max_body;      /* cap for the buffered body; default 16 MiB */
     int follow_redirects; /* 1: follow up to 5 redirects */
+    /* A CURLOPT_RESOLVE line "host:port:addr[,addr...]" (or NULL): curl
+     * connects host:port to exactly these addresses, without asking DNS (the
+     * addresses a registry reach decision checked; <tkm/reach.h>). */
+    const char *resolve;
     /* 1: offer gzip/deflate and decode transparently (API responses). Never
      * for content-addressed downloads, whose digest covers the raw bytes. */
     int compressed;

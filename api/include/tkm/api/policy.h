@@ -35,6 +35,7 @@
 
 #include <tkm/err.h>
 #include <tkm/oci/auth.h>
+#include <tkm/reach.h>
 #include <tkm/trust/policy.h>
 #include <tkm/api/v1alpha1.h>
 
@@ -60,6 +61,11 @@ struct tkm_api_config {
     /* pullDeadline ("30m", lib/flags.c's duration grammar): each blob
      * download's deadline, over the daemons' --pull-deadline; 0 when absent */
     uint64_t pull_deadline_ms;
+    /* registryAllow, registryPrivate, registryPlainHTTP (<tkm/reach.h>): the
+     * strings as written (NULL when absent), checked to parse */
+    char *registry_allow;
+    char *registry_private;
+    char *registry_plain_http;
 };
 
 /* Decodes a ConfigMap object (the whole object as GET or an informer returns
@@ -70,6 +76,13 @@ struct tkm_api_config {
  * owned; on failure it is released. */
 int tkm_api_config_decode(const json_t *configmap, struct tkm_api_config *out, struct tkm_err *err);
 void tkm_api_config_release(struct tkm_api_config *c);
+
+/* The registry reach policy of cfg (NULL: no tkm-config), each key the
+ * ConfigMap leaves out taken from flags (the daemon's --registry-* flags;
+ * NULL: none), else its default. *out as tkm_reach_policy_parse gives it
+ * (release it either way); err names the key and the entry. */
+int tkm_api_reach_policy(const struct tkm_api_config *cfg, const struct tkm_reach_config *flags,
+                         struct tkm_reach_policy *out, struct tkm_err *err);
 
 /* ---- effective signature policy ----------------------------------------------- */
 

@@ -89,6 +89,39 @@ void tkm_verify_ctx_close(struct tkm_verify_ctx *ctx, void (*cb)(void *data), vo
  * same registry (the agent's layer pull). 0, -ENOMEM or a session error. */
 int tkm_verify_ctx_session(struct tkm_verify_ctx *ctx, const char *host, const void *auth_json,
                            size_t auth_len, struct tkm_oci_session **out, struct tkm_err *err);
+/* The admin's registry reach policy (docs/registry-reach.md) for every
+ * session of the pool, those made later included (<tkm/oci/session.h>):
+ * tkm_api_reach_policy(cfg, flags), swapped in for the one before (decisions
+ * in flight finish under the old one). A refused registry fails the job's
+ * first registry step with TKM_OCI_EREACH: reason RegistryNotAllowed, retry
+ * 0, before any request is sent. The agent's layer pulls go through the
+ * same sessions. 0, or < 0 with err (a bad value: the policy before stays). */
+int tkm_verify_ctx_reach(struct tkm_verify_ctx *ctx, const struct tkm_api_config *cfg,
+                         const struct tkm_reach_config *flags, struct tkm_err *err);
+
+/* The daemons' --registry-allow, --registry-private and --registry-plain-http
+ * flags (<tkm/flags.h> entries) into the struct tkm_reach_config *rc. */
+#define TKM_VERIFY_REACH_FLAGS(rc)                                                                 \
+    {.name = "registry-allow",                                                                     \
+     .type = TKM_FLAG_STRING,                                                                      \
+     .dst = &(rc)->allow,                                                                          \
+     .arg = "LIST",                                                                                \
+     .def = "*",                                                                                   \
+     .help = "registries tkm may contact: host names, *.suffix, IP literals, each with an\n"       \
+             "optional :port (tkm-config registryAllow wins; docs/registry-reach.md)"},            \
+        {.name = "registry-private",                                                               \
+         .type = TKM_FLAG_STRING,                                                                  \
+         .dst = &(rc)->private_hosts,                                                              \
+         .arg = "LIST",                                                                            \
+         .def = "none",                                                                            \
+         .help = "registries that may use loopback or private addresses (tkm-config\n"             \
+                 "registryPrivate wins)"},                                                         \
+    {                                                                                              \
+        .name = "registry-plain-http", .type = TKM_FLAG_STRING, .dst = &(rc)->plain_http,          \
+        .arg = "LIST", .def = "none",                                                              \
+        .help = "registries spoken to over http:// instead of https:// (tkm-config\n"              \
+                "registryPlainHTTP wins)"                                                          \
+    }
 /* Sessions in the pool and jobs not yet ended (cancelled ones still
  * waiting for their requests included): metrics and tests. */
 size_t tkm_verify_ctx_sessions(const struct tkm_verify_ctx *ctx);
@@ -230,6 +263,7 @@ void tkm_verify_job_cancel(struct tkm_verify_job *job);
  * whether a retry may help: ImageNotFound, NotATritonCache (inspect: the
  * image has no summary label; msg is the error text), DigestMismatch,
  * InvalidImage, RegistryUnauthorized, RegistryForbidden,
+ * RegistryNotAllowed (the reach policy refused the host: retry 0),
  * RegistryUnreachable (anything else). */
 const char *tkm_verify_registry_reason(int rc, const char *msg, int *retry);
 /* The summary the API shows (status.summary) of an inspected image. *out

@@ -50,6 +50,7 @@
 #ifndef TKM_OCI_SESSION_H
 #define TKM_OCI_SESSION_H
 
+#include <errno.h>
 #include <stddef.h>
 
 #include <tkm/buf.h>
@@ -89,6 +90,37 @@ size_t tkm_oci_session_jobs(const struct tkm_oci_session *s);
  * set applies to downloads started from now on (0: the default, 30 min). */
 void tkm_oci_session_set_deadline(struct tkm_oci_session *s, uint64_t ms);
 uint64_t tkm_oci_session_deadline(const struct tkm_oci_session *s);
+
+/*
+ * Registry reach (<tkm/reach.h>, docs/registry-reach.md): the daemons give
+ * their sessions the admin's policy; tkmctl gives none (the user's own
+ * machine: any host, loopback is plain HTTP).
+ *
+ * With a policy, before each request the session decides for the URL's
+ * host[:port] (its registry with TKM_REACH_REGISTRY; a redirect's or token
+ * realm's host with TKM_REACH_FOLLOW) on the thread pool, resolving the name
+ * once, and sends the request with the checked addresses pinned
+ * (CURLOPT_RESOLVE): curl connects to what was checked. An allowed decision
+ * is kept 30 s per host. Redirects are followed by the session (never by
+ * curl), each hop decided the same way, without credentials to another host.
+ * The scheme is https, or http for a host in registryPlainHTTP (a CA file
+ * still means https); an IP literal is written in URLs canonically. A refused
+ * host fails the call before anything is sent: TKM_OCI_EREACH, err holding
+ * the decision's tenant-safe message (reason RegistryNotAllowed); a name that
+ * does not resolve fails with -EHOSTUNREACH.
+ *
+ * Ownership: tkm_oci_reach_new takes p's lists (p is left empty, also on
+ * failure: NULL means out of memory) and returns one reference; each
+ * session and each decision in flight holds its own, so the caller may
+ * unref (and swap in a new policy) at any time. Loop thread only.
+ */
+#define TKM_OCI_EREACH (-EADDRNOTAVAIL)
+struct tkm_reach_policy;
+struct tkm_oci_reach;
+struct tkm_oci_reach *tkm_oci_reach_new(struct tkm_reach_policy *p);
+void tkm_oci_reach_unref(struct tkm_oci_reach *r);
+/* r NULL: no more checks (the scheme stays). Drops the decisions kept. */
+void tkm_oci_session_set_reach(struct tkm_oci_session *s, struct tkm_oci_reach *r);
 
 struct tkm_oci_job_result {
     /* resolve: the digest of the reference's manifest (index or image);

@@ -71,7 +71,7 @@ int tkm_sig_job_verify(struct tkm_oci_session *ses, const char *repo, const char
  * tkm_sig_verify_registry (a static string): "Verified" (0), "NoSignature",
  * "ImageNotFound", "KeyMismatch", "SignatureForOtherImage",
  * "UnsupportedSignature", "MalformedSignature", "RegistryUnauthorized",
- * "RegistryUnreachable", "PullDeadlineExceeded" (a signature blob's
+ * "RegistryUnreachable", "RegistryNotAllowed", "PullDeadlineExceeded" (a signature blob's
  * download deadline), "InvalidPolicy", "Cancelled", "InternalError"
  * (anything else). The table is in docs/security.md.
  */
