@@ -1156,44 +1156,6 @@ out:
     return rc;
 }
 
-static int split_dest(const char *dest, struct tkm_buf *parent, struct tkm_buf *base,
-                      struct tkm_err *err)
-{
-    size_t len = strlen(dest);
-    while (len > 1 && dest[len - 1] == '/')
-        len--;
-    const char *slash = memrchr(dest, '/', len);
-    const char *b = slash ? slash + 1 : dest;
-    size_t blen = len - (size_t)(b - dest);
-    if (blen == 0 || (blen == 1 && b[0] == '.') || (blen == 2 && b[0] == '.' && b[1] == '.'))
-        return tkm_err_set(err, -EINVAL, "destination %s must name a new directory", dest);
-    int rc = slash ? tkm_buf_append(parent, dest, slash == dest ? 1 : (size_t)(slash - dest))
-                   : tkm_buf_puts(parent, ".");
-    if (rc == 0)
-        rc = tkm_buf_append(base, b, blen);
-    return rc < 0 ? tkm_err_set(err, rc, "destination %s: path too long", dest) : 0;
-}
-
-static int publish(int pfd, const char *stg, const char *base, const char *dest,
-                   struct tkm_err *err)
-{
-    if (renameat2(pfd, stg, pfd, base, RENAME_NOREPLACE) < 0) {
-        if (errno != EINVAL && errno != ENOSYS)
-            return tkm_err_set(err, -errno, "cannot rename the staging directory to %s: %s", dest,
-                               strerror(errno));
-        struct stat st; /* filesystem without RENAME_NOREPLACE */
-        if (fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0)
-            return tkm_err_set(err, -EEXIST, "destination %s already exists", dest);
-        if (renameat(pfd, stg, pfd, base) < 0)
-            return tkm_err_set(err, -errno, "cannot rename the staging directory to %s: %s", dest,
-                               strerror(errno));
-    }
-    if (fsync(pfd) < 0)
-        return tkm_err_set(err, -errno, "fsync of the directory holding %s: %s", dest,
-                           strerror(errno));
-    return 0;
-}
-
 /* ---- staging directories ------------------------------------------------ */
 
 /* The start time of pid (field 22 of /proc/<pid>/stat, clock ticks since
@@ -1334,56 +1296,4 @@ int tkm_staging_purge(int parent_fd, const char *where)
     }
     closedir(d);
     return removed;
-}
-
-int tkm_archive_extract_path(const char *blob_path, const char *dest_path,
-                             const struct tkm_archive_opts *o, struct tkm_archive_result *res,
-                             struct tkm_err *err)
-{
-    struct tkm_buf parent = TKM_BUF_INIT(PATH_MAX), base = TKM_BUF_INIT(NAME_MAX);
-    char stg[TKM_STAGING_NAME_MAX];
-    int pfd = -1, bfd = -1, sfd = -1, rc;
-    struct stat st;
-    if ((rc = split_dest(dest_path, &parent, &base, err)) < 0)
-        goto out;
-    pfd = open(parent.data, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (pfd < 0) {
-        rc = tkm_err_set(err, -errno, "cannot open %s: %s", parent.data, strerror(errno));
-        goto out;
-    }
-    tkm_staging_purge(pfd, parent.data);
-    if (fstatat(pfd, base.data, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-        rc = tkm_err_set(err, -EEXIST, "destination %s already exists", dest_path);
-        goto out;
-    }
-    bfd = open(blob_path, O_RDONLY | O_CLOEXEC);
-    if (bfd < 0) {
-        rc = tkm_err_set(err, -errno, "cannot open layer blob %s: %s", blob_path, strerror(errno));
-        goto out;
-    }
-    if ((sfd = rc = tkm_staging_create(pfd, stg, sizeof stg, err)) < 0) {
-        tkm_err_prefix(err, "beside %s", dest_path);
-        goto out;
-    }
-    if ((rc = tkm_archive_extract_fd(bfd, sfd, o, res, err)) < 0) {
-        tkm_err_prefix(err, "layer %s", blob_path);
-        goto out;
-    }
-    if (fchmod(sfd, 0755) < 0) {
-        rc = tkm_err_set(err, -errno, "chmod %s/%s: %s", parent.data, stg, strerror(errno));
-        goto out;
-    }
-    rc = publish(pfd, stg, base.data, dest_path, err);
-out:
-    if (rc < 0 && sfd >= 0)
-        tkm_rmtree_at(pfd, stg);
-    if (sfd >= 0)
-        close(sfd);
-    if (bfd >= 0)
-        close(bfd);
-    if (pfd >= 0)
-        close(pfd);
-    tkm_buf_release(&parent);
-    tkm_buf_release(&base);
-    return rc;
 }

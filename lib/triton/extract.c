@@ -127,13 +127,6 @@ out:
     return rc;
 }
 
-int tkm_triton_extract_layout(const char *layout_dir, const char *tag, const char *dest,
-                              const char *mount_path, struct tkm_triton_extract_result *res,
-                              struct tkm_err *err)
-{
-    return tkm_triton_extract_layout_with(layout_dir, tag, dest, mount_path, NULL, res, err);
-}
-
 int tkm_triton_extract_layout_with(const char *layout_dir, const char *tag, const char *dest,
                                    const char *mount_path, const struct tkm_archive_opts *base,
                                    struct tkm_triton_extract_result *res, struct tkm_err *err)

@@ -14,6 +14,7 @@
 #include <tkm/archive.h>
 #include <tkm/store.h>
 
+#include "sup_archive.h"
 #include "test.h"
 #include "tarbuild.h"
 
@@ -47,7 +48,7 @@ static void make_blob(const char *rel, int nfiles, char digest[72])
     o.fsync = 0;
     struct tkm_archive_result r;
     struct tkm_err err = {0};
-    ASSERT_OK(tkm_archive_extract_path(p, out, &o, &r, &err));
+    ASSERT_OK(sup_extract_path(p, out, &o, &r, &err));
     ASSERT_OK(tkm_rmtree_at(AT_FDCWD, out));
     memcpy(digest, r.blob_digest, 72);
     tkm_buf_release(&t);

@@ -142,18 +142,6 @@ int tkm_archive_extract_fd(int blob_fd, int dest_dirfd, const struct tkm_archive
                            struct tkm_archive_result *res, struct tkm_err *err);
 
 /*
- * Extracts blob_path into a new staging directory next to dest_path (same
- * filesystem, tkm_staging_create), fsyncs it and renames it to dest_path,
- * which must not exist (-EEXIST). Stale staging directories of dead
- * processes beside dest_path are purged first (tkm_staging_purge). On any
- * failure, -ECANCELED included, the staging directory is removed and
- * dest_path is not created. Strings are borrowed.
- */
-int tkm_archive_extract_path(const char *blob_path, const char *dest_path,
-                             const struct tkm_archive_opts *o, struct tkm_archive_result *res,
-                             struct tkm_err *err);
-
-/*
  * Staging directories: ".tkm-staging-<pid>-<start>-<random>", where <start>
  * is the creator's start time (field 22 of /proc/<pid>/stat), so a later
  * process can tell whether the creator still runs even after its pid was
