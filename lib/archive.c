@@ -28,6 +28,7 @@
 #include <zstd.h>
 
 #include <tkm/buf.h>
+#include <tkm/fs.h>
 #include <tkm/log.h>
 #include <tkm/util.h>
 
@@ -1044,35 +1045,22 @@ out:
 /* 1 when dirfd holds no entry, 0 when it does or cannot be read. */
 static int dir_is_empty(int dirfd)
 {
-    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), empty = 1;
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    struct dirent *de;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
-        return 0;
-    }
-    while (empty && (de = readdir(d)))
-        empty = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
-    closedir(d);
-    return empty;
+    char **names;
+    size_t n;
+    int rc = tkm_list_dir(dirfd, TKM_LIST_ALL, 0, &names, &n); /* -E2BIG at the first entry */
+    tkm_names_free(names, n);
+    return rc == 0;
 }
 
 /* Removes everything beneath dirfd (not dirfd itself). */
 static void clear_dir(int dirfd)
 {
-    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    struct dirent *de;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
-        return;
-    }
-    while ((de = readdir(d)))
-        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-            tkm_rmtree_at(dirfd, de->d_name);
-    closedir(d);
+    char **names;
+    size_t n;
+    if (tkm_list_dir(dirfd, TKM_LIST_ALL, SIZE_MAX, &names, &n) == 0)
+        for (size_t i = 0; i < n; i++)
+            tkm_rmtree_at(dirfd, names[i]);
+    tkm_names_free(names, n);
 }
 
 int tkm_archive_extract_fd(int blob_fd, int dest_dirfd, const struct tkm_archive_opts *o,
@@ -1268,32 +1256,26 @@ int tkm_staging_live(int parent_fd, const char *name)
 int tkm_staging_purge(int parent_fd, const char *where)
 {
     unsigned long long self;
-    int removed = 0, fd;
-    DIR *d;
-    struct dirent *de;
+    char **names;
+    size_t n;
+    int removed = 0;
     if (proc_start_time(getpid(), &self) < 0)
         return 0; /* no /proc: nothing can be attributed, nothing is removed */
-    fd = openat(parent_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return -e;
-    }
-    while ((de = readdir(d))) {
-        if (tkm_staging_live(parent_fd, de->d_name) != 0)
+    int rc = tkm_list_dir(parent_fd, TKM_LIST_ALL, SIZE_MAX, &names, &n);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        if (tkm_staging_live(parent_fd, names[i]) != 0)
             continue; /* not ours, or its process lives */
-        int rc = tkm_rmtree_at(parent_fd, de->d_name);
-        if (rc < 0)
+        if ((rc = tkm_rmtree_at(parent_fd, names[i])) < 0) {
             tkm_warn("cannot remove the stale staging directory %s/%s: %s", where ? where : ".",
-                     de->d_name, strerror(-rc));
-        else
-            removed++;
-        if (rc == 0)
-            tkm_info("removed the staging directory %s/%s of a process that is gone",
-                     where ? where : ".", de->d_name);
+                     names[i], strerror(-rc));
+            continue;
+        }
+        removed++;
+        tkm_info("removed the staging directory %s/%s of a process that is gone",
+                 where ? where : ".", names[i]);
     }
-    closedir(d);
+    tkm_names_free(names, n);
     return removed;
 }
