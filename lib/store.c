@@ -3,7 +3,6 @@
  */
 #include <tkm/store.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -18,6 +17,7 @@
 
 #include <tkm/backoff.h>
 #include <tkm/buf.h>
+#include <tkm/fs.h>
 #include <tkm/log.h>
 #include <tkm/util.h>
 
@@ -117,31 +117,26 @@ static void purge(struct tkm_store *s)
 {
     int fds[2] = {s->stgfd, s->shafd};
     for (int k = 0; k < 2; k++) {
-        int fd = openat(fds[k], ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-        if (!d) {
-            if (fd >= 0)
-                close(fd);
+        char **names;
+        size_t n;
+        if (tkm_list_dir(fds[k], TKM_LIST_ALL, SIZE_MAX, &names, &n) < 0)
             continue;
-        }
-        struct dirent *de;
-        while ((de = readdir(d))) {
-            const char *n = de->d_name;
-            size_t len = strlen(n);
-            if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0)
-                continue;
-            if (k == 1 && (len != HEXLEN || !is_hex64(n, len)))
+        for (size_t i = 0; i < n; i++) {
+            const char *nm = names[i];
+            size_t len = strlen(nm);
+            if (k == 1 && (len != HEXLEN || !is_hex64(nm, len)))
                 continue; /* markers and foreign names in sha256/ stay */
-            int lk = is_hex64(n, len) ? lock_digest(s, n, 1, NULL, NULL) : -1;
-            if (is_hex64(n, len) && lk < 0)
+            int lk = is_hex64(nm, len) ? lock_digest(s, nm, 1, NULL, NULL) : -1;
+            if (is_hex64(nm, len) && lk < 0)
                 continue; /* a live process is working on it */
-            if (k == 0 || !marker_exists(s, n)) {
-                tkm_warn("store %s: removing leftover %s/%s", s->root, k ? "sha256" : "staging", n);
-                tkm_rmtree_at(fds[k], n);
+            if (k == 0 || !marker_exists(s, nm)) {
+                tkm_warn("store %s: removing leftover %s/%s", s->root, k ? "sha256" : "staging",
+                         nm);
+                tkm_rmtree_at(fds[k], nm);
             }
             unlock_digest(lk);
         }
-        closedir(d);
+        tkm_names_free(names, n);
     }
 }
 
@@ -389,58 +384,33 @@ out:
     return rc;
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 int tkm_store_list(struct tkm_store *s, char ***digests, size_t *n, struct tkm_err *err)
 {
-    char **v = NULL;
-    size_t cnt = 0, cap = 0;
-    int rc = 0, fd = openat(s->shafd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    char **v;
+    size_t cnt, k = 0;
+    int rc = tkm_list_dir(s->shafd, TKM_LIST_ALL, SIZE_MAX, &v, &cnt); /* sorted */
     *digests = NULL;
     *n = 0;
-    if (!d) {
-        rc =
-            tkm_err_set(err, -errno, "store %s: cannot list sha256/: %s", s->root, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return rc;
-    }
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        size_t len = strlen(de->d_name);
-        if (len != HEXLEN + 9 || !is_hex64(de->d_name, len) ||
-            strcmp(de->d_name + HEXLEN, ".complete") != 0)
+    if (rc < 0)
+        return tkm_err_set(err, rc, "store %s: cannot list sha256/: %s", s->root, strerror(-rc));
+    for (size_t i = 0; i < cnt; i++) {
+        char *d = v[i];
+        size_t len = strlen(d);
+        if (len != HEXLEN + 9 || !is_hex64(d, len) || strcmp(d + HEXLEN, ".complete") != 0) {
+            free(d);
             continue;
-        if (cnt == cap) {
-            size_t ncap = cap ? cap * 2 : 16;
-            char **nv = realloc(v, ncap * sizeof(*v));
-            if (!nv) {
-                rc = tkm_err_set(err, -ENOMEM, "out of memory");
-                break;
-            }
-            v = nv;
-            cap = ncap;
         }
-        v[cnt] = malloc(72);
-        if (!v[cnt]) {
-            rc = tkm_err_set(err, -ENOMEM, "out of memory");
-            break;
-        }
-        snprintf(v[cnt++], 72, "sha256:%.64s", de->d_name);
+        memmove(d + 7, d, HEXLEN); /* "<hex>.complete" -> "sha256:<hex>", in place */
+        memcpy(d, "sha256:", 7);
+        d[7 + HEXLEN] = '\0';
+        v[k++] = d;
     }
-    closedir(d);
-    if (rc < 0) {
-        tkm_store_list_free(v, cnt);
-        return rc;
+    if (k == 0) {
+        free(v);
+        v = NULL;
     }
-    if (cnt > 1)
-        qsort(v, cnt, sizeof(char *), cmp_str);
     *digests = v;
-    *n = cnt;
+    *n = k;
     return 0;
 }
 
