@@ -125,7 +125,6 @@ static void inspect_dir_text(const struct tkm_triton_cache *c)
     }
 }
 
-/* A numeric label ("4") as a JSON integer; anything else as the string, or null. */
 /* The Inductor and vLLM parts an image config announces (labels). */
 static json_t *parts_json(const struct tkm_oci_config *cfg)
 {

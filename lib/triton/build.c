@@ -80,15 +80,6 @@ static la_ssize_t lw_write(struct archive *a, void *ud, const void *buf, size_t 
     return (la_ssize_t)n;
 }
 
-/* Names in dirfd, sorted bytewise; "." and ".." left out. */
-static int list_dir(int dirfd, char ***out, size_t *n, const char *what, struct tkm_err *err)
-{
-    int rc = tkm_list_dir(dirfd, TKM_LIST_ALL, SIZE_MAX, out, n);
-    if (rc)
-        return tkm_err_set(err, rc, "read directory %s: %s", what, strerror(-rc));
-    return 0;
-}
-
 static int write_header(struct archive *a, const char *name, mode_t type, int mode, uint64_t size,
                         struct tkm_err *err)
 {
@@ -146,8 +137,8 @@ static int walk(struct archive *a, struct layer_writer *w, int dirfd, const char
     int rc;
     if (depth > BUILD_MAX_DEPTH)
         return tkm_err_set(err, -ELOOP, "%s: deeper than %d levels", prefix, BUILD_MAX_DEPTH);
-    if ((rc = list_dir(dirfd, &names, &n, prefix, err)) != 0)
-        return rc;
+    if ((rc = tkm_list_dir(dirfd, TKM_LIST_ALL, SIZE_MAX, &names, &n)) != 0) /* sorted */
+        return tkm_err_set(err, rc, "read directory %s: %s", prefix, strerror(-rc));
     for (size_t i = 0; i < n && rc == 0; i++) {
         struct stat st;
         if ((size_t)snprintf(path, sizeof path, "%s/%s", prefix, names[i]) >= sizeof path) {
