@@ -156,7 +156,7 @@ static int check_load(struct check_cache *c, const struct check_args *a, struct 
     return tkm_triton_image_load_ref(&c->image, a->source, &ro, err);
 }
 
-/* A numeric label ("4") as a JSON integer; anything else as the string, or null. */
+/* The "cache" object of the JSON output. */
 static json_t *cache_json(const struct check_cache *c)
 {
     char *label = NULL;
@@ -215,29 +215,20 @@ static void print_text(const struct check_cache *c, const struct tkm_gpu_list *l
 static int print_json(const struct check_cache *c, const struct tkm_gpu_list *l,
                       const struct tkm_compat_verdict *v, size_t ok)
 {
-    json_t *root = json_object(), *res = json_array(), *yes = json_array(), *no = json_array();
-    int rc = -ENOMEM;
-    if (!root || !res || !yes || !no)
-        goto out;
-    for (size_t i = 0; i < l->n; i++) {
-        json_t *vj = tkm_compat_verdict_json(c->summary, &l->gpus[i], &v[i]);
-        if (!vj || json_array_append_new(res, vj) ||
-            json_array_append_new(v[i].compatible ? yes : no, json_integer(l->gpus[i].index)))
-            goto out;
+    json_t *res = json_array(), *yes = json_array(), *no = json_array(), *root;
+    int rc = -ENOMEM, bad = !res || !yes || !no;
+    for (size_t i = 0; !bad && i < l->n; i++)
+        bad = json_array_append_new(res, tkm_compat_verdict_json(c->summary, &l->gpus[i], &v[i])) ||
+              json_array_append_new(v[i].compatible ? yes : no, json_integer(l->gpus[i].index));
+    /* "o" steals res, yes and no (and the cache object): released by json_pack if it fails */
+    root = json_pack("{s:o,s:s*,s:o,s:o,s:o,s:b}", "cache", cache_json(c), "nvmlError",
+                     l->nvml_error[0] ? l->nvml_error : NULL, "results", res, "compatibleGpus", yes,
+                     "incompatibleGpus", no, "compatible", ok > 0);
+    if (root && !bad) {
+        rc = json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 ? 0 : -EIO;
+        putchar('\n');
     }
-    if (json_object_set_new(root, "cache", cache_json(c)) ||
-        (l->nvml_error[0] && json_object_set_new(root, "nvmlError", json_string(l->nvml_error))) ||
-        json_object_set(root, "results", res) || json_object_set(root, "compatibleGpus", yes) ||
-        json_object_set(root, "incompatibleGpus", no) ||
-        json_object_set_new(root, "compatible", json_boolean(ok > 0)))
-        goto out;
-    rc = json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 ? 0 : -EIO;
-    putchar('\n');
-out:
     json_decref(root);
-    json_decref(res);
-    json_decref(yes);
-    json_decref(no);
     return rc;
 }
 
