@@ -124,40 +124,27 @@ nomem:
 
 int tkm_triton_summary_label(const struct tkm_triton_summary *s, char **out, struct tkm_err *err)
 {
-    json_t *root = json_object(), *targets = json_array(), *tv = json_array(), *pv = json_array();
-    int rc = -ENOMEM;
-    *out = NULL;
-    if (!root || !targets || !tv || !pv)
-        goto out;
-    for (size_t i = 0; i < s->n_targets; i++) {
+    json_t *targets = json_array(), *tv = json_array(), *pv = json_array(), *root;
+    int bad = !targets || !tv || !pv;
+    for (size_t i = 0; !bad && i < s->n_targets; i++) {
         const struct tkm_triton_target *t = &s->targets[i].target;
-        json_t *o = json_pack("{s:s,s:s,s:i}", "backend", t->backend, "arch", t->arch, "warp_size",
-                              t->warp_size);
-        if (!o || json_array_append_new(targets, o) != 0)
-            goto out;
+        bad =
+            json_array_append_new(targets, json_pack("{s:s,s:s,s:i}", "backend", t->backend, "arch",
+                                                     t->arch, "warp_size", t->warp_size)) != 0;
     }
-    for (size_t i = 0; i < s->n_triton_versions; i++)
-        if (json_array_append_new(tv, json_string(s->triton_versions[i])) != 0)
-            goto out;
-    for (size_t i = 0; i < s->n_ptx_versions; i++) {
+    for (size_t i = 0; !bad && i < s->n_triton_versions; i++)
+        bad = json_array_append_new(tv, json_string(s->triton_versions[i])) != 0;
+    for (size_t i = 0; !bad && i < s->n_ptx_versions; i++) {
         char b[32];
-        if (json_array_append_new(
-                pv, json_string(tkm_ptx_version_str(s->ptx_versions[i], b, sizeof b))) != 0)
-            goto out;
+        bad = json_array_append_new(
+                  pv, json_string(tkm_ptx_version_str(s->ptx_versions[i], b, sizeof b))) != 0;
     }
-    if (json_object_set(root, "targets", targets) || json_object_set(root, "triton_versions", tv) ||
-        json_object_set(root, "ptx_versions", pv))
-        goto out;
-    *out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    rc = *out ? 0 : -ENOMEM;
-out:
+    /* "o" steals the three arrays: json_pack releases them if it fails */
+    root =
+        json_pack("{s:o,s:o,s:o}", "targets", targets, "triton_versions", tv, "ptx_versions", pv);
+    *out = root && !bad ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
-    json_decref(targets);
-    json_decref(tv);
-    json_decref(pv);
-    if (rc)
-        tkm_err_set(err, rc, "summary label: out of memory");
-    return rc;
+    return *out ? 0 : tkm_err_set(err, -ENOMEM, "summary label: out of memory");
 }
 
 static int parse_label_target(struct tkm_triton_summary_target *st, json_t *o, size_t i,
