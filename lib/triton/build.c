@@ -174,43 +174,31 @@ static int walk(struct archive *a, struct layer_writer *w, int dirfd, const char
 }
 
 /* io.triton.manifest/manifest.json: one entry per kernel. */
+/* A field the kernel's JSON may lack (-1): NULL, which json_pack's o* leaves out. */
+static json_t *opt_int(int v)
+{
+    return v >= 0 ? json_integer(v) : NULL;
+}
+
 static int triton_manifest_json(const struct tkm_triton_cache *c, char **out)
 {
-    json_t *arr = json_array(), *root = json_pack("{s:o}", "triton", arr);
-    int rc = 0;
-    if (!root) {
-        json_decref(arr);
-        return -ENOMEM;
-    }
-    for (size_t i = 0; i < c->n_kernels; i++) {
+    json_t *arr = json_array(), *root;
+    int bad = !arr;
+    for (size_t i = 0; !bad && i < c->n_kernels; i++) {
         const struct tkm_triton_kernel *k = &c->kernels[i];
         json_t *arch = k->arch_is_int ? json_integer(strtol(k->target.arch, NULL, 10))
                                       : json_string(k->target.arch);
-        json_t *e = json_pack("{s:s}", "hash", k->hash);
-        if (!e || !arch) {
-            json_decref(e);
-            json_decref(arch);
-            rc = -ENOMEM;
-            goto out;
-        }
-        if (k->num_stages >= 0)
-            json_object_set_new(e, "num_stages", json_integer(k->num_stages));
-        if (k->num_warps >= 0)
-            json_object_set_new(e, "num_warps", json_integer(k->num_warps));
-        json_object_set_new(e, "debug",
-                            json_boolean(json_is_true(json_object_get(k->meta, "debug"))));
-        json_object_set_new(e, "backend", json_string(k->target.backend));
-        json_object_set_new(e, "arch", arch);
-        json_object_set_new(e, "warp_size", json_integer(k->target.warp_size));
-        if (k->meta_ptx_version >= 0)
-            json_object_set_new(e, "ptx_version", json_integer(k->meta_ptx_version));
-        json_array_append_new(arr, e);
+        json_t *e = json_pack("{s:s,s:o*,s:o*,s:b,s:s,s:o,s:i,s:o*}", "hash", k->hash, "num_stages",
+                              opt_int(k->num_stages), "num_warps", opt_int(k->num_warps), "debug",
+                              json_is_true(json_object_get(k->meta, "debug")), "backend",
+                              k->target.backend, "arch", arch, "warp_size", k->target.warp_size,
+                              "ptx_version", opt_int(k->meta_ptx_version));
+        bad = json_array_append_new(arr, e) != 0;
     }
-    *out = json_dumps(root, JSON_COMPACT);
-    rc = *out ? 0 : -ENOMEM;
-out:
+    root = json_pack("{s:o}", "triton", arr); /* steals arr, released on failure */
+    *out = root && !bad ? json_dumps(root, JSON_COMPACT) : NULL;
     json_decref(root);
-    return rc;
+    return *out ? 0 : -ENOMEM;
 }
 
 /* One part of the layer: a directory packed under prefix, and its manifest. */
