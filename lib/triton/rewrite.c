@@ -22,20 +22,6 @@
 
 #include "triton/pathf-int.h"
 
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* Writes text to path via path.tkm-tmp.<pid>, fsync, rename; keeps mode. */
 static int replace_file(const char *path, const char *text, mode_t mode, struct tkm_err *err)
 {
@@ -46,7 +32,8 @@ static int replace_file(const char *path, const char *text, mode_t mode, struct 
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode & 07777);
     if (fd < 0)
         return tkm_err_set(err, -errno, "%s: cannot create: %s", tmp, strerror(errno));
-    rc = write_all(fd, text, strlen(text));
+    errno = 0; /* dprintf writes all of text or fails */
+    rc = dprintf(fd, "%s", text) == (int)strlen(text) ? 0 : errno ? -errno : -EIO;
     if (!rc && fchmod(fd, mode & 07777) != 0)
         rc = -errno;
     if (!rc && fsync(fd) != 0)
