@@ -16,6 +16,7 @@
 #include <tkm/triton/parts.h>
 #include <tkm/util.h>
 
+#include "ctl_args.h"
 #include "tkmctl.h"
 #include "ctl_oci.h"
 #include "ctl_json.h"
@@ -64,69 +65,36 @@ struct check_args {
     struct ctl_oci_flags oci; /* registry flags, for IMAGE_REF */
 };
 
+/* As ctl_args_parse: -1 to go on, else the exit status. */
 static int check_parse(int argc, char **argv, struct check_args *a)
 {
+    const char *out = NULL;
+    const struct ctl_arg args[] = {{"--output", &out, NULL},
+                                   {"--image-layout", &a->layout, NULL},
+                                   {"--tag", &a->tag, NULL},
+                                   {"--sysfs-root", &a->probe.sysfs_root, NULL},
+                                   {"--procfs-root", &a->probe.procfs_root, NULL},
+                                   {"--nvml-lib", &a->probe.nvml_lib, NULL},
+                                   {"--no-nvml", NULL, &a->probe.no_nvml},
+                                   {0}};
+    const struct ctl_args_spec spec = {"check", args, &a->source, 1, check_usage, &a->oci};
     memset(a, 0, sizeof *a);
-    ctl_oci_flags_init(&a->oci, "config");
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        if (strcmp(s, "-o") != 0 && strcmp(s, "--output") != 0) {
-            int r = ctl_oci_flag(&a->oci, argc, argv, &i, "check");
-            if (r < 0)
-                return -1;
-            if (r > 0)
-                continue;
-        }
-        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = !strcmp(s, "-o") || !strcmp(s, "--output") || !strcmp(s, "--image-layout") ||
-                    !strcmp(s, "--tag") || !strcmp(s, "--sysfs-root") ||
-                    !strcmp(s, "--procfs-root") || !strcmp(s, "--nvml-lib");
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-            check_usage(stdout);
-            return 1;
-        }
-        if (takes && !next) {
-            fprintf(stderr, "tkmctl check: %s needs a value\n\n", s);
-            return -1;
-        }
-        if (!strcmp(s, "-o") || !strcmp(s, "--output")) {
-            if (strcmp(next, "json") != 0 && strcmp(next, "text") != 0) {
-                fprintf(stderr, "tkmctl check: -o takes json or text, not '%s'\n\n", next);
-                return -1;
-            }
-            a->json = !strcmp(next, "json");
-        } else if (!strcmp(s, "--image-layout")) {
-            a->layout = next;
-        } else if (!strcmp(s, "--tag")) {
-            a->tag = next;
-        } else if (!strcmp(s, "--sysfs-root")) {
-            a->probe.sysfs_root = next;
-        } else if (!strcmp(s, "--procfs-root")) {
-            a->probe.procfs_root = next;
-        } else if (!strcmp(s, "--nvml-lib")) {
-            a->probe.nvml_lib = next;
-        } else if (!strcmp(s, "--no-nvml")) {
-            a->probe.no_nvml = 1;
-            continue;
-        } else if (s[0] == '-') {
-            fprintf(stderr, "tkmctl check: unknown flag '%s'\n\n", s);
-            return -1;
-        } else if (a->source) {
-            fprintf(stderr, "tkmctl check: more than one cache given ('%s', '%s')\n\n", a->source,
-                    s);
-            return -1;
-        } else {
-            a->source = s;
-            continue;
-        }
-        i++;
+    ctl_oci_flags_init(&a->oci, "config"); /* -o json|text is one of its flags */
+    int st = ctl_args_parse(&spec, argc, argv);
+    if (st >= 0)
+        return st;
+    if (out && strcmp(out, "json") != 0 && strcmp(out, "text") != 0) {
+        fprintf(stderr, "tkmctl check: --output takes json or text, not '%s'\n", out);
+        return 2;
     }
+    a->json = out ? !strcmp(out, "json") : a->oci.json;
     if (!a->source == !a->layout) {
         fprintf(stderr, "tkmctl check: give exactly one of CACHE_DIR, --image-layout DIR or "
                         "IMAGE_REF\n\n");
-        return -1;
+        check_usage(stderr);
+        return 2;
     }
-    return 0;
+    return -1;
 }
 
 /* The cache side: a scanned directory or an image's labels. */
@@ -241,11 +209,8 @@ static int cmd_check(int argc, char **argv)
     struct tkm_err err = {0};
     size_t ok = 0;
     int rc = check_parse(argc, argv, &a), status = 1;
-    if (rc) {
-        if (rc < 0)
-            check_usage(stderr);
-        return rc < 0 ? 2 : 0;
-    }
+    if (rc >= 0)
+        return rc;
     if (check_load(&c, &a, &err) != 0) {
         fprintf(stderr, "tkmctl check: %s\n", tkm_err_str(&err));
         return 1;
