@@ -15,6 +15,7 @@
 #include <tkm/triton/parts.h>
 #include <tkm/util.h>
 
+#include "ctl_args.h"
 #include "tkmctl.h"
 #include "ctl_oci.h"
 #include "ctl_json.h"
@@ -304,38 +305,20 @@ static int inspect_image(const char *layout, const char *tag, const char *ref, i
 
 static int cmd_inspect(int argc, char **argv)
 {
-    const char *src = NULL, *layout = NULL, *tag = NULL;
-    int json = 0, r;
+    const char *src = NULL, *layout = NULL, *tag = NULL, *out = NULL;
     struct ctl_oci_flags oci;
-    ctl_oci_flags_init(&oci, "config");
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(s, "-o") != 0 && strcmp(s, "--output") != 0 &&
-            (r = ctl_oci_flag(&oci, argc, argv, &i, "inspect")) != 0) {
-            if (r < 0)
-                return 2;
-            continue;
-        }
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-            inspect_usage(stdout);
-            return 0;
-        } else if ((!strcmp(s, "-o") || !strcmp(s, "--output")) && next &&
-                   (!strcmp(next, "json") || !strcmp(next, "text"))) {
-            json = !strcmp(next, "json");
-            i++;
-        } else if (!strcmp(s, "--image-layout") && next) {
-            layout = argv[++i];
-        } else if (!strcmp(s, "--tag") && next) {
-            tag = argv[++i];
-        } else if (s[0] != '-' && !src) {
-            src = s;
-        } else {
-            fprintf(stderr, "tkmctl inspect: unexpected argument '%s'%s\n\n", s,
-                    s[0] == '-' ? " (or it is missing its value)" : "");
-            inspect_usage(stderr);
-            return 2;
-        }
+    const struct ctl_arg args[] = {
+        {"--output", &out, NULL}, {"--image-layout", &layout, NULL}, {"--tag", &tag, NULL}, {0}};
+    const struct ctl_args_spec spec = {"inspect", args, &src, 1, inspect_usage, &oci};
+    ctl_oci_flags_init(&oci, "config"); /* -o json|text is one of its flags */
+    int r = ctl_args_parse(&spec, argc, argv);
+    if (r >= 0)
+        return r;
+    if (out && strcmp(out, "json") != 0 && strcmp(out, "text") != 0) {
+        fprintf(stderr, "tkmctl inspect: --output takes json or text, not '%s'\n", out);
+        return 2;
     }
+    int json = out ? !strcmp(out, "json") : oci.json;
     if (!src == !layout) {
         fprintf(stderr, "tkmctl inspect: give exactly one of CACHE_DIR, --image-layout DIR or "
                         "IMAGE_REF\n\n");
