@@ -39,23 +39,18 @@
 #define PROGRESS_ENTS  64
 #define MAX_META_RUN   16 /* g, x, L, K before one entry: 4 are plenty */
 
-void tkm_archive_limits_default(struct tkm_archive_limits *l)
-{
-    l->max_total_bytes = 32ULL << 30;
-    l->max_file_bytes = 4ULL << 30;
-    l->max_entries = 200000;
-    l->max_pax_bytes = 1 << 20;
-    l->max_path_len = 1024;
-    l->max_depth = 32;
-    l->max_ratio = 250;
-    l->ratio_grace_bytes = 16 << 20;
-    l->zstd_window_log_max = 27;
-}
-
 void tkm_archive_opts_init(struct tkm_archive_opts *o)
 {
     memset(o, 0, sizeof(*o));
-    tkm_archive_limits_default(&o->limits);
+    o->limits = (struct tkm_archive_limits){.max_total_bytes = 32ULL << 30,
+                                            .max_file_bytes = 4ULL << 30,
+                                            .max_entries = 200000,
+                                            .max_pax_bytes = 1 << 20,
+                                            .max_path_len = 1024,
+                                            .max_depth = 32,
+                                            .max_ratio = 250,
+                                            .ratio_grace_bytes = 16 << 20,
+                                            .zstd_window_log_max = 27};
     o->compression = TKM_COMPRESSION_AUTO;
     o->fsync = 1;
 }
