@@ -184,7 +184,7 @@ static int print_json(const struct check_cache *c, const struct tkm_gpu_list *l,
                       const struct tkm_compat_verdict *v, size_t ok)
 {
     json_t *res = json_array(), *yes = json_array(), *no = json_array(), *root;
-    int rc = -ENOMEM, bad = !res || !yes || !no;
+    int bad = !res || !yes || !no;
     for (size_t i = 0; !bad && i < l->n; i++)
         bad = json_array_append_new(res, tkm_compat_verdict_json(c->summary, &l->gpus[i], &v[i])) ||
               json_array_append_new(v[i].compatible ? yes : no, json_integer(l->gpus[i].index));
@@ -192,12 +192,11 @@ static int print_json(const struct check_cache *c, const struct tkm_gpu_list *l,
     root = json_pack("{s:o,s:s*,s:o,s:o,s:o,s:b}", "cache", cache_json(c), "nvmlError",
                      l->nvml_error[0] ? l->nvml_error : NULL, "results", res, "compatibleGpus", yes,
                      "incompatibleGpus", no, "compatible", ok > 0);
-    if (root && !bad) {
-        rc = json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 ? 0 : -EIO;
-        putchar('\n');
+    if (bad) {
+        json_decref(root);
+        return -ENOMEM;
     }
-    json_decref(root);
-    return rc;
+    return ctl_json_print(root);
 }
 
 static int cmd_check(int argc, char **argv)

@@ -67,26 +67,20 @@ static json_t *kernel_json(const struct tkm_triton_kernel *k)
 static int inspect_dir_json(const struct tkm_triton_cache *c)
 {
     char *label = NULL;
-    json_t *root = NULL, *ks = json_array();
-    int rc = -ENOMEM;
-    if (!ks || tkm_triton_summary_label(&c->summary, &label, NULL) != 0)
-        goto out;
-    for (size_t i = 0; i < c->n_kernels; i++)
-        if (json_array_append_new(ks, kernel_json(&c->kernels[i])) != 0)
-            goto out;
-    root =
-        json_pack("{s:s,s:I,s:I,s:I,s:o*,s:O}", "path", c->root, "entryCount",
-                  (json_int_t)c->n_kernels, "directories", (json_int_t)c->n_dirs, "cacheSizeBytes",
-                  (json_int_t)c->size_bytes, "summary", json_loads(label, 0, NULL), "kernels", ks);
-    if (root && json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0) {
-        putchar('\n');
-        rc = 0;
-    }
-out:
+    json_t *ks = json_array(), *root;
+    int bad = !ks || tkm_triton_summary_label(&c->summary, &label, NULL) != 0;
+    for (size_t i = 0; !bad && i < c->n_kernels; i++)
+        bad = json_array_append_new(ks, kernel_json(&c->kernels[i])) != 0;
+    root = json_pack("{s:s,s:I,s:I,s:I,s:o*,s:o}", "path", c->root, "entryCount",
+                     (json_int_t)c->n_kernels, "directories", (json_int_t)c->n_dirs,
+                     "cacheSizeBytes", (json_int_t)c->size_bytes, "summary",
+                     label ? json_loads(label, 0, NULL) : NULL, "kernels", ks); /* takes ks */
     free(label);
-    json_decref(ks);
-    json_decref(root);
-    return rc;
+    if (bad) {
+        json_decref(root);
+        return -ENOMEM;
+    }
+    return ctl_json_print(root);
 }
 
 static void inspect_dir_text(const struct tkm_triton_cache *c)
@@ -237,8 +231,8 @@ static int inspect_parts_dir(const char *dir, int json)
                                           (json_int_t)v.entries, "cacheSizeBytes",
                                           (json_int_t)v.size_bytes, "format", v.format, "hashes",
                                           v.hashes, "summary", json_loads(v.summary, 0, NULL)));
-        rc = json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 ? 0 : 1;
-        putchar('\n');
+        rc = ctl_json_print(o) != 0;
+        o = NULL; /* released */
         goto out;
     }
     printf("Parts of:     %s\n", dir);
@@ -278,15 +272,11 @@ static int inspect_image(const char *layout, const char *tag, const char *ref, i
         return 1;
     }
     if (json) {
-        json_t *o = json_pack("{s:s,s:s,s:o*,s:o*,s:o*}", "image", im.what, "manifestDigest",
-                              im.manifest_digest, "entryCount", ctl_json_label(im.entry_count),
-                              "cacheSizeBytes", ctl_json_label(im.size_bytes), "summary",
-                              json_loads(im.summary_label, 0, NULL));
-        if (o)
-            json_object_set_new(o, "parts", parts_json(&im.config));
-        rc = o && json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 ? 0 : 1;
-        putchar('\n');
-        json_decref(o);
+        rc = ctl_json_print(json_pack(
+                 "{s:s,s:s,s:o*,s:o*,s:o*,s:o}", "image", im.what, "manifestDigest",
+                 im.manifest_digest, "entryCount", ctl_json_label(im.entry_count), "cacheSizeBytes",
+                 ctl_json_label(im.size_bytes), "summary", json_loads(im.summary_label, 0, NULL),
+                 "parts", parts_json(&im.config))) != 0;
     } else {
         printf("Image:        %s\nManifest:     %s\nEntries:      %s\nSize:         %s bytes\n"
                "Targets:\n",
