@@ -57,16 +57,8 @@ void tkm_archive_opts_init(struct tkm_archive_opts *o)
 
 const char *tkm_compression_name(enum tkm_compression c)
 {
-    switch (c) {
-    case TKM_COMPRESSION_NONE:
-        return "none";
-    case TKM_COMPRESSION_GZIP:
-        return "gzip";
-    case TKM_COMPRESSION_ZSTD:
-        return "zstd";
-    default:
-        return "auto";
-    }
+    static const char *const names[] = {"auto", "none", "gzip", "zstd"}; /* enum order */
+    return (unsigned)c < TKM_ARRAY_SIZE(names) ? names[c] : "auto";
 }
 
 /* ---- the header screen ---------------------------------------------------- */

@@ -19,7 +19,7 @@
 
 #include "triton/pathf-int.h"
 
-/* Reads at most n bytes from the start of a regular file (the PTX header). */
+/* Reads at most n bytes from the start of a regular file (a PTX or ELF header). */
 static int read_head(const char *path, size_t n, struct tkm_buf *b)
 {
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rc = 0;
@@ -103,17 +103,12 @@ static void kernel_stage_files(struct tkm_triton_kernel *k, const char *kdir)
     static const char *const bins[] = {"cubin", "hsaco"};
     for (size_t i = 0; i < TKM_ARRAY_SIZE(bins) && !k->binary_arch[0]; i++) {
         char be[16];
-        int fd;
-        unsigned char hdr[64];
-        if (tkm_pathf(p, sizeof p, "%s/%s.%s", kdir, stem, bins[i]) != 0)
-            continue;
-        fd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        ssize_t n = read(fd, hdr, sizeof hdr);
-        close(fd);
-        if (n > 0)
-            tkm_elf_gpu_arch(hdr, (size_t)n, be, k->binary_arch, sizeof k->binary_arch);
+        if (tkm_pathf(p, sizeof p, "%s/%s.%s", kdir, stem, bins[i]) == 0 &&
+            read_head(p, 64, &b) == 0) { /* the ELF header */
+            tkm_elf_gpu_arch((const unsigned char *)b.data, b.len, be, k->binary_arch,
+                             sizeof k->binary_arch);
+            tkm_buf_release(&b);
+        }
     }
     if (tkm_pathf(p, sizeof p, "%s/__grp__%s.json", kdir, stem) == 0 && lstat(p, &st) == 0 &&
         S_ISREG(st.st_mode))
