@@ -63,8 +63,7 @@ static int open_subdir(int dirfd, const char *root, const char *name, mode_t mod
 }
 
 /* Opens and flocks locks/<hex>.lock. nonblock: -EWOULDBLOCK when held. */
-static int lock_digest(struct tkm_store *s, const char *hex, int nonblock, const atomic_int *cancel,
-                       struct tkm_err *err)
+static int lock_digest(struct tkm_store *s, const char *hex, int nonblock, struct tkm_err *err)
 {
     char name[HEXLEN + 8];
     snprintf(name, sizeof name, "%.64s.lock", hex);
@@ -72,7 +71,7 @@ static int lock_digest(struct tkm_store *s, const char *hex, int nonblock, const
     if (fd < 0)
         return tkm_err_set(err, -errno, "store %s: cannot open lock %s: %s", s->root, name,
                            strerror(errno));
-    for (unsigned waited_ms = 0;; waited_ms += 20) {
+    for (;;) {
         if (flock(fd, LOCK_EX | LOCK_NB) == 0)
             return fd;
         if (errno != EWOULDBLOCK && errno != EINTR) {
@@ -83,13 +82,6 @@ static int lock_digest(struct tkm_store *s, const char *hex, int nonblock, const
         if (nonblock) {
             close(fd);
             return -EWOULDBLOCK;
-        }
-        if (cancel && atomic_load(cancel)) {
-            close(fd);
-            return tkm_err_set(err, -ECANCELED,
-                               "store %s: cancelled while sha256:%.64s was being extracted by "
-                               "another process (waited %u ms)",
-                               s->root, hex, waited_ms);
         }
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -126,7 +118,7 @@ static void purge(struct tkm_store *s)
             size_t len = strlen(nm);
             if (k == 1 && (len != HEXLEN || !is_hex64(nm, len)))
                 continue; /* markers and foreign names in sha256/ stay */
-            int lk = is_hex64(nm, len) ? lock_digest(s, nm, 1, NULL, NULL) : -1;
+            int lk = is_hex64(nm, len) ? lock_digest(s, nm, 1, NULL) : -1;
             if (is_hex64(nm, len) && lk < 0)
                 continue; /* a live process is working on it */
             if (k == 0 || !marker_exists(s, nm)) {
@@ -301,28 +293,18 @@ out:
     return rc;
 }
 
-/* nonblock: -EWOULDBLOCK (no message) when another process holds the lock,
- * so the loop form can wait on a timer instead of a pool thread. */
+/* The ingest of one job, on a pool thread (o, info and path are the job's):
+ * -EWOULDBLOCK (no message) when another process holds the digest's lock,
+ * so that the job waits on a loop timer instead of a pool thread. */
 static int ingest(struct tkm_store *s, const char *digest, const char *blob_path,
                   const struct tkm_archive_opts *o, char **path, struct tkm_store_ingest_info *info,
-                  int nonblock, struct tkm_err *err)
+                  struct tkm_err *err)
 {
-    struct tkm_archive_opts defaults;
-    struct tkm_store_ingest_info local;
-    int rc = check_digest(digest, err), lk = -1;
-    const char *hex = digest ? digest + 7 : NULL;
-    if (rc < 0)
-        return rc;
-    if (!o) {
-        tkm_archive_opts_init(&defaults);
-        o = &defaults;
-    }
-    if (!info)
-        info = &local;
+    const char *hex = digest + 7; /* checked by tkm_store_ingest_start */
+    int rc = 0, lk;
     memset(info, 0, sizeof(*info));
-    if (path)
-        *path = NULL;
-    if ((lk = lock_digest(s, hex, nonblock, o->cancel, err)) < 0)
+    *path = NULL;
+    if ((lk = lock_digest(s, hex, 1, err)) < 0)
         return lk;
     if (marker_exists(s, hex)) {
         info->existed = 1;
@@ -337,18 +319,10 @@ static int ingest(struct tkm_store *s, const char *digest, const char *blob_path
                  (unsigned long long)info->archive.files,
                  (unsigned long long)info->archive.file_bytes);
     }
-    if (path)
-        rc = entry_path(s, hex, path, err);
+    rc = entry_path(s, hex, path, err);
 out:
     unlock_digest(lk);
     return rc;
-}
-
-int tkm_store_ingest(struct tkm_store *s, const char *digest, const char *blob_path,
-                     const struct tkm_archive_opts *o, char **path,
-                     struct tkm_store_ingest_info *info, struct tkm_err *err)
-{
-    return ingest(s, digest, blob_path, o, path, info, 0, err);
 }
 
 int tkm_store_remove(struct tkm_store *s, const char *digest, struct tkm_err *err)
@@ -361,7 +335,7 @@ int tkm_store_remove(struct tkm_store *s, const char *digest, struct tkm_err *er
     snprintf(marker, sizeof marker, "%.64s.complete", hex);
     snprintf(trash, sizeof trash, "%.64s.rm.%d.%llu", hex, (int)getpid(),
              (unsigned long long)tkm_now_ms());
-    if ((lk = lock_digest(s, hex, 0, NULL, err)) < 0)
+    if ((lk = lock_digest(s, hex, 0, err)) < 0)
         return lk;
     if (unlinkat(s->shafd, marker, 0) < 0) {
         rc = errno == ENOENT
@@ -464,7 +438,7 @@ static void job_work(uv_work_t *w)
 {
     struct tkm_store_job *j = w->data;
     /* Never waits for the lock here: a pool thread must not sleep or poll. */
-    j->rc = ingest(j->s, j->digest, j->blob, &j->opts, &j->path, &j->info, 1, &j->err);
+    j->rc = ingest(j->s, j->digest, j->blob, &j->opts, &j->path, &j->info, &j->err);
     OPENSSL_thread_stop(); /* per-thread OpenSSL state of a pool thread that never exits */
 }
 

@@ -16,4 +16,16 @@
 int sup_extract_path(const char *blob_path, const char *dest_path, const struct tkm_archive_opts *o,
                      struct tkm_archive_result *res, struct tkm_err *err);
 
+struct tkm_store;
+struct tkm_store_ingest_info;
+
+/* tkm_store_ingest_start run to its end on a private loop: the blocking
+ * ingest the tests use. Arguments as for _start; *path (may be NULL) gets an
+ * owned copy of the entry's path, *info (may be NULL) what happened. A
+ * *o->cancel already non-zero is passed on with tkm_store_job_cancel (the
+ * job has its own flag). */
+int sup_store_ingest(struct tkm_store *s, const char *digest, const char *blob_path,
+                     const struct tkm_archive_opts *o, char **path,
+                     struct tkm_store_ingest_info *info, struct tkm_err *err);
+
 #endif
