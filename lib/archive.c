@@ -10,7 +10,6 @@
 
 #include <archive.h>
 #include <archive_entry.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -933,28 +932,16 @@ static int handle_entry(struct xctx *c, struct archive *a, struct archive_entry 
 
 static int fsync_tree(int dirfd, int depth)
 {
-    int rc = 0;
-    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        close(fd);
-        return -errno;
+    char **names = NULL;
+    size_t n = 0;
+    int rc = depth < 4096 ? tkm_list_dir(dirfd, TKM_LIST_DIRS, SIZE_MAX, &names, &n) : 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        int sub = openat(dirfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        rc = sub < 0 ? -errno : fsync_tree(sub, depth + 1);
+        if (sub >= 0)
+            close(sub);
     }
-    struct dirent *de;
-    while (rc == 0 && depth < 4096 && (de = readdir(d))) {
-        if (de->d_type != DT_DIR || strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (sub < 0) {
-            rc = -errno;
-            break;
-        }
-        rc = fsync_tree(sub, depth + 1);
-        close(sub);
-    }
-    closedir(d);
+    tkm_names_free(names, n);
     if (rc == 0 && fsync(dirfd) < 0)
         rc = -errno;
     return rc;
