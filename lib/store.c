@@ -41,7 +41,7 @@ static int is_hex64(const char *s, size_t n)
     return 1;
 }
 
-static int check_digest(const char *digest, struct tkm_err *err)
+int tkm_store_check_digest(const char *digest, struct tkm_err *err)
 {
     if (!tkm_digest_valid(digest))
         return tkm_err_set(err, -EINVAL, "'%s' is not a digest of the form sha256:<64 hex>",
@@ -196,7 +196,7 @@ static int entry_path(struct tkm_store *s, const char *hex, char **path, struct 
 
 int tkm_store_lookup(struct tkm_store *s, const char *digest, char **path, struct tkm_err *err)
 {
-    int rc = check_digest(digest, err);
+    int rc = tkm_store_check_digest(digest, err);
     if (rc < 0)
         return rc;
     const char *hex = digest + 7;
@@ -327,7 +327,7 @@ out:
 
 int tkm_store_remove(struct tkm_store *s, const char *digest, struct tkm_err *err)
 {
-    int rc = check_digest(digest, err), lk = -1;
+    int rc = tkm_store_check_digest(digest, err), lk = -1;
     if (rc < 0)
         return rc;
     const char *hex = digest + 7;
@@ -533,7 +533,7 @@ int tkm_store_ingest_start(struct uv_loop_s *loop, struct tkm_store *s, const ch
 {
     struct tkm_archive_opts defaults;
     struct tkm_store_job *j = NULL;
-    int rc = check_digest(digest, err);
+    int rc = tkm_store_check_digest(digest, err);
     if (job)
         *job = NULL;
     if (rc < 0)

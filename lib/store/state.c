@@ -3,7 +3,6 @@
  */
 #include <tkm/store/state.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -19,6 +18,7 @@
 #include <uv.h>
 
 #include <tkm/buf.h>
+#include <tkm/fs.h>
 #include <tkm/log.h>
 
 #define SCHEMA_VERSION  1
@@ -209,41 +209,27 @@ static int rows(struct tkm_store_state *st, const char *sql, int ntext, const ch
     return rc;
 }
 
-static int check_digest(const char *digest, struct tkm_err *err)
-{
-    if (!tkm_digest_valid(digest))
-        return tkm_err_set(err, -EINVAL, "'%s' is not a digest of the form sha256:<64 hex>",
-                           digest ? digest : "(null)");
-    return 0;
-}
-
 /* ---- sizes --------------------------------------------------------------- */
 
 static int walk(int dirfd, const char *name, int depth, uint64_t *sum)
 {
-    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    char **names = NULL;
+    size_t n = 0;
+    int rc, fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        int e = -errno;
-        close(fd);
-        return e;
-    }
-    int rc = 0;
-    struct dirent *de;
-    while (rc == 0 && (de = readdir(d))) {
+    rc = tkm_list_dir(fd, TKM_LIST_ALL, SIZE_MAX, &names, &n);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
         struct stat sb;
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        if (fstatat(fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+        if (fstatat(fd, names[i], &sb, AT_SYMLINK_NOFOLLOW) < 0)
             rc = -errno;
         else if (S_ISREG(sb.st_mode))
             *sum += (uint64_t)sb.st_size;
         else if (S_ISDIR(sb.st_mode))
-            rc = depth >= WALK_MAX_DEPTH ? -ELOOP : walk(fd, de->d_name, depth + 1, sum);
+            rc = depth >= WALK_MAX_DEPTH ? -ELOOP : walk(fd, names[i], depth + 1, sum);
     }
-    closedir(d);
+    tkm_names_free(names, n);
+    close(fd);
     return rc;
 }
 
@@ -616,7 +602,7 @@ static int add_row(struct tkm_store_state *st, const char *digest, uint64_t byte
                    const char *source, int64_t now, struct tkm_err *err)
 {
     int64_t removing = 0;
-    int rc = check_digest(digest, err), have;
+    int rc = tkm_store_check_digest(digest, err), have;
     if (rc < 0)
         return rc;
     if ((rc = begin(st, err)) < 0)
@@ -667,7 +653,7 @@ int tkm_store_state_acquire(struct tkm_store_state *st, const struct tkm_store_r
 {
     sqlite3_stmt *q = NULL;
     int64_t removing = 0;
-    int rc = check_digest(ref->digest, err), have;
+    int rc = tkm_store_check_digest(ref->digest, err), have;
     if (created)
         *created = 0;
     if (rc < 0)
@@ -800,7 +786,7 @@ int tkm_store_state_refs(struct tkm_store_state *st, const char *digest,
 {
     struct tkm_store_ref *v = NULL;
     size_t cnt = 0;
-    int rc = digest ? check_digest(digest, err) : 0;
+    int rc = digest ? tkm_store_check_digest(digest, err) : 0;
     *refs = NULL;
     *n = 0;
     if (rc < 0)
@@ -988,7 +974,7 @@ static int mark_removing(struct tkm_store_state *st, const char *digest, uint64_
                          struct tkm_err *err)
 {
     int64_t v = 0, removing = 0, nref = 0;
-    int rc = check_digest(digest, err), have;
+    int rc = tkm_store_check_digest(digest, err), have;
     if (rc < 0)
         return rc;
     if ((rc = begin(st, err)) < 0)
@@ -1115,7 +1101,7 @@ int tkm_store_state_ingest_start(struct uv_loop_s *loop, struct tkm_store_state 
                                  struct tkm_store_state_job **job, struct tkm_err *err)
 {
     struct tkm_store_state_job *j = NULL;
-    int rc = check_digest(digest, err);
+    int rc = tkm_store_check_digest(digest, err);
     if (job)
         *job = NULL;
     if (rc < 0)

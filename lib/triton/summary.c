@@ -147,34 +147,6 @@ int tkm_triton_summary_label(const struct tkm_triton_summary *s, char **out, str
     return *out ? 0 : tkm_err_set(err, -ENOMEM, "summary label: out of memory");
 }
 
-static int parse_label_target(struct tkm_triton_summary_target *st, json_t *o, size_t i,
-                              struct tkm_err *err)
-{
-    json_t *b = json_object_get(o, "backend"), *a = json_object_get(o, "arch"),
-           *w = json_object_get(o, "warp_size");
-    st->ptx_max.major = st->ptx_max.minor = -1;
-    if (!json_is_string(b) || json_string_length(b) == 0 ||
-        json_string_length(b) >= TKM_TRITON_BACKEND_MAX)
-        return tkm_err_set(err, -EINVAL, "summary label: targets[%zu].backend must be a string", i);
-    snprintf(st->target.backend, sizeof st->target.backend, "%s", json_string_value(b));
-    if (json_is_integer(a) && json_integer_value(a) >= 0 && json_integer_value(a) < 100000) {
-        snprintf(st->target.arch, sizeof st->target.arch, "%lld", (long long)json_integer_value(a));
-    } else if (json_is_string(a) && json_string_length(a) > 0 &&
-               json_string_length(a) < TKM_TRITON_ARCH_MAX) {
-        const char *s = json_string_value(a);
-        snprintf(st->target.arch, sizeof st->target.arch, "%s",
-                 strncmp(s, "sm_", 3) == 0 ? s + 3 : s);
-    } else {
-        return tkm_err_set(err, -EINVAL,
-                           "summary label: targets[%zu].arch must be a string or an integer", i);
-    }
-    if (!json_is_integer(w) || json_integer_value(w) <= 0 || json_integer_value(w) > 1024)
-        return tkm_err_set(err, -EINVAL,
-                           "summary label: targets[%zu].warp_size must be a positive integer", i);
-    st->target.warp_size = (int)json_integer_value(w);
-    return 0;
-}
-
 static int parse_label_ptx(struct tkm_triton_summary *s, json_t *pv, struct tkm_err *err)
 {
     size_t i;
@@ -230,7 +202,10 @@ int tkm_triton_summary_parse(struct tkm_triton_summary *s, const char *label, st
     }
     json_array_foreach(targets, i, v)
     {
-        if ((rc = parse_label_target(&s->targets[i], v, i, err)) != 0)
+        char what[64];
+        snprintf(what, sizeof what, "summary label: targets[%zu]", i);
+        s->targets[i].ptx_max.major = s->targets[i].ptx_max.minor = -1;
+        if ((rc = tkm_triton_target_parse(v, &s->targets[i].target, NULL, what, err)) != 0)
             goto out;
         s->n_targets++;
     }

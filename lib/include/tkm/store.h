@@ -38,6 +38,9 @@ void tkm_store_free(struct tkm_store *s);
 /* The root path; borrowed from s. */
 const char *tkm_store_root(const struct tkm_store *s);
 
+/* 0 when digest is "sha256:<64 lower-case hex>", else -EINVAL with err. */
+int tkm_store_check_digest(const char *digest, struct tkm_err *err);
+
 /* *path (owned, free()) = the extracted tree of digest, only when its
  * completion marker exists. -ENOENT when absent, -EINVAL for a bad digest. */
 int tkm_store_lookup(struct tkm_store *s, const char *digest, char **path, struct tkm_err *err);

@@ -50,6 +50,13 @@ struct tkm_triton_target {
     int warp_size;                        /* 32 or 64 */
 };
 
+/* Reads {"backend", "arch", "warp_size"} of the JSON object t into out: arch
+ * an integer (CUDA, e.g. 90) or a string ("gfx90a"; "sm_90" and "sm90" become
+ * "90"); *arch_is_int (may be NULL) is set to 1 for an integer. -EINVAL with
+ * err naming what ("<file>: target") otherwise. */
+int tkm_triton_target_parse(json_t *t, struct tkm_triton_target *out, int *arch_is_int,
+                            const char *what, struct tkm_err *err);
+
 /* A PTX ISA version from a `.version X.Y` line; major < 0 means unknown. */
 struct tkm_ptx_version {
     int major;
