@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -319,22 +318,6 @@ static json_t *config_json(const struct tkm_triton_cache *c, const char *summary
     return cfg;
 }
 
-static int set_label(json_t *labels, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int set_label(json_t *labels, const char *key, const char *fmt, ...)
-{
-    struct tkm_buf b = TKM_BUF_INIT(1u << 20);
-    va_list ap;
-    int rc;
-    va_start(ap, fmt);
-    rc = tkm_buf_vprintf(&b, fmt, ap);
-    va_end(ap);
-    if (rc == 0 && json_object_set_new(labels, key, json_string(b.data)) != 0)
-        rc = -ENOMEM;
-    tkm_buf_release(&b);
-    return rc;
-}
-
 /* The Inductor and vLLM parts: scans, manifests (owned by the caller: free
  * parts[0].manifest and parts[2].manifest) and their labels into labels. */
 static int scan_parts(const struct tkm_triton_build_opts *o, struct part *parts, json_t *labels,
@@ -353,12 +336,15 @@ static int scan_parts(const struct tkm_triton_build_opts *o, struct part *parts,
             goto out;
         r->inductor_entries = in.fxgraph + in.aotautograd;
         r->inductor_bytes = in.size_bytes;
-        if ((rc = set_label(labels, TKM_INDUCTOR_LABEL_SUMMARY, "%s", sum)) ||
-            (rc = set_label(labels, TKM_INDUCTOR_LABEL_ENTRY_COUNT, "%llu",
-                            (unsigned long long)r->inductor_entries)) ||
-            (rc = set_label(labels, TKM_INDUCTOR_LABEL_SIZE, "%llu",
-                            (unsigned long long)in.size_bytes)))
+        /* json_object_set_new fails on a NULL value: no memory, or not UTF-8 */
+        if (json_object_set_new(labels, TKM_INDUCTOR_LABEL_SUMMARY, json_string(sum)) ||
+            json_object_set_new(labels, TKM_INDUCTOR_LABEL_ENTRY_COUNT,
+                                json_sprintf("%llu", (unsigned long long)r->inductor_entries)) ||
+            json_object_set_new(labels, TKM_INDUCTOR_LABEL_SIZE,
+                                json_sprintf("%llu", (unsigned long long)in.size_bytes))) {
+            rc = -ENOMEM;
             goto out;
+        }
         struct tkm_buf b = TKM_BUF_INIT(1u << 20);
         if ((rc = tkm_buf_printf(&b, "{\"inductor\":%s}", sum)) == 0 &&
             !(parts[0].manifest = strdup(b.data)))
@@ -377,21 +363,24 @@ static int scan_parts(const struct tkm_triton_build_opts *o, struct part *parts,
         }
         r->vllm_entries = v.entries;
         r->vllm_bytes = v.size_bytes;
-        if ((rc = set_label(labels, TKM_VLLM_LABEL_ENTRY_COUNT, "%llu",
-                            (unsigned long long)v.entries)) ||
-            (rc = set_label(labels, TKM_VLLM_LABEL_SIZE, "%llu",
-                            (unsigned long long)v.size_bytes)) ||
-            (rc = set_label(labels, TKM_VLLM_LABEL_FORMAT, "%s", v.format)) ||
-            (rc = set_label(labels, TKM_VLLM_LABEL_SUMMARY, "%s", v.summary)) ||
-            (rc = set_label(labels, TKM_KSERVE_LABEL_CACHE_HASH, "%s", v.hashes)) ||
-            (rc = set_label(labels, TKM_KSERVE_LABEL_MOUNT_SUBPATH, "torch_compile_cache")) ||
-            (rc = set_label(labels, TKM_KSERVE_LABEL_CACHE_TYPE, "torch-compile")) ||
-            (rc = set_label(labels, TKM_KSERVE_LABEL_FRAMEWORK, "vllm")))
+        if (json_object_set_new(labels, TKM_VLLM_LABEL_ENTRY_COUNT,
+                                json_sprintf("%llu", (unsigned long long)v.entries)) ||
+            json_object_set_new(labels, TKM_VLLM_LABEL_SIZE,
+                                json_sprintf("%llu", (unsigned long long)v.size_bytes)) ||
+            json_object_set_new(labels, TKM_VLLM_LABEL_FORMAT, json_string(v.format)) ||
+            json_object_set_new(labels, TKM_VLLM_LABEL_SUMMARY, json_string(v.summary)) ||
+            json_object_set_new(labels, TKM_KSERVE_LABEL_CACHE_HASH, json_string(v.hashes)) ||
+            json_object_set_new(labels, TKM_KSERVE_LABEL_MOUNT_SUBPATH,
+                                json_string("torch_compile_cache")) ||
+            json_object_set_new(labels, TKM_KSERVE_LABEL_CACHE_TYPE,
+                                json_string("torch-compile")) ||
+            json_object_set_new(labels, TKM_KSERVE_LABEL_FRAMEWORK, json_string("vllm")) ||
+            json_object_set_new(labels, TKM_KSERVE_LABEL_ROOT_ENV,
+                                o->vllm_root_env ? json_string(o->vllm_root_env)
+                                                 : json_sprintf("VLLM_CACHE_ROOT=%s", abs))) {
+            rc = -ENOMEM;
             goto out;
-        if ((rc = o->vllm_root_env
-                      ? set_label(labels, TKM_KSERVE_LABEL_ROOT_ENV, "%s", o->vllm_root_env)
-                      : set_label(labels, TKM_KSERVE_LABEL_ROOT_ENV, "VLLM_CACHE_ROOT=%s", abs)))
-            goto out;
+        }
         json_t *arr = json_array();
         m = json_pack("{s:o}", "vllm", arr);
         for (const char *h = v.hashes; m && *h;) {
