@@ -127,25 +127,19 @@ static int check_load(struct check_cache *c, const struct check_args *a, struct 
 /* The "cache" object of the JSON output. */
 static json_t *cache_json(const struct check_cache *c)
 {
+    if (!c->is_dir)
+        return json_pack("{s:s,s:s,s:s,s:o*,s:o*,s:o*}", "source", "image", "image", c->image.what,
+                         "manifestDigest", c->image.manifest_digest, "entryCount",
+                         ctl_json_label(c->image.entry_count), "cacheSizeBytes",
+                         ctl_json_label(c->image.size_bytes), "summary",
+                         json_loads(c->image.summary_label, 0, NULL));
     char *label = NULL;
-    json_t *o, *summary = NULL;
-    if (c->is_dir && tkm_triton_summary_label(c->summary, &label, NULL) == 0) {
-        summary = json_loads(label, 0, NULL);
-        free(label);
-    } else if (!c->is_dir) {
-        summary = json_loads(c->image.summary_label, 0, NULL);
-    }
-    if (c->is_dir) {
-        o = json_pack("{s:s,s:s,s:I,s:I,s:o*}", "source", "directory", "path", c->dir.root,
-                      "entryCount", (json_int_t)c->dir.n_kernels, "cacheSizeBytes",
-                      (json_int_t)c->dir.size_bytes, "summary", summary);
-    } else {
-        o = json_pack("{s:s,s:s,s:s,s:o*,s:o*,s:o*}", "source", "image", "image", c->image.what,
-                      "manifestDigest", c->image.manifest_digest, "entryCount",
-                      ctl_json_label(c->image.entry_count), "cacheSizeBytes",
-                      ctl_json_label(c->image.size_bytes), "summary", summary);
-    }
-    return o;
+    json_t *summary =
+        tkm_triton_summary_label(c->summary, &label, NULL) == 0 ? json_loads(label, 0, NULL) : NULL;
+    free(label);
+    return json_pack("{s:s,s:s,s:I,s:I,s:o*}", "source", "directory", "path", c->dir.root,
+                     "entryCount", (json_int_t)c->dir.n_kernels, "cacheSizeBytes",
+                     (json_int_t)c->dir.size_bytes, "summary", summary);
 }
 
 static void print_text(const struct check_cache *c, const struct tkm_gpu_list *l,

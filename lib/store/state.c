@@ -791,14 +791,11 @@ int tkm_store_state_refs(struct tkm_store_state *st, const char *digest,
     *n = 0;
     if (rc < 0)
         return rc;
-    const char *dg[] = {digest};
+    const char *dg[] = {digest}; /* NULL binds NULL: every reference */
     rc = rows(st,
-              digest ? "SELECT volume_id, digest, pod_namespace, pod_name, pod_uid, "
-                       "cache_namespace, cache_name, created FROM refs WHERE digest=? "
-                       "ORDER BY volume_id"
-                     : "SELECT volume_id, digest, pod_namespace, pod_name, pod_uid, "
-                       "cache_namespace, cache_name, created FROM refs ORDER BY volume_id",
-              digest ? 1 : 0, dg, (void **)&v, sizeof *v, &cnt, ref_fill, err);
+              "SELECT volume_id, digest, pod_namespace, pod_name, pod_uid, cache_namespace,"
+              " cache_name, created FROM refs WHERE ?1 IS NULL OR digest=?1 ORDER BY volume_id",
+              1, dg, (void **)&v, sizeof *v, &cnt, ref_fill, err);
     if (rc < 0) {
         tkm_store_state_refs_free(v, cnt);
         return rc;
