@@ -205,34 +205,30 @@ static int inspect_parts_dir(const char *dir, int json)
     struct tkm_triton_cache c = {0};
     struct tkm_err e = {0};
     int rc = 1, has_t, has_i, has_v;
-    json_t *o = json_object();
     snprintf(p, sizeof p, "%s/triton", dir);
     has_t = tkm_triton_cache_scan(&c, p, &e) == 0;
     snprintf(p, sizeof p, "%s/inductor", dir);
     has_i = tkm_inductor_scan(&in, p, &e) == 0 && tkm_inductor_summary_label(&in, &label, &e) == 0;
     snprintf(p, sizeof p, "%s/vllm", dir);
     has_v = tkm_vllm_scan(&v, p, &e) == 0;
-    if (!o || (!has_t && !has_i && !has_v)) {
+    if (!has_t && !has_i && !has_v) {
         fprintf(stderr, "tkmctl inspect: %s: no readable part (%s)\n", dir, tkm_err_str(&e));
         goto out;
     }
-    if (json) {
-        if (has_t)
-            json_object_set_new(o, "triton",
-                                json_pack("{s:I,s:I}", "entryCount", (json_int_t)c.n_kernels,
-                                          "cacheSizeBytes", (json_int_t)c.size_bytes));
-        if (has_i)
-            json_object_set_new(o, "inductor",
-                                json_pack("{s:I,s:o*}", "cacheSizeBytes", (json_int_t)in.size_bytes,
-                                          "summary", json_loads(label, 0, NULL)));
-        if (has_v)
-            json_object_set_new(o, "vllm",
-                                json_pack("{s:I,s:I,s:s,s:s,s:o*}", "entryCount",
-                                          (json_int_t)v.entries, "cacheSizeBytes",
-                                          (json_int_t)v.size_bytes, "format", v.format, "hashes",
-                                          v.hashes, "summary", json_loads(v.summary, 0, NULL)));
+    if (json) { /* o*: a part that is not there is left out */
+        json_t *t = has_t ? json_pack("{s:I,s:I}", "entryCount", (json_int_t)c.n_kernels,
+                                      "cacheSizeBytes", (json_int_t)c.size_bytes)
+                          : NULL;
+        json_t *i = has_i ? json_pack("{s:I,s:o*}", "cacheSizeBytes", (json_int_t)in.size_bytes,
+                                      "summary", json_loads(label, 0, NULL))
+                          : NULL;
+        json_t *vl = has_v
+                         ? json_pack("{s:I,s:I,s:s,s:s,s:o*}", "entryCount", (json_int_t)v.entries,
+                                     "cacheSizeBytes", (json_int_t)v.size_bytes, "format", v.format,
+                                     "hashes", v.hashes, "summary", json_loads(v.summary, 0, NULL))
+                         : NULL;
+        json_t *o = json_pack("{s:o*,s:o*,s:o*}", "triton", t, "inductor", i, "vllm", vl);
         rc = ctl_json_print(o) != 0;
-        o = NULL; /* released */
         goto out;
     }
     printf("Parts of:     %s\n", dir);
@@ -251,7 +247,6 @@ static int inspect_parts_dir(const char *dir, int json)
                v.summary);
     rc = 0;
 out:
-    json_decref(o);
     free(label);
     tkm_vllm_info_release(&v);
     tkm_triton_cache_release(&c);
