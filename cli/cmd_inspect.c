@@ -120,40 +120,35 @@ static void inspect_dir_text(const struct tkm_triton_cache *c)
     }
 }
 
-/* The Inductor and vLLM parts an image config announces (labels). */
+/* The Inductor and vLLM parts an image config announces (labels); o*
+ * leaves out a part that is not there. */
 static json_t *parts_json(const struct tkm_oci_config *cfg)
 {
     static const char *const kserve[] = {TKM_KSERVE_LABEL_CACHE_HASH,
                                          TKM_KSERVE_LABEL_MOUNT_SUBPATH, TKM_KSERVE_LABEL_ROOT_ENV,
                                          TKM_KSERVE_LABEL_CACHE_TYPE, TKM_KSERVE_LABEL_FRAMEWORK};
-    json_t *o = json_object();
+    json_t *ind = NULL, *vllm = NULL;
     const char *v;
-    if (!o)
-        return NULL;
     if ((v = tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_SUMMARY)) != NULL)
-        json_object_set_new(
-            o, "inductor",
-            json_pack("{s:o*,s:o*,s:o*}", "entryCount",
-                      ctl_json_label(tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_ENTRY_COUNT)),
-                      "cacheSizeBytes",
-                      ctl_json_label(tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_SIZE)), "summary",
-                      json_loads(v, 0, NULL)));
+        ind = json_pack("{s:o*,s:o*,s:o*}", "entryCount",
+                        ctl_json_label(tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_ENTRY_COUNT)),
+                        "cacheSizeBytes",
+                        ctl_json_label(tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_SIZE)),
+                        "summary", json_loads(v, 0, NULL));
     if (tkm_oci_config_label(cfg, TKM_VLLM_LABEL_ENTRY_COUNT)) {
         json_t *k = json_object();
         for (size_t i = 0; k && i < sizeof kserve / sizeof kserve[0]; i++)
             if ((v = tkm_oci_config_label(cfg, kserve[i])) != NULL)
                 json_object_set_new(k, kserve[i], json_string(v));
         const char *sum = tkm_oci_config_label(cfg, TKM_VLLM_LABEL_SUMMARY);
-        json_object_set_new(
-            o, "vllm",
-            json_pack("{s:o*,s:o*,s:s?,s:o*,s:o*}", "entryCount",
-                      ctl_json_label(tkm_oci_config_label(cfg, TKM_VLLM_LABEL_ENTRY_COUNT)),
-                      "cacheSizeBytes",
-                      ctl_json_label(tkm_oci_config_label(cfg, TKM_VLLM_LABEL_SIZE)), "format",
-                      tkm_oci_config_label(cfg, TKM_VLLM_LABEL_FORMAT), "summary",
-                      sum ? json_loads(sum, 0, NULL) : NULL, "kserve", k));
+        vllm = json_pack("{s:o*,s:o*,s:s?,s:o*,s:o*}", "entryCount",
+                         ctl_json_label(tkm_oci_config_label(cfg, TKM_VLLM_LABEL_ENTRY_COUNT)),
+                         "cacheSizeBytes",
+                         ctl_json_label(tkm_oci_config_label(cfg, TKM_VLLM_LABEL_SIZE)), "format",
+                         tkm_oci_config_label(cfg, TKM_VLLM_LABEL_FORMAT), "summary",
+                         sum ? json_loads(sum, 0, NULL) : NULL, "kserve", k);
     }
-    return o;
+    return json_pack("{s:o*,s:o*}", "inductor", ind, "vllm", vllm);
 }
 
 static void inductor_text(const char *summary, const char *n, const char *b)
