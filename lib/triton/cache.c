@@ -66,15 +66,13 @@ static int next_entry(DIR *d, const char *path, struct dirent **de, char p[PATH_
 /* Sum of regular file sizes below path (tmp.pid_* skipped, links not followed). */
 static int tree_size(const char *path, int depth, uint64_t *total, struct tkm_err *err)
 {
+    if (depth > 16)
+        return tkm_err_set(err, -ELOOP, "%s: directories nested too deep", path);
     DIR *d = opendir(path);
     struct dirent *de;
     int rc = 0;
     if (!d)
         return tkm_err_set(err, -errno, "%s: cannot open directory: %s", path, strerror(errno));
-    if (depth > 16) {
-        closedir(d);
-        return tkm_err_set(err, -ELOOP, "%s: directories nested too deep", path);
-    }
     char p[PATH_MAX];
     struct stat st;
     while ((rc = next_entry(d, path, &de, p, &st, err)) > 0) {
