@@ -77,7 +77,7 @@ static int tkm_round(const struct tkm_oci_ref *ref, const char *work, double *se
         struct tkm_err err = {0};
         if (tkm_oci_pull(ref, NULL, layout, "bench", 1, &pr, &err) != 0 ||
             (tkm_oci_pull_result_release(&pr),
-             tkm_triton_extract_layout(layout, "bench", out, NULL, &xr, &err) != 0)) {
+             tkm_triton_extract_layout_with(layout, "bench", out, NULL, NULL, &xr, &err) != 0)) {
             fprintf(stderr, "bench: tkm: %s\n", tkm_err_str(&err));
             _exit(1);
         }

@@ -60,28 +60,19 @@ static void print_result(const struct tkm_triton_build_result *r, const char *la
 {
     char a[32], b[32];
     if (json) {
-        json_t *j =
-            json_pack("{s:s,s:s,s:s,s:I,s:s,s:I,s:I,s:I,s:I}", "manifest", r->manifest.digest,
-                      "config", r->config.digest, "layer", r->layer.digest, "layer_size",
-                      (json_int_t)r->layer.size, "diff_id", r->diff_id, "entries",
-                      (json_int_t)r->entries, "cache_size_bytes", (json_int_t)r->cache_bytes,
-                      "files", (json_int_t)r->files, "tar_bytes", (json_int_t)r->tar_bytes);
-        if (j && layout) {
-            json_object_set_new(j, "layout", json_string(layout));
-            json_object_set_new(j, "tag", json_string(tag));
-        }
-        if (j && r->inductor_bytes) {
-            json_object_set_new(j, "inductor_entries",
-                                json_integer((json_int_t)r->inductor_entries));
-            json_object_set_new(j, "inductor_bytes", json_integer((json_int_t)r->inductor_bytes));
-        }
-        if (j && r->vllm_bytes) {
-            json_object_set_new(j, "vllm_entries", json_integer((json_int_t)r->vllm_entries));
-            json_object_set_new(j, "vllm_bytes", json_integer((json_int_t)r->vllm_bytes));
-        }
-        if (j && pushed)
-            json_object_set_new(j, "pushed", json_string(pushed));
-        ctl_json_print(j);
+        /* a part's counts only when it is there; s*, o*: a NULL leaves the key out */
+        json_t *ie = r->inductor_bytes ? json_integer((json_int_t)r->inductor_entries) : NULL;
+        json_t *ib = r->inductor_bytes ? json_integer((json_int_t)r->inductor_bytes) : NULL;
+        json_t *ve = r->vllm_bytes ? json_integer((json_int_t)r->vllm_entries) : NULL;
+        json_t *vb = r->vllm_bytes ? json_integer((json_int_t)r->vllm_bytes) : NULL;
+        ctl_json_print(json_pack(
+            "{s:s,s:s,s:s,s:I,s:s,s:I,s:I,s:I,s:I,s:s*,s:s*,s:o*,s:o*,s:o*,s:o*,s:s*}", "manifest",
+            r->manifest.digest, "config", r->config.digest, "layer", r->layer.digest, "layer_size",
+            (json_int_t)r->layer.size, "diff_id", r->diff_id, "entries", (json_int_t)r->entries,
+            "cache_size_bytes", (json_int_t)r->cache_bytes, "files", (json_int_t)r->files,
+            "tar_bytes", (json_int_t)r->tar_bytes, "layout", layout, "tag", layout ? tag : NULL,
+            "inductor_entries", ie, "inductor_bytes", ib, "vllm_entries", ve, "vllm_bytes", vb,
+            "pushed", pushed));
         return;
     }
     printf("built %s: %llu kernel entries, %llu files, %s of cache, layer %s\n", r->manifest.digest,

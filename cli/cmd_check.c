@@ -16,6 +16,7 @@
 #include <tkm/triton/parts.h>
 #include <tkm/util.h>
 
+#include "ctl_args.h"
 #include "tkmctl.h"
 #include "ctl_oci.h"
 #include "ctl_json.h"
@@ -64,69 +65,36 @@ struct check_args {
     struct ctl_oci_flags oci; /* registry flags, for IMAGE_REF */
 };
 
+/* As ctl_args_parse: -1 to go on, else the exit status. */
 static int check_parse(int argc, char **argv, struct check_args *a)
 {
+    const char *out = NULL;
+    const struct ctl_arg args[] = {{"--output", &out, NULL},
+                                   {"--image-layout", &a->layout, NULL},
+                                   {"--tag", &a->tag, NULL},
+                                   {"--sysfs-root", &a->probe.sysfs_root, NULL},
+                                   {"--procfs-root", &a->probe.procfs_root, NULL},
+                                   {"--nvml-lib", &a->probe.nvml_lib, NULL},
+                                   {"--no-nvml", NULL, &a->probe.no_nvml},
+                                   {0}};
+    const struct ctl_args_spec spec = {"check", args, &a->source, 1, check_usage, &a->oci};
     memset(a, 0, sizeof *a);
-    ctl_oci_flags_init(&a->oci, "config");
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i];
-        if (strcmp(s, "-o") != 0 && strcmp(s, "--output") != 0) {
-            int r = ctl_oci_flag(&a->oci, argc, argv, &i, "check");
-            if (r < 0)
-                return -1;
-            if (r > 0)
-                continue;
-        }
-        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-        int takes = !strcmp(s, "-o") || !strcmp(s, "--output") || !strcmp(s, "--image-layout") ||
-                    !strcmp(s, "--tag") || !strcmp(s, "--sysfs-root") ||
-                    !strcmp(s, "--procfs-root") || !strcmp(s, "--nvml-lib");
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-            check_usage(stdout);
-            return 1;
-        }
-        if (takes && !next) {
-            fprintf(stderr, "tkmctl check: %s needs a value\n\n", s);
-            return -1;
-        }
-        if (!strcmp(s, "-o") || !strcmp(s, "--output")) {
-            if (strcmp(next, "json") != 0 && strcmp(next, "text") != 0) {
-                fprintf(stderr, "tkmctl check: -o takes json or text, not '%s'\n\n", next);
-                return -1;
-            }
-            a->json = !strcmp(next, "json");
-        } else if (!strcmp(s, "--image-layout")) {
-            a->layout = next;
-        } else if (!strcmp(s, "--tag")) {
-            a->tag = next;
-        } else if (!strcmp(s, "--sysfs-root")) {
-            a->probe.sysfs_root = next;
-        } else if (!strcmp(s, "--procfs-root")) {
-            a->probe.procfs_root = next;
-        } else if (!strcmp(s, "--nvml-lib")) {
-            a->probe.nvml_lib = next;
-        } else if (!strcmp(s, "--no-nvml")) {
-            a->probe.no_nvml = 1;
-            continue;
-        } else if (s[0] == '-') {
-            fprintf(stderr, "tkmctl check: unknown flag '%s'\n\n", s);
-            return -1;
-        } else if (a->source) {
-            fprintf(stderr, "tkmctl check: more than one cache given ('%s', '%s')\n\n", a->source,
-                    s);
-            return -1;
-        } else {
-            a->source = s;
-            continue;
-        }
-        i++;
+    ctl_oci_flags_init(&a->oci, "config"); /* -o json|text is one of its flags */
+    int st = ctl_args_parse(&spec, argc, argv);
+    if (st >= 0)
+        return st;
+    if (out && strcmp(out, "json") != 0 && strcmp(out, "text") != 0) {
+        fprintf(stderr, "tkmctl check: --output takes json or text, not '%s'\n", out);
+        return 2;
     }
+    a->json = out ? !strcmp(out, "json") : a->oci.json;
     if (!a->source == !a->layout) {
         fprintf(stderr, "tkmctl check: give exactly one of CACHE_DIR, --image-layout DIR or "
                         "IMAGE_REF\n\n");
-        return -1;
+        check_usage(stderr);
+        return 2;
     }
-    return 0;
+    return -1;
 }
 
 /* The cache side: a scanned directory or an image's labels. */
@@ -156,28 +124,22 @@ static int check_load(struct check_cache *c, const struct check_args *a, struct 
     return tkm_triton_image_load_ref(&c->image, a->source, &ro, err);
 }
 
-/* A numeric label ("4") as a JSON integer; anything else as the string, or null. */
+/* The "cache" object of the JSON output. */
 static json_t *cache_json(const struct check_cache *c)
 {
+    if (!c->is_dir)
+        return json_pack("{s:s,s:s,s:s,s:o*,s:o*,s:o*}", "source", "image", "image", c->image.what,
+                         "manifestDigest", c->image.manifest_digest, "entryCount",
+                         ctl_json_label(c->image.entry_count), "cacheSizeBytes",
+                         ctl_json_label(c->image.size_bytes), "summary",
+                         json_loads(c->image.summary_label, 0, NULL));
     char *label = NULL;
-    json_t *o, *summary = NULL;
-    if (c->is_dir && tkm_triton_summary_label(c->summary, &label, NULL) == 0) {
-        summary = json_loads(label, 0, NULL);
-        free(label);
-    } else if (!c->is_dir) {
-        summary = json_loads(c->image.summary_label, 0, NULL);
-    }
-    if (c->is_dir) {
-        o = json_pack("{s:s,s:s,s:I,s:I,s:o*}", "source", "directory", "path", c->dir.root,
-                      "entryCount", (json_int_t)c->dir.n_kernels, "cacheSizeBytes",
-                      (json_int_t)c->dir.size_bytes, "summary", summary);
-    } else {
-        o = json_pack("{s:s,s:s,s:s,s:o*,s:o*,s:o*}", "source", "image", "image", c->image.what,
-                      "manifestDigest", c->image.manifest_digest, "entryCount",
-                      ctl_json_label(c->image.entry_count), "cacheSizeBytes",
-                      ctl_json_label(c->image.size_bytes), "summary", summary);
-    }
-    return o;
+    json_t *summary =
+        tkm_triton_summary_label(c->summary, &label, NULL) == 0 ? json_loads(label, 0, NULL) : NULL;
+    free(label);
+    return json_pack("{s:s,s:s,s:I,s:I,s:o*}", "source", "directory", "path", c->dir.root,
+                     "entryCount", (json_int_t)c->dir.n_kernels, "cacheSizeBytes",
+                     (json_int_t)c->dir.size_bytes, "summary", summary);
 }
 
 static void print_text(const struct check_cache *c, const struct tkm_gpu_list *l,
@@ -215,30 +177,20 @@ static void print_text(const struct check_cache *c, const struct tkm_gpu_list *l
 static int print_json(const struct check_cache *c, const struct tkm_gpu_list *l,
                       const struct tkm_compat_verdict *v, size_t ok)
 {
-    json_t *root = json_object(), *res = json_array(), *yes = json_array(), *no = json_array();
-    int rc = -ENOMEM;
-    if (!root || !res || !yes || !no)
-        goto out;
-    for (size_t i = 0; i < l->n; i++) {
-        json_t *vj = tkm_compat_verdict_json(c->summary, &l->gpus[i], &v[i]);
-        if (!vj || json_array_append_new(res, vj) ||
-            json_array_append_new(v[i].compatible ? yes : no, json_integer(l->gpus[i].index)))
-            goto out;
+    json_t *res = json_array(), *yes = json_array(), *no = json_array(), *root;
+    int bad = !res || !yes || !no;
+    for (size_t i = 0; !bad && i < l->n; i++)
+        bad = json_array_append_new(res, tkm_compat_verdict_json(c->summary, &l->gpus[i], &v[i])) ||
+              json_array_append_new(v[i].compatible ? yes : no, json_integer(l->gpus[i].index));
+    /* "o" steals res, yes and no (and the cache object): released by json_pack if it fails */
+    root = json_pack("{s:o,s:s*,s:o,s:o,s:o,s:b}", "cache", cache_json(c), "nvmlError",
+                     l->nvml_error[0] ? l->nvml_error : NULL, "results", res, "compatibleGpus", yes,
+                     "incompatibleGpus", no, "compatible", ok > 0);
+    if (bad) {
+        json_decref(root);
+        return -ENOMEM;
     }
-    if (json_object_set_new(root, "cache", cache_json(c)) ||
-        (l->nvml_error[0] && json_object_set_new(root, "nvmlError", json_string(l->nvml_error))) ||
-        json_object_set(root, "results", res) || json_object_set(root, "compatibleGpus", yes) ||
-        json_object_set(root, "incompatibleGpus", no) ||
-        json_object_set_new(root, "compatible", json_boolean(ok > 0)))
-        goto out;
-    rc = json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 ? 0 : -EIO;
-    putchar('\n');
-out:
-    json_decref(root);
-    json_decref(res);
-    json_decref(yes);
-    json_decref(no);
-    return rc;
+    return ctl_json_print(root);
 }
 
 static int cmd_check(int argc, char **argv)
@@ -250,11 +202,8 @@ static int cmd_check(int argc, char **argv)
     struct tkm_err err = {0};
     size_t ok = 0;
     int rc = check_parse(argc, argv, &a), status = 1;
-    if (rc) {
-        if (rc < 0)
-            check_usage(stderr);
-        return rc < 0 ? 2 : 0;
-    }
+    if (rc >= 0)
+        return rc;
     if (check_load(&c, &a, &err) != 0) {
         fprintf(stderr, "tkmctl check: %s\n", tkm_err_str(&err));
         return 1;

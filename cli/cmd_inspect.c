@@ -15,6 +15,7 @@
 #include <tkm/triton/parts.h>
 #include <tkm/util.h>
 
+#include "ctl_args.h"
 #include "tkmctl.h"
 #include "ctl_oci.h"
 #include "ctl_json.h"
@@ -66,26 +67,20 @@ static json_t *kernel_json(const struct tkm_triton_kernel *k)
 static int inspect_dir_json(const struct tkm_triton_cache *c)
 {
     char *label = NULL;
-    json_t *root = NULL, *ks = json_array();
-    int rc = -ENOMEM;
-    if (!ks || tkm_triton_summary_label(&c->summary, &label, NULL) != 0)
-        goto out;
-    for (size_t i = 0; i < c->n_kernels; i++)
-        if (json_array_append_new(ks, kernel_json(&c->kernels[i])) != 0)
-            goto out;
-    root =
-        json_pack("{s:s,s:I,s:I,s:I,s:o*,s:O}", "path", c->root, "entryCount",
-                  (json_int_t)c->n_kernels, "directories", (json_int_t)c->n_dirs, "cacheSizeBytes",
-                  (json_int_t)c->size_bytes, "summary", json_loads(label, 0, NULL), "kernels", ks);
-    if (root && json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0) {
-        putchar('\n');
-        rc = 0;
-    }
-out:
+    json_t *ks = json_array(), *root;
+    int bad = !ks || tkm_triton_summary_label(&c->summary, &label, NULL) != 0;
+    for (size_t i = 0; !bad && i < c->n_kernels; i++)
+        bad = json_array_append_new(ks, kernel_json(&c->kernels[i])) != 0;
+    root = json_pack("{s:s,s:I,s:I,s:I,s:o*,s:o}", "path", c->root, "entryCount",
+                     (json_int_t)c->n_kernels, "directories", (json_int_t)c->n_dirs,
+                     "cacheSizeBytes", (json_int_t)c->size_bytes, "summary",
+                     label ? json_loads(label, 0, NULL) : NULL, "kernels", ks); /* takes ks */
     free(label);
-    json_decref(ks);
-    json_decref(root);
-    return rc;
+    if (bad) {
+        json_decref(root);
+        return -ENOMEM;
+    }
+    return ctl_json_print(root);
 }
 
 static void inspect_dir_text(const struct tkm_triton_cache *c)
@@ -125,41 +120,35 @@ static void inspect_dir_text(const struct tkm_triton_cache *c)
     }
 }
 
-/* A numeric label ("4") as a JSON integer; anything else as the string, or null. */
-/* The Inductor and vLLM parts an image config announces (labels). */
+/* The Inductor and vLLM parts an image config announces (labels); o*
+ * leaves out a part that is not there. */
 static json_t *parts_json(const struct tkm_oci_config *cfg)
 {
     static const char *const kserve[] = {TKM_KSERVE_LABEL_CACHE_HASH,
                                          TKM_KSERVE_LABEL_MOUNT_SUBPATH, TKM_KSERVE_LABEL_ROOT_ENV,
                                          TKM_KSERVE_LABEL_CACHE_TYPE, TKM_KSERVE_LABEL_FRAMEWORK};
-    json_t *o = json_object();
+    json_t *ind = NULL, *vllm = NULL;
     const char *v;
-    if (!o)
-        return NULL;
     if ((v = tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_SUMMARY)) != NULL)
-        json_object_set_new(
-            o, "inductor",
-            json_pack("{s:o*,s:o*,s:o*}", "entryCount",
-                      ctl_json_label(tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_ENTRY_COUNT)),
-                      "cacheSizeBytes",
-                      ctl_json_label(tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_SIZE)), "summary",
-                      json_loads(v, 0, NULL)));
+        ind = json_pack("{s:o*,s:o*,s:o*}", "entryCount",
+                        ctl_json_label(tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_ENTRY_COUNT)),
+                        "cacheSizeBytes",
+                        ctl_json_label(tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_SIZE)),
+                        "summary", json_loads(v, 0, NULL));
     if (tkm_oci_config_label(cfg, TKM_VLLM_LABEL_ENTRY_COUNT)) {
         json_t *k = json_object();
         for (size_t i = 0; k && i < sizeof kserve / sizeof kserve[0]; i++)
             if ((v = tkm_oci_config_label(cfg, kserve[i])) != NULL)
                 json_object_set_new(k, kserve[i], json_string(v));
         const char *sum = tkm_oci_config_label(cfg, TKM_VLLM_LABEL_SUMMARY);
-        json_object_set_new(
-            o, "vllm",
-            json_pack("{s:o*,s:o*,s:s?,s:o*,s:o*}", "entryCount",
-                      ctl_json_label(tkm_oci_config_label(cfg, TKM_VLLM_LABEL_ENTRY_COUNT)),
-                      "cacheSizeBytes",
-                      ctl_json_label(tkm_oci_config_label(cfg, TKM_VLLM_LABEL_SIZE)), "format",
-                      tkm_oci_config_label(cfg, TKM_VLLM_LABEL_FORMAT), "summary",
-                      sum ? json_loads(sum, 0, NULL) : NULL, "kserve", k));
+        vllm = json_pack("{s:o*,s:o*,s:s?,s:o*,s:o*}", "entryCount",
+                         ctl_json_label(tkm_oci_config_label(cfg, TKM_VLLM_LABEL_ENTRY_COUNT)),
+                         "cacheSizeBytes",
+                         ctl_json_label(tkm_oci_config_label(cfg, TKM_VLLM_LABEL_SIZE)), "format",
+                         tkm_oci_config_label(cfg, TKM_VLLM_LABEL_FORMAT), "summary",
+                         sum ? json_loads(sum, 0, NULL) : NULL, "kserve", k);
     }
-    return o;
+    return json_pack("{s:o*,s:o*}", "inductor", ind, "vllm", vllm);
 }
 
 static void inductor_text(const char *summary, const char *n, const char *b)
@@ -211,34 +200,30 @@ static int inspect_parts_dir(const char *dir, int json)
     struct tkm_triton_cache c = {0};
     struct tkm_err e = {0};
     int rc = 1, has_t, has_i, has_v;
-    json_t *o = json_object();
     snprintf(p, sizeof p, "%s/triton", dir);
     has_t = tkm_triton_cache_scan(&c, p, &e) == 0;
     snprintf(p, sizeof p, "%s/inductor", dir);
     has_i = tkm_inductor_scan(&in, p, &e) == 0 && tkm_inductor_summary_label(&in, &label, &e) == 0;
     snprintf(p, sizeof p, "%s/vllm", dir);
     has_v = tkm_vllm_scan(&v, p, &e) == 0;
-    if (!o || (!has_t && !has_i && !has_v)) {
+    if (!has_t && !has_i && !has_v) {
         fprintf(stderr, "tkmctl inspect: %s: no readable part (%s)\n", dir, tkm_err_str(&e));
         goto out;
     }
-    if (json) {
-        if (has_t)
-            json_object_set_new(o, "triton",
-                                json_pack("{s:I,s:I}", "entryCount", (json_int_t)c.n_kernels,
-                                          "cacheSizeBytes", (json_int_t)c.size_bytes));
-        if (has_i)
-            json_object_set_new(o, "inductor",
-                                json_pack("{s:I,s:o*}", "cacheSizeBytes", (json_int_t)in.size_bytes,
-                                          "summary", json_loads(label, 0, NULL)));
-        if (has_v)
-            json_object_set_new(o, "vllm",
-                                json_pack("{s:I,s:I,s:s,s:s,s:o*}", "entryCount",
-                                          (json_int_t)v.entries, "cacheSizeBytes",
-                                          (json_int_t)v.size_bytes, "format", v.format, "hashes",
-                                          v.hashes, "summary", json_loads(v.summary, 0, NULL)));
-        rc = json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 ? 0 : 1;
-        putchar('\n');
+    if (json) { /* o*: a part that is not there is left out */
+        json_t *t = has_t ? json_pack("{s:I,s:I}", "entryCount", (json_int_t)c.n_kernels,
+                                      "cacheSizeBytes", (json_int_t)c.size_bytes)
+                          : NULL;
+        json_t *i = has_i ? json_pack("{s:I,s:o*}", "cacheSizeBytes", (json_int_t)in.size_bytes,
+                                      "summary", json_loads(label, 0, NULL))
+                          : NULL;
+        json_t *vl = has_v
+                         ? json_pack("{s:I,s:I,s:s,s:s,s:o*}", "entryCount", (json_int_t)v.entries,
+                                     "cacheSizeBytes", (json_int_t)v.size_bytes, "format", v.format,
+                                     "hashes", v.hashes, "summary", json_loads(v.summary, 0, NULL))
+                         : NULL;
+        json_t *o = json_pack("{s:o*,s:o*,s:o*}", "triton", t, "inductor", i, "vllm", vl);
+        rc = ctl_json_print(o) != 0;
         goto out;
     }
     printf("Parts of:     %s\n", dir);
@@ -257,7 +242,6 @@ static int inspect_parts_dir(const char *dir, int json)
                v.summary);
     rc = 0;
 out:
-    json_decref(o);
     free(label);
     tkm_vllm_info_release(&v);
     tkm_triton_cache_release(&c);
@@ -278,15 +262,11 @@ static int inspect_image(const char *layout, const char *tag, const char *ref, i
         return 1;
     }
     if (json) {
-        json_t *o = json_pack("{s:s,s:s,s:o*,s:o*,s:o*}", "image", im.what, "manifestDigest",
-                              im.manifest_digest, "entryCount", ctl_json_label(im.entry_count),
-                              "cacheSizeBytes", ctl_json_label(im.size_bytes), "summary",
-                              json_loads(im.summary_label, 0, NULL));
-        if (o)
-            json_object_set_new(o, "parts", parts_json(&im.config));
-        rc = o && json_dumpf(o, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0 ? 0 : 1;
-        putchar('\n');
-        json_decref(o);
+        rc = ctl_json_print(json_pack(
+                 "{s:s,s:s,s:o*,s:o*,s:o*,s:o}", "image", im.what, "manifestDigest",
+                 im.manifest_digest, "entryCount", ctl_json_label(im.entry_count), "cacheSizeBytes",
+                 ctl_json_label(im.size_bytes), "summary", json_loads(im.summary_label, 0, NULL),
+                 "parts", parts_json(&im.config))) != 0;
     } else {
         printf("Image:        %s\nManifest:     %s\nEntries:      %s\nSize:         %s bytes\n"
                "Targets:\n",
@@ -305,38 +285,20 @@ static int inspect_image(const char *layout, const char *tag, const char *ref, i
 
 static int cmd_inspect(int argc, char **argv)
 {
-    const char *src = NULL, *layout = NULL, *tag = NULL;
-    int json = 0, r;
+    const char *src = NULL, *layout = NULL, *tag = NULL, *out = NULL;
     struct ctl_oci_flags oci;
-    ctl_oci_flags_init(&oci, "config");
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(s, "-o") != 0 && strcmp(s, "--output") != 0 &&
-            (r = ctl_oci_flag(&oci, argc, argv, &i, "inspect")) != 0) {
-            if (r < 0)
-                return 2;
-            continue;
-        }
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-            inspect_usage(stdout);
-            return 0;
-        } else if ((!strcmp(s, "-o") || !strcmp(s, "--output")) && next &&
-                   (!strcmp(next, "json") || !strcmp(next, "text"))) {
-            json = !strcmp(next, "json");
-            i++;
-        } else if (!strcmp(s, "--image-layout") && next) {
-            layout = argv[++i];
-        } else if (!strcmp(s, "--tag") && next) {
-            tag = argv[++i];
-        } else if (s[0] != '-' && !src) {
-            src = s;
-        } else {
-            fprintf(stderr, "tkmctl inspect: unexpected argument '%s'%s\n\n", s,
-                    s[0] == '-' ? " (or it is missing its value)" : "");
-            inspect_usage(stderr);
-            return 2;
-        }
+    const struct ctl_arg args[] = {
+        {"--output", &out, NULL}, {"--image-layout", &layout, NULL}, {"--tag", &tag, NULL}, {0}};
+    const struct ctl_args_spec spec = {"inspect", args, &src, 1, inspect_usage, &oci};
+    ctl_oci_flags_init(&oci, "config"); /* -o json|text is one of its flags */
+    int r = ctl_args_parse(&spec, argc, argv);
+    if (r >= 0)
+        return r;
+    if (out && strcmp(out, "json") != 0 && strcmp(out, "text") != 0) {
+        fprintf(stderr, "tkmctl inspect: --output takes json or text, not '%s'\n", out);
+        return 2;
     }
+    int json = out ? !strcmp(out, "json") : oci.json;
     if (!src == !layout) {
         fprintf(stderr, "tkmctl inspect: give exactly one of CACHE_DIR, --image-layout DIR or "
                         "IMAGE_REF\n\n");

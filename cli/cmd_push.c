@@ -68,9 +68,8 @@ static int cmd_push(int argc, char **argv)
     }
     tkm_oci_ref_format(&ref, canon, sizeof canon);
     if (f.json) {
-        json_t *j = json_pack("{s:s,s:s,s:i}", "reference", canon, "digest", digest,
-                              "blobs_uploaded", uploaded);
-        ctl_json_print(j);
+        ctl_json_print(json_pack("{s:s,s:s,s:i}", "reference", canon, "digest", digest,
+                                 "blobs_uploaded", uploaded));
     } else {
         printf("%s@%s (%d blob%s uploaded)\n", canon, digest, uploaded, uploaded == 1 ? "" : "s");
     }

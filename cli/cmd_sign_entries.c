@@ -13,43 +13,35 @@
 #include "ctl_args.h"
 #include "tkmctl.h"
 
-static void usage(FILE *f, int verify)
-{
-    if (!verify)
-        fprintf(f, "Usage: tkmctl sign-entries --key PRIVATE.pem CACHE_DIR\n\n"
-                   "Signs every file of every kernel directory of a Triton cache the way TCE's\n"
-                   "copy_entry.py --sign-with does: <file>.sig next to each file, the raw RSA\n"
-                   "PKCS#1 v1.5 signature over SHA-384 of its bytes. Group files (__grp__*.json)\n"
-                   "are not signed (TCE does not check them; they are rewritten on the node).\n"
-                   "Existing .sig files are replaced. Exit status 1 if any file failed.\n\n"
-                   "Flags:\n"
-                   "  --key FILE   RSA private key, unencrypted PEM (e.g. openssl genrsa 3072)\n"
-                   "  --quiet      print only failures and the summary\n\n"
-                   "Example:\n"
-                   "  openssl genrsa -out tce.key 3072 && openssl rsa -in tce.key -pubout -out "
-                   "tce.pub\n"
-                   "  tkmctl sign-entries --key tce.key ~/.triton/cache\n");
-    else
-        fprintf(f, "Usage: tkmctl verify-entries --key PUBLIC.pem CACHE_DIR\n\n"
-                   "Checks the TCE per-entry signatures of a Triton cache: every file of every\n"
-                   "kernel directory except __grp__*.json must have a <file>.sig that verifies\n"
-                   "(RSA PKCS#1 v1.5, SHA-384) with the public key. Prints each failure with its\n"
-                   "reason and a summary. Exit status 0 when all verify, 1 otherwise.\n\n"
-                   "Flags:\n"
-                   "  --key FILE   RSA public key, PEM (-----BEGIN PUBLIC KEY-----)\n"
-                   "  --list       also print every file that verified\n\n"
-                   "Example:\n"
-                   "  tkmctl verify-entries --key tce.pub ./cache/io.triton.cache\n");
-}
-
 static void usage_sign(FILE *f)
 {
-    usage(f, 0);
+    fprintf(f, "Usage: tkmctl sign-entries --key PRIVATE.pem CACHE_DIR\n\n"
+               "Signs every file of every kernel directory of a Triton cache the way TCE's\n"
+               "copy_entry.py --sign-with does: <file>.sig next to each file, the raw RSA\n"
+               "PKCS#1 v1.5 signature over SHA-384 of its bytes. Group files (__grp__*.json)\n"
+               "are not signed (TCE does not check them; they are rewritten on the node).\n"
+               "Existing .sig files are replaced. Exit status 1 if any file failed.\n\n"
+               "Flags:\n"
+               "  --key FILE   RSA private key, unencrypted PEM (e.g. openssl genrsa 3072)\n"
+               "  --quiet      print only failures and the summary\n\n"
+               "Example:\n"
+               "  openssl genrsa -out tce.key 3072 && openssl rsa -in tce.key -pubout -out "
+               "tce.pub\n"
+               "  tkmctl sign-entries --key tce.key ~/.triton/cache\n");
 }
 
 static void usage_verify(FILE *f)
 {
-    usage(f, 1);
+    fprintf(f, "Usage: tkmctl verify-entries --key PUBLIC.pem CACHE_DIR\n\n"
+               "Checks the TCE per-entry signatures of a Triton cache: every file of every\n"
+               "kernel directory except __grp__*.json must have a <file>.sig that verifies\n"
+               "(RSA PKCS#1 v1.5, SHA-384) with the public key. Prints each failure with its\n"
+               "reason and a summary. Exit status 0 when all verify, 1 otherwise.\n\n"
+               "Flags:\n"
+               "  --key FILE   RSA public key, PEM (-----BEGIN PUBLIC KEY-----)\n"
+               "  --list       also print every file that verified\n\n"
+               "Example:\n"
+               "  tkmctl verify-entries --key tce.pub ./cache/io.triton.cache\n");
 }
 
 int ctl_tce_run(int argc, char **argv, int verify)
@@ -66,7 +58,7 @@ int ctl_tce_run(int argc, char **argv, int verify)
         return st;
     if (!key || !dir) {
         fprintf(stderr, "tkmctl %s: need --key FILE and CACHE_DIR\n\n", cmd);
-        usage(stderr, verify);
+        (verify ? usage_verify : usage_sign)(stderr);
         return 2;
     }
     char *pem = NULL;

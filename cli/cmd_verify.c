@@ -71,21 +71,16 @@ static void print_ok(const char *canon, const char *digest, const struct tkm_sig
                      int json)
 {
     if (json) {
-        json_t *j =
-            json_pack("{s:s,s:s,s:b,s:s,s:s,s:s,s:s,s:s,s:s,s:I}", "reference", canon, "digest",
-                      digest, "verified", 1, "source", tkm_sig_source_name(r->source), "format",
-                      tkm_sig_format_name(r->format), "location", r->location, "key", r->key_id,
-                      "keyType", r->key_desc, "dockerReference", r->docker_reference,
-                      "signaturesFound", (json_int_t)r->found);
-        if (j && r->bundle_media_type[0])
-            json_object_set_new(j, "bundleMediaType", json_string(r->bundle_media_type));
-        if (j && r->identity[0]) {
-            json_object_set_new(j, "certificateIdentity", json_string(r->identity));
-            json_object_set_new(j, "certificateOidcIssuer", json_string(r->issuer));
-        }
-        if (j && r->tlog_index >= 0)
-            json_object_set_new(j, "tlogIndex", json_integer(r->tlog_index));
-        ctl_json_print(j);
+        const char *idn = r->identity[0] ? r->identity : NULL; /* s*, o*: NULL leaves it out */
+        ctl_json_print(json_pack(
+            "{s:s,s:s,s:b,s:s,s:s,s:s,s:s,s:s,s:s,s:I,s:s*,s:s*,s:s*,s:o*}", "reference", canon,
+            "digest", digest, "verified", 1, "source", tkm_sig_source_name(r->source), "format",
+            tkm_sig_format_name(r->format), "location", r->location, "key", r->key_id, "keyType",
+            r->key_desc, "dockerReference", r->docker_reference, "signaturesFound",
+            (json_int_t)r->found, "bundleMediaType",
+            r->bundle_media_type[0] ? r->bundle_media_type : NULL, "certificateIdentity", idn,
+            "certificateOidcIssuer", idn ? r->issuer : NULL, "tlogIndex",
+            r->tlog_index >= 0 ? json_integer(r->tlog_index) : NULL));
         return;
     }
     char who[1200];

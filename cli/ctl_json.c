@@ -7,13 +7,15 @@
 
 #include <tkm/util.h>
 
-void ctl_json_print(json_t *j)
+int ctl_json_print(json_t *j)
 {
     char *s = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
+    int rc = s ? 0 : -1;
     if (s)
         printf("%s\n", s);
     free(s);
     json_decref(j);
+    return rc;
 }
 
 json_t *ctl_json_label(const char *s)

@@ -10,7 +10,6 @@
 
 #include <archive.h>
 #include <archive_entry.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -28,6 +27,7 @@
 #include <zstd.h>
 
 #include <tkm/buf.h>
+#include <tkm/fs.h>
 #include <tkm/log.h>
 #include <tkm/util.h>
 
@@ -38,39 +38,26 @@
 #define PROGRESS_ENTS  64
 #define MAX_META_RUN   16 /* g, x, L, K before one entry: 4 are plenty */
 
-void tkm_archive_limits_default(struct tkm_archive_limits *l)
-{
-    l->max_total_bytes = 32ULL << 30;
-    l->max_file_bytes = 4ULL << 30;
-    l->max_entries = 200000;
-    l->max_pax_bytes = 1 << 20;
-    l->max_path_len = 1024;
-    l->max_depth = 32;
-    l->max_ratio = 250;
-    l->ratio_grace_bytes = 16 << 20;
-    l->zstd_window_log_max = 27;
-}
-
 void tkm_archive_opts_init(struct tkm_archive_opts *o)
 {
     memset(o, 0, sizeof(*o));
-    tkm_archive_limits_default(&o->limits);
+    o->limits = (struct tkm_archive_limits){.max_total_bytes = 32ULL << 30,
+                                            .max_file_bytes = 4ULL << 30,
+                                            .max_entries = 200000,
+                                            .max_pax_bytes = 1 << 20,
+                                            .max_path_len = 1024,
+                                            .max_depth = 32,
+                                            .max_ratio = 250,
+                                            .ratio_grace_bytes = 16 << 20,
+                                            .zstd_window_log_max = 27};
     o->compression = TKM_COMPRESSION_AUTO;
     o->fsync = 1;
 }
 
 const char *tkm_compression_name(enum tkm_compression c)
 {
-    switch (c) {
-    case TKM_COMPRESSION_NONE:
-        return "none";
-    case TKM_COMPRESSION_GZIP:
-        return "gzip";
-    case TKM_COMPRESSION_ZSTD:
-        return "zstd";
-    default:
-        return "auto";
-    }
+    static const char *const names[] = {"auto", "none", "gzip", "zstd"}; /* enum order */
+    return (unsigned)c < TKM_ARRAY_SIZE(names) ? names[c] : "auto";
 }
 
 /* ---- the header screen ---------------------------------------------------- */
@@ -945,28 +932,16 @@ static int handle_entry(struct xctx *c, struct archive *a, struct archive_entry 
 
 static int fsync_tree(int dirfd, int depth)
 {
-    int rc = 0;
-    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        close(fd);
-        return -errno;
+    char **names = NULL;
+    size_t n = 0;
+    int rc = depth < 4096 ? tkm_list_dir(dirfd, TKM_LIST_DIRS, SIZE_MAX, &names, &n) : 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        int sub = openat(dirfd, names[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        rc = sub < 0 ? -errno : fsync_tree(sub, depth + 1);
+        if (sub >= 0)
+            close(sub);
     }
-    struct dirent *de;
-    while (rc == 0 && depth < 4096 && (de = readdir(d))) {
-        if (de->d_type != DT_DIR || strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        int sub = openat(dirfd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (sub < 0) {
-            rc = -errno;
-            break;
-        }
-        rc = fsync_tree(sub, depth + 1);
-        close(sub);
-    }
-    closedir(d);
+    tkm_names_free(names, n);
     if (rc == 0 && fsync(dirfd) < 0)
         rc = -errno;
     return rc;
@@ -1044,35 +1019,22 @@ out:
 /* 1 when dirfd holds no entry, 0 when it does or cannot be read. */
 static int dir_is_empty(int dirfd)
 {
-    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC), empty = 1;
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    struct dirent *de;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
-        return 0;
-    }
-    while (empty && (de = readdir(d)))
-        empty = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0;
-    closedir(d);
-    return empty;
+    char **names;
+    size_t n;
+    int rc = tkm_list_dir(dirfd, TKM_LIST_ALL, 0, &names, &n); /* -E2BIG at the first entry */
+    tkm_names_free(names, n);
+    return rc == 0;
 }
 
 /* Removes everything beneath dirfd (not dirfd itself). */
 static void clear_dir(int dirfd)
 {
-    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    struct dirent *de;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
-        return;
-    }
-    while ((de = readdir(d)))
-        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-            tkm_rmtree_at(dirfd, de->d_name);
-    closedir(d);
+    char **names;
+    size_t n;
+    if (tkm_list_dir(dirfd, TKM_LIST_ALL, SIZE_MAX, &names, &n) == 0)
+        for (size_t i = 0; i < n; i++)
+            tkm_rmtree_at(dirfd, names[i]);
+    tkm_names_free(names, n);
 }
 
 int tkm_archive_extract_fd(int blob_fd, int dest_dirfd, const struct tkm_archive_opts *o,
@@ -1154,44 +1116,6 @@ out:
     rc = rc < 0 && c->e.code ? c->e.code : rc;
     free(c);
     return rc;
-}
-
-static int split_dest(const char *dest, struct tkm_buf *parent, struct tkm_buf *base,
-                      struct tkm_err *err)
-{
-    size_t len = strlen(dest);
-    while (len > 1 && dest[len - 1] == '/')
-        len--;
-    const char *slash = memrchr(dest, '/', len);
-    const char *b = slash ? slash + 1 : dest;
-    size_t blen = len - (size_t)(b - dest);
-    if (blen == 0 || (blen == 1 && b[0] == '.') || (blen == 2 && b[0] == '.' && b[1] == '.'))
-        return tkm_err_set(err, -EINVAL, "destination %s must name a new directory", dest);
-    int rc = slash ? tkm_buf_append(parent, dest, slash == dest ? 1 : (size_t)(slash - dest))
-                   : tkm_buf_puts(parent, ".");
-    if (rc == 0)
-        rc = tkm_buf_append(base, b, blen);
-    return rc < 0 ? tkm_err_set(err, rc, "destination %s: path too long", dest) : 0;
-}
-
-static int publish(int pfd, const char *stg, const char *base, const char *dest,
-                   struct tkm_err *err)
-{
-    if (renameat2(pfd, stg, pfd, base, RENAME_NOREPLACE) < 0) {
-        if (errno != EINVAL && errno != ENOSYS)
-            return tkm_err_set(err, -errno, "cannot rename the staging directory to %s: %s", dest,
-                               strerror(errno));
-        struct stat st; /* filesystem without RENAME_NOREPLACE */
-        if (fstatat(pfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0)
-            return tkm_err_set(err, -EEXIST, "destination %s already exists", dest);
-        if (renameat(pfd, stg, pfd, base) < 0)
-            return tkm_err_set(err, -errno, "cannot rename the staging directory to %s: %s", dest,
-                               strerror(errno));
-    }
-    if (fsync(pfd) < 0)
-        return tkm_err_set(err, -errno, "fsync of the directory holding %s: %s", dest,
-                           strerror(errno));
-    return 0;
 }
 
 /* ---- staging directories ------------------------------------------------ */
@@ -1306,84 +1230,26 @@ int tkm_staging_live(int parent_fd, const char *name)
 int tkm_staging_purge(int parent_fd, const char *where)
 {
     unsigned long long self;
-    int removed = 0, fd;
-    DIR *d;
-    struct dirent *de;
+    char **names;
+    size_t n;
+    int removed = 0;
     if (proc_start_time(getpid(), &self) < 0)
         return 0; /* no /proc: nothing can be attributed, nothing is removed */
-    fd = openat(parent_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        int e = errno;
-        if (fd >= 0)
-            close(fd);
-        return -e;
-    }
-    while ((de = readdir(d))) {
-        if (tkm_staging_live(parent_fd, de->d_name) != 0)
+    int rc = tkm_list_dir(parent_fd, TKM_LIST_ALL, SIZE_MAX, &names, &n);
+    if (rc < 0)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        if (tkm_staging_live(parent_fd, names[i]) != 0)
             continue; /* not ours, or its process lives */
-        int rc = tkm_rmtree_at(parent_fd, de->d_name);
-        if (rc < 0)
+        if ((rc = tkm_rmtree_at(parent_fd, names[i])) < 0) {
             tkm_warn("cannot remove the stale staging directory %s/%s: %s", where ? where : ".",
-                     de->d_name, strerror(-rc));
-        else
-            removed++;
-        if (rc == 0)
-            tkm_info("removed the staging directory %s/%s of a process that is gone",
-                     where ? where : ".", de->d_name);
+                     names[i], strerror(-rc));
+            continue;
+        }
+        removed++;
+        tkm_info("removed the staging directory %s/%s of a process that is gone",
+                 where ? where : ".", names[i]);
     }
-    closedir(d);
+    tkm_names_free(names, n);
     return removed;
-}
-
-int tkm_archive_extract_path(const char *blob_path, const char *dest_path,
-                             const struct tkm_archive_opts *o, struct tkm_archive_result *res,
-                             struct tkm_err *err)
-{
-    struct tkm_buf parent = TKM_BUF_INIT(PATH_MAX), base = TKM_BUF_INIT(NAME_MAX);
-    char stg[TKM_STAGING_NAME_MAX];
-    int pfd = -1, bfd = -1, sfd = -1, rc;
-    struct stat st;
-    if ((rc = split_dest(dest_path, &parent, &base, err)) < 0)
-        goto out;
-    pfd = open(parent.data, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (pfd < 0) {
-        rc = tkm_err_set(err, -errno, "cannot open %s: %s", parent.data, strerror(errno));
-        goto out;
-    }
-    tkm_staging_purge(pfd, parent.data);
-    if (fstatat(pfd, base.data, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-        rc = tkm_err_set(err, -EEXIST, "destination %s already exists", dest_path);
-        goto out;
-    }
-    bfd = open(blob_path, O_RDONLY | O_CLOEXEC);
-    if (bfd < 0) {
-        rc = tkm_err_set(err, -errno, "cannot open layer blob %s: %s", blob_path, strerror(errno));
-        goto out;
-    }
-    if ((sfd = rc = tkm_staging_create(pfd, stg, sizeof stg, err)) < 0) {
-        tkm_err_prefix(err, "beside %s", dest_path);
-        goto out;
-    }
-    if ((rc = tkm_archive_extract_fd(bfd, sfd, o, res, err)) < 0) {
-        tkm_err_prefix(err, "layer %s", blob_path);
-        goto out;
-    }
-    if (fchmod(sfd, 0755) < 0) {
-        rc = tkm_err_set(err, -errno, "chmod %s/%s: %s", parent.data, stg, strerror(errno));
-        goto out;
-    }
-    rc = publish(pfd, stg, base.data, dest_path, err);
-out:
-    if (rc < 0 && sfd >= 0)
-        tkm_rmtree_at(pfd, stg);
-    if (sfd >= 0)
-        close(sfd);
-    if (bfd >= 0)
-        close(bfd);
-    if (pfd >= 0)
-        close(pfd);
-    tkm_buf_release(&parent);
-    tkm_buf_release(&base);
-    return rc;
 }

@@ -3,7 +3,6 @@
  */
 #include <tkm/store.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -18,6 +17,7 @@
 
 #include <tkm/backoff.h>
 #include <tkm/buf.h>
+#include <tkm/fs.h>
 #include <tkm/log.h>
 #include <tkm/util.h>
 
@@ -41,7 +41,7 @@ static int is_hex64(const char *s, size_t n)
     return 1;
 }
 
-static int check_digest(const char *digest, struct tkm_err *err)
+int tkm_store_check_digest(const char *digest, struct tkm_err *err)
 {
     if (!tkm_digest_valid(digest))
         return tkm_err_set(err, -EINVAL, "'%s' is not a digest of the form sha256:<64 hex>",
@@ -63,8 +63,7 @@ static int open_subdir(int dirfd, const char *root, const char *name, mode_t mod
 }
 
 /* Opens and flocks locks/<hex>.lock. nonblock: -EWOULDBLOCK when held. */
-static int lock_digest(struct tkm_store *s, const char *hex, int nonblock, const atomic_int *cancel,
-                       struct tkm_err *err)
+static int lock_digest(struct tkm_store *s, const char *hex, int nonblock, struct tkm_err *err)
 {
     char name[HEXLEN + 8];
     snprintf(name, sizeof name, "%.64s.lock", hex);
@@ -72,7 +71,7 @@ static int lock_digest(struct tkm_store *s, const char *hex, int nonblock, const
     if (fd < 0)
         return tkm_err_set(err, -errno, "store %s: cannot open lock %s: %s", s->root, name,
                            strerror(errno));
-    for (unsigned waited_ms = 0;; waited_ms += 20) {
+    for (;;) {
         if (flock(fd, LOCK_EX | LOCK_NB) == 0)
             return fd;
         if (errno != EWOULDBLOCK && errno != EINTR) {
@@ -83,13 +82,6 @@ static int lock_digest(struct tkm_store *s, const char *hex, int nonblock, const
         if (nonblock) {
             close(fd);
             return -EWOULDBLOCK;
-        }
-        if (cancel && atomic_load(cancel)) {
-            close(fd);
-            return tkm_err_set(err, -ECANCELED,
-                               "store %s: cancelled while sha256:%.64s was being extracted by "
-                               "another process (waited %u ms)",
-                               s->root, hex, waited_ms);
         }
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
@@ -117,31 +109,26 @@ static void purge(struct tkm_store *s)
 {
     int fds[2] = {s->stgfd, s->shafd};
     for (int k = 0; k < 2; k++) {
-        int fd = openat(fds[k], ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-        if (!d) {
-            if (fd >= 0)
-                close(fd);
+        char **names;
+        size_t n;
+        if (tkm_list_dir(fds[k], TKM_LIST_ALL, SIZE_MAX, &names, &n) < 0)
             continue;
-        }
-        struct dirent *de;
-        while ((de = readdir(d))) {
-            const char *n = de->d_name;
-            size_t len = strlen(n);
-            if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0)
-                continue;
-            if (k == 1 && (len != HEXLEN || !is_hex64(n, len)))
+        for (size_t i = 0; i < n; i++) {
+            const char *nm = names[i];
+            size_t len = strlen(nm);
+            if (k == 1 && (len != HEXLEN || !is_hex64(nm, len)))
                 continue; /* markers and foreign names in sha256/ stay */
-            int lk = is_hex64(n, len) ? lock_digest(s, n, 1, NULL, NULL) : -1;
-            if (is_hex64(n, len) && lk < 0)
+            int lk = is_hex64(nm, len) ? lock_digest(s, nm, 1, NULL) : -1;
+            if (is_hex64(nm, len) && lk < 0)
                 continue; /* a live process is working on it */
-            if (k == 0 || !marker_exists(s, n)) {
-                tkm_warn("store %s: removing leftover %s/%s", s->root, k ? "sha256" : "staging", n);
-                tkm_rmtree_at(fds[k], n);
+            if (k == 0 || !marker_exists(s, nm)) {
+                tkm_warn("store %s: removing leftover %s/%s", s->root, k ? "sha256" : "staging",
+                         nm);
+                tkm_rmtree_at(fds[k], nm);
             }
             unlock_digest(lk);
         }
-        closedir(d);
+        tkm_names_free(names, n);
     }
 }
 
@@ -209,7 +196,7 @@ static int entry_path(struct tkm_store *s, const char *hex, char **path, struct 
 
 int tkm_store_lookup(struct tkm_store *s, const char *digest, char **path, struct tkm_err *err)
 {
-    int rc = check_digest(digest, err);
+    int rc = tkm_store_check_digest(digest, err);
     if (rc < 0)
         return rc;
     const char *hex = digest + 7;
@@ -306,28 +293,18 @@ out:
     return rc;
 }
 
-/* nonblock: -EWOULDBLOCK (no message) when another process holds the lock,
- * so the loop form can wait on a timer instead of a pool thread. */
+/* The ingest of one job, on a pool thread (o, info and path are the job's):
+ * -EWOULDBLOCK (no message) when another process holds the digest's lock,
+ * so that the job waits on a loop timer instead of a pool thread. */
 static int ingest(struct tkm_store *s, const char *digest, const char *blob_path,
                   const struct tkm_archive_opts *o, char **path, struct tkm_store_ingest_info *info,
-                  int nonblock, struct tkm_err *err)
+                  struct tkm_err *err)
 {
-    struct tkm_archive_opts defaults;
-    struct tkm_store_ingest_info local;
-    int rc = check_digest(digest, err), lk = -1;
-    const char *hex = digest ? digest + 7 : NULL;
-    if (rc < 0)
-        return rc;
-    if (!o) {
-        tkm_archive_opts_init(&defaults);
-        o = &defaults;
-    }
-    if (!info)
-        info = &local;
+    const char *hex = digest + 7; /* checked by tkm_store_ingest_start */
+    int rc = 0, lk;
     memset(info, 0, sizeof(*info));
-    if (path)
-        *path = NULL;
-    if ((lk = lock_digest(s, hex, nonblock, o->cancel, err)) < 0)
+    *path = NULL;
+    if ((lk = lock_digest(s, hex, 1, err)) < 0)
         return lk;
     if (marker_exists(s, hex)) {
         info->existed = 1;
@@ -342,23 +319,15 @@ static int ingest(struct tkm_store *s, const char *digest, const char *blob_path
                  (unsigned long long)info->archive.files,
                  (unsigned long long)info->archive.file_bytes);
     }
-    if (path)
-        rc = entry_path(s, hex, path, err);
+    rc = entry_path(s, hex, path, err);
 out:
     unlock_digest(lk);
     return rc;
 }
 
-int tkm_store_ingest(struct tkm_store *s, const char *digest, const char *blob_path,
-                     const struct tkm_archive_opts *o, char **path,
-                     struct tkm_store_ingest_info *info, struct tkm_err *err)
-{
-    return ingest(s, digest, blob_path, o, path, info, 0, err);
-}
-
 int tkm_store_remove(struct tkm_store *s, const char *digest, struct tkm_err *err)
 {
-    int rc = check_digest(digest, err), lk = -1;
+    int rc = tkm_store_check_digest(digest, err), lk = -1;
     if (rc < 0)
         return rc;
     const char *hex = digest + 7;
@@ -366,7 +335,7 @@ int tkm_store_remove(struct tkm_store *s, const char *digest, struct tkm_err *er
     snprintf(marker, sizeof marker, "%.64s.complete", hex);
     snprintf(trash, sizeof trash, "%.64s.rm.%d.%llu", hex, (int)getpid(),
              (unsigned long long)tkm_now_ms());
-    if ((lk = lock_digest(s, hex, 0, NULL, err)) < 0)
+    if ((lk = lock_digest(s, hex, 0, err)) < 0)
         return lk;
     if (unlinkat(s->shafd, marker, 0) < 0) {
         rc = errno == ENOENT
@@ -389,58 +358,33 @@ out:
     return rc;
 }
 
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 int tkm_store_list(struct tkm_store *s, char ***digests, size_t *n, struct tkm_err *err)
 {
-    char **v = NULL;
-    size_t cnt = 0, cap = 0;
-    int rc = 0, fd = openat(s->shafd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    char **v;
+    size_t cnt, k = 0;
+    int rc = tkm_list_dir(s->shafd, TKM_LIST_ALL, SIZE_MAX, &v, &cnt); /* sorted */
     *digests = NULL;
     *n = 0;
-    if (!d) {
-        rc =
-            tkm_err_set(err, -errno, "store %s: cannot list sha256/: %s", s->root, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return rc;
-    }
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        size_t len = strlen(de->d_name);
-        if (len != HEXLEN + 9 || !is_hex64(de->d_name, len) ||
-            strcmp(de->d_name + HEXLEN, ".complete") != 0)
+    if (rc < 0)
+        return tkm_err_set(err, rc, "store %s: cannot list sha256/: %s", s->root, strerror(-rc));
+    for (size_t i = 0; i < cnt; i++) {
+        char *d = v[i];
+        size_t len = strlen(d);
+        if (len != HEXLEN + 9 || !is_hex64(d, len) || strcmp(d + HEXLEN, ".complete") != 0) {
+            free(d);
             continue;
-        if (cnt == cap) {
-            size_t ncap = cap ? cap * 2 : 16;
-            char **nv = realloc(v, ncap * sizeof(*v));
-            if (!nv) {
-                rc = tkm_err_set(err, -ENOMEM, "out of memory");
-                break;
-            }
-            v = nv;
-            cap = ncap;
         }
-        v[cnt] = malloc(72);
-        if (!v[cnt]) {
-            rc = tkm_err_set(err, -ENOMEM, "out of memory");
-            break;
-        }
-        snprintf(v[cnt++], 72, "sha256:%.64s", de->d_name);
+        memmove(d + 7, d, HEXLEN); /* "<hex>.complete" -> "sha256:<hex>", in place */
+        memcpy(d, "sha256:", 7);
+        d[7 + HEXLEN] = '\0';
+        v[k++] = d;
     }
-    closedir(d);
-    if (rc < 0) {
-        tkm_store_list_free(v, cnt);
-        return rc;
+    if (k == 0) {
+        free(v);
+        v = NULL;
     }
-    if (cnt > 1)
-        qsort(v, cnt, sizeof(char *), cmp_str);
     *digests = v;
-    *n = cnt;
+    *n = k;
     return 0;
 }
 
@@ -494,7 +438,7 @@ static void job_work(uv_work_t *w)
 {
     struct tkm_store_job *j = w->data;
     /* Never waits for the lock here: a pool thread must not sleep or poll. */
-    j->rc = ingest(j->s, j->digest, j->blob, &j->opts, &j->path, &j->info, 1, &j->err);
+    j->rc = ingest(j->s, j->digest, j->blob, &j->opts, &j->path, &j->info, &j->err);
     OPENSSL_thread_stop(); /* per-thread OpenSSL state of a pool thread that never exits */
 }
 
@@ -589,7 +533,7 @@ int tkm_store_ingest_start(struct uv_loop_s *loop, struct tkm_store *s, const ch
 {
     struct tkm_archive_opts defaults;
     struct tkm_store_job *j = NULL;
-    int rc = check_digest(digest, err);
+    int rc = tkm_store_check_digest(digest, err);
     if (job)
         *job = NULL;
     if (rc < 0)

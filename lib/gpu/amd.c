@@ -8,12 +8,14 @@
  * comes from that number, not from a product-name table (upstream's table
  * maps MI300 to gfx90c, which is wrong: it is gfx942).
  */
-#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include <tkm/fs.h>
 #include <tkm/gpu/probe.h>
 #include <tkm/util.h>
 
@@ -113,30 +115,23 @@ static int node_cmp(const void *a, const void *b)
 
 int tkm_gpu_probe_kfd(struct tkm_gpu_list *l, const char *sysfs, struct tkm_err *err)
 {
-    char dir[4096], path[4096];
-    char *names[256];
+    char dir[4096], path[4096], **names = NULL;
     size_t n = 0;
-    struct dirent *de;
-    int rc = 0;
+    int rc = 0, fd;
     if (tkm_pathf(dir, sizeof dir, "%s/class/kfd/kfd/topology/nodes", sysfs) != 0)
         return tkm_err_set(err, -ENAMETOOLONG, "sysfs root too long");
-    DIR *d = opendir(dir);
-    if (!d)
+    if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
         return 0; /* amdgpu/KFD not loaded: the PCI scan reports AMD GPUs */
-    while ((de = readdir(d)) && n < TKM_ARRAY_SIZE(names)) {
-        if (de->d_name[0] < '0' || de->d_name[0] > '9')
-            continue;
-        if (!(names[n] = strdup(de->d_name))) {
-            rc = tkm_err_set(err, -ENOMEM, "out of memory");
-            goto out;
-        }
-        n++;
-    }
+    rc = tkm_list_dir(fd, TKM_LIST_ALL, SIZE_MAX, &names, &n);
+    close(fd);
+    if (rc)
+        return rc == -ENOMEM ? tkm_err_set(err, rc, "out of memory") : 0;
     qsort(names, n, sizeof *names, node_cmp); /* node order = KFD GPU order */
     for (size_t i = 0; i < n; i++) {
         struct kfd_props p;
         FILE *f;
-        if (tkm_pathf(path, sizeof path, "%s/%s/properties", dir, names[i]) != 0 ||
+        if (names[i][0] < '0' || names[i][0] > '9' ||
+            tkm_pathf(path, sizeof path, "%s/%s/properties", dir, names[i]) != 0 ||
             !(f = fopen(path, "re")))
             continue;
         read_props(f, &p);
@@ -146,13 +141,10 @@ int tkm_gpu_probe_kfd(struct tkm_gpu_list *l, const char *sysfs, struct tkm_err 
         struct tkm_gpu *g = tkm_gpu_list_add(l);
         if (!g) {
             rc = tkm_err_set(err, -ENOMEM, "out of memory");
-            goto out;
+            break;
         }
         fill_amd(g, &p, sysfs);
     }
-out:
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    closedir(d);
+    tkm_names_free(names, n);
     return rc;
 }

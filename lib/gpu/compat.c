@@ -177,29 +177,13 @@ void tkm_compat_check(const struct tkm_triton_summary *s, const struct tkm_gpu *
 json_t *tkm_compat_verdict_json(const struct tkm_triton_summary *s, const struct tkm_gpu *g,
                                 const struct tkm_compat_verdict *v)
 {
-    json_t *o = json_object(), *gj = tkm_gpu_to_json(g), *mt = json_null();
+    json_t *mt = json_null();
     if (v->target_index >= 0 && (size_t)v->target_index < s->n_targets) {
         const struct tkm_triton_target *t = &s->targets[v->target_index].target;
-        json_decref(mt);
         mt = json_pack("{s:s,s:s,s:i}", "backend", t->backend, "arch", t->arch, "warp_size",
                        t->warp_size);
     }
-    if (!o || !gj || !mt) {
-        json_decref(o);
-        json_decref(mt);
-        json_decref(gj);
-        return NULL;
-    }
-    if (json_object_set_new(o, "gpu", gj) != 0) { /* set_new took gj even on failure */
-        json_decref(o);
-        json_decref(mt);
-        return NULL;
-    }
-    if (json_object_set_new(o, "compatible", json_boolean(v->compatible)) ||
-        json_object_set_new(o, "reason", json_string(v->reason)) ||
-        json_object_set_new(o, "matchedTarget", mt)) {
-        json_decref(o);
-        return NULL;
-    }
-    return o;
+    /* "o" steals both references: json_pack releases them when it fails */
+    return json_pack("{s:o,s:b,s:s,s:o}", "gpu", tkm_gpu_to_json(g), "compatible", v->compatible,
+                     "reason", v->reason, "matchedTarget", mt);
 }

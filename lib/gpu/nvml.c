@@ -81,9 +81,7 @@ static void fill_device(const struct nvml_api *a, nvml_device d, struct tkm_gpu 
     struct nvml_memory mem;
     struct nvml_pci_info pci;
     unsigned int cur, pend;
-    snprintf(g->vendor, sizeof g->vendor, "nvidia");
     snprintf(g->backend, sizeof g->backend, "cuda");
-    snprintf(g->source, sizeof g->source, "nvml");
     g->warp_size = 32; /* every CUDA GPU Triton supports */
     if (a->name(d, g->name, sizeof g->name) != 0)
         g->name[0] = '\0';
@@ -131,14 +129,14 @@ static int probe_devices(const struct nvml_api *a, struct tkm_gpu_list *l, struc
         struct tkm_gpu *g = tkm_gpu_list_add(l);
         if (!g)
             return tkm_err_set(err, -ENOMEM, "out of memory");
+        snprintf(g->vendor, sizeof g->vendor, "nvidia");
+        snprintf(g->source, sizeof g->source, "nvml");
         snprintf(g->driver_version, sizeof g->driver_version, "%s", drv);
         g->cuda_driver_version = cuda;
         if (cuda > 0)
             snprintf(g->cuda_version, sizeof g->cuda_version, "%d.%d", cuda / 1000,
                      (cuda % 1000) / 10);
         if ((r = a->handle(i, &d)) != 0) {
-            snprintf(g->vendor, sizeof g->vendor, "nvidia");
-            snprintf(g->source, sizeof g->source, "nvml");
             snprintf(g->reason, sizeof g->reason, "NVML cannot open GPU %u: %s", i,
                      nvml_strerror(a, r));
             continue;

@@ -8,14 +8,15 @@
  * its user-space interface (NVML, KFD) unavailable.
  */
 #include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include <tkm/fs.h>
 #include <tkm/gpu/probe.h>
 #include <tkm/util.h>
 
@@ -131,34 +132,20 @@ static int add_pci_gpu(struct tkm_gpu_list *l, const char *dir, const char *bdf,
     return 0;
 }
 
-static int name_cmp(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 int tkm_gpu_probe_pci(struct tkm_gpu_list *l, const char *sysfs, const char *procfs,
                       struct tkm_err *err)
 {
-    char root[PATH_MAX], dir[PATH_MAX], bdf[32];
-    struct dirent *de;
-    char *names[1024];
+    char root[PATH_MAX], dir[PATH_MAX], bdf[32], **names = NULL;
     size_t n = 0;
-    int rc = 0;
+    int rc = 0, fd;
     if (tkm_pathf(root, sizeof root, "%s/bus/pci/devices", sysfs) != 0)
         return tkm_err_set(err, -ENAMETOOLONG, "sysfs root too long");
-    DIR *d = opendir(root);
-    if (!d)
+    if ((fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
         return 0; /* no PCI bus visible (a container without /sys/bus) */
-    while ((de = readdir(d)) && n < TKM_ARRAY_SIZE(names)) {
-        if (de->d_name[0] == '.')
-            continue;
-        if (!(names[n] = strdup(de->d_name))) {
-            rc = tkm_err_set(err, -ENOMEM, "out of memory");
-            goto out;
-        }
-        n++;
-    }
-    qsort(names, n, sizeof *names, name_cmp);
+    rc = tkm_list_dir(fd, TKM_LIST_ALL, SIZE_MAX, &names, &n); /* sorted */
+    close(fd);
+    if (rc)
+        return rc == -ENOMEM ? tkm_err_set(err, rc, "out of memory") : 0;
     for (size_t i = 0; i < n; i++) {
         unsigned long vendor, device, cls;
         if (tkm_pathf(dir, sizeof dir, "%s/%s", root, names[i]) != 0 ||
@@ -172,12 +159,9 @@ int tkm_gpu_probe_pci(struct tkm_gpu_list *l, const char *sysfs, const char *pro
             continue;
         if ((rc = add_pci_gpu(l, dir, bdf, vendor, device, procfs)) != 0) {
             tkm_err_set(err, rc, "out of memory");
-            goto out;
+            break;
         }
     }
-out:
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    closedir(d);
+    tkm_names_free(names, n);
     return rc;
 }

@@ -153,40 +153,19 @@ const char *tkm_gpu_pci_name(uint32_t vendor, uint32_t device)
 
 json_t *tkm_gpu_to_json(const struct tkm_gpu *g)
 {
-    json_t *o = json_object();
-    char cc[16] = "", dev[16];
-    if (!o)
-        return NULL;
-    if (g->cc_major >= 0)
-        snprintf(cc, sizeof cc, "%d.%d", g->cc_major, g->cc_minor);
+    char cc[16], dev[16];
+    const char *mig = g->mig_mode == 1 ? "enabled" : g->mig_mode == 0 ? "disabled" : "n/a";
+    snprintf(cc, sizeof cc, "%d.%d", g->cc_major, g->cc_minor);
     snprintf(dev, sizeof dev, "0x%04x", g->pci_device_id);
-    int r = json_object_set_new(o, "index", json_integer(g->index));
-    r |= json_object_set_new(o, "vendor", json_string(g->vendor));
-    r |= json_object_set_new(o, "name", json_string(g->name));
-    r |= json_object_set_new(o, "gpuType", json_string(g->gpu_type));
-    r |= json_object_set_new(o, "uuid", json_string(g->uuid));
-    r |= json_object_set_new(o, "pciBusId", json_string(g->pci_bus_id));
-    r |= json_object_set_new(o, "pciDeviceId", json_string(dev));
-    r |= json_object_set_new(o, "backend", json_string(g->backend));
-    r |= json_object_set_new(o, "arch", json_string(g->arch));
-    r |= json_object_set_new(o, "computeCapability", cc[0] ? json_string(cc) : json_null());
-    r |= json_object_set_new(o, "warpSize", json_integer(g->warp_size));
-    r |= json_object_set_new(o, "memoryBytes", json_integer((json_int_t)g->memory_bytes));
-    r |= json_object_set_new(o, "driverVersion", json_string(g->driver_version));
-    r |= json_object_set_new(o, "cudaVersion", json_string(g->cuda_version));
-    r |= json_object_set_new(o, "migMode",
-                             json_string(g->mig_mode == 1   ? "enabled"
-                                         : g->mig_mode == 0 ? "disabled"
-                                                            : "n/a"));
-    r |= json_object_set_new(o, "source", json_string(g->source));
-    r |= json_object_set_new(o, "usable", json_boolean(g->usable));
-    if (g->reason[0])
-        r |= json_object_set_new(o, "reason", json_string(g->reason));
-    if (r) {
-        json_decref(o);
-        return NULL;
-    }
-    return o;
+    /* s?: null when NULL; s*: left out when NULL */
+    return json_pack("{s:i,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s?,s:i,s:I,s:s,s:s,s:s,s:s,s:b,s:s*}",
+                     "index", g->index, "vendor", g->vendor, "name", g->name, "gpuType",
+                     g->gpu_type, "uuid", g->uuid, "pciBusId", g->pci_bus_id, "pciDeviceId", dev,
+                     "backend", g->backend, "arch", g->arch, "computeCapability",
+                     g->cc_major >= 0 ? cc : NULL, "warpSize", g->warp_size, "memoryBytes",
+                     (json_int_t)g->memory_bytes, "driverVersion", g->driver_version, "cudaVersion",
+                     g->cuda_version, "migMode", mig, "source", g->source, "usable", g->usable,
+                     "reason", g->reason[0] ? g->reason : NULL);
 }
 
 int tkm_gpu_probe(struct tkm_gpu_list *out, const struct tkm_gpu_probe_opts *opts,

@@ -3,7 +3,6 @@
  */
 #include <tkm/store/state.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -19,6 +18,7 @@
 #include <uv.h>
 
 #include <tkm/buf.h>
+#include <tkm/fs.h>
 #include <tkm/log.h>
 
 #define SCHEMA_VERSION  1
@@ -170,41 +170,66 @@ static int scalar(struct tkm_store_state *st, const char *sql, int ntext, const 
     return rc;
 }
 
-static int check_digest(const char *digest, struct tkm_err *err)
+/* Runs sql (text arguments as for prep) and appends one zeroed element of
+ * size bytes to *v per row (*n counts them; *v starts NULL, *n 0), which
+ * fill sets from the row: fill returns -ENOMEM leaving nothing of the
+ * element to free. 0, or < 0 with err; *v and *n stay the caller's to free. */
+static int rows(struct tkm_store_state *st, const char *sql, int ntext, const char *const *text,
+                void **v, size_t size, size_t *n, int (*fill)(sqlite3_stmt *q, void *elem),
+                struct tkm_err *err)
 {
-    if (!tkm_digest_valid(digest))
-        return tkm_err_set(err, -EINVAL, "'%s' is not a digest of the form sha256:<64 hex>",
-                           digest ? digest : "(null)");
-    return 0;
+    sqlite3_stmt *q = NULL;
+    size_t cap = 0;
+    int rc = prep(st, &q, sql, ntext, text, err);
+    while (rc == 0 && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+        rc = 0;
+        if (*n == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            void *nv = reallocarray(*v, nc, size);
+            if (!nv) {
+                rc = tkm_err_set(err, -ENOMEM, "out of memory");
+                break;
+            }
+            *v = nv;
+            cap = nc;
+        }
+        char *e = (char *)*v + *n * size;
+        memset(e, 0, size);
+        if (fill(q, e) < 0) {
+            rc = tkm_err_set(err, -ENOMEM, "out of memory");
+            break;
+        }
+        (*n)++;
+    }
+    if (rc == SQLITE_DONE)
+        rc = 0;
+    else if (rc > 0)
+        rc = db_fail(st, rc, sql, err);
+    sqlite3_finalize(q);
+    return rc;
 }
 
 /* ---- sizes --------------------------------------------------------------- */
 
 static int walk(int dirfd, const char *name, int depth, uint64_t *sum)
 {
-    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    char **names = NULL;
+    size_t n = 0;
+    int rc, fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        int e = -errno;
-        close(fd);
-        return e;
-    }
-    int rc = 0;
-    struct dirent *de;
-    while (rc == 0 && (de = readdir(d))) {
+    rc = tkm_list_dir(fd, TKM_LIST_ALL, SIZE_MAX, &names, &n);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
         struct stat sb;
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        if (fstatat(fd, de->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+        if (fstatat(fd, names[i], &sb, AT_SYMLINK_NOFOLLOW) < 0)
             rc = -errno;
         else if (S_ISREG(sb.st_mode))
             *sum += (uint64_t)sb.st_size;
         else if (S_ISDIR(sb.st_mode))
-            rc = depth >= WALK_MAX_DEPTH ? -ELOOP : walk(fd, de->d_name, depth + 1, sum);
+            rc = depth >= WALK_MAX_DEPTH ? -ELOOP : walk(fd, names[i], depth + 1, sum);
     }
-    closedir(d);
+    tkm_names_free(names, n);
+    close(fd);
     return rc;
 }
 
@@ -348,51 +373,16 @@ static int move_aside(struct tkm_store_state *st, int64_t now, struct tkm_store_
     return 0;
 }
 
-struct rowset {
-    char **digest;
-    int *removing;
-    size_t n, cap;
+struct row {
+    char *digest;
+    int removing;
 };
 
-static void rowset_free(struct rowset *r)
+static int row_fill(sqlite3_stmt *q, void *elem)
 {
-    for (size_t i = 0; i < r->n; i++)
-        free(r->digest[i]);
-    free(r->digest);
-    free(r->removing);
-}
-
-static int rowset_load(struct tkm_store_state *st, struct rowset *r, struct tkm_err *err)
-{
-    sqlite3_stmt *q = NULL;
-    int rc = prep(st, &q, "SELECT digest, removing FROM entries ORDER BY digest", 0, NULL, err);
-    while (rc == 0 && (rc = sqlite3_step(q)) == SQLITE_ROW) {
-        rc = 0;
-        if (r->n == r->cap) {
-            size_t nc = r->cap ? r->cap * 2 : 32;
-            char **nd = realloc(r->digest, nc * sizeof *nd);
-            if (nd)
-                r->digest = nd;
-            int *nr = nd ? realloc(r->removing, nc * sizeof *nr) : NULL;
-            if (!nr) {
-                rc = tkm_err_set(err, -ENOMEM, "out of memory");
-                break;
-            }
-            r->removing = nr;
-            r->cap = nc;
-        }
-        if (!(r->digest[r->n] = strdup((const char *)sqlite3_column_text(q, 0)))) {
-            rc = tkm_err_set(err, -ENOMEM, "out of memory");
-            break;
-        }
-        r->removing[r->n++] = sqlite3_column_int(q, 1);
-    }
-    if (rc == SQLITE_DONE)
-        rc = 0;
-    else if (rc > 0)
-        rc = db_fail(st, rc, "SELECT entries", err);
-    sqlite3_finalize(q);
-    return rc;
+    struct row *r = elem;
+    r->removing = sqlite3_column_int(q, 1);
+    return (r->digest = strdup((const char *)sqlite3_column_text(q, 0))) ? 0 : -ENOMEM;
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -407,7 +397,8 @@ static int reconcile(struct tkm_store_state *st, int64_t now, struct tkm_store_s
     char **have = NULL;
     size_t nh = 0;
     unsigned char *seen = NULL;
-    struct rowset rows = {0};
+    struct row *row = NULL;
+    size_t nrow = 0;
     int rc = tkm_store_list(st->s, &have, &nh, err);
     if (rc < 0)
         return rc;
@@ -415,14 +406,16 @@ static int reconcile(struct tkm_store_state *st, int64_t now, struct tkm_store_s
         rc = tkm_err_set(err, -ENOMEM, "out of memory");
         goto out;
     }
-    if ((rc = begin(st, err)) < 0 || (rc = rowset_load(st, &rows, err)) < 0)
+    if ((rc = begin(st, err)) < 0 ||
+        (rc = rows(st, "SELECT digest, removing FROM entries ORDER BY digest", 0, NULL,
+                   (void **)&row, sizeof *row, &nrow, row_fill, err)) < 0)
         goto out;
-    for (size_t i = 0; i < rows.n; i++) {
-        const char *d = rows.digest[i];
+    for (size_t i = 0; i < nrow; i++) {
+        const char *d = row[i].digest;
         char **hit = nh ? bsearch(&d, have, nh, sizeof *have, cmp_str) : NULL;
         if (hit) {
             seen[hit - have] = 1;
-            if (rows.removing[i]) {
+            if (row[i].removing) {
                 tkm_warn("store state %s: %s was being removed; its tree is complete: kept",
                          st->path, d);
                 rep->unmarked++;
@@ -437,7 +430,7 @@ static int reconcile(struct tkm_store_state *st, int64_t now, struct tkm_store_s
             (rc = run(st, "DELETE FROM refs WHERE digest=?", 1, &d, 0, NULL, err)) < 0 ||
             (rc = run(st, "DELETE FROM entries WHERE digest=?", 1, &d, 0, NULL, err)) < 0)
             goto out;
-        if (rows.removing[i] && nref == 0)
+        if (row[i].removing && nref == 0)
             tkm_info("store state %s: the interrupted removal of %s is finished", st->path, d);
         else
             tkm_warn("store state %s: %s has no complete tree: row dropped with %lld "
@@ -473,7 +466,9 @@ static int reconcile(struct tkm_store_state *st, int64_t now, struct tkm_store_s
 out:
     if (rc < 0)
         rollback(st);
-    rowset_free(&rows);
+    for (size_t i = 0; i < nrow; i++)
+        free(row[i].digest);
+    free(row);
     free(seen);
     tkm_store_list_free(have, nh);
     return rc;
@@ -607,7 +602,7 @@ static int add_row(struct tkm_store_state *st, const char *digest, uint64_t byte
                    const char *source, int64_t now, struct tkm_err *err)
 {
     int64_t removing = 0;
-    int rc = check_digest(digest, err), have;
+    int rc = tkm_store_check_digest(digest, err), have;
     if (rc < 0)
         return rc;
     if ((rc = begin(st, err)) < 0)
@@ -658,7 +653,7 @@ int tkm_store_state_acquire(struct tkm_store_state *st, const struct tkm_store_r
 {
     sqlite3_stmt *q = NULL;
     int64_t removing = 0;
-    int rc = check_digest(ref->digest, err), have;
+    int rc = tkm_store_check_digest(ref->digest, err), have;
     if (created)
         *created = 0;
     if (rc < 0)
@@ -763,8 +758,9 @@ out:
 }
 
 /* Copies the 7 text columns of a refs row into one block owned by volume_id. */
-static int ref_fill(sqlite3_stmt *q, struct tkm_store_ref *r)
+static int ref_fill(sqlite3_stmt *q, void *elem)
 {
+    struct tkm_store_ref *r = elem;
     size_t len[7], total = 0;
     for (int i = 0; i < 7; i++)
         total += (len[i] = (size_t)sqlite3_column_bytes(q, i)) + 1;
@@ -788,46 +784,18 @@ static int ref_fill(sqlite3_stmt *q, struct tkm_store_ref *r)
 int tkm_store_state_refs(struct tkm_store_state *st, const char *digest,
                          struct tkm_store_ref **refs, size_t *n, struct tkm_err *err)
 {
-    sqlite3_stmt *q = NULL;
     struct tkm_store_ref *v = NULL;
-    size_t cnt = 0, cap = 0;
-    int rc = digest ? check_digest(digest, err) : 0;
+    size_t cnt = 0;
+    int rc = digest ? tkm_store_check_digest(digest, err) : 0;
     *refs = NULL;
     *n = 0;
     if (rc < 0)
         return rc;
-    const char *dg[] = {digest};
-    rc = prep(st, &q,
-              digest ? "SELECT volume_id, digest, pod_namespace, pod_name, pod_uid, "
-                       "cache_namespace, cache_name, created FROM refs WHERE digest=? "
-                       "ORDER BY volume_id"
-                     : "SELECT volume_id, digest, pod_namespace, pod_name, pod_uid, "
-                       "cache_namespace, cache_name, created FROM refs ORDER BY volume_id",
-              digest ? 1 : 0, dg, err);
-    while (rc == 0 && (rc = sqlite3_step(q)) == SQLITE_ROW) {
-        rc = 0;
-        if (cnt == cap) {
-            size_t nc = cap ? cap * 2 : 8;
-            struct tkm_store_ref *nv = realloc(v, nc * sizeof *nv);
-            if (!nv) {
-                rc = tkm_err_set(err, -ENOMEM, "out of memory");
-                break;
-            }
-            v = nv;
-            cap = nc;
-        }
-        memset(&v[cnt], 0, sizeof v[cnt]);
-        if (ref_fill(q, &v[cnt]) < 0) {
-            rc = tkm_err_set(err, -ENOMEM, "out of memory");
-            break;
-        }
-        cnt++;
-    }
-    if (rc == SQLITE_DONE)
-        rc = 0;
-    else if (rc > 0)
-        rc = db_fail(st, rc, "SELECT refs", err);
-    sqlite3_finalize(q);
+    const char *dg[] = {digest}; /* NULL binds NULL: every reference */
+    rc = rows(st,
+              "SELECT volume_id, digest, pod_namespace, pod_name, pod_uid, cache_namespace,"
+              " cache_name, created FROM refs WHERE ?1 IS NULL OR digest=?1 ORDER BY volume_id",
+              1, dg, (void **)&v, sizeof *v, &cnt, ref_fill, err);
     if (rc < 0) {
         tkm_store_state_refs_free(v, cnt);
         return rc;
@@ -846,51 +814,33 @@ void tkm_store_state_refs_free(struct tkm_store_ref *refs, size_t n)
     free(refs);
 }
 
+static int entry_fill(sqlite3_stmt *q, void *elem)
+{
+    struct tkm_store_entry *e = elem;
+    snprintf(e->digest, sizeof e->digest, "%s", (const char *)sqlite3_column_text(q, 0));
+    e->bytes = (uint64_t)sqlite3_column_int64(q, 1);
+    e->created = sqlite3_column_int64(q, 2);
+    e->last_used = sqlite3_column_int64(q, 3);
+    e->removing = sqlite3_column_int(q, 4);
+    e->refs = (uint64_t)sqlite3_column_int64(q, 6);
+    if (sqlite3_column_type(q, 5) != SQLITE_NULL &&
+        !(e->source = strdup((const char *)sqlite3_column_text(q, 5))))
+        return -ENOMEM;
+    return 0;
+}
+
 int tkm_store_state_entries(struct tkm_store_state *st, struct tkm_store_entry **out, size_t *n,
                             struct tkm_err *err)
 {
-    sqlite3_stmt *q = NULL;
     struct tkm_store_entry *v = NULL;
-    size_t cnt = 0, cap = 0;
-    *out = NULL;
-    *n = 0;
-    int rc = prep(st, &q,
+    size_t cnt = 0;
+    int rc = rows(st,
                   "SELECT e.digest, e.bytes, e.created, e.last_used, e.removing, e.source,"
                   " (SELECT COUNT(*) FROM refs r WHERE r.digest=e.digest)"
                   " FROM entries e ORDER BY e.last_used, e.digest",
-                  0, NULL, err);
-    while (rc == 0 && (rc = sqlite3_step(q)) == SQLITE_ROW) {
-        rc = 0;
-        if (cnt == cap) {
-            size_t nc = cap ? cap * 2 : 16;
-            struct tkm_store_entry *nv = realloc(v, nc * sizeof *nv);
-            if (!nv) {
-                rc = tkm_err_set(err, -ENOMEM, "out of memory");
-                break;
-            }
-            v = nv;
-            cap = nc;
-        }
-        struct tkm_store_entry *e = &v[cnt];
-        memset(e, 0, sizeof *e);
-        snprintf(e->digest, sizeof e->digest, "%s", (const char *)sqlite3_column_text(q, 0));
-        e->bytes = (uint64_t)sqlite3_column_int64(q, 1);
-        e->created = sqlite3_column_int64(q, 2);
-        e->last_used = sqlite3_column_int64(q, 3);
-        e->removing = sqlite3_column_int(q, 4);
-        e->refs = (uint64_t)sqlite3_column_int64(q, 6);
-        cnt++;
-        if (sqlite3_column_type(q, 5) != SQLITE_NULL &&
-            !(e->source = strdup((const char *)sqlite3_column_text(q, 5)))) {
-            rc = tkm_err_set(err, -ENOMEM, "out of memory");
-            break;
-        }
-    }
-    if (rc == SQLITE_DONE)
-        rc = 0;
-    else if (rc > 0)
-        rc = db_fail(st, rc, "SELECT entries", err);
-    sqlite3_finalize(q);
+                  0, NULL, (void **)&v, sizeof *v, &cnt, entry_fill, err);
+    *out = NULL;
+    *n = 0;
     if (rc < 0) {
         tkm_store_state_entries_free(v, cnt);
         return rc;
@@ -1021,7 +971,7 @@ static int mark_removing(struct tkm_store_state *st, const char *digest, uint64_
                          struct tkm_err *err)
 {
     int64_t v = 0, removing = 0, nref = 0;
-    int rc = check_digest(digest, err), have;
+    int rc = tkm_store_check_digest(digest, err), have;
     if (rc < 0)
         return rc;
     if ((rc = begin(st, err)) < 0)
@@ -1148,7 +1098,7 @@ int tkm_store_state_ingest_start(struct uv_loop_s *loop, struct tkm_store_state 
                                  struct tkm_store_state_job **job, struct tkm_err *err)
 {
     struct tkm_store_state_job *j = NULL;
-    int rc = check_digest(digest, err);
+    int rc = tkm_store_check_digest(digest, err);
     if (job)
         *job = NULL;
     if (rc < 0)

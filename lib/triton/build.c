@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,15 +79,6 @@ static la_ssize_t lw_write(struct archive *a, void *ud, const void *buf, size_t 
     return (la_ssize_t)n;
 }
 
-/* Names in dirfd, sorted bytewise; "." and ".." left out. */
-static int list_dir(int dirfd, char ***out, size_t *n, const char *what, struct tkm_err *err)
-{
-    int rc = tkm_list_dir(dirfd, TKM_LIST_ALL, SIZE_MAX, out, n);
-    if (rc)
-        return tkm_err_set(err, rc, "read directory %s: %s", what, strerror(-rc));
-    return 0;
-}
-
 static int write_header(struct archive *a, const char *name, mode_t type, int mode, uint64_t size,
                         struct tkm_err *err)
 {
@@ -146,8 +136,8 @@ static int walk(struct archive *a, struct layer_writer *w, int dirfd, const char
     int rc;
     if (depth > BUILD_MAX_DEPTH)
         return tkm_err_set(err, -ELOOP, "%s: deeper than %d levels", prefix, BUILD_MAX_DEPTH);
-    if ((rc = list_dir(dirfd, &names, &n, prefix, err)) != 0)
-        return rc;
+    if ((rc = tkm_list_dir(dirfd, TKM_LIST_ALL, SIZE_MAX, &names, &n)) != 0) /* sorted */
+        return tkm_err_set(err, rc, "read directory %s: %s", prefix, strerror(-rc));
     for (size_t i = 0; i < n && rc == 0; i++) {
         struct stat st;
         if ((size_t)snprintf(path, sizeof path, "%s/%s", prefix, names[i]) >= sizeof path) {
@@ -183,43 +173,31 @@ static int walk(struct archive *a, struct layer_writer *w, int dirfd, const char
 }
 
 /* io.triton.manifest/manifest.json: one entry per kernel. */
+/* A field the kernel's JSON may lack (-1): NULL, which json_pack's o* leaves out. */
+static json_t *opt_int(int v)
+{
+    return v >= 0 ? json_integer(v) : NULL;
+}
+
 static int triton_manifest_json(const struct tkm_triton_cache *c, char **out)
 {
-    json_t *arr = json_array(), *root = json_pack("{s:o}", "triton", arr);
-    int rc = 0;
-    if (!root) {
-        json_decref(arr);
-        return -ENOMEM;
-    }
-    for (size_t i = 0; i < c->n_kernels; i++) {
+    json_t *arr = json_array(), *root;
+    int bad = !arr;
+    for (size_t i = 0; !bad && i < c->n_kernels; i++) {
         const struct tkm_triton_kernel *k = &c->kernels[i];
         json_t *arch = k->arch_is_int ? json_integer(strtol(k->target.arch, NULL, 10))
                                       : json_string(k->target.arch);
-        json_t *e = json_pack("{s:s}", "hash", k->hash);
-        if (!e || !arch) {
-            json_decref(e);
-            json_decref(arch);
-            rc = -ENOMEM;
-            goto out;
-        }
-        if (k->num_stages >= 0)
-            json_object_set_new(e, "num_stages", json_integer(k->num_stages));
-        if (k->num_warps >= 0)
-            json_object_set_new(e, "num_warps", json_integer(k->num_warps));
-        json_object_set_new(e, "debug",
-                            json_boolean(json_is_true(json_object_get(k->meta, "debug"))));
-        json_object_set_new(e, "backend", json_string(k->target.backend));
-        json_object_set_new(e, "arch", arch);
-        json_object_set_new(e, "warp_size", json_integer(k->target.warp_size));
-        if (k->meta_ptx_version >= 0)
-            json_object_set_new(e, "ptx_version", json_integer(k->meta_ptx_version));
-        json_array_append_new(arr, e);
+        json_t *e = json_pack("{s:s,s:o*,s:o*,s:b,s:s,s:o,s:i,s:o*}", "hash", k->hash, "num_stages",
+                              opt_int(k->num_stages), "num_warps", opt_int(k->num_warps), "debug",
+                              json_is_true(json_object_get(k->meta, "debug")), "backend",
+                              k->target.backend, "arch", arch, "warp_size", k->target.warp_size,
+                              "ptx_version", opt_int(k->meta_ptx_version));
+        bad = json_array_append_new(arr, e) != 0;
     }
-    *out = json_dumps(root, JSON_COMPACT);
-    rc = *out ? 0 : -ENOMEM;
-out:
+    root = json_pack("{s:o}", "triton", arr); /* steals arr, released on failure */
+    *out = root && !bad ? json_dumps(root, JSON_COMPACT) : NULL;
     json_decref(root);
-    return rc;
+    return *out ? 0 : -ENOMEM;
 }
 
 /* One part of the layer: a directory packed under prefix, and its manifest. */
@@ -340,22 +318,6 @@ static json_t *config_json(const struct tkm_triton_cache *c, const char *summary
     return cfg;
 }
 
-static int set_label(json_t *labels, const char *key, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int set_label(json_t *labels, const char *key, const char *fmt, ...)
-{
-    struct tkm_buf b = TKM_BUF_INIT(1u << 20);
-    va_list ap;
-    int rc;
-    va_start(ap, fmt);
-    rc = tkm_buf_vprintf(&b, fmt, ap);
-    va_end(ap);
-    if (rc == 0 && json_object_set_new(labels, key, json_string(b.data)) != 0)
-        rc = -ENOMEM;
-    tkm_buf_release(&b);
-    return rc;
-}
-
 /* The Inductor and vLLM parts: scans, manifests (owned by the caller: free
  * parts[0].manifest and parts[2].manifest) and their labels into labels. */
 static int scan_parts(const struct tkm_triton_build_opts *o, struct part *parts, json_t *labels,
@@ -374,12 +336,15 @@ static int scan_parts(const struct tkm_triton_build_opts *o, struct part *parts,
             goto out;
         r->inductor_entries = in.fxgraph + in.aotautograd;
         r->inductor_bytes = in.size_bytes;
-        if ((rc = set_label(labels, TKM_INDUCTOR_LABEL_SUMMARY, "%s", sum)) ||
-            (rc = set_label(labels, TKM_INDUCTOR_LABEL_ENTRY_COUNT, "%llu",
-                            (unsigned long long)r->inductor_entries)) ||
-            (rc = set_label(labels, TKM_INDUCTOR_LABEL_SIZE, "%llu",
-                            (unsigned long long)in.size_bytes)))
+        /* json_object_set_new fails on a NULL value: no memory, or not UTF-8 */
+        if (json_object_set_new(labels, TKM_INDUCTOR_LABEL_SUMMARY, json_string(sum)) ||
+            json_object_set_new(labels, TKM_INDUCTOR_LABEL_ENTRY_COUNT,
+                                json_sprintf("%llu", (unsigned long long)r->inductor_entries)) ||
+            json_object_set_new(labels, TKM_INDUCTOR_LABEL_SIZE,
+                                json_sprintf("%llu", (unsigned long long)in.size_bytes))) {
+            rc = -ENOMEM;
             goto out;
+        }
         struct tkm_buf b = TKM_BUF_INIT(1u << 20);
         if ((rc = tkm_buf_printf(&b, "{\"inductor\":%s}", sum)) == 0 &&
             !(parts[0].manifest = strdup(b.data)))
@@ -398,21 +363,24 @@ static int scan_parts(const struct tkm_triton_build_opts *o, struct part *parts,
         }
         r->vllm_entries = v.entries;
         r->vllm_bytes = v.size_bytes;
-        if ((rc = set_label(labels, TKM_VLLM_LABEL_ENTRY_COUNT, "%llu",
-                            (unsigned long long)v.entries)) ||
-            (rc = set_label(labels, TKM_VLLM_LABEL_SIZE, "%llu",
-                            (unsigned long long)v.size_bytes)) ||
-            (rc = set_label(labels, TKM_VLLM_LABEL_FORMAT, "%s", v.format)) ||
-            (rc = set_label(labels, TKM_VLLM_LABEL_SUMMARY, "%s", v.summary)) ||
-            (rc = set_label(labels, TKM_KSERVE_LABEL_CACHE_HASH, "%s", v.hashes)) ||
-            (rc = set_label(labels, TKM_KSERVE_LABEL_MOUNT_SUBPATH, "torch_compile_cache")) ||
-            (rc = set_label(labels, TKM_KSERVE_LABEL_CACHE_TYPE, "torch-compile")) ||
-            (rc = set_label(labels, TKM_KSERVE_LABEL_FRAMEWORK, "vllm")))
+        if (json_object_set_new(labels, TKM_VLLM_LABEL_ENTRY_COUNT,
+                                json_sprintf("%llu", (unsigned long long)v.entries)) ||
+            json_object_set_new(labels, TKM_VLLM_LABEL_SIZE,
+                                json_sprintf("%llu", (unsigned long long)v.size_bytes)) ||
+            json_object_set_new(labels, TKM_VLLM_LABEL_FORMAT, json_string(v.format)) ||
+            json_object_set_new(labels, TKM_VLLM_LABEL_SUMMARY, json_string(v.summary)) ||
+            json_object_set_new(labels, TKM_KSERVE_LABEL_CACHE_HASH, json_string(v.hashes)) ||
+            json_object_set_new(labels, TKM_KSERVE_LABEL_MOUNT_SUBPATH,
+                                json_string("torch_compile_cache")) ||
+            json_object_set_new(labels, TKM_KSERVE_LABEL_CACHE_TYPE,
+                                json_string("torch-compile")) ||
+            json_object_set_new(labels, TKM_KSERVE_LABEL_FRAMEWORK, json_string("vllm")) ||
+            json_object_set_new(labels, TKM_KSERVE_LABEL_ROOT_ENV,
+                                o->vllm_root_env ? json_string(o->vllm_root_env)
+                                                 : json_sprintf("VLLM_CACHE_ROOT=%s", abs))) {
+            rc = -ENOMEM;
             goto out;
-        if ((rc = o->vllm_root_env
-                      ? set_label(labels, TKM_KSERVE_LABEL_ROOT_ENV, "%s", o->vllm_root_env)
-                      : set_label(labels, TKM_KSERVE_LABEL_ROOT_ENV, "VLLM_CACHE_ROOT=%s", abs)))
-            goto out;
+        }
         json_t *arr = json_array();
         m = json_pack("{s:o}", "vllm", arr);
         for (const char *h = v.hashes; m && *h;) {

@@ -14,54 +14,12 @@
 #include <unistd.h>
 
 #include <tkm/buf.h>
+#include <tkm/fs.h>
 #include <tkm/util.h>
 
 #include "triton/pathf-int.h"
 
-/* Reads a whole regular file (not a symlink) of at most max bytes into b. */
-static int read_small_file(const char *path, size_t max, struct tkm_buf *b, struct tkm_err *err)
-{
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    int rc = 0;
-    struct stat st;
-    tkm_buf_init(b, max);
-    if (fd < 0)
-        return tkm_err_set(err, -errno, "%s: cannot open: %s", path, strerror(errno));
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = tkm_err_set(err, -EINVAL, "%s: not a regular file", path);
-        goto out;
-    }
-    if ((uint64_t)st.st_size > max) {
-        rc = tkm_err_set(err, -E2BIG, "%s: %lld bytes, more than the %zu allowed", path,
-                         (long long)st.st_size, max);
-        goto out;
-    }
-    for (;;) {
-        char chunk[16384];
-        size_t room = max - b->len;
-        /* with no room left, one more byte tells "exactly max" from "too large" */
-        ssize_t n = read(fd, chunk, room == 0 ? 1 : room < sizeof chunk ? room : sizeof chunk);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            rc = tkm_err_set(err, -errno, "%s: read failed: %s", path, strerror(errno));
-            goto out;
-        }
-        if (n == 0)
-            break;
-        if ((rc = tkm_buf_append(b, chunk, (size_t)n)) != 0) {
-            tkm_err_set(err, rc, "%s: larger than %zu bytes", path, max);
-            goto out;
-        }
-    }
-out:
-    close(fd);
-    if (rc)
-        tkm_buf_release(b);
-    return rc;
-}
-
-/* Reads at most n bytes from the start of a regular file (the PTX header). */
+/* Reads at most n bytes from the start of a regular file (a PTX or ELF header). */
 static int read_head(const char *path, size_t n, struct tkm_buf *b)
 {
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rc = 0;
@@ -108,15 +66,13 @@ static int next_entry(DIR *d, const char *path, struct dirent **de, char p[PATH_
 /* Sum of regular file sizes below path (tmp.pid_* skipped, links not followed). */
 static int tree_size(const char *path, int depth, uint64_t *total, struct tkm_err *err)
 {
+    if (depth > 16)
+        return tkm_err_set(err, -ELOOP, "%s: directories nested too deep", path);
     DIR *d = opendir(path);
     struct dirent *de;
     int rc = 0;
     if (!d)
         return tkm_err_set(err, -errno, "%s: cannot open directory: %s", path, strerror(errno));
-    if (depth > 16) {
-        closedir(d);
-        return tkm_err_set(err, -ELOOP, "%s: directories nested too deep", path);
-    }
     char p[PATH_MAX];
     struct stat st;
     while ((rc = next_entry(d, path, &de, p, &st, err)) > 0) {
@@ -145,17 +101,12 @@ static void kernel_stage_files(struct tkm_triton_kernel *k, const char *kdir)
     static const char *const bins[] = {"cubin", "hsaco"};
     for (size_t i = 0; i < TKM_ARRAY_SIZE(bins) && !k->binary_arch[0]; i++) {
         char be[16];
-        int fd;
-        unsigned char hdr[64];
-        if (tkm_pathf(p, sizeof p, "%s/%s.%s", kdir, stem, bins[i]) != 0)
-            continue;
-        fd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        ssize_t n = read(fd, hdr, sizeof hdr);
-        close(fd);
-        if (n > 0)
-            tkm_elf_gpu_arch(hdr, (size_t)n, be, k->binary_arch, sizeof k->binary_arch);
+        if (tkm_pathf(p, sizeof p, "%s/%s.%s", kdir, stem, bins[i]) == 0 &&
+            read_head(p, 64, &b) == 0) { /* the ELF header */
+            tkm_elf_gpu_arch((const unsigned char *)b.data, b.len, be, k->binary_arch,
+                             sizeof k->binary_arch);
+            tkm_buf_release(&b);
+        }
     }
     if (tkm_pathf(p, sizeof p, "%s/__grp__%s.json", kdir, stem) == 0 && lstat(p, &st) == 0 &&
         S_ISREG(st.st_mode))
@@ -189,7 +140,7 @@ static int scan_kernel_dir(struct tkm_triton_cache *c, size_t *cap, const char *
     DIR *d = NULL;
     struct dirent *de;
     struct tkm_triton_kernel k = {0};
-    struct tkm_buf b = TKM_BUF_INIT(0);
+    struct tkm_buf b = TKM_BUF_INIT(TKM_TRITON_MAX_META_BYTES);
     int rc = 0;
     if (tkm_pathf(kdir, sizeof kdir, "%s/%s", c->root, dname) != 0)
         return tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", c->root, dname);
@@ -206,10 +157,9 @@ static int scan_kernel_dir(struct tkm_triton_cache *c, size_t *cap, const char *
         if (tkm_pathf(p, sizeof p, "%s/%s", kdir, de->d_name) != 0 || lstat(p, &st) != 0 ||
             !S_ISREG(st.st_mode))
             continue;
-        if ((rc = read_small_file(p, TKM_TRITON_MAX_META_BYTES, &b, err)) != 0)
+        if ((rc = tkm_read_file(p, TKM_TRITON_MAX_META_BYTES, &b, "kernel metadata", err)) != 0)
             goto out;
         rc = tkm_triton_meta_parse(&k, b.data, b.len, p, err);
-        tkm_buf_release(&b);
         if (rc == -ENOENT) {
             rc = 0; /* a JSON without "hash" is not a kernel entry */
             continue;
@@ -230,6 +180,7 @@ static int scan_kernel_dir(struct tkm_triton_cache *c, size_t *cap, const char *
     }
 out:
     tkm_triton_kernel_release(&k);
+    tkm_buf_release(&b);
     closedir(d);
     return rc;
 }

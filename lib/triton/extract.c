@@ -59,7 +59,7 @@ static int extract_staged(const char *blob, const char *dest, struct tkm_archive
                           const char *mount_path, struct tkm_archive_result *ar,
                           struct tkm_triton_rewrite_stats *st, struct tkm_err *err)
 {
-    char parent[IMG_PATH_MAX], staging[IMG_PATH_MAX], abs_dest[IMG_PATH_MAX], d[IMG_PATH_MAX];
+    char staging[IMG_PATH_MAX], abs_dest[IMG_PATH_MAX], d[IMG_PATH_MAX];
     char stgname[TKM_STAGING_NAME_MAX];
     char *pabs = NULL;
     int rc = 0, dirfd = -1, blobfd = -1, pfd = -1, made = 0;
@@ -70,16 +70,12 @@ static int extract_staged(const char *blob, const char *dest, struct tkm_archive
         return tkm_err_set(err, -ENAMETOOLONG, "extract: path too long: %.200s", dest);
     memcpy(d, dest, n);
     d[n] = '\0';
-    const char *slash = strrchr(d, '/');
-    const char *base = slash ? slash + 1 : d;
+    char *slash = strrchr(d, '/');
+    const char *base = slash ? slash + 1 : d, *parent = slash == d ? "/" : slash ? d : ".";
     if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
         return tkm_err_set(err, -EINVAL, "extract: '%s' does not name a new directory", dest);
-    if (!slash)
-        snprintf(parent, sizeof parent, ".");
-    else if (slash == d)
-        snprintf(parent, sizeof parent, "/");
-    else
-        snprintf(parent, sizeof parent, "%.*s", (int)(slash - d), d);
+    if (slash && slash != d)
+        *slash = '\0'; /* d is the parent now, base still the last name */
     if (!(pabs = realpath(parent, NULL)))
         return tkm_err_set(err, -errno, "extract: %s: %s", parent, strerror(errno));
     snprintf(abs_dest, sizeof abs_dest, "%s/%s", strcmp(pabs, "/") == 0 ? "" : pabs, base);
@@ -125,13 +121,6 @@ out:
         close(pfd);
     free(pabs);
     return rc;
-}
-
-int tkm_triton_extract_layout(const char *layout_dir, const char *tag, const char *dest,
-                              const char *mount_path, struct tkm_triton_extract_result *res,
-                              struct tkm_err *err)
-{
-    return tkm_triton_extract_layout_with(layout_dir, tag, dest, mount_path, NULL, res, err);
 }
 
 int tkm_triton_extract_layout_with(const char *layout_dir, const char *tag, const char *dest,

@@ -85,9 +85,12 @@ out:
     return rc;
 }
 
-int tkm_triton_image_from_config(struct tkm_triton_image *im, const char *what,
-                                 const char *manifest_digest, struct tkm_oci_config *config,
-                                 struct tkm_err *err)
+/* From a config that an inspect or pull job returned (session.h): config
+ * is taken (zeroed on return, in every case); what and manifest_digest are
+ * copied (either may be NULL). */
+static int image_from_config(struct tkm_triton_image *im, const char *what,
+                             const char *manifest_digest, struct tkm_oci_config *config,
+                             struct tkm_err *err)
 {
     int rc;
     memset(im, 0, sizeof *im);
@@ -117,7 +120,7 @@ int tkm_triton_image_load_ref(struct tkm_triton_image *im, const char *s,
      * index followed by digest, the config verified against the manifest. */
     if ((rc = tkm_oci_inspect(&ref, opts, &res, err)) != 0)
         return rc;
-    rc = tkm_triton_image_from_config(im, what, res.manifest.digest, &res.config, err);
+    rc = image_from_config(im, what, res.manifest.digest, &res.config, err);
     tkm_oci_pull_result_release(&res);
     return rc;
 }
@@ -156,8 +159,7 @@ static void ti_done(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *
     }
     struct tkm_oci_job_result *out = tkm__oci_job_ext_result(c->outer);
     memcpy(out->digest, res->digest, sizeof out->digest);
-    rc = tkm_triton_image_from_config(&c->im, c->what, res->image.manifest.digest,
-                                      &res->image.config, &e);
+    rc = image_from_config(&c->im, c->what, res->image.manifest.digest, &res->image.config, &e);
     if (rc == 0) {
         out->image = res->image; /* moved (its config is in the detail) */
         memset(&res->image, 0, sizeof res->image);

@@ -73,26 +73,20 @@ static int is_env_key(const char *k)
     return 1;
 }
 
-static int parse_target(struct tkm_triton_kernel *k, json_t *meta, const char *what,
-                        struct tkm_err *err)
+int tkm_triton_target_parse(json_t *t, struct tkm_triton_target *out, int *arch_is_int,
+                            const char *what, struct tkm_err *err)
 {
-    json_t *t = json_object_get(meta, "target");
-    if (!json_is_object(t))
-        return tkm_err_set(err, -ENOTSUP,
-                           "%s: no \"target\" object; caches from Triton older than 3.0 "
-                           "are not supported",
-                           what);
     json_t *b = json_object_get(t, "backend");
     json_t *a = json_object_get(t, "arch");
     json_t *w = json_object_get(t, "warp_size");
     if (!json_is_string(b) || json_string_length(b) == 0 ||
         json_string_length(b) >= TKM_TRITON_BACKEND_MAX)
-        return tkm_err_set(err, -EINVAL, "%s: target.backend must be a short non-empty string",
-                           what);
-    snprintf(k->target.backend, sizeof k->target.backend, "%s", json_string_value(b));
+        return tkm_err_set(err, -EINVAL, "%s.backend must be a short non-empty string", what);
+    snprintf(out->backend, sizeof out->backend, "%s", json_string_value(b));
     if (json_is_integer(a) && json_integer_value(a) >= 0 && json_integer_value(a) < 100000) {
-        snprintf(k->target.arch, sizeof k->target.arch, "%lld", (long long)json_integer_value(a));
-        k->arch_is_int = 1;
+        snprintf(out->arch, sizeof out->arch, "%lld", (long long)json_integer_value(a));
+        if (arch_is_int)
+            *arch_is_int = 1;
     } else if (json_is_string(a) && json_string_length(a) > 0 &&
                json_string_length(a) < TKM_TRITON_ARCH_MAX) {
         const char *s = json_string_value(a);
@@ -101,16 +95,16 @@ static int parse_target(struct tkm_triton_kernel *k, json_t *meta, const char *w
             s += 3;
         else if (strncmp(s, "sm", 2) == 0 && isdigit((unsigned char)s[2]))
             s += 2;
-        snprintf(k->target.arch, sizeof k->target.arch, "%s", s);
+        snprintf(out->arch, sizeof out->arch, "%s", s);
     } else {
         return tkm_err_set(err, -EINVAL,
-                           "%s: target.arch must be an integer (CUDA, e.g. 90) or a string "
-                           "(HIP, e.g. \"gfx90a\")",
+                           "%s.arch must be an integer (CUDA, e.g. 90) or a string (HIP, e.g. "
+                           "\"gfx90a\")",
                            what);
     }
     if (!json_is_integer(w) || json_integer_value(w) <= 0 || json_integer_value(w) > 1024)
-        return tkm_err_set(err, -EINVAL, "%s: target.warp_size must be a positive integer", what);
-    k->target.warp_size = (int)json_integer_value(w);
+        return tkm_err_set(err, -EINVAL, "%s.warp_size must be a positive integer", what);
+    out->warp_size = (int)json_integer_value(w);
     return 0;
 }
 
@@ -161,8 +155,17 @@ int tkm_triton_meta_parse(struct tkm_triton_kernel *k, const char *text, size_t 
         rc = tkm_err_set(err, -EINVAL, "%s: \"hash\" must be a non-empty string", what);
         goto out;
     }
-    rc = parse_target(k, k->meta, what, err);
-    if (rc)
+    json_t *t = json_object_get(k->meta, "target");
+    if (!json_is_object(t)) {
+        rc = tkm_err_set(err, -ENOTSUP,
+                         "%s: no \"target\" object; caches from Triton older than 3.0 are not "
+                         "supported",
+                         what);
+        goto out;
+    }
+    char tw[300];
+    snprintf(tw, sizeof tw, "%.280s: target", what);
+    if ((rc = tkm_triton_target_parse(t, &k->target, &k->arch_is_int, tw, err)) != 0)
         goto out;
     if (int_field(k->meta, "num_warps", &k->num_warps) ||
         int_field(k->meta, "num_stages", &k->num_stages) ||

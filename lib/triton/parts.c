@@ -228,40 +228,56 @@ static int subdirs(const char *t, size_t max, char ***names, size_t *n, struct t
     return rc ? tkm_err_set(err, rc, "read directory %s: %s", t, strerror(-rc)) : 0;
 }
 
-/* Inductor's own triton/<device>/ caches: kernel count, and the Triton
- * version and target where the code did not say. */
-static int inductor_triton(struct tkm_inductor_info *in, const char *dir, struct tkm_err *err)
+/* Calls cb(ud, rel/<name>) for each subdirectory of root/rel (at most 4096;
+ * none when it does not exist). */
+static int each_subdir(const char *root, const char *rel,
+                       int (*cb)(void *ud, const char *rel, struct tkm_err *err), void *ud,
+                       struct tkm_err *err)
 {
-    char t[PATH_MAX], **names = NULL;
+    char t[PATH_MAX], r[PATH_MAX], **names = NULL;
     size_t n = 0;
-    int rc = 0;
-    if (tkm_pathf(t, sizeof t, "%s/triton", dir) != 0)
-        return tkm_err_set(err, -ENAMETOOLONG, "%s/triton: path too long", dir);
+    int rc;
+    if (tkm_pathf(t, sizeof t, "%s/%s", root, rel) != 0)
+        return tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", root, rel);
     if ((rc = subdirs(t, 4096, &names, &n, err)) != 0)
         return rc;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        struct tkm_triton_cache c = {0};
-        char d[PATH_MAX];
-        if (tkm_pathf(d, sizeof d, "%s/%s", t, names[i]) != 0) {
-            rc = tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", t, names[i]);
-            break;
-        }
-        if ((rc = tkm_triton_cache_scan(&c, d, err)) == 0) {
-            struct tkm_inductor_facts *f = &in->facts;
-            in->triton_kernels += c.n_kernels;
-            if (c.summary.n_triton_versions > 0 && !f->triton_version[0])
-                set_fact(f->triton_version, sizeof f->triton_version, f->triton_from,
-                         c.summary.triton_versions[0]);
-            if (c.summary.n_targets > 0 && !f->arch[0]) {
-                const struct tkm_triton_target *tg = &c.summary.targets[0].target;
-                snprintf(f->backend, sizeof f->backend, "%s", tg->backend);
-                set_fact(f->arch, sizeof f->arch, f->arch_from, tg->arch);
-                f->warp_size = tg->warp_size;
-            }
-        }
-        tkm_triton_cache_release(&c);
-    }
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = tkm_pathf(r, sizeof r, "%s/%s", rel, names[i]) != 0
+                 ? tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", t, names[i])
+                 : cb(ud, r, err);
     tkm_names_free(names, n);
+    return rc;
+}
+
+struct inductor_tc {
+    const char *dir;
+    struct tkm_inductor_info *in;
+};
+
+/* One of Inductor's own triton/<device>/ caches: its kernel count, and the
+ * Triton version and target where the code did not say. */
+static int inductor_triton_cache(void *ud, const char *rel, struct tkm_err *err)
+{
+    struct inductor_tc *x = ud;
+    struct tkm_inductor_facts *f = &x->in->facts;
+    struct tkm_triton_cache c = {0};
+    char d[PATH_MAX];
+    int rc;
+    if (tkm_pathf(d, sizeof d, "%s/%s", x->dir, rel) != 0)
+        return tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", x->dir, rel);
+    if ((rc = tkm_triton_cache_scan(&c, d, err)) == 0) {
+        x->in->triton_kernels += c.n_kernels;
+        if (c.summary.n_triton_versions > 0 && !f->triton_version[0])
+            set_fact(f->triton_version, sizeof f->triton_version, f->triton_from,
+                     c.summary.triton_versions[0]);
+        if (c.summary.n_targets > 0 && !f->arch[0]) {
+            const struct tkm_triton_target *tg = &c.summary.targets[0].target;
+            snprintf(f->backend, sizeof f->backend, "%s", tg->backend);
+            set_fact(f->arch, sizeof f->arch, f->arch_from, tg->arch);
+            f->warp_size = tg->warp_size;
+        }
+    }
+    tkm_triton_cache_release(&c);
     return rc;
 }
 
@@ -269,8 +285,9 @@ int tkm_inductor_scan(struct tkm_inductor_info *in, const char *dir, struct tkm_
 {
     int rc;
     memset(in, 0, sizeof *in);
+    struct inductor_tc tc = {.dir = dir, .in = in};
     if ((rc = walk(dir, "", 0, inductor_file, in, err)) != 0 ||
-        (rc = inductor_triton(in, dir, err)) != 0) {
+        (rc = each_subdir(dir, "triton", inductor_triton_cache, &tc, err)) != 0) {
         memset(in, 0, sizeof *in);
         return rc;
     }
@@ -721,26 +738,6 @@ static int rewrite_rel(void *ud, const char *rel, struct tkm_err *err)
     return 0;
 }
 
-static int rewrite_inductor(struct rw *r, struct tkm_err *err)
-{
-    char t[PATH_MAX], **names = NULL;
-    size_t n = 0;
-    int rc = 0;
-    if (tkm_pathf(t, sizeof t, "%s/" TKM_PART_INDUCTOR_DIR "/triton", r->root) != 0)
-        return tkm_err_set(err, -ENAMETOOLONG, "%s: path too long", r->root);
-    if ((rc = subdirs(t, 4096, &names, &n, err)) != 0)
-        return rc;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        char rel[PATH_MAX];
-        if (tkm_pathf(rel, sizeof rel, TKM_PART_INDUCTOR_DIR "/triton/%s", names[i]) != 0)
-            rc = tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", t, names[i]);
-        else
-            rc = rewrite_rel(r, rel, err);
-    }
-    tkm_names_free(names, n);
-    return rc;
-}
-
 int tkm_parts_groups_rewrite_to(const char *root, const char *out_dir, const char *new_root,
                                 struct tkm_triton_rewrite_stats *stats, struct tkm_err *err)
 {
@@ -764,7 +761,7 @@ int tkm_parts_groups_rewrite_to(const char *root, const char *out_dir, const cha
     if (tkm_pathf(p, sizeof p, "%s/" TKM_PART_TRITON_DIR, root) == 0 && lstat(p, &st) == 0 &&
         S_ISDIR(st.st_mode) && (rc = rewrite_rel(&r, TKM_PART_TRITON_DIR, err)) != 0)
         return rc;
-    if ((rc = rewrite_inductor(&r, err)) != 0 ||
+    if ((rc = each_subdir(root, TKM_PART_INDUCTOR_DIR "/triton", rewrite_rel, &r, err)) != 0 ||
         (rc = find_triton_caches(root, TKM_PART_VLLM_DIR, 1, rewrite_rel, &r, err)) != 0)
         return rc;
     if (stats)

@@ -18,22 +18,9 @@
 
 #include <tkm/triton/cache.h>
 #include <tkm/buf.h>
+#include <tkm/fs.h>
 
 #include "triton/pathf-int.h"
-
-static int write_all(int fd, const char *p, size_t n)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -errno;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
 
 /* Writes text to path via path.tkm-tmp.<pid>, fsync, rename; keeps mode. */
 static int replace_file(const char *path, const char *text, mode_t mode, struct tkm_err *err)
@@ -45,7 +32,8 @@ static int replace_file(const char *path, const char *text, mode_t mode, struct 
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode & 07777);
     if (fd < 0)
         return tkm_err_set(err, -errno, "%s: cannot create: %s", tmp, strerror(errno));
-    rc = write_all(fd, text, strlen(text));
+    errno = 0; /* dprintf writes all of text or fails */
+    rc = dprintf(fd, "%s", text) == (int)strlen(text) ? 0 : errno ? -errno : -EIO;
     if (!rc && fchmod(fd, mode & 07777) != 0)
         rc = -errno;
     if (!rc && fsync(fd) != 0)
@@ -74,30 +62,15 @@ static int rewrite_one(const char *kdir, const char *odir, const char *dname, co
     json_t *root = NULL, *cp = NULL;
     char *text = NULL;
     struct stat sb;
-    int rc, fd = -1;
+    int rc;
     if (tkm_pathf(path, sizeof path, "%s/%s", kdir, gname) != 0)
         return tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", kdir, gname);
     if (tkm_pathf(opath, sizeof opath, "%s/%s", odir, gname) != 0)
         return tkm_err_set(err, -ENAMETOOLONG, "%s/%s: path too long", odir, gname);
-    fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        rc = tkm_err_set(err, fd < 0 ? -errno : -EINVAL, "%s: cannot read the group file", path);
-        goto out;
-    }
-    for (;;) {
-        char chunk[8192];
-        ssize_t n = read(fd, chunk, sizeof chunk);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            rc = n < 0 ? tkm_err_set(err, -errno, "%s: read failed", path) : 0;
-            break;
-        }
-        if ((rc = tkm_buf_append(&b, chunk, (size_t)n)) != 0) {
-            tkm_err_set(err, rc, "%s: larger than %u bytes", path, TKM_TRITON_MAX_META_BYTES);
-            break;
-        }
-    }
+    rc = lstat(path, &sb) != 0 ? -errno : S_ISREG(sb.st_mode) ? 0 : -EINVAL; /* no link followed */
+    if (rc)
+        return tkm_err_set(err, rc, "%s: cannot read the group file", path);
+    rc = tkm_read_file(path, TKM_TRITON_MAX_META_BYTES, &b, "group file", err);
     if (rc || (rc = tkm_triton_group_parse(&g, b.data, b.len, path, err)) != 0)
         goto out;
     root = json_object();
@@ -129,8 +102,6 @@ static int rewrite_one(const char *kdir, const char *odir, const char *dname, co
     if ((rc = replace_file(opath, text, sb.st_mode, err)) == 0)
         st->groups++;
 out:
-    if (fd >= 0)
-        close(fd);
     free(text);
     json_decref(cp);
     json_decref(root);
@@ -177,12 +148,6 @@ static int rewrite_dir(const char *cache_dir, const char *out_dir, const char *d
     }
     closedir(d);
     return rc;
-}
-
-int tkm_triton_groups_rewrite(const char *cache_dir, const char *new_root,
-                              struct tkm_triton_rewrite_stats *stats, struct tkm_err *err)
-{
-    return tkm_triton_groups_rewrite_to(cache_dir, cache_dir, new_root, stats, err);
 }
 
 int tkm_triton_groups_rewrite_to(const char *cache_dir, const char *out_dir, const char *new_root,

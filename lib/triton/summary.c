@@ -124,68 +124,27 @@ nomem:
 
 int tkm_triton_summary_label(const struct tkm_triton_summary *s, char **out, struct tkm_err *err)
 {
-    json_t *root = json_object(), *targets = json_array(), *tv = json_array(), *pv = json_array();
-    int rc = -ENOMEM;
-    *out = NULL;
-    if (!root || !targets || !tv || !pv)
-        goto out;
-    for (size_t i = 0; i < s->n_targets; i++) {
+    json_t *targets = json_array(), *tv = json_array(), *pv = json_array(), *root;
+    int bad = !targets || !tv || !pv;
+    for (size_t i = 0; !bad && i < s->n_targets; i++) {
         const struct tkm_triton_target *t = &s->targets[i].target;
-        json_t *o = json_pack("{s:s,s:s,s:i}", "backend", t->backend, "arch", t->arch, "warp_size",
-                              t->warp_size);
-        if (!o || json_array_append_new(targets, o) != 0)
-            goto out;
+        bad =
+            json_array_append_new(targets, json_pack("{s:s,s:s,s:i}", "backend", t->backend, "arch",
+                                                     t->arch, "warp_size", t->warp_size)) != 0;
     }
-    for (size_t i = 0; i < s->n_triton_versions; i++)
-        if (json_array_append_new(tv, json_string(s->triton_versions[i])) != 0)
-            goto out;
-    for (size_t i = 0; i < s->n_ptx_versions; i++) {
+    for (size_t i = 0; !bad && i < s->n_triton_versions; i++)
+        bad = json_array_append_new(tv, json_string(s->triton_versions[i])) != 0;
+    for (size_t i = 0; !bad && i < s->n_ptx_versions; i++) {
         char b[32];
-        if (json_array_append_new(
-                pv, json_string(tkm_ptx_version_str(s->ptx_versions[i], b, sizeof b))) != 0)
-            goto out;
+        bad = json_array_append_new(
+                  pv, json_string(tkm_ptx_version_str(s->ptx_versions[i], b, sizeof b))) != 0;
     }
-    if (json_object_set(root, "targets", targets) || json_object_set(root, "triton_versions", tv) ||
-        json_object_set(root, "ptx_versions", pv))
-        goto out;
-    *out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    rc = *out ? 0 : -ENOMEM;
-out:
+    /* "o" steals the three arrays: json_pack releases them if it fails */
+    root =
+        json_pack("{s:o,s:o,s:o}", "targets", targets, "triton_versions", tv, "ptx_versions", pv);
+    *out = root && !bad ? json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
-    json_decref(targets);
-    json_decref(tv);
-    json_decref(pv);
-    if (rc)
-        tkm_err_set(err, rc, "summary label: out of memory");
-    return rc;
-}
-
-static int parse_label_target(struct tkm_triton_summary_target *st, json_t *o, size_t i,
-                              struct tkm_err *err)
-{
-    json_t *b = json_object_get(o, "backend"), *a = json_object_get(o, "arch"),
-           *w = json_object_get(o, "warp_size");
-    st->ptx_max.major = st->ptx_max.minor = -1;
-    if (!json_is_string(b) || json_string_length(b) == 0 ||
-        json_string_length(b) >= TKM_TRITON_BACKEND_MAX)
-        return tkm_err_set(err, -EINVAL, "summary label: targets[%zu].backend must be a string", i);
-    snprintf(st->target.backend, sizeof st->target.backend, "%s", json_string_value(b));
-    if (json_is_integer(a) && json_integer_value(a) >= 0 && json_integer_value(a) < 100000) {
-        snprintf(st->target.arch, sizeof st->target.arch, "%lld", (long long)json_integer_value(a));
-    } else if (json_is_string(a) && json_string_length(a) > 0 &&
-               json_string_length(a) < TKM_TRITON_ARCH_MAX) {
-        const char *s = json_string_value(a);
-        snprintf(st->target.arch, sizeof st->target.arch, "%s",
-                 strncmp(s, "sm_", 3) == 0 ? s + 3 : s);
-    } else {
-        return tkm_err_set(err, -EINVAL,
-                           "summary label: targets[%zu].arch must be a string or an integer", i);
-    }
-    if (!json_is_integer(w) || json_integer_value(w) <= 0 || json_integer_value(w) > 1024)
-        return tkm_err_set(err, -EINVAL,
-                           "summary label: targets[%zu].warp_size must be a positive integer", i);
-    st->target.warp_size = (int)json_integer_value(w);
-    return 0;
+    return *out ? 0 : tkm_err_set(err, -ENOMEM, "summary label: out of memory");
 }
 
 static int parse_label_ptx(struct tkm_triton_summary *s, json_t *pv, struct tkm_err *err)
@@ -243,7 +202,10 @@ int tkm_triton_summary_parse(struct tkm_triton_summary *s, const char *label, st
     }
     json_array_foreach(targets, i, v)
     {
-        if ((rc = parse_label_target(&s->targets[i], v, i, err)) != 0)
+        char what[64];
+        snprintf(what, sizeof what, "summary label: targets[%zu]", i);
+        s->targets[i].ptx_max.major = s->targets[i].ptx_max.minor = -1;
+        if ((rc = tkm_triton_target_parse(v, &s->targets[i].target, NULL, what, err)) != 0)
             goto out;
         s->n_targets++;
     }

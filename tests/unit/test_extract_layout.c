@@ -1,5 +1,5 @@
 /*
- * test_extract_layout.c - the checks tkm_triton_extract_layout makes on an OCI
+ * test_extract_layout.c - the checks tkm_triton_extract_layout_with makes on an OCI
  * layout before it trusts the layer (issue "extraction leaves nothing
  * behind"): a blob whose size is not its descriptor's is refused as the
  * registry path refuses it; a config without rootfs.diff_ids is refused when
@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <tkm/archive.h>
@@ -68,7 +69,7 @@ TEST_TIMEOUT(layer_blob_larger_or_smaller_than_descriptor_is_refused, 60)
     snprintf(out, sizeof out, "%s/out", tkm_test_tmpdir());
     /* bytes after the gzip stream: the size check answers first, before any read */
     append(blob, "trailing bytes the descriptor does not cover");
-    ASSERT_EQ(tkm_triton_extract_layout(layout, "v1", out, NULL, &xr, &e), -EFBIG);
+    ASSERT_EQ(tkm_triton_extract_layout_with(layout, "v1", out, NULL, NULL, &xr, &e), -EFBIG);
     char want[200];
     snprintf(want, sizeof want, "layer blob has %llu bytes, its descriptor says %llu",
              (unsigned long long)br.layer.size + 44, (unsigned long long)br.layer.size);
@@ -78,7 +79,7 @@ TEST_TIMEOUT(layer_blob_larger_or_smaller_than_descriptor_is_refused, 60)
     /* a short blob */
     ASSERT_OK(truncate(blob, (off_t)br.layer.size - 10));
     tkm_err_clear(&e);
-    ASSERT_EQ(tkm_triton_extract_layout(layout, "v1", out, NULL, &xr, &e), -EINVAL);
+    ASSERT_EQ(tkm_triton_extract_layout_with(layout, "v1", out, NULL, NULL, &xr, &e), -EINVAL);
     snprintf(want, sizeof want, "layer blob has %llu bytes, its descriptor says %llu",
              (unsigned long long)br.layer.size - 10, (unsigned long long)br.layer.size);
     ASSERT_STRCONTAINS(e.msg, want);
@@ -137,18 +138,18 @@ TEST_TIMEOUT(config_without_diff_ids_is_refused, 60)
     build_layout(layout, sizeof layout, &br);
     snprintf(out, sizeof out, "%s/out", tkm_test_tmpdir());
     retag_with_config(layout, &br, empty_diff_ids, "empty");
-    ASSERT_EQ(tkm_triton_extract_layout(layout, "empty", out, NULL, &xr, &e), -EINVAL);
+    ASSERT_EQ(tkm_triton_extract_layout_with(layout, "empty", out, NULL, NULL, &xr, &e), -EINVAL);
     ASSERT_STRCONTAINS(e.msg, "lists 0 rootfs.diff_ids for 1 layer");
     assert_dir_holds(tkm_test_tmpdir(), "l", "src");
     retag_with_config(layout, &br, no_diff_ids, "absent");
     tkm_err_clear(&e);
-    int rc = tkm_triton_extract_layout(layout, "absent", out, NULL, &xr, &e);
+    int rc = tkm_triton_extract_layout_with(layout, "absent", out, NULL, NULL, &xr, &e);
     ASSERT(rc < 0);
     ASSERT_STRCONTAINS(e.msg, "diff_ids");
     assert_dir_holds(tkm_test_tmpdir(), "l", "src");
     /* the untouched image still extracts */
     tkm_err_clear(&e);
-    ASSERT_OK(tkm_triton_extract_layout(layout, "v1", out, NULL, &xr, &e));
+    ASSERT_OK(tkm_triton_extract_layout_with(layout, "v1", out, NULL, NULL, &xr, &e));
     ASSERT_EQ(xr.files, 36);
 }
 
@@ -172,4 +173,40 @@ TEST_TIMEOUT(limits_and_cancel_reach_the_layout_extraction, 60)
     tkm_err_clear(&e);
     ASSERT_EQ(tkm_triton_extract_layout_with(layout, "v1", out, NULL, &base, &xr, &e), -ECANCELED);
     assert_dir_holds(tkm_test_tmpdir(), "l", "src");
+}
+
+TEST_TIMEOUT(existing_destination_is_refused, 60)
+{
+    char layout[1024], out[1100], cmd[1300];
+    struct tkm_triton_build_result br;
+    struct tkm_triton_extract_result xr;
+    struct tkm_err e = {0};
+    build_layout(layout, sizeof layout, &br);
+    snprintf(out, sizeof out, "%s/out", tkm_test_tmpdir());
+    ASSERT_OK(mkdir(out, 0755));
+    ASSERT_EQ(tkm_triton_extract_layout_with(layout, "v1", out, NULL, NULL, &xr, &e), -EEXIST);
+    ASSERT_STRCONTAINS(e.msg, "File exists");
+    assert_dir_holds(tkm_test_tmpdir(), "l", "out src"); /* no staging directory left */
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", out);
+    ASSERT_EQ(system(cmd), 0); /* and the directory that was there is untouched */
+}
+
+TEST_TIMEOUT(a_dead_staging_dir_beside_the_destination_is_purged, 60)
+{
+    char layout[1024], out[1100], stale[1100];
+    struct tkm_triton_build_result br;
+    struct tkm_triton_extract_result xr;
+    struct tkm_err e = {0};
+    build_layout(layout, sizeof layout, &br);
+    pid_t dead = fork();
+    if (dead == 0)
+        _exit(0);
+    waitpid(dead, NULL, 0);
+    snprintf(stale, sizeof stale, "%s/.tkm-staging-%d-1-0123456789ab", tkm_test_tmpdir(),
+             (int)dead);
+    ASSERT_OK(mkdir(stale, 0700));
+    snprintf(out, sizeof out, "%s/out", tkm_test_tmpdir());
+    ASSERT_OK(tkm_triton_extract_layout_with(layout, "v1", out, NULL, NULL, &xr, &e));
+    ASSERT(access(stale, F_OK) != 0);
+    assert_dir_holds(tkm_test_tmpdir(), "l", "out src");
 }

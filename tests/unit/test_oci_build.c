@@ -176,7 +176,7 @@ TEST_TIMEOUT(extract_layout_round_trip_and_failure_leaves_nothing, 60)
     snprintf(layout, sizeof layout, "%s/l", tkm_test_tmpdir());
     snprintf(out, sizeof out, "%s/out", tkm_test_tmpdir());
     ASSERT_OK(tkm_triton_build_cache_image(cache, layout, "v1", NULL, &br, &e));
-    int rc = tkm_triton_extract_layout(layout, "v1", out, "/tmp/tcache", &xr, &e);
+    int rc = tkm_triton_extract_layout_with(layout, "v1", out, "/tmp/tcache", NULL, &xr, &e);
     if (rc)
         fprintf(stderr, "%s\n", e.msg);
     ASSERT_OK(rc);
@@ -191,7 +191,7 @@ TEST_TIMEOUT(extract_layout_round_trip_and_failure_leaves_nothing, 60)
     ASSERT_EQ(system(cmd), 0);
     /* extracting again onto the same path is refused, the first tree untouched */
     tkm_err_clear(&e);
-    ASSERT(tkm_triton_extract_layout(layout, "v1", out, NULL, &xr, &e) < 0);
+    ASSERT(tkm_triton_extract_layout_with(layout, "v1", out, NULL, NULL, &xr, &e) < 0);
     /* a corrupted layer: error names the digest; no output and no staging dir remain */
     char blob[1400], out2[1100];
     ASSERT_OK(tkm_oci_layout_blob_path(layout, br.layer.digest, blob, sizeof blob));
@@ -202,7 +202,7 @@ TEST_TIMEOUT(extract_layout_round_trip_and_failure_leaves_nothing, 60)
     fclose(f);
     snprintf(out2, sizeof out2, "%s/out2", tkm_test_tmpdir());
     tkm_err_clear(&e);
-    ASSERT(tkm_triton_extract_layout(layout, "v1", out2, NULL, &xr, &e) < 0);
+    ASSERT(tkm_triton_extract_layout_with(layout, "v1", out2, NULL, NULL, &xr, &e) < 0);
     ASSERT_EQ(access(out2, F_OK), -1);
     snprintf(cmd, sizeof cmd, "ls -a '%s' | grep -q staging", tkm_test_tmpdir());
     ASSERT(system(cmd) != 0);

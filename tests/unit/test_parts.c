@@ -21,6 +21,7 @@
 #include <tkm/triton/image.h>
 #include <tkm/triton/parts.h>
 
+#include "sup_archive.h"
 #include "test.h"
 
 /* Unpacks fixtures/<tarball> under the tmpdir; returns tmpdir/<top>. */
@@ -265,7 +266,7 @@ TEST_TIMEOUT(build_inspect_extract_all_parts, 120)
      * part's group files pointing there, manifests left out */
     struct tkm_triton_extract_result x;
     snprintf(dest, sizeof dest, "%s/store", tkm_test_tmpdir());
-    ASSERT_OK(tkm_triton_extract_layout(layout, "v1", dest, "/mnt/c", &x, &e));
+    ASSERT_OK(tkm_triton_extract_layout_with(layout, "v1", dest, "/mnt/c", NULL, &x, &e));
     ASSERT_EQ(x.parts, TKM_PART_TRITON | TKM_PART_INDUCTOR | TKM_PART_VLLM);
     ASSERT_UEQ(x.file_bytes, x.label_bytes);
     ASSERT_UEQ(x.groups, 4 + 33 + 6);
@@ -339,7 +340,7 @@ TEST(archive_rename_lays_prefixes_out)
     o.rename = tkm_parts_rename_pairs();
     o.strip = "io.triton.cache/"; /* rename wins */
     struct tkm_archive_result ar;
-    ASSERT_OK(tkm_archive_extract_path(blob, dest, &o, &ar, &e));
+    ASSERT_OK(sup_extract_path(blob, dest, &o, &ar, &e));
     struct stat st;
     snprintf(p, sizeof p, "%s/triton", dest);
     ASSERT_OK(stat(p, &st));
@@ -411,7 +412,7 @@ TEST_TIMEOUT(reads_an_mcv_vllm_only_image, 60)
     /* extracted as <dest>/vllm, its Triton groups pointing where pods see it */
     struct tkm_triton_extract_result x;
     snprintf(dest, sizeof dest, "%s/store", tkm_test_tmpdir());
-    ASSERT_OK(tkm_triton_extract_layout(layout, "mcv", dest, "/home/vllm", &x, &e));
+    ASSERT_OK(tkm_triton_extract_layout_with(layout, "mcv", dest, "/home/vllm", NULL, &x, &e));
     ASSERT_EQ(x.parts, TKM_PART_VLLM);
     ASSERT_UEQ(x.groups, 6);
     ASSERT_UEQ(x.file_bytes, 2255554);

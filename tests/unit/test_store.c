@@ -14,6 +14,7 @@
 #include <tkm/archive.h>
 #include <tkm/store.h>
 
+#include "sup_archive.h"
 #include "test.h"
 #include "tarbuild.h"
 
@@ -47,7 +48,7 @@ static void make_blob(const char *rel, int nfiles, char digest[72])
     o.fsync = 0;
     struct tkm_archive_result r;
     struct tkm_err err = {0};
-    ASSERT_OK(tkm_archive_extract_path(p, out, &o, &r, &err));
+    ASSERT_OK(sup_extract_path(p, out, &o, &r, &err));
     ASSERT_OK(tkm_rmtree_at(AT_FDCWD, out));
     memcpy(digest, r.blob_digest, 72);
     tkm_buf_release(&t);
@@ -82,7 +83,7 @@ TEST(ingest_lookup_list_remove)
     ASSERT_STRCONTAINS(err.msg, "is not in the store");
     tkm_err_clear(&err);
     struct tkm_store_ingest_info info;
-    ASSERT_OK(tkm_store_ingest(s, dg, blob, NULL, &path, &info, &err));
+    ASSERT_OK(sup_store_ingest(s, dg, blob, NULL, &path, &info, &err));
     ASSERT_EQ(info.existed, 0);
     ASSERT_EQ(info.archive.files, 3);
     char expect[700];
@@ -93,7 +94,7 @@ TEST(ingest_lookup_list_remove)
     snprintf(f, sizeof f, "%s/io.triton.cache/K001/kernel.json", expect);
     ASSERT_OK(access(f, R_OK));
     /* second ingest: already there, blob not even read */
-    ASSERT_OK(tkm_store_ingest(s, dg, "/nonexistent", NULL, NULL, &info, &err));
+    ASSERT_OK(sup_store_ingest(s, dg, "/nonexistent", NULL, NULL, &info, &err));
     ASSERT_EQ(info.existed, 1);
     ASSERT_OK(tkm_store_lookup(s, dg, &path, &err));
     ASSERT_STREQ(path, expect);
@@ -127,7 +128,7 @@ TEST(ingest_checks_digest_and_leaves_nothing)
     struct tkm_err err = {0};
     ASSERT_OK(tkm_store_open(root, &s, &err));
     /* the blob does not hash to the digest it is filed under */
-    ASSERT_EQ(tkm_store_ingest(s, other, blob, NULL, NULL, NULL, &err), -EBADMSG);
+    ASSERT_EQ(sup_store_ingest(s, other, blob, NULL, NULL, NULL, &err), -EBADMSG);
     ASSERT_STRCONTAINS(err.msg, "layer blob digest mismatch");
     ASSERT_STRCONTAINS(err.msg, other);
     char p[700];
@@ -136,7 +137,7 @@ TEST(ingest_checks_digest_and_leaves_nothing)
     snprintf(p, sizeof p, "%s/staging", root);
     ASSERT_EQ(count_dir(p), 0);
     tkm_err_clear(&err);
-    ASSERT_EQ(tkm_store_ingest(s, "sha256:xyz", blob, NULL, NULL, NULL, &err), -EINVAL);
+    ASSERT_EQ(sup_store_ingest(s, "sha256:xyz", blob, NULL, NULL, NULL, &err), -EINVAL);
     ASSERT_STRCONTAINS(err.msg, "'sha256:xyz' is not a digest");
     tkm_err_clear(&err);
     ASSERT_EQ(tkm_store_lookup(s, "../../etc", NULL, &err), -EINVAL);
@@ -145,7 +146,7 @@ TEST(ingest_checks_digest_and_leaves_nothing)
     tkm_archive_opts_init(&o);
     o.diff_id = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
     tkm_err_clear(&err);
-    ASSERT_EQ(tkm_store_ingest(s, dg, blob, &o, NULL, NULL, &err), -EBADMSG);
+    ASSERT_EQ(sup_store_ingest(s, dg, blob, &o, NULL, NULL, &err), -EBADMSG);
     ASSERT_STRCONTAINS(err.msg, "diff_id mismatch");
     snprintf(p, sizeof p, "%s/sha256", root);
     ASSERT_EQ(count_dir(p), 0);
@@ -213,7 +214,7 @@ static pid_t start_stuck_child(const char *root, const char *dg, const char *blo
         tkm_archive_opts_init(&o);
         o.progress = announce;
         o.progress_ud = &cs;
-        tkm_store_ingest(s, dg, blob, &o, NULL, NULL, &err);
+        sup_store_ingest(s, dg, blob, &o, NULL, NULL, &err);
         _exit(4);
     }
     close(pfd[1]);
@@ -251,7 +252,7 @@ TEST_TIMEOUT(crash_mid_extraction_leaves_nothing, 60)
     ASSERT_EQ(count_dir(p), 0);
     /* and it can be ingested afterwards */
     struct tkm_store_ingest_info info;
-    ASSERT_OK(tkm_store_ingest(s, dg, blob, NULL, NULL, &info, &err));
+    ASSERT_OK(sup_store_ingest(s, dg, blob, NULL, NULL, &info, &err));
     ASSERT_EQ(info.archive.files, 600);
     ASSERT_OK(tkm_store_lookup(s, dg, NULL, &err));
     tkm_store_free(s);
@@ -271,15 +272,15 @@ TEST_TIMEOUT(lock_excludes_a_second_process, 60)
     tkm_archive_opts_init(&o);
     atomic_int cancel = 1;
     o.cancel = &cancel;
-    ASSERT_EQ(tkm_store_ingest(s, dg, blob, &o, NULL, NULL, &err), -ECANCELED);
-    ASSERT_STRCONTAINS(err.msg, "being extracted by another process");
+    ASSERT_EQ(sup_store_ingest(s, dg, blob, &o, NULL, NULL, &err), -ECANCELED);
+    ASSERT_STRCONTAINS(err.msg, "cancelled while another process was extracting it");
     ASSERT_OK(kill(pid, SIGKILL));
     ASSERT_EQ(waitpid(pid, NULL, 0), pid);
     /* the kernel dropped the dead child's lock: this one now extracts */
     tkm_err_clear(&err);
     cancel = 0;
     struct tkm_store_ingest_info info;
-    ASSERT_OK(tkm_store_ingest(s, dg, blob, &o, NULL, &info, &err));
+    ASSERT_OK(sup_store_ingest(s, dg, blob, &o, NULL, &info, &err));
     ASSERT_EQ(info.existed, 0);
     ASSERT_EQ(info.archive.files, 400);
     tkm_store_free(s);
@@ -299,7 +300,7 @@ TEST(concurrent_ingest_same_digest)
             struct tkm_store *s = NULL;
             struct tkm_err err = {0};
             if (tkm_store_open(root, &s, &err) < 0 ||
-                tkm_store_ingest(s, dg, blob, NULL, NULL, NULL, &err) < 0)
+                sup_store_ingest(s, dg, blob, NULL, NULL, NULL, &err) < 0)
                 _exit(1);
             tkm_store_free(s);
             _exit(0);
@@ -347,7 +348,7 @@ TEST(fixture_into_store)
     o.include = inc;
     char *path = NULL;
     struct tkm_store_ingest_info info;
-    ASSERT_OK(tkm_store_ingest(s, dg, fx, &o, &path, &info, &err));
+    ASSERT_OK(sup_store_ingest(s, dg, fx, &o, &path, &info, &err));
     ASSERT(info.archive.files > 10);
     char m[800];
     snprintf(m, sizeof m, "%s.complete", path);
@@ -442,10 +443,15 @@ TEST_TIMEOUT(ingest_on_the_libuv_thread_pool, 60)
     tkm_store_free(s);
 }
 
-/* The cancel path a daemon uses instead of signals: the flag is raised from
- * the progress callback once entries are on disk in staging/. */
+/* The cancel path a daemon uses instead of signals: once entries are on
+ * disk in staging/, the progress callback (a pool thread) wakes the loop,
+ * which calls tkm_store_job_cancel, and waits until it has. */
 struct cancel_probe {
-    atomic_int flag;
+    uv_async_t wake;
+    uv_sem_t cancelled;
+    atomic_int asked;
+    struct tkm_store_job *job;
+    struct async_out out;
     char staging[600];
     int seen_in_staging;
 };
@@ -453,12 +459,28 @@ struct cancel_probe {
 static void cancel_after_entries(void *ud, const struct tkm_archive_progress *p)
 {
     struct cancel_probe *c = ud;
-    if (p->entries < 64)
+    if (p->entries < 64 || atomic_exchange(&c->asked, 1))
         return;
     char cmd[700];
     snprintf(cmd, sizeof cmd, "find '%s' -name kernel.json | grep -q .", c->staging);
     c->seen_in_staging = system(cmd) == 0;
-    atomic_store(&c->flag, 1);
+    uv_async_send(&c->wake);
+    uv_sem_wait(&c->cancelled);
+}
+
+static void cancel_on_loop(uv_async_t *a)
+{
+    struct cancel_probe *c = a->data;
+    tkm_store_job_cancel(c->job);
+    uv_sem_post(&c->cancelled);
+}
+
+static void cancel_probe_done(int rc, const char *path, const struct tkm_store_ingest_info *info,
+                              const struct tkm_err *err, void *data)
+{
+    struct cancel_probe *c = data;
+    on_ingest(rc, path, info, err, &c->out);
+    uv_close((uv_handle_t *)&c->wake, NULL);
 }
 
 TEST(ingest_cancelled_mid_way_leaves_nothing)
@@ -470,32 +492,38 @@ TEST(ingest_cancelled_mid_way_leaves_nothing)
     struct tkm_store *s = NULL;
     struct tkm_err err = {0};
     ASSERT_OK(tkm_store_open(root, &s, &err));
+    uv_loop_t loop;
+    ASSERT_OK(uv_loop_init(&loop));
     struct cancel_probe c;
     memset(&c, 0, sizeof c);
-    atomic_init(&c.flag, 0);
+    atomic_init(&c.asked, 0);
+    ASSERT_OK(uv_sem_init(&c.cancelled, 0));
+    ASSERT_OK(uv_async_init(&loop, &c.wake, cancel_on_loop));
+    c.wake.data = &c;
     snprintf(c.staging, sizeof c.staging, "%s/staging", root);
     struct tkm_archive_opts o;
     tkm_archive_opts_init(&o);
     o.fsync = 0;
-    o.cancel = &c.flag;
     o.progress = cancel_after_entries;
     o.progress_ud = &c;
-    struct tkm_store_ingest_info info;
-    ASSERT_EQ(tkm_store_ingest(s, dg, blob, &o, NULL, &info, &err), -ECANCELED);
-    ASSERT_STRCONTAINS(err.msg, "extraction cancelled");
+    ASSERT_OK(tkm_store_ingest_start(&loop, s, dg, blob, &o, cancel_probe_done, &c, &c.job, &err));
+    ASSERT_OK(uv_run(&loop, UV_RUN_DEFAULT));
+    ASSERT_EQ(c.out.calls, 1);
+    ASSERT_EQ(c.out.rc, -ECANCELED);
+    ASSERT_STRCONTAINS(c.out.msg, "extraction cancelled");
     ASSERT_EQ(c.seen_in_staging, 1);    /* it was stopped mid-way ... */
     ASSERT_EQ(count_dir(c.staging), 0); /* ... and staging/ is empty again */
     snprintf(p, sizeof p, "%s/sha256", root);
     ASSERT_EQ(count_dir(p), 0);
-    tkm_err_clear(&err);
     ASSERT_EQ(tkm_store_lookup(s, dg, NULL, &err), -ENOENT);
-    /* the same ingest without the flag completes */
-    atomic_store(&c.flag, 0);
-    o.cancel = NULL;
+    /* the same ingest without cancelling completes */
     o.progress = NULL;
     tkm_err_clear(&err);
-    ASSERT_OK(tkm_store_ingest(s, dg, blob, &o, NULL, &info, &err));
+    struct tkm_store_ingest_info info;
+    ASSERT_OK(sup_store_ingest(s, dg, blob, &o, NULL, &info, &err));
     ASSERT_EQ(info.archive.files, 400);
+    uv_sem_destroy(&c.cancelled);
+    ASSERT_OK(uv_loop_close(&loop));
     tkm_store_free(s);
 }
 

@@ -25,6 +25,7 @@
 #include <tkm/store.h>
 #include <tkm/store/state.h>
 
+#include "sup_archive.h"
 #include "test.h"
 
 #define NFIX 3
@@ -321,7 +322,7 @@ TEST(reconcile_rows_without_trees_and_trees_without_rows)
     ASSERT_OK(tkm_store_remove(s, f[0].digest, &err));
     /* a tree without a row: f[2] ingested without the state */
     struct tkm_store_ingest_info info;
-    ASSERT_OK(tkm_store_ingest(s, f[2].digest, f[2].path, NULL, NULL, &info, &err));
+    ASSERT_OK(sup_store_ingest(s, f[2].digest, f[2].path, NULL, NULL, &info, &err));
     f[2].bytes = info.archive.file_bytes;
     tkm_store_free(s);
     /* a removal of f[1] interrupted after its mark, and a half-made tree */
@@ -760,7 +761,7 @@ TEST_TIMEOUT(ingest_and_remove_on_the_loop, 60)
     ASSERT(o.files > 10);
     /* complete but without a row (ingested by lib/store alone): walked on the pool */
     struct tkm_store_ingest_info info;
-    ASSERT_OK(tkm_store_ingest(s, f[0].digest, f[0].path, NULL, NULL, &info, &err));
+    ASSERT_OK(sup_store_ingest(s, f[0].digest, f[0].path, NULL, NULL, &info, &err));
     memset(&o, 0, sizeof o);
     ASSERT_OK(tkm_store_state_ingest_start(&loop, st, f[0].digest, "/nonexistent", NULL, NULL,
                                            on_ingest, &o, NULL, &err));

@@ -276,14 +276,14 @@ TEST(rewrite_inductor_groups_to_new_root)
     /* before: every child points at /tmp/T, where the producer ran */
     check_groups(rootcopy, "/tmp/T", 0, &groups);
     ASSERT_EQ(groups, 40);
-    ASSERT_OK(tkm_triton_groups_rewrite(rootcopy, rootcopy, &st, &e));
+    ASSERT_OK(tkm_triton_groups_rewrite_to(rootcopy, rootcopy, rootcopy, &st, &e));
     ASSERT_EQ(st.groups, 40);
     ASSERT_EQ(st.missing_children, 0);
     ASSERT(st.children >= 40 * 4);
     check_groups(rootcopy, rootcopy, 1, &groups);
     ASSERT_EQ(groups, 40);
     /* to a mount path that does not exist here; trailing slash is dropped */
-    ASSERT_OK(tkm_triton_groups_rewrite(rootcopy, "/mnt/triton-cache/", &st, &e));
+    ASSERT_OK(tkm_triton_groups_rewrite_to(rootcopy, rootcopy, "/mnt/triton-cache/", &st, &e));
     check_groups(rootcopy, "/mnt/triton-cache", 0, &groups);
     ASSERT_EQ(groups, 40);
     /* the scan still sees the same cache, and no temp file is left over */
@@ -294,7 +294,7 @@ TEST(rewrite_inductor_groups_to_new_root)
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "test -z \"$(find '%s' -name '*tkm-tmp*')\"", rootcopy);
     ASSERT_EQ(system(cmd), 0);
-    ASSERT_EQ(tkm_triton_groups_rewrite(rootcopy, "relative/x", &st, &e), -EINVAL);
+    ASSERT_EQ(tkm_triton_groups_rewrite_to(rootcopy, rootcopy, "relative/x", &st, &e), -EINVAL);
     ASSERT_STRCONTAINS(e.msg, "absolute");
 }
 
@@ -312,7 +312,7 @@ TEST(rewrite_list_form_and_keeps_mode)
              "chmod 0640 '%s'",
              grp, grp);
     ASSERT_EQ(system(cmd), 0);
-    ASSERT_OK(tkm_triton_groups_rewrite(root, "/cache", &st, &e));
+    ASSERT_OK(tkm_triton_groups_rewrite_to(root, root, "/cache", &st, &e));
     ASSERT_EQ(st.groups, 1);
     ASSERT_EQ(st.children, 3);
     ASSERT_EQ(st.missing_children, 1);

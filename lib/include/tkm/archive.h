@@ -58,11 +58,6 @@ struct tkm_archive_limits {
     uint64_t min_free_bytes;
 };
 
-/* The defaults (docs/security.md): 32 GiB total, 4 GiB per file, 200000
- * entries, 1 MiB PAX header, 1024-byte paths, depth 32, ratio 250 after
- * 16 MiB, zstd windowLog 27 (128 MiB), no free-space reserve. */
-void tkm_archive_limits_default(struct tkm_archive_limits *l);
-
 enum tkm_compression {
     TKM_COMPRESSION_AUTO = 0, /* by magic bytes: gzip, zstd, else plain tar */
     TKM_COMPRESSION_NONE,
@@ -113,7 +108,10 @@ struct tkm_archive_opts {
     void *progress_ud; /* borrowed */
 };
 
-/* Fills o with the default limits, compression AUTO, fsync on, nothing else. */
+/* Fills o with the default limits (docs/security.md: 32 GiB total, 4 GiB
+ * per file, 200000 entries, 1 MiB PAX header, 1024-byte paths, depth 32,
+ * ratio 250 after 16 MiB, zstd windowLog 27 (128 MiB), no free-space
+ * reserve), compression AUTO, fsync on, nothing else. */
 void tkm_archive_opts_init(struct tkm_archive_opts *o);
 
 struct tkm_archive_result {
@@ -140,18 +138,6 @@ struct tkm_archive_result {
  */
 int tkm_archive_extract_fd(int blob_fd, int dest_dirfd, const struct tkm_archive_opts *o,
                            struct tkm_archive_result *res, struct tkm_err *err);
-
-/*
- * Extracts blob_path into a new staging directory next to dest_path (same
- * filesystem, tkm_staging_create), fsyncs it and renames it to dest_path,
- * which must not exist (-EEXIST). Stale staging directories of dead
- * processes beside dest_path are purged first (tkm_staging_purge). On any
- * failure, -ECANCELED included, the staging directory is removed and
- * dest_path is not created. Strings are borrowed.
- */
-int tkm_archive_extract_path(const char *blob_path, const char *dest_path,
-                             const struct tkm_archive_opts *o, struct tkm_archive_result *res,
-                             struct tkm_err *err);
 
 /*
  * Staging directories: ".tkm-staging-<pid>-<start>-<random>", where <start>

@@ -18,7 +18,8 @@
  * it against the blob bytes.
  *
  * Thread safety: after open the struct is read-only; every call may run on
- * any thread (they block: run them on a worker thread, not on a loop).
+ * any thread (all but tkm_store_ingest_start block: run them on a worker
+ * thread, not on a loop).
  */
 #ifndef TKM_STORE_H
 #define TKM_STORE_H
@@ -37,6 +38,9 @@ void tkm_store_free(struct tkm_store *s);
 /* The root path; borrowed from s. */
 const char *tkm_store_root(const struct tkm_store *s);
 
+/* 0 when digest is "sha256:<64 lower-case hex>", else -EINVAL with err. */
+int tkm_store_check_digest(const char *digest, struct tkm_err *err);
+
 /* *path (owned, free()) = the extracted tree of digest, only when its
  * completion marker exists. -ENOENT when absent, -EINVAL for a bad digest. */
 int tkm_store_lookup(struct tkm_store *s, const char *digest, char **path, struct tkm_err *err);
@@ -47,30 +51,16 @@ struct tkm_store_ingest_info {
 };
 
 /*
- * Makes digest present: takes its lock (waiting while another process holds
- * it; o->cancel ends the wait with -ECANCELED), returns at once if the entry
- * is complete, else extracts blob_path (borrowed) with lib/tkm_archive into
- * staging/ -- checking that the blob's sha256 is digest, plus o->diff_id when
- * set -- fsyncs, renames it to sha256/<hex> and writes the marker last.
- * o (borrowed) may be NULL for the defaults; its blob_digest is ignored (the
- * digest argument is what is checked). *path (may be NULL) as for lookup.
- * info (may be NULL) says what happened. On failure nothing becomes visible.
- *
- * Cancelling: the library installs no signal handlers (in a daemon signals
- * belong to the daemon). A caller that must stop an ingest -- on SIGTERM, on
- * shutdown, when the pod went away -- sets *o->cancel non-zero from any
- * thread: the extraction notices between reads and entries, removes its
- * staging directory and returns -ECANCELED; the entry stays absent.
- */
-int tkm_store_ingest(struct tkm_store *s, const char *digest, const char *blob_path,
-                     const struct tkm_archive_opts *o, char **path,
-                     struct tkm_store_ingest_info *info, struct tkm_err *err);
-
-/*
- * The same ingest for a daemon that owns one libuv loop: the work runs on the
- * libuv thread pool (uv_queue_work), cb on the loop thread. A pool thread
- * never waits for the digest's lock: when another process holds it, the
- * job waits on a loop timer (20 ms doubling to 500 ms) and tries again.
+ * Makes digest present, for a daemon that owns one libuv loop: the work runs
+ * on the libuv thread pool (uv_queue_work), cb on the loop thread. It takes
+ * the digest's lock, returns at once if the entry is complete, else extracts
+ * blob_path with lib/tkm_archive into staging/ -- checking that the blob's
+ * sha256 is digest, plus o->diff_id when set -- fsyncs, renames it to
+ * sha256/<hex> and writes the marker last; on failure nothing becomes
+ * visible. o may be NULL for the defaults; its blob_digest is ignored (the
+ * digest argument is what is checked). A pool thread never waits for the
+ * digest's lock: when another process holds it, the job waits on a loop
+ * timer (20 ms doubling to 500 ms) and tries again.
  *
  * Everything passed in is copied (digest, blob_path, and opts with its
  * strings and include list), so the caller may free its copies on return;
@@ -78,11 +68,17 @@ int tkm_store_ingest(struct tkm_store *s, const char *digest, const char *blob_p
  * opts->progress, if set, is called on the worker thread. s must stay open
  * until cb has run.
  *
+ * Cancelling: the library installs no signal handlers (in a daemon signals
+ * belong to the daemon). tkm_store_job_cancel stops the job: the extraction
+ * notices between reads and entries and removes its staging directory; the
+ * entry stays absent.
+ *
  * Callback contract: if _start fails (< 0), cb is never called. Otherwise cb
- * runs exactly once, with rc 0, path (borrowed for the call) and info, or rc
- * < 0 and err saying why (-ECANCELED after tkm_store_job_cancel or when the
- * loop closed before the work started). *job (may be NULL) is borrowed: valid
- * until cb runs, for tkm_store_job_cancel only.
+ * runs exactly once, with rc 0, path (borrowed for the call) and info (what
+ * happened), or rc < 0 and err saying why (-ECANCELED after
+ * tkm_store_job_cancel or when the loop closed before the work started).
+ * *job (may be NULL) is borrowed: valid until cb runs, for
+ * tkm_store_job_cancel only.
  */
 struct tkm_store_job;
 typedef void (*tkm_store_ingest_cb)(int rc, const char *path,

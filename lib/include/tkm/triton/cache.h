@@ -19,7 +19,7 @@
  *
  * Group files are read in both forms: {"child_paths": {name: "/abs/path"}}
  * (FileCacheManager 3.x) and {"child_paths": [names relative to the dir]}
- * (RemoteCacheManager, Triton 2.x). tkm_triton_groups_rewrite() writes the
+ * (RemoteCacheManager, Triton 2.x). tkm_triton_groups_rewrite_to() writes the
  * dict form (iterating it yields the names, which 2.x also accepts).
  *
  * Ownership: every struct here is caller-owned (usually on the stack) and
@@ -49,6 +49,13 @@ struct tkm_triton_target {
     char arch[TKM_TRITON_ARCH_MAX];       /* always a string: "90", "80", "gfx90a" */
     int warp_size;                        /* 32 or 64 */
 };
+
+/* Reads {"backend", "arch", "warp_size"} of the JSON object t into out: arch
+ * an integer (CUDA, e.g. 90) or a string ("gfx90a"; "sm_90" and "sm90" become
+ * "90"); *arch_is_int (may be NULL) is set to 1 for an integer. -EINVAL with
+ * err naming what ("<file>: target") otherwise. */
+int tkm_triton_target_parse(json_t *t, struct tkm_triton_target *out, int *arch_is_int,
+                            const char *what, struct tkm_err *err);
 
 /* A PTX ISA version from a `.version X.Y` line; major < 0 means unknown. */
 struct tkm_ptx_version {
@@ -152,20 +159,16 @@ struct tkm_triton_rewrite_stats {
 };
 /* Rewrites every __grp__*.json under cache_dir so each child path becomes
  * new_root/<kernel dir>/<name>: use it after extracting a cache to cache_dir
- * when pods see it at new_root (new_root may equal cache_dir). Each file is
- * written to a temporary file in the same directory, fsync'ed and renamed
- * over the original (mode kept), so a reader sees the old or the new file.
- * new_root must be absolute. stats is optional. */
-int tkm_triton_groups_rewrite(const char *cache_dir, const char *new_root,
-                              struct tkm_triton_rewrite_stats *stats, struct tkm_err *err);
-/* Like tkm_triton_groups_rewrite(), but reads the groups under cache_dir and
- * writes the rewritten ones to out_dir/<kernel dir>/__grp__*.json, leaving
- * cache_dir untouched: out_dir (created if needed, may exist) becomes a tree
- * that mirrors the cache and holds only the rewritten group files (the CSI
- * driver's thin per-pod layer over a shared read-only cache). Kernel dirs
- * without group files are not created. out_dir == cache_dir rewrites in
- * place (tkm_triton_groups_rewrite() is exactly that). missing_children is
- * counted against cache_dir. */
+ * when pods see it at new_root (new_root may equal cache_dir). The rewritten
+ * groups go to out_dir/<kernel dir>/__grp__*.json: out_dir == cache_dir
+ * rewrites in place; another out_dir (created if needed, may exist) becomes
+ * a tree that mirrors the cache and holds only the rewritten group files
+ * (the CSI driver's thin per-pod layer over a shared read-only cache),
+ * leaving cache_dir untouched; kernel dirs without group files are not
+ * created. Each file is written to a temporary file in its directory,
+ * fsync'ed and renamed into place (mode kept), so a reader sees the old or
+ * the new file. new_root must be absolute. stats is optional;
+ * missing_children is counted against cache_dir. */
 int tkm_triton_groups_rewrite_to(const char *cache_dir, const char *out_dir, const char *new_root,
                                  struct tkm_triton_rewrite_stats *stats, struct tkm_err *err);
 

@@ -2,7 +2,7 @@
  * triton/extract.h - a Triton cache image, from an OCI layout to a cache
  * directory: extract its one layer's io.triton.cache/ (lib/archive) into a
  * staging directory, rewrite the group files for where pods see the cache
- * (tkm_triton_groups_rewrite), flush and rename into place. Moved here from
+ * (tkm_parts_groups_rewrite_to), flush and rename into place. Moved here from
  * lib/oci, which knows nothing of Triton.
  *
  * Strings are borrowed for the call; res is caller-owned.
@@ -39,18 +39,14 @@ struct tkm_triton_extract_result {
  * The image must have one tar layer (gzip, zstd or plain).
  * A multi-part image (its config has Inductor or vLLM labels, triton/parts.h)
  * is laid out as dest/triton, dest/inductor, dest/vllm instead, and the group
- * files of every part are rewritten (tkm_parts_groups_rewrite_to). */
-int tkm_triton_extract_layout(const char *layout_dir, const char *tag, const char *dest,
-                              const char *mount_path, struct tkm_triton_extract_result *res,
-                              struct tkm_err *err);
-
-/* The same with the limits, cancel flag and progress callback of base
- * (borrowed, may be NULL for the defaults; its other fields are ignored):
- * once *base->cancel is non-zero the extraction stops with -ECANCELED and the
- * staging directory is removed. The staging directory is a
- * tkm_staging_create() one; stale ones of dead processes beside dest are
- * purged first. The layer blob must have its descriptor's exact size and the
- * config exactly one rootfs.diff_id. */
+ * files of every part are rewritten (tkm_parts_groups_rewrite_to).
+ *
+ * base (borrowed, may be NULL for the defaults) gives the limits, cancel flag
+ * and progress callback; its other fields are ignored: once *base->cancel is
+ * non-zero the extraction stops with -ECANCELED and the staging directory is
+ * removed. The staging directory is a tkm_staging_create() one; stale ones of
+ * dead processes beside dest are purged first. The layer blob must have its
+ * descriptor's exact size and the config exactly one rootfs.diff_id. */
 struct tkm_archive_opts;
 int tkm_triton_extract_layout_with(const char *layout_dir, const char *tag, const char *dest,
                                    const char *mount_path, const struct tkm_archive_opts *base,

@@ -41,13 +41,6 @@ int tkm_triton_image_load_ref(struct tkm_triton_image *im, const char *ref,
                               const struct tkm_oci_registry_opts *opts, struct tkm_err *err);
 void tkm_triton_image_release(struct tkm_triton_image *im);
 
-/* From a config that an inspect or pull job returned (session.h): config
- * is taken (zeroed on return, in every case); what and manifest_digest are
- * copied (either may be NULL). */
-int tkm_triton_image_from_config(struct tkm_triton_image *im, const char *what,
-                                 const char *manifest_digest, struct tkm_oci_config *config,
-                                 struct tkm_err *err);
-
 /*
  * Inspect as an image job on a registry session (oci/session.h: one handle,
  * tkm_oci_job_cancel, the tkm_oci_job_cb callback): lib/oci's inspect (the
