@@ -271,6 +271,15 @@ static void finish(struct tkm_verify_job *j)
     job_free(j);
 }
 
+/* A message for a condition, an event or a node status (dst, n bytes): the
+ * error text with control characters, invalid UTF-8 and bidi overrides
+ * escaped and cut to fit (tkm_escape), since parts of it may quote what a
+ * registry or a signature document holds (docs/security.md). */
+static void set_message(char *dst, size_t n, const char *msg)
+{
+    tkm_escape(msg, strlen(msg), dst, n);
+}
+
 static void fail(struct tkm_verify_job *j, enum tkm_verify_step step, int rc, const char *reason,
                  const char *msg, int retry)
 {
@@ -279,7 +288,7 @@ static void fail(struct tkm_verify_job *j, enum tkm_verify_step step, int rc, co
     r->rc = rc < 0 ? rc : -EIO;
     r->reason = reason;
     r->retry = retry;
-    snprintf(r->message, sizeof r->message, "%s", msg ? msg : strerror(-r->rc));
+    set_message(r->message, sizeof r->message, msg ? msg : strerror(-r->rc));
     finish(j);
 }
 
@@ -447,8 +456,8 @@ static void inspected(struct tkm_verify_job *j, int rc, struct tkm_oci_job_resul
     if (rc < 0) {
         int retry;
         r->summary_rc = rc;
-        snprintf(r->summary_message, sizeof r->summary_message, "%s",
-                 err ? tkm_err_str(err) : strerror(-rc));
+        set_message(r->summary_message, sizeof r->summary_message,
+                    err ? tkm_err_str(err) : strerror(-rc));
         r->summary_reason = tkm_verify_registry_reason(rc, r->summary_message, &retry);
     }
     finish(j);
@@ -466,8 +475,7 @@ static void searched(struct tkm_verify_job *j, int rc, const struct tkm_oci_job_
         if (res && res->detail)
             r->sig = *(const struct tkm_sig_result *)res->detail;
     } else {
-        snprintf(r->sig_message, sizeof r->sig_message, "%s",
-                 err ? tkm_err_str(err) : strerror(-rc));
+        set_message(r->sig_message, sizeof r->sig_message, err ? tkm_err_str(err) : strerror(-rc));
         r->sig_retry = !strcmp(r->sig_reason, "RegistryUnreachable") ||
                        !strcmp(r->sig_reason, "RegistryUnauthorized") ||
                        !strcmp(r->sig_reason, "InternalError");
@@ -580,7 +588,7 @@ static void step_policy(struct tkm_verify_job *j)
         r->sig_reason =
             rc == -EINVAL || rc == TKM_SIG_EPOLICY ? "InvalidPolicy" : "VerificationError";
         r->sig_retry = 1;
-        snprintf(r->sig_message, sizeof r->sig_message, "%s", tkm_err_str(&err));
+        set_message(r->sig_message, sizeof r->sig_message, tkm_err_str(&err));
         r->usable = r->mode == TKM_SIG_MODE_AUDIT;
         step_summary(j);
     }
@@ -597,7 +605,7 @@ static void step_summary(struct tkm_verify_job *j)
     }
     if ((rc = start_inspect(j, 1, &err)) < 0) {
         r->summary_rc = rc;
-        snprintf(r->summary_message, sizeof r->summary_message, "%s", tkm_err_str(&err));
+        set_message(r->summary_message, sizeof r->summary_message, tkm_err_str(&err));
         r->summary_reason = tkm_verify_registry_reason(rc, r->summary_message, &retry);
         finish(j);
     }

@@ -137,7 +137,7 @@ static int only_members(json_t *o, const char *const *allowed, const char *what,
         while (allowed[i] && strcmp(allowed[i], k) != 0)
             i++;
         if (!allowed[i])
-            return tkm_err_set(err, -EINVAL, "bundle: %s has an unknown member '%s'", what, k);
+            return tkm_err_set(err, -EINVAL, "bundle: %s has an unknown member '%.64s'", what, k);
     }
     return 0;
 }
@@ -176,7 +176,7 @@ static int bundle_parse(const unsigned char *p, size_t len, struct bundle *b, st
         return tkm_err_set(err, -EINVAL, "bundle: no mediaType");
     if (!media_type_ok(b->media_type))
         return tkm_err_set(err, -EPROTONOSUPPORT,
-                           "bundle media type '%s' is not one tkm reads (Sigstore bundle v0.1, "
+                           "bundle media type '%.64s' is not one tkm reads (Sigstore bundle v0.1, "
                            "v0.2, v0.3)",
                            b->media_type);
     b->material = json_object_get(b->root, "verificationMaterial");
@@ -326,20 +326,22 @@ static int check_statement(const struct tkm_buf *payload, const char *image_dige
     }
     const char *dup = tkm__trust_case_dup(st);
     if (dup) {
-        rc = tkm_err_set(err, -EINVAL, "signed statement has keys equal but for case ('%s')", dup);
+        rc = tkm_err_set(err, -EINVAL, "signed statement has keys equal but for case ('%.64s')",
+                         dup);
         goto out;
     }
     const char *type = json_string_value(json_object_get(st, "_type"));
     const char *pt = json_string_value(json_object_get(st, "predicateType"));
     json_t *subj = json_object_get(st, "subject");
     if (!type || (strcmp(type, STATEMENT_V1) != 0 && strcmp(type, STATEMENT_V01) != 0)) {
-        rc = tkm_err_set(err, -EPROTONOSUPPORT, "signed payload is not an in-toto statement (%s)",
-                         type ? type : "no _type");
+        rc =
+            tkm_err_set(err, -EPROTONOSUPPORT, "signed payload is not an in-toto statement (%.64s)",
+                        type ? type : "no _type");
         goto out;
     }
     if (!pt || strcmp(pt, TKM_BUNDLE_PREDICATE_SIGN) != 0) {
         rc = tkm_err_set(err, -EBADMSG,
-                         "bundle is an attestation (predicateType %s), not an image signature "
+                         "bundle is an attestation (predicateType %.64s), not an image signature "
                          "(%s)",
                          pt ? pt : "none", TKM_BUNDLE_PREDICATE_SIGN);
         goto out;
@@ -398,7 +400,7 @@ static int dsse_load(json_t *env, struct sigset *s, struct tkm_err *err)
         return tkm_err_set(err, -EINVAL, "bundle: dsseEnvelope.payloadType is missing");
     if (strcmp(type, INTOTO_PAYLOAD) != 0)
         return tkm_err_set(err, -EPROTONOSUPPORT,
-                           "bundle: DSSE payloadType '%s' is not one tkm reads (%s)", type,
+                           "bundle: DSSE payloadType '%.64s' is not one tkm reads (%s)", type,
                            INTOTO_PAYLOAD);
     if (!json_is_array(sigs) || json_array_size(sigs) == 0 || json_array_size(sigs) > MAX_DSSE_SIGS)
         return tkm_err_set(err, -EINVAL, "bundle: dsseEnvelope.signatures must be 1..%d entries",
@@ -430,7 +432,7 @@ static int msg_load(json_t *m, struct sigset *s, struct tkm_err *err)
     const char *alg = json_string_value(json_object_get(md, "algorithm"));
     if (!alg || strcmp(alg, "SHA2_256") != 0)
         return tkm_err_set(err, -EPROTONOSUPPORT,
-                           "bundle: messageDigest algorithm '%s' is not SHA2_256, the image "
+                           "bundle: messageDigest algorithm '%.64s' is not SHA2_256, the image "
                            "digest's",
                            alg ? alg : "(none)");
     if (s->signed_bytes.len != 32)

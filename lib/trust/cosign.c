@@ -58,8 +58,8 @@ static int layer_desc(json_t *l, size_t i, struct tkm_cosign_layer *out, struct 
     const char *dg = json_string_value(json_object_get(l, "digest"));
     json_t *sz = json_object_get(l, "size");
     if (!tkm_digest_valid(dg))
-        return tkm_err_set(err, -EINVAL, "signature layer %zu: digest '%s' is not sha256:<hex>", i,
-                           dg ? dg : "(missing)");
+        return tkm_err_set(err, -EINVAL, "signature layer %zu: digest '%.80s' is not sha256:<hex>",
+                           i, dg ? dg : "(missing)");
     if (!json_is_integer(sz) || json_integer_value(sz) < 0)
         return tkm_err_set(err, -EINVAL, "signature layer %zu (%s): no valid size", i, dg);
     if (json_integer_value(sz) > TKM_COSIGN_MAX_PAYLOAD)
@@ -221,7 +221,7 @@ static int check_claims(const struct tkm_cosign_blob *b, const char *image_diges
     if (!json_is_object(root) || !json_is_object(crit)) {
         rc = tkm_err_set(err, -EBADMSG, "signed payload %s has no \"critical\" object", b->digest);
     } else if (!type || strcmp(type, TKM_COSIGN_CLAIM_TYPE) != 0) {
-        rc = tkm_err_set(err, -EBADMSG, "signed payload %s: critical.type is \"%s\", not \"%s\"",
+        rc = tkm_err_set(err, -EBADMSG, "signed payload %s: critical.type is \"%.64s\", not \"%s\"",
                          b->digest, type ? type : "(missing)", TKM_COSIGN_CLAIM_TYPE);
     } else if (!dg) {
         rc = tkm_err_set(err, -EBADMSG,
