@@ -34,6 +34,8 @@ wait_jp 60 "extracted without a Materialize" true tkcns "$N1" "$NS" '{.status.ca
 assert_eq 1 "$(entries "$E2E_TMP/pre/store")" "one entry in the store"
 agent_stop pre
 kubectl -n "$NS" delete configmap tkm-config >/dev/null
+# prefetch off again; the caches here still switch signatures off, which the admin allows (issue 23)
+kubectl -n "$NS" create configmap tkm-config --from-literal=signatureFloor=Disabled >/dev/null
 
 step "concurrent Materialize calls for one digest share one pull"
 N0=e2e-gc-conc-$RANDOM
