@@ -530,7 +530,7 @@ static void fx_init(struct fx *f)
     snprintf(f->path, sizeof f->path, "%s/agent.sock", f->dir);
     if (agent_rpc_server_new(&f->loop, f->path, &OPS, f, NULL, &f->srv, &err) < 0)
         tkm_test_fail(__FILE__, __LINE__, "agent_rpc_server_new: %s", tkm_err_str(&err));
-    ASSERT_OK(tkm_grpc_client_new(&f->loop, f->path, NULL, &f->cli, &err));
+    ASSERT_OK(tkm_grpc_client_new(&f->loop, f->path, &f->cli, &err));
 }
 
 static void fx_finish(struct fx *f)
@@ -555,7 +555,7 @@ static void start(struct fx *f, const char *method, const void *b, size_t n, uin
     char m[128];
     snprintf(m, sizeof m, "/tkm.agent.v1.Agent/%s", method);
     memset(r, 0, sizeof *r);
-    if (tkm_grpc_client_call(f->cli, m, b, n, timeout, NULL, on_result, r, NULL, &err) < 0)
+    if (tkm_grpc_client_call(f->cli, m, b, n, timeout, on_result, r, &err) < 0)
         tkm_test_fail(__FILE__, __LINE__, "call: %s", tkm_err_str(&err));
 }
 
