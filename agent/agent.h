@@ -261,7 +261,6 @@ int agent_metrics_start(struct agent *a, struct tkm_err *err);
 void agent_metrics_extraction(struct agent *a, double seconds);
 /* Counts a failed Materialize or prefetch by its CamelCase reason. */
 void agent_metrics_materialize_failure(struct agent *a, const char *reason);
-void agent_metrics_stop(struct agent *a); /* servers closed (on the loop) */
 void agent_metrics_free(struct agent *a); /* after the loop ended */
 
 /* stop.c: stops with exit status code (the first stop's wins); the same as

@@ -199,13 +199,6 @@ int agent_metrics_start(struct agent *a, struct tkm_err *err)
     return 0;
 }
 
-void agent_metrics_stop(struct agent *a)
-{
-    tkm_httpd_close(a->httpd_metrics, NULL, NULL);
-    tkm_httpd_close(a->httpd_health, NULL, NULL);
-    a->httpd_metrics = a->httpd_health = NULL;
-}
-
 void agent_metrics_free(struct agent *a)
 {
     tkm_metrics_free(a->metrics);

@@ -40,7 +40,6 @@ struct agent_rpc_call {
     enum method method;
     const struct agent_rpc_ops *ops; /* for the cancel callback */
     void *data;
-    void *user;
     struct agent_materialize_req mat;
     struct agent_release_req rel;
 };
@@ -466,26 +465,6 @@ int agent_rpc_reply_status(struct agent_rpc_call *call, const struct agent_statu
     return call_reply(call, METHOD_STATUS, &r.base);
 }
 
-int agent_rpc_call_cancelled(const struct agent_rpc_call *call)
-{
-    return tkm_grpc_call_cancelled(call->gc);
-}
-
-const char *agent_rpc_call_method(const struct agent_rpc_call *call)
-{
-    return tkm_grpc_call_method(call->gc);
-}
-
-void agent_rpc_call_set_data(struct agent_rpc_call *call, void *data)
-{
-    call->user = data;
-}
-
-void *agent_rpc_call_get_data(const struct agent_rpc_call *call)
-{
-    return call->user;
-}
-
 /* ---- handlers --------------------------------------------------------------------------- */
 
 static void on_cancel(struct tkm_grpc_call *gc, void *data)
@@ -690,11 +669,6 @@ void agent_rpc_server_close(struct agent_rpc_server *srv, void (*closed_cb)(void
     srv->closed_cb = closed_cb;
     srv->closed_data = data;
     tkm_grpc_server_close(srv->grpc, server_closed, srv);
-}
-
-const char *agent_rpc_server_path(const struct agent_rpc_server *srv)
-{
-    return tkm_grpc_server_path(srv->grpc);
 }
 
 uint64_t agent_rpc_server_refused(const struct agent_rpc_server *srv)

@@ -146,8 +146,6 @@ int agent_rpc_server_new(uv_loop_t *loop, const char *socket_path, const struct 
 void agent_rpc_server_close(struct agent_rpc_server *srv, void (*closed_cb)(void *data),
                             void *data);
 
-/* The socket path (borrowed from srv). */
-const char *agent_rpc_server_path(const struct agent_rpc_server *srv);
 /* Connections refused by max_connections, and closed as idle, so far (0 for
  * NULL). */
 uint64_t agent_rpc_server_refused(const struct agent_rpc_server *srv);
@@ -168,15 +166,6 @@ int agent_rpc_reply_status(struct agent_rpc_call *call, const struct agent_statu
 /* Any method: a non-OK enum tkm_grpc_code and a sentence (copied; may be
  * NULL) that the CSI driver passes on to the kubelet. OK becomes UNKNOWN. */
 int agent_rpc_fail(struct agent_rpc_call *call, int code, const char *message);
-
-/* 1 once the call was cancelled (a reply will only free it). */
-int agent_rpc_call_cancelled(const struct agent_rpc_call *call);
-/* The gRPC method ("/tkm.agent.v1.Agent/Materialize"); borrowed from call. */
-const char *agent_rpc_call_method(const struct agent_rpc_call *call);
-/* Lets the daemon hang its own state on a call (e.g. to find it again from
- * ops->cancel); borrowed, never freed here. */
-void agent_rpc_call_set_data(struct agent_rpc_call *call, void *data);
-void *agent_rpc_call_get_data(const struct agent_rpc_call *call);
 
 /* ---- decoding (used by the server; public for tests and tools) ------------------------ */
 

@@ -118,7 +118,7 @@ void csi_release_volume(struct csi_driver *d, const char *vol,
     if (!d->agent)
         tkm_err_set(&err, -ESHUTDOWN, "tkm-csi is shutting down");
     else if (tkm_grpc_client_call(d->agent, "/tkm.agent.v1.Agent/Release", buf, n,
-                                  d->cfg->agent_timeout_ms, NULL, rel_answered, r, NULL, &err) == 0)
+                                  d->cfg->agent_timeout_ms, rel_answered, r, &err) == 0)
         return;
     tkm_warn("volume %s: Release not sent: %s", vol, tkm_err_str(&err));
     csi_retry_kick(d);
@@ -230,7 +230,7 @@ int csi_driver_new(uv_loop_t *loop, const struct csi_config *cfg, struct csi_dri
     uv_timer_init(loop, &d->retry);
     d->retry.data = d;
     d->handles_open = 1;
-    if ((rc = tkm_grpc_client_new(loop, cfg->agent_socket, NULL, &d->agent, err)) < 0)
+    if ((rc = tkm_grpc_client_new(loop, cfg->agent_socket, &d->agent, err)) < 0)
         goto fail;
     d->handles_open++;
     if ((rc = tkm_grpc_server_new(loop, &so, &d->srv, err)) < 0)

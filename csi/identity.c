@@ -73,9 +73,8 @@ static void probe(struct tkm_grpc_call *call, void *data)
     p->call = call;
     d->n_pending++;
     /* StatusRequest is empty: zero bytes. */
-    if (!d->agent ||
-        tkm_grpc_client_call(d->agent, "/tkm.agent.v1.Agent/Status", "", 0, PROBE_TIMEOUT_MS, NULL,
-                             probe_answered, p, NULL, &err) < 0)
+    if (!d->agent || tkm_grpc_client_call(d->agent, "/tkm.agent.v1.Agent/Status", "", 0,
+                                          PROBE_TIMEOUT_MS, probe_answered, p, &err) < 0)
         probe_answered(TKM_GRPC_UNAVAILABLE, tkm_err_str(&err), NULL, 0, p);
 }
 

@@ -447,9 +447,9 @@ static void pub_start(struct csi_op *op)
     if (!(buf = malloc(n ? n : 1)))
         goto nomem;
     tkm__agent__v1__materialize_request__pack(&mr, buf);
-    if (!d->agent || tkm_grpc_client_call(d->agent, "/tkm.agent.v1.Agent/Materialize", buf, n,
-                                          d->cfg->agent_timeout_ms, NULL, pub_materialized, op,
-                                          NULL, &op->err) < 0) {
+    if (!d->agent ||
+        tkm_grpc_client_call(d->agent, "/tkm.agent.v1.Agent/Materialize", buf, n,
+                             d->cfg->agent_timeout_ms, pub_materialized, op, &op->err) < 0) {
         free(buf);
         free(ents);
         free(pents);

@@ -99,9 +99,9 @@ int csi_probe_main(int argc, char **argv)
         fputs("tkm-csi probe: cannot create an event loop\n", stderr);
         return 1;
     }
-    if (tkm_grpc_client_new(&loop, endpoint, NULL, &cli, &err) < 0 ||
-        tkm_grpc_client_call(cli, "/csi.v1.Identity/GetPluginInfo", empty, 0, timeout_ms, NULL,
-                             on_info, &p, NULL, &err) < 0)
+    if (tkm_grpc_client_new(&loop, endpoint, &cli, &err) < 0 ||
+        tkm_grpc_client_call(cli, "/csi.v1.Identity/GetPluginInfo", empty, 0, timeout_ms, on_info,
+                             &p, &err) < 0)
         snprintf(p.msg, sizeof(p.msg), "%s", tkm_err_str(&err));
     else
         while (!p.done && uv_run(&loop, UV_RUN_ONCE))

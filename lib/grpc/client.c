@@ -6,7 +6,7 @@
  *     connection ready yet), its connection's list (a stream is open), or the
  *     client's done list (its outcome is set, its cb not yet called);
  *   - finished calls are delivered by the "deferred" timer (0 ms), so cb never
- *     runs inside tkm_grpc_client_call/_cancel/_close nor inside nghttp2;
+ *     runs inside tkm_grpc_client_call/_close nor inside nghttp2;
  *   - the client keeps one current connection (struct cli_conn); one that
  *     failed, closed or got GOAWAY stops being current, and the next call
  *     opens a new one. Old ones close on their own;
@@ -22,8 +22,6 @@
 
 #include <tkm/log.h>
 #include <tkm/util.h>
-
-#define CLI_MAX_MD_PAIRS 64
 
 struct cli_conn {
     struct tkm__h2conn h2; /* first */
@@ -42,8 +40,6 @@ struct tkm_grpc_client_call {
     struct cli_conn *conn; /* while a stream is open */
     int32_t stream_id;
     char *method;
-    struct tkm_buf md; /* "name\0value\0" pairs */
-    size_t n_md;
     struct tkm_buf req; /* framed request */
     size_t req_off;
     struct tkm_buf resp;
@@ -61,8 +57,6 @@ struct tkm_grpc_client_call {
 struct tkm_grpc_client {
     uv_loop_t *loop;
     char *path;
-    char *authority;
-    size_t max_message;
     nghttp2_session_callbacks *cbs;
     struct cli_conn *conns, *cur;
     struct tkm_grpc_client_call *waiting, *done;
@@ -102,7 +96,6 @@ static void list_del(struct tkm_grpc_client_call *call)
 static void call_free(struct tkm_grpc_client_call *call)
 {
     free(call->method);
-    tkm_buf_release(&call->md);
     tkm_buf_release(&call->req);
     tkm_buf_release(&call->resp);
     tkm_buf_release(&call->gmsg);
@@ -170,12 +163,12 @@ static void call_stream_ended(struct tkm_grpc_client_call *call, uint32_t error_
     call->conn = NULL; /* the stream is gone: nothing to reset */
     if (call->too_big) {
         call_done(call, TKM_GRPC_RESOURCE_EXHAUSTED,
-                  "%s: response larger than the maximum message size (%zu bytes)", call->method,
-                  call->cli->max_message);
+                  "%s: response larger than the maximum message size (%u bytes)", call->method,
+                  TKM_GRPC_DEFAULT_MAX_MESSAGE);
     } else if (call->grpc_status > 0) {
         call_done(call, call->grpc_status, "%s", call->gmsg.data);
     } else if (call->grpc_status == 0) {
-        int code = tkm__grpc_unframe(&call->resp, call->cli->max_message, &call->out,
+        int code = tkm__grpc_unframe(&call->resp, TKM_GRPC_DEFAULT_MAX_MESSAGE, &call->out,
                                      &call->out_len, &why);
         if (code != TKM_GRPC_OK)
             call_done(call, code, "%s: bad response from unix:%s: %s", call->method, path, why);
@@ -335,7 +328,7 @@ static int on_frame_recv(nghttp2_session *ng, const nghttp2_frame *f, void *ud)
 }
 
 /* The source is the stream's user data, not a pointer kept by nghttp2: a
- * call finished early (deadline, cancel) has none and sends nothing more. */
+ * call finished early (deadline, client closed) has none and sends nothing more. */
 static ssize_t req_read(nghttp2_session *ng, int32_t sid, uint8_t *buf, size_t len, uint32_t *flags,
                         nghttp2_data_source *src, void *ud)
 {
@@ -363,14 +356,14 @@ static int call_submit(struct cli_conn *c, struct tkm_grpc_client_call *call)
 {
     struct tkm_grpc_client *cli = c->cli;
     nghttp2_data_provider prd = {.source.ptr = c, .read_callback = req_read};
-    nghttp2_nv nv[8 + 2 * CLI_MAX_MD_PAIRS];
+    nghttp2_nv nv[8];
     char tmo[24];
     size_t n = 0;
     int32_t sid;
     nv[n++] = (nghttp2_nv)TKM__NV(":method", "POST", 4);
     nv[n++] = (nghttp2_nv)TKM__NV(":scheme", "http", 4);
     nv[n++] = (nghttp2_nv)TKM__NV(":path", call->method, strlen(call->method));
-    nv[n++] = (nghttp2_nv)TKM__NV(":authority", cli->authority, strlen(cli->authority));
+    nv[n++] = (nghttp2_nv)TKM__NV(":authority", "localhost", 9);
     nv[n++] = (nghttp2_nv)TKM__NV("content-type", "application/grpc", 16);
     nv[n++] = (nghttp2_nv)TKM__NV("te", "trailers", 8);
     nv[n++] = (nghttp2_nv)TKM__NV("user-agent", "tkm-grpc/" TKM_VERSION,
@@ -379,13 +372,6 @@ static int call_submit(struct cli_conn *c, struct tkm_grpc_client_call *call)
         uint64_t now = uv_now(cli->loop);
         tkm__grpc_timeout_format(call->deadline > now ? call->deadline - now : 1, tmo, sizeof tmo);
         nv[n++] = (nghttp2_nv)TKM__NV("grpc-timeout", tmo, strlen(tmo));
-    }
-    for (const char *p = call->md.data; p < call->md.data + call->md.len;) {
-        const char *v = p + strlen(p) + 1;
-        nv[n] = (nghttp2_nv)TKM__NV("", v, strlen(v));
-        nv[n].name = (uint8_t *)p;
-        nv[n++].namelen = strlen(p);
-        p = v + strlen(v) + 1;
     }
     sid = nghttp2_submit_request(c->h2.ng, NULL, nv, n, &prd, call);
     if (sid < 0) {
@@ -513,7 +499,6 @@ static void cli_free(struct tkm_grpc_client *cli)
     if (cli->cbs)
         nghttp2_session_callbacks_del(cli->cbs);
     free(cli->path);
-    free(cli->authority);
     free(cli);
 }
 
@@ -530,18 +515,16 @@ static void cli_handle_closed(struct tkm_grpc_client *cli)
         cb(data);
 }
 
-int tkm_grpc_client_new(uv_loop_t *loop, const char *socket_path,
-                        const struct tkm_grpc_client_opts *opts, struct tkm_grpc_client **out,
+int tkm_grpc_client_new(uv_loop_t *loop, const char *socket_path, struct tkm_grpc_client **out,
                         struct tkm_err *err)
 {
     struct tkm_grpc_client *cli;
-    const char *auth = opts && opts->authority ? opts->authority : "localhost";
     *out = NULL;
     if (!socket_path || !*socket_path || strlen(socket_path) > 107)
         return tkm_err_set(err, -EINVAL, "grpc: client: socket path %s is empty or too long",
                            socket_path ? socket_path : "(null)");
     cli = calloc(1, sizeof *cli);
-    if (!cli || !(cli->path = strdup(socket_path)) || !(cli->authority = strdup(auth)) ||
+    if (!cli || !(cli->path = strdup(socket_path)) ||
         nghttp2_session_callbacks_new(&cli->cbs) != 0) {
         if (cli)
             cli_free(cli);
@@ -553,7 +536,6 @@ int tkm_grpc_client_new(uv_loop_t *loop, const char *socket_path,
     nghttp2_session_callbacks_set_on_stream_close_callback(cli->cbs, on_stream_close);
     nghttp2_session_callbacks_set_on_frame_recv_callback(cli->cbs, on_frame_recv);
     cli->loop = loop;
-    cli->max_message = opts && opts->max_message ? opts->max_message : TKM_GRPC_DEFAULT_MAX_MESSAGE;
     uv_timer_init(loop, &cli->timer);
     uv_timer_init(loop, &cli->deferred);
     cli->timer.data = cli->deferred.data = cli;
@@ -562,50 +544,21 @@ int tkm_grpc_client_new(uv_loop_t *loop, const char *socket_path,
     return 0;
 }
 
-static int call_md(struct tkm_grpc_client_call *call, const char *const *md, struct tkm_err *err)
-{
-    for (size_t i = 0; md && md[i]; i += 2) {
-        const char *name = md[i], *v = md[i + 1];
-        int bad = !v || !*name || name[0] == ':' || call->n_md >= CLI_MAX_MD_PAIRS ||
-                  !strncmp(name, "grpc-", 5) || !strcmp(name, "te") ||
-                  !strcmp(name, "content-type") || !strcmp(name, "user-agent");
-        for (const char *p = name; !bad && *p; p++)
-            bad = !((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-' ||
-                    *p == '_' || *p == '.');
-        for (const char *p = v; !bad && *p; p++)
-            bad = (unsigned char)*p < 0x20 || (unsigned char)*p > 0x7e;
-        if (bad)
-            return tkm_err_set(err, -EINVAL,
-                               "grpc: %s: metadata %s is not a lowercase name with a printable "
-                               "value (or is reserved, or more than %d pairs)",
-                               call->method, name, CLI_MAX_MD_PAIRS);
-        if (tkm_buf_append(&call->md, name, strlen(name) + 1) < 0 ||
-            tkm_buf_append(&call->md, v, strlen(v) + 1) < 0)
-            return tkm_err_set(err, -E2BIG, "grpc: %s: metadata larger than %u bytes", call->method,
-                               TKM__GRPC_MAX_METADATA);
-        call->n_md++;
-    }
-    return 0;
-}
-
 int tkm_grpc_client_call(struct tkm_grpc_client *cli, const char *method, const void *req,
-                         size_t len, uint64_t timeout_ms, const char *const *metadata,
-                         tkm_grpc_client_cb cb, void *data, struct tkm_grpc_client_call **out,
+                         size_t len, uint64_t timeout_ms, tkm_grpc_client_cb cb, void *data,
                          struct tkm_err *err)
 {
     struct tkm_grpc_client_call *call = NULL;
     unsigned char hdr[5];
     int rc;
-    if (out)
-        *out = NULL;
     if (cli->closing)
         return tkm_err_set(err, -ESHUTDOWN, "grpc: %s: the client is closing", cli->path);
     if (!cb || !tkm__grpc_method_ok(method))
         return tkm_err_set(err, -EINVAL, "grpc: method %s is not of the form /pkg.Service/Method",
                            method ? method : "(null)");
-    if (len > cli->max_message)
-        return tkm_err_set(err, -E2BIG, "grpc: %s: request of %zu bytes over the maximum of %zu",
-                           method, len, cli->max_message);
+    if (len > TKM_GRPC_DEFAULT_MAX_MESSAGE)
+        return tkm_err_set(err, -E2BIG, "grpc: %s: request of %zu bytes over the maximum of %u",
+                           method, len, TKM_GRPC_DEFAULT_MAX_MESSAGE);
     call = calloc(1, sizeof *call);
     if (!call || !(call->method = strdup(method))) {
         rc = tkm_err_set(err, -ENOMEM, "grpc: out of memory");
@@ -615,14 +568,10 @@ int tkm_grpc_client_call(struct tkm_grpc_client *cli, const char *method, const 
     call->grpc_status = -1;
     call->cb = cb;
     call->data = data;
-    tkm_buf_init(&call->md, TKM__GRPC_MAX_METADATA);
     tkm_buf_init(&call->req, len + 5);
-    tkm_buf_init(&call->resp, cli->max_message + 5);
+    tkm_buf_init(&call->resp, TKM_GRPC_DEFAULT_MAX_MESSAGE + 5);
     tkm_buf_init(&call->gmsg, 8192);
     tkm_buf_init(&call->msg, 8192 + 512);
-    rc = call_md(call, metadata, err);
-    if (rc < 0)
-        goto fail;
     tkm__grpc_frame_prefix(hdr, len);
     if (tkm_buf_append(&call->req, hdr, 5) < 0 || (len && tkm_buf_append(&call->req, req, len)) ||
         conn_ensure(cli) < 0) {
@@ -637,18 +586,11 @@ int tkm_grpc_client_call(struct tkm_grpc_client *cli, const char *method, const 
     if (cli->cur->ready)
         submit_waiting(cli->cur);
     timer_arm(cli);
-    if (out)
-        *out = call;
     return 0;
 fail:
     if (call)
         call_free(call);
     return rc;
-}
-
-void tkm_grpc_client_cancel(struct tkm_grpc_client_call *call)
-{
-    call_done(call, TKM_GRPC_CANCELLED, "%s: cancelled by the caller", call->method);
 }
 
 void tkm_grpc_client_close(struct tkm_grpc_client *cli, void (*closed_cb)(void *data), void *data)

@@ -64,7 +64,7 @@ struct tkm_grpc_call {
     int32_t stream_id;
     char *method;
     const struct method_reg *reg;
-    struct tkm_buf md; /* "name\0value\0" pairs */
+    size_t md_len; /* request metadata counted as "name\0value\0" pairs */
     struct tkm_buf body;
     const char *req;
     size_t req_len;
@@ -91,7 +91,6 @@ struct tkm_grpc_server {
     uid_t uids[SRV_MAX_UIDS];
     size_t n_uids;
     size_t max_message;
-    unsigned max_streams;
     unsigned max_conns, n_served; /* the cap; connections served now */
     uint64_t idle_ms;
     uint64_t refused, refused_logged, idle_closed, refuse_log_at;
@@ -109,7 +108,6 @@ struct tkm_grpc_server {
 static void call_free(struct tkm_grpc_call *call)
 {
     free(call->method);
-    tkm_buf_release(&call->md);
     tkm_buf_release(&call->body);
     tkm_buf_release(&call->resp);
     free(call);
@@ -208,11 +206,6 @@ static int call_respond(struct tkm_grpc_call *call, int http, int code, const ch
 
 /* ---- public call API -------------------------------------------------- */
 
-const char *tkm_grpc_call_method(const struct tkm_grpc_call *call)
-{
-    return call->method ? call->method : "";
-}
-
 const void *tkm_grpc_call_request(const struct tkm_grpc_call *call, size_t *len)
 {
     if (len)
@@ -228,23 +221,6 @@ const struct tkm_grpc_peer *tkm_grpc_call_peer(const struct tkm_grpc_call *call)
 uint64_t tkm_grpc_call_deadline(const struct tkm_grpc_call *call)
 {
     return call->deadline;
-}
-
-const char *tkm_grpc_call_metadata(const struct tkm_grpc_call *call, const char *name)
-{
-    const char *p = call->md.data, *end = call->md.data + call->md.len;
-    while (p < end) {
-        const char *v = p + strlen(p) + 1;
-        if (strcmp(p, name) == 0)
-            return v;
-        p = v + strlen(v) + 1;
-    }
-    return NULL;
-}
-
-int tkm_grpc_call_cancelled(const struct tkm_grpc_call *call)
-{
-    return call->cancelled;
 }
 
 void tkm_grpc_call_on_cancel(struct tkm_grpc_call *call, tkm_grpc_cancel_cb cb, void *data)
@@ -348,7 +324,6 @@ static int on_begin_headers(nghttp2_session *ng, const nghttp2_frame *f, void *u
     call->conn = c;
     call->stream_id = f->hd.stream_id;
     call->peer = c->peer;
-    tkm_buf_init(&call->md, TKM__GRPC_MAX_METADATA);
     tkm_buf_init(&call->body, c->srv->max_message + 5);
     tkm_buf_init(&call->resp, c->srv->max_message + 5);
     call->next = c->calls;
@@ -388,9 +363,8 @@ static int on_header(nghttp2_session *ng, const nghttp2_frame *f, const uint8_t 
         else
             call->deadline = uv_now(call->conn->srv->loop) + (ms ? ms : 1);
     } else if (nl && name[0] != ':' && !call->md_full) {
-        if (memchr(value, 0, vl) || tkm_buf_append(&call->md, name, nl) < 0 ||
-            tkm_buf_putc(&call->md, 0) < 0 || tkm_buf_append(&call->md, value, vl) < 0 ||
-            tkm_buf_putc(&call->md, 0) < 0)
+        call->md_len += nl + vl + 2; /* not kept: no handler reads metadata */
+        if (memchr(value, 0, vl) || call->md_len > TKM__GRPC_MAX_METADATA)
             call->md_full = 1;
     }
     return 0;
@@ -548,7 +522,7 @@ static int peer_allowed(struct tkm_grpc_server *srv, struct srv_conn *c)
 static int conn_session(struct tkm_grpc_server *srv, struct srv_conn *c)
 {
     nghttp2_settings_entry iv[] = {
-        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, srv->max_streams},
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, TKM_GRPC_DEFAULT_MAX_STREAMS},
         {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, TKM__GRPC_WINDOW},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, 2 * TKM__GRPC_MAX_METADATA},
     };
@@ -792,7 +766,6 @@ static int srv_opts(struct tkm_grpc_server *srv, const struct tkm_grpc_server_op
     if (!srv->path)
         return tkm_err_set(err, -ENOMEM, "grpc: out of memory");
     srv->max_message = o->max_message ? o->max_message : TKM_GRPC_DEFAULT_MAX_MESSAGE;
-    srv->max_streams = o->max_streams ? o->max_streams : TKM_GRPC_DEFAULT_MAX_STREAMS;
     srv->max_conns = o->max_connections ? o->max_connections : TKM_GRPC_DEFAULT_MAX_CONNS;
     srv->idle_ms = o->idle_timeout_ms ? o->idle_timeout_ms : TKM_GRPC_DEFAULT_IDLE_MS;
     if (o->n_allowed_uids) {
@@ -916,11 +889,6 @@ void tkm_grpc_server_close(struct tkm_grpc_server *srv, void (*closed_cb)(void *
     if (srv->conns)
         uv_timer_start(&srv->grace, grace_cb, SRV_GRACE_MS, 0);
     srv_close_grace(srv);
-}
-
-const char *tkm_grpc_server_path(const struct tkm_grpc_server *srv)
-{
-    return srv->path;
 }
 
 uint64_t tkm_grpc_server_refused(const struct tkm_grpc_server *srv)

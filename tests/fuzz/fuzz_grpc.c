@@ -50,19 +50,12 @@ static struct fz *g_fz; /* the process's one server (libFuzzer has no main) */
  * request that reached dispatch), then replies with the request. */
 static void echo(struct tkm_grpc_call *call, void *data)
 {
-    static const char *const names[] = {"x-md", "x-bin", "user-agent", "grpc-timeout", ":path"};
     size_t n = 0;
     const void *p = tkm_grpc_call_request(call, &n);
-    const char *m = tkm_grpc_call_method(call);
     (void)data;
-    if (!m || strcmp(m, "/test.Echo/Echo") != 0 || (n > 0 && !p))
+    if (n > 0 && !p)
         abort();
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        const char *v = tkm_grpc_call_metadata(call, names[i]);
-        if (v && strlen(v) > 16u * 1024)
-            abort();
-    }
-    if (tkm_grpc_call_peer(call)->uid != geteuid() || tkm_grpc_call_cancelled(call))
+    if (tkm_grpc_call_peer(call)->uid != geteuid())
         abort();
     (void)tkm_grpc_call_deadline(call);
     if (tkm_grpc_call_reply(call, p, n) < 0)

@@ -452,9 +452,6 @@ static void op_materialize(struct agent_rpc_call *call, const struct agent_mater
     f->materialize++;
     f->peer = req->peer;
     snprintf(f->last_mount, sizeof f->last_mount, "%s", req->mount_path ? req->mount_path : "");
-    ASSERT_STREQ(agent_rpc_call_method(call), "/tkm.agent.v1.Agent/Materialize");
-    agent_rpc_call_set_data(call, f);
-    ASSERT(agent_rpc_call_get_data(call) == f);
     switch (f->mode) {
     case REPLY_NOW:
         ASSERT_OK(agent_rpc_reply_materialize(call, &RESULT));
@@ -495,7 +492,6 @@ static void op_cancel(struct agent_rpc_call *call, void *data)
     struct fx *f = data;
     f->cancels++;
     ASSERT(call == f->held);
-    ASSERT_EQ(agent_rpc_call_cancelled(call), 1);
     if (f->finish_in_cancel) { /* the daemon drops its work and finishes right here */
         f->late_rc = agent_rpc_fail(call, TKM_GRPC_ABORTED, "dropped");
         f->held = NULL;
@@ -534,7 +530,7 @@ static void fx_init(struct fx *f)
     snprintf(f->path, sizeof f->path, "%s/agent.sock", f->dir);
     if (agent_rpc_server_new(&f->loop, f->path, &OPS, f, NULL, &f->srv, &err) < 0)
         tkm_test_fail(__FILE__, __LINE__, "agent_rpc_server_new: %s", tkm_err_str(&err));
-    ASSERT_OK(tkm_grpc_client_new(&f->loop, f->path, NULL, &f->cli, &err));
+    ASSERT_OK(tkm_grpc_client_new(&f->loop, f->path, &f->cli, &err));
 }
 
 static void fx_finish(struct fx *f)
@@ -559,7 +555,7 @@ static void start(struct fx *f, const char *method, const void *b, size_t n, uin
     char m[128];
     snprintf(m, sizeof m, "/tkm.agent.v1.Agent/%s", method);
     memset(r, 0, sizeof *r);
-    if (tkm_grpc_client_call(f->cli, m, b, n, timeout, NULL, on_result, r, NULL, &err) < 0)
+    if (tkm_grpc_client_call(f->cli, m, b, n, timeout, on_result, r, &err) < 0)
         tkm_test_fail(__FILE__, __LINE__, "call: %s", tkm_err_str(&err));
 }
 
@@ -596,7 +592,6 @@ TEST(server_socket_modes)
     ASSERT_OK(stat(f.path, &st));
     ASSERT(S_ISSOCK(st.st_mode));
     ASSERT_EQ(st.st_mode & 07777, 0600);
-    ASSERT_STREQ(agent_rpc_server_path(f.srv), f.path);
     fx_finish(&f);
     ASSERT_EQ(stat(f.path, &st), -1); /* unlinked on close */
 }
@@ -770,7 +765,6 @@ TEST(server_deadline_cancels)
         uv_run(&f.loop, UV_RUN_ONCE);
     ASSERT_EQ(f.cancels, 1);
     ASSERT_NOT_NULL(f.held);
-    ASSERT_EQ(agent_rpc_call_cancelled(f.held), 1);
     /* the daemon's work finishes later: the reply only frees the handle */
     ASSERT_EQ(agent_rpc_reply_materialize(f.held, &RESULT), -ECANCELED);
     f.held = NULL;

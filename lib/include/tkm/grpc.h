@@ -34,17 +34,16 @@
  * call may outlive its server: finishing it after closed_cb only frees it.
  *
  * Client lifecycle:
- *   tkm_grpc_client_new(loop, path, &opts, &cli, err)  no I/O yet
- *   tkm_grpc_client_call(cli, method, req, len, timeout_ms, md, cb, data, &call, err)
+ *   tkm_grpc_client_new(loop, path, &cli, err)          no I/O yet
+ *   tkm_grpc_client_call(cli, method, req, len, timeout_ms, cb, data, err)
  *   cb(code, message, resp, len, data)                  exactly once per started call
- *   tkm_grpc_client_cancel(call)                        cb then gets CANCELLED
  *   tkm_grpc_client_close(cli, closed_cb, data)         calls in flight get CANCELLED
  * The client keeps one HTTP/2 connection, opened on the first call and again
  * on demand after it drops; calls made while it connects wait for it.
  *
  * Callback contract (libuv's): a function that takes a callback and fails
  * never calls it. A client cb is never called from inside
- * tkm_grpc_client_call/_cancel/_close; a handler is never called from inside
+ * tkm_grpc_client_call/_close; a handler is never called from inside
  * tkm_grpc_server_register. The loop must run until closed_cb.
  *
  * Errors: functions return 0 or a negative errno-style code and fill err with
@@ -116,8 +115,7 @@ struct tkm_grpc_server_opts {
      * HTTP/2 (logged). NULL/0: uid 0 and the process's effective uid. */
     const uid_t *allowed_uids;
     size_t n_allowed_uids;
-    size_t max_message;   /* request and response; default 4 MiB */
-    unsigned max_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS; default 100 */
+    size_t max_message; /* request and response; default 4 MiB */
     /* Connections served at once; one more is accepted and closed at once,
      * before any HTTP/2, and counted (tkm_grpc_server_refused). Default 1024. */
     unsigned max_connections;
@@ -158,8 +156,6 @@ int tkm_grpc_server_register(struct tkm_grpc_server *srv, const char *method,
  * (closed_cb not called). */
 void tkm_grpc_server_close(struct tkm_grpc_server *srv, void (*closed_cb)(void *data), void *data);
 
-/* The socket path (borrowed from srv). */
-const char *tkm_grpc_server_path(const struct tkm_grpc_server *srv);
 /* Connections open now, refused ones until they have closed (metrics, tests). */
 size_t tkm_grpc_server_connections(const struct tkm_grpc_server *srv);
 /* Connections refused by max_connections since the server started (metrics). */
@@ -168,19 +164,13 @@ uint64_t tkm_grpc_server_refused(const struct tkm_grpc_server *srv);
 uint64_t tkm_grpc_server_idle_closed(const struct tkm_grpc_server *srv);
 
 /* Accessors; every result is borrowed from the call until it is finished. */
-const char *tkm_grpc_call_method(const struct tkm_grpc_call *call);
 const void *tkm_grpc_call_request(const struct tkm_grpc_call *call, size_t *len);
 const struct tkm_grpc_peer *tkm_grpc_call_peer(const struct tkm_grpc_call *call);
 /* The deadline the client sent (grpc-timeout) in uv_now() milliseconds of the
  * loop, or 0 when it sent none. */
 uint64_t tkm_grpc_call_deadline(const struct tkm_grpc_call *call);
-/* Value of request metadata name (lowercase ASCII; "-bin" values are
- * returned as sent, base64), or NULL. The first one when repeated. */
-const char *tkm_grpc_call_metadata(const struct tkm_grpc_call *call, const char *name);
-/* 1 when the call has been cancelled. */
-int tkm_grpc_call_cancelled(const struct tkm_grpc_call *call);
 /* Sets (replaces) the cancel callback. If the call is already cancelled it is
- * not called: check tkm_grpc_call_cancelled(). */
+ * not called (the reply or fail that finishes it then returns -ECANCELED). */
 void tkm_grpc_call_on_cancel(struct tkm_grpc_call *call, tkm_grpc_cancel_cb cb, void *data);
 
 /* Finishes the call with status OK and one response message (bytes borrowed
@@ -196,13 +186,9 @@ int tkm_grpc_call_fail(struct tkm_grpc_call *call, int code, const char *message
 
 /* ---- client ------------------------------------------------------------ */
 
+/* Requests and responses are capped at TKM_GRPC_DEFAULT_MAX_MESSAGE; the
+ * :authority sent is "localhost". */
 struct tkm_grpc_client;
-struct tkm_grpc_client_call;
-
-struct tkm_grpc_client_opts {
-    size_t max_message;    /* request and response cap; default 4 MiB */
-    const char *authority; /* :authority, default "localhost"; copied */
-};
 
 /* The outcome of a call. message is "" for OK, else a sentence (the
  * server's grpc-message, or ours naming the socket path); resp/len the
@@ -211,29 +197,20 @@ typedef void (*tkm_grpc_client_cb)(int code, const char *message, const void *re
                                    void *data);
 
 /* A client for the server at socket_path (copied). loop is borrowed and must
- * outlive the client; opts may be NULL. *out is owned: end it with
- * tkm_grpc_client_close(). Connects lazily. */
-int tkm_grpc_client_new(uv_loop_t *loop, const char *socket_path,
-                        const struct tkm_grpc_client_opts *opts, struct tkm_grpc_client **out,
+ * outlive the client. *out is owned: end it with tkm_grpc_client_close().
+ * Connects lazily. */
+int tkm_grpc_client_new(uv_loop_t *loop, const char *socket_path, struct tkm_grpc_client **out,
                         struct tkm_err *err);
 
 /* Starts a unary call. method "/pkg.Service/Method"; req/len the encoded
  * request (copied); timeout_ms 0 = no deadline, else sent as grpc-timeout and
- * enforced here (DEADLINE_EXCEEDED); metadata a NULL-terminated list of
- * name, value, name, value... (lowercase names; copied) or NULL. On success
- * cb runs exactly once, from the loop, and *out (optional) is a borrowed
- * handle for tkm_grpc_client_cancel(), valid until cb returns. Errors:
- * -EINVAL (method, metadata), -E2BIG (req over max_message), -ESHUTDOWN
- * (client closing), -ENOMEM. Connection failures are reported through cb as
- * UNAVAILABLE with a message naming the socket path. */
+ * enforced here (DEADLINE_EXCEEDED); no request metadata is sent. On success
+ * cb runs exactly once, from the loop. Errors: -EINVAL (method), -E2BIG (req
+ * over the maximum message), -ESHUTDOWN (client closing), -ENOMEM. Connection failures are reported
+ * through cb as UNAVAILABLE with a message naming the socket path. */
 int tkm_grpc_client_call(struct tkm_grpc_client *cli, const char *method, const void *req,
-                         size_t len, uint64_t timeout_ms, const char *const *metadata,
-                         tkm_grpc_client_cb cb, void *data, struct tkm_grpc_client_call **out,
+                         size_t len, uint64_t timeout_ms, tkm_grpc_client_cb cb, void *data,
                          struct tkm_err *err);
-
-/* Cancels a call whose cb has not run: it then runs from the loop with
- * CANCELLED, and the server sees RST_STREAM(CANCEL). */
-void tkm_grpc_client_cancel(struct tkm_grpc_client_call *call);
 
 /* Cancels every call (CANCELLED), closes the connection and frees the client;
  * closed_cb (optional) runs from the loop after the last handle closed and

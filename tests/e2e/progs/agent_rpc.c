@@ -54,6 +54,7 @@ struct app {
     struct agent_rpc_server *srv;
     uv_signal_t sig_term, sig_int;
     struct vol *vols;
+    struct pend *pends; /* Materialize calls not answered yet */
     int stopping;
 };
 
@@ -62,6 +63,7 @@ struct pend {
     uv_timer_t t;
     struct app *a;
     struct agent_rpc_call *call;
+    struct pend *next;
     char *vol, *store_path, *mount_path, *ns, *name, *digest;
 };
 
@@ -99,9 +101,13 @@ static void pend_fire(uv_timer_t *t)
                                            .cache_namespace = p->ns,
                                            .cache_name = p->name,
                                            .digest = p->digest};
-    int cancelled = agent_rpc_call_cancelled(p->call);
-    int rc = agent_rpc_reply_materialize(p->call, &res);
-    printf("%s %s %d\n", cancelled ? "LATE" : "ANSWER", p->vol, rc);
+    int rc = agent_rpc_reply_materialize(p->call, &res); /* -ECANCELED: after the cancel */
+    printf("%s %s %d\n", rc == -ECANCELED ? "LATE" : "ANSWER", p->vol, rc);
+    for (struct pend **q = &p->a->pends; *q; q = &(*q)->next)
+        if (*q == p) {
+            *q = p->next;
+            break;
+        }
     if (rc == 0 && !vol_known(p->a, p->vol)) {
         struct vol *v = calloc(1, sizeof *v);
         if (v && (v->id = strdup(p->vol))) {
@@ -163,14 +169,17 @@ static void op_materialize(struct agent_rpc_call *call, const struct agent_mater
         uv_close((uv_handle_t *)&p->t, pend_closed);
         return;
     }
-    agent_rpc_call_set_data(call, p);
+    p->next = a->pends;
+    a->pends = p;
     uv_timer_start(&p->t, pend_fire, strncmp(req->pod_name, "slow-", 5) == 0 ? 3000 : 10, 0);
 }
 
 static void op_cancel(struct agent_rpc_call *call, void *data)
 {
     struct app *a = data;
-    struct pend *p = agent_rpc_call_get_data(call);
+    struct pend *p = a->pends;
+    while (p && p->call != call)
+        p = p->next;
     if (!p)
         return;
     printf("CANCEL %s\n", p->vol);

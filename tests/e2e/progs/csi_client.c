@@ -126,7 +126,7 @@ static int call(struct cl *c, const char *method, const ProtobufCMessage *m)
     o->c = c;
     o->t0 = now_us();
     c->left++;
-    int rc = tkm_grpc_client_call(c->cli, method, b, n, 120000, NULL, done, o, NULL, &err);
+    int rc = tkm_grpc_client_call(c->cli, method, b, n, 120000, done, o, &err);
     free(b);
     if (rc < 0) {
         c->left--;
@@ -247,7 +247,7 @@ static int bench(struct cl *c, size_t n, const char *dir, char **kv, size_t nkv)
         report(phase == 0 ? "publish" : "unpublish", c->lat, c->n_lat, now_us() - t0);
         if (phase == 0) {
             struct tkm_err err = {0};
-            if (c->failed || tkm_grpc_client_new(&c->loop, c->sock, NULL, &c->cli, &err) < 0)
+            if (c->failed || tkm_grpc_client_new(&c->loop, c->sock, &c->cli, &err) < 0)
                 break;
         }
     }
@@ -268,7 +268,7 @@ int main(int argc, char **argv)
     c.cmd = argv[2];
     c.sock = argv[1];
     uv_loop_init(&c.loop);
-    if (tkm_grpc_client_new(&c.loop, argv[1], NULL, &c.cli, &err) < 0) {
+    if (tkm_grpc_client_new(&c.loop, argv[1], &c.cli, &err) < 0) {
         fprintf(stderr, "csi_client: %s\n", tkm_err_str(&err));
         return 2;
     }
