@@ -371,10 +371,10 @@ static void watch_failed(struct k8s_watch *w, struct k8s_response *resp)
 {
     char msg[600];
     w->st.watch_failures++;
+    k8s_status_str(resp->st, msg, sizeof msg);
     if (resp->code == 410 || too_large_rv(resp->st)) {
         w->st.relists_410++;
         w->list_rv = LIST_RV_LAST;
-        k8s_status_str(resp->st, msg, sizeof msg);
         tkm_info("watch %s at resourceVersion %s: %s; relisting", w->o.res->plural, w->rv, msg);
         schedule(w, STEP_LIST, 0);
         return;
@@ -384,11 +384,9 @@ static void watch_failed(struct k8s_watch *w, struct k8s_response *resp)
          * still good, so watch again from it without a list. */
         if (resp->code == 429)
             w->st.throttled++;
-        k8s_status_str(resp->st, msg, sizeof msg);
         fail_and_retry(w, STEP_WATCH, resp->rc, resp->st->retry_after_s, msg);
         return;
     }
-    k8s_status_str(resp->st, msg, sizeof msg);
     fail_and_retry(w, STEP_LIST, resp->rc, resp->st->retry_after_s, msg);
 }
 

@@ -83,11 +83,6 @@ void tkm_log(enum tkm_log_level level, const char *fmt, ...)
     }
 }
 
-int tkm_bug_aborts(void)
-{
-    return TKM_BUG_ABORT;
-}
-
 int tkm_bug_report(const char *file, int line, const char *func, const char *cond, int *once)
 {
     if (TKM_BUG_ABORT || !__atomic_exchange_n(once, 1, __ATOMIC_RELAXED))

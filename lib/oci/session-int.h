@@ -165,12 +165,6 @@ int tkm__oci_job_ext_cancelled(const struct tkm_oci_job *j);
 struct tkm_oci_job_result *tkm__oci_job_ext_result(struct tkm_oci_job *j);
 void tkm__oci_job_ext_report(struct tkm_oci_job *j, int rc, const struct tkm_err *err);
 
-/* A session like src (host, scheme, credentials, CA, timeouts; no tokens,
- * no progress callback) on another http client: a synchronous client's
- * settings reused on a caller's loop. *out is owned. */
-int tkm__oci_session_clone(const struct tkm_oci_session *src, struct tkm_http *http,
-                           struct tkm_oci_session **out, struct tkm_err *err);
-
 /* The session under a synchronous client (borrowed). */
 struct tkm_oci_registry;
 struct tkm_oci_session *tkm__oci_registry_session(struct tkm_oci_registry *r);

@@ -222,33 +222,6 @@ fail:
     return rc;
 }
 
-int tkm__oci_session_clone(const struct tkm_oci_session *src, struct tkm_http *http,
-                           struct tkm_oci_session **out, struct tkm_err *err)
-{
-    struct tkm_oci_session *s = calloc(1, sizeof *s);
-    if (!s)
-        return tkm_err_set(err, -ENOMEM, "registry %s: out of memory", src->host);
-    s->http = http;
-    memcpy(s->host, src->host, sizeof s->host);
-    memcpy(s->url_host, src->url_host, sizeof s->url_host);
-    memcpy(s->scheme, src->scheme, sizeof s->scheme);
-    if ((s->reach = src->reach))
-        s->reach->refs++;
-    s->anonymous = src->anonymous;
-    s->have_creds = src->have_creds;
-    s->creds = src->creds;
-    s->use_basic = src->use_basic;
-    s->timeout_ms = src->timeout_ms;
-    s->idle_timeout_ms = src->idle_timeout_ms;
-    s->deadline_ms = src->deadline_ms;
-    if (src->ca_file && !(s->ca_file = strdup(src->ca_file))) {
-        session_destroy(s);
-        return tkm_err_set(err, -ENOMEM, "registry %s: out of memory", src->host);
-    }
-    *out = s;
-    return 0;
-}
-
 void tkm__oci_link_add(struct tkm_oci_session *s, struct tkm__oci_link *l, int is_job)
 {
     l->is_job = is_job;

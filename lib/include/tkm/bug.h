@@ -41,9 +41,6 @@
  * are borrowed (string literals). Returns 1. Thread-safe. */
 int tkm_bug_report(const char *file, int line, const char *func, const char *cond, int *once);
 
-/* 1 when this build aborts on TKM_BUG() (for tests). */
-int tkm_bug_aborts(void);
-
 #define TKM_BUG(cond)                                                                              \
     __extension__({                                                                                \
         int tkm_bug_hit_ = !!(cond);                                                               \
