@@ -55,6 +55,7 @@ struct tkm_http {
     void *closed_data;
     struct tkm_http_req *reqs; /* in flight, doubly linked */
     struct http_sock *socks;
+    size_t inflight;
 };
 
 struct tkm_http_req {
@@ -338,6 +339,7 @@ static void req_finish(struct tkm_http_req *r, CURLcode cc)
         h->reqs = r->next;
     if (r->next)
         r->next->prev = r->prev;
+    h->inflight--;
 
     struct tkm_http_resp *resp = &r->resp;
     long st = 0, ver = 0;
@@ -744,6 +746,7 @@ int tkm_http_start(struct tkm_http *h, const struct tkm_http_req_opts *o, struct
     if (h->reqs)
         h->reqs->prev = r;
     h->reqs = r;
+    h->inflight++;
     if (out)
         *out = r;
     return 0;
@@ -770,6 +773,11 @@ void tkm_http_close(struct tkm_http *h, void (*closed_cb)(void *data), void *dat
     for (struct tkm_http_req *r = h->reqs; r; r = r->next)
         r->cancelled = 1;
     uv_timer_start(&h->deferred, on_deferred, 0, 0);
+}
+
+size_t tkm_http_inflight(const struct tkm_http *h)
+{
+    return h ? h->inflight : 0;
 }
 
 uv_loop_t *tkm_http_loop(const struct tkm_http *h)

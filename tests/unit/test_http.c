@@ -227,6 +227,7 @@ TEST(connection_reused_on_one_client)
     }
     ASSERT_EQ(tsrv_nreqs(&s), 3);
     ASSERT_EQ(tsrv_conns(&s), 1);
+    ASSERT_EQ(tkm_http_inflight(h), 0);
     close_and_drain(&loop, h);
     tsrv_stop(&s);
 }

@@ -166,6 +166,9 @@ void tkm_http_cancel(struct tkm_http_req *req);
  * memory has been freed. h may be NULL (closed_cb is then not called). */
 void tkm_http_close(struct tkm_http *h, void (*closed_cb)(void *data), void *data);
 
+/* Number of requests in flight (tests, metrics). */
+size_t tkm_http_inflight(const struct tkm_http *h);
+
 /* The loop a client runs on (borrowed). */
 uv_loop_t *tkm_http_loop(const struct tkm_http *h);
 
