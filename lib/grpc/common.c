@@ -248,7 +248,9 @@ void tkm__h2conn_flush(struct tkm__h2conn *c)
 {
     uv_buf_t b;
     int rc;
-    if (c->writing || c->closing || c->hold)
+    /* no session yet (a connection still connecting, flushed by the client's
+     * deadline timer) or none any more: nothing to send */
+    if (c->writing || c->closing || c->hold || !c->ng)
         return;
     while (c->wbuf.len < 256u * 1024) {
         const uint8_t *p;
