@@ -9,6 +9,7 @@
 #   k8s/     kube-apiserver, kubectl, and for the test node (hack/node.sh) kubelet,
 #            kube-scheduler, kube-controller-manager (k8s.io/kubernetes with every
 #            staging module replaced by its published v0.X.Y; see docs/development.md)
+#   k8s-1.35/ the same at the oldest supported minor (TKM_KUBE_VERSION=1.35.4)
 #   etcd/    etcd            (go.etcd.io/etcd/server/v3)
 #   cosign/  cosign, crane   (sigstore/cosign v2, go-containerregistry)
 #   cosign3/ cosign3         (sigstore/cosign v3: Sigstore bundles, OCI referrers)
@@ -18,6 +19,9 @@
 #                             offline virtual Sigstore, pkg/testing/ca, for tests)
 #   csi-sanity/ csi-sanity   (github.com/kubernetes-csi/csi-test/v5; v5.6.0 runs the
 #                             Node suite against a node-only driver, PR #597/#598)
+#   containerd/ containerd, containerd-shim-runc-v2, ctr (containerd/v2) for the
+#             real test node: Debian's containerd 1.6 is past its end of life
+#   runc/    runc, at the version containerd's CI pins (cgo, libseccomp)
 #   prometheus/ prometheus, promtool (github.com/prometheus/prometheus v0.316.0 =
 #                             Prometheus v3.16.0; tag remove_all_sd: static and file
 #                             service discovery only; no built-in web UI assets)
@@ -32,7 +36,17 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/../lib.sh" # go_ensure, go_required
 cache=${TKM_CACHE:-$HOME/.cache/tkm}
 
-KUBE_VERSION=1.34.4
+# The newest Kubernetes minor is the default; the oldest supported one is built
+# too when asked for (TKM_KUBE_VERSION=1.35.4: CI's second e2e run, see
+# docs/development.md). Each has its own wrapper module: k8s/ and k8s-1.35/.
+KUBE_NEWEST=1.37.2
+KUBE_OLDEST=1.35.4
+KUBE_VERSION=${TKM_KUBE_VERSION:-$KUBE_NEWEST}
+case $KUBE_VERSION in
+  "$KUBE_NEWEST") KUBE_MOD=k8s ;;
+  "$KUBE_OLDEST") KUBE_MOD=k8s-1.35 ;;
+  *) echo "testbin: TKM_KUBE_VERSION=$KUBE_VERSION is not one we build ($KUBE_NEWEST or $KUBE_OLDEST)" >&2; exit 1 ;;
+esac
 ETCD_VERSION=3.6.16
 COSIGN_VERSION=2.6.5
 CRANE_VERSION=0.22.1
@@ -41,6 +55,8 @@ SIGSTORE_TESTCA_VERSION=4
 REFERRERS_REGISTRY_VERSION=1
 CSI_SANITY_VERSION=5.6.0
 PROMETHEUS_VERSION=3.16.0
+CONTAINERD_VERSION=2.4.2
+RUNC_VERSION=1.5.2
 
 die() { echo "testbin: $*" >&2; exit 1; }
 
@@ -55,7 +71,9 @@ tool_version() {
     referrers-registry) echo "v$REFERRERS_REGISTRY_VERSION" ;;
     csi-sanity) echo "v$CSI_SANITY_VERSION" ;;
     prometheus | promtool) echo "v$PROMETHEUS_VERSION" ;;
-    *) die "unknown tool '$1' (known: kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager etcd cosign crane cosign3 referrers-registry sigstore-testca csi-sanity prometheus promtool)" ;;
+    containerd | containerd-shim-runc-v2 | ctr) echo "v$CONTAINERD_VERSION" ;;
+    runc) echo "v$RUNC_VERSION" ;;
+    *) die "unknown tool '$1' (known: kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager etcd cosign crane cosign3 referrers-registry sigstore-testca csi-sanity prometheus promtool containerd containerd-shim-runc-v2 ctr runc)" ;;
   esac
 }
 
@@ -66,7 +84,7 @@ tool_path() {
 }
 
 build_one() {
-  local tool=$1 ver out dir mod pkg tags='' ldflags=(-s -w)
+  local tool=$1 ver out dir mod pkg tags='' cgo=0 ldflags=(-s -w)
   ver=$(tool_version "$tool")
   out=$(tool_path "$tool")
   [[ -x $out ]] && return 0
@@ -81,7 +99,7 @@ build_one() {
   go_ensure || die "no Go >= $(go_required) and bootstrapping one failed (see above)"
   case $tool in
     kube-apiserver | kubectl | kubelet | kube-scheduler | kube-controller-manager)
-      mod=k8s pkg=k8s.io/kubernetes/cmd/$tool
+      mod=$KUBE_MOD pkg=k8s.io/kubernetes/cmd/$tool
       local minor=${KUBE_VERSION#1.}; minor=${minor%%.*}
       local vp
       for vp in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
@@ -104,13 +122,24 @@ build_one() {
       mod=prometheus pkg=github.com/prometheus/prometheus/cmd/$tool tags=remove_all_sd
       ldflags+=(-X "github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION"
         -X "github.com/prometheus/common/version.Branch=HEAD") ;;
+    containerd | containerd-shim-runc-v2 | ctr)
+      # no_btrfs: the btrfs snapshotter needs cgo and btrfs headers; the node
+      # uses overlayfs. Version stamps as containerd's Makefile sets them.
+      mod=containerd pkg=github.com/containerd/containerd/v2/cmd/$tool tags=no_btrfs
+      ldflags+=(-X "github.com/containerd/containerd/v2/version.Version=v$CONTAINERD_VERSION"
+        -X "github.com/containerd/containerd/v2/version.Package=github.com/containerd/containerd/v2") ;;
+    runc)
+      # runc needs cgo (its nsenter is C) and, for seccomp profiles such as
+      # RuntimeDefault, libseccomp (Debian's libseccomp-dev; hack/deps.sh).
+      mod=runc pkg=github.com/opencontainers/runc tags=seccomp cgo=1
+      ldflags+=(-X "main.version=$RUNC_VERSION") ;;
   esac
   dir=$(dirname "$out")
   mkdir -p "$dir" "$cache/logs"
   local log="$cache/logs/$tool.log"
   echo "testbin: building $tool $ver from Go modules into $dir (first run only; 1-6 min each on 2 cores)..." >&2
   local t0=$SECONDS
-  if ! (cd "$here/$mod" && GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 \
+  if ! (cd "$here/$mod" && GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=$cgo \
         go build -trimpath -tags "$tags" -o "$out.tmp" -ldflags "${ldflags[*]}" "$pkg") >"$log" 2>&1; then
     rm -f "$out.tmp"
     tail -20 "$log" >&2
@@ -130,7 +159,7 @@ main() {
     return
   fi
   local tools=("$@")
-  [[ ${#tools[@]} -gt 0 ]] || tools=(etcd kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager cosign crane cosign3 referrers-registry sigstore-testca csi-sanity prometheus promtool)
+  [[ ${#tools[@]} -gt 0 ]] || tools=(etcd kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager cosign crane cosign3 referrers-registry sigstore-testca csi-sanity prometheus promtool containerd containerd-shim-runc-v2 ctr runc)
   for t in "${tools[@]}"; do build_one "$t"; done
   for t in "${tools[@]}"; do echo "$t $(tool_path "$t")"; done
 }
