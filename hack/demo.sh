@@ -63,6 +63,19 @@ wait_until() {
 }
 jp() { kubectl -n "$1" get "$2" -o jsonpath="$3" 2>/dev/null; } # NS OBJ JSONPATH
 cluster_up() { [[ -s .tkm/cluster/env ]] && hack/cluster.sh status >/dev/null 2>&1; }
+# stop_test_node: a test node left running by an interrupted `make test` (its
+# cluster dir is a build's e2e-cluster) holds the host's kubelet, and there is one
+# node per host: it is disposable, so stop it (and its control plane) and say so.
+# Any other node is left alone; hack/node.sh up then says whose it is.
+stop_test_node() {
+  local owner
+  owner=$(cat "${TKM_KUBELET_ROOT:-/var/lib/kubelet}/.tkm-node" 2>/dev/null) || return 0
+  [[ $owner == */e2e-cluster && -s $owner/node/kubelet.pid ]] || return 0
+  kill -0 "$(cat "$owner/node/kubelet.pid")" 2>/dev/null || return 0
+  echo "  a test node left by an interrupted \`make test\` runs ($owner): stopping it (one node per host)"
+  TKM_CLUSTER_DIR=$owner hack/node.sh down >"$D/stop-test-node.log" 2>&1 || true
+  TKM_CLUSTER_DIR=$owner hack/cluster.sh down >>"$D/stop-test-node.log" 2>&1 || true
+}
 
 down() {
   mkdir -p "$D"
@@ -109,8 +122,9 @@ mkdir -p "$D"
 [[ $(id -u) -eq 0 ]] || die "make demo runs as root (containerd and kubelet need it; hack/deps.sh installs packages)"
 step "Debian packages (hack/deps.sh)"
 quiet deps hack/deps.sh
-step "Go-built binaries: etcd, kube-apiserver, kubectl, kubelet, kube-scheduler, kube-controller-manager, cosign v3, crane (first run only: about 20 min)"
-quiet testbin hack/testbin/build.sh etcd kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager cosign3 crane
+step "Go-built binaries: etcd, Kubernetes $(hack/testbin/build.sh --version kubelet) (kube-apiserver, kubectl, kubelet, kube-scheduler, kube-controller-manager), containerd, runc, cosign v3, crane (first run only: about 30 min)"
+quiet testbin hack/testbin/build.sh etcd kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager \
+  containerd containerd-shim-runc-v2 ctr runc cosign3 crane
 step "build tkm (cmake + ninja -j ${JOBS:-2} into build/)"
 quiet cmake cmake -S . -B "$BUILD" -G Ninja
 quiet ninja ninja -C "$BUILD" -j "${JOBS:-2}"
@@ -124,6 +138,7 @@ if [[ $mode == node ]]; then
   for d in "${HOSTDIRS[@]}"; do
     [[ -e $d ]] || grep -qx "$d" "$D/created-dirs" 2>/dev/null || echo "$d" >>"$D/created-dirs"
   done
+  stop_test_node
   quiet node hack/node.sh up
   eval "$(hack/node.sh env)"
   # A control plane left by TKM_DEMO_MODE=local: its daemons and Node object go.

@@ -43,9 +43,10 @@ PKGS=(
   # test tools: valgrind, a real OCI registry, htpasswd, openssl, curl, jq
   valgrind docker-registry apache2-utils openssl curl jq ca-certificates
   git procps psmisc iproute2 python3 xxd time zstd gzip tar coreutils util-linux
-  # the real test node (hack/node.sh): container runtime, the busybox image's
+  # the real test node (hack/node.sh): libseccomp for runc (built from Go modules
+  # with containerd 2.x by hack/testbin/build.sh), the busybox image's
   # content, a libc for the static pause binary, iptables for kubelet's chains
-  containerd runc busybox-static musl-tools iptables
+  libseccomp-dev pkg-config busybox-static musl-tools iptables
   python3-grpcio python3-protobuf # gRPC interop tests (tests/unit/test_grpc.c)
 )
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A real Kubernetes node on loopback, added to the control plane that
-# hack/cluster.sh runs: Debian's containerd 1.6 and runc, kubelet v1.34.4,
-# kube-scheduler and kube-controller-manager (built from Go modules by
-# hack/testbin/build.sh), so that Pods, Deployments and DaemonSets really run.
+# hack/cluster.sh runs: containerd 2.x with runc, kubelet, kube-scheduler and
+# kube-controller-manager, all built from Go modules by hack/testbin/build.sh
+# (Kubernetes 1.37 by default; TKM_KUBE_VERSION picks another we build), so that
+# Pods, Deployments and DaemonSets really run.
 #
 # Usage: hack/node.sh up|down|status|env|check FILE|apply FILE
 #   up       needs `hack/cluster.sh up` first; builds what is missing, pushes the
@@ -16,7 +17,7 @@
 #            containerd's /run/containerd and /opt/containerd (those it created only)
 #   status   what runs, the Node's Ready condition, what listens
 #   env      exports for eval: TKM_NODE_NAME, TKM_PAUSE_IMAGE, TKM_BUSYBOX_IMAGE,
-#            CONTAINERD_ADDRESS/CONTAINERD_NAMESPACE (for ctr), TKM_KUBELET_ROOT, ...
+#            CONTAINERD_ADDRESS/CONTAINERD_NAMESPACE and TKM_CTR (ctr), TKM_KUBELET_ROOT, ...
 #   check FILE|-   refuse a manifest breaking the network rule (below); exit 1 with reasons
 #   apply FILE|- [FLAGS]   check, then kubectl apply (FLAGS: more kubectl apply flags)
 #
@@ -55,6 +56,15 @@ t_start=$(date +%s.%N)
 elapsed() { awk -v a="$t_start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}'; }
 
 kubectl_bin() { "$here/testbin/build.sh" --path kubectl; }
+# runtime_bins: containerd 2.x, its runc shim, ctr and runc, built from Go modules
+# (hack/testbin/build.sh; Debian 12's containerd 1.6 is past its end of life).
+runtime_bins() {
+  local b=$here/testbin/build.sh
+  CONTAINERD=$("$b" --path containerd) || die "containerd build failed"
+  SHIM=$("$b" --path containerd-shim-runc-v2) || die "containerd-shim-runc-v2 build failed"
+  CTR=$("$b" --path ctr) || die "ctr build failed"
+  RUNC=$("$b" --path runc) || die "runc build failed (needs Debian's libseccomp-dev: hack/deps.sh)"
+}
 kc() { "$KUBECTL" "$kcfg" "$@"; }
 
 sysctls=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
@@ -78,6 +88,24 @@ foreign_kubelets() {
     [[ ${p#/proc/} == "$mine" ]] && continue
     echo "${p#/proc/}"
   done
+}
+
+# kroot_owner: the cluster dir whose node last took the kubelet root ("" if none).
+kroot_owner() { cat "$kroot/.tkm-node" 2>/dev/null || true; }
+
+# refuse_foreign_node: dies, before `up` touches anything, when another node
+# (another cluster dir's, e.g. `make demo`'s while `make test` runs, or a kubelet
+# not ours) runs on this host. Two nodes cannot share the host: kubelet's root,
+# kubepods cgroups, iptables chains and sysctls are host-wide.
+refuse_foreign_node() {
+  local other owner
+  other=$(foreign_kubelets | tr '\n' ' ')
+  [[ -n $other ]] || return 0
+  owner=$(kroot_owner)
+  if [[ -n $owner && $owner != "$dir" ]]; then
+    die "another test node runs on this host (kubelet pid ${other% }, cluster dir $owner); one node per host. Stop it first: TKM_CLUSTER_DIR=$owner hack/node.sh down (for \`make demo\`'s: make demo-down)"
+  fi
+  die "another kubelet runs on this host (pid ${other% }); one test node per host (kubepods cgroups, iptables and sysctls are host-wide)"
 }
 
 iptables_kube_chains() { # prints "CMD TABLE CHAIN" for every KUBE-* chain
@@ -113,9 +141,7 @@ record_host() {
 check_prereqs() {
   [[ $(id -u) -eq 0 ]] || die "hack/node.sh must run as root (kubelet and containerd need it)"
   local b
-  for b in containerd containerd-shim-runc-v2 runc ctr iptables; do
-    command -v "$b" >/dev/null || die "$b is not installed (run hack/deps.sh: containerd, runc, iptables)"
-  done
+  command -v iptables >/dev/null || die "iptables is not installed (run hack/deps.sh)"
   pid_alive "$dir/kube-apiserver.pid" kube-apiserver ||
     die "kube-apiserver of $dir is not running; run: hack/cluster.sh up"
   local cmdline
@@ -168,13 +194,13 @@ server = "http://$reg"
   capabilities = ["pull", "resolve"]
   skip_verify = true
 EOF
-  # Belt and braces (the rule is enforced by `check`): the common public registries go to a
-  # closed loopback port. containerd 1.6 has no `_default` hosts dir, so this is a list.
+  # Belt and braces (the rule is enforced by `check`): every other registry goes to a
+  # closed loopback port: `_default` (containerd 2.x) for any host, and the common
+  # public registries by name as well.
   local r
-  for r in docker.io registry-1.docker.io registry.k8s.io k8s.gcr.io gcr.io ghcr.io quay.io mcr.microsoft.com \
-    public.ecr.aws nvcr.io; do
+  for r in _default docker.io registry-1.docker.io registry.k8s.io k8s.gcr.io gcr.io ghcr.io quay.io \
+    mcr.microsoft.com public.ecr.aws nvcr.io; do
     mkdir -p "$N/containerd/certs.d/$r"
-    # (containerd 1.6 ignores a hosts.toml with only `server`: the [host] table is needed)
     printf 'server = "http://127.0.0.1:9"\n[host."http://127.0.0.1:9"]\n  capabilities = ["pull", "resolve"]\n' \
       >"$N/containerd/certs.d/$r/hosts.toml"
   done
@@ -183,13 +209,16 @@ EOF
   cat >"$N/cni/net.d/10-tkm-loopback.conflist" <<EOF
 {"cniVersion": "0.4.0", "name": "tkm-loopback", "plugins": [{"type": "loopback"}]}
 EOF
+  # containerd 2.x configuration (version 3): the CRI plugin is split into
+  # io.containerd.cri.v1.images (pulls, registry hosts, the pause image),
+  # io.containerd.cri.v1.runtime (runc, CNI) and io.containerd.grpc.v1.cri (streaming).
   cat >"$N/containerd/config.toml" <<EOF
-# containerd of tkm's test node (written by hack/node.sh up; do not edit)
-version = 2
+# containerd of tkm's test node (written by hack/node.sh up; do not edit): $CONTAINERD
+version = 3
 root = "$N/containerd/root"
 state = "$N/containerd/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.erofs",
   "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
 [grpc]
   address = "$csock"
@@ -202,29 +231,32 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   address = ""
 [plugins."io.containerd.internal.v1.opt"]
   path = "$N/containerd/opt"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "$TKM_PAUSE_IMAGE"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "$TKM_PAUSE_IMAGE"
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "$N/containerd/certs.d"
+[plugins."io.containerd.cri.v1.runtime"]
   # root here lacks CAP_SYS_RESOURCE: without this every sandbox fails with
   # "can't get final child's PID from pipe: EOF"
   restrict_oom_score_adj = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "$port"
   disable_apparmor = true
   enable_selinux = false
-  enable_cdi = false
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      runtime_path = "$SHIM"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         SystemdCgroup = false
-        BinaryName = "$(command -v runc)"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "$N/cni/bin"
+        BinaryName = "$RUNC"
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["$N/cni/bin"]
     conf_dir = "$N/cni/net.d"
-  [plugins."io.containerd.grpc.v1.cri".registry]
-    config_path = "$N/containerd/certs.d"
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "$port"
 EOF
 }
 
@@ -243,10 +275,13 @@ start_containerd() {
   sport=$(port_for containerd-stream "${TKM_CONTAINERD_STREAM_PORT:-}")
   write_containerd_config "$sport"
   log "starting containerd ($N/containerd/config.toml, log $N/containerd.log)"
-  setsid containerd --config "$N/containerd/config.toml" >"$N/containerd.log" 2>&1 </dev/null &
+  # PATH: the shim's dir first (containerd starts the shim runtime_path names; the
+  # shim finds itself again by name for its children)
+  PATH="$(dirname "$SHIM"):$PATH" setsid "$CONTAINERD" --config "$N/containerd/config.toml" \
+    >"$N/containerd.log" 2>&1 </dev/null &
   echo $! >"$N/containerd.pid"
   for _ in $(seq 1 150); do
-    if [[ -S $csock ]] && ctr -a "$csock" version >/dev/null 2>&1; then
+    if [[ -S $csock ]] && "$CTR" -a "$csock" version >/dev/null 2>&1; then
       return 0
     fi
     running "$N/containerd.pid" ||
@@ -378,6 +413,7 @@ write_env() {
     echo "export TKM_NODE_DIR=$N"
     echo "export CONTAINERD_ADDRESS=$csock"
     echo "export CONTAINERD_NAMESPACE=k8s.io"
+    echo "export TKM_CTR=$CTR"
     echo "export TKM_APISERVER_PORT=$(cat "$dir/apiserver.port")"
     cat "$N/images.env"
   } >"$N/env"
@@ -391,8 +427,10 @@ cmd_up() {
   kubelet=$("$here/testbin/build.sh" --path kubelet) || die "kubelet binary missing and its build failed"
   kcm=$("$here/testbin/build.sh" --path kube-controller-manager) || die "kube-controller-manager build failed"
   sched=$("$here/testbin/build.sh" --path kube-scheduler) || die "kube-scheduler build failed"
+  runtime_bins
   mkdir -p "$N"
   t_start=$(date +%s.%N)
+  pid_alive "$N/kubelet.pid" "$kubelet" || refuse_foreign_node
   record_host
   push_images
   log "images pushed to $(cat "$dir/registry/addr") ($(elapsed) s)"
@@ -437,19 +475,19 @@ EOF
 remove_containers() {
   pid_alive "$N/containerd.pid" "$N/containerd/config.toml" || return 0
   local c ids
-  ids=$(ctr -a "$csock" -n k8s.io tasks ls -q 2>/dev/null || true)
+  ids=$("$CTR" -a "$csock" -n k8s.io tasks ls -q 2>/dev/null || true)
   for c in $ids; do
-    ctr -a "$csock" -n k8s.io tasks kill -s SIGKILL "$c" >/dev/null 2>&1 || true
+    "$CTR" -a "$csock" -n k8s.io tasks kill -s SIGKILL "$c" >/dev/null 2>&1 || true
   done
   for c in $ids; do
     for _ in $(seq 1 50); do
-      ctr -a "$csock" -n k8s.io tasks delete "$c" >/dev/null 2>&1 && break
+      "$CTR" -a "$csock" -n k8s.io tasks delete "$c" >/dev/null 2>&1 && break
       sleep 0.1
     done
   done
-  ids=$(ctr -a "$csock" -n k8s.io containers ls -q 2>/dev/null || true)
+  ids=$("$CTR" -a "$csock" -n k8s.io containers ls -q 2>/dev/null || true)
   for c in $ids; do
-    ctr -a "$csock" -n k8s.io containers delete "$c" >/dev/null 2>&1 || log "could not delete container $c"
+    "$CTR" -a "$csock" -n k8s.io containers delete "$c" >/dev/null 2>&1 || log "could not delete container $c"
   done
   [[ -z $ids ]] || log "removed $(wc -w <<<"$ids") containers"
 }
@@ -534,6 +572,7 @@ restore_sysctls() {
 cmd_down() {
   init_paths
   [[ -d $N ]] || { log "no test node in $dir"; return 0; }
+  runtime_bins
   stop_pidfile "$N/kube-scheduler.pid" kube-scheduler
   stop_pidfile "$N/kube-controller-manager.pid" kube-controller-manager
   stop_pidfile "$N/kubelet.pid" kubelet
@@ -547,6 +586,18 @@ cmd_down() {
   stop_pidfile "$N/containerd.pid" "$N/containerd/config.toml"
   stop_shims
   [[ -d $host ]] || { log "test node stopped ($N); no host changes recorded"; return 0; }
+  local owner
+  owner=$(kroot_owner)
+  if [[ -n $owner && $owner != "$dir" ]]; then
+    # Another node took the kubelet root (and /run/containerd) after ours: its
+    # mounts are not ours to undo.
+    log "$kroot belongs to the node of $owner: left alone"
+    unmount_all "$N"
+    rm -rf --one-file-system "$N/containerd/state" "$N/pod-logs" "$host"
+    rm -f "$N/env"
+    log "test node stopped ($N); the host is the other node's"
+    return 0
+  fi
   unmount_all "$kroot" "$N" /run/containerd
   remove_cgroups
   remove_iptables

@@ -6,8 +6,11 @@
 #      prometheus, promtool, ...;
 #      cached in ${TKM_CACHE:-~/.cache/tkm}, built only the first time)
 #   2. build/          gcc, -Werror: unit tests, lint, and the end-to-end tests
-#                      against a real etcd + kube-apiserver + registry that the
-#                      ctest fixture starts and stops
+#                      against a real etcd + kube-apiserver + registry and a
+#                      real node that the ctest fixtures start and stop, on
+#                      Kubernetes 1.37; then the e2e subset labelled k8s-oldest
+#                      again on Kubernetes 1.35. A running `make demo` is
+#                      stopped first (one kubelet node per host), and says so.
 #   3. build-debug/, build-release/   gcc -Werror, CMAKE_BUILD_TYPE Debug and
 #                      Release: configure + build everything (libraries, tkmctl,
 #                      tests, examples, bench), nothing run; each build type
@@ -75,6 +78,17 @@ build_dir() {
   fi
 }
 
+# stop_demo: `make demo`'s node holds the host's kubelet (one node per host), so
+# the e2e tests' node could not start beside it. Stop the demo, and say so:
+# `make demo` brings it back after the tests.
+stop_demo() {
+  [[ -s .tkm/cluster/node/kubelet.pid ]] || return 0
+  kill -0 "$(cat .tkm/cluster/node/kubelet.pid)" 2>/dev/null || return 0
+  echo "test.sh: \`make demo\` runs on this host; the tests need its node (one kubelet per host)."
+  echo "test.sh: stopping the demo first (make demo-down); run \`make demo\` again after the tests."
+  hack/demo.sh down || echo "test.sh: make demo-down failed (above); the tests' node may not start" >&2
+}
+
 phase_failed_to_build() {
   total_fail=$((total_fail + 1))
   failed_phases+=("$1(build)")
@@ -87,7 +101,9 @@ if ! hack/deps.sh; then
   exit 1
 fi
 say "Go-built test binaries"
-if ! hack/testbin/build.sh; then
+KUBE_OLDEST=1.35.4 # the oldest supported minor; hack/testbin/build.sh builds it on request
+if ! hack/testbin/build.sh ||
+  ! TKM_KUBE_VERSION=$KUBE_OLDEST hack/testbin/build.sh kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager >/dev/null; then
   echo "test.sh: building the test binaries failed (see the log path above)" >&2
   echo "0 passed, 1 failed"
   exit 1
@@ -98,9 +114,16 @@ for phase in $phases; do
     main)
       say "build/ (gcc -Werror): unit, lint, e2e"
       if build_dir build -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
+        stop_demo
         # A control plane left over from an interrupted run is stopped first.
         TKM_CLUSTER_DIR=$root/build/e2e-cluster hack/cluster.sh down >/dev/null 2>&1 || true
         run_ctest main build -j "$jobs"
+        # The oldest supported Kubernetes minor: the subset labelled k8s-oldest
+        # (docs/development.md says which and why), on its own control plane
+        # and node of that version.
+        say "build/: e2e subset on Kubernetes $KUBE_OLDEST (label k8s-oldest)"
+        TKM_CLUSTER_DIR=$root/build/e2e-cluster hack/cluster.sh down >/dev/null 2>&1 || true
+        TKM_KUBE_VERSION=$KUBE_OLDEST run_ctest "main-k8s-$KUBE_OLDEST" build -L k8s-oldest -j "$jobs"
       else phase_failed_to_build main; fi
       ;;
     buildtypes)

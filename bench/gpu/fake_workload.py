@@ -10,7 +10,9 @@ the kernels of a seed cache (FAKE_SEED: an extracted fixture) as "its" kernels:
     <cache>/<key>/ through a tmp.pid_* dir and rename, then the group file with
     absolute child paths, as Triton does; on a read-only cache dir this raises
     OSError (EROFS), as Triton does;
-  - --miss adds one kernel the seed lacks (a new key).
+  - --miss adds one kernel the seed lacks (a new key);
+  - --probe only counts: what would hit and what would miss, compiling nothing
+    (what a read-only mount would serve, before the first miss raises).
 KIND full (csi-proof.sh --parts full) also treats TORCHINDUCTOR_CACHE_DIR as
 Inductor does with its FX graph cache, with the files of FAKE_INDUCTOR_SEED (the
 extracted Inductor fixture) as "its" entries: a file present is a hit (counted
@@ -108,6 +110,7 @@ def main():
     ap.add_argument("kind")
     ap.add_argument("--miss", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument("--probe", action="store_true")
     a = ap.parse_args()
     cache, seed = os.environ.get("TRITON_CACHE_DIR"), os.environ.get("FAKE_SEED")
     if not cache or not seed:
@@ -124,6 +127,8 @@ def main():
             hits += 1
         else:
             misses += 1
+            if a.probe:
+                continue
             compile_into(cache, seed, key, grp, files, k[3] if len(k) > 3 else None)
     fx = (0, 0)
     if a.kind == "full":
@@ -132,7 +137,7 @@ def main():
             sys.exit("fake_workload full: TORCHINDUCTOR_CACHE_DIR and FAKE_INDUCTOR_SEED must be set")
         fx = inductor(ind, iseed, a.miss)
     t_end = time.perf_counter()
-    r = {"fxgraph_cache_hit": fx[0], "fxgraph_cache_miss": fx[1], "workload": a.kind, "fake": True, "miss": a.miss, "ok": True,
+    r = {"fxgraph_cache_hit": fx[0], "fxgraph_cache_miss": fx[1], "workload": a.kind, "fake": True, "miss": a.miss, "probe": a.probe, "ok": True,
          "import_s": 0.0, "kernels_s": round(t_end - t_k, 4), "startup_s": round(t_end - T0, 4),
          "listener": True, "compile_hits": hits, "compile_misses": misses,
          "triton": "fake", "torch": "fake", "device": "cpu (fake workload)", "cache_dir": cache}

@@ -28,6 +28,8 @@
 #
 # Usage: hack/testbin/build.sh [TOOL...]     (default: all)
 #        hack/testbin/build.sh --path TOOL   print the cached binary's path (build if needed)
+#        hack/testbin/build.sh --version TOOL the version we build of TOOL (builds nothing)
+# Env:   TKM_KUBE_VERSION  1.37.2 (default) or 1.35.4: the Kubernetes tools' version
 # Build logs go to ${TKM_CACHE}/logs/<tool>.log; a failure prints that path.
 set -euo pipefail
 
@@ -152,6 +154,11 @@ build_one() {
 
 main() {
   mkdir -p "$cache"
+  if [[ ${1:-} == --version ]]; then
+    [[ -n ${2:-} ]] || die "--version needs a tool name"
+    tool_version "$2"
+    return
+  fi
   if [[ ${1:-} == --path ]]; then
     [[ -n ${2:-} ]] || die "--path needs a tool name"
     build_one "$2"

@@ -10,7 +10,7 @@
 source "$(dirname "$0")/lib.sh"
 hack=$TKM_SOURCE_DIR/hack
 eval "$("$hack/node.sh" env)"
-ctr() { command ctr -a "$CONTAINERD_ADDRESS" -n k8s.io "$@"; }
+ctr() { "$TKM_CTR" -a "$CONTAINERD_ADDRESS" -n k8s.io "$@"; }
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.1f", b-a}'; }
 # for wait_for, which runs its command again and again:
@@ -62,7 +62,7 @@ step "containerd's registry config sends public registries to a closed loopback 
 # ctr resolves in its own process with the node's hosts dir; in an empty network
 # namespace nothing can leave the host whatever happens.
 for r in docker.io/library/busybox:1 registry.k8s.io/pause:3.10; do
-  expect_fail "pull $r" unshare -n ctr -a "$CONTAINERD_ADDRESS" -n k8s.io images pull --hosts-dir "$TKM_NODE_DIR/containerd/certs.d" "$r"
+  expect_fail "pull $r" unshare -n "$TKM_CTR" -a "$CONTAINERD_ADDRESS" -n k8s.io images pull --hosts-dir "$TKM_NODE_DIR/containerd/certs.d" "$r"
   assert_contains "$OUT" "http://127.0.0.1:9/v2/" "$r resolved at 127.0.0.1:9"
 done
 
