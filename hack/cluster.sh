@@ -172,7 +172,12 @@ start_etcd() {
 
 start_apiserver() {
   local kas=$1 port=$2 etcd_port=$3
+  # --endpoint-reconciler-type=none: Kubernetes >= 1.37 refuses a loopback advertise
+  # address with an endpoint reconciler ("may not be in the loopback range"); without
+  # one, the `kubernetes` Service gets no endpoints, which is what the network rule
+  # wants anyway (pods talk to 127.0.0.1, never to the service IP).
   setsid "$kas" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$port" \
+    --endpoint-reconciler-type=none \
     --etcd-servers="http://127.0.0.1:$etcd_port" \
     --cert-dir="$dir/kas-certs" --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
     --client-ca-file="$pki/ca.crt" --token-auth-file="$dir/tokens.csv" \
