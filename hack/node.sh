@@ -16,7 +16,7 @@
 #            sysctls, /var/lib/kubelet/device-plugins, /var/log/{containers,pods},
 #            containerd's /run/containerd and /opt/containerd (those it created only)
 #   status   what runs, the Node's Ready condition, what listens
-#   env      exports for eval: TKM_NODE_NAME, TKM_PAUSE_IMAGE, TKM_BUSYBOX_IMAGE,
+#   env      exports for eval: TKM_NODE_NAME, TKM_PAUSE_IMAGE, TKM_BUSYBOX_IMAGE, TKM_PYTHON_IMAGE,
 #            CONTAINERD_ADDRESS/CONTAINERD_NAMESPACE and TKM_CTR (ctr), TKM_KUBELET_ROOT, ...
 #   check FILE|-   refuse a manifest breaking the network rule (below); exit 1 with reasons
 #   apply FILE|- [FLAGS]   check, then kubectl apply (FLAGS: more kubectl apply flags)
@@ -176,9 +176,11 @@ push_images() {
   reg=$(cat "$dir/registry/addr")
   out=$("$here/images/build.sh" "$reg" "$N/images") || die "building or pushing the test images to $reg failed"
   awk '$1 == "pause" {print "export TKM_PAUSE_IMAGE=" $2; print "export TKM_PAUSE_IMAGE_DIGEST=" $3}
-       $1 == "busybox" {print "export TKM_BUSYBOX_IMAGE=" $2; print "export TKM_BUSYBOX_IMAGE_DIGEST=" $3}' \
+       $1 == "busybox" {print "export TKM_BUSYBOX_IMAGE=" $2; print "export TKM_BUSYBOX_IMAGE_DIGEST=" $3}
+       $1 == "python" {print "export TKM_PYTHON_IMAGE=" $2; print "export TKM_PYTHON_IMAGE_DIGEST=" $3}' \
     <<<"$out" >"$N/images.env"
-  grep -q TKM_BUSYBOX_IMAGE= "$N/images.env" || die "hack/images/build.sh printed no image references"
+  [[ $(grep -c -e TKM_BUSYBOX_IMAGE= -e TKM_PYTHON_IMAGE= "$N/images.env") == 2 ]] ||
+    die "hack/images/build.sh printed no busybox or python image reference"
 }
 
 write_containerd_config() {

@@ -78,15 +78,25 @@ build_dir() {
   fi
 }
 
-# stop_demo: `make demo`'s node holds the host's kubelet (one node per host), so
-# the e2e tests' node could not start beside it. Stop the demo, and say so:
-# `make demo` brings it back after the tests.
+# stop_demo: the host has one kubelet node (its root, kubepods cgroups and iptables
+# chains are host-wide), so the e2e tests' node cannot start beside `make demo`'s.
+# A node that runs is stopped first, and this says so: `make demo` (hack/demo.sh
+# down of the clone it came from: this one's or another's), or a test node an
+# interrupted run left (any clone's build/e2e-cluster). `make demo` brings the demo
+# back after the tests. The kubelet root's .tkm-node names the node's cluster dir.
 stop_demo() {
-  [[ -s .tkm/cluster/node/kubelet.pid ]] || return 0
-  kill -0 "$(cat .tkm/cluster/node/kubelet.pid)" 2>/dev/null || return 0
-  echo "test.sh: \`make demo\` runs on this host; the tests need its node (one kubelet per host)."
-  echo "test.sh: stopping the demo first (make demo-down); run \`make demo\` again after the tests."
-  hack/demo.sh down || echo "test.sh: make demo-down failed (above); the tests' node may not start" >&2
+  local owner
+  owner=$(cat "${TKM_KUBELET_ROOT:-/var/lib/kubelet}/.tkm-node" 2>/dev/null) || return 0
+  [[ -s $owner/node/kubelet.pid ]] && kill -0 "$(cat "$owner/node/kubelet.pid")" 2>/dev/null || return 0
+  if [[ $owner == */.tkm/cluster && -x ${owner%/.tkm/cluster}/hack/demo.sh ]]; then
+    echo "test.sh: \`make demo\` runs on this host (${owner%/.tkm/cluster}); the tests need its node (one kubelet per host)."
+    echo "test.sh: stopping the demo first (make demo-down there); run \`make demo\` again after the tests."
+    (cd "${owner%/.tkm/cluster}" && hack/demo.sh down) || echo "test.sh: make demo-down failed (above); the tests' node may not start" >&2
+  elif [[ $owner == */e2e-cluster && $owner != "$root/build/e2e-cluster" ]]; then
+    echo "test.sh: a test node of another run holds this host ($owner): stopping it (one kubelet per host)."
+    TKM_CLUSTER_DIR=$owner hack/node.sh down || true
+    TKM_CLUSTER_DIR=$owner hack/cluster.sh down || true
+  fi
 }
 
 phase_failed_to_build() {
