@@ -153,15 +153,15 @@ for size in $SIZES; do
     LAYER[$size]=$(curl -s "http://$TKM_REGISTRY/v2/bench/volumes/manifests/${a#*@}" \
       -H 'Accept: application/vnd.oci.image.manifest.v1+json' | jq '.layers[0].size')
     c0=$(kdu "$CROOT")
-    t=$(start "iv$r" img "$a")
-    T_IMG[$size]+="$t "
+    ti=$(start "iv$r" img "$a")
+    T_IMG[$size]+="$ti "
     ((r == 1)) && DISK_IMG[$size]=$(($(kdu "$CROOT") - c0))
     tkc "c$r" "$a"
     s0=$(kdu "$STORE")
     t=$(start "tc$r" tkm "c$r")
     T_COLD[$size]+="$t "
     ((r == 1)) && DISK_TKM[$size]=$(($(kdu "$STORE") - s0))
-    echo "  $size round $r: image volume ${T_IMG[$size]##* }s; tkm not prefetched ${t}s"
+    echo "  $size round $r: image volume ${ti}s; tkm not prefetched ${t}s"
     drop "$a"
   done
 done

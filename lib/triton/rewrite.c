@@ -22,8 +22,12 @@
 
 #include "triton/pathf-int.h"
 
-/* Writes text to path via path.tkm-tmp.<pid>, fsync, rename; keeps mode. */
-static int replace_file(const char *path, const char *text, mode_t mode, struct tkm_err *err)
+/* Writes text to path via path.tkm-tmp.<pid>, rename; keeps mode. durable: fsync before
+ * the rename (an in-place rewrite of a cache); a separate thin layer (the CSI driver's
+ * per-pod groups, rebuilt on every publish, also after a crash) skips it: an fsync per
+ * group file cost seconds per pod for caches of thousands of kernels. */
+static int replace_file(const char *path, const char *text, mode_t mode, int durable,
+                        struct tkm_err *err)
 {
     char tmp[PATH_MAX];
     int fd, rc;
@@ -36,7 +40,7 @@ static int replace_file(const char *path, const char *text, mode_t mode, struct 
     rc = dprintf(fd, "%s", text) == (int)strlen(text) ? 0 : errno ? -errno : -EIO;
     if (!rc && fchmod(fd, mode & 07777) != 0)
         rc = -errno;
-    if (!rc && fsync(fd) != 0)
+    if (!rc && durable && fsync(fd) != 0)
         rc = -errno;
     if (close(fd) != 0 && !rc)
         rc = -errno;
@@ -99,7 +103,7 @@ static int rewrite_one(const char *kdir, const char *odir, const char *dname, co
         rc = tkm_err_set(err, -ENOMEM, "out of memory");
         goto out;
     }
-    if ((rc = replace_file(opath, text, sb.st_mode, err)) == 0)
+    if ((rc = replace_file(opath, text, sb.st_mode, strcmp(kdir, odir) == 0, err)) == 0)
         st->groups++;
 out:
     free(text);

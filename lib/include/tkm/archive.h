@@ -98,7 +98,7 @@ struct tkm_archive_opts {
      * `from` prefix is written under `to` instead; entries under none of them
      * are skipped (still screened). Used instead of strip (both set: rename). */
     const char *const *rename;
-    int fsync; /* 1 (default): fsync every file and directory */
+    int fsync; /* 1 (default): the tree is durable on return (one syncfs(2) of its filesystem) */
     /* Borrowed, may be NULL: when it becomes non-zero the extraction stops
      * with -ECANCELED. Checked between reads and entries. */
     const atomic_int *cancel;
