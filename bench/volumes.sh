@@ -21,8 +21,11 @@
 #     digest, extraction and publish all happen on the pod's path);
 #   - tkm, prefetched: tkm-config prefetch "true", a cache of image B, waited until the
 #     node reports it extracted; then the pod, timed.
-# Disk: what the first pod of each side added on the node: containerd's root (content
-# store + snapshots) for the image volume, tkm's store for tkm.
+# A pod with an emptyDir instead (the floor: sandbox and container start, no cache) runs
+# each round too. Disk (round 1): what the first pod of each side added on the node
+# (containerd's root, content store + snapshots, for the image volume; tkm's store for
+# tkm), and what a second pod of the same cache adds (containerd's root again; tkm's
+# per-pod layer: rewritten group files and an empty scratch), in KiB of blocks.
 # The pod timer starts before `kubectl create` and stops when `kubectl wait
 # --for=condition=Ready` returns: both sides pay the same two kubectl runs.
 # Goals (issue 22): tkm not prefetched <= 1.1x the image volume's time at every size,
@@ -90,10 +93,13 @@ image() {
   echo "$REPO@$d"
 }
 
-# pod NAME img REF | pod NAME tkm CACHE: a busybox pod (sleeps) with the cache at $MP
+# pod NAME img REF | pod NAME tkm CACHE | pod NAME none: a busybox pod (sleeps) with the
+# cache at $MP (none: an emptyDir there, the floor: what any pod's start costs here)
 pod() {
   local vol sub=
-  if [[ $2 == img ]]; then
+  if [[ $2 == none ]]; then
+    vol="emptyDir: {}"
+  elif [[ $2 == img ]]; then
     vol="image: {reference: $3, pullPolicy: IfNotPresent}" sub=", subPath: io.triton.cache"
   else
     vol="csi: {driver: csi.tkm.io, volumeAttributes: {cacheName: $3, mountPath: $MP}}"
@@ -144,7 +150,8 @@ drop() { # the round's pods, caches and containerd's copy of the image
   "$CTR" -n k8s.io images rm "$@" >/dev/null 2>&1 || true
 }
 
-declare -A T_IMG T_COLD T_PRE DISK_IMG DISK_TKM LAYER
+declare -A T_IMG T_COLD T_PRE T_NONE DISK_IMG DISK_TKM EXTRA_IMG EXTRA_TKM LAYER
+CACHES=/var/run/tkm/caches
 # Cold rounds first (prefetch off), then prefetched ones, so that a switch of tkm-config
 # never races a measurement.
 for size in $SIZES; do
@@ -152,16 +159,27 @@ for size in $SIZES; do
     a=$(image "v$size-r$r-a-$$" "$size")
     LAYER[$size]=$(curl -s "http://$TKM_REGISTRY/v2/bench/volumes/manifests/${a#*@}" \
       -H 'Accept: application/vnd.oci.image.manifest.v1+json' | jq '.layers[0].size')
+    tn=$(start "nv$r" none -)
+    T_NONE[$size]+="$tn "
     c0=$(kdu "$CROOT")
     ti=$(start "iv$r" img "$a")
     T_IMG[$size]+="$ti "
-    ((r == 1)) && DISK_IMG[$size]=$(($(kdu "$CROOT") - c0))
+    if ((r == 1)); then
+      c1=$(kdu "$CROOT")
+      DISK_IMG[$size]=$((c1 - c0))
+      start iv-extra img "$a" >/dev/null
+      EXTRA_IMG[$size]=$(($(kdu "$CROOT") - c1))
+    fi
     tkc "c$r" "$a"
     s0=$(kdu "$STORE")
     t=$(start "tc$r" tkm "c$r")
     T_COLD[$size]+="$t "
-    ((r == 1)) && DISK_TKM[$size]=$(($(kdu "$STORE") - s0))
-    echo "  $size round $r: image volume ${ti}s; tkm not prefetched ${t}s"
+    if ((r == 1)); then
+      DISK_TKM[$size]=$(($(kdu "$STORE") - s0))
+      start tc-extra tkm "c$r" >/dev/null
+      EXTRA_TKM[$size]=$(kdu "$CACHES/$NS/tc-extra") # the extra pod's own layer (the store is shared)
+    fi
+    echo "  $size round $r: no cache volume ${tn}s; image volume ${ti}s; tkm not prefetched ${t}s"
     drop "$a"
   done
 done
@@ -188,13 +206,15 @@ EOF
 done
 
 echo
-echo "| cache | layer (gzip) | image volume | tkm, not prefetched | ratio | tkm, prefetched | ratio | disk: image volume | disk: tkm |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| cache | layer (gzip) | no cache volume (floor) | image volume | tkm, not prefetched | ratio | tkm, prefetched | ratio | disk: image volume, first pod / extra pod | disk: tkm, first pod / extra pod |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for size in $SIZES; do
+  mn=$(tr ' ' '\n' <<<"${T_NONE[$size]}" | grep . | median)
   mi=$(tr ' ' '\n' <<<"${T_IMG[$size]}" | grep . | median)
   mc=$(tr ' ' '\n' <<<"${T_COLD[$size]}" | grep . | median)
   mp=$(tr ' ' '\n' <<<"${T_PRE[$size]}" | grep . | median)
-  awk -v s="$size" -v l="${LAYER[$size]}" -v i="$mi" -v c="$mc" -v p="$mp" -v di="${DISK_IMG[$size]}" -v dt="${DISK_TKM[$size]}" \
-    'BEGIN{printf "| %s | %.1f MiB | %.2f s | %.2f s | %.2fx | %.2f s | %.2fx | %.0f MiB | %.0f MiB |\n", s, l/1048576, i, c, c/i, p, p/i, di/1024, dt/1024}'
+  awk -v s="$size" -v l="${LAYER[$size]}" -v n="$mn" -v i="$mi" -v c="$mc" -v p="$mp" -v di="${DISK_IMG[$size]}" -v dt="${DISK_TKM[$size]}" \
+    -v ei="${EXTRA_IMG[$size]}" -v et="${EXTRA_TKM[$size]}" \
+    'BEGIN{printf "| %s | %.1f MiB | %.2f s | %.2f s | %.2f s | %.2fx | %.2f s | %.2fx | %.0f MiB / %d KiB | %.0f MiB / %d KiB (%.2f%%) |\n", s, l/1048576, n, i, c, c/i, p, p/i, di/1024, ei, dt/1024, et, 100*et/dt}'
 done
-echo "(medians of $ROUNDS rounds; rounds: image volume ${T_IMG[*]}; tkm cold ${T_COLD[*]}; prefetched ${T_PRE[*]})"
+echo "(medians of $ROUNDS rounds; rounds: no volume ${T_NONE[*]}; image volume ${T_IMG[*]}; tkm cold ${T_COLD[*]}; prefetched ${T_PRE[*]})"
