@@ -80,12 +80,17 @@ set_prefetch false
 SEED=$W/seed
 mkdir -p "$SEED" && tar -xzf tests/fixtures/triton-cache/triton-3.6.0-cuda-sm90.tar.gz -C "$SEED"
 now() { date +%s.%N; }
-kdu() { du -sk "$@" 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
+# KiB of blocks under the paths (a file that a GC removes meanwhile is not an error)
+kdu() { { du -sk "$@" 2>/dev/null || true; } | awk '{s += $1} END {print s + 0}'; }
+# the unpacked snapshot of the layer that holds the kernel dir KEY (containerd's overlayfs)
+snapdir() { find "$CROOT/io.containerd.snapshotter.v1.overlayfs/snapshots" -mindepth 4 -maxdepth 4 \
+  -path "*/fs/io.triton.cache/$1" -printf '%h\n' 2>/dev/null | head -1 | sed 's|/fs/io.triton.cache$||'; }
 
 # image NAME SIZE: generates, builds, pushes and signs a cache image; prints REPO@DIGEST
 image() {
   local name=$1 size=$2 d
   python3 bench/gen_cache.py "$SEED/tcache" "$W/$name" "$size" "$name" >/dev/null
+  find "$W/$name" -mindepth 1 -maxdepth 1 -printf '%f\n' -quit >"$W/$name.key"
   "$TKMCTL" build "$W/$name" --output "$W/$name.oci" >/dev/null
   d=$("$TKMCTL" push "$W/$name.oci" "$REPO:$name" -o json | jq -r .digest)
   tkm_cosign_sign "$COSIGN" .tkm/demo/keys "$REPO@$d" >/dev/null
@@ -161,21 +166,27 @@ for size in $SIZES; do
       -H 'Accept: application/vnd.oci.image.manifest.v1+json' | jq '.layers[0].size')
     tn=$(start "nv$r" none -)
     T_NONE[$size]+="$tn "
-    c0=$(kdu "$CROOT")
     ti=$(start "iv$r" img "$a")
     T_IMG[$size]+="$ti "
     if ((r == 1)); then
-      c1=$(kdu "$CROOT")
-      DISK_IMG[$size]=$((c1 - c0))
+      # containerd keeps the layer twice: the gzip blob in its content store and the
+      # unpacked snapshot; a second pod gets a snapshot of its own over it (measured as
+      # the snapshots dir's growth)
+      sd=$(snapdir "$(cat "$W/v$size-r$r-a-$$.key")")
+      [[ -n $sd ]] || die "no containerd snapshot holds the image volume's layer"
+      DISK_IMG[$size]=$(($(kdu "$sd") + LAYER[$size] / 1024))
+      c1=$(kdu "$CROOT/io.containerd.snapshotter.v1.overlayfs/snapshots")
       start iv-extra img "$a" >/dev/null
-      EXTRA_IMG[$size]=$(($(kdu "$CROOT") - c1))
+      EXTRA_IMG[$size]=$(($(kdu "$CROOT/io.containerd.snapshotter.v1.overlayfs/snapshots") - c1))
     fi
     tkc "c$r" "$a"
-    s0=$(kdu "$STORE")
     t=$(start "tc$r" tkm "c$r")
     T_COLD[$size]+="$t "
     if ((r == 1)); then
-      DISK_TKM[$size]=$(($(kdu "$STORE") - s0))
+      # tkm keeps the extracted tree only (the pulled blob is removed after extraction)
+      ld=$(curl -s "http://$TKM_REGISTRY/v2/bench/volumes/manifests/${a#*@}" \
+        -H 'Accept: application/vnd.oci.image.manifest.v1+json' | jq -r '.layers[0].digest')
+      DISK_TKM[$size]=$(kdu "$STORE/sha256/${ld#sha256:}")
       start tc-extra tkm "c$r" >/dev/null
       EXTRA_TKM[$size]=$(kdu "$CACHES/$NS/tc-extra") # the extra pod's own layer (the store is shared)
     fi
