@@ -69,12 +69,10 @@ cluster_up() { [[ -s .tkm/cluster/env ]] && hack/cluster.sh status >/dev/null 2>
 # Any other node is left alone; hack/node.sh up then says whose it is.
 stop_test_node() {
   local owner
-  owner=$(cat "${TKM_KUBELET_ROOT:-/var/lib/kubelet}/.tkm-node" 2>/dev/null) || return 0
-  [[ $owner == */e2e-cluster && -s $owner/node/kubelet.pid ]] || return 0
-  kill -0 "$(cat "$owner/node/kubelet.pid")" 2>/dev/null || return 0
+  owner=$(running_node_owner)
+  [[ $owner == */e2e-cluster ]] || return 0
   echo "  a test node left by an interrupted \`make test\` runs ($owner): stopping it (one node per host)"
-  TKM_CLUSTER_DIR=$owner hack/node.sh down >"$D/stop-test-node.log" 2>&1 || true
-  TKM_CLUSTER_DIR=$owner hack/cluster.sh down >>"$D/stop-test-node.log" 2>&1 || true
+  stop_cluster_of "$owner" >"$D/stop-test-node.log" 2>&1
 }
 
 down() {

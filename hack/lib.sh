@@ -42,6 +42,23 @@ pid_alive() {
 # (a cold page cache makes exec of a 100 MB binary take seconds).
 running() { [[ -s $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
+# running_node_owner: the cluster dir of the test node (hack/node.sh) that holds
+# this host's kubelet root (named in <kubelet root>/.tkm-node), when its kubelet
+# runs; nothing otherwise. One node per host: make test and make demo ask this.
+running_node_owner() {
+  local owner
+  owner=$(cat "${TKM_KUBELET_ROOT:-/var/lib/kubelet}/.tkm-node" 2>/dev/null) || return 0
+  if running "$owner/node/kubelet.pid"; then echo "$owner"; fi
+}
+# stop_cluster_of DIR: stops the node and then the control plane of cluster dir DIR
+# (a test node another run left); failures are reported, not fatal.
+stop_cluster_of() {
+  local hack
+  hack=$(dirname "${BASH_SOURCE[0]}")
+  TKM_CLUSTER_DIR=$1 "$hack/node.sh" down || true
+  TKM_CLUSTER_DIR=$1 "$hack/cluster.sh" down || true
+}
+
 # stop_pidfile PIDFILE NAME: stops the process PIDFILE names if it is ours
 # (TERM, then KILL after 10 s) and removes the pid file; a stale file is just
 # removed.

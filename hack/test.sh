@@ -24,6 +24,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 root=$PWD
+# shellcheck source=hack/lib.sh
+source hack/lib.sh # running_node_owner, stop_cluster_of
 phases=${TKM_TEST_PHASES:-main buildtypes asan valgrind fuzz}
 jobs=${JOBS:-2}
 total_pass=0 total_fail=0
@@ -86,16 +88,14 @@ build_dir() {
 # back after the tests. The kubelet root's .tkm-node names the node's cluster dir.
 stop_demo() {
   local owner
-  owner=$(cat "${TKM_KUBELET_ROOT:-/var/lib/kubelet}/.tkm-node" 2>/dev/null) || return 0
-  [[ -s $owner/node/kubelet.pid ]] && kill -0 "$(cat "$owner/node/kubelet.pid")" 2>/dev/null || return 0
+  owner=$(running_node_owner)
   if [[ $owner == */.tkm/cluster && -x ${owner%/.tkm/cluster}/hack/demo.sh ]]; then
     echo "test.sh: \`make demo\` runs on this host (${owner%/.tkm/cluster}); the tests need its node (one kubelet per host)."
     echo "test.sh: stopping the demo first (make demo-down there); run \`make demo\` again after the tests."
     (cd "${owner%/.tkm/cluster}" && hack/demo.sh down) || echo "test.sh: make demo-down failed (above); the tests' node may not start" >&2
   elif [[ $owner == */e2e-cluster && $owner != "$root/build/e2e-cluster" ]]; then
     echo "test.sh: a test node of another run holds this host ($owner): stopping it (one kubelet per host)."
-    TKM_CLUSTER_DIR=$owner hack/node.sh down || true
-    TKM_CLUSTER_DIR=$owner hack/cluster.sh down || true
+    stop_cluster_of "$owner"
   fi
 }
 
