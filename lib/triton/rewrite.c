@@ -22,12 +22,11 @@
 
 #include "triton/pathf-int.h"
 
-/* Writes text to path via path.tkm-tmp.<pid>, rename; keeps mode. durable: fsync before
- * the rename (an in-place rewrite of a cache); a separate thin layer (the CSI driver's
- * per-pod groups, rebuilt on every publish, also after a crash) skips it: an fsync per
+/* Writes text to path via path.tkm-tmp.<pid>, rename; keeps mode. No fsync: every
+ * caller either flushes the whole tree once afterwards (tkmctl extract: syncfs before
+ * its rename) or rebuilds it on every publish (tkm-csi's per-pod layers); an fsync per
  * group file cost seconds per pod for caches of thousands of kernels. */
-static int replace_file(const char *path, const char *text, mode_t mode, int durable,
-                        struct tkm_err *err)
+static int replace_file(const char *path, const char *text, mode_t mode, struct tkm_err *err)
 {
     char tmp[PATH_MAX];
     int fd, rc;
@@ -39,8 +38,6 @@ static int replace_file(const char *path, const char *text, mode_t mode, int dur
     errno = 0; /* dprintf writes all of text or fails */
     rc = dprintf(fd, "%s", text) == (int)strlen(text) ? 0 : errno ? -errno : -EIO;
     if (!rc && fchmod(fd, mode & 07777) != 0)
-        rc = -errno;
-    if (!rc && durable && fsync(fd) != 0)
         rc = -errno;
     if (close(fd) != 0 && !rc)
         rc = -errno;
@@ -103,7 +100,7 @@ static int rewrite_one(const char *kdir, const char *odir, const char *dname, co
         rc = tkm_err_set(err, -ENOMEM, "out of memory");
         goto out;
     }
-    if ((rc = replace_file(opath, text, sb.st_mode, strcmp(kdir, odir) == 0, err)) == 0)
+    if ((rc = replace_file(opath, text, sb.st_mode, err)) == 0)
         st->groups++;
 out:
     free(text);

@@ -167,8 +167,8 @@ struct tkm_triton_rewrite_stats {
  * leaving cache_dir untouched; kernel dirs without group files are not
  * created. Each file is written to a temporary file in its directory and
  * renamed into place (mode kept), so a reader sees the old or the new file;
- * in place (out_dir == cache_dir) it is fsync'ed first, into another out_dir
- * (a per-pod layer, rebuilt on every publish) not. new_root must be absolute. stats is optional;
+ * nothing is fsync'ed: the caller flushes the tree (tkmctl extract: one
+ * syncfs) or rebuilds it (a per-pod layer). new_root must be absolute. stats is optional;
  * missing_children is counted against cache_dir. */
 int tkm_triton_groups_rewrite_to(const char *cache_dir, const char *out_dir, const char *new_root,
                                  struct tkm_triton_rewrite_stats *stats, struct tkm_err *err);
