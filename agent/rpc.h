@@ -85,6 +85,16 @@ struct agent_materialize_result {
     const char *cache_namespace; /* NULL/"" for a TritonKernelCacheCluster */
     const char *cache_name;
     const char *digest; /* the pinned manifest digest */
+    /* every store dir the node's GPUs use (store_paths[0] == store_path); n 0:
+     * store_path alone */
+    const char *const *store_paths;
+    size_t n_store_paths;
+    /* policy Empty and no variant fits: an empty writable volume (store_path NULL) */
+    int empty;
+    const char *empty_reason, *empty_message;
+    /* the store dirs' layout: {"triton"} (n 0 means the same) or one subdir per part */
+    const char *const *parts;
+    size_t n_parts;
 };
 
 /* What Status answers; strings borrowed for the reply call (copied).

@@ -114,8 +114,17 @@ struct tkm_api_signature_policy {
     int allow_cross_repository; /* allowCrossRepository */
 };
 
+/* spec.whenIncompatible / tkm-config whenIncompatible: what a pod gets on a
+ * node where no variant of the cache fits (docs/compatibility.md). */
+enum tkm_api_fallback {
+    TKM_API_FALLBACK_UNSET = 0, /* not set: tkm-config's, else Empty */
+    TKM_API_FALLBACK_FAIL,      /* the mount fails (FAILED_PRECONDITION) */
+    TKM_API_FALLBACK_EMPTY,     /* an empty writable cache, a Warning event */
+};
+
 struct tkm_api_cache_spec {
     char *cache_image; /* required */
+    enum tkm_api_fallback when_incompatible;
     char *mount_path;  /* NULL: the default */
     struct tkm_api_signature_policy signature_policy;
     char **image_pull_secrets; /* names */
@@ -217,6 +226,16 @@ struct tkm_api_pod_ref {
     char *ns, *name, *uid, *volume_id;
 };
 
+/* status.caches.<name>.variants[]: a variant this node uses and its GPUs. Owned strings. */
+struct tkm_api_variant_use {
+    char *digest;   /* the variant's image manifest */
+    char *platform; /* "linux/amd64" */
+    char *backend, *arch, *gpu_type;
+    int64_t warp_size;
+    int32_t *gpu_ids;
+    size_t n_gpu_ids;
+};
+
 /* status.caches.<name> */
 struct tkm_api_node_cache {
     char *name; /* the map key: the cache's name */
@@ -233,6 +252,9 @@ struct tkm_api_node_cache {
     /* lastFailure: the last failed Materialize here (reason, message, RFC 3339
      * time); all NULL when absent (cleared on the next success) */
     char *fail_reason, *fail_message, *fail_time;
+    struct tkm_api_variant_use *variants; /* the variants used here (at most 64) */
+    size_t n_variants;
+    char *fallback; /* "Empty" when served as an empty volume here, else NULL */
 };
 
 /* The status a node's agent writes. gpuCount, gpuTypes and cacheCount (the
