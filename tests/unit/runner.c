@@ -9,6 +9,8 @@
  * TKM_TEST_TIMEOUT_SCALE (a positive integer, default 1) multiplies every
  * timeout, for valgrind and sanitizer runs.
  */
+#include <openssl/evp.h>
+#include <openssl/pem.h>
 #include "test.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -62,6 +64,21 @@ const char *tkm_test_fixtures(void)
 #else
     return e && *e ? e : "tests/fixtures";
 #endif
+}
+
+void *tkm_test_rsa_key(const char *name)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/keys/%s.pem", tkm_test_fixtures(), name);
+    FILE *f = fopen(path, "r");
+    EVP_PKEY *k = f ? PEM_read_PrivateKey(f, NULL, NULL, NULL) : NULL;
+    if (f)
+        fclose(f);
+    if (!k) {
+        fprintf(stderr, "cannot read the test key %s\n", path);
+        abort();
+    }
+    return k;
 }
 
 const char *tkm_test_source_dir(void)
@@ -139,12 +156,15 @@ static double now_s(void)
 }
 
 /* Runs one test in a child; returns 0 when it passed. */
+unsigned tkm_test_timeout_scale(void)
+{
+    const char *s = getenv("TKM_TEST_TIMEOUT_SCALE");
+    return s && *s >= '1' && *s <= '9' ? (unsigned)strtoul(s, NULL, 10) : 1;
+}
+
 static int run_one(struct tkm_test *t, int num)
 {
-    unsigned scale = 1;
-    const char *s = getenv("TKM_TEST_TIMEOUT_SCALE");
-    if (s && *s >= '1' && *s <= '9')
-        scale = (unsigned)strtoul(s, NULL, 10);
+    unsigned scale = tkm_test_timeout_scale();
     char dir[256];
     const char *base = getenv("TMPDIR");
     snprintf(dir, sizeof dir, "%s/tkm-unit-%s-XXXXXX", base ? base : "/tmp", t->name);

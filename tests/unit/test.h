@@ -39,6 +39,13 @@ void tkm_test_register(struct tkm_test *t);
 /* A directory created for the running test; removed by the runner afterwards. */
 const char *tkm_test_tmpdir(void);
 const char *tkm_test_fixtures(void);
+/* A test-only RSA key from tests/fixtures/keys/<name>.pem (EVP_PKEY *, owned by the
+ * caller: EVP_PKEY_free); the test fails when it cannot be read. RSA keys are not
+ * generated per run: that takes 30-50 s each under valgrind. */
+void *tkm_test_rsa_key(const char *name);
+/* TKM_TEST_TIMEOUT_SCALE (1 when unset; 10 under valgrind): long randomised tests
+ * walk fewer steps when it is above 1. */
+unsigned tkm_test_timeout_scale(void);
 const char *tkm_test_source_dir(void);
 /* The file's bytes, NUL-terminated (owned by the caller: free); *len (may be
  * NULL) gets the length. A file that cannot be read fails the test. */

@@ -37,7 +37,7 @@ static EVP_PKEY *keygen(const char *type, const char *param)
 {
     EVP_PKEY *k;
     if (strcmp(type, "RSA") == 0)
-        k = EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)2048);
+        k = tkm_test_rsa_key("rsa2048-a");
     else if (strcmp(type, "ED25519") == 0)
         k = EVP_PKEY_Q_keygen(NULL, NULL, "ED25519");
     else

@@ -59,7 +59,7 @@ TEST_TIMEOUT(sign_then_verify_fixture, 60)
     const char *dir = fixture_cache();
     size_t want = count_eligible(dir);
     ASSERT(want > 10);
-    EVP_PKEY *k = EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)3072);
+    EVP_PKEY *k = tkm_test_rsa_key("rsa3072");
     ASSERT_NOT_NULL(k);
     char *priv = pem_of(k, 1), *pub = pem_of(k, 0);
     struct tkm_tce_report rep;
@@ -99,8 +99,8 @@ TEST_TIMEOUT(sign_then_verify_fixture, 60)
 TEST_TIMEOUT(tampered_missing_and_wrong_key, 60)
 {
     const char *dir = fixture_cache();
-    EVP_PKEY *k = EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)2048);
-    EVP_PKEY *k2 = EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)2048);
+    EVP_PKEY *k = tkm_test_rsa_key("rsa2048-a");
+    EVP_PKEY *k2 = tkm_test_rsa_key("rsa2048-b");
     char *priv = pem_of(k, 1), *pub = pem_of(k, 0), *pub2 = pem_of(k2, 0);
     struct tkm_tce_report rep;
     struct tkm_err err = {0};
@@ -144,7 +144,7 @@ TEST(non_rsa_key_and_bad_dir)
     ASSERT_STRCONTAINS(err.msg, "TCE signatures are RSA; this key is ECDSA P-256");
     EVP_PKEY_free(k);
     free(pub);
-    k = EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)2048);
+    k = tkm_test_rsa_key("rsa2048-a");
     pub = pem_of(k, 0);
     tkm_err_clear(&err);
     ASSERT_EQ(tkm_tce_dir("/nonexistent-tkm", pub, strlen(pub), 1, &rep, &err), -ENOENT);
