@@ -3,10 +3,12 @@
 # ours. The package's own service listens on every interface; never use it.
 #
 # Usage:
-#   hack/registry.sh start DIR [--port N] [--htpasswd FILE]
+#   hack/registry.sh start DIR [--port N] [--htpasswd FILE] [--access-log]
 #       Starts a registry storing its blobs under DIR/data, listening on
 #       127.0.0.1 (a free port unless --port), optionally with basic auth from
 #       an htpasswd (bcrypt) file. Prints "127.0.0.1:PORT" when it answers.
+#       --access-log: the registry logs every request (combined log format) to
+#       DIR/registry.log: what tests and benchmarks count blob GETs with.
 #   hack/registry.sh stop DIR
 #       Stops the registry started for DIR (only that process).
 set -euo pipefail
@@ -16,16 +18,17 @@ source "$here/lib.sh"
 
 cmd=${1:-}
 dir=${2:-}
-[[ -n $cmd && -n $dir ]] || { sed -n '2,13p' "$0" >&2; exit 2; }
+[[ -n $cmd && -n $dir ]] || { sed -n '2,15p' "$0" >&2; exit 2; }
 shift 2
 
 case $cmd in
   start)
-    port='' htpasswd=''
+    port='' htpasswd='' accesslog=false
     while [[ $# -gt 0 ]]; do
       case $1 in
         --port) port=$2; shift 2 ;;
         --htpasswd) htpasswd=$(realpath "$2"); shift 2 ;;
+        --access-log) accesslog=true; shift ;;
         *) die "registry: unknown flag $1" ;;
       esac
     done
@@ -46,7 +49,7 @@ case $cmd in
       echo "version: 0.1"
       echo "log:"
       echo "  level: warn"
-      echo "  accesslog: {disabled: true}"
+      if $accesslog; then echo "  accesslog: {disabled: false}"; else echo "  accesslog: {disabled: true}"; fi
       echo "storage:"
       echo "  filesystem: {rootdirectory: $dir/data}"
       echo "  delete: {enabled: true}"
