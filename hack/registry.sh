@@ -18,7 +18,7 @@ source "$here/lib.sh"
 
 cmd=${1:-}
 dir=${2:-}
-[[ -n $cmd && -n $dir ]] || { sed -n '2,15p' "$0" >&2; exit 2; }
+[[ -n $cmd && -n $dir ]] || { sed -n '2,13p' "$0" >&2; exit 2; }
 shift 2
 
 case $cmd in
