@@ -125,7 +125,7 @@ enum tkm_api_fallback {
 struct tkm_api_cache_spec {
     char *cache_image; /* required */
     enum tkm_api_fallback when_incompatible;
-    char *mount_path;  /* NULL: the default */
+    char *mount_path; /* NULL: the default */
     struct tkm_api_signature_policy signature_policy;
     char **image_pull_secrets; /* names */
     size_t n_image_pull_secrets;
