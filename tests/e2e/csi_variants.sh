@@ -83,18 +83,20 @@ assert_contains "$(cat "$P/two-cp/mount/$g2")" '"/cache/' "the copy's group file
 assert_eq "$sum2" "$(tree_sum "$S2")" "store 2 unchanged"
 
 step "answers tkm-csi refuses: nothing left, the reference released"
-expect_fail "17 store dirs" csi publish vol-many "$P/many/mount" cacheName=many
-assert_contains "$OUT" "INTERNAL: tkm-agent answered 17 store directories; a volume mounts at most 16" "the cap, in a sentence"
-expect_fail "one store twice" csi publish vol-dup "$P/dup/mount" cacheName=dup
-assert_contains "$OUT" "INTERNAL: tkm-agent answered the store path $S1 twice" "a store twice"
-expect_fail "a second store with option separators" csi publish vol-bad2 "$P/bad2/mount" cacheName=bad2
-assert_contains "$OUT" "INTERNAL: the agent's store path 2 " "every store path is checked"
-expect_fail "a second store that does not exist" csi publish vol-miss2 "$P/miss2/mount" cacheName=miss2
-assert_contains "$OUT" "no-such-store" "naming the missing store"
-expect_fail "empty and a store at once" csi publish vol-broken "$P/broken/mount" cacheName=broken
-assert_contains "$OUT" "INTERNAL: tkm-agent answered Materialize with both empty and a store path" "neither is guessed"
-expect_fail "an unknown part" csi publish vol-badparts "$P/badparts/mount" cacheName=badparts
-assert_contains "$OUT" 'INTERNAL: tkm-agent answered the part "../etc"' "parts are checked"
+# VOLUME|WHAT|what the error must say
+refused=(
+  "many|17 store dirs|INTERNAL: tkm-agent answered 17 store directories; a volume mounts at most 16"
+  "dup|one store twice|INTERNAL: tkm-agent answered the store path $S1 twice"
+  "bad2|a second store with option separators (every store path is checked)|INTERNAL: the agent's store path 2 "
+  "miss2|a second store that does not exist|no-such-store"
+  "broken|empty and a store at once (neither is guessed)|INTERNAL: tkm-agent answered Materialize with both empty and a store path"
+  "badparts|an unknown part|INTERNAL: tkm-agent answered the part \"../etc\""
+)
+for r in "${refused[@]}"; do
+  IFS='|' read -r v what want <<<"$r"
+  expect_fail "$what" csi publish "vol-$v" "$P/$v/mount" "cacheName=$v"
+  assert_contains "$OUT" "$want" "$what: the reason"
+done
 for v in many dup bad2 miss2 broken badparts; do
   [[ ! -e $V/pod-vol-$v ]] || fail "a refused answer left $V/pod-vol-$v"
   [[ ! -e $P/$v/mount ]] || fail "a refused answer left the target $P/$v/mount"
