@@ -253,6 +253,14 @@ static int pub_layers(struct csi_op *op)
         snprintf(p, sizeof(p), "%s/upper", vd);
         return pub_empty_parts(op, p);
     }
+    /* One layout for all (the agent never mixes them: a Triton cache at the
+     * root of one store dir and triton/ of another would show the pod both). */
+    for (size_t i = 1; i < op->n_stores; i++)
+        if (tkm_parts_is_root(op->stores[i]) != tkm_parts_is_root(op->stores[0]))
+            return tkm_err_set(&op->err, -EPROTO,
+                               "the agent's store dirs %s and %s have different layouts (one "
+                               "with triton/, inductor/ or vllm/ parts, one without)",
+                               op->stores[0], op->stores[i]);
     if (op->mode == CSI_MODE_COPY) {
         uint64_t bytes = 0;
         snprintf(p, sizeof(p), "%s/upper", vd);

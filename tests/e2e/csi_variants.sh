@@ -23,6 +23,7 @@ tar -xzf "$TKM_FIXTURES/triton-cache/triton-3.6.0-cuda-sm90-inductor-block.tar.g
 S1=$CSI_STORE
 S2=$CSI_TMP/store2/tcache-inductor
 [[ -d $S2 ]] || fail "no second store at $S2"
+mkdir -p "$CSI_TMP/parts-store/triton" "$CSI_TMP/parts-store/inductor" # a torch.compile layout
 many=()
 for i in $(seq 17); do many+=(--store-for "many=$CSI_TMP/store-$i"); done
 csi_agent_start --cache two=/cache --store-for "two=$S1" --store-for "two=$S2" \
@@ -30,6 +31,7 @@ csi_agent_start --cache two=/cache --store-for "two=$S1" --store-for "two=$S2" \
   --cache dup --store-for "dup=$S1" --store-for "dup=$S1" \
   --cache bad2 --store-for "bad2=$S1" --store-for "bad2=$S2,upperdir=/etc" \
   --cache miss2 --store-for "miss2=$S1" --store-for "miss2=$CSI_TMP/no-such-store" \
+  --cache mixed --store-for "mixed=$S1" --store-for "mixed=$CSI_TMP/parts-store" \
   --cache empty=/cache --empty empty=ArchMismatch \
   --cache emptyparts --empty emptyparts=NoVariant --parts emptyparts=inductor,triton,vllm \
   --cache broken --empty broken=NoVariant --store-for "broken=$S1" \
@@ -89,6 +91,7 @@ refused=(
   "dup|one store twice|INTERNAL: tkm-agent answered the store path $S1 twice"
   "bad2|a second store with option separators (every store path is checked)|INTERNAL: the agent's store path 2 "
   "miss2|a second store that does not exist|no-such-store"
+  "mixed|a Triton-only store dir and a torch.compile one|INTERNAL: the agent's store dirs $S1 and $CSI_TMP/parts-store have different layouts"
   "broken|empty and a store at once (neither is guessed)|INTERNAL: tkm-agent answered Materialize with both empty and a store path"
   "badparts|an unknown part|INTERNAL: tkm-agent answered the part \"../etc\""
 )
@@ -97,7 +100,7 @@ for r in "${refused[@]}"; do
   expect_fail "$what" csi publish "vol-$v" "$P/$v/mount" "cacheName=$v"
   assert_contains "$OUT" "$want" "$what: the reason"
 done
-for v in many dup bad2 miss2 broken badparts; do
+for v in many dup bad2 miss2 mixed broken badparts; do
   [[ ! -e $V/pod-vol-$v ]] || fail "a refused answer left $V/pod-vol-$v"
   [[ ! -e $P/$v/mount ]] || fail "a refused answer left the target $P/$v/mount"
   wait_for 10 "vol-$v released in the agent" grep -q "^Release vol-$v released" "$CSI_TMP/agent.log"
