@@ -147,9 +147,11 @@ TEST(overlay_opts_stores)
     ASSERT_OK(csi_overlay_opts(&b, CSI_MODE_COPY, "/run/v", two, 2, NULL));
     ASSERT_STREQ(b.data, "lowerdir=/run/v/groups,upperdir=/run/v/upper,workdir=/run/v/work");
     /* Every store is checked, not only the first. */
+    tkm_err_clear(&err);
     ASSERT_EQ(csi_overlay_opts(&b, CSI_MODE_OVERLAY, "/run/v", bad2, 2, &err), -EINVAL);
     ASSERT_STRCONTAINS(err.msg, "/store/b,upperdir=/etc");
     /* No store, or more than the cap, in a mode that mounts stores. */
+    tkm_err_clear(&err);
     ASSERT_EQ(csi_overlay_opts(&b, CSI_MODE_OVERLAY, "/run/v", NULL, 0, &err), -EINVAL);
     ASSERT_STRCONTAINS(err.msg, "0 store paths (1 to 16)");
     for (size_t i = 0; i <= CSI_MAX_STORES; i++) {
@@ -158,6 +160,7 @@ TEST(overlay_opts_stores)
     }
     ASSERT_OK(csi_overlay_opts(&b, CSI_MODE_STRICT, "/run/v", many, CSI_MAX_STORES, NULL));
     ASSERT_STRCONTAINS(b.data, ":/store/s15");
+    tkm_err_clear(&err);
     ASSERT_EQ(csi_overlay_opts(&b, CSI_MODE_STRICT, "/run/v", many, CSI_MAX_STORES + 1, &err),
               -EINVAL);
     ASSERT_STRCONTAINS(err.msg, "17 store paths");
@@ -189,13 +192,17 @@ TEST(answer_check)
     ASSERT_OK(csi_answer_check(&a, "", two, 2, 0, NULL, 0, NULL)); /* store_paths alone */
     ASSERT_UEQ(a.n_stores, 2u);
     /* store_paths[0] must be store_path. */
+    tkm_err_clear(&err);
     ASSERT_EQ(csi_answer_check(&a, "/store/b/tcache", two, 2, 0, NULL, 0, &err), -EPROTO);
     ASSERT_STRCONTAINS(err.msg, "not its first store directory");
     /* Each store is an option path; none twice. */
+    tkm_err_clear(&err);
     ASSERT_EQ(csi_answer_check(&a, "/s/a", bad, 2, 0, NULL, 0, &err), -EINVAL);
     ASSERT_STRCONTAINS(err.msg, "the agent's store path 2 \"/s/b:/etc\" has one of");
+    tkm_err_clear(&err);
     ASSERT_EQ(csi_answer_check(&a, "s/a", rel, 1, 0, NULL, 0, &err), -EINVAL);
     ASSERT_STRCONTAINS(err.msg, "the agent's store path \"s/a\" is not an absolute path");
+    tkm_err_clear(&err);
     ASSERT_EQ(csi_answer_check(&a, "/s/a", dup, 2, 0, NULL, 0, &err), -EPROTO);
     ASSERT_STRCONTAINS(err.msg, "store path /s/a twice");
     /* The cap. */
@@ -205,11 +212,14 @@ TEST(answer_check)
     }
     ASSERT_OK(csi_answer_check(&a, NULL, many, CSI_MAX_STORES, 0, NULL, 0, NULL));
     ASSERT_UEQ(a.n_stores, (size_t)CSI_MAX_STORES);
+    tkm_err_clear(&err);
     ASSERT_EQ(csi_answer_check(&a, NULL, many, CSI_MAX_STORES + 1, 0, NULL, 0, &err), -EPROTO);
     ASSERT_STRCONTAINS(err.msg, "17 store directories; a volume mounts at most 16");
     /* Never an empty volume unless the agent says so: no store and not empty is an error. */
+    tkm_err_clear(&err);
     ASSERT_EQ(csi_answer_check(&a, "", NULL, 0, 0, NULL, 0, &err), -EPROTO);
     ASSERT_STRCONTAINS(err.msg, "without a store path");
+    tkm_err_clear(&err);
     ASSERT_EQ(csi_answer_check(&a, NULL, NULL, 0, 0, triton, 1, &err), -EPROTO);
     /* Empty: the cache's parts decide the subdirs. */
     ASSERT_OK(csi_answer_check(&a, "", NULL, 0, 1, NULL, 0, NULL));
@@ -223,12 +233,16 @@ TEST(answer_check)
     ASSERT_OK(csi_answer_check(&a, "", NULL, 0, 1, three, 3, NULL));
     ASSERT_UEQ(a.parts, (unsigned)(TKM_PART_INDUCTOR | TKM_PART_TRITON | TKM_PART_VLLM));
     /* Empty and a store at once: refused, neither is guessed. */
+    tkm_err_clear(&err);
     ASSERT_EQ(csi_answer_check(&a, "/s/a", NULL, 0, 1, NULL, 0, &err), -EPROTO);
     ASSERT_STRCONTAINS(err.msg, "both empty and a store path");
+    tkm_err_clear(&err);
     ASSERT_EQ(csi_answer_check(&a, "", two, 2, 1, NULL, 0, &err), -EPROTO);
     /* Parts: known names, once each; the agent's text escaped. */
+    tkm_err_clear(&err);
     ASSERT_EQ(csi_answer_check(&a, "", NULL, 0, 1, twice, 2, &err), -EPROTO);
     ASSERT_STRCONTAINS(err.msg, "the part triton twice");
+    tkm_err_clear(&err);
     ASSERT_EQ(csi_answer_check(&a, "/s/a", NULL, 0, 0, unknown, 2, &err), -EPROTO);
     ASSERT_STRCONTAINS(err.msg, "the part \"evil\\n\" (known: triton, inductor, vllm)");
 }
