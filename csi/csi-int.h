@@ -45,7 +45,13 @@ struct csi_op {
     const char *root;                       /* the root's real path (borrowed from the driver) */
     Csi__V1__NodePublishVolumeRequest *req; /* owned (publish) */
     struct csi_attrs attrs;                 /* borrows from req */
-    char *store, *mount_path;               /* owned: the agent's answer */
+    char **stores;                          /* owned: the agent's store dirs (n_stores) */
+    size_t n_stores;                        /* 0 for an Empty volume */
+    char *mount_path;                       /* owned: the agent's answer */
+    char *empty_why;                        /* owned: an Empty volume's "Reason: message" */
+    int empty;                              /* an Empty volume (the agent said so) */
+    enum csi_mode mode;                     /* what is mounted: attrs.mode, COPY when empty */
+    unsigned parts;                         /* an Empty volume's part subdirs (TKM_PART_*) */
     char vol_dir[PATH_MAX];
     uv_work_t work;
     uv_fs_t fs;    /* marker unlink after a release */

@@ -8,7 +8,10 @@
  *   <state>/<namespace>/<pod>/<volume-id>/groups/   lower: the rewritten group files
  *   <state>/<namespace>/<pod>/<volume-id>/upper/    upper: the pod's scratch (or its copy)
  *   <state>/<namespace>/<pod>/<volume-id>/work/     overlayfs work dir (same filesystem)
- * and the target is an overlay "tkm-csi:<volume-id>" of groups over the store.
+ * and the target is an overlay "tkm-csi:<volume-id>" of groups over the store
+ * dirs the agent answered (several: one per variant of a multi-variant image).
+ * An Empty volume (the agent's empty = true) is the same overlay with an empty
+ * groups layer and no store: upper/ holds one empty dir per part, if any.
  *
  * Threading: csi_driver_* run on the loop's thread; the helpers below are pure
  * or touch only the paths given and are safe on the thread pool.
@@ -31,6 +34,9 @@
 #define CSI_MOUNT_SOURCE     "tkm-csi:" /* + volume id: how our mounts are recognised */
 #define CSI_VOLUME_ID_MAX    128
 #define CSI_MAX_TARGET_ROOTS 8
+/* The most store dirs one volume mounts (the agent answers one per variant its
+ * GPUs use); more is refused with a sentence. */
+#define CSI_MAX_STORES 16
 /* --agent-socket's default: tkm-agent's --socket default (AGENT_DEFAULT_SOCKET) and what
  * manifests/base/daemonset-node.yaml passes (checked by unit.csi.agent_socket_default_*). */
 #define CSI_DEFAULT_AGENT_SOCKET "/var/run/tkm/agent/agent.sock"
@@ -99,14 +105,35 @@ int csi_check_option_path(const char *path, const char *what, struct tkm_err *er
  * strictly below it). */
 const char *csi_target_root(const char *target, const char *const *roots, size_t n);
 
-/* The overlay options for a volume dir and a store path into out (reset):
- * "lowerdir=<vol>/groups:<store>,upperdir=<vol>/upper,workdir=<vol>/work"
- * (OVERLAY), "lowerdir=<vol>/groups:<store>" (STRICT), or
- * "lowerdir=<vol>/groups,upperdir=<vol>/upper,workdir=<vol>/work" (COPY).
- * Each path is checked with csi_check_option_path(); -E2BIG when the options
- * exceed a page (mount(2)'s limit). */
+/* The overlay options for a volume dir and its n store dirs (the first is
+ * the top layer) into out (reset):
+ * "lowerdir=<vol>/groups:<store1>:<store2>...,upperdir=<vol>/upper,workdir=<vol>/work"
+ * (OVERLAY), "lowerdir=<vol>/groups:<store1>:..." (STRICT), or
+ * "lowerdir=<vol>/groups,upperdir=<vol>/upper,workdir=<vol>/work" (COPY, and
+ * an Empty volume: stores unused, n may be 0). OVERLAY and STRICT need 1 to
+ * CSI_MAX_STORES stores. Each path is checked with csi_check_option_path();
+ * -E2BIG when the options exceed a page (mount(2)'s limit). */
 int csi_overlay_opts(struct tkm_buf *out, enum csi_mode mode, const char *vol_dir,
-                     const char *store, struct tkm_err *err);
+                     const char *const *stores, size_t n, struct tkm_err *err);
+
+/* What the agent's MaterializeResponse says to mount, after checking
+ * (csi_answer_check); the pointers are borrowed from the response. */
+struct csi_answer {
+    const char *stores[CSI_MAX_STORES]; /* the store dirs, top layer first */
+    size_t n_stores;                    /* 0 exactly when empty */
+    int empty;                          /* an Empty volume: no store, a writable empty dir */
+    unsigned parts; /* the subdirs an Empty volume gets: TKM_PART_* bits (<tkm/triton/parts.h>);
+                     * 0 when the cache is at the root (parts [] or ["triton"]) */
+};
+/* Checks the agent's answer: not empty: store_paths (or, from an agent that
+ * sends none, store_path alone) of 1..CSI_MAX_STORES paths, each an option
+ * path (csi_check_option_path), none twice, store_paths[0] == store_path when
+ * store_path is set; empty: no store path at all. parts: each of "triton",
+ * "inductor", "vllm" at most once. -EPROTO with the reason (the agent's
+ * strings escaped); never an Empty volume unless empty is set. */
+int csi_answer_check(struct csi_answer *a, const char *store_path, char *const *store_paths,
+                     size_t n_store_paths, int empty, char *const *parts, size_t n_parts,
+                     struct tkm_err *err);
 
 /* The volume's attributes after checking (pointers borrowed from the request). */
 struct csi_attrs {
@@ -154,8 +181,10 @@ int csi_open_target(const char *root, const char *target, int create, int *fd, s
  * (-ENOENT is success). */
 int csi_remove_tree(const char *path, struct tkm_err *err);
 /* Copies the tree src (directories, regular files; symlinks and special
- * files are skipped) to dst (created). *bytes (optional) gets the bytes
- * written. */
+ * files are skipped) to dst (created, or merged into: what dst already holds
+ * is kept, so several sources copied in turn give their union with the first
+ * winning, as in an overlay's lowerdir order). *bytes (optional) gets the
+ * bytes written. */
 int csi_copy_tree(const char *src, const char *dst, uint64_t *bytes, struct tkm_err *err);
 /* Removes stale volume dirs under state_dir: every <ns>/<pod>/<vol> whose
  * mount source tkm-csi:<vol> is not in mountinfo is removed, and a pending

@@ -230,13 +230,21 @@ static int copy_in(int sfd, int dfd, uint64_t *bytes, int depth)
             break;
         }
         if (S_ISREG(st.st_mode)) {
-            if ((rc = copy_file(sfd, dfd, e->d_name, &st, bytes)) < 0)
+            /* An entry already there came from an earlier source: it wins. */
+            if ((rc = copy_file(sfd, dfd, e->d_name, &st, bytes)) == -EEXIST)
+                rc = 0;
+            if (rc < 0)
                 break;
         } else if (S_ISDIR(st.st_mode)) {
             int s = -1, t = -1;
+            struct stat dst;
             if (mkdirat(dfd, e->d_name, (st.st_mode & 0777) | 0700) < 0) {
-                rc = -errno;
-                break;
+                if (errno != EEXIST || fstatat(dfd, e->d_name, &dst, AT_SYMLINK_NOFOLLOW) < 0) {
+                    rc = -errno;
+                    break;
+                }
+                if (!S_ISDIR(dst.st_mode))
+                    continue; /* an earlier source's file hides this dir, as in an overlay */
             }
             s = openat(sfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             t = openat(dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);

@@ -18,6 +18,7 @@
 #include <tkm/fs.h>
 #include <tkm/log.h>
 #include <tkm/triton/cache.h>
+#include <tkm/util.h>
 
 #include "csi-int.h"
 
@@ -32,8 +33,11 @@ static void op_free(struct csi_op *op)
     free(op->vol);
     free(op->target);
     free(op->real);
-    free(op->store);
+    for (size_t i = 0; i < op->n_stores; i++)
+        free(op->stores[i]);
+    free(op->stores);
     free(op->mount_path);
+    free(op->empty_why);
     free(op);
 }
 
@@ -201,6 +205,26 @@ static int remove_vol_dir(const char *vol_dir, struct tkm_err *err)
 
 /* ---- NodePublishVolume ------------------------------------------------------ */
 
+/* An Empty volume's part subdirs in upper (p): writable for any uid, like upper. */
+static int pub_empty_parts(struct csi_op *op, const char *upper)
+{
+    static const struct {
+        unsigned bit;
+        const char *dir;
+    } parts[] = {{TKM_PART_TRITON, TKM_PART_TRITON_DIR},
+                 {TKM_PART_INDUCTOR, TKM_PART_INDUCTOR_DIR},
+                 {TKM_PART_VLLM, TKM_PART_VLLM_DIR}};
+    char p[PATH_MAX];
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        if (!(op->parts & parts[i].bit))
+            continue;
+        snprintf(p, sizeof(p), "%s/%s", upper, parts[i].dir);
+        if (mkdir(p, 0755) < 0 || chmod(p, 01777) < 0)
+            return tkm_err_set(&op->err, -errno, "creating %s: %s", p, strerror(errno));
+    }
+    return 0;
+}
+
 /* Builds the layers under vol_dir (which does not exist yet). */
 static int pub_layers(struct csi_op *op)
 {
@@ -214,7 +238,7 @@ static int pub_layers(struct csi_op *op)
     snprintf(p, sizeof(p), "%s/groups", vd);
     if (mkdir(p, 0755) < 0)
         return tkm_err_set(&op->err, -errno, "creating %s: %s", p, strerror(errno));
-    if (op->attrs.mode != CSI_MODE_STRICT) {
+    if (op->mode != CSI_MODE_STRICT) {
         snprintf(p, sizeof(p), "%s/upper", vd);
         snprintf(q, sizeof(q), "%s/work", vd);
         /* The upper dir is the root the pod sees: writable for any uid
@@ -225,11 +249,25 @@ static int pub_layers(struct csi_op *op)
             return tkm_err_set(&op->err, -EXDEV,
                                "%s and %s are not on one filesystem (overlayfs needs that)", p, q);
     }
-    if (op->attrs.mode == CSI_MODE_COPY) {
+    if (op->empty) {
+        snprintf(p, sizeof(p), "%s/upper", vd);
+        return pub_empty_parts(op, p);
+    }
+    /* One layout for all (the agent never mixes them: a Triton cache at the
+     * root of one store dir and triton/ of another would show the pod both). */
+    for (size_t i = 1; i < op->n_stores; i++)
+        if (tkm_parts_is_root(op->stores[i]) != tkm_parts_is_root(op->stores[0]))
+            return tkm_err_set(&op->err, -EPROTO,
+                               "the agent's store dirs %s and %s have different layouts (one "
+                               "with triton/, inductor/ or vllm/ parts, one without)",
+                               op->stores[0], op->stores[i]);
+    if (op->mode == CSI_MODE_COPY) {
         uint64_t bytes = 0;
         snprintf(p, sizeof(p), "%s/upper", vd);
-        if ((rc = csi_copy_tree(op->store, p, &bytes, &op->err)) < 0)
-            return rc;
+        /* The union of the stores; the first wins, as in the overlay. */
+        for (size_t i = 0; i < op->n_stores; i++)
+            if ((rc = csi_copy_tree(op->stores[i], p, &bytes, &op->err)) < 0)
+                return rc;
         if (chmod(p, 01777) < 0)
             return tkm_err_set(&op->err, -errno, "chmod %s: %s", p, strerror(errno));
         if (op->mount_path[0] &&
@@ -237,11 +275,17 @@ static int pub_layers(struct csi_op *op)
             return rc;
     } else if (op->mount_path[0]) {
         snprintf(p, sizeof(p), "%s/groups", vd);
-        if ((rc = tkm_parts_groups_rewrite_to(op->store, p, op->mount_path, &rs, &op->err)) < 0)
-            return rc;
+        /* Every store's group files into the one groups layer (kernel dirs are
+         * keyed by the target: two variants do not share one); the last store
+         * first, so the top store's file would win a shared name, as in the
+         * overlay below. */
+        for (size_t i = op->n_stores; i-- > 0;)
+            if ((rc = tkm_parts_groups_rewrite_to(op->stores[i], p, op->mount_path, &rs,
+                                                  &op->err)) < 0)
+                return rc;
     }
-    tkm_dbg("volume %s: %zu group files rewritten for %s", op->vol, rs.groups,
-            op->mount_path[0] ? op->mount_path : "(no mountPath: as built)");
+    tkm_dbg("volume %s: %zu group files of %zu store dirs rewritten for %s", op->vol, rs.groups,
+            op->n_stores, op->mount_path[0] ? op->mount_path : "(no mountPath: as built)");
     return 0;
 }
 
@@ -270,14 +314,15 @@ static void pub_work(uv_work_t *w)
     made = 1;
     if ((rc = pub_layers(op)) < 0)
         goto out;
-    if ((rc = csi_overlay_opts(&opts, op->attrs.mode, op->vol_dir, op->store, &op->err)) < 0)
+    if ((rc = csi_overlay_opts(&opts, op->mode, op->vol_dir, (const char *const *)op->stores,
+                               op->n_stores, &op->err)) < 0)
         goto out;
     if ((rc = csi_open_target(op->root, op->real, 1, &fd, &op->err)) < 0) {
         op->code = rc == -ELOOP || rc == -ENOTDIR ? TKM_GRPC_INVALID_ARGUMENT : TKM_GRPC_INTERNAL;
         goto out;
     }
     opened = 1;
-    if (op->attrs.mode == CSI_MODE_STRICT)
+    if (op->mode == CSI_MODE_STRICT)
         flags |= MS_RDONLY;
     snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
     char src[sizeof(CSI_MOUNT_SOURCE) + CSI_VOLUME_ID_MAX];
@@ -322,13 +367,45 @@ static void pub_after(uv_work_t *w, int status)
         op_fail_err(op, op->code);
         return;
     }
-    tkm_info("published %s at %s (%s, mountPath %s, %llu ms)", op->vol, op->target,
-             op->attrs.mode == CSI_MODE_STRICT ? "strict read-only"
-             : op->attrs.mode == CSI_MODE_COPY ? "private copy"
-                                               : "overlay",
-             op->mount_path[0] ? op->mount_path : "none",
-             (unsigned long long)(uv_now(op->d->loop) - op->t0));
+    if (op->empty)
+        tkm_info("published %s at %s (an empty writable cache: no variant of the cache fits "
+                 "this node: %s; mountPath %s, %llu ms)",
+                 op->vol, op->target, op->empty_why, op->mount_path[0] ? op->mount_path : "none",
+                 (unsigned long long)(uv_now(op->d->loop) - op->t0));
+    else
+        tkm_info(
+            "published %s at %s (%s, %zu store dir%s, mountPath %s, %llu ms)", op->vol, op->target,
+            op->mode == CSI_MODE_STRICT ? "strict read-only"
+            : op->mode == CSI_MODE_COPY ? "private copy"
+                                        : "overlay",
+            op->n_stores, op->n_stores == 1 ? "" : "s", op->mount_path[0] ? op->mount_path : "none",
+            (unsigned long long)(uv_now(op->d->loop) - op->t0));
     op_finish(op, TKM_GRPC_OK, NULL);
+}
+
+/* Copies what the checked answer a says to mount into op. -ENOMEM. */
+static int pub_keep_answer(struct csi_op *op, const struct csi_answer *a,
+                           const Tkm__Agent__V1__MaterializeResponse *r)
+{
+    if (!(op->mount_path = strdup(r->mount_path)))
+        return -ENOMEM;
+    op->empty = a->empty;
+    op->parts = a->parts;
+    op->mode = a->empty ? CSI_MODE_COPY : op->attrs.mode; /* Empty: always writable */
+    if (a->empty) {
+        /* The agent's words go to the log: escaped. */
+        char reason[64], m[512], why[600];
+        const char *re = r->empty_reason[0] ? r->empty_reason : "(no reason given)";
+        snprintf(why, sizeof(why), "%s: %s", tkm_escape(re, strlen(re), reason, sizeof(reason)),
+                 tkm_escape(r->empty_message, strlen(r->empty_message), m, sizeof(m)));
+        return (op->empty_why = strdup(why)) ? 0 : -ENOMEM;
+    }
+    if (!(op->stores = calloc(a->n_stores, sizeof(*op->stores))))
+        return -ENOMEM;
+    for (size_t i = 0; i < a->n_stores; i++)
+        if (!(op->stores[op->n_stores++] = strdup(a->stores[i])))
+            return -ENOMEM;
+    return 0;
 }
 
 static void pub_materialized(int code, const char *message, const void *resp, size_t len,
@@ -336,6 +413,7 @@ static void pub_materialized(int code, const char *message, const void *resp, si
 {
     struct csi_op *op = data;
     Tkm__Agent__V1__MaterializeResponse *r = NULL;
+    struct csi_answer a;
     char msg[1200];
     int n;
     if (code != TKM_GRPC_OK) {
@@ -345,15 +423,15 @@ static void pub_materialized(int code, const char *message, const void *resp, si
         op_finish(op, c, msg);
         return;
     }
-    if (!(r = tkm__agent__v1__materialize_response__unpack(NULL, len, resp)) || !r->store_path ||
-        !r->store_path[0]) {
-        tkm_err_set(&op->err, -EPROTO, "tkm-agent answered Materialize without a store path");
+    if (!(r = tkm__agent__v1__materialize_response__unpack(NULL, len, resp))) {
+        tkm_err_set(&op->err, -EPROTO, "tkm-agent answered Materialize with a malformed message");
         goto fail;
     }
-    if (csi_check_option_path(r->store_path, "the agent's store path", &op->err) < 0 ||
+    if (csi_answer_check(&a, r->store_path, r->store_paths, r->n_store_paths, r->empty, r->parts,
+                         r->n_parts, &op->err) < 0 ||
         (r->mount_path[0] && csi_check_abs_path(r->mount_path, "mountPath", &op->err) < 0))
         goto fail;
-    if (!(op->store = strdup(r->store_path)) || !(op->mount_path = strdup(r->mount_path))) {
+    if (pub_keep_answer(op, &a, r) < 0) {
         tkm_err_set(&op->err, -ENOMEM, "out of memory");
         goto fail;
     }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include <tkm/fs.h>
+#include <tkm/triton/parts.h>
 #include <tkm/util.h>
 
 #include "csi.h"
@@ -110,27 +111,91 @@ const char *csi_target_root(const char *target, const char *const *roots, size_t
 }
 
 int csi_overlay_opts(struct tkm_buf *out, enum csi_mode mode, const char *vol_dir,
-                     const char *store, struct tkm_err *err)
+                     const char *const *stores, size_t n, struct tkm_err *err)
 {
     int rc;
     tkm_buf_reset(out);
     if ((rc = csi_check_option_path(vol_dir, "volume directory", err)) < 0)
         return rc;
-    if (mode != CSI_MODE_COPY && (rc = csi_check_option_path(store, "store path", err)) < 0)
-        return rc;
-    if (mode == CSI_MODE_COPY)
-        rc = tkm_buf_printf(out, "lowerdir=%s/groups,upperdir=%s/upper,workdir=%s/work", vol_dir,
-                            vol_dir, vol_dir);
-    else if (mode == CSI_MODE_STRICT)
-        rc = tkm_buf_printf(out, "lowerdir=%s/groups:%s", vol_dir, store);
-    else
-        rc = tkm_buf_printf(out, "lowerdir=%s/groups:%s,upperdir=%s/upper,workdir=%s/work", vol_dir,
-                            store, vol_dir, vol_dir);
+    if (mode != CSI_MODE_COPY && (n == 0 || n > CSI_MAX_STORES))
+        return tkm_err_set(err, -EINVAL, "overlay options for %s: %zu store paths (1 to %d)",
+                           vol_dir, n, CSI_MAX_STORES);
+    rc = tkm_buf_printf(out, "lowerdir=%s/groups", vol_dir);
+    for (size_t i = 0; rc == 0 && mode != CSI_MODE_COPY && i < n; i++) {
+        if ((rc = csi_check_option_path(stores[i], "store path", err)) < 0)
+            return rc;
+        rc = tkm_buf_printf(out, ":%s", stores[i]);
+    }
+    if (rc == 0 && mode != CSI_MODE_STRICT)
+        rc = tkm_buf_printf(out, ",upperdir=%s/upper,workdir=%s/work", vol_dir, vol_dir);
     if (rc == 0 && out->len >= 4096)
         rc = -E2BIG;
     if (rc < 0)
         return tkm_err_set(err, rc, "overlay options for %s: %s", vol_dir,
                            rc == -E2BIG ? "longer than a page (4096 bytes)" : strerror(-rc));
+    return 0;
+}
+
+int csi_answer_check(struct csi_answer *a, const char *store_path, char *const *store_paths,
+                     size_t n_store_paths, int empty, char *const *parts, size_t n_parts,
+                     struct tkm_err *err)
+{
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } known[] = {{TKM_PART_TRITON_DIR, TKM_PART_TRITON},
+                 {TKM_PART_INDUCTOR_DIR, TKM_PART_INDUCTOR},
+                 {TKM_PART_VLLM_DIR, TKM_PART_VLLM}};
+    char esc[128], what[64];
+    unsigned seen = 0;
+    int has_one = store_path && store_path[0];
+    memset(a, 0, sizeof(*a));
+    for (size_t i = 0; i < n_parts; i++) {
+        size_t k = 0;
+        while (k < TKM_ARRAY_SIZE(known) && strcmp(parts[i], known[k].name) != 0)
+            k++;
+        if (k == TKM_ARRAY_SIZE(known))
+            return tkm_err_set(err, -EPROTO,
+                               "tkm-agent answered the part \"%s\" (known: triton, inductor, vllm)",
+                               tkm_escape(parts[i], strlen(parts[i]), esc, sizeof(esc)));
+        if (seen & known[k].bit)
+            return tkm_err_set(err, -EPROTO, "tkm-agent answered the part %s twice", known[k].name);
+        seen |= known[k].bit;
+    }
+    if (empty) {
+        if (has_one || n_store_paths > 0)
+            return tkm_err_set(err, -EPROTO,
+                               "tkm-agent answered Materialize with both empty and a store path");
+        a->empty = 1;
+        a->parts = seen == TKM_PART_TRITON ? 0 : seen;
+        return 0;
+    }
+    if (n_store_paths == 0) { /* an agent that predates store_paths */
+        if (!has_one)
+            return tkm_err_set(err, -EPROTO, "tkm-agent answered Materialize without a store path");
+        store_paths = (char *const *)&store_path;
+        n_store_paths = 1;
+    }
+    if (n_store_paths > CSI_MAX_STORES)
+        return tkm_err_set(err, -EPROTO,
+                           "tkm-agent answered %zu store directories; a volume mounts at most %d",
+                           n_store_paths, CSI_MAX_STORES);
+    if (has_one && strcmp(store_paths[0], store_path) != 0)
+        return tkm_err_set(err, -EPROTO,
+                           "tkm-agent answered a store path that is not its first store directory");
+    for (size_t i = 0; i < n_store_paths; i++) {
+        snprintf(what, sizeof(what), i ? "the agent's store path %zu" : "the agent's store path",
+                 i + 1);
+        int rc = csi_check_option_path(store_paths[i], what, err);
+        if (rc < 0)
+            return rc;
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(store_paths[j], store_paths[i]) == 0)
+                return tkm_err_set(err, -EPROTO, "tkm-agent answered the store path %s twice",
+                                   store_paths[i]);
+        a->stores[i] = store_paths[i];
+    }
+    a->n_stores = n_store_paths;
     return 0;
 }
 

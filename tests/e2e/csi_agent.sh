@@ -57,7 +57,10 @@ cache_create tkc "$NSA" vadd "$REPO:v1" "$D" "  mountPath: $MP
 cache_create tkc "$NSA" wrongkey "$REPO:v1" "$D" "  signaturePolicy: {mode: Enforce, publicKeySecretRef: {name: other-key, key: cosign.pub}}"
 # the floor (issue 23): the cluster's default here is Audit, so Audit is the floor; a tenant may
 # ask for more (wrongkey's Enforce is honoured: refused below), never for less
-kubectl -n "$NSA" create configmap tkm-config --from-literal=signatureMode=Audit >/dev/null
+# whenIncompatible=Fail (issue 24: the built-in default is Empty): the A100 step below shows
+# today's refusal through tkm-csi (csi_variants.sh covers tkm-csi's Empty volumes)
+kubectl -n "$NSA" create configmap tkm-config --from-literal=signatureMode=Audit \
+  --from-literal=whenIncompatible=Fail >/dev/null
 cache_create tkc "$NSB" belowfloor "$REPO:v1" "$D" "  signaturePolicy: {mode: Disabled}"
 
 step "tkm-agent (fixture H200) and tkm-csi"

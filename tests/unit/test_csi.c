@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <tkm/triton/parts.h>
+
 #include "csi.h"
 #include "node_manifest.h"
 #include "test.h"
@@ -103,27 +105,146 @@ TEST(overlay_opts)
     struct tkm_buf b = TKM_BUF_INIT(8192);
     struct tkm_err err = {0};
     char vol[1500]; /* three times in the options: over a page */
-    ASSERT_OK(
-        csi_overlay_opts(&b, CSI_MODE_OVERLAY, "/run/c/ns/p/v", "/store/sha256-ab/tcache", NULL));
+    const char *one[] = {"/store/sha256-ab/tcache"}, *s[] = {"/s"},
+               *smuggle[] = {"/s,upperdir=/etc"}, *colon[] = {"/a:/etc"};
+    ASSERT_OK(csi_overlay_opts(&b, CSI_MODE_OVERLAY, "/run/c/ns/p/v", one, 1, NULL));
     ASSERT_STREQ(b.data, "lowerdir=/run/c/ns/p/v/groups:/store/sha256-ab/tcache,upperdir=/run/c/"
                          "ns/p/v/upper,workdir=/run/c/ns/p/v/work");
-    ASSERT_OK(csi_overlay_opts(&b, CSI_MODE_STRICT, "/run/c/ns/p/v", "/s", NULL));
+    ASSERT_OK(csi_overlay_opts(&b, CSI_MODE_STRICT, "/run/c/ns/p/v", s, 1, NULL));
     ASSERT_STREQ(b.data, "lowerdir=/run/c/ns/p/v/groups:/s");
-    ASSERT_OK(csi_overlay_opts(&b, CSI_MODE_COPY, "/run/c/ns/p/v", NULL, NULL));
+    ASSERT_OK(csi_overlay_opts(&b, CSI_MODE_COPY, "/run/c/ns/p/v", NULL, 0, NULL));
     ASSERT_STREQ(b.data, "lowerdir=/run/c/ns/p/v/groups,upperdir=/run/c/ns/p/v/upper,workdir=/run/"
                          "c/ns/p/v/work");
     /* A store path that would smuggle options in is refused, not escaped. */
-    ASSERT_EQ(csi_overlay_opts(&b, CSI_MODE_OVERLAY, "/run/v", "/s,upperdir=/etc", &err), -EINVAL);
+    ASSERT_EQ(csi_overlay_opts(&b, CSI_MODE_OVERLAY, "/run/v", smuggle, 1, &err), -EINVAL);
     ASSERT_STRCONTAINS(err.msg, "store path");
-    ASSERT_EQ(csi_overlay_opts(&b, CSI_MODE_STRICT, "/run/v", "/a:/etc", NULL), -EINVAL);
+    ASSERT_EQ(csi_overlay_opts(&b, CSI_MODE_STRICT, "/run/v", colon, 1, NULL), -EINVAL);
     /* Longer than a page: mount(2) would cut it. */
     memset(vol, 'a', sizeof(vol) - 1);
     vol[0] = '/';
     vol[sizeof(vol) - 1] = '\0';
     for (size_t i = 200; i < sizeof(vol) - 1; i += 200)
         vol[i] = '/';
-    ASSERT_EQ(csi_overlay_opts(&b, CSI_MODE_OVERLAY, vol, "/s", NULL), -E2BIG);
+    ASSERT_EQ(csi_overlay_opts(&b, CSI_MODE_OVERLAY, vol, s, 1, NULL), -E2BIG);
     tkm_buf_release(&b);
+}
+
+/* Several store dirs (one per variant): one overlay, groups on top, the stores in order. */
+TEST(overlay_opts_stores)
+{
+    struct tkm_buf b = TKM_BUF_INIT(8192);
+    struct tkm_err err = {0};
+    const char *two[] = {"/store/sha256-aa/tcache", "/store/sha256-bb/tcache"};
+    const char *bad2[] = {"/store/a", "/store/b,upperdir=/etc"};
+    const char *many[CSI_MAX_STORES + 1];
+    char names[CSI_MAX_STORES + 1][32];
+    ASSERT_OK(csi_overlay_opts(&b, CSI_MODE_OVERLAY, "/run/v", two, 2, NULL));
+    ASSERT_STREQ(b.data, "lowerdir=/run/v/groups:/store/sha256-aa/tcache:/store/sha256-bb/tcache,"
+                         "upperdir=/run/v/upper,workdir=/run/v/work");
+    ASSERT_OK(csi_overlay_opts(&b, CSI_MODE_STRICT, "/run/v", two, 2, NULL));
+    ASSERT_STREQ(b.data, "lowerdir=/run/v/groups:/store/sha256-aa/tcache:/store/sha256-bb/tcache");
+    /* The copy holds the union in upper: no store in the options. */
+    ASSERT_OK(csi_overlay_opts(&b, CSI_MODE_COPY, "/run/v", two, 2, NULL));
+    ASSERT_STREQ(b.data, "lowerdir=/run/v/groups,upperdir=/run/v/upper,workdir=/run/v/work");
+    /* Every store is checked, not only the first. */
+    tkm_err_clear(&err);
+    ASSERT_EQ(csi_overlay_opts(&b, CSI_MODE_OVERLAY, "/run/v", bad2, 2, &err), -EINVAL);
+    ASSERT_STRCONTAINS(err.msg, "/store/b,upperdir=/etc");
+    /* No store, or more than the cap, in a mode that mounts stores. */
+    tkm_err_clear(&err);
+    ASSERT_EQ(csi_overlay_opts(&b, CSI_MODE_OVERLAY, "/run/v", NULL, 0, &err), -EINVAL);
+    ASSERT_STRCONTAINS(err.msg, "0 store paths (1 to 16)");
+    for (size_t i = 0; i <= CSI_MAX_STORES; i++) {
+        snprintf(names[i], sizeof(names[i]), "/store/s%zu", i);
+        many[i] = names[i];
+    }
+    ASSERT_OK(csi_overlay_opts(&b, CSI_MODE_STRICT, "/run/v", many, CSI_MAX_STORES, NULL));
+    ASSERT_STRCONTAINS(b.data, ":/store/s15");
+    tkm_err_clear(&err);
+    ASSERT_EQ(csi_overlay_opts(&b, CSI_MODE_STRICT, "/run/v", many, CSI_MAX_STORES + 1, &err),
+              -EINVAL);
+    ASSERT_STRCONTAINS(err.msg, "17 store paths");
+    tkm_buf_release(&b);
+}
+
+/* The agent's MaterializeResponse: store_paths, empty, parts. */
+TEST(answer_check)
+{
+    struct csi_answer a;
+    struct tkm_err err = {0};
+    char *two[] = {"/store/a/tcache", "/store/b/tcache"}, *dup[] = {"/s/a", "/s/a"};
+    char *bad[] = {"/s/a", "/s/b:/etc"}, *rel[] = {"s/a"};
+    char *many[CSI_MAX_STORES + 1], names[CSI_MAX_STORES + 1][32];
+    char *triton[] = {"triton"}, *three[] = {"inductor", "triton", "vllm"};
+    char *inductor[] = {"inductor", "triton"}, *twice[] = {"triton", "triton"};
+    char *unknown[] = {"triton", "evil\n"};
+    /* An agent that predates store_paths: store_path alone. */
+    ASSERT_OK(csi_answer_check(&a, "/store/a/tcache", NULL, 0, 0, NULL, 0, NULL));
+    ASSERT_UEQ(a.n_stores, 1u);
+    ASSERT_STREQ(a.stores[0], "/store/a/tcache");
+    ASSERT_EQ(a.empty, 0);
+    /* Two variants: both, in order. */
+    ASSERT_OK(csi_answer_check(&a, "/store/a/tcache", two, 2, 0, triton, 1, NULL));
+    ASSERT_UEQ(a.n_stores, 2u);
+    ASSERT_STREQ(a.stores[0], "/store/a/tcache");
+    ASSERT_STREQ(a.stores[1], "/store/b/tcache");
+    ASSERT_EQ(a.empty, 0);
+    ASSERT_OK(csi_answer_check(&a, "", two, 2, 0, NULL, 0, NULL)); /* store_paths alone */
+    ASSERT_UEQ(a.n_stores, 2u);
+    /* store_paths[0] must be store_path. */
+    tkm_err_clear(&err);
+    ASSERT_EQ(csi_answer_check(&a, "/store/b/tcache", two, 2, 0, NULL, 0, &err), -EPROTO);
+    ASSERT_STRCONTAINS(err.msg, "not its first store directory");
+    /* Each store is an option path; none twice. */
+    tkm_err_clear(&err);
+    ASSERT_EQ(csi_answer_check(&a, "/s/a", bad, 2, 0, NULL, 0, &err), -EINVAL);
+    ASSERT_STRCONTAINS(err.msg, "the agent's store path 2 \"/s/b:/etc\" has one of");
+    tkm_err_clear(&err);
+    ASSERT_EQ(csi_answer_check(&a, "s/a", rel, 1, 0, NULL, 0, &err), -EINVAL);
+    ASSERT_STRCONTAINS(err.msg, "the agent's store path \"s/a\" is not an absolute path");
+    tkm_err_clear(&err);
+    ASSERT_EQ(csi_answer_check(&a, "/s/a", dup, 2, 0, NULL, 0, &err), -EPROTO);
+    ASSERT_STRCONTAINS(err.msg, "store path /s/a twice");
+    /* The cap. */
+    for (size_t i = 0; i <= CSI_MAX_STORES; i++) {
+        snprintf(names[i], sizeof(names[i]), "/store/s%zu", i);
+        many[i] = names[i];
+    }
+    ASSERT_OK(csi_answer_check(&a, NULL, many, CSI_MAX_STORES, 0, NULL, 0, NULL));
+    ASSERT_UEQ(a.n_stores, (size_t)CSI_MAX_STORES);
+    tkm_err_clear(&err);
+    ASSERT_EQ(csi_answer_check(&a, NULL, many, CSI_MAX_STORES + 1, 0, NULL, 0, &err), -EPROTO);
+    ASSERT_STRCONTAINS(err.msg, "17 store directories; a volume mounts at most 16");
+    /* Never an empty volume unless the agent says so: no store and not empty is an error. */
+    tkm_err_clear(&err);
+    ASSERT_EQ(csi_answer_check(&a, "", NULL, 0, 0, NULL, 0, &err), -EPROTO);
+    ASSERT_STRCONTAINS(err.msg, "without a store path");
+    tkm_err_clear(&err);
+    ASSERT_EQ(csi_answer_check(&a, NULL, NULL, 0, 0, triton, 1, &err), -EPROTO);
+    /* Empty: the cache's parts decide the subdirs. */
+    ASSERT_OK(csi_answer_check(&a, "", NULL, 0, 1, NULL, 0, NULL));
+    ASSERT_EQ(a.empty, 1);
+    ASSERT_UEQ(a.n_stores, 0u);
+    ASSERT_UEQ(a.parts, 0u);
+    ASSERT_OK(csi_answer_check(&a, "", NULL, 0, 1, triton, 1, NULL));
+    ASSERT_UEQ(a.parts, 0u); /* the Triton cache at the root: no subdir */
+    ASSERT_OK(csi_answer_check(&a, "", NULL, 0, 1, inductor, 2, NULL));
+    ASSERT_UEQ(a.parts, (unsigned)(TKM_PART_INDUCTOR | TKM_PART_TRITON));
+    ASSERT_OK(csi_answer_check(&a, "", NULL, 0, 1, three, 3, NULL));
+    ASSERT_UEQ(a.parts, (unsigned)(TKM_PART_INDUCTOR | TKM_PART_TRITON | TKM_PART_VLLM));
+    /* Empty and a store at once: refused, neither is guessed. */
+    tkm_err_clear(&err);
+    ASSERT_EQ(csi_answer_check(&a, "/s/a", NULL, 0, 1, NULL, 0, &err), -EPROTO);
+    ASSERT_STRCONTAINS(err.msg, "both empty and a store path");
+    tkm_err_clear(&err);
+    ASSERT_EQ(csi_answer_check(&a, "", two, 2, 1, NULL, 0, &err), -EPROTO);
+    /* Parts: known names, once each; the agent's text escaped. */
+    tkm_err_clear(&err);
+    ASSERT_EQ(csi_answer_check(&a, "", NULL, 0, 1, twice, 2, &err), -EPROTO);
+    ASSERT_STRCONTAINS(err.msg, "the part triton twice");
+    tkm_err_clear(&err);
+    ASSERT_EQ(csi_answer_check(&a, "/s/a", NULL, 0, 0, unknown, 2, &err), -EPROTO);
+    ASSERT_STRCONTAINS(err.msg, "the part \"evil\\n\" (known: triton, inductor, vllm)");
 }
 
 /* Parses "k=v" strings through csi_attrs_parse. */
@@ -328,6 +449,51 @@ TEST(remove_and_copy_tree)
     ASSERT_OK(stat(p, &st));
     ASSERT_OK(csi_remove_tree(dst, NULL));
     ASSERT_OK(csi_remove_tree(dst, NULL)); /* gone: still fine */
+}
+
+/* Two stores copied in turn (readOnly "false" of a two-variant volume): their
+ * union, the first winning a shared name, as in the overlay. */
+TEST(copy_tree_union)
+{
+    char a[PATH_MAX], b[PATH_MAX], dst[PATH_MAX], p[PATH_MAX], buf[16] = {0};
+    uint64_t bytes = 0;
+    struct stat st;
+    FILE *f;
+    snprintf(a, sizeof(a), "%s/a", tkm_test_tmpdir());
+    snprintf(b, sizeof(b), "%s/b", tkm_test_tmpdir());
+    snprintf(dst, sizeof(dst), "%s/dst", tkm_test_tmpdir());
+    mkdir(a, 0755);
+    mkdir(b, 0755);
+    mk(a, "triton", NULL);
+    mk(a, "triton/KA", NULL);
+    mk(a, "triton/KA/k.cubin", "aaaa");
+    mk(a, "shared", NULL);
+    mk(a, "shared/so", "from-a");
+    mk(a, "x", "file-in-a");
+    mk(b, "triton", NULL);
+    mk(b, "triton/KB", NULL);
+    mk(b, "triton/KB/k.cubin", "bbbbbb");
+    mk(b, "shared", NULL);
+    mk(b, "shared/so", "from-b");
+    mk(b, "x", NULL); /* a dir where a has a file: hidden, as in an overlay */
+    mk(b, "x/y", "yy");
+    ASSERT_OK(csi_copy_tree(a, dst, &bytes, NULL));
+    ASSERT_UEQ(bytes, 4u + 6u + 9u);
+    ASSERT_OK(csi_copy_tree(b, dst, &bytes, NULL));
+    ASSERT_UEQ(bytes, 6u); /* only KB's kernel was new */
+    snprintf(p, sizeof(p), "%s/triton/KA/k.cubin", dst);
+    ASSERT_OK(stat(p, &st));
+    snprintf(p, sizeof(p), "%s/triton/KB/k.cubin", dst);
+    ASSERT_OK(stat(p, &st));
+    snprintf(p, sizeof(p), "%s/shared/so", dst);
+    ASSERT_NOT_NULL(f = fopen(p, "r"));
+    ASSERT_UEQ(fread(buf, 1, sizeof(buf) - 1, f), 6u);
+    fclose(f);
+    ASSERT_STREQ(buf, "from-a");
+    snprintf(p, sizeof(p), "%s/x", dst);
+    ASSERT_OK(stat(p, &st));
+    ASSERT(S_ISREG(st.st_mode));
+    ASSERT_OK(csi_remove_tree(dst, NULL));
 }
 
 TEST(recover)

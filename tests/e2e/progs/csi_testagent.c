@@ -19,7 +19,14 @@
  *   --not-ready               Status answers ready=false
  *   --delay-ms N              Materialize answers after N ms (concurrency tests)
  *   --store-for NAME=DIR      cacheName NAME answers store path DIR (a missing or
- *                             malformed store, to test the driver's failure paths)
+ *                             malformed store, to test the driver's failure paths);
+ *                             given more than once for NAME: every DIR in store_paths
+ *                             (a node whose GPUs use several variants), the first also
+ *                             as store_path. Otherwise store_paths is [--store].
+ *   --empty NAME=REASON       cacheName NAME answers empty = true (policy Empty, no
+ *                             variant fits) with REASON and a message, store_path ""
+ *                             (with --store-for NAME as well: both, as a broken agent)
+ *   --parts NAME=P1,P2        cacheName NAME answers parts P1, P2 (default ["triton"])
  * Undeclared cacheName / cacheImage: PERMISSION_DENIED, as the agent does.
  * Ends on SIGINT/SIGTERM.
  */
@@ -56,6 +63,11 @@ struct ta {
     size_t n_fails;
     const char *store_names[MAX_ITEMS], *store_dirs[MAX_ITEMS];
     size_t n_stores;
+    const char *empty_names[MAX_ITEMS], *empty_reasons[MAX_ITEMS];
+    size_t n_empty;
+    const char *parts_names[MAX_ITEMS];
+    char *parts[MAX_ITEMS][MAX_ITEMS];
+    size_t n_parts[MAX_ITEMS], n_parts_names;
     int not_ready;
     uint64_t delay_ms;
     char *refs[MAX_REFS];
@@ -178,10 +190,31 @@ static void materialize(struct tkm_grpc_call *call, void *data)
     }
     if (ref_find(t, q->volume_id) < 0 && t->n_refs < MAX_REFS)
         t->refs[t->n_refs++] = strdup(q->volume_id);
-    r.store_path = (char *)t->store;
+    char *stores[MAX_ITEMS], *triton[] = {(char *)"triton"};
+    size_t n_stores = 0;
     for (i = 0; name && i < t->n_stores; i++)
         if (strcmp(t->store_names[i], name) == 0)
-            r.store_path = (char *)t->store_dirs[i];
+            stores[n_stores++] = (char *)t->store_dirs[i];
+    r.parts = triton;
+    r.n_parts = 1;
+    for (i = 0; name && i < t->n_parts_names; i++)
+        if (strcmp(t->parts_names[i], name) == 0) {
+            r.parts = t->parts[i];
+            r.n_parts = t->n_parts[i];
+        }
+    for (i = 0; name && i < t->n_empty; i++)
+        if (strcmp(t->empty_names[i], name) == 0) {
+            r.empty = 1;
+            r.empty_reason = (char *)t->empty_reasons[i];
+            snprintf(msg, sizeof(msg), "no variant of cache %s fits node %s (test agent)", name,
+                     t->node);
+            r.empty_message = msg;
+        }
+    if (!r.empty && n_stores == 0)
+        stores[n_stores++] = (char *)t->store;
+    r.store_path = n_stores ? stores[0] : (char *)"";
+    r.store_paths = stores;
+    r.n_store_paths = n_stores;
     r.target_arch = (char *)"90";
     r.mount_path = (char *)(mp ? mp : hint ? hint : "");
     r.cache_namespace = (char *)(name ? q->pod_namespace : "");
@@ -272,6 +305,23 @@ static int parse_args(struct ta *t, int argc, char **argv, const char **sock)
             *eq = '\0';
             t->store_names[t->n_stores] = argv[i];
             t->store_dirs[t->n_stores++] = eq + 1;
+        } else if (strcmp(a, "--empty") == 0 && t->n_empty < MAX_ITEMS) {
+            char *eq = strchr(argv[i], '=');
+            if (!eq)
+                return -1;
+            *eq = '\0';
+            t->empty_names[t->n_empty] = argv[i];
+            t->empty_reasons[t->n_empty++] = eq + 1;
+        } else if (strcmp(a, "--parts") == 0 && t->n_parts_names < MAX_ITEMS) {
+            char *eq = strchr(argv[i], '='), *save = NULL;
+            size_t k = t->n_parts_names++;
+            if (!eq)
+                return -1;
+            *eq = '\0';
+            t->parts_names[k] = argv[i];
+            for (char *p = strtok_r(eq + 1, ",", &save); p && t->n_parts[k] < MAX_ITEMS;
+                 p = strtok_r(NULL, ",", &save))
+                t->parts[k][t->n_parts[k]++] = p;
         } else if (strcmp(a, "--image") == 0 && t->n_images < MAX_ITEMS)
             t->images[t->n_images++] = v;
         else if (strcmp(a, "--delay-ms") == 0) {
@@ -306,7 +356,8 @@ int main(int argc, char **argv)
     if (parse_args(&t, argc, argv, &sock) < 0) {
         fprintf(stderr,
                 "usage: e2e_csi_testagent --socket PATH --store DIR [--cache NAME[=HINT]]... "
-                "[--image REF]... [--fail NAME=CODE:MSG]... [--not-ready] [--delay-ms N]\n");
+                "[--image REF]... [--fail NAME=CODE:MSG]... [--not-ready] [--delay-ms N] "
+                "[--store-for NAME=DIR]... [--empty NAME=REASON]... [--parts NAME=P1,P2]...\n");
         return 2;
     }
     struct tkm_grpc_server_opts o = {.socket_path = sock};
