@@ -222,6 +222,26 @@ static void judge_variant(const struct tkm_triton_image *im, const struct tkm_va
         tkm_inductor_compat_combine(&ind.facts, g, out);
 }
 
+/* Reads variant vi (by the digest the index names) into im[vi] once. */
+static int load_variant(const struct check_args *a, const struct ctl_variants *cv, size_t vi,
+                        struct tkm_triton_image *im, int *loaded)
+{
+    struct tkm_oci_registry_opts ro;
+    struct tkm_err err = {0};
+    char src[800];
+    if (loaded[vi])
+        return 0;
+    ctl_oci_registry_opts((struct ctl_oci_flags *)&a->oci, &ro);
+    ctl_variants_source(cv, vi, src, sizeof src);
+    if ((cv->layout ? tkm_triton_image_load_layout(&im[vi], cv->layout, src, &err)
+                    : tkm_triton_image_load_ref(&im[vi], src, &ro, &err)) != 0) {
+        fprintf(stderr, "tkmctl check: variant %s: %s\n", cv->set.v[vi].digest, tkm_err_str(&err));
+        return -1;
+    }
+    loaded[vi] = 1;
+    return 0;
+}
+
 /* A variant index: each GPU judged against its variant. */
 static int check_variants(const struct check_args *a, struct ctl_variants *cv)
 {
@@ -242,6 +262,8 @@ static int check_variants(const struct check_args *a, struct ctl_variants *cv)
         fprintf(stderr, "tkmctl check: %s\n", tkm_err_str(&err));
         goto out;
     }
+    if (a->target && load_variant(a, cv, forced, im, loaded) != 0)
+        goto out; /* read (and verified) even without a GPU */
     if (!a->json) {
         printf("Variant index %s (%s): %zu variants\n", cv->what, cv->set.digest, cv->set.n);
         ctl_variants_print(&cv->set);
@@ -250,22 +272,12 @@ static int check_variants(const struct check_args *a, struct ctl_variants *cv)
         const struct tkm_gpu *g = &l.gpus[i];
         struct tkm_compat_verdict v = {.gpu_index = g->index, .target_index = -1};
         const char *reason = NULL;
-        char msg[700] = "", src[800];
+        char msg[700] = "";
         size_t vi = forced;
         int has =
             a->target || tkm_variant_pick(&cv->set, g, NULL, &vi, &reason, msg, sizeof msg) == 0;
-        if (has && !loaded[vi]) {
-            struct tkm_oci_registry_opts ro;
-            ctl_oci_registry_opts((struct ctl_oci_flags *)&a->oci, &ro);
-            ctl_variants_source(cv, vi, src, sizeof src);
-            if ((cv->layout ? tkm_triton_image_load_layout(&im[vi], cv->layout, src, &err)
-                            : tkm_triton_image_load_ref(&im[vi], src, &ro, &err)) != 0) {
-                fprintf(stderr, "tkmctl check: variant %s: %s\n", cv->set.v[vi].digest,
-                        tkm_err_str(&err));
-                goto out;
-            }
-            loaded[vi] = 1;
-        }
+        if (has && load_variant(a, cv, vi, im, loaded) != 0)
+            goto out;
         if (has)
             judge_variant(&im[vi], &cv->set.v[vi], g, &v);
         else

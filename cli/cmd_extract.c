@@ -179,6 +179,11 @@ static int extract_ref(struct xjob *j, struct tkm_triton_extract_result *r, stru
     ro.cancel = j->ao.cancel; /* a signal cancels the pull job, which removes its layout */
     rc = ctl_pull_capped(&ref, &ro, layout, "pulled", 1, &j->caps, &pr, err);
     ctl_progress_end(&j->f->progress);
+    if (rc && j->variant.digest[0]) {
+        char d[160];
+        tkm_variant_describe(&j->variant, d, sizeof d);
+        tkm_err_prefix(err, "variant %s (%s) of the index, in %s", d, j->variant.digest, ref.repo);
+    }
     if (rc == 0) {
         tkm_oci_pull_result_release(&pr);
         rc = tkm_triton_extract_layout_with(layout, "pulled", j->output, j->mount, &j->ao, r, err);
