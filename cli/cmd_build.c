@@ -353,4 +353,5 @@ out:
     return rc;
 }
 
-TKMCTL_COMMAND_ORDERED(build, "pack a Triton cache directory into an OCI image", cmd_build, 10);
+TKMCTL_COMMAND_ORDERED(build, "pack a Triton cache directory into an OCI image or variant",
+                       cmd_build, 10);

@@ -368,5 +368,5 @@ static int cmd_inspect(int argc, char **argv)
     return rc;
 }
 
-TKMCTL_COMMAND_ORDERED(inspect, "show a Triton cache's summary and kernels (dir or image)",
-                       cmd_inspect, 30)
+TKMCTL_COMMAND_ORDERED(inspect, "show a Triton cache's summary, kernels or variants", cmd_inspect,
+                       30)
