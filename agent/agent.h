@@ -187,7 +187,7 @@ struct agent {
     struct tkm_metric *m_gpus, *m_store_bytes, *m_store_entries, *m_store_refs, *m_extractions,
         *m_extract_errors, *m_extract_seconds, *m_registry_errors, *m_watch_restarts,
         *m_status_writes, *m_store_budget, *m_status_write_time, *m_mat_failures, *m_socket_refused,
-        *m_socket_idle_closed;
+        *m_socket_idle_closed, *m_empty_volumes;
     uint64_t registry_errors, watch_restarts, status_writes;
     double status_write_time; /* wall clock (Unix seconds) of the last accepted status apply */
 };
@@ -236,8 +236,22 @@ void agent_status_changed(struct agent *a);
 int agent_status_start(struct agent *a, struct tkm_err *err);
 void agent_status_own_event(struct agent *a, const struct k8s_obj *o, int deleted);
 void agent_nsobjs_free(struct agent *a);
-/* CamelCase reason for a compat verdict's sentence. */
-const char *agent_compat_reason(const char *sentence);
+
+/* fallback.c: the Empty fallback (docs/agent.md) */
+/* The effective whenIncompatible of ac: FAIL or EMPTY (spec, else tkm-config, else Empty). */
+enum tkm_api_fallback agent_cache_fallback(const struct agent *a, const struct agent_cache *ac);
+/* 1 when a GPU here can use ac (judged). 0 when none can: *reason (static CamelCase: GPU 0's,
+ * "NoGPU" without GPUs), msg ("<Reason>: no GPU on node N can use cache K: <why>") and
+ * *compat 1 when every GPU's reason is a compatibility verdict (Empty may apply), 0 when one
+ * is about the cache's integrity (CorruptCache, LabelMismatch, VariantMismatch). */
+int agent_cache_fits(const struct agent *a, const struct agent_cache *ac, const char **reason,
+                     int *compat, char *msg, size_t n);
+/* 1 when Materialize serves ac as an empty volume here: usable, no GPU fits for compatibility
+ * reasons only, and the policy is Empty (the node status' fallback: Empty). */
+int agent_cache_serves_empty(const struct agent *a, const struct agent_cache *ac);
+/* The part directories of a store dir of parts (TKM_PART_* bits) into out[3] (static
+ * strings): {"triton"} when the Triton cache is at the root, else one per part, sorted. */
+size_t agent_parts_names(int parts, const char **out);
 
 /* once.c */
 int agent_once_image(struct agent *a);
@@ -261,6 +275,8 @@ int agent_metrics_start(struct agent *a, struct tkm_err *err);
 void agent_metrics_extraction(struct agent *a, double seconds);
 /* Counts a failed Materialize or prefetch by its CamelCase reason. */
 void agent_metrics_materialize_failure(struct agent *a, const char *reason);
+/* Counts a volume served empty (the Empty fallback) by its CamelCase reason. */
+void agent_metrics_empty_volume(struct agent *a, const char *reason);
 void agent_metrics_free(struct agent *a); /* after the loop ended */
 
 /* stop.c: stops with exit status code (the first stop's wins); the same as

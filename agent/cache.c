@@ -144,8 +144,7 @@ static void set_reason(struct agent_cache *ac, const char *reason, const char *f
 void agent_cache_rejudge(struct agent_cache *ac)
 {
     struct agent *a = ac->a;
-    free(ac->verdicts.v);
-    memset(&ac->verdicts, 0, sizeof ac->verdicts);
+    agent_verdicts_release(&ac->verdicts);
     if (!ac->inspected)
         return;
     ac->verdicts.v = calloc(a->gpus.n ? a->gpus.n : 1, sizeof *ac->verdicts.v);
@@ -238,8 +237,7 @@ static void run_fail(struct agent_run *r, int transient, const char *reason, con
         if (!transient || !ac->inspected) {
             ac->inspected = 0;
             ac->verified = 0;
-            free(ac->verdicts.v);
-            memset(&ac->verdicts, 0, sizeof ac->verdicts);
+            agent_verdicts_release(&ac->verdicts);
         }
     }
     run_finish(r, transient);
@@ -283,6 +281,7 @@ static int take_image(struct agent_run *r, struct tkm_verify_result *res)
     if (!im->size_bytes || tkm_parse_u64(im->size_bytes, UINT64_MAX, &sz) < 0 || sz == 0)
         sz = m->descs[0].size * 4; /* no label: a generous guess from the compressed size */
     ac->cache_bytes = sz + agent_cache_take_parts(ac, &im->config);
+    ac->parts = tkm_parts_from_config(&im->config);
     ac->layer_bytes = m->descs[0].size;
     ac->inspected = 1;
     ac->reason[0] = 0;

@@ -13,13 +13,20 @@
 #include <tkm/grpc.h>
 #include <tkm/log.h>
 
+void agent_verdicts_release(struct agent_verdicts *vs)
+{
+    free(vs->v);
+    free(vs->code);
+    memset(vs, 0, sizeof *vs);
+}
+
 void agent_cache_destroy(struct agent_cache *ac)
 {
     if (!ac)
         return;
     tkm_api_cache_release(&ac->c);
     tkm_triton_summary_release(&ac->summary);
-    free(ac->verdicts.v);
+    agent_verdicts_release(&ac->verdicts);
     free(ac->layer_digest);
     free(ac->inputs);
     free(ac->verified_inputs);

@@ -45,12 +45,25 @@
 
 #include "rpc.h"
 
-/* The outcome of one cache on this node. Owned strings. */
+/* The outcome of one cache on this node, one verdict per GPU. Owned arrays
+ * (agent_verdicts_release()). */
 struct agent_verdicts {
     int judged; /* inspected and the GPUs judged */
     struct tkm_compat_verdict *v;
+    /* per GPU: a CamelCase reason (static) that is not the compat judge's (NoVariant,
+     * HostArchMismatch, VariantMismatch, VariantLayoutConflict), else NULL; the array
+     * itself may be NULL (none) */
+    const char **code;
     size_t n;
 };
+
+/* Frees the arrays and zeroes vs. */
+void agent_verdicts_release(struct agent_verdicts *vs);
+/* The CamelCase reason of GPU i's verdict: its code, else the compat judge's
+ * sentence mapped by agent_compat_reason(). */
+const char *agent_verdict_reason(const struct agent_verdicts *vs, size_t i);
+/* CamelCase reason for a compat verdict's sentence. */
+const char *agent_compat_reason(const char *sentence);
 
 struct agent;
 struct agent_run;
@@ -97,6 +110,9 @@ struct agent_cache {
      * every GPU is refused (fail closed) */
     int has_inductor;
     struct tkm_inductor_facts inductor;
+    /* the parts (TKM_PART_* bits) the image's layer holds: the store dir's layout,
+     * and what an empty volume gets (the Empty fallback); 0 before inspection */
+    int parts;
 };
 
 /* Frees an entry that is in no index (its run, if any, already detached). */

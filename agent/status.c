@@ -40,6 +40,13 @@ const char *agent_compat_reason(const char *s)
     return "Incompatible";
 }
 
+const char *agent_verdict_reason(const struct agent_verdicts *vs, size_t i)
+{
+    if (vs->code && vs->code[i])
+        return vs->code[i];
+    return agent_compat_reason(vs->v[i].reason);
+}
+
 /* ---- building ---------------------------------------------------------------------- */
 
 static int group_add(struct tkm_api_gpu_group **gs, size_t *n, const char *type, const char *reason,
@@ -133,12 +140,14 @@ int agent_entry_build(const struct agent *a, const struct agent_cache *ac,
         int rc = v->compatible
                      ? group_add(&e->compatible, &e->n_compatible, type, NULL, NULL, g->index)
                      : group_add(&e->incompatible, &e->n_incompatible, type,
-                                 agent_compat_reason(v->reason), v->reason, g->index);
+                                 agent_verdict_reason(&ac->verdicts, i), v->reason, g->index);
         if (rc < 0) {
             agent_entry_release(e);
             return rc;
         }
     }
+    if (agent_cache_serves_empty(a, ac))
+        e->fallback = (char *)"Empty";
     char err[1024] = "";
     if (ac->reason[0])
         snprintf(err, sizeof err, "%s: %s", ac->reason, ac->message);

@@ -636,6 +636,8 @@ static void mat_answer(struct agent *a, struct agent_mat *m, const char *store_p
                        tkm_err_str(&e));
         return;
     }
+    if (created)
+        vol_remove(a, req->volume_id); /* served empty before, now from the store */
     if (created && vol_add(a, &r) < 0)
         tkm_err("out of memory recording volume %s", req->volume_id);
     const char *mp = req->mount_path ? req->mount_path : ac->c.spec.mount_path;
@@ -666,9 +668,18 @@ static void mat_answer(struct agent *a, struct agent_mat *m, const char *store_p
     agent_status_changed(a);
 }
 
-/* Why ac cannot be used here, as a gRPC code and a message; 0 when it can. */
-static int cache_refusal(const struct agent *a, const struct agent_cache *ac, char *msg, size_t n)
+/* Why ac cannot be used here, as a gRPC code and a message; 0 when it can.
+ * *empty (optional) is set to the reason when no GPU here fits for
+ * compatibility reasons only and the cache's policy is Empty: the caller may
+ * serve an empty volume instead (the code is FAILED_PRECONDITION, msg the
+ * sentence either way). */
+static int cache_refusal(const struct agent *a, const struct agent_cache *ac, char *msg, size_t n,
+                         const char **empty)
 {
+    const char *reason = NULL;
+    int compat = 0;
+    if (empty)
+        *empty = NULL;
     if (!ac->live) {
         snprintf(msg, n, "cache %s is being deleted", ac->key);
         return TKM_GRPC_UNAVAILABLE;
@@ -688,13 +699,66 @@ static int cache_refusal(const struct agent *a, const struct agent_cache *ac, ch
                    ? TKM_GRPC_UNAVAILABLE
                    : TKM_GRPC_FAILED_PRECONDITION;
     }
-    if (!target_arch(ac)[0]) {
-        const char *why = ac->verdicts.n ? ac->verdicts.v[0].reason : "this node has no GPU";
-        snprintf(msg, n, "%s: no GPU on node %s can use cache %s: %s",
-                 ac->verdicts.n ? agent_compat_reason(why) : "NoGPU", a->o.node_name, ac->key, why);
+    if (!agent_cache_fits(a, ac, &reason, &compat, msg, n)) {
+        if (empty && compat && agent_cache_fallback(a, ac) == TKM_API_FALLBACK_EMPTY)
+            *empty = reason;
         return TKM_GRPC_FAILED_PRECONDITION;
     }
     return 0;
+}
+
+/* No GPU here can use the cache and its policy is Empty: an empty writable
+ * volume of the cache's parts. The pod is told once per volume (a Warning
+ * event CacheNotUsed) and the volume counted; it is remembered (not in the
+ * store: it holds nothing) so that Release knows it and pods[] names it. */
+static void mat_empty(struct agent *a, struct agent_rpc_call *call,
+                      const struct agent_materialize_req *req, const struct agent_cache *ac,
+                      const char *reason, const char *msg)
+{
+    const char *parts[3];
+    size_t np = agent_parts_names(ac->parts, parts);
+    const char *cns = ac->c.cluster ? "" : ac->c.meta.ns;
+    const struct agent_vol *known = NULL;
+    for (const struct agent_vol *v = a->vols; v && !known; v = v->next)
+        if (!strcmp(v->volume_id, req->volume_id))
+            known = v;
+    if (!known) {
+        struct tkm_store_ref r = {.volume_id = req->volume_id,
+                                  .digest = "",
+                                  .pod_namespace = req->pod_ns,
+                                  .pod_name = req->pod_name,
+                                  .pod_uid = req->pod_uid,
+                                  .cache_namespace = cns,
+                                  .cache_name = ac->c.meta.name};
+        if (vol_add(a, &r) < 0)
+            tkm_err("out of memory recording volume %s", req->volume_id);
+        agent_metrics_empty_volume(a, reason);
+        if (a->rec) {
+            struct k8s_object_ref pod = {.api_version = "v1",
+                                         .kind = "Pod",
+                                         .namespace = req->pod_ns,
+                                         .name = req->pod_name,
+                                         .uid = req->pod_uid};
+            k8s_event_emit(a->rec, &pod, "Warning", "CacheNotUsed",
+                           "cache %s%s%s is not used on node %s (whenIncompatible: Empty): the "
+                           "pod gets an empty writable cache and compiles its own kernels. %s",
+                           cns, cns[0] ? "/" : "", ac->c.meta.name, a->o.node_name, msg);
+        }
+        tkm_info("volume %s of pod %s/%s: cache %s served empty: %s", req->volume_id, req->pod_ns,
+                 req->pod_name, ac->key, msg);
+    }
+    struct agent_materialize_result res = {.mount_path = req->mount_path ? req->mount_path
+                                                                         : ac->c.spec.mount_path,
+                                           .cache_namespace = cns,
+                                           .cache_name = ac->c.meta.name,
+                                           .digest = ac->digest,
+                                           .empty = 1,
+                                           .empty_reason = reason,
+                                           .empty_message = msg,
+                                           .parts = parts,
+                                           .n_parts = np};
+    agent_rpc_reply_materialize(call, &res);
+    agent_status_changed(a);
 }
 
 /* Admission: the cache fits the disk budget once unreferenced entries go. */
@@ -744,7 +808,12 @@ static void op_materialize(struct agent_rpc_call *call, const struct agent_mater
         agent_rpc_fail(call, agent_declared_grpc_code(rc), tkm_err_str(&e));
         return;
     }
-    int code = cache_refusal(a, ac, msg, sizeof msg);
+    const char *empty = NULL;
+    int code = cache_refusal(a, ac, msg, sizeof msg, &empty);
+    if (empty) {
+        mat_empty(a, call, req, ac, empty, msg);
+        return;
+    }
     if (!code && !agent_store_extracted(a, ac->layer_digest) &&
         (code = admit(a, ac, msg, sizeof msg)) != 0)
         fail_record(a, ac->key,
@@ -793,7 +862,16 @@ static void op_release(struct agent_rpc_call *call, const struct agent_release_r
     }
     int rc = tkm_store_state_release(a->state, req->volume_id, now_s(), &e);
     if (rc == -ENOENT) {
-        agent_rpc_reply_release(call, 0);
+        /* an empty volume (the Empty fallback) has no reference in the store */
+        int empty = 0;
+        for (const struct agent_vol *v = a->vols; v; v = v->next)
+            empty |= !strcmp(v->volume_id, req->volume_id) && !v->digest[0];
+        if (empty) {
+            vol_remove(a, req->volume_id);
+            tkm_info("released empty volume %s", req->volume_id);
+            agent_status_changed(a);
+        }
+        agent_rpc_reply_release(call, empty);
         return;
     }
     if (rc < 0) {
@@ -846,7 +924,7 @@ void agent_store_prefetch(struct agent *a, struct agent_cache *ac)
 {
     struct tkm_err e = {0};
     char msg[1200];
-    if (!a->state || !a->cfg.prefetch || a->stopping || cache_refusal(a, ac, msg, sizeof msg))
+    if (!a->state || !a->cfg.prefetch || a->stopping || cache_refusal(a, ac, msg, sizeof msg, NULL))
         return;
     if (ac->label_checked && agent_store_extracted(a, ac->layer_digest))
         return;

@@ -159,7 +159,7 @@ static void world(struct world *w)
 static void world_release(struct world *w)
 {
     tkm_triton_summary_release(&w->ac.summary);
-    free(w->ac.verdicts.v);
+    agent_verdicts_release(&w->ac.verdicts);
 }
 
 TEST(entry_groups_gpus_with_reasons)
@@ -287,4 +287,84 @@ TEST(compat_reasons_are_camel_case)
     ASSERT_STREQ(agent_compat_reason("corrupt cache: 3 of the 4 kernels"), "CorruptCache");
     ASSERT_STREQ(agent_compat_reason("GPU 1 (x) cannot be used: driver not loaded"), "GPUUnusable");
     ASSERT_STREQ(agent_compat_reason("something new"), "Incompatible");
+}
+
+/* The Empty fallback: no GPU here fits for compatibility reasons only and the policy is
+ * Empty (spec.whenIncompatible, else tkm-config, else the built-in default). */
+TEST(empty_fallback_when_no_gpu_fits)
+{
+    struct world w;
+    struct tkm_api_node_cache e;
+    struct tkm_err err = {0};
+    const char *reason = NULL, *parts[3];
+    char msg[1024];
+    int compat = -1;
+    world(&w);
+    w.ac.live = 1;
+    /* an H200 fits: nothing to fall back from */
+    ASSERT_EQ(agent_cache_fits(&w.a, &w.ac, &reason, &compat, msg, sizeof msg), 1);
+    ASSERT(!agent_cache_serves_empty(&w.a, &w.ac));
+    ASSERT_OK(agent_entry_build(&w.a, &w.ac, &e));
+    ASSERT_NULL(e.fallback);
+    agent_entry_release(&e);
+    /* an sm70 cache: every GPU refused for its fit */
+    tkm_triton_summary_release(&w.ac.summary);
+    ASSERT_OK(tkm_triton_summary_parse(
+        &w.ac.summary, "{\"targets\":[{\"backend\":\"cuda\",\"arch\":\"70\",\"warp_size\":32}]}",
+        &err));
+    agent_cache_rejudge(&w.ac);
+    ASSERT_EQ(agent_cache_fits(&w.a, &w.ac, &reason, &compat, msg, sizeof msg), 0);
+    ASSERT_STREQ(reason, "ArchMismatch");
+    ASSERT_EQ(compat, 1);
+    ASSERT_STRCONTAINS(msg, "ArchMismatch: no GPU on node node-1 can use cache ml/vadd: arch "
+                            "mismatch: cache built for sm70, GPU 0");
+    ASSERT_EQ(agent_cache_fallback(&w.a, &w.ac), TKM_API_FALLBACK_EMPTY); /* the default */
+    ASSERT(agent_cache_serves_empty(&w.a, &w.ac));
+    ASSERT_OK(agent_entry_build(&w.a, &w.ac, &e));
+    ASSERT_STREQ(e.fallback, "Empty");
+    ASSERT_EQ(e.n_compatible, 0);
+    ASSERT_EQ(e.n_incompatible, 4); /* one group per refused GPU */
+    agent_entry_release(&e);
+    /* Fail: today's refusal, no fallback in the status */
+    w.ac.c.spec.when_incompatible = TKM_API_FALLBACK_FAIL;
+    ASSERT_EQ(agent_cache_fallback(&w.a, &w.ac), TKM_API_FALLBACK_FAIL);
+    ASSERT(!agent_cache_serves_empty(&w.a, &w.ac));
+    ASSERT_OK(agent_entry_build(&w.a, &w.ac, &e));
+    ASSERT_NULL(e.fallback);
+    agent_entry_release(&e);
+    w.ac.c.spec.when_incompatible = TKM_API_FALLBACK_EMPTY;
+    ASSERT(agent_cache_serves_empty(&w.a, &w.ac));
+    /* an integrity reason on one GPU is never hidden by Empty */
+    const char *codes[4] = {"VariantMismatch", NULL, NULL, NULL};
+    w.ac.verdicts.code = codes;
+    ASSERT_EQ(agent_cache_fits(&w.a, &w.ac, &reason, &compat, msg, sizeof msg), 0);
+    ASSERT_STREQ(reason, "VariantMismatch");
+    ASSERT_EQ(compat, 0);
+    ASSERT(!agent_cache_serves_empty(&w.a, &w.ac));
+    ASSERT_OK(agent_entry_build(&w.a, &w.ac, &e));
+    ASSERT_STREQ(e.incompatible[0].reason, "VariantMismatch");
+    agent_entry_release(&e);
+    w.ac.verdicts.code = NULL;
+    /* a signature failure (not usable) is never Empty */
+    snprintf(w.ac.reason, sizeof w.ac.reason, "KeyMismatch");
+    ASSERT(!agent_cache_serves_empty(&w.a, &w.ac));
+    w.ac.reason[0] = 0;
+    /* no GPU at all: NoGPU, a fit reason */
+    w.a.gpus.n = 0;
+    agent_cache_rejudge(&w.ac);
+    ASSERT_EQ(agent_cache_fits(&w.a, &w.ac, &reason, &compat, msg, sizeof msg), 0);
+    ASSERT_STREQ(reason, "NoGPU");
+    ASSERT_EQ(compat, 1);
+    ASSERT(agent_cache_serves_empty(&w.a, &w.ac));
+    /* the parts an empty volume gets */
+    ASSERT_EQ(agent_parts_names(0, parts), 1);
+    ASSERT_STREQ(parts[0], "triton");
+    ASSERT_EQ(agent_parts_names(TKM_PART_TRITON, parts), 1);
+    ASSERT_EQ(agent_parts_names(TKM_PART_TRITON | TKM_PART_INDUCTOR | TKM_PART_VLLM, parts), 3);
+    ASSERT_STREQ(parts[0], "inductor");
+    ASSERT_STREQ(parts[1], "triton");
+    ASSERT_STREQ(parts[2], "vllm");
+    ASSERT_EQ(agent_parts_names(TKM_PART_VLLM, parts), 1);
+    ASSERT_STREQ(parts[0], "vllm");
+    world_release(&w);
 }
