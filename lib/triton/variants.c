@@ -10,6 +10,7 @@
 #include <tkm/buf.h>
 #include <tkm/oci/digest.h>
 #include <tkm/triton/parts.h>
+#include <tkm/util.h>
 
 /* ---- grammar -------------------------------------------------------------- */
 
@@ -25,22 +26,15 @@ static int in_set(const char *s, size_t min, size_t max, const char *extra, int 
     return n >= min && n <= max;
 }
 
-/* A value as a message may show it: at most 24 bytes, anything outside
- * [A-Za-z0-9._+-] as \xNN. */
+/* A value as a message may show it: its first 24 bytes through tkm_escape
+ * (control characters as \n, \xNN; never raw). */
 static const char *shown(const char *s, char *out, size_t n)
 {
-    size_t o = 0, i;
-    for (i = 0; s[i] && i < 24 && o + 5 < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-            strchr("._+-", c))
-            out[o++] = (char)c;
-        else
-            o += (size_t)snprintf(out + o, n - o, "\\x%02x", c);
-    }
-    if (s[i] && o + 4 < n)
-        o += (size_t)snprintf(out + o, n - o, "...");
-    out[o] = '\0';
+    size_t len = strlen(s), o;
+    tkm_escape(s, len > 24 ? 24 : len, out, n);
+    o = strlen(out);
+    if (len > 24 && o + 4 < n)
+        memcpy(out + o, "...", 4);
     return out;
 }
 

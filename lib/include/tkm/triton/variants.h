@@ -12,7 +12,8 @@
  * entries with one identity, more than TKM_VARIANTS_MAX variants, a missing
  * platform or an annotation outside its grammar refuse the whole index,
  * naming the entry and the key; an annotation's value is never echoed raw
- * (bytes outside [A-Za-z0-9._+-] are written as \xNN).
+ * (at most 24 bytes of it, through tkm_escape: control characters as \n,
+ * \xNN).
  *
  * A single image (ours or MCV's), or an index without these annotations, is
  * a set of one variant (from_index 0), built from its config and summary.
@@ -34,6 +35,7 @@
 #include <tkm/oci/manifest.h>
 #include <tkm/oci/ref.h>
 #include <tkm/triton/cache.h>
+#include <tkm/triton/image.h>
 
 #define TKM_VARIANT_ANN_BACKEND "cache.triton.image/backend"
 #define TKM_VARIANT_ANN_ARCH    "cache.triton.image/arch"
@@ -114,5 +116,33 @@ void tkm_variant_parts_str(int mask, char *out, size_t n);
 /* The target identity of two variants is equal (os, architecture, backend,
  * arch, warp size). */
 int tkm_variant_same_target(const struct tkm_variant *a, const struct tkm_variant *b);
+
+/*
+ * Inspect as an image job on a registry session (oci/session.h), knowing
+ * variant indexes: lib/oci's inspect by the reference (pinned by hashing the
+ * bytes), which stops at a variant index instead of following it to the
+ * host's platform. detail (borrowed for the callback) is a struct
+ * tkm_variant_inspect:
+ *   - a variant index: set parsed from its verified bytes (from_index 1),
+ *     image NULL; res->digest is the index's and res->image.parsed the
+ *     index (no config fetched). A malformed variant index: -EPROTO.
+ *   - an image (or an index without variant annotations, followed to
+ *     linux/<host arch> as before): everything tkm_triton_job_inspect gives
+ *     (res->digest the image manifest's, res->image), image the struct
+ *     tkm_triton_image (movable), set the set of one built from it.
+ * Both image and set may be moved out (copy, then zero the original).
+ */
+struct tkm_variant_inspect {
+    struct tkm_triton_image *image; /* NULL for a variant index */
+    struct tkm_variant_set set;
+};
+struct tkm_oci_session;
+struct tkm_oci_job;
+struct tkm_oci_job_result;
+int tkm_variants_job_inspect(struct tkm_oci_session *s, const struct tkm_oci_ref *ref,
+                             void (*cb)(struct tkm_oci_job *job, int rc,
+                                        struct tkm_oci_job_result *res, const struct tkm_err *err,
+                                        void *data),
+                             void *data, struct tkm_oci_job **out, struct tkm_err *err);
 
 #endif
