@@ -253,6 +253,32 @@ int agent_cache_serves_empty(const struct agent *a, const struct agent_cache *ac
  * strings): {"triton"} when the Triton cache is at the root, else one per part, sorted. */
 size_t agent_parts_names(int parts, const char **out);
 
+/* variants.c: a variant index on this node (docs/agent.md "Variants") */
+/* A layer the node's GPUs use: a single image's one layer, or a used variant's.
+ * Pointers borrowed from the cache until its result changes. */
+struct agent_layer {
+    const char *layer;                        /* its digest: the store entry */
+    const char *manifest;                     /* the image manifest it is pulled through */
+    const struct tkm_triton_summary *summary; /* what its config label says */
+    int *label_checked;                       /* the extracted kernels matched the label */
+    uint64_t cache_bytes, layer_bytes;
+    int parts;   /* TKM_PART_* */
+    int variant; /* its index in ac->vars (0 for a single image) */
+};
+/* Judges every GPU of a variant index's cache into vs (arrays allocated): the pick, then
+ * the compat judge on the variant's summary, then one parts layout per node. 1 when a
+ * picked variant is not inspected yet (verify the cache again), 0, or -ENOMEM. */
+int agent_variants_judge(struct agent_cache *ac, struct agent_verdicts *vs);
+/* The layers the node's compatible GPUs use, in GPU order (out: TKM_VARIANTS_MAX). */
+size_t agent_cache_layers(struct agent_cache *ac, struct agent_layer *out);
+/* The used layer of digest layer (buf: TKM_VARIANTS_MAX, holds the answer), or NULL. */
+struct agent_layer *agent_cache_layer_find(struct agent_cache *ac, const char *layer,
+                                           struct agent_layer *buf);
+/* The summary GPU i was judged against (NULL: none, no variant). */
+const struct tkm_triton_summary *agent_verdict_summary(const struct agent_cache *ac, size_t i);
+/* The parts bits of a parts annotation ("inductor,triton"). */
+int agent_parts_mask(const char *list);
+
 /* once.c */
 int agent_once_image(struct agent *a);
 int agent_once_print(struct agent *a);

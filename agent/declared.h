@@ -41,6 +41,7 @@
 #include <tkm/oci/session.h>
 #include <tkm/triton/cache.h>
 #include <tkm/triton/parts.h>
+#include <tkm/triton/variants.h>
 #include <k8s/informer.h>
 
 #include "rpc.h"
@@ -54,7 +55,25 @@ struct agent_verdicts {
      * HostArchMismatch, VariantMismatch, VariantLayoutConflict), else NULL; the array
      * itself may be NULL (none) */
     const char **code;
+    /* per GPU: the variant of the cache's index it picked (ac->vars[i]), or -1 (none, or
+     * a single image); NULL for a single image */
+    int *variant;
     size_t n;
+};
+
+/* A variant of a variant index (agent/variants.c) as this node knows it: inspected
+ * only when a GPU here picks it. Owned by its struct agent_cache. */
+struct agent_variant {
+    int state; /* 0 not inspected, 1 inspected and agreeing with its annotations, -1 refused */
+    char reason[64];   /* state -1: VariantMismatch, InvalidImage, ... */
+    char message[768]; /* ... and why */
+    struct tkm_triton_summary summary;
+    char *layer_digest;
+    uint64_t cache_bytes, layer_bytes;
+    int parts; /* TKM_PART_* of its config */
+    int has_inductor;
+    struct tkm_inductor_facts inductor;
+    int label_checked;
 };
 
 /* Frees the arrays and zeroes vs. */
@@ -113,7 +132,15 @@ struct agent_cache {
     /* the parts (TKM_PART_* bits) the image's layer holds: the store dir's layout,
      * and what an empty volume gets (the Empty fallback); 0 before inspection */
     int parts;
+    /* a variant index (variants.from_index 1): its variants and, parallel, what this node
+     * knows of each (vars); the fields above (summary, layer, parts...) are then unused.
+     * A single image: variants empty, vars NULL. */
+    struct tkm_variant_set variants;
+    struct agent_variant *vars;
 };
+
+/* Frees ac's variants (vars and the set). */
+void agent_cache_variants_clear(struct agent_cache *ac);
 
 /* Frees an entry that is in no index (its run, if any, already detached). */
 void agent_cache_destroy(struct agent_cache *ac);

@@ -109,7 +109,11 @@ int agent_entry_build(const struct agent *a, const struct agent_cache *ac,
     e->name = ac->c.meta.name;
     e->digest = tkm_oci_digest_valid(ac->digest) ? (char *)ac->digest : NULL;
     e->verified = ac->verified;
-    e->extracted = agent_store_extracted((struct agent *)a, ac->layer_digest);
+    struct agent_layer L[TKM_VARIANTS_MAX];
+    size_t nl = agent_cache_layers((struct agent_cache *)ac, L);
+    e->extracted = nl > 0;
+    for (size_t k = 0; k < nl; k++)
+        e->extracted &= agent_store_extracted((struct agent *)a, L[k].layer);
     size_t np = 0;
     for (const struct agent_vol *v = a->vols; v; v = v->next)
         np += !strcmp(v->cache_name, ac->c.meta.name) &&
