@@ -368,3 +368,174 @@ TEST(empty_fallback_when_no_gpu_fits)
     ASSERT_STREQ(parts[0], "vllm");
     world_release(&w);
 }
+
+/* ---- a variant index: the pick per GPU, the judge per variant, the layers used ---- */
+
+#define VD(c)                                                                                      \
+    "sha256:" c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c  \
+        c c c c c c c c c c c c c c c c c c c c c c
+static const char *const VAR_IDX =
+    "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.index.v1+json\","
+    "\"manifests\":["
+    "{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"" VD(
+        "a") "\",\"size\":500,\"platform\":{\"os\":\"linux\",\"architecture\":\"HOST\"},"
+             "\"annotations\":"
+             "{\"cache.triton.image/backend\":\"cuda\",\"cache.triton.image/arch\":\"90\","
+             "\"cache.triton.image/warp-size\":\"32\",\"cache.triton.image/parts\":\"triton\"}},"
+             "{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"" VD(
+                 "b") "\",\"size\":500,\"platform\":{\"os\":\"linux\",\"architecture\":\"HOST\"},"
+                      "\"annotations\":"
+                      "{\"cache.triton.image/backend\":\"cuda\",\"cache.triton.image/arch\":\"80\","
+                      "\"cache.triton.image/warp-size\":\"32\",\"cache.triton.image/"
+                      "parts\":\"triton\"}},"
+                      "{\"mediaType\":\"application/"
+                      "vnd.oci.image.manifest.v1+json\",\"digest\":\"" VD(
+                          "c") "\",\"size\":500,\"platform\":{\"os\":\"linux\",\"architecture\":"
+                               "\"OTHER\"},\"annotations\":"
+                               "{\"cache.triton.image/backend\":\"hip\",\"cache.triton.image/"
+                               "arch\":\"gfx942\","
+                               "\"cache.triton.image/warp-size\":\"64\",\"cache.triton.image/"
+                               "parts\":\"triton\"}}]}";
+
+/* The world's cache becomes a variant index of sm90 and sm80 for this host's CPU and a
+ * gfx942 one for another CPU; each variant inspected with a summary of its own target. */
+static void world_variants(struct world *w)
+{
+    struct tkm_err e = {0};
+    const char *host = tkm_oci_host_arch();
+    const char *other = strcmp(host, "arm64") ? "arm64" : "amd64";
+    char *idx = strdup(VAR_IDX), *p;
+    ASSERT_NOT_NULL(idx);
+    while ((p = strstr(idx, "HOST")) || (p = strstr(idx, "OTHER"))) {
+        char buf[4096];
+        int host_here = !strncmp(p, "HOST", 4);
+        snprintf(buf, sizeof buf, "%.*s%s%s", (int)(p - idx), idx, host_here ? host : other,
+                 p + (host_here ? 4 : 5));
+        free(idx);
+        idx = strdup(buf);
+        ASSERT_NOT_NULL(idx);
+    }
+    ASSERT_OK(tkm_variants_parse(idx, strlen(idx), NULL, "test index", &w->ac.variants, &e));
+    free(idx);
+    ASSERT_EQ(w->ac.variants.n, 3);
+    w->ac.vars = calloc(3, sizeof *w->ac.vars);
+    ASSERT_NOT_NULL(w->ac.vars);
+    static const char *const sums[] = {
+        "{\"targets\":[{\"backend\":\"cuda\",\"arch\":\"90\",\"warp_size\":32}]}",
+        "{\"targets\":[{\"backend\":\"cuda\",\"arch\":\"80\",\"warp_size\":32}]}",
+        "{\"targets\":[{\"backend\":\"hip\",\"arch\":\"gfx942\",\"warp_size\":64}]}"};
+    for (int i = 0; i < 3; i++) {
+        struct agent_variant *av = &w->ac.vars[i];
+        char layer[80];
+        ASSERT_OK(tkm_triton_summary_parse(&av->summary, sums[i], &e));
+        snprintf(layer, sizeof layer, "sha256:%064d", 100 + i);
+        av->layer_digest = strdup(layer);
+        av->state = 1;
+        av->parts = TKM_PART_TRITON;
+        av->cache_bytes = 1000 + (uint64_t)i;
+    }
+    tkm_triton_summary_release(&w->ac.summary);
+    agent_cache_rejudge(&w->ac);
+}
+
+TEST(variants_pick_per_gpu)
+{
+    struct world w;
+    struct tkm_api_node_cache e;
+    struct agent_layer L[TKM_VARIANTS_MAX];
+    world(&w);
+    w.ac.live = 1;
+    world_variants(&w);
+    /* the H200s use sm90, the A100 sm80, the MI300X has no variant for this CPU */
+    ASSERT_EQ(w.ac.verdicts.n, 4);
+    ASSERT_EQ(w.ac.verdicts.variant[0], 0);
+    ASSERT_EQ(w.ac.verdicts.variant[1], 0);
+    ASSERT_EQ(w.ac.verdicts.variant[2], 1);
+    ASSERT_EQ(w.ac.verdicts.variant[3], -1);
+    ASSERT(w.ac.verdicts.v[0].compatible && w.ac.verdicts.v[1].compatible &&
+           w.ac.verdicts.v[2].compatible && !w.ac.verdicts.v[3].compatible);
+    ASSERT_STREQ(agent_verdict_reason(&w.ac.verdicts, 3), "HostArchMismatch");
+    ASSERT_STRCONTAINS(w.ac.verdicts.v[3].reason, "GPU 3");
+    /* the layers the node uses: sm90's then sm80's, pulled through their own manifests */
+    ASSERT_EQ(agent_cache_layers(&w.ac, L), 2);
+    ASSERT_STREQ(L[0].manifest, VD("a"));
+    ASSERT_STREQ(L[0].layer,
+                 "sha256:0000000000000000000000000000000000000000000000000000000000000100");
+    ASSERT_STREQ(L[1].manifest, VD("b"));
+    ASSERT_EQ(L[1].cache_bytes, 1001);
+    ASSERT_EQ(agent_cache_fallback(&w.a, &w.ac), TKM_API_FALLBACK_EMPTY);
+    ASSERT(!agent_cache_serves_empty(&w.a, &w.ac));
+    /* the node status: which variant each GPU group uses */
+    ASSERT_OK(agent_entry_build(&w.a, &w.ac, &e));
+    ASSERT_EQ(e.n_variants, 2);
+    ASSERT_STREQ(e.variants[0].digest, VD("a"));
+    ASSERT_STREQ(e.variants[0].gpu_type, "nvidia-h200");
+    ASSERT_STREQ(e.variants[0].backend, "cuda");
+    ASSERT_STREQ(e.variants[0].arch, "90");
+    ASSERT_EQ(e.variants[0].warp_size, 32);
+    ASSERT_EQ(e.variants[0].n_gpu_ids, 2);
+    ASSERT_EQ(e.variants[0].gpu_ids[1], 1);
+    ASSERT_STRCONTAINS(e.variants[0].platform, "linux/");
+    ASSERT_STREQ(e.variants[1].digest, VD("b"));
+    ASSERT_STREQ(e.variants[1].gpu_type, "nvidia-a100");
+    ASSERT_EQ(e.variants[1].gpu_ids[0], 2);
+    ASSERT_EQ(e.n_incompatible, 1);
+    ASSERT_STREQ(e.incompatible[0].reason, "HostArchMismatch");
+    ASSERT_NULL(e.fallback);
+    agent_entry_release(&e);
+    /* a variant whose layout differs from the lowest GPU's: VariantLayoutConflict */
+    w.ac.vars[1].parts = TKM_PART_TRITON | TKM_PART_INDUCTOR;
+    agent_cache_rejudge(&w.ac);
+    ASSERT(!w.ac.verdicts.v[2].compatible);
+    ASSERT_STREQ(agent_verdict_reason(&w.ac.verdicts, 2), "VariantLayoutConflict");
+    ASSERT_STRCONTAINS(w.ac.verdicts.v[2].reason, "one layout per volume");
+    ASSERT_EQ(agent_cache_layers(&w.ac, L), 1);
+    w.ac.vars[1].parts = TKM_PART_TRITON;
+    /* a variant that did not agree with its annotations: VariantMismatch, never Empty */
+    w.ac.vars[0].state = -1;
+    snprintf(w.ac.vars[0].reason, sizeof w.ac.vars[0].reason, "VariantMismatch");
+    snprintf(w.ac.vars[0].message, sizeof w.ac.vars[0].message, "summary says sm80");
+    agent_cache_rejudge(&w.ac);
+    ASSERT_STREQ(agent_verdict_reason(&w.ac.verdicts, 0), "VariantMismatch");
+    ASSERT_STREQ(w.ac.verdicts.v[0].reason, "summary says sm80");
+    ASSERT_EQ(agent_cache_layers(&w.ac, L), 1); /* only the A100's sm80 */
+    ASSERT_STREQ(L[0].manifest, VD("b"));
+    /* a picked variant not inspected yet: judged again once it is */
+    w.ac.vars[0].state = 0;
+    struct agent_verdicts vs = {0};
+    ASSERT_EQ(agent_variants_judge(&w.ac, &vs), 1);
+    ASSERT_STREQ(agent_verdict_reason(&vs, 0), "VariantNotInspected");
+    agent_verdicts_release(&vs);
+    world_release(&w);
+    agent_cache_variants_clear(&w.ac);
+}
+
+/* Only the A100 (sm80) and an index of sm90 alone: NoVariant, and the Empty fallback. */
+TEST(variants_none_fits_empty)
+{
+    struct world w;
+    struct tkm_api_node_cache e;
+    struct agent_layer L[TKM_VARIANTS_MAX];
+    world(&w);
+    w.ac.live = 1;
+    w.a.gpus.gpus = &w.g[2];
+    w.a.gpus.n = 1;
+    world_variants(&w);
+    /* drop the sm80 variant from the set: the A100 has none */
+    w.ac.variants.v[1] = w.ac.variants.v[2];
+    struct agent_variant t = w.ac.vars[1];
+    w.ac.vars[1] = w.ac.vars[2];
+    w.ac.vars[2] = t;
+    snprintf(w.ac.variants.v[2].arch, sizeof w.ac.variants.v[2].arch, "75");
+    agent_cache_rejudge(&w.ac);
+    ASSERT_STREQ(agent_verdict_reason(&w.ac.verdicts, 0), "NoVariant");
+    ASSERT_EQ(agent_cache_layers(&w.ac, L), 0);
+    ASSERT(agent_cache_serves_empty(&w.a, &w.ac));
+    ASSERT_OK(agent_entry_build(&w.a, &w.ac, &e));
+    ASSERT_STREQ(e.fallback, "Empty");
+    ASSERT_EQ(e.n_variants, 0);
+    ASSERT_STREQ(e.incompatible[0].reason, "NoVariant");
+    agent_entry_release(&e);
+    world_release(&w);
+    agent_cache_variants_clear(&w.ac);
+}
