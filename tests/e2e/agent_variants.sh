@@ -6,7 +6,8 @@
 # which, per GPU), pull only that variant's layer into their store (the other layer never
 # lands there) and answer Materialize with that variant's files. An index with the sm90
 # variant alone gives the A100 node NoVariant, served as an empty volume (the default
-# whenIncompatible, Empty) while the H200 node still uses it.
+# whenIncompatible, Empty) while the H200 node still uses it. A node with both GPUs gets
+# both variants in one volume: two store dirs, each layer referenced until Release.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/agent.inc"
 CRANE=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path crane)
@@ -21,6 +22,11 @@ python3 "$TKM_SOURCE_DIR/tests/e2e/cache_retarget.py" fx/tcache sm80 80 || fail 
 cp -a "$ROOTS/a100" a100root
 sed -i 's/^driver=.*/driver=580.65.06/; s/^cuda=.*/cuda=13000/' a100root/nvml.conf
 A100=$E2E_TMP/a100root
+# a node with both: GPU 0 the H200, GPU 1 that A100
+cp -a "$ROOTS/h200" mixedroot
+cp -a "$ROOTS/a100/sys/bus/pci/devices/0000:07:00.0" mixedroot/sys/bus/pci/devices/
+sed -n '/^\[gpu\]/,$p' a100root/nvml.conf >>mixedroot/nvml.conf
+MIXED=$E2E_TMP/mixedroot
 
 step "two variant images and their index in the registry"
 expect_ok "tkmctl build sm90" "$TKMCTL" build fx/tcache --push "$REPO:sm90"
@@ -121,11 +127,37 @@ assert_eq "${L80#sha256:}" "$(store_entries a100)" "nothing more pulled on the A
 agent_call "$SOCK1" "$(mat trainer-3 vol-4 only90)"
 assert_eq "$(agent_field .code) $(agent_field .resp.store_path)" "OK $P1" "H200: the same sm90 store dir (one layer, two caches)"
 
+step "a node with an H200 and an A100: both variants in one volume"
+N3=e2e-var-mixed-$S
+agent_node "$N3"
+agent_start mixed "$MIXED" "$N3" "$NS" --metrics-bind-address 127.0.0.1:0
+SOCK3=$E2E_TMP/mixed/run/agent.sock
+wait_jp 60 "multi judged on $N3" "nvidia-h200 nvidia-a100" tkcns "$N3" "$NS" '{.status.caches.multi.compatibleGPUs[*].gpuType}'
+wait_for 30 "socket exists" test -S "$SOCK3"
+agent_call "$SOCK3" "$(mat trainer-5 vol-5 multi)"
+assert_eq "$(agent_field .code) $(agent_field .resp.target_arch) $(agent_field '.resp.store_paths|length') $(agent_field '.resp.parts|join(",")')" \
+  "OK 90 2 triton" "two store dirs, the lowest GPU's first: $(agent_field .details)"
+assert_eq "$(agent_field .resp.store_path)" "$(agent_field '.resp.store_paths[0]')" "store_paths[0] is store_path"
+diff -r fx/tcache "$(agent_field '.resp.store_paths[0]')" >diff.out 2>&1 || fail "store_paths[0] is not sm90: $(head -5 diff.out)"
+diff -r sm80 "$(agent_field '.resp.store_paths[1]')" >diff.out 2>&1 || fail "store_paths[1] is not sm80: $(head -5 diff.out)"
+pass "store_paths: the sm90 and the sm80 variant"
+assert_eq "$(printf '%s\n' "${L80#sha256:}" "${L90#sha256:}" | sort)" "$(store_entries mixed | sort)" "both layers pulled, nothing else"
+wait_for 10 "metrics address logged" grep -q "metrics on http://" "$E2E_TMP/mixed.log"
+MURL=$(grep -o "metrics on http://[^ ]*" "$E2E_TMP/mixed.log" | head -1 | sed 's/metrics on //')
+assert_contains "$(curl -s "$MURL")" "tkm_agent_store_references 2" "the volume references both layers"
+agent_call "$SOCK3" "$(mat trainer-5 vol-5 multi)"
+assert_eq "$(agent_field .code) $(agent_field '.resp.store_paths|length')" "OK 2" "idempotent per volume"
+agent_call "$SOCK3" '{"m":"Release","vol":"vol-5"}'
+assert_eq "$(agent_field .code)" OK "released"
+assert_contains "$(curl -s "$MURL")" "tkm_agent_store_references 0" "both references dropped"
+wait_jp 30 "pods[] empty" "" tkcns "$N3" "$NS" '{.status.caches.multi.pods[*].name}'
+agent_stop mixed
+
 step "Release"
 agent_call "$SOCK1" '{"m":"Release","vol":"vol-1"}' '{"m":"Release","vol":"vol-4"}'
 agent_call "$SOCK2" '{"m":"Release","vol":"vol-2"}' '{"m":"Release","vol":"vol-3"}'
 assert_eq "$(jq -rs 'map(.code) | join(" ")' <<<"$R")" "OK OK" "released (the empty volume too)"
 agent_stop h200
 agent_stop a100
-assert_not_contains "$(agent_log h200)$(agent_log a100)" "ERROR" "no error in the logs"
+assert_not_contains "$(agent_log h200)$(agent_log a100)$(agent_log mixed)" "ERROR" "no error in the logs"
 e2e_done
