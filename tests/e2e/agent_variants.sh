@@ -10,10 +10,10 @@
 # both variants in one volume: two store dirs, each layer referenced until Release.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/agent.inc"
-CRANE=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path crane)
 e2e_crds
 agent_ns
 cd "$E2E_TMP"
+CRANE=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path crane)
 REPO=$TKM_REGISTRY/e2e-agent-variants-$RANDOM/vadd
 mkdir fx && tar -xzf "$TKM_FIXTURES/triton-cache/triton-3.6.0-cuda-sm90.tar.gz" -C fx
 python3 "$TKM_SOURCE_DIR/tests/e2e/cache_retarget.py" fx/tcache sm80 80 || fail "cache_retarget.py"
