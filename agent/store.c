@@ -387,7 +387,14 @@ static void label_done(uv_work_t *w, int status)
             *L->label_checked = 1;
         pull_done(p, lc->path, 0, NULL);
     } else {
-        if (ac && lc->rc == -EBADMSG) {
+        if (ac && L && ac->variants.from_index && lc->rc == -EBADMSG) {
+            /* a variant's label lied: its GPUs lose it, the others keep theirs */
+            struct agent_variant *av = &ac->vars[L->variant];
+            av->state = -1;
+            snprintf(av->reason, sizeof av->reason, "LabelMismatch");
+            snprintf(av->message, sizeof av->message, "%s", lc->msg);
+            agent_cache_rejudge(ac);
+        } else if (ac && lc->rc == -EBADMSG) {
             snprintf(ac->reason, sizeof ac->reason, "LabelMismatch");
             snprintf(ac->message, sizeof ac->message, "%s", lc->msg);
         }
