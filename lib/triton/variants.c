@@ -498,3 +498,88 @@ int tkm_variant_check_image(const struct tkm_variant *v, const struct tkm_oci_co
     }
     return 0;
 }
+
+/* ---- write -------------------------------------------------------------------- */
+
+int tkm_variant_annotate(const struct tkm_variant *v, json_t *ann)
+{
+    char warp[16];
+    if (!json_is_object(ann))
+        return ann ? -EINVAL : -ENOMEM;
+    snprintf(warp, sizeof warp, "%d", v->warp_size);
+    if (json_object_set_new(ann, TKM_VARIANT_ANN_BACKEND, json_string(v->backend)) ||
+        json_object_set_new(ann, TKM_VARIANT_ANN_ARCH, json_string(v->arch)) ||
+        json_object_set_new(ann, TKM_VARIANT_ANN_WARP, json_string(warp)) ||
+        json_object_set_new(ann, TKM_VARIANT_ANN_PARTS, json_string(v->parts)) ||
+        (v->triton_version[0] && valid_triton(v->triton_version) &&
+         json_object_set_new(ann, TKM_VARIANT_ANN_TRITON, json_string(v->triton_version))))
+        return -ENOMEM;
+    return 0;
+}
+
+int tkm_variants_index_put(const void *raw, size_t n, const struct tkm_variant *v, char **out,
+                           size_t *out_n, char replaced[TKM_OCI_DIGEST_LEN + 1],
+                           struct tkm_err *err)
+{
+    struct tkm_variant_set old = {0}, check = {0};
+    struct tkm_oci_manifest m = {0};
+    json_t *root = NULL, *arr, *e = NULL, *ann;
+    char *text = NULL;
+    int rc = 0;
+    *out = NULL;
+    if (replaced)
+        replaced[0] = '\0';
+    if (raw) {
+        if ((rc = tkm_oci_manifest_parse(&m, NULL, raw, n, "the index there is", err)) != 0) {
+            rc = rc == -ENOMEM ? rc : -EPROTO;
+            goto out;
+        }
+        if (m.kind != TKM_OCI_KIND_INDEX) {
+            rc = tkm_err_set(err, -EPROTO,
+                             "the reference names an image manifest, not an image index: add "
+                             "every variant with --add-variant (the first too), or use another "
+                             "tag");
+            goto out;
+        }
+        if (tkm_variants_is_index(raw, n) &&
+            (rc = tkm_variants_parse(raw, n, NULL, "the index there is", &old, err)) != 0)
+            goto out;
+        root = json_loadb(raw, n, JSON_REJECT_DUPLICATES, NULL);
+    } else {
+        root = json_pack("{s:i,s:s,s:[]}", "schemaVersion", 2, "mediaType", TKM_OCI_MT_INDEX,
+                         "manifests");
+    }
+    if (!root || !json_is_array(arr = json_object_get(root, "manifests"))) {
+        rc = tkm_err_set(err, -ENOMEM, "variant index: out of memory");
+        goto out;
+    }
+    for (size_t i = old.n; i-- > 0;)
+        if (tkm_variant_same_target(&old.v[i], v)) {
+            if (replaced)
+                memcpy(replaced, old.v[i].digest, TKM_OCI_DIGEST_LEN + 1);
+            json_array_remove(arr, old.v[i].entry);
+        }
+    e = json_pack("{s:s,s:s,s:I,s:{s:s,s:s},s:{}}", "mediaType", v->media_type, "digest", v->digest,
+                  "size", (json_int_t)v->size, "platform", "os", v->os, "architecture",
+                  v->architecture, "annotations");
+    ann = json_object_get(e, "annotations");
+    if (!e || tkm_variant_annotate(v, ann) != 0 || json_array_append(arr, e) != 0 ||
+        !(text = json_dumps(root, JSON_COMPACT))) {
+        rc = tkm_err_set(err, -ENOMEM, "variant index: out of memory");
+        goto out;
+    }
+    /* the result must read back as a variant index (limits, grammar) */
+    if ((rc = tkm_variants_parse(text, strlen(text), NULL, "the new index", &check, err)) != 0)
+        goto out;
+    *out_n = strlen(text);
+    *out = text;
+    text = NULL;
+out:
+    free(text);
+    json_decref(e);
+    json_decref(root);
+    tkm_oci_manifest_release(&m);
+    tkm_variant_set_release(&old);
+    tkm_variant_set_release(&check);
+    return rc;
+}

@@ -117,6 +117,24 @@ void tkm_variant_parts_str(int mask, char *out, size_t n);
  * arch, warp size). */
 int tkm_variant_same_target(const struct tkm_variant *a, const struct tkm_variant *b);
 
+/* Sets v's variant annotations (backend, arch, warp-size, parts, and
+ * triton-version when known and in its grammar) on the JSON object ann
+ * (a json_t *: an index entry's or a manifest's "annotations"). 0, -EINVAL
+ * (ann not an object), -ENOMEM. */
+int tkm_variant_annotate(const struct tkm_variant *v, json_t *ann);
+
+/* A variant index with v added: raw (n bytes, borrowed) is the index there
+ * is, NULL for none (a new index). Entries that are not variants are kept
+ * as they are, a variant with v's target identity is replaced (its digest
+ * into replaced, optional; "" when none), v is appended with its platform
+ * and annotations. raw must be an image index, and a valid variant index
+ * when it has variants; the result is checked as one (at most
+ * TKM_VARIANTS_MAX). *out (owned: free) gets the compact JSON, *out_n its
+ * length. 0, -EPROTO (err says why), -ENOMEM. */
+int tkm_variants_index_put(const void *raw, size_t n, const struct tkm_variant *v, char **out,
+                           size_t *out_n, char replaced[TKM_OCI_DIGEST_LEN + 1],
+                           struct tkm_err *err);
+
 /*
  * Inspect as an image job on a registry session (oci/session.h), knowing
  * variant indexes: lib/oci's inspect by the reference (pinned by hashing the
