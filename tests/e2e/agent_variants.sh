@@ -7,7 +7,8 @@
 # which, per GPU), pull only that variant's layer into their store (the other layer never
 # lands there) and answer Materialize with that variant's files. An index with the sm90
 # variant alone gives the A100 node NoVariant, served as an empty volume (the default
-# whenIncompatible, Empty) while the H200 node still uses it. A node with both GPUs gets
+# whenIncompatible, Empty) while the H200 node still uses it; an index whose sm80 entry names
+# the sm90 image is VariantMismatch on the A100 (refused, never empty). A node with both GPUs gets
 # both variants in one volume: two store dirs, each layer referenced until Release.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/agent.inc"
@@ -44,12 +45,19 @@ L80=$("$CRANE" manifest "$REPO@$D80" | jq -r '.layers[0].digest')
 DI=$("$CRANE" digest "$REPO:multi")
 DS=$("$CRANE" digest "$REPO:only90")
 CPU=$(jq -r '.manifests[0].platform.architecture' <<<"$IDX")
+# a lying index: its sm80 entry names the sm90 image (written by hand, as an attacker would)
+jq -c --arg d "$D90" '.manifests |= map(if .annotations["cache.triton.image/arch"] == "80" then .digest = $d else . end)' \
+  <<<"$IDX" >lie.json
+curl -sf -X PUT -H "Content-Type: application/vnd.oci.image.index.v1+json" --data-binary @lie.json \
+  "http://$TKM_REGISTRY/v2/${REPO#*/}/manifests/lie" >/dev/null || fail "PUT the lying index"
+DL=$("$CRANE" digest "$REPO:lie")
 
 # the caches here switch signature checks off for themselves: the admin allows it (issue 23)
 kubectl -n "$NS" create configmap tkm-config --from-literal=signatureFloor=Disabled >/dev/null
 cache_create tkc "$NS" multi "$REPO:multi" "$DI" "  mountPath: /home/ml/.triton/cache
   signaturePolicy: {mode: Disabled}"
 cache_create tkc "$NS" only90 "$REPO:only90" "$DS" "  signaturePolicy: {mode: Disabled}"
+cache_create tkc "$NS" lie "$REPO:lie" "$DL" "  signaturePolicy: {mode: Disabled}"
 
 step "--once: each GPU's variant"
 once_err() { # NAME ROOT_DIR: tkm-agent --once against the apiserver; its stderr
@@ -133,6 +141,14 @@ assert_eq "$(agent_field .code)" OK "released"
 assert_contains "$(curl -s "$MURL")" "tkm_agent_store_references 0" "both references dropped"
 wait_jp 30 "pods[] empty" "" tkcns "$N3" "$NS" '{.status.caches.multi.pods[*].name}'
 agent_stop mixed
+
+step "a variant that disagrees with its annotations: VariantMismatch, never an empty volume"
+wait_jp 60 "lie on $N2: VariantMismatch" VariantMismatch tkcns "$N2" "$NS" '{.status.caches.lie.incompatibleGPUs[0].reason}'
+agent_call "$SOCK2" "$(mat trainer-6 vol-6 lie)"
+assert_eq "$(agent_field .code)" FAILED_PRECONDITION "the A100 refuses the lying variant"
+assert_contains "$(agent_field .details)" "VariantMismatch" "with the reason"
+assert_eq "${L80#sha256:}" "$(store_entries a100)" "nothing of it pulled"
+wait_jp 60 "lie on $N1: the sm90 entry is honest" nvidia-h200 tkcns "$N1" "$NS" '{.status.caches.lie.compatibleGPUs[0].gpuType}'
 
 step "Release"
 agent_call "$SOCK1" '{"m":"Release","vol":"vol-1"}' '{"m":"Release","vol":"vol-4"}'
