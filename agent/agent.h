@@ -280,6 +280,12 @@ const struct tkm_triton_summary *agent_verdict_summary(const struct agent_cache 
 /* The parts bits of a parts annotation ("inductor,triton"). */
 int agent_parts_mask(const char *list);
 
+/* cache.c: variant idx of ac's index inspected (res: tkm_triton_job_inspect's, detail a
+ * struct tkm_triton_image): it must be the one the index names, agree with the index's
+ * annotations (else VariantMismatch) and have one layer; ac->vars[idx] filled. */
+struct tkm_oci_job_result;
+void agent_variant_take(struct agent_cache *ac, size_t idx, const struct tkm_oci_job_result *res);
+
 /* once.c */
 int agent_once_image(struct agent *a);
 int agent_once_print(struct agent *a);

@@ -400,9 +400,7 @@ static void variant_failed(struct agent_run *r, struct agent_variant *av, int rc
     snprintf(av->message, sizeof av->message, "%s", tkm_err_str(err));
 }
 
-/* A variant's image inspected: it must be the one the index names, agree with the
- * index's annotations (else VariantMismatch) and have one layer. */
-static void variant_take(struct agent_cache *ac, size_t idx, const struct tkm_oci_job_result *res)
+void agent_variant_take(struct agent_cache *ac, size_t idx, const struct tkm_oci_job_result *res)
 {
     const struct tkm_variant *v = &ac->variants.v[idx];
     struct agent_variant *av = &ac->vars[idx];
@@ -468,7 +466,7 @@ static void on_variant(struct tkm_oci_job *job, int rc, struct tkm_oci_job_resul
     if (rc < 0)
         variant_failed(r, &r->ac->vars[vi->idx], rc, err);
     else
-        variant_take(r->ac, vi->idx, res);
+        agent_variant_take(r->ac, vi->idx, res);
     if (!r->vpending)
         variants_done(r);
 }

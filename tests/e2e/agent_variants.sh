@@ -73,6 +73,14 @@ assert_contains "$OUT" "$NS/multi: GPU 0 (nvidia-h200): linux/$CPU cuda sm90 war
 OUT=$(once_err a100 "$A100")
 assert_contains "$OUT" "$NS/multi: GPU 0 (nvidia-a100): linux/$CPU cuda sm80 warp 32 $D80: Compatible" "A100 picks sm80"
 assert_contains "$OUT" "$NS/only90: GPU 0 (nvidia-a100): no variant: NoVariant" "A100 has no variant in the sm90-only index"
+once_image() { # ROOT_DIR REF: tkm-agent --once --image, no apiserver
+  env -u KUBECONFIG TKM_FAKE_NVML="$1/nvml.conf" "$AGENT" --once --sysfs-root "$1/sys" \
+    --procfs-root "$1/proc" --nvml-lib "$FAKE_NVML" --image "$2" -o json
+}
+expect_ok "--once --image INDEX on the A100: exit 0" once_image "$A100" "$REPO:multi"
+assert_contains "$OUT" "image: GPU 0 (nvidia-a100): linux/$CPU cuda sm80 warp 32 $D80: Compatible" "--image: the A100 picks sm80"
+expect_fail "--once --image SM90-ONLY INDEX on the A100: exit 1" once_image "$A100" "$REPO:only90"
+assert_contains "$OUT" "image: GPU 0 (nvidia-a100): no variant: NoVariant" "--image: NoVariant"
 
 S=$RANDOM
 N1=e2e-var-h200-$S N2=e2e-var-a100-$S
