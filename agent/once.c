@@ -62,6 +62,19 @@ static int once_verdict(struct agent *a)
         size_t ok = 0;
         for (size_t i = 0; i < ac->verdicts.n; i++)
             ok += ac->verdicts.v[i].compatible;
+        for (size_t i = 0; ac->variants.from_index && i < ac->verdicts.n && i < a->gpus.n; i++) {
+            /* a variant index: every GPU's pick and its verdict */
+            const struct tkm_gpu *g = &a->gpus.gpus[i];
+            int k = ac->verdicts.variant ? ac->verdicts.variant[i] : -1;
+            char d[128] = "no variant";
+            if (k >= 0)
+                tkm_variant_describe(&ac->variants.v[k], d, sizeof d);
+            fprintf(stderr, "tkm-agent: %s: GPU %d (%s): %s%s%s: %s: %s\n", ac->key, g->index,
+                    g->gpu_type, d, k >= 0 ? " " : "", k >= 0 ? ac->variants.v[k].digest : "",
+                    ac->verdicts.v[i].compatible ? "Compatible"
+                                                 : agent_verdict_reason(&ac->verdicts, i),
+                    ac->verdicts.v[i].reason);
+        }
         if (ac->reason[0]) {
             fprintf(stderr, "tkm-agent: %s: %s: %s\n", ac->key, ac->reason, ac->message);
             bad = 1;
@@ -69,7 +82,7 @@ static int once_verdict(struct agent *a)
             fprintf(stderr, "tkm-agent: %s: no compatible GPU on this node%s\n", ac->key,
                     a->gpus.n ? "" : " (no GPU found)");
             for (size_t i = 0; i < ac->verdicts.n; i++)
-                fprintf(stderr, "  %s: %s\n", agent_compat_reason(ac->verdicts.v[i].reason),
+                fprintf(stderr, "  %s: %s\n", agent_verdict_reason(&ac->verdicts, i),
                         ac->verdicts.v[i].reason);
             bad = 1;
         }
@@ -118,6 +131,7 @@ struct once_img {
     struct tkm_oci_ref ref;
     char *pem;
     size_t pem_len;
+    size_t vpending; /* a variant index: its variants' inspections in flight */
 };
 
 static void once_finish(struct once_img *oi)
@@ -155,23 +169,11 @@ static void take_image(struct agent_cache *ac, struct tkm_triton_image *im)
     ac->inspected = 1;
 }
 
-static void once_inspected(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
-                           const struct tkm_err *err, void *data)
+/* The image (or every variant) is known: the signature (of the digest pinned:
+ * the index's for a variant index), with --key. */
+static void once_signature(struct once_img *oi)
 {
-    struct once_img *oi = data;
     struct tkm_err e = {0};
-    (void)job;
-    if (rc < 0) {
-        snprintf(oi->ac->reason, sizeof oi->ac->reason, "%s",
-                 rc == -ENOENT   ? "ImageNotFound"
-                 : rc == -EACCES ? "RegistryUnauthorized"
-                                 : "InspectFailed");
-        snprintf(oi->ac->message, sizeof oi->ac->message, "%s", tkm_err_str(err));
-        once_finish(oi);
-        return;
-    }
-    take_image(oi->ac, (struct tkm_triton_image *)res->detail);
-    snprintf(oi->ac->digest, sizeof oi->ac->digest, "%s", res->digest);
     if (!oi->pem) {
         snprintf(oi->ac->message, sizeof oi->ac->message, "signature not checked (no --key)");
         once_finish(oi);
@@ -184,6 +186,95 @@ static void once_inspected(struct tkm_oci_job *job, int rc, struct tkm_oci_job_r
         snprintf(oi->ac->message, sizeof oi->ac->message, "%s", tkm_err_str(&e));
         once_finish(oi);
     }
+}
+
+struct once_var {
+    struct once_img *oi;
+    size_t idx;
+};
+
+static void once_variant(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
+                         const struct tkm_err *err, void *data)
+{
+    struct once_var *ov = data;
+    struct once_img *oi = ov->oi;
+    struct agent_variant *av = &oi->ac->vars[ov->idx];
+    (void)job;
+    if (rc < 0) {
+        av->state = -1;
+        snprintf(av->reason, sizeof av->reason, "%s",
+                 rc == -EBADMSG ? "VariantMismatch" : "InvalidImage");
+        snprintf(av->message, sizeof av->message, "%s", tkm_err_str(err));
+    } else {
+        agent_variant_take(oi->ac, ov->idx, res);
+    }
+    free(ov);
+    if (--oi->vpending == 0) {
+        oi->ac->inspected = 1;
+        once_signature(oi);
+    }
+}
+
+/* --once has not probed the GPUs yet: every variant of the index is inspected. */
+static void once_variants(struct once_img *oi, struct tkm_variant_set *set, const char *digest)
+{
+    struct agent_cache *ac = oi->ac;
+    struct tkm_oci_ref ref = oi->ref;
+    struct tkm_err e = {0};
+    ac->variants = *set;
+    memset(set, 0, sizeof *set);
+    snprintf(ac->digest, sizeof ac->digest, "%s", digest);
+    if (!(ac->vars = calloc(ac->variants.n + 1, sizeof *ac->vars))) {
+        snprintf(ac->reason, sizeof ac->reason, "Internal");
+        snprintf(ac->message, sizeof ac->message, "out of memory");
+        once_finish(oi);
+        return;
+    }
+    oi->vpending = 1; /* this function's share */
+    ref.tag[0] = 0;
+    for (size_t i = 0; i < ac->variants.n; i++) {
+        struct once_var *ov = calloc(1, sizeof *ov);
+        snprintf(ref.digest, sizeof ref.digest, "%s", ac->variants.v[i].digest);
+        if (!ov || tkm_triton_job_inspect(oi->s, &ref, once_variant, ov, NULL, &e) < 0) {
+            ac->vars[i].state = -1;
+            snprintf(ac->vars[i].reason, sizeof ac->vars[i].reason, "InvalidImage");
+            snprintf(ac->vars[i].message, sizeof ac->vars[i].message, "%s",
+                     ov ? tkm_err_str(&e) : "out of memory");
+            free(ov);
+            continue;
+        }
+        ov->oi = oi;
+        ov->idx = i;
+        oi->vpending++;
+    }
+    if (--oi->vpending == 0) {
+        ac->inspected = 1;
+        once_signature(oi);
+    }
+}
+
+static void once_inspected(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
+                           const struct tkm_err *err, void *data)
+{
+    struct once_img *oi = data;
+    (void)job;
+    if (rc < 0) {
+        snprintf(oi->ac->reason, sizeof oi->ac->reason, "%s",
+                 rc == -ENOENT   ? "ImageNotFound"
+                 : rc == -EACCES ? "RegistryUnauthorized"
+                                 : "InspectFailed");
+        snprintf(oi->ac->message, sizeof oi->ac->message, "%s", tkm_err_str(err));
+        once_finish(oi);
+        return;
+    }
+    struct tkm_variant_inspect *vi = (struct tkm_variant_inspect *)res->detail;
+    if (!vi->image) { /* a variant index */
+        once_variants(oi, &vi->set, res->digest);
+        return;
+    }
+    take_image(oi->ac, vi->image);
+    snprintf(oi->ac->digest, sizeof oi->ac->digest, "%s", res->digest);
+    once_signature(oi);
 }
 
 static int read_key(const char *path, char **out, size_t *len)
@@ -261,7 +352,7 @@ int agent_once_image(struct agent *a)
      * pool has only the caches' pull Secrets); the policy is --key's, checked
      * with the signature search the verify job runs */
     if (tkm_oci_session_new(a->http, oi->ref.host, NULL, &oi->s, &e) < 0 ||
-        tkm_triton_job_inspect(oi->s, &oi->ref, once_inspected, oi, NULL, &e) < 0) {
+        tkm_variants_job_inspect(oi->s, &oi->ref, once_inspected, oi, NULL, &e) < 0) {
         fprintf(stderr, "tkm-agent: --image %s: %s\n", a->o.image, tkm_err_str(&e));
         tkm_oci_session_close(oi->s, NULL, NULL);
         goto fail;
