@@ -236,6 +236,26 @@ struct tkm_api_variant_use {
     size_t n_gpu_ids;
 };
 
+/* status.caches.<name>.compiles.topKernels[] (issue 25). Owned string. */
+struct tkm_api_kernel_count {
+    char *name;   /* a Triton kernel's name, [A-Za-z0-9_.-]{1,128} */
+    int64_t pods; /* pods on this node that compiled it */
+};
+
+/* status.caches.<name>.compiles: what the pods served this cache on this node
+ * compiled beside it (counted by tkm-csi at unpublish), since `since` (the agent's
+ * start or the cache's digest changing). present 0: the field is absent. */
+struct tkm_api_compiles {
+    int present;
+    int64_t pods_served;   /* volumes released with a counted scratch layer */
+    int64_t pods_compiled; /* ... of which compiled at least one kernel or entry */
+    int64_t triton_kernels, inductor_entries, vllm_entries; /* summed over those pods */
+    int64_t bytes;
+    struct tkm_api_kernel_count *top; /* the most compiled kernel names, at most 10 */
+    size_t n_top;
+    char *since; /* RFC 3339 */
+};
+
 /* status.caches.<name> */
 struct tkm_api_node_cache {
     char *name; /* the map key: the cache's name */
@@ -254,7 +274,8 @@ struct tkm_api_node_cache {
     char *fail_reason, *fail_message, *fail_time;
     struct tkm_api_variant_use *variants; /* the variants used here (at most 64) */
     size_t n_variants;
-    char *fallback; /* "Empty" when served as an empty volume here, else NULL */
+    char *fallback;                   /* "Empty" when served as an empty volume here, else NULL */
+    struct tkm_api_compiles compiles; /* issue 25 */
 };
 
 /* The status a node's agent writes. gpuCount, gpuTypes and cacheCount (the
