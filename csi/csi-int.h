@@ -54,10 +54,10 @@ struct csi_op {
     unsigned parts;                         /* an Empty volume's part subdirs (TKM_PART_*) */
     char vol_dir[PATH_MAX];
     uv_work_t work;
-    uv_fs_t fs;    /* marker unlink after a release */
-    int rc;        /* the work's result */
-    int code;      /* gRPC code to answer when rc < 0 */
-    int had_state; /* unpublish: a volume dir was found (and removed) */
+    uv_fs_t fs;                 /* marker unlink after a release */
+    int rc;                     /* the work's result */
+    int code;                   /* gRPC code to answer when rc < 0 */
+    int had_state;              /* unpublish: a volume dir was found (and removed) */
     int has_scratch;            /* unpublish: scratch below was counted */
     struct csi_scratch scratch; /* unpublish: what the pod compiled (csi/scratch.c) */
     struct tkm_err err;

@@ -233,8 +233,8 @@ struct csi_scratch_caps {
  * else only those not in a lower (a private copy). Kernel JSONs are read up
  * to CSI_SCRATCH_JSON_MAX bytes and parsed; their "name" kept when it is
  * [A-Za-z0-9_.-]{1,128}. 0, or a negative code with err. */
-int csi_scratch_walk(struct csi_scratch *s, const char *upper, const char *const *lowers,
-                     size_t n, int root, int all_files, const struct csi_scratch_caps *caps,
+int csi_scratch_walk(struct csi_scratch *s, const char *upper, const char *const *lowers, size_t n,
+                     int root, int all_files, const struct csi_scratch_caps *caps,
                      struct tkm_err *err);
 /* Writes <vol_dir>/CSI_SCRATCH_STATE at publish: the mode ("overlay",
  * "copy", "empty"), the layout (root) and the store dirs, so a restarted

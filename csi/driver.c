@@ -95,8 +95,7 @@ static void rel_answered(int code, const char *message, const void *resp, size_t
 }
 
 /* The proto form of sc into m; names borrowed from sc (names: room for all). */
-static void scratch_msg(Tkm__Agent__V1__ScratchCount *m, char **names,
-                        const struct csi_scratch *sc)
+static void scratch_msg(Tkm__Agent__V1__ScratchCount *m, char **names, const struct csi_scratch *sc)
 {
     m->triton_kernels = sc->triton_kernels;
     m->inductor_fxgraph = sc->inductor_fxgraph;

@@ -625,7 +625,7 @@ static void unpub_work(uv_work_t *w)
         op->has_scratch = c == 1;
     }
     if (op->had_state && ((rc = write_marker(cfg->state_dir, op->vol, &op->err)) < 0 ||
-                    (rc = remove_vol_dir(op->vol_dir, &op->err)) < 0)) {
+                          (rc = remove_vol_dir(op->vol_dir, &op->err)) < 0)) {
         op->rc = rc;
         return;
     }

@@ -171,8 +171,8 @@ static int walk_sub(struct walk *w, int dfd, const int *lfd, size_t nl, unsigned
     if ((sub = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
         return errno == ENOENT ? 0 : -errno;
     for (size_t i = 0; i < cn; i++)
-        clfd[i] = lfd[i] < 0 ? -1
-                             : openat(lfd[i], name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        clfd[i] =
+            lfd[i] < 0 ? -1 : openat(lfd[i], name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     rc = walk_dir(w, sub, clfd, cn, depth + 1, cl, !lower, &kernel);
     for (size_t i = 0; i < cn; i++)
         if (clfd[i] >= 0)
@@ -239,8 +239,8 @@ static int walk_dir(struct walk *w, int dfd, const int *lfd, size_t nl, unsigned
     return rc;
 }
 
-int csi_scratch_walk(struct csi_scratch *s, const char *upper, const char *const *lowers,
-                     size_t n, int root, int all_files, const struct csi_scratch_caps *caps,
+int csi_scratch_walk(struct csi_scratch *s, const char *upper, const char *const *lowers, size_t n,
+                     int root, int all_files, const struct csi_scratch_caps *caps,
                      struct tkm_err *err)
 {
     struct walk w = {.s = s,
