@@ -233,7 +233,8 @@ static void pub_scratch_state(struct csi_op *op)
     struct tkm_err e = {0};
     if (op->mode == CSI_MODE_STRICT)
         return;
-    int root = op->empty ? op->parts == 0 : tkm_parts_is_root(op->stores[0]);
+    int root =
+        op->empty ? op->parts == 0 : !tkm_parts_is_root(op->stores[0]); /* Triton at the root */
     const char *mode = op->empty ? "empty" : op->mode == CSI_MODE_COPY ? "copy" : "overlay";
     if (csi_scratch_state_write(op->vol_dir, mode, root, (const char *const *)op->stores,
                                 op->n_stores, &e) < 0)
