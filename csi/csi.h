@@ -200,7 +200,9 @@ int csi_recover(const char *state_dir, size_t *removed, struct tkm_err *err);
 #define CSI_SCRATCH_ENTRIES_MAX 200000 /* entries walked, then truncated */
 #define CSI_SCRATCH_DEPTH_MAX   16     /* dirs below the upper dir walked, then truncated */
 #define CSI_SCRATCH_JSON_MAX    65536  /* a kernel JSON larger than this is not read */
-#define CSI_SCRATCH_STATE       "scratch-layout" /* <vol_dir>/ file: what the count needs */
+/* The volume dir's xattr with what the count needs (trusted.*: root's alone, like
+ * overlayfs's own; the volume dir holds no file the pod did not cause). */
+#define CSI_SCRATCH_XATTR "trusted.tkm.scratch"
 
 /* What a pod added to its scratch layer (agent.proto's ScratchCount). */
 struct csi_scratch {
@@ -236,13 +238,13 @@ struct csi_scratch_caps {
 int csi_scratch_walk(struct csi_scratch *s, const char *upper, const char *const *lowers, size_t n,
                      int root, int all_files, const struct csi_scratch_caps *caps,
                      struct tkm_err *err);
-/* Writes <vol_dir>/CSI_SCRATCH_STATE at publish: the mode ("overlay",
- * "copy", "empty"), the layout (root) and the store dirs, so a restarted
- * tkm-csi can count at unpublish. */
+/* Sets CSI_SCRATCH_XATTR on vol_dir at publish: the mode ("overlay", "copy",
+ * "empty"), the layout (root) and the store dirs, so a restarted tkm-csi can
+ * count at unpublish (-EEXIST when set already). */
 int csi_scratch_state_write(const char *vol_dir, const char *mode, int root,
                             const char *const *stores, size_t n, struct tkm_err *err);
-/* Counts the volume at vol_dir from its state file: 1 counted into s, 0
- * nothing to count (no state file: a strict volume, or one published by a
+/* Counts the volume at vol_dir from its CSI_SCRATCH_XATTR: 1 counted into s,
+ * 0 nothing to count (no such xattr: a strict volume, or one published by a
  * tkm-csi without the count), or a negative code with err. */
 int csi_scratch_volume(const char *vol_dir, struct csi_scratch *s, struct tkm_err *err);
 /* A one-line summary of s into out (reset), names escaped: "triton 2 kernels

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <tkm/fs.h>
@@ -276,48 +277,49 @@ int csi_scratch_walk(struct csi_scratch *s, const char *upper, const char *const
     return 0;
 }
 
-/* ---- the volume's state file ------------------------------------------------ */
+/* ---- the volume's state (an xattr of its dir) --------------------------------- */
+
+#define STATE_MAX ((CSI_MAX_STORES + 2) * (PATH_MAX + 16))
 
 int csi_scratch_state_write(const char *vol_dir, const char *mode, int root,
                             const char *const *stores, size_t n, struct tkm_err *err)
 {
-    struct tkm_buf b = TKM_BUF_INIT((CSI_MAX_STORES + 2) * (PATH_MAX + 16));
-    char p[PATH_MAX];
+    struct tkm_buf b = TKM_BUF_INIT(STATE_MAX);
     int rc = tkm_buf_printf(&b, "tkm-csi scratch 1\nmode %s\nlayout %s\n", mode,
                             root ? "root" : "parts");
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = tkm_buf_printf(&b, "lower %s\n", stores[i]);
-    if (rc < 0) {
-        tkm_buf_release(&b);
-        return tkm_err_set(err, -ENOMEM, "out of memory");
-    }
-    snprintf(p, sizeof(p), "%s/" CSI_SCRATCH_STATE, vol_dir);
-    int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    rc = 0;
-    if (fd < 0 || write(fd, b.data, b.len) != (ssize_t)b.len)
-        rc = tkm_err_set(err, -errno, "writing %s: %s", p, strerror(errno));
-    if (fd >= 0 && close(fd) < 0 && rc == 0)
-        rc = tkm_err_set(err, -errno, "writing %s: %s", p, strerror(errno));
+    if (rc < 0)
+        rc = tkm_err_set(err, -ENOMEM, "out of memory");
+    else if (lsetxattr(vol_dir, CSI_SCRATCH_XATTR, b.data, b.len, XATTR_CREATE) < 0)
+        rc = tkm_err_set(err, -errno, "setting %s on %s: %s", CSI_SCRATCH_XATTR, vol_dir,
+                         strerror(errno));
     tkm_buf_release(&b);
     return rc;
 }
 
 int csi_scratch_volume(const char *vol_dir, struct csi_scratch *s, struct tkm_err *err)
 {
-    struct tkm_buf b = TKM_BUF_INIT((CSI_MAX_STORES + 2) * (PATH_MAX + 16));
     const char *lowers[LOWERS_MAX];
-    char p[PATH_MAX], groups[PATH_MAX], upper[PATH_MAX];
+    char groups[PATH_MAX], upper[PATH_MAX];
     size_t n = 0;
     int rc, root = -1, all_files = -1, line = 0;
-    snprintf(p, sizeof(p), "%s/" CSI_SCRATCH_STATE, vol_dir);
-    if ((rc = tkm_read_file(p, b.max, &b, "the volume's scratch state", err)) < 0) {
-        tkm_buf_release(&b);
-        return rc == -ENOENT ? 0 : rc;
+    char *b = malloc(STATE_MAX + 1);
+    if (!b)
+        return tkm_err_set(err, -ENOMEM, "out of memory");
+    ssize_t len = lgetxattr(vol_dir, CSI_SCRATCH_XATTR, b, STATE_MAX);
+    if (len < 0) {
+        rc = errno == ENODATA ? 0
+                              : tkm_err_set(err, -errno, "reading %s of %s: %s", CSI_SCRATCH_XATTR,
+                                            vol_dir, strerror(errno));
+        free(b);
+        return rc;
     }
+    b[len] = '\0';
     snprintf(groups, sizeof(groups), "%s/groups", vol_dir);
     snprintf(upper, sizeof(upper), "%s/upper", vol_dir);
     lowers[n++] = groups;
-    for (char *l = b.data, *nl; l && *l; l = nl) {
+    for (char *l = b, *nl; l && *l; l = nl) {
         if ((nl = strchr(l, '\n')))
             *nl++ = '\0';
         line++;
@@ -340,11 +342,12 @@ int csi_scratch_volume(const char *vol_dir, struct csi_scratch *s, struct tkm_er
         }
     }
     if (root < 0 || all_files < 0) {
-        tkm_buf_release(&b);
-        return tkm_err_set(err, -EINVAL, "%s: not a scratch state file of this tkm-csi", p);
+        free(b);
+        return tkm_err_set(err, -EINVAL, "%s of %s is not a scratch state of this tkm-csi",
+                           CSI_SCRATCH_XATTR, vol_dir);
     }
     rc = csi_scratch_walk(s, upper, lowers, n, root, all_files, NULL, err);
-    tkm_buf_release(&b);
+    free(b);
     return rc < 0 ? rc : 1;
 }
 

@@ -113,7 +113,7 @@ assert_contains "$(released vol-rse)" "names=add_kernel" "its kernel's name"
 step "a count that fails never fails the unpublish"
 expect_ok "publish vol-bad" csi publish vol-bad "$P/bad/mount" cacheName=vadd
 cp -r "$NEW/$K_SM" "$P/bad/mount/"
-echo "not ours" >"$V/pod-vol-bad/vol-bad/scratch-layout"
+python3 -c 'import os, sys; os.setxattr(sys.argv[1], "trusted.tkm.scratch", b"not ours")' "$V/pod-vol-bad/vol-bad"
 expect_ok "unpublish vol-bad" csi unpublish vol-bad "$P/bad/mount"
 assert_eq "Release vol-bad released" "$(released vol-bad)" "released, without counts"
 assert_contains "$(grep 'vol-bad' "$CSI_TMP/csi.log")" "volume vol-bad: the scratch layer was not counted: " "the reason in the log"

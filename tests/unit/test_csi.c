@@ -567,6 +567,13 @@ static uint64_t kfiles(const char *k, uint64_t *bytes)
     return n;
 }
 
+/* An overlay whiteout (a 0/0 char device, as overlayfs makes them); not root:
+ * a FIFO, another special file the walk must skip. */
+static int whiteout(const char *p)
+{
+    return geteuid() == 0 ? mknod(p, S_IFCHR | 0000, makedev(0, 0)) : mkfifo(p, 0600);
+}
+
 static int has_name(const struct csi_scratch *s, const char *n)
 {
     for (size_t i = 0; i < s->n_names; i++)
@@ -613,9 +620,9 @@ TEST(scratch_triton_root)
     mk(upper, K_ADD "/add_kernel.json", "{\"name\":\"add_kernel\"}");
     /* whiteouts: a removed store kernel dir, and a removed file */
     snprintf(p, sizeof(p), "%s/WHITEOUTKERNEL", upper);
-    ASSERT_OK(mknod(p, S_IFCHR | 0000, makedev(0, 0)));
+    ASSERT_OK(whiteout(p));
     snprintf(p, sizeof(p), "%s/" K_SM "/softmax_kernel.ttir.gone", upper);
-    ASSERT_OK(mknod(p, S_IFCHR | 0000, makedev(0, 0)));
+    ASSERT_OK(whiteout(p));
     /* a kernel whose name has bad characters: counted, its name left out */
     mk(upper, "BADNAME", NULL);
     mk(upper, "BADNAME/k.json", "{\"name\":\"bad name\\n\\u001b[31m;rm -rf\"}");
@@ -817,8 +824,13 @@ TEST(scratch_state)
     mkdir(vol, 0700);
     mk(vol, "groups", NULL);
     mk(vol, "upper", NULL);
-    /* No state file (strict, or an older tkm-csi): nothing counted. */
+    /* No state (strict, or an older tkm-csi): nothing counted. */
     ASSERT_EQ(csi_scratch_volume(vol, &s, NULL), 0);
+    if (geteuid() != 0) { /* trusted.* is root's (tkm-csi runs as root): refused, said so */
+        ASSERT_EQ(csi_scratch_state_write(vol, "overlay", 1, stores, 1, &err), -EPERM);
+        ASSERT_STRCONTAINS(err.msg, "setting " CSI_SCRATCH_XATTR " on ");
+        return;
+    }
     ASSERT_OK(csi_scratch_state_write(vol, "overlay", 1, stores, 1, &err));
     ASSERT_EQ(csi_scratch_state_write(vol, "overlay", 1, stores, 1, NULL), -EEXIST);
     kdir(K_SM, vol, "upper/" K_SM);
@@ -831,21 +843,22 @@ TEST(scratch_state)
     ASSERT_STRCONTAINS(sum.data, "triton 1 kernel (softmax_kernel), inductor 0 fxgraph 0 "
                                  "aotautograd, vllm 0, ");
     /* An Empty volume of a torch.compile cache: parts, nothing below. */
-    snprintf(p, sizeof(p), "%s/" CSI_SCRATCH_STATE, vol);
-    unlink(p);
+    ASSERT_OK(lremovexattr(vol, CSI_SCRATCH_XATTR));
     ASSERT_OK(csi_scratch_state_write(vol, "empty", 0, NULL, 0, NULL));
     mk(vol, "upper/triton", NULL);
     kdir(K_SM, vol, "upper/triton/" K_SM);
     ASSERT_EQ(csi_scratch_volume(vol, &s, NULL), 1);
     ASSERT_UEQ(s.triton_kernels, 1u);
     /* A state file this tkm-csi did not write: an error, nothing counted. */
-    unlink(p);
-    mk(vol, CSI_SCRATCH_STATE, "tkm-csi scratch 1\nmode overlay\nlayout sideways\n");
+    static const char odd[] = "tkm-csi scratch 1\nmode overlay\nlayout sideways\n";
+    ASSERT_OK(lsetxattr(vol, CSI_SCRATCH_XATTR, odd, strlen(odd), XATTR_REPLACE));
     ASSERT_EQ(csi_scratch_volume(vol, &s, &err), -EINVAL);
-    ASSERT_STRCONTAINS(err.msg, "not a scratch state file");
-    unlink(p);
-    mk(vol, CSI_SCRATCH_STATE, "something else\n");
+    ASSERT_STRCONTAINS(err.msg, "is not a scratch state of this tkm-csi");
+    ASSERT_OK(lsetxattr(vol, CSI_SCRATCH_XATTR, "x", 1, XATTR_REPLACE));
     ASSERT_EQ(csi_scratch_volume(vol, &s, NULL), -EINVAL);
+    /* No files in the volume dir but the layers (the bytes a pod costs, docs/csi.md). */
+    snprintf(p, sizeof(p), "%s/scratch-layout", vol);
+    ASSERT_EQ(access(p, F_OK), -1);
     /* Names are escaped in the summary (a name can only be [A-Za-z0-9_.-] here,
      * the escape is the second line of defence). */
     memset(&s, 0, sizeof(s));
