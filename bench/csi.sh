@@ -3,7 +3,11 @@
 # tkm-csi's publish path with the cache already in the store: latency of one
 # publish, N (default 100) publishes at once, and the bytes each pod costs on the
 # node, printed beside the goals (one publish < 20 ms, 100 at once < 1 s, bytes
-# written per pod = the rewritten group files only). Baseline, in the same run:
+# written per pod = the rewritten group files only). Then the count of what a pod
+# compiled (issue 25): unpublish with 1,000 new files in the scratch layer (125 new
+# real Triton 3.6 kernel dirs of 8 files), tkm-csi --count-scratch=true vs false side
+# by side (alternated, a restart of tkm-csi per block), goal: the count adds <= 5 ms
+# (median difference; the ratio printed too). Baseline, in the same run:
 # readOnly "false", a private copy of the cache per pod (what a driver without the
 # overlay must do to give Triton a writable cache dir), alternated with the overlay
 # (A B, B A, ...).
@@ -96,6 +100,48 @@ for mode in overlay copy; do
   obytes=${obytes:-$bytes}
   csi unpublish "bytes-$mode" "$work/pods/bytes-$mode/mount" >/dev/null
 done
+# Unpublish with 1,000 new files in the scratch layer: the count on vs off.
+src_k=$TKM_FIXTURES/triton-3.6-sm80-cross/cache
+mapfile -t kdirs < <(find "$src_k" -mindepth 1 -maxdepth 1 -type d | sort)
+tmpl=$work/new1000
+mkdir -p "$tmpl"
+for i in $(seq 0 124); do cp -r "${kdirs[$((i % ${#kdirs[@]}))]}" "$tmpl/$(printf 'NEWKERNEL%03d' "$i")"; done
+tmpl_files=$(find "$tmpl" -type f | wc -l)
+declare -a lat_on lat_off
+rounds=${TKM_BENCH_CSI_ROUNDS:-6}
+unpub_block() { # on|off BLOCK: restart tkm-csi with the count on or off, 3 timed unpublishes
+  local mode=$1 b=$2 v t out
+  csi_driver_stop
+  csi_driver_start -v info --count-scratch="$([[ $mode == on ]] && echo true || echo false)"
+  csi publish "warm-$mode-$b" "$work/pods/warm-$mode-$b/mount" cacheName=vadd >/dev/null
+  csi unpublish "warm-$mode-$b" "$work/pods/warm-$mode-$b/mount" >/dev/null
+  for k in 1 2 3; do
+    v=cnt-$mode-$b-$k
+    t=$work/pods/$v/mount
+    csi publish "$v" "$t" cacheName=vadd >/dev/null
+    cp -r "$tmpl/." "$t/"
+    out=$("$TKM_BUILD_DIR/tests/e2e_csi_client" "$CSI_SOCK" unpublish "$v" "$t" --time)
+    [[ $out == OK* ]] || { echo "unpublish $v: $out" >&2; exit 1; }
+    out=${out#OK }
+    if [[ $mode == on ]]; then lat_on+=("${out% ms}"); else lat_off+=("${out% ms}"); fi
+  done
+}
+for b in $(seq "$rounds"); do
+  if ((b % 2)); then unpub_block on "$b"; unpub_block off "$b"
+  else unpub_block off "$b"; unpub_block on "$b"; fi
+done
+counted=$(grep -o 'the pod compiled: [^)]*)[^(]*' "$CSI_TMP/csi.log" | tail -1)
+mon=$(med "${lat_on[@]}"); moff=$(med "${lat_off[@]}")
+printf 'unpublish, %s new files in the scratch, count off: %s
+' "$tmpl_files" "$(stats "${lat_off[@]}")"
+printf 'unpublish, %s new files in the scratch, count on:  %s (%s)
+' "$tmpl_files" "$(stats "${lat_on[@]}")" "$counted"
+printf '  the count adds %s ms (median on - off), ratio on/off %s; goal <= 5 ms: %s
+' \
+  "$(awk -v a="$mon" -v b="$moff" 'BEGIN {printf "%.2f", a - b}')" \
+  "$(awk -v a="$mon" -v b="$moff" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}')" \
+  "$(awk -v a="$mon" -v b="$moff" 'BEGIN {print (a - b <= 5) ? "MET" : "MISSED"}')"
+
 left=$(csi_mounts | wc -l)
 echo "mounts left: $left"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -90,15 +90,23 @@ static int name_ok(const char *n, size_t len)
     return 1;
 }
 
+/* 1 when the len bytes at n are one of s's names. */
+static int name_known(const struct csi_scratch *s, const char *n, size_t len)
+{
+    for (size_t i = 0; i < s->n_names; i++)
+        if (strlen(s->names[i]) == len && memcmp(s->names[i], n, len) == 0)
+            return 1;
+    return 0;
+}
+
 static void name_add(struct csi_scratch *s, const char *n, size_t len)
 {
     if (!name_ok(n, len)) {
         s->truncated = 1; /* skipped: counted as truncated (agent.proto) */
         return;
     }
-    for (size_t i = 0; i < s->n_names; i++)
-        if (strlen(s->names[i]) == len && memcmp(s->names[i], n, len) == 0)
-            return;
+    if (name_known(s, n, len))
+        return;
     if (s->n_names == CSI_SCRATCH_NAMES_MAX) {
         s->truncated = 1;
         return;
@@ -133,6 +141,17 @@ static int kernel_json(struct walk *w, int dfd, const char *fname)
     }
     if (got == 0 || got > CSI_SCRATCH_JSON_MAX)
         goto out;
+    /* The same kernel at another specialization (most new kernel dirs): a
+     * stem already read as a valid name needs no second parse, only its
+     * "name": "<stem>" (json.dumps' spelling; else the parse decides). */
+    if (name_known(w->s, fname, fl - 5)) {
+        char needle[CSI_SCRATCH_NAME_MAX + 16];
+        int n = snprintf(needle, sizeof(needle), "\"name\": \"%.*s\"", (int)(fl - 5), fname);
+        if (memmem(w->json, got, needle, (size_t)n)) {
+            found = 1;
+            goto out;
+        }
+    }
     json_t *j = json_loadb(w->json, got, JSON_REJECT_DUPLICATES, NULL);
     json_t *name = json_object_get(j, "name");
     if (json_is_string(name)) {

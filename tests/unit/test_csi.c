@@ -870,3 +870,27 @@ TEST(scratch_state)
     ASSERT_STRCONTAINS(sum.data, "(truncated)");
     tkm_buf_release(&sum);
 }
+
+/* A kernel name read once: the same stem in another kernel dir is checked for
+ * its "name": "<stem>" bytes; anything else is parsed as the first was. */
+TEST(scratch_known_names)
+{
+    char upper[PATH_MAX];
+    struct csi_scratch s;
+    snprintf(upper, sizeof(upper), "%s/upper", tkm_test_tmpdir());
+    mkdir(upper, 0755);
+    kdir(K_SM, upper, "A");
+    kdir(K_SM, upper, "B"); /* the same kernel again: counted, no second name */
+    mk(upper, "C", NULL);   /* the stem, another name: parsed */
+    mk(upper, "C/softmax_kernel.json", "{\"name\":\"other_kernel\"}");
+    mk(upper, "D", NULL); /* the stem, no name at all: not a kernel */
+    mk(upper, "D/softmax_kernel.json", "{\"hash\":\"x\"}");
+    mk(upper, "E", NULL); /* the stem, its name without json.dumps' space: parsed */
+    mk(upper, "E/softmax_kernel.json", "{\"name\":\"softmax_kernel\"}");
+    ASSERT_OK(csi_scratch_walk(&s, upper, NULL, 0, 1, 1, NULL, NULL));
+    ASSERT_UEQ(s.triton_kernels, 4u);
+    ASSERT_UEQ(s.n_names, 2u);
+    ASSERT(has_name(&s, "softmax_kernel"));
+    ASSERT(has_name(&s, "other_kernel"));
+    ASSERT_EQ(s.truncated, 0);
+}
