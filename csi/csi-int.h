@@ -59,6 +59,7 @@ struct csi_op {
     int code;                   /* gRPC code to answer when rc < 0 */
     int had_state;              /* unpublish: a volume dir was found (and removed) */
     int has_scratch;            /* unpublish: scratch below was counted */
+    uint64_t count_us;          /* ... in this long (the log line) */
     struct csi_scratch scratch; /* unpublish: what the pod compiled (csi/scratch.c) */
     struct tkm_err err;
     uint64_t t0; /* when the op was received (uv_now) */

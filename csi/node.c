@@ -620,7 +620,9 @@ static void unpub_work(uv_work_t *w)
     if (rc == 1 && cfg->count_scratch) {
         /* What the pod compiled, before its scratch goes: never fails the unpublish. */
         struct tkm_err e = {0};
+        uint64_t c0 = uv_hrtime();
         int c = csi_scratch_volume(op->vol_dir, &op->scratch, &e);
+        op->count_us = (uv_hrtime() - c0) / 1000;
         if (c < 0)
             tkm_warn("volume %s: the scratch layer was not counted: %s", op->vol, tkm_err_str(&e));
         op->has_scratch = c == 1;
@@ -641,9 +643,10 @@ static void unpub_released(void *data, int released)
     (void)released;
     if (op->has_scratch) {
         struct tkm_buf sum = TKM_BUF_INIT(8192);
-        tkm_info("unpublished %s at %s (%llu ms; the pod compiled: %s)", op->vol, op->target,
-                 (unsigned long long)(uv_now(op->d->loop) - op->t0),
-                 csi_scratch_summary(&op->scratch, &sum) == 0 ? sum.data : "(out of memory)");
+        tkm_info("unpublished %s at %s (%llu ms; the pod compiled: %s; counted in %.2f ms)",
+                 op->vol, op->target, (unsigned long long)(uv_now(op->d->loop) - op->t0),
+                 csi_scratch_summary(&op->scratch, &sum) == 0 ? sum.data : "(out of memory)",
+                 op->count_us / 1000.0);
         tkm_buf_release(&sum);
     } else {
         tkm_info("unpublished %s at %s (%llu ms)", op->vol, op->target,
