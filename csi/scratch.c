@@ -141,13 +141,18 @@ static int kernel_json(struct walk *w, int dfd, const char *fname)
     }
     if (got == 0 || got > CSI_SCRATCH_JSON_MAX)
         goto out;
-    /* The same kernel at another specialization (most new kernel dirs): a
-     * stem already read as a valid name needs no second parse, only its
-     * "name": "<stem>" (json.dumps' spelling; else the parse decides). */
-    if (name_known(w->s, fname, fl - 5)) {
+    /* No second parse for a name already read (the same kernel at another
+     * specialization: most new kernel dirs), nor once the names are full:
+     * Triton's <stem>.json with its "name": "<stem>" (json.dumps' spelling)
+     * and a valid stem is enough; anything else is parsed. At most 32 names
+     * are parsed for, so the count stays cheap with many distinct kernels. */
+    int known = name_known(w->s, fname, fl - 5);
+    if ((known || w->s->n_names == CSI_SCRATCH_NAMES_MAX) && name_ok(fname, fl - 5)) {
         char needle[CSI_SCRATCH_NAME_MAX + 16];
         int n = snprintf(needle, sizeof(needle), "\"name\": \"%.*s\"", (int)(fl - 5), fname);
         if (memmem(w->json, got, needle, (size_t)n)) {
+            if (!known)
+                w->s->truncated = 1; /* a name left out: the list is full */
             found = 1;
             goto out;
         }

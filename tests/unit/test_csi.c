@@ -893,4 +893,20 @@ TEST(scratch_known_names)
     ASSERT(has_name(&s, "softmax_kernel"));
     ASSERT(has_name(&s, "other_kernel"));
     ASSERT_EQ(s.truncated, 0);
+    /* 40 distinct kernels as Triton writes them: 32 names, the others
+     * counted (checked by their bytes once the names are full), truncated. */
+    char rel[64], json[96];
+    for (int i = 0; i < 40; i++) {
+        snprintf(rel, sizeof(rel), "T%02d", i);
+        mk(upper, rel, NULL);
+        snprintf(rel, sizeof(rel), "T%02d/kern_%d.json", i, i);
+        snprintf(json, sizeof(json), "{\"hash\": \"h\", \"name\": \"kern_%d\"}", i);
+        mk(upper, rel, json);
+    }
+    mk(upper, "U", NULL); /* names full, a stem of bad characters: parsed, not a kernel */
+    mk(upper, "U/a b.json", "{\"name\": \"a b\", \"x\": [}");
+    ASSERT_OK(csi_scratch_walk(&s, upper, NULL, 0, 1, 1, NULL, NULL));
+    ASSERT_UEQ(s.triton_kernels, 44u);
+    ASSERT_UEQ(s.n_names, (unsigned)CSI_SCRATCH_NAMES_MAX);
+    ASSERT_EQ(s.truncated, 1);
 }
