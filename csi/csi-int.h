@@ -60,6 +60,7 @@ struct csi_op {
     int had_state;              /* unpublish: a volume dir was found (and removed) */
     int has_scratch;            /* unpublish: scratch below was counted */
     uint64_t count_us;          /* ... in this long (the log line) */
+    uint64_t count_cpu_us;      /* ... with this much of the thread's CPU time */
     struct csi_scratch scratch; /* unpublish: what the pod compiled (csi/scratch.c) */
     struct tkm_err err;
     uint64_t t0; /* when the op was received (uv_now) */

@@ -12,6 +12,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <tkm/triton/parts.h>
@@ -620,9 +621,14 @@ static void unpub_work(uv_work_t *w)
     if (rc == 1 && cfg->count_scratch) {
         /* What the pod compiled, before its scratch goes: never fails the unpublish. */
         struct tkm_err e = {0};
+        struct timespec a, b;
         uint64_t c0 = uv_hrtime();
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
         int c = csi_scratch_volume(op->vol_dir, &op->scratch, &e);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
         op->count_us = (uv_hrtime() - c0) / 1000;
+        op->count_cpu_us =
+            (uint64_t)((b.tv_sec - a.tv_sec) * 1000000 + (b.tv_nsec - a.tv_nsec) / 1000);
         if (c < 0)
             tkm_warn("volume %s: the scratch layer was not counted: %s", op->vol, tkm_err_str(&e));
         op->has_scratch = c == 1;
@@ -643,10 +649,11 @@ static void unpub_released(void *data, int released)
     (void)released;
     if (op->has_scratch) {
         struct tkm_buf sum = TKM_BUF_INIT(8192);
-        tkm_info("unpublished %s at %s (%llu ms; the pod compiled: %s; counted in %.2f ms)",
+        tkm_info("unpublished %s at %s (%llu ms; the pod compiled: %s; counted in %.2f ms, "
+                 "%.2f ms CPU)",
                  op->vol, op->target, (unsigned long long)(uv_now(op->d->loop) - op->t0),
                  csi_scratch_summary(&op->scratch, &sum) == 0 ? sum.data : "(out of memory)",
-                 op->count_us / 1000.0);
+                 op->count_us / 1000.0, op->count_cpu_us / 1000.0);
         tkm_buf_release(&sum);
     } else {
         tkm_info("unpublished %s at %s (%llu ms)", op->vol, op->target,

@@ -131,7 +131,9 @@ static int kernel_json(struct walk *w, int dfd, const char *fname)
     /* The size from the open file, never trusted: the read is capped too. */
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > CSI_SCRATCH_JSON_MAX)
         goto out;
-    while (got <= CSI_SCRATCH_JSON_MAX) {
+    /* Until EOF, the cap, or the size fstat said (a file that grew meanwhile
+     * is read as it was: never past the cap). */
+    while (got <= CSI_SCRATCH_JSON_MAX && got < (size_t)st.st_size) {
         ssize_t r = read(fd, w->json + got, CSI_SCRATCH_JSON_MAX + 1 - got);
         if (r < 0 && errno == EINTR)
             continue;
