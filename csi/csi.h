@@ -226,15 +226,14 @@ struct csi_scratch_caps {
 /* Counts upper (a volume's scratch: the overlay's upper dir, or a private copy)
  * into s (zeroed first) in one walk that never follows a symlink (openat and
  * fstatat relative to open dirs) nor crosses into another filesystem.
- * lowers[0..n) are the dirs below it (groups, stores; NULL or unreadable ones
- * are skipped): an entry whose path is in one of them is not new (an opaque
- * dir or a copied-up one is never a new kernel); whiteouts (0/0 char devices)
- * and other special files are skipped. root: the Triton cache is at upper
- * itself (else triton/, inductor/, vllm/). all_files: every regular file
- * counts in files/bytes (an overlay's upper holds only what the pod wrote),
- * else only those not in a lower (a private copy). Kernel JSONs are read up
- * to CSI_SCRATCH_JSON_MAX bytes and parsed; their "name" kept when it is
- * [A-Za-z0-9_.-]{1,128}. 0, or a negative code with err. */
+ * lowers[0..n) are the dirs below it (groups, stores; NULL ones are skipped,
+ * one that cannot be opened is an error): an entry whose path is in one of them is not new (an
+ * opaque dir or a copied-up one is never a new kernel); whiteouts (0/0 char devices) and other
+ * special files are skipped. root: the Triton cache is at upper itself (else triton/, inductor/,
+ * vllm/). all_files: every regular file counts in files/bytes (an overlay's upper holds only what
+ * the pod wrote), else only those not in a lower (a private copy). Kernel JSONs are read up to
+ * CSI_SCRATCH_JSON_MAX bytes and parsed; their "name" kept when it is [A-Za-z0-9_.-]{1,128}. 0, or
+ * a negative code with err. */
 int csi_scratch_walk(struct csi_scratch *s, const char *upper, const char *const *lowers, size_t n,
                      int root, int all_files, const struct csi_scratch_caps *caps,
                      struct tkm_err *err);

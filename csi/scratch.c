@@ -289,18 +289,24 @@ int csi_scratch_walk(struct csi_scratch *s, const char *upper, const char *const
         return rc;
     }
     w.dev = st.st_dev;
-    for (size_t i = 0; i < n; i++)
-        if (lowers[i])
-            lfd[nl++] = open(lowers[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    rc = walk_dir(&w, ufd, lfd, nl, 0, root ? L_TRITON : L_VOLUME, 0, &kernel);
+    rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (!lowers[i])
+            continue;
+        /* A lower that is gone would make all of a copy new: no count rather than a wrong one. */
+        if ((lfd[nl] = open(lowers[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+            rc = tkm_err_set(err, -errno, "the lower dir %s: %s", lowers[i], strerror(errno));
+        else
+            nl++;
+    }
+    if (rc == 0 && (rc = walk_dir(&w, ufd, lfd, nl, 0, root ? L_TRITON : L_VOLUME, 0, &kernel)) < 0)
+        rc = tkm_err_set(err, rc, "counting the scratch layer %s: %s", upper, strerror(-rc));
     for (size_t i = 0; i < nl; i++)
         if (lfd[i] >= 0)
             close(lfd[i]);
     close(ufd);
     free(w.json);
-    if (rc < 0)
-        return tkm_err_set(err, rc, "counting the scratch layer %s: %s", upper, strerror(-rc));
-    return 0;
+    return rc;
 }
 
 /* ---- the volume's state (an xattr of its dir) --------------------------------- */

@@ -795,6 +795,11 @@ TEST(scratch_copy)
     ASSERT_OK(csi_copy_tree(store, upper, NULL, NULL));
     ASSERT_OK(csi_scratch_walk(&s, upper, lowers, 1, 1, 0, NULL, NULL));
     ASSERT_UEQ(s.triton_kernels + s.files + s.bytes, 0u); /* the copy alone: nothing new */
+    /* The store gone: no count rather than all of the copy counted as new. */
+    const char *gone[] = {"/nonexistent/store"};
+    struct tkm_err err = {0};
+    ASSERT_EQ(csi_scratch_walk(&s, upper, gone, 1, 1, 0, NULL, &err), -ENOENT);
+    ASSERT_STRCONTAINS(err.msg, "the lower dir /nonexistent/store");
     kdir(K_SM, upper, "NEWKERNELDIR");
     files = kfiles(K_SM, &bytes);
     snprintf(p, sizeof(p), "%s/" K_MM "/matmul_kernel.cubin", upper);
