@@ -181,8 +181,10 @@ static int in_lower(const int *lfd, size_t nl, const char *name)
     return 0;
 }
 
-static int walk_dir(struct walk *w, int dfd, const int *lfd, size_t nl, unsigned depth,
-                    enum lvl lvl, int is_new, int *kernel);
+/* Walks the dir fd (owned: closed here); lfd[0..nl) are the same dir in the
+ * lower layers (-1: not there). */
+static int walk_dir(struct walk *w, int fd, const int *lfd, size_t nl, unsigned depth, enum lvl lvl,
+                    int is_new, int *kernel);
 
 /* Descends into the dir name of dfd; counts it when it is a new entry. */
 static int walk_sub(struct walk *w, int dfd, const int *lfd, size_t nl, unsigned depth,
@@ -204,7 +206,6 @@ static int walk_sub(struct walk *w, int dfd, const int *lfd, size_t nl, unsigned
     for (size_t i = 0; i < cn; i++)
         if (clfd[i] >= 0)
             close(clfd[i]);
-    close(sub);
     if (rc < 0 || lower)
         return rc;
     /* A new entry of the layout (never one that hides or copies up a lower one). */
@@ -219,19 +220,18 @@ static int walk_sub(struct walk *w, int dfd, const int *lfd, size_t nl, unsigned
     return 0;
 }
 
-static int walk_dir(struct walk *w, int dfd, const int *lfd, size_t nl, unsigned depth,
-                    enum lvl lvl, int is_new, int *kernel)
+static int walk_dir(struct walk *w, int fd, const int *lfd, size_t nl, unsigned depth, enum lvl lvl,
+                    int is_new, int *kernel)
 {
     struct dirent *e;
-    int fd, rc = 0;
+    int dfd, rc = 0;
     DIR *d;
-    if ((fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-        return -errno;
     if (!(d = fdopendir(fd))) {
         rc = -errno;
         close(fd);
         return rc;
     }
+    dfd = dirfd(d); /* the stream's own fd: the *at calls below use it */
     while (!w->stop && (errno = 0, e = readdir(d))) {
         struct stat st;
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
@@ -299,12 +299,13 @@ int csi_scratch_walk(struct csi_scratch *s, const char *upper, const char *const
         else
             nl++;
     }
-    if (rc == 0 && (rc = walk_dir(&w, ufd, lfd, nl, 0, root ? L_TRITON : L_VOLUME, 0, &kernel)) < 0)
+    if (rc < 0)
+        close(ufd);
+    else if ((rc = walk_dir(&w, ufd, lfd, nl, 0, root ? L_TRITON : L_VOLUME, 0, &kernel)) < 0)
         rc = tkm_err_set(err, rc, "counting the scratch layer %s: %s", upper, strerror(-rc));
     for (size_t i = 0; i < nl; i++)
         if (lfd[i] >= 0)
             close(lfd[i]);
-    close(ufd);
     free(w.json);
     return rc;
 }

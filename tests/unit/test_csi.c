@@ -574,6 +574,18 @@ static int whiteout(const char *p)
     return geteuid() == 0 ? mknod(p, S_IFCHR | 0000, makedev(0, 0)) : mkfifo(p, 0600);
 }
 
+/* Open file descriptors of this process (the walk must close all it opens). */
+static int nfds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    while (d && readdir(d))
+        n++;
+    if (d)
+        closedir(d);
+    return n;
+}
+
 static int has_name(const struct csi_scratch *s, const char *n)
 {
     for (size_t i = 0; i < s->n_names; i++)
@@ -649,7 +661,9 @@ TEST(scratch_triton_root)
              fsize(upper, "NONAME/k.json") + fsize(upper, "NOTJSON/k.json") +
              fsize(upper, "BIG/k.json");
 
+    int fds = nfds();
     ASSERT_OK(csi_scratch_walk(&s, upper, lowers, 2, 1, 1, NULL, &err));
+    ASSERT_EQ(nfds(), fds);
     ASSERT_UEQ(s.triton_kernels, 3u); /* K_SM, K_MM2, BADNAME */
     ASSERT_UEQ(s.n_names, 2u);        /* matmul_kernel once */
     ASSERT(has_name(&s, "softmax_kernel"));
@@ -798,7 +812,9 @@ TEST(scratch_copy)
     /* The store gone: no count rather than all of the copy counted as new. */
     const char *gone[] = {"/nonexistent/store"};
     struct tkm_err err = {0};
+    int fds = nfds();
     ASSERT_EQ(csi_scratch_walk(&s, upper, gone, 1, 1, 0, NULL, &err), -ENOENT);
+    ASSERT_EQ(nfds(), fds);
     ASSERT_STRCONTAINS(err.msg, "the lower dir /nonexistent/store");
     kdir(K_SM, upper, "NEWKERNELDIR");
     files = kfiles(K_SM, &bytes);
