@@ -136,6 +136,8 @@ void csi_release_volume(struct csi_driver *d, const char *vol, const struct csi_
     if (sc) {
         scratch_msg(&scm, names, sc);
         req.scratch = &scm;
+        if (tkm__agent__v1__release_request__get_packed_size(&req) > sizeof(buf))
+            req.scratch = NULL; /* cannot happen with checked names; never overflow */
     }
     size_t n = tkm__agent__v1__release_request__pack(&req, buf);
     if (!d->agent)
