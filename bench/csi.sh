@@ -3,7 +3,14 @@
 # tkm-csi's publish path with the cache already in the store: latency of one
 # publish, N (default 100) publishes at once, and the bytes each pod costs on the
 # node, printed beside the goals (one publish < 20 ms, 100 at once < 1 s, bytes
-# written per pod = the rewritten group files only). Baseline, in the same run:
+# written per pod = the rewritten group files only). Then the count of what a pod
+# compiled (issue 25): unpublish with 1,000 new files in the scratch layer (125 new
+# real Triton 3.6 kernel dirs of 8 files; with 3 and with 125 kernel names),
+# tkm-csi --count-scratch=true vs false side by side (alternated, a restart of
+# tkm-csi per block of 3), goal: the count adds <= 5 ms. Printed: both latencies,
+# their median difference and ratio, and the count's own time and thread CPU time
+# from tkm-csi's log line (the verdict: on a loaded machine the side-by-side medians
+# move by more than the count). TKM_BENCH_CSI_ROUNDS: blocks per mode (default 6). Baseline, in the same run:
 # readOnly "false", a private copy of the cache per pod (what a driver without the
 # overlay must do to give Triton a writable cache dir), alternated with the overlay
 # (A B, B A, ...).
@@ -96,6 +103,67 @@ for mode in overlay copy; do
   obytes=${obytes:-$bytes}
   csi unpublish "bytes-$mode" "$work/pods/bytes-$mode/mount" >/dev/null
 done
+# Unpublish with 1,000 new files in the scratch layer: the count on vs off. Two
+# scratch layers: 125 copies of the fixture's 4 kernel dirs (3 kernel names: the same
+# kernels at other specializations), and the same with 125 distinct names (every
+# kernel JSON parsed: the worst case, as Inductor's generated kernels).
+src_k=$TKM_FIXTURES/triton-3.6-sm80-cross/cache
+mapfile -t kdirs < <(find "$src_k" -mindepth 1 -maxdepth 1 -type d | sort)
+mkdir -p "$work/same" "$work/distinct"
+for i in $(seq 0 124); do
+  d=$(printf 'NEWKERNEL%03d' "$i")
+  cp -r "${kdirs[$((i % ${#kdirs[@]}))]}" "$work/same/$d"
+  cp -r "${kdirs[$((i % ${#kdirs[@]}))]}" "$work/distinct/$d"
+  for f in "$work/distinct/$d"/*.json; do
+    [[ $f == */__grp__* ]] && continue
+    stem=$(basename "$f" .json)
+    sed "s/\"name\": \"$stem\"/\"name\": \"${stem}_$i\"/" "$f" >"$work/distinct/$d/${stem}_$i.json"
+    rm "$f"
+  done
+done
+tmpl_files=$(find "$work/same" -type f | wc -l)
+rounds=${TKM_BENCH_CSI_ROUNDS:-6}
+unpub_block() { # on|off BLOCK TEMPLATE: restart tkm-csi with the count on or off, 3 timed unpublishes
+  local mode=$1 b=$2 tmpl=$3 v t out
+  csi_driver_stop
+  csi_driver_start -v info --count-scratch="$([[ $mode == on ]] && echo true || echo false)"
+  csi publish "warm-$mode-$b" "$work/pods/warm-$mode-$b/mount" cacheName=vadd >/dev/null
+  csi unpublish "warm-$mode-$b" "$work/pods/warm-$mode-$b/mount" >/dev/null
+  for k in 1 2 3; do
+    v=cnt-$mode-$b-$k
+    t=$work/pods/$v/mount
+    csi publish "$v" "$t" cacheName=vadd >/dev/null
+    cp -r "$tmpl/." "$t/"
+    out=$("$TKM_BUILD_DIR/tests/e2e_csi_client" "$CSI_SOCK" unpublish "$v" "$t" --time)
+    [[ $out == OK* ]] || { echo "unpublish $v: $out" >&2; exit 1; }
+    out=${out#OK }
+    if [[ $mode == on ]]; then lat_on+=("${out% ms}"); else lat_off+=("${out% ms}"); fi
+  done
+}
+stats2() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {printf "median %.2f ms, max %.2f ms", a[int((NR+1)/2)], a[NR]}'; }
+for kind in same distinct; do
+  lat_on=(); lat_off=()
+  for b in $(seq "$rounds"); do
+    if ((b % 2)); then unpub_block on "$kind$b" "$work/$kind"; unpub_block off "$kind$b" "$work/$kind"
+    else unpub_block off "$kind$b" "$work/$kind"; unpub_block on "$kind$b" "$work/$kind"; fi
+  done
+  counted=$(grep -o 'the pod compiled: triton [0-9]* kernels' "$CSI_TMP/csi.log" | tail -1)
+  mapfile -t own < <(grep "unpublished cnt-on-$kind" "$CSI_TMP/csi.log" | sed -n 's/.*counted in \([0-9.]*\) ms.*/\1/p')
+  mapfile -t own_cpu < <(grep "unpublished cnt-on-$kind" "$CSI_TMP/csi.log" | sed -n 's/.*counted in [0-9.]* ms, \([0-9.]*\) ms CPU.*/\1/p')
+  mon=$(med "${lat_on[@]}"); moff=$(med "${lat_off[@]}")
+  echo "unpublish, $tmpl_files new files in the scratch ($kind kernel names; $counted), $((3 * rounds)) each:"
+  printf '  count off (--count-scratch=false): %s\n' "$(stats2 "${lat_off[@]}")"
+  printf '  count on (default):                %s\n' "$(stats2 "${lat_on[@]}")"
+  printf '  the count itself (tkm-csi log):    %s; its thread CPU time %s\n' "$(stats2 "${own[@]}")" "$(stats2 "${own_cpu[@]}")"
+  printf '  side by side: on - off %s ms (medians), ratio on/off %s\n' \
+    "$(awk -v a="$mon" -v b="$moff" 'BEGIN {printf "%.2f", a - b}')" \
+    "$(awk -v a="$mon" -v b="$moff" 'BEGIN {printf "%.2f", (b > 0) ? a / b : 0}')"
+  # The count runs inside the unpublish, serially, on its thread: its own time is
+  # what it adds; the side-by-side medians carry the machine's noise (load above).
+  printf '  goal: the count adds <= 5 ms (its own median time in the unpublish): %s\n' \
+    "$(awk -v a="$(med "${own[@]}")" 'BEGIN {print (a <= 5) ? "MET" : "MISSED"}')"
+done
+
 left=$(csi_mounts | wc -l)
 echo "mounts left: $left"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -54,10 +54,14 @@ struct csi_op {
     unsigned parts;                         /* an Empty volume's part subdirs (TKM_PART_*) */
     char vol_dir[PATH_MAX];
     uv_work_t work;
-    uv_fs_t fs;    /* marker unlink after a release */
-    int rc;        /* the work's result */
-    int code;      /* gRPC code to answer when rc < 0 */
-    int had_state; /* unpublish: a volume dir was found (and removed) */
+    uv_fs_t fs;                 /* marker unlink after a release */
+    int rc;                     /* the work's result */
+    int code;                   /* gRPC code to answer when rc < 0 */
+    int had_state;              /* unpublish: a volume dir was found (and removed) */
+    int has_scratch;            /* unpublish: scratch below was counted */
+    uint64_t count_us;          /* ... in this long (the log line) */
+    uint64_t count_cpu_us;      /* ... with this much of the thread's CPU time */
+    struct csi_scratch scratch; /* unpublish: what the pod compiled (csi/scratch.c) */
     struct tkm_err err;
     uint64_t t0; /* when the op was received (uv_now) */
 };
@@ -98,9 +102,10 @@ int csi_agent_code(int code);
 /* Drops the agent's reference for vol (tkm.agent.v1.Agent/Release; NOT_FOUND
  * counts as done) and then removes the marker <state>/.release/<vol>. When
  * the agent cannot be reached the marker stays and the retry timer tries
- * again. done (optional) runs once from the loop with released 1 or 0; vol
- * is copied. */
-void csi_release_volume(struct csi_driver *d, const char *vol,
+ * again (without the counts). sc (optional, borrowed for the call) is what
+ * the pod compiled: sent as ReleaseRequest.scratch. done (optional) runs
+ * once from the loop with released 1 or 0; vol is copied. */
+void csi_release_volume(struct csi_driver *d, const char *vol, const struct csi_scratch *sc,
                         void (*done)(void *data, int released), void *data);
 /* Starts the release retry timer (idempotent). */
 void csi_retry_kick(struct csi_driver *d);

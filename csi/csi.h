@@ -62,6 +62,7 @@ struct csi_config {
     int64_t max_volumes;       /* NodeGetInfo max_volumes_per_node (0: no limit) */
     unsigned socket_max_conns; /* each socket's connection cap (0: lib/grpc's) */
     uint64_t socket_idle_ms;   /* ... and idle timeout (0: lib/grpc's) */
+    int count_scratch;         /* count the scratch layer at unpublish (--count-scratch) */
 };
 
 /* ---- the driver (csi/driver.c) --------------------------------------------- */
@@ -191,5 +192,62 @@ int csi_copy_tree(const char *src, const char *dst, uint64_t *bytes, struct tkm_
  * release marker <state>/.release/<vol> is written so the agent drops its
  * reference; empty <ns>/<pod> dirs go too. *removed (optional) counts them. */
 int csi_recover(const char *state_dir, size_t *removed, struct tkm_err *err);
+
+/* ---- what a pod compiled (csi/scratch.c; BLOCKING: thread pool) ----------- */
+
+#define CSI_SCRATCH_NAMES_MAX   32     /* kernel names kept per volume (the proto's cap) */
+#define CSI_SCRATCH_NAME_MAX    128    /* a name's length: [A-Za-z0-9_.-]{1,128} */
+#define CSI_SCRATCH_ENTRIES_MAX 200000 /* entries walked, then truncated */
+#define CSI_SCRATCH_DEPTH_MAX   16     /* dirs below the upper dir walked, then truncated */
+#define CSI_SCRATCH_JSON_MAX    65536  /* a kernel JSON larger than this is not read */
+/* The volume dir's xattr with what the count needs (trusted.*: root's alone, like
+ * overlayfs's own; the volume dir holds no file the pod did not cause). */
+#define CSI_SCRATCH_XATTR "trusted.tkm.scratch"
+
+/* What a pod added to its scratch layer (agent.proto's ScratchCount). */
+struct csi_scratch {
+    uint32_t triton_kernels;       /* new <hash>/ dirs holding a kernel JSON */
+    uint32_t inductor_fxgraph;     /* new inductor fxgraph/<xx>/<key>/ dirs */
+    uint32_t inductor_aotautograd; /* new inductor aotautograd/<key>/ dirs */
+    uint32_t vllm_entries;         /* new vllm torch_compile_cache/<hash>/ dirs */
+    uint64_t files, bytes;         /* regular files the pod wrote, their bytes */
+    char names[CSI_SCRATCH_NAMES_MAX][CSI_SCRATCH_NAME_MAX + 1]; /* distinct, validated */
+    size_t n_names;
+    int truncated;    /* a name left out, or the walk stopped at a cap */
+    uint64_t entries; /* entries looked at (not sent) */
+};
+
+/* The walk's caps (tests lower them); NULL: CSI_SCRATCH_ENTRIES_MAX, _DEPTH_MAX. */
+struct csi_scratch_caps {
+    uint64_t max_entries;
+    unsigned max_depth;
+};
+
+/* Counts upper (a volume's scratch: the overlay's upper dir, or a private copy)
+ * into s (zeroed first) in one walk that never follows a symlink (openat and
+ * fstatat relative to open dirs) nor crosses into another filesystem.
+ * lowers[0..n) are the dirs below it (groups, stores; NULL ones are skipped,
+ * one that cannot be opened is an error): an entry whose path is in one of them is not new (an
+ * opaque dir or a copied-up one is never a new kernel); whiteouts (0/0 char devices) and other
+ * special files are skipped. root: the Triton cache is at upper itself (else triton/, inductor/,
+ * vllm/). all_files: every regular file counts in files/bytes (an overlay's upper holds only what
+ * the pod wrote), else only those not in a lower (a private copy). Kernel JSONs are read up to
+ * CSI_SCRATCH_JSON_MAX bytes and parsed; their "name" kept when it is [A-Za-z0-9_.-]{1,128}. 0, or
+ * a negative code with err. */
+int csi_scratch_walk(struct csi_scratch *s, const char *upper, const char *const *lowers, size_t n,
+                     int root, int all_files, const struct csi_scratch_caps *caps,
+                     struct tkm_err *err);
+/* Sets CSI_SCRATCH_XATTR on vol_dir at publish: the mode ("overlay", "copy",
+ * "empty"), the layout (root) and the store dirs, so a restarted tkm-csi can
+ * count at unpublish (-EEXIST when set already). */
+int csi_scratch_state_write(const char *vol_dir, const char *mode, int root,
+                            const char *const *stores, size_t n, struct tkm_err *err);
+/* Counts the volume at vol_dir from its CSI_SCRATCH_XATTR: 1 counted into s,
+ * 0 nothing to count (no such xattr: a strict volume, or one published by a
+ * tkm-csi without the count), or a negative code with err. */
+int csi_scratch_volume(const char *vol_dir, struct csi_scratch *s, struct tkm_err *err);
+/* A one-line summary of s into out (reset), names escaped: "triton 2 kernels
+ * (add_kernel, mm), inductor 0 fxgraph 0 aotautograd, vllm 0, 9 files 1234 bytes". */
+int csi_scratch_summary(const struct csi_scratch *s, struct tkm_buf *out);
 
 #endif

@@ -94,12 +94,31 @@ static void rel_answered(int code, const char *message, const void *resp, size_t
     rel_end(r);
 }
 
-void csi_release_volume(struct csi_driver *d, const char *vol,
+/* The proto form of sc into m; names borrowed from sc (names: room for all). */
+static void scratch_msg(Tkm__Agent__V1__ScratchCount *m, char **names, const struct csi_scratch *sc)
+{
+    m->triton_kernels = sc->triton_kernels;
+    m->inductor_fxgraph = sc->inductor_fxgraph;
+    m->inductor_aotautograd = sc->inductor_aotautograd;
+    m->vllm_entries = sc->vllm_entries;
+    m->files = sc->files;
+    m->bytes = sc->bytes;
+    for (size_t i = 0; i < sc->n_names; i++)
+        names[i] = (char *)sc->names[i];
+    m->n_kernel_names = sc->n_names;
+    m->kernel_names = names;
+    m->truncated = sc->truncated;
+}
+
+void csi_release_volume(struct csi_driver *d, const char *vol, const struct csi_scratch *sc,
                         void (*done)(void *data, int released), void *data)
 {
     Tkm__Agent__V1__ReleaseRequest req = TKM__AGENT__V1__RELEASE_REQUEST__INIT;
+    Tkm__Agent__V1__ScratchCount scm = TKM__AGENT__V1__SCRATCH_COUNT__INIT;
+    char *names[CSI_SCRATCH_NAMES_MAX];
     struct tkm_err err = {0};
-    uint8_t buf[CSI_VOLUME_ID_MAX + 16];
+    /* volume id + the counts + 32 names of 128 bytes, with their tags */
+    uint8_t buf[CSI_VOLUME_ID_MAX + 128 + CSI_SCRATCH_NAMES_MAX * (CSI_SCRATCH_NAME_MAX + 3)];
     struct rel *r = calloc(1, sizeof(*r));
     if (!r) {
         if (done)
@@ -114,6 +133,12 @@ void csi_release_volume(struct csi_driver *d, const char *vol,
     snprintf(r->marker, sizeof(r->marker), "%s/.release/%s", d->cfg->state_dir, vol);
     d->n_pending++;
     req.volume_id = r->vol;
+    if (sc) {
+        scratch_msg(&scm, names, sc);
+        req.scratch = &scm;
+        if (tkm__agent__v1__release_request__get_packed_size(&req) > sizeof(buf))
+            req.scratch = NULL; /* cannot happen with checked names; never overflow */
+    }
     size_t n = tkm__agent__v1__release_request__pack(&req, buf);
     if (!d->agent)
         tkm_err_set(&err, -ESHUTDOWN, "tkm-csi is shutting down");
@@ -156,7 +181,7 @@ static void round_scanned(uv_fs_t *req)
             if (ent.type != UV_DIRENT_DIR && csi_check_volume_id(ent.name, NULL) == 0) {
                 rd->left++;
                 found++;
-                csi_release_volume(d, ent.name, round_item_done, rd);
+                csi_release_volume(d, ent.name, NULL, round_item_done, rd);
             }
     uv_fs_req_cleanup(req);
     if (found == 0 && !d->closing)

@@ -89,6 +89,7 @@ int main(int argc, char **argv)
         .agent_timeout_ms = 100000,
         .retry_release_ms = 10000,
         .socket_idle_ms = TKM_GRPC_DEFAULT_IDLE_MS,
+        .count_scratch = 1,
     };
     const char *kubelet = "/var/lib/kubelet", *reg = NULL;
     char pods[PATH_MAX], regdef[PATH_MAX];
@@ -132,6 +133,11 @@ int main(int argc, char **argv)
          .def = "1024", .min = 1, .max = 1000000,
          .help = "connections each of its sockets serves at once; more are closed at\n"
                  "once (logged)"},
+        {.name = "count-scratch", .type = TKM_FLAG_BOOL, .dst = &cfg.count_scratch,
+         .def = "true",
+         .help = "at unpublish, count what the pod compiled into its scratch layer\n"
+                 "(new kernels per part, files, bytes) and send it with the agent's\n"
+                 "Release; --count-scratch=false sends no counts (docs/csi.md)"},
         {.name = "socket-idle-timeout", .type = TKM_FLAG_DURATION, .dst = &cfg.socket_idle_ms,
          .arg = "DURATION", .def = "5m", .min = 1,
          .help = "close a socket connection without a call for this long"},

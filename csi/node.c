@@ -12,6 +12,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <tkm/triton/parts.h>
@@ -225,6 +226,23 @@ static int pub_empty_parts(struct csi_op *op, const char *upper)
     return 0;
 }
 
+/* What unpublish needs to count the scratch layer, even after a restart
+ * (csi_scratch_state_write); a strict volume has none. Never fails the
+ * publish: without it the volume is not counted. */
+static void pub_scratch_state(struct csi_op *op)
+{
+    struct tkm_err e = {0};
+    if (op->mode == CSI_MODE_STRICT)
+        return;
+    int root =
+        op->empty ? op->parts == 0 : !tkm_parts_is_root(op->stores[0]); /* Triton at the root */
+    const char *mode = op->empty ? "empty" : op->mode == CSI_MODE_COPY ? "copy" : "overlay";
+    if (csi_scratch_state_write(op->vol_dir, mode, root, (const char *const *)op->stores,
+                                op->n_stores, &e) < 0)
+        tkm_warn("volume %s: its scratch layer will not be counted at unpublish: %s", op->vol,
+                 tkm_err_str(&e));
+}
+
 /* Builds the layers under vol_dir (which does not exist yet). */
 static int pub_layers(struct csi_op *op)
 {
@@ -251,7 +269,10 @@ static int pub_layers(struct csi_op *op)
     }
     if (op->empty) {
         snprintf(p, sizeof(p), "%s/upper", vd);
-        return pub_empty_parts(op, p);
+        if ((rc = pub_empty_parts(op, p)) < 0)
+            return rc;
+        pub_scratch_state(op);
+        return 0;
     }
     /* One layout for all (the agent never mixes them: a Triton cache at the
      * root of one store dir and triton/ of another would show the pod both). */
@@ -286,6 +307,7 @@ static int pub_layers(struct csi_op *op)
     }
     tkm_dbg("volume %s: %zu group files of %zu store dirs rewritten for %s", op->vol, rs.groups,
             op->n_stores, op->mount_path[0] ? op->mount_path : "(no mountPath: as built)");
+    pub_scratch_state(op);
     return 0;
 }
 
@@ -363,7 +385,7 @@ static void pub_after(uv_work_t *w, int status)
     if (status == UV_ECANCELED && op->rc == 0)
         op->rc = tkm_err_set(&op->err, -ECANCELED, "tkm-csi is shutting down");
     if (op->rc < 0) {
-        csi_release_volume(op->d, op->vol, pub_released, NULL);
+        csi_release_volume(op->d, op->vol, NULL, pub_released, NULL);
         op_fail_err(op, op->code);
         return;
     }
@@ -446,13 +468,13 @@ static void pub_materialized(int code, const char *message, const void *resp, si
     if (uv_queue_work(op->d->loop, &op->work, pub_work, pub_after) == 0)
         return;
     tkm_err_set(&op->err, -EIO, "cannot queue the publish work");
-    csi_release_volume(op->d, op->vol, pub_released, NULL);
+    csi_release_volume(op->d, op->vol, NULL, pub_released, NULL);
     op_fail_err(op, TKM_GRPC_INTERNAL);
     return;
 fail:
     if (r)
         tkm__agent__v1__materialize_response__free_unpacked(r, NULL);
-    csi_release_volume(op->d, op->vol, pub_released, NULL);
+    csi_release_volume(op->d, op->vol, NULL, pub_released, NULL);
     op_fail_err(op, TKM_GRPC_INTERNAL);
 }
 
@@ -596,8 +618,23 @@ static void unpub_work(uv_work_t *w)
         return;
     }
     op->had_state = rc;
-    if (rc == 1 && ((rc = write_marker(cfg->state_dir, op->vol, &op->err)) < 0 ||
-                    (rc = remove_vol_dir(op->vol_dir, &op->err)) < 0)) {
+    if (rc == 1 && cfg->count_scratch) {
+        /* What the pod compiled, before its scratch goes: never fails the unpublish. */
+        struct tkm_err e = {0};
+        struct timespec a, b;
+        uint64_t c0 = uv_hrtime();
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &a);
+        int c = csi_scratch_volume(op->vol_dir, &op->scratch, &e);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &b);
+        op->count_us = (uv_hrtime() - c0) / 1000;
+        op->count_cpu_us =
+            (uint64_t)((b.tv_sec - a.tv_sec) * 1000000 + (b.tv_nsec - a.tv_nsec) / 1000);
+        if (c < 0)
+            tkm_warn("volume %s: the scratch layer was not counted: %s", op->vol, tkm_err_str(&e));
+        op->has_scratch = c == 1;
+    }
+    if (op->had_state && ((rc = write_marker(cfg->state_dir, op->vol, &op->err)) < 0 ||
+                          (rc = remove_vol_dir(op->vol_dir, &op->err)) < 0)) {
         op->rc = rc;
         return;
     }
@@ -610,8 +647,18 @@ static void unpub_released(void *data, int released)
     /* Unpublish succeeds either way: the mount and the dirs are gone, and a
      * release the agent did not get is retried from its marker. */
     (void)released;
-    tkm_info("unpublished %s at %s (%llu ms)", op->vol, op->target,
-             (unsigned long long)(uv_now(op->d->loop) - op->t0));
+    if (op->has_scratch) {
+        struct tkm_buf sum = TKM_BUF_INIT(8192);
+        tkm_info("unpublished %s at %s (%llu ms; the pod compiled: %s; counted in %.2f ms, "
+                 "%.2f ms CPU)",
+                 op->vol, op->target, (unsigned long long)(uv_now(op->d->loop) - op->t0),
+                 csi_scratch_summary(&op->scratch, &sum) == 0 ? sum.data : "(out of memory)",
+                 op->count_us / 1000.0, op->count_cpu_us / 1000.0);
+        tkm_buf_release(&sum);
+    } else {
+        tkm_info("unpublished %s at %s (%llu ms)", op->vol, op->target,
+                 (unsigned long long)(uv_now(op->d->loop) - op->t0));
+    }
     op_finish(op, TKM_GRPC_OK, NULL);
 }
 
@@ -628,7 +675,7 @@ static void unpub_after(uv_work_t *w, int status)
         unpub_released(op, 1);
         return;
     }
-    csi_release_volume(op->d, op->vol, unpub_released, op);
+    csi_release_volume(op->d, op->vol, op->has_scratch ? &op->scratch : NULL, unpub_released, op);
 }
 
 static void op_start(struct csi_op *op)

@@ -1,5 +1,6 @@
 /* test_csi.c - tkm-csi's checks and filesystem helpers (csi/paths.c, csi/fsops.c).
  * The driver end to end: tests/e2e/csi_publish.sh and csi_sanity.sh. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -7,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <tkm/triton/parts.h>
@@ -522,4 +525,409 @@ TEST(recover)
     snprintf(p, sizeof(p), "%s/none", tkm_test_tmpdir());
     ASSERT_OK(csi_recover(p, &removed, NULL));
     ASSERT_UEQ(removed, 0u);
+}
+
+/* ---- the scratch count (csi/scratch.c) --------------------------------------- */
+
+#define CROSS "triton-3.6-sm80-cross/cache"
+#define K_MM  "2UIPZWRQWAPUX3GAJ74DK3LKKTDMNPNADTX33QFPMGRA27S3T7IQ" /* matmul_kernel */
+#define K_ADD "C23QZYI4GH3MXBAUKWP6BNEAK4HN6NGURFQVMFJAUTTNJHPAGT3Q" /* add_kernel */
+#define K_SM  "KLIMEI4IIM6RDQY436IVDU2R2BZB3K5GO75QKX2BM5BMPD5WYMVQ" /* softmax_kernel */
+#define K_MM2 "ZPIVXZ6EZTL75CEMY4YV6TRUXBSA3B5MIC4QHZI6LFHNDAY7CX7A" /* matmul_kernel */
+
+/* Copies the fixture's kernel dir K to root/rel (a real kernel dir of Triton 3.6). */
+static void kdir(const char *k, const char *root, const char *rel)
+{
+    char s[PATH_MAX], d[PATH_MAX];
+    snprintf(s, sizeof(s), "%s/" CROSS "/%s", tkm_test_fixtures(), k);
+    snprintf(d, sizeof(d), "%s/%s", root, rel);
+    if (csi_copy_tree(s, d, NULL, NULL) < 0)
+        fprintf(stderr, "copying %s to %s failed\n", s, d);
+}
+
+/* Regular files under the fixture's kernel dir K and their bytes. */
+static uint64_t kfiles(const char *k, uint64_t *bytes)
+{
+    char p[PATH_MAX];
+    uint64_t n = 0;
+    snprintf(p, sizeof(p), "%s/" CROSS "/%s", tkm_test_fixtures(), k);
+    DIR *d = opendir(p);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        struct stat st;
+        char f[PATH_MAX + 300];
+        snprintf(f, sizeof(f), "%s/%s", p, e->d_name);
+        if (lstat(f, &st) == 0 && S_ISREG(st.st_mode)) {
+            n++;
+            *bytes += (uint64_t)st.st_size;
+        }
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* An overlay whiteout (a 0/0 char device, as overlayfs makes them); not root:
+ * a FIFO, another special file the walk must skip. */
+static int whiteout(const char *p)
+{
+    return geteuid() == 0 ? mknod(p, S_IFCHR | 0000, makedev(0, 0)) : mkfifo(p, 0600);
+}
+
+/* Open file descriptors of this process (the walk must close all it opens). */
+static int nfds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    while (d && readdir(d))
+        n++;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static int has_name(const struct csi_scratch *s, const char *n)
+{
+    for (size_t i = 0; i < s->n_names; i++)
+        if (strcmp(s->names[i], n) == 0)
+            return 1;
+    return 0;
+}
+
+static uint64_t fsize(const char *root, const char *rel)
+{
+    char p[PATH_MAX];
+    struct stat st;
+    snprintf(p, sizeof(p), "%s/%s", root, rel);
+    return stat(p, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* A Triton-only overlay volume: the cache at the upper dir's root. New kernel
+ * dirs are counted with their names; copied-up, opaque, whiteout, group-only,
+ * nameless, oversized and symlinked entries are not new kernels. */
+TEST(scratch_triton_root)
+{
+    char lower[PATH_MAX], upper[PATH_MAX], p[PATH_MAX], big[CSI_SCRATCH_JSON_MAX + 64];
+    const char *lowers[] = {NULL, lower}; /* NULL lowers are skipped */
+    struct csi_scratch s;
+    struct tkm_err err = {0};
+    uint64_t bytes = 0, files = 0;
+    snprintf(lower, sizeof(lower), "%s/lower", tkm_test_tmpdir());
+    snprintf(upper, sizeof(upper), "%s/upper", tkm_test_tmpdir());
+    mkdir(lower, 0755);
+    mkdir(upper, 0755);
+    kdir(K_MM, lower, K_MM);
+    kdir(K_ADD, lower, K_ADD);
+    /* new: two real kernel dirs */
+    kdir(K_SM, upper, K_SM);
+    kdir(K_MM2, upper, K_MM2);
+    files += kfiles(K_SM, &bytes) + kfiles(K_MM2, &bytes);
+    /* copied up: a file the pod added to a kernel dir of the store */
+    mk(upper, K_MM, NULL);
+    mk(upper, K_MM "/extra.json", "{\"name\":\"not_new\"}");
+    /* opaque: the pod removed a store kernel dir and made it again */
+    mk(upper, K_ADD, NULL);
+    snprintf(p, sizeof(p), "%s/" K_ADD, upper);
+    (void)setxattr(p, "trusted.overlay.opaque", "y", 1, 0);
+    mk(upper, K_ADD "/add_kernel.json", "{\"name\":\"add_kernel\"}");
+    /* whiteouts: a removed store kernel dir, and a removed file */
+    snprintf(p, sizeof(p), "%s/WHITEOUTKERNEL", upper);
+    ASSERT_OK(whiteout(p));
+    snprintf(p, sizeof(p), "%s/" K_SM "/softmax_kernel.ttir.gone", upper);
+    ASSERT_OK(whiteout(p));
+    /* a kernel whose name has bad characters: counted, its name left out */
+    mk(upper, "BADNAME", NULL);
+    mk(upper, "BADNAME/k.json", "{\"name\":\"bad name\\n\\u001b[31m;rm -rf\"}");
+    /* not kernels: only a group file, a JSON without a name, an oversized one */
+    mk(upper, "GRPONLY", NULL);
+    mk(upper, "GRPONLY/__grp__x.json", "{\"name\":\"x\",\"child_paths\":{}}");
+    mk(upper, "NONAME", NULL);
+    mk(upper, "NONAME/k.json", "{\"hash\":\"abc\"}");
+    mk(upper, "NOTJSON", NULL);
+    mk(upper, "NOTJSON/k.json", "{\"name\":\"trunc");
+    memset(big, ' ', sizeof(big));
+    memcpy(big, "{\"name\":\"huge\"}", 15);
+    big[sizeof(big) - 1] = '\0';
+    mk(upper, "BIG", NULL);
+    mk(upper, "BIG/k.json", big);
+    /* a symlink to a kernel dir: never followed, never counted */
+    snprintf(p, sizeof(p), "%s/" CROSS "/" K_SM, tkm_test_fixtures());
+    char l[PATH_MAX];
+    snprintf(l, sizeof(l), "%s/LINK", upper);
+    ASSERT_OK(symlink(p, l));
+    files += 7; /* extra.json, add_kernel.json, BADNAME, GRPONLY, NONAME, NOTJSON, BIG */
+    bytes += fsize(upper, K_MM "/extra.json") + fsize(upper, K_ADD "/add_kernel.json") +
+             fsize(upper, "BADNAME/k.json") + fsize(upper, "GRPONLY/__grp__x.json") +
+             fsize(upper, "NONAME/k.json") + fsize(upper, "NOTJSON/k.json") +
+             fsize(upper, "BIG/k.json");
+
+    int fds = nfds();
+    ASSERT_OK(csi_scratch_walk(&s, upper, lowers, 2, 1, 1, NULL, &err));
+    ASSERT_EQ(nfds(), fds);
+    ASSERT_UEQ(s.triton_kernels, 3u); /* K_SM, K_MM2, BADNAME */
+    ASSERT_UEQ(s.n_names, 2u);        /* matmul_kernel once */
+    ASSERT(has_name(&s, "softmax_kernel"));
+    ASSERT(has_name(&s, "matmul_kernel"));
+    ASSERT_EQ(s.truncated, 1); /* the bad name */
+    ASSERT_UEQ(s.files, files);
+    ASSERT_UEQ(s.bytes, bytes);
+    ASSERT_UEQ(s.inductor_fxgraph + s.inductor_aotautograd + s.vllm_entries, 0u);
+
+    /* Without the bad name: not truncated. A missing upper is an error. */
+    snprintf(p, sizeof(p), "%s/BADNAME", upper);
+    ASSERT_OK(csi_remove_tree(p, NULL));
+    ASSERT_OK(csi_scratch_walk(&s, upper, lowers, 2, 1, 1, NULL, NULL));
+    ASSERT_UEQ(s.triton_kernels, 2u);
+    ASSERT_EQ(s.truncated, 0);
+    snprintf(p, sizeof(p), "%s/none", tkm_test_tmpdir());
+    ASSERT_EQ(csi_scratch_walk(&s, p, NULL, 0, 1, 1, NULL, &err), -ENOENT);
+    ASSERT_STRCONTAINS(err.msg, "/none");
+}
+
+/* A torch.compile volume: triton/, inductor/ (fxgraph/<xx>/<key>/,
+ * aotautograd/<key>/) and vllm/ (torch_compile_cache/<hash>/) counted apart. */
+TEST(scratch_parts)
+{
+    char lower[PATH_MAX], upper[PATH_MAX];
+    const char *lowers[] = {lower};
+    struct csi_scratch s;
+    uint64_t bytes = 0;
+    snprintf(lower, sizeof(lower), "%s/lower", tkm_test_tmpdir());
+    snprintf(upper, sizeof(upper), "%s/upper", tkm_test_tmpdir());
+    mkdir(lower, 0755);
+    mkdir(upper, 0755);
+    mk(lower, "triton", NULL);
+    kdir(K_ADD, lower, "triton/" K_ADD);
+    mk(lower, "inductor", NULL);
+    mk(lower, "inductor/fxgraph", NULL);
+    mk(lower, "inductor/fxgraph/ab", NULL);
+    mk(lower, "inductor/fxgraph/ab/fabold", NULL);
+    mk(lower, "inductor/fxgraph/ab/fabold/e1", "old");
+    mk(lower, "inductor/aotautograd", NULL);
+    mk(lower, "inductor/aotautograd/aold", NULL);
+    /* the pod's writes */
+    mk(upper, "triton", NULL);
+    mk(upper, "triton/" K_ADD, NULL); /* copied up */
+    mk(upper, "triton/" K_ADD "/more.json", "{\"name\":\"add_kernel\"}");
+    kdir(K_SM, upper, "triton/" K_SM);
+    mk(upper, "inductor", NULL);
+    mk(upper, "inductor/fxgraph", NULL);
+    mk(upper, "inductor/fxgraph/ab", NULL);
+    mk(upper, "inductor/fxgraph/ab/fabold", NULL); /* copied up: a second entry of a key */
+    mk(upper, "inductor/fxgraph/ab/fabold/e2", "x");
+    mk(upper, "inductor/fxgraph/ab/fabnew", NULL);
+    mk(upper, "inductor/fxgraph/ab/fabnew/e", "x");
+    mk(upper, "inductor/fxgraph/cd", NULL);
+    mk(upper, "inductor/fxgraph/cd/fcdnew", NULL);
+    mk(upper, "inductor/fxgraph/cd/fcdnew/e", "x");
+    mk(upper, "inductor/aotautograd", NULL);
+    mk(upper, "inductor/aotautograd/anew", NULL);
+    mk(upper, "inductor/aotautograd/anew/entry", "x");
+    mk(upper, "inductor/aotautograd/aold", NULL); /* copied up */
+    mk(upper, "inductor/ab", NULL);               /* generated code: files only */
+    mk(upper, "inductor/ab/cab.py", "x");
+    mk(upper, "vllm", NULL);
+    mk(upper, "vllm/torch_compile_cache", NULL);
+    mk(upper, "vllm/torch_compile_cache/h1", NULL);
+    mk(upper, "vllm/torch_compile_cache/h1/rank_0_0", NULL);
+    mk(upper, "vllm/torch_compile_cache/h1/rank_0_0/backbone", NULL);
+    mk(upper, "vllm/torch_compile_cache/h1/rank_0_0/backbone/g.py", "x");
+    mk(upper, "elsewhere", NULL); /* not a part: a kernel dir here is not Triton's */
+    kdir(K_MM, upper, "elsewhere/" K_MM);
+    ASSERT_OK(csi_scratch_walk(&s, upper, lowers, 1, 0, 1, NULL, NULL));
+    ASSERT_UEQ(s.triton_kernels, 1u);
+    ASSERT_UEQ(s.n_names, 1u);
+    ASSERT_STREQ(s.names[0], "softmax_kernel");
+    ASSERT_UEQ(s.inductor_fxgraph, 2u);
+    ASSERT_UEQ(s.inductor_aotautograd, 1u);
+    ASSERT_UEQ(s.vllm_entries, 1u);
+    ASSERT_EQ(s.truncated, 0);
+    uint64_t files = kfiles(K_SM, &bytes) + kfiles(K_MM, &bytes) + 7;
+    ASSERT_UEQ(s.files, files);
+    ASSERT_UEQ(s.bytes, bytes + fsize(upper, "triton/" K_ADD "/more.json") + 6);
+    /* The same tree read as a Triton-only volume: triton/ and the others are not kernel dirs. */
+    ASSERT_OK(csi_scratch_walk(&s, upper, lowers, 1, 1, 1, NULL, NULL));
+    ASSERT_UEQ(s.triton_kernels, 0u);
+    ASSERT_UEQ(s.inductor_fxgraph, 0u);
+}
+
+/* The caps: 32 distinct names, then truncated; entries and depth. */
+TEST(scratch_caps)
+{
+    char upper[PATH_MAX], rel[64], json[96];
+    struct csi_scratch s;
+    struct csi_scratch_caps caps = {.max_entries = 10, .max_depth = 16};
+    snprintf(upper, sizeof(upper), "%s/upper", tkm_test_tmpdir());
+    mkdir(upper, 0755);
+    for (int i = 0; i < 45; i++) {
+        snprintf(rel, sizeof(rel), "K%02d", i);
+        mk(upper, rel, NULL);
+        snprintf(rel, sizeof(rel), "K%02d/k.json", i);
+        /* 40 distinct names, 5 kernels named "dup" */
+        snprintf(json, sizeof(json), "{\"name\":\"%s%d\"}", i < 40 ? "kern_" : "dup",
+                 i < 40 ? i : 0);
+        mk(upper, rel, json);
+    }
+    mk(upper, "K00/tmp.pid_1_x", NULL);
+    mk(upper, "K00/tmp.pid_1_x/deep", NULL);
+    mk(upper, "K00/tmp.pid_1_x/deep/f", "f");
+    ASSERT_OK(csi_scratch_walk(&s, upper, NULL, 0, 1, 1, NULL, NULL));
+    ASSERT_UEQ(s.triton_kernels, 45u);
+    ASSERT_UEQ(s.n_names, (unsigned)CSI_SCRATCH_NAMES_MAX);
+    ASSERT_EQ(s.truncated, 1);
+    ASSERT_UEQ(s.files, 46u);
+    for (size_t i = 0; i < s.n_names; i++)
+        ASSERT_EQ(strncmp(s.names[i], "kern_", 5) == 0 || strcmp(s.names[i], "dup0") == 0, 1);
+    /* Entries: the walk stops after 10. */
+    ASSERT_OK(csi_scratch_walk(&s, upper, NULL, 0, 1, 1, &caps, NULL));
+    ASSERT_EQ(s.truncated, 1);
+    ASSERT(s.triton_kernels < 10u);
+    ASSERT_UEQ(s.entries, 11u);
+    /* Depth: the kernel dirs (depth 1) are read, tmp.pid_1_x/deep (3) is not. */
+    caps.max_entries = 1000;
+    caps.max_depth = 2;
+    ASSERT_OK(csi_scratch_walk(&s, upper, NULL, 0, 1, 1, &caps, NULL));
+    ASSERT_UEQ(s.triton_kernels, 45u);
+    ASSERT_UEQ(s.files, 45u);
+    ASSERT_EQ(s.truncated, 1);
+    caps.max_depth = 3;
+    ASSERT_OK(csi_scratch_walk(&s, upper, NULL, 0, 1, 1, &caps, NULL));
+    ASSERT_UEQ(s.files, 46u);
+}
+
+/* readOnly "false": the scratch is a private copy of the store; only what is
+ * not in the store counts (a changed store file is not: docs/csi.md). */
+TEST(scratch_copy)
+{
+    char store[PATH_MAX], upper[PATH_MAX], p[PATH_MAX];
+    const char *lowers[] = {store};
+    struct csi_scratch s;
+    uint64_t bytes = 0, files;
+    FILE *f;
+    snprintf(store, sizeof(store), "%s/" CROSS, tkm_test_fixtures());
+    snprintf(upper, sizeof(upper), "%s/upper", tkm_test_tmpdir());
+    ASSERT_OK(csi_copy_tree(store, upper, NULL, NULL));
+    ASSERT_OK(csi_scratch_walk(&s, upper, lowers, 1, 1, 0, NULL, NULL));
+    ASSERT_UEQ(s.triton_kernels + s.files + s.bytes, 0u); /* the copy alone: nothing new */
+    /* The store gone: no count rather than all of the copy counted as new. */
+    const char *gone[] = {"/nonexistent/store"};
+    struct tkm_err err = {0};
+    int fds = nfds();
+    ASSERT_EQ(csi_scratch_walk(&s, upper, gone, 1, 1, 0, NULL, &err), -ENOENT);
+    ASSERT_EQ(nfds(), fds);
+    ASSERT_STRCONTAINS(err.msg, "the lower dir /nonexistent/store");
+    kdir(K_SM, upper, "NEWKERNELDIR");
+    files = kfiles(K_SM, &bytes);
+    snprintf(p, sizeof(p), "%s/" K_MM "/matmul_kernel.cubin", upper);
+    ASSERT_NOT_NULL(f = fopen(p, "a"));
+    fputs("changed", f);
+    fclose(f);
+    ASSERT_OK(csi_scratch_walk(&s, upper, lowers, 1, 1, 0, NULL, NULL));
+    ASSERT_UEQ(s.triton_kernels, 1u);
+    ASSERT_STREQ(s.names[0], "softmax_kernel");
+    ASSERT_UEQ(s.files, files);
+    ASSERT_UEQ(s.bytes, bytes);
+}
+
+/* The state file publish writes: what unpublish (even of a restarted
+ * tkm-csi) counts from; the one-line summary. */
+TEST(scratch_state)
+{
+    char vol[PATH_MAX], p[PATH_MAX], store[PATH_MAX];
+    const char *stores[] = {store};
+    struct csi_scratch s;
+    struct tkm_err err = {0};
+    struct tkm_buf sum = TKM_BUF_INIT(8192);
+    snprintf(store, sizeof(store), "%s/store", tkm_test_tmpdir());
+    mkdir(store, 0755);
+    kdir(K_MM, store, K_MM);
+    snprintf(vol, sizeof(vol), "%s/vol", tkm_test_tmpdir());
+    mkdir(vol, 0700);
+    mk(vol, "groups", NULL);
+    mk(vol, "upper", NULL);
+    /* No state (strict, or an older tkm-csi): nothing counted. */
+    ASSERT_EQ(csi_scratch_volume(vol, &s, NULL), 0);
+    if (geteuid() != 0) { /* trusted.* is root's (tkm-csi runs as root): refused, said so */
+        ASSERT_EQ(csi_scratch_state_write(vol, "overlay", 1, stores, 1, &err), -EPERM);
+        ASSERT_STRCONTAINS(err.msg, "setting " CSI_SCRATCH_XATTR " on ");
+        return;
+    }
+    ASSERT_OK(csi_scratch_state_write(vol, "overlay", 1, stores, 1, &err));
+    ASSERT_EQ(csi_scratch_state_write(vol, "overlay", 1, stores, 1, NULL), -EEXIST);
+    kdir(K_SM, vol, "upper/" K_SM);
+    kdir(K_MM, vol, "upper/" K_MM); /* in the store: copied up, not new */
+    mk(vol, "groups/" K_ADD, NULL); /* group files' dirs are a lower too */
+    kdir(K_ADD, vol, "upper/" K_ADD);
+    ASSERT_EQ(csi_scratch_volume(vol, &s, &err), 1);
+    ASSERT_UEQ(s.triton_kernels, 1u);
+    ASSERT_OK(csi_scratch_summary(&s, &sum));
+    ASSERT_STRCONTAINS(sum.data, "triton 1 kernel (softmax_kernel), inductor 0 fxgraph 0 "
+                                 "aotautograd, vllm 0, ");
+    /* An Empty volume of a torch.compile cache: parts, nothing below. */
+    ASSERT_OK(lremovexattr(vol, CSI_SCRATCH_XATTR));
+    ASSERT_OK(csi_scratch_state_write(vol, "empty", 0, NULL, 0, NULL));
+    mk(vol, "upper/triton", NULL);
+    kdir(K_SM, vol, "upper/triton/" K_SM);
+    ASSERT_EQ(csi_scratch_volume(vol, &s, NULL), 1);
+    ASSERT_UEQ(s.triton_kernels, 1u);
+    /* A state file this tkm-csi did not write: an error, nothing counted. */
+    static const char odd[] = "tkm-csi scratch 1\nmode overlay\nlayout sideways\n";
+    ASSERT_OK(lsetxattr(vol, CSI_SCRATCH_XATTR, odd, strlen(odd), XATTR_REPLACE));
+    ASSERT_EQ(csi_scratch_volume(vol, &s, &err), -EINVAL);
+    ASSERT_STRCONTAINS(err.msg, "is not a scratch state of this tkm-csi");
+    ASSERT_OK(lsetxattr(vol, CSI_SCRATCH_XATTR, "x", 1, XATTR_REPLACE));
+    ASSERT_EQ(csi_scratch_volume(vol, &s, NULL), -EINVAL);
+    /* No files in the volume dir but the layers (the bytes a pod costs, docs/csi.md). */
+    snprintf(p, sizeof(p), "%s/scratch-layout", vol);
+    ASSERT_EQ(access(p, F_OK), -1);
+    /* Names are escaped in the summary (a name can only be [A-Za-z0-9_.-] here,
+     * the escape is the second line of defence). */
+    memset(&s, 0, sizeof(s));
+    s.n_names = 1;
+    snprintf(s.names[0], sizeof(s.names[0]), "a\nb");
+    s.truncated = 1;
+    ASSERT_OK(csi_scratch_summary(&s, &sum));
+    ASSERT_STRCONTAINS(sum.data, "(a\\nb)");
+    ASSERT_STRCONTAINS(sum.data, "(truncated)");
+    tkm_buf_release(&sum);
+}
+
+/* A kernel name read once: the same stem in another kernel dir is checked for
+ * its "name": "<stem>" bytes; anything else is parsed as the first was. */
+TEST(scratch_known_names)
+{
+    char upper[PATH_MAX];
+    struct csi_scratch s;
+    snprintf(upper, sizeof(upper), "%s/upper", tkm_test_tmpdir());
+    mkdir(upper, 0755);
+    kdir(K_SM, upper, "A");
+    kdir(K_SM, upper, "B"); /* the same kernel again: counted, no second name */
+    mk(upper, "C", NULL);   /* the stem, another name: parsed */
+    mk(upper, "C/softmax_kernel.json", "{\"name\":\"other_kernel\"}");
+    mk(upper, "D", NULL); /* the stem, no name at all: not a kernel */
+    mk(upper, "D/softmax_kernel.json", "{\"hash\":\"x\"}");
+    mk(upper, "E", NULL); /* the stem, its name without json.dumps' space: parsed */
+    mk(upper, "E/softmax_kernel.json", "{\"name\":\"softmax_kernel\"}");
+    ASSERT_OK(csi_scratch_walk(&s, upper, NULL, 0, 1, 1, NULL, NULL));
+    ASSERT_UEQ(s.triton_kernels, 4u);
+    ASSERT_UEQ(s.n_names, 2u);
+    ASSERT(has_name(&s, "softmax_kernel"));
+    ASSERT(has_name(&s, "other_kernel"));
+    ASSERT_EQ(s.truncated, 0);
+    /* 40 distinct kernels as Triton writes them: 32 names, the others
+     * counted (checked by their bytes once the names are full), truncated. */
+    char rel[64], json[96];
+    for (int i = 0; i < 40; i++) {
+        snprintf(rel, sizeof(rel), "T%02d", i);
+        mk(upper, rel, NULL);
+        snprintf(rel, sizeof(rel), "T%02d/kern_%d.json", i, i);
+        snprintf(json, sizeof(json), "{\"hash\": \"h\", \"name\": \"kern_%d\"}", i);
+        mk(upper, rel, json);
+    }
+    mk(upper, "U", NULL); /* names full, a stem of bad characters: parsed, not a kernel */
+    mk(upper, "U/a b.json", "{\"name\": \"a b\", \"x\": [}");
+    ASSERT_OK(csi_scratch_walk(&s, upper, NULL, 0, 1, 1, NULL, NULL));
+    ASSERT_UEQ(s.triton_kernels, 44u);
+    ASSERT_UEQ(s.n_names, (unsigned)CSI_SCRATCH_NAMES_MAX);
+    ASSERT_EQ(s.truncated, 1);
 }

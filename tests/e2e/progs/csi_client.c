@@ -8,7 +8,8 @@
  *       Ephemeral pod info is added unless given: pod.namespace=default,
  *       pod.name=pod-VOL, pod.uid=uid-VOL, ephemeral=true. --repeat sends N
  *       identical calls at once (all must succeed).
- *   unpublish VOL TARGET
+ *   unpublish VOL TARGET [--time]
+ *       --time: "OK <ms> ms", the call's latency (bench/csi.sh)
  *   stats VOL PATH
  *   bench N DIR [KEY=VALUE]...
  *       Publishes N volumes (bench-<i>, pod p-<i>, target DIR/<i>) all at once,
@@ -39,6 +40,7 @@ struct cl {
     size_t n_lat;
     const char *cmd;
     const char *sock;
+    int timed; /* print the one call's latency */
 };
 
 struct one {
@@ -102,6 +104,8 @@ static void done(int code, const char *message, const void *resp, size_t len, vo
                r && r->n_supported_versions ? r->supported_versions[0] : "?");
         if (r)
             pluginregistration__plugin_info__free_unpacked(r, NULL);
+    } else if (c->timed) {
+        printf("OK %.3f ms\n", us / 1000.0);
     } else if (!c->lat) {
         printf("OK\n");
     }
@@ -312,8 +316,10 @@ int main(int argc, char **argv)
         q.readonly = ro;
         for (uint64_t i = 0; i < repeat && rc == 0; i++)
             rc = call(&c, "/csi.v1.Node/NodePublishVolume", &q.base);
-    } else if (strcmp(cmd, "unpublish") == 0 && argc == 5) {
+    } else if (strcmp(cmd, "unpublish") == 0 &&
+               (argc == 5 || (argc == 6 && strcmp(argv[5], "--time") == 0))) {
         Csi__V1__NodeUnpublishVolumeRequest r = CSI__V1__NODE_UNPUBLISH_VOLUME_REQUEST__INIT;
+        c.timed = argc == 6;
         r.volume_id = argv[3];
         r.target_path = argv[4];
         rc = call(&c, "/csi.v1.Node/NodeUnpublishVolume", &r.base);

@@ -6,7 +6,10 @@
  * same implementation tkm-agent uses) and answers from a fixture store: a
  * real Triton cache extracted into a temp dir (--store). Every call is logged
  * on stdout as one line ("Materialize <vol> <ns>/<pod> <cache>", "Release
- * <vol> released|unknown", "Status") so a test can check what the driver did.
+ * <vol> released|unknown", "Status") so a test can check what the driver did;
+ * a Release with the scratch counts (ReleaseRequest.scratch) appends them:
+ * " scratch triton=N fxgraph=N aotautograd=N vllm=N files=N bytes=N
+ * truncated=0|1 names=a,b" (names escaped).
  *
  * Usage: e2e_csi_testagent --socket PATH --store DIR [--cache NAME[=MOUNTPATH]]...
  *          [--image REF]... [--fail NAME=CODE:MESSAGE]... [--not-ready]
@@ -238,7 +241,20 @@ static void release(struct tkm_grpc_call *call, void *data)
         return;
     }
     int i = ref_find(t, q->volume_id);
-    printf("Release %s %s\n", q->volume_id, i >= 0 ? "released" : "unknown");
+    printf("Release %s %s", q->volume_id, i >= 0 ? "released" : "unknown");
+    if (q->scratch) {
+        /* What the driver counted in the pod's scratch layer (issue 25). */
+        const Tkm__Agent__V1__ScratchCount *c = q->scratch;
+        char esc[4 * 128 + 8];
+        printf(" scratch triton=%u fxgraph=%u aotautograd=%u vllm=%u files=%llu bytes=%llu "
+               "truncated=%d names=",
+               c->triton_kernels, c->inductor_fxgraph, c->inductor_aotautograd, c->vllm_entries,
+               (unsigned long long)c->files, (unsigned long long)c->bytes, (int)c->truncated);
+        for (size_t k = 0; k < c->n_kernel_names; k++)
+            printf("%s%s", k ? "," : "",
+                   tkm_escape(c->kernel_names[k], strlen(c->kernel_names[k]), esc, sizeof esc));
+    }
+    printf("\n");
     fflush(stdout);
     if (i < 0) {
         tkm_grpc_call_fail(call, TKM_GRPC_NOT_FOUND, "volume not known");
