@@ -21,14 +21,8 @@
 #include "ctl_json.h"
 #include "ctl_variants.h"
 
-/* What --add-variant did: the index it wrote (layout and/or registry). */
-struct added {
-    char layout_index[TKM_OCI_DIGEST_LEN + 1], pushed_index[TKM_OCI_DIGEST_LEN + 1];
-    char replaced[TKM_OCI_DIGEST_LEN + 1];
-};
-
 static void print_result(const struct tkm_triton_build_result *r, const char *layout,
-                         const char *tag, const char *pushed, const struct added *ad, int json)
+                         const char *tag, const char *pushed, const struct ctl_added *ad, int json)
 {
     char a[32], b[32];
     if (json && ad) {
@@ -106,7 +100,7 @@ static int layout_index(const char *layout, const char *tag, struct tkm_buf *b, 
 
 /* Adds the built variant to the index under tag in the layout. */
 static int add_to_layout(const char *layout, const char *tag,
-                         const struct tkm_triton_build_result *r, struct added *ad,
+                         const struct tkm_triton_build_result *r, struct ctl_added *ad,
                          struct tkm_err *err)
 {
     struct tkm_buf b = TKM_BUF_INIT(TKM_OCI_MANIFEST_MAX);
@@ -134,7 +128,7 @@ static int add_to_layout(const char *layout, const char *tag,
  * tag, adds the variant, PUTs it back. */
 static int add_to_registry(const char *layout, const struct tkm_oci_ref *ref,
                            const struct tkm_oci_registry_opts *ro,
-                           const struct tkm_triton_build_result *r, struct added *ad,
+                           const struct tkm_triton_build_result *r, struct ctl_added *ad,
                            struct tkm_err *err)
 {
     struct tkm_buf b = TKM_BUF_INIT(TKM_OCI_MANIFEST_MAX);
@@ -206,17 +200,17 @@ static int cancelled(const struct ctl_publish *p)
     return p->cancel && atomic_load(p->cancel);
 }
 
-int ctl_publish(struct ctl_publish *p)
+int ctl_publish_run(struct ctl_publish *p)
 {
     struct tkm_err err = {0};
-    char tmpl[] = "/tmp/tkmctl-build-XXXXXX", layout_tmp[64] = "";
+    char tmpl[1024], layout_tmp[1100] = "";
     const char *layout = p->output;
-    struct added ad;
     int rc = 1;
-    memset(&ad, 0, sizeof ad);
+    memset(&p->added, 0, sizeof p->added);
     if (!p->output) {
+        snprintf(tmpl, sizeof tmpl, "%s/tkmctl-build-XXXXXX", p->tmpdir ? p->tmpdir : "/tmp");
         if (!mkdtemp(tmpl)) {
-            fprintf(stderr, "tkmctl %s: mkdtemp: %s\n", p->cmd, strerror(errno));
+            fprintf(stderr, "tkmctl %s: mkdtemp %s: %s\n", p->cmd, tmpl, strerror(errno));
             return 1;
         }
         snprintf(layout_tmp, sizeof layout_tmp, "%s/layout", tmpl);
@@ -226,7 +220,8 @@ int ctl_publish(struct ctl_publish *p)
         fprintf(stderr, "tkmctl %s: %s\n", p->cmd, tkm_err_str(&err));
         goto out;
     }
-    if (p->add_variant && p->output && add_to_layout(p->output, p->tag, &p->res, &ad, &err) != 0) {
+    if (p->add_variant && p->output &&
+        add_to_layout(p->output, p->tag, &p->res, &p->added, &err) != 0) {
         fprintf(stderr, "tkmctl %s: %s\n", p->cmd, tkm_err_str(&err));
         goto out;
     }
@@ -239,10 +234,10 @@ int ctl_publish(struct ctl_publish *p)
         char canon[600];
         ctl_oci_registry_opts(p->f, &ro);
         int prc = p->add_variant
-                      ? add_to_registry(layout, &p->ref, &ro, &p->res, &ad, &err)
+                      ? add_to_registry(layout, &p->ref, &ro, &p->res, &p->added, &err)
                       : tkm_oci_push(layout, p->tag, &p->ref, &ro, p->digest, NULL, &err);
         if (p->add_variant)
-            memcpy(p->digest, ad.pushed_index, sizeof p->digest);
+            memcpy(p->digest, p->added.pushed_index, sizeof p->digest);
         ctl_progress_end(&p->f->progress);
         if (prc != 0) {
             fprintf(stderr, "tkmctl %s: push %s: %s\n", p->cmd, p->push, tkm_err_str(&err));
@@ -251,8 +246,6 @@ int ctl_publish(struct ctl_publish *p)
         tkm_oci_ref_format(&p->ref, canon, sizeof canon);
         snprintf(p->pushed, sizeof p->pushed, "%s@%s", canon, p->digest);
     }
-    print_result(&p->res, p->output, p->tag, p->push ? p->pushed : NULL,
-                 p->add_variant ? &ad : NULL, p->f->json);
     rc = 0;
 out:
     if (!p->output) {
@@ -260,5 +253,19 @@ out:
         if (rrc != 0)
             fprintf(stderr, "tkmctl %s: could not remove %s: %s\n", p->cmd, tmpl, strerror(-rrc));
     }
+    return rc;
+}
+
+void ctl_publish_print(const struct ctl_publish *p, const char *layout)
+{
+    print_result(&p->res, layout ? layout : p->output, p->tag, p->push ? p->pushed : NULL,
+                 p->add_variant ? &p->added : NULL, p->f->json);
+}
+
+int ctl_publish(struct ctl_publish *p)
+{
+    int rc = ctl_publish_run(p);
+    if (rc == 0)
+        ctl_publish_print(p, NULL);
     return rc;
 }
