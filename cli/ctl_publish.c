@@ -57,10 +57,14 @@ static void print_result(const struct tkm_triton_build_result *r, const char *la
             "pushed", pushed));
         return;
     }
-    printf("built %s: %llu kernel entries, %llu files, %s of cache, layer %s\n", r->manifest.digest,
-           (unsigned long long)r->entries, (unsigned long long)r->files,
-           ctl_human_bytes(r->cache_bytes, a, sizeof a),
-           ctl_human_bytes(r->layer.size, b, sizeof b));
+    if (r->entries)
+        printf("built %s: %llu kernel entries, %llu files, %s of cache, layer %s\n",
+               r->manifest.digest, (unsigned long long)r->entries, (unsigned long long)r->files,
+               ctl_human_bytes(r->cache_bytes, a, sizeof a),
+               ctl_human_bytes(r->layer.size, b, sizeof b));
+    else
+        printf("built %s: no Triton part, %llu files, layer %s\n", r->manifest.digest,
+               (unsigned long long)r->files, ctl_human_bytes(r->layer.size, b, sizeof b));
     if (r->inductor_bytes)
         printf("  inductor part: %llu FX graph + AOTAutograd entries, %s\n",
                (unsigned long long)r->inductor_entries,

@@ -6,7 +6,8 @@
 #     config carries the io.tkm.capture/ labels;
 #   - --add-variant twice (an sm90 run and an sm80 run): one index, two variants;
 #   - a push without credentials to a registry that wants them fails with the
-#     401 message, and leaves no temporary directory.
+#     401 message, and leaves no temporary directory;
+#   - manifests/samples/capture-job.yaml passes the apiserver's strict validation.
 source "$(dirname "$0")/lib.sh"
 
 COSIGN3=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path cosign3)
@@ -79,4 +80,11 @@ expect_fail "capture --push, no credentials" env DOCKER_CONFIG="$E2E_TMP/nodc" "
   --push "$AREG/e2e/c:v1" --no-nvml -- sh -c "$COPY" "$FX"
 assert_contains "$OUT" "401 Unauthorized (no credentials found for this registry" "the 401 message"
 left_behind
+
+step "the sample capture Job is valid for the apiserver"
+ns=$(e2e_namespace)
+sed "s/namespace: ml/namespace: $ns/" "$TKM_SOURCE_DIR/manifests/samples/capture-job.yaml" >job.yaml
+kubectl -n "$ns" create serviceaccount default >/dev/null 2>&1 || true
+expect_ok "sample Secret and Job (server dry run, strict)" kubectl create --dry-run=server --validate=strict -f job.yaml
+assert_contains "$(grep -A1 -- '- capture' job.yaml)" "--push" "the Job runs tkmctl capture --push"
 e2e_done

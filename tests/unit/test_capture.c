@@ -152,6 +152,7 @@ TEST_TIMEOUT(inductor_only_is_built_without_a_triton_part, 60)
               0);
     const char *o = out_txt();
     ASSERT_STRCONTAINS(o, "inductor MY_IND: 297 files");
+    ASSERT_STRCONTAINS(o, "no Triton part, 297 files");
     ASSERT_STRCONTAINS(o, "inductor part: 3 FX graph + AOTAutograd entries");
     ASSERT_STRCONTAINS(o, "variant linux/");
     ASSERT_STRCONTAINS(o, "cuda sm90 warp 32");
