@@ -318,6 +318,22 @@ static void gpu_labels(struct capture_labels *l, const struct tkm_gpu_probe_opts
     tkm_gpu_list_release(&gl);
 }
 
+/* A part's scan result: 1 take it, 0 it holds no cache (left out, noted),
+ * -1 an error (printed). */
+static int scanned(int rc, const struct capture_part *part, const char *none,
+                   const struct tkm_err *err)
+{
+    if (rc == -ENOENT) {
+        fprintf(stderr, "tkmctl capture: %s holds %s: left out\n", part->env, none);
+        return 0;
+    }
+    if (rc) {
+        fprintf(stderr, "tkmctl capture: %s: %s\n", part->env, tkm_err_str(err));
+        return -1;
+    }
+    return 1;
+}
+
 /* Looks into the filled parts: which the build takes (a part holding only
  * what is no cache is left out, with a note), and their versions. Returns 0
  * or 1 after printing why. */
@@ -346,16 +362,11 @@ static int scan_parts(struct capture_part *parts, struct ctl_publish *p, struct 
     }
     if (parts[1].filled) {
         struct tkm_inductor_info in;
-        rc = tkm_inductor_scan(&in, parts[1].dir, &err);
-        if (rc == -ENOENT) {
-            fprintf(stderr,
-                    "tkmctl capture: %s holds no FX graph, AOTAutograd or generated code: "
-                    "left out\n",
-                    parts[1].env);
-        } else if (rc) {
-            fprintf(stderr, "tkmctl capture: %s: %s\n", parts[1].env, tkm_err_str(&err));
+        rc = scanned(tkm_inductor_scan(&in, parts[1].dir, &err), &parts[1],
+                     "no FX graph, AOTAutograd or generated code", &err);
+        if (rc < 0)
             return 1;
-        } else {
+        if (rc) {
             label(l, CAPTURE_LABEL_PREFIX "torch-version", in.facts.torch_version);
             if (!p->cache)
                 label(l, CAPTURE_LABEL_PREFIX "triton-version", in.facts.triton_version);
@@ -364,19 +375,13 @@ static int scan_parts(struct capture_part *parts, struct ctl_publish *p, struct 
     }
     if (parts[2].filled) {
         struct tkm_vllm_info v;
-        rc = tkm_vllm_scan(&v, parts[2].dir, &err);
+        rc = scanned(tkm_vllm_scan(&v, parts[2].dir, &err), &parts[2],
+                     "no torch.compile cache hash directory", &err);
         tkm_vllm_info_release(&v);
-        if (rc == -ENOENT) {
-            fprintf(stderr,
-                    "tkmctl capture: %s holds no torch.compile cache hash directory: "
-                    "left out\n",
-                    parts[2].env);
-        } else if (rc) {
-            fprintf(stderr, "tkmctl capture: %s: %s\n", parts[2].env, tkm_err_str(&err));
+        if (rc < 0)
             return 1;
-        } else {
+        if (rc)
             p->bo.vllm_dir = parts[2].dir;
-        }
     }
     if (!p->cache && !p->bo.inductor_dir && !p->bo.vllm_dir) {
         fprintf(stderr, "tkmctl capture: the command wrote files, but no Triton kernel, Inductor "

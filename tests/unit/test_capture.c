@@ -236,54 +236,47 @@ static void wait_file(const char *name)
     ASSERT(exists(name));
 }
 
-TEST_TIMEOUT(sigint_reaches_the_command_and_leaves_nothing, 60)
+/* Starts tkmctl capture --output img -- sh -c SCRIPT ARG0 (TMPDIR=tmp()) in the test's
+ * directory, waits until the script wrote "ready", sends sig to tkmctl: its exit status. */
+static int interrupt(const char *script, const char *arg0, int sig)
 {
-    char fx[1200];
     if (!ctl[0])
         build_path("cli/tkmctl", ctl, sizeof ctl);
-    snprintf(fx, sizeof fx, "%s/triton-3.6-sm90-native/cache", tkm_test_fixtures());
     ASSERT_OK(chdir(tkm_test_tmpdir()));
     pid_t pid = fork();
     ASSERT(pid >= 0);
     if (pid == 0) {
         setenv("TMPDIR", tmp(), 1);
-        /* writes its cache, says it is ready, waits; on SIGINT notes it and exits 7 */
-        execl(ctl, ctl, "capture", "--output", "img", "--", "sh", "-c",
-              "trap 'echo got-int > got; exit 7' INT; cp -r \"$0\"/. \"$TRITON_CACHE_DIR\"/; "
-              "echo \"$TRITON_CACHE_DIR\" > ready; while :; do sleep 0.05; done",
-              fx, (char *)NULL);
+        execl(ctl, ctl, "capture", "--output", "img", "--", "sh", "-c", script, arg0, (char *)NULL);
         _exit(99);
     }
     wait_file("ready");
-    ASSERT_OK(kill(pid, SIGINT));
+    ASSERT_OK(kill(pid, sig));
     int st;
     ASSERT_EQ(waitpid(pid, &st, 0), pid);
     ASSERT(WIFEXITED(st));
-    ASSERT_EQ(WEXITSTATUS(st), 7); /* the command's status */
-    ASSERT(exists("got"));         /* the command got the SIGINT */
+    return WEXITSTATUS(st);
+}
+
+TEST_TIMEOUT(sigint_reaches_the_command_and_leaves_nothing, 60)
+{
+    char fx[1200];
+    snprintf(fx, sizeof fx, "%s/triton-3.6-sm90-native/cache", tkm_test_fixtures());
+    /* writes its cache, says it is ready, waits; on SIGINT notes it and exits 7 */
+    ASSERT_EQ(interrupt("trap 'echo got-int > got; exit 7' INT; cp -r \"$0\"/. "
+                        "\"$TRITON_CACHE_DIR\"/; echo > ready; while :; do sleep 0.05; done",
+                        fx, SIGINT),
+              7);          /* the command's status */
+    ASSERT(exists("got")); /* the command got the SIGINT */
     ASSERT(!exists("img"));
     assert_nothing_left();
 }
 
 TEST_TIMEOUT(sigterm_to_a_command_that_ignores_nothing, 60)
 {
-    if (!ctl[0])
-        build_path("cli/tkmctl", ctl, sizeof ctl);
-    ASSERT_OK(chdir(tkm_test_tmpdir()));
-    pid_t pid = fork();
-    ASSERT(pid >= 0);
-    if (pid == 0) {
-        setenv("TMPDIR", tmp(), 1);
-        execl(ctl, ctl, "capture", "--output", "img", "--", "sh", "-c",
-              "echo x > \"$TRITON_CACHE_DIR/f\"; echo > ready; exec sleep 60", (char *)NULL);
-        _exit(99);
-    }
-    wait_file("ready");
-    ASSERT_OK(kill(pid, SIGTERM));
-    int st;
-    ASSERT_EQ(waitpid(pid, &st, 0), pid);
-    ASSERT(WIFEXITED(st));
-    ASSERT_EQ(WEXITSTATUS(st), 128 + SIGTERM);
+    ASSERT_EQ(
+        interrupt("echo x > \"$TRITON_CACHE_DIR/f\"; echo > ready; exec sleep 60", "sh", SIGTERM),
+        128 + SIGTERM);
     ASSERT(!exists("img"));
     assert_nothing_left();
 }
