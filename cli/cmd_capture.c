@@ -5,9 +5,10 @@
  * The run: a private directory (mkdtemp under $TMPDIR, mode 0700) holds
  * triton/, inductor/ and vllm/; the command gets TRITON_CACHE_DIR,
  * TORCHINDUCTOR_CACHE_DIR and VLLM_CACHE_ROOT (names overridable) pointing
- * there, runs in a process group of its own with tkmctl's stdio, and
- * SIGINT/SIGTERM/SIGHUP reaching tkmctl are passed to that group (tkmctl
- * waits for them with sigwaitinfo: nothing runs in a handler). tkmctl
+ * there, with tkmctl's stdio, and SIGINT/SIGTERM/SIGHUP reaching tkmctl
+ * are passed on (run_child: to the command's own process group, or on a
+ * terminal where a Ctrl-C reaches both, only what the terminal did not send;
+ * tkmctl waits for them with sigwaitinfo: nothing runs in a handler). tkmctl
  * returns the command's exit status (128+N for a signal N) when it failed
  * or was interrupted, and then builds nothing. After a successful run the
  * filled directories are built with tkmctl build's code (ctl_publish.h); a
@@ -55,8 +56,9 @@ static void usage(FILE *f)
             "Triton part is not needed when Inductor's or vLLM's is there). The config gets\n"
             "io.tkm.capture/ labels: the GPU and driver the run saw (the probe of 'tkmctl\n"
             "check') and the torch/Triton versions the caches record (docs/images.md).\n\n"
-            "SIGINT, SIGTERM and SIGHUP are passed to the command's process group. When the\n"
-            "command fails (or is interrupted) nothing is built and tkmctl exits with its status\n"
+            "SIGINT, SIGTERM and SIGHUP are passed to the command (its process group; on a\n"
+            "terminal a Ctrl-C reaches it directly). When the command fails (or is\n"
+            "interrupted) nothing is built and tkmctl exits with its status\n"
             "(128+N for a signal N); the temporary directories are always removed. Nothing\n"
             "written into any cache directory, or one that cannot be read, is an error.\n\n"
             "Flags:\n"
@@ -173,10 +175,15 @@ static char **child_env(struct capture_part *parts, size_t n, char (*defs)[1200]
     return env;
 }
 
-/* Runs argv in a process group of its own, passing INT/TERM/HUP on, until
- * it ends. *status: its exit status, 128+N for a signal N; *forwarded: the
- * last signal passed on (0: none). Returns 0, or a negative errno when it
- * could not be started (printed). Leaves INT/TERM/HUP/CHLD blocked. */
+/* Runs argv until it ends, passing INT/TERM/HUP on. Without a terminal
+ * (a Job, a script) it runs in a process group of its own and tkmctl sends
+ * each signal to that group. On a terminal where tkmctl is the foreground
+ * group, it stays in tkmctl's group (so it may read the terminal): a
+ * terminal's Ctrl-C reaches it and tkmctl together, and tkmctl only passes on
+ * what the terminal did not send (si_code other than SI_KERNEL). *status: its
+ * exit status, 128+N for a signal N; *forwarded: the last signal tkmctl got
+ * (0: none). Returns 0, or a negative errno when it could not be started
+ * (printed, *status 127 or 126). Leaves INT/TERM/HUP/CHLD blocked. */
 static int run_child(char **argv, char **envp, int *status, int *forwarded)
 {
     sigset_t set;
@@ -200,15 +207,9 @@ static int run_child(char **argv, char **envp, int *status, int *forwarded)
         return -e;
     }
     if (pid == 0) {
-        sigset_t ttou;
-        sigemptyset(&ttou);
-        sigaddset(&ttou, SIGTTOU);
-        setpgid(0, 0);
-        if (fg) { /* a terminal's Ctrl-C goes to the command; it may read the terminal */
-            sigprocmask(SIG_BLOCK, &ttou, NULL);
-            tcsetpgrp(STDIN_FILENO, getpid());
-            sigprocmask(SIG_UNBLOCK, &ttou, NULL);
-        }
+        if (!fg)
+            setpgid(0, 0);
+        signal(SIGPIPE, SIG_DFL);
         sigprocmask(SIG_UNBLOCK, &set, NULL);
         execvpe(argv[0], argv, envp);
         err_no = errno;
@@ -217,9 +218,8 @@ static int run_child(char **argv, char **envp, int *status, int *forwarded)
         }
         _exit(127);
     }
-    setpgid(pid, pid); /* both sides: whichever runs first; EACCES after exec is fine */
-    if (fg)
-        tcsetpgrp(STDIN_FILENO, pid);
+    if (!fg)
+        setpgid(pid, pid); /* both sides: whichever runs first; EACCES after exec is fine */
     close(pfd[1]);
     ssize_t r;
     while ((r = read(pfd[0], &err_no, sizeof err_no)) < 0 && errno == EINTR)
@@ -228,8 +228,6 @@ static int run_child(char **argv, char **envp, int *status, int *forwarded)
     if (r == (ssize_t)sizeof err_no) {
         while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
             ;
-        if (fg)
-            tcsetpgrp(STDIN_FILENO, getpgrp()); /* still the foreground: no SIGTTOU */
         fprintf(stderr, "tkmctl capture: cannot run %s: %s\n", argv[0], strerror(err_no));
         *status = err_no == ENOENT ? 127 : 126;
         return -err_no;
@@ -246,23 +244,17 @@ static int run_child(char **argv, char **envp, int *status, int *forwarded)
             continue;
         }
         *forwarded = sig;
-        fprintf(stderr, "tkmctl capture: %s: passing it to the command; nothing will be built\n",
-                strsignal(sig));
-        if (kill(-pid, sig) != 0)
+        fprintf(stderr, "tkmctl capture: %s: %s; nothing will be built\n", strsignal(sig),
+                fg && si.si_code == SI_KERNEL ? "the command got it from the terminal"
+                                              : "passing it to the command");
+        if (!fg)
+            kill(-pid, sig);
+        else if (si.si_code != SI_KERNEL)
             kill(pid, sig);
     }
-    if (*forwarded)
+    if (*forwarded && !fg)
         kill(-pid, SIGKILL); /* what the command left running would write into the caches */
-    if (fg) { /* the terminal back to tkmctl's group (from the background: SIGTTOU blocked) */
-        sigset_t ttou;
-        sigemptyset(&ttou);
-        sigaddset(&ttou, SIGTTOU);
-        sigprocmask(SIG_BLOCK, &ttou, NULL);
-        tcsetpgrp(STDIN_FILENO, getpgrp());
-        sigprocmask(SIG_UNBLOCK, &ttou, NULL);
-    }
-    /* a command killed by a signal (a terminal's Ctrl-C reaches it directly)
-     * was interrupted too: never published */
+    /* a command killed by a signal was interrupted too: never published */
     if (!*forwarded && WIFSIGNALED(st))
         *forwarded = WTERMSIG(st);
     *status = WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : 1;

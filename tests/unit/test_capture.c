@@ -281,6 +281,32 @@ TEST_TIMEOUT(sigterm_to_a_command_that_ignores_nothing, 60)
     assert_nothing_left();
 }
 
+TEST_TIMEOUT(ctrl_c_on_a_terminal, 60)
+{
+    /* on a terminal the command stays in tkmctl's group: it reads the terminal, a typed
+     * Ctrl-C reaches it directly, and tkmctl (which got it too) builds nothing even though
+     * the command's trap exits 0 */
+    char tmpd[1200];
+    if (!ctl[0])
+        build_path("cli/tkmctl", ctl, sizeof ctl);
+    snprintf(tmpd, sizeof tmpd, "%s/tmp", tkm_test_tmpdir());
+    mkdir(tmpd, 0700);
+    char cmd[5000];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && python3 '%s/tests/unit/data/capture/pty_ctrl_c.py' '%s' "
+             "'%s/triton-3.6-sm90-native/cache' '%s' >out.txt 2>&1",
+             tkm_test_tmpdir(), tkm_test_source_dir(), ctl, tkm_test_fixtures(), tkm_test_tmpdir());
+    ASSERT_EQ(system(cmd), 0);
+    const char *o = out_txt();
+    ASSERT_STRCONTAINS(o, "READ hello");
+    ASSERT_STRCONTAINS(o, "Interrupt: the command got it from the terminal");
+    ASSERT_STRCONTAINS(o, "interrupted (Interrupt): nothing built");
+    ASSERT_STRCONTAINS(o, "status 130");
+    ASSERT(exists("got"));
+    ASSERT(!exists("img"));
+    assert_nothing_left();
+}
+
 TEST(usage_errors)
 {
     ASSERT_EQ(capture("-- true"), 2);
