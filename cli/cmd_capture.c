@@ -19,6 +19,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -79,7 +80,8 @@ static void usage(FILE *f)
             "                     as for 'tkmctl build'\n"
             "  --sysfs-root DIR, --procfs-root DIR, --nvml-lib LIB, --no-nvml\n"
             "                     the GPU probe, as for 'tkmctl check'\n"
-            "  -o json            print the build result as JSON\n\n"
+            "  -o json            print the result as JSON (with commandStatus, captured per\n"
+            "                     part, signCommand); the command's stdout then goes to stderr\n\n"
             "%s\n"
             "Examples:\n"
             "  tkmctl capture --push quay.io/me/cache:sm90 -- python3 warmup.py\n"
@@ -182,9 +184,11 @@ static char **child_env(struct capture_part *parts, size_t n, char (*defs)[1200]
  * terminal's Ctrl-C reaches it and tkmctl together, and tkmctl only passes on
  * what the terminal did not send (si_code other than SI_KERNEL). *status: its
  * exit status, 128+N for a signal N; *forwarded: the last signal tkmctl got
- * (0: none). Returns 0, or a negative errno when it could not be started
- * (printed, *status 127 or 126). Leaves INT/TERM/HUP/CHLD blocked. */
-static int run_child(char **argv, char **envp, int *status, int *forwarded)
+ * (0: none). stdout_to_stderr: the command's stdout is tkmctl's stderr (-o
+ * json keeps stdout for tkmctl's JSON). Returns 0, or a negative errno when
+ * it could not be started (printed, *status 127 or 126). Leaves
+ * INT/TERM/HUP/CHLD blocked. */
+static int run_child(char **argv, char **envp, int stdout_to_stderr, int *status, int *forwarded)
 {
     sigset_t set;
     int pfd[2], st = 0, err_no = 0;
@@ -210,6 +214,8 @@ static int run_child(char **argv, char **envp, int *status, int *forwarded)
         if (!fg)
             setpgid(0, 0);
         signal(SIGPIPE, SIG_DFL);
+        if (stdout_to_stderr && dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
+            _exit(127);
         sigprocmask(SIG_UNBLOCK, &set, NULL);
         execvpe(argv[0], argv, envp);
         err_no = errno;
@@ -513,6 +519,20 @@ static int parse(int argc, char **argv, struct capture_args *a, struct ctl_publi
     return ctl_publish_check(p) ? 2 : -1;
 }
 
+/* -o json's capture keys: the command's status, what each part captured, the
+ * signing command. */
+static json_t *capture_json(const struct capture_part *parts, int status, const char *sign)
+{
+    json_t *c = json_object();
+    for (int i = 0; c && i < 3; i++)
+        json_object_set_new(c, parts[i].what,
+                            json_pack("{s:s,s:I,s:I}", "env", parts[i].env, "files",
+                                      (json_int_t)parts[i].files, "bytes",
+                                      (json_int_t)parts[i].bytes));
+    return json_pack("{s:i,s:o*,s:s*}", "commandStatus", status, "captured", c, "signCommand",
+                     sign[0] ? sign : NULL);
+}
+
 static void print_parts(const struct capture_part *parts, int status)
 {
     char b[32];
@@ -570,7 +590,7 @@ static int cmd_capture(int argc, char **argv)
         fprintf(stderr, "tkmctl capture: out of memory\n");
         goto out;
     }
-    if (run_child(argv + dash + 1, env, &status, &forwarded) != 0) {
+    if (run_child(argv + dash + 1, env, f.json, &status, &forwarded) != 0) {
         rc = status;
         goto unblock;
     }
@@ -658,12 +678,17 @@ static int cmd_capture(int argc, char **argv)
     if (st != 0)
         goto out;
     stage[0] = '\0'; /* renamed */
-    ctl_publish_print(&p, output);
+    char sign[1200] = "";
     if (a.sign_key)
-        fprintf(f.json ? stderr : stdout,
-                "sign it (tkm verifies cosign signatures but does not sign; cosign v3 attaches "
-                "the bundle tkm reads):\n  cosign sign --key %s %s\n",
-                a.sign_key, p.pushed);
+        snprintf(sign, sizeof sign, "cosign sign --key %s %s", a.sign_key, p.pushed);
+    if (f.json)
+        p.json_extra = capture_json(parts, status, sign);
+    ctl_publish_print(&p, output);
+    json_decref(p.json_extra);
+    if (a.sign_key && !f.json)
+        printf("sign it (tkm verifies cosign signatures but does not sign; cosign v3 attaches "
+               "the bundle tkm reads):\n  %s\n",
+               sign);
     rc = 0;
     goto out;
 unblock:;

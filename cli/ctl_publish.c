@@ -21,8 +21,17 @@
 #include "ctl_json.h"
 #include "ctl_variants.h"
 
+/* The JSON result, with extra's keys (borrowed, may be NULL) added. */
+static void print_json(json_t *j, json_t *extra)
+{
+    if (j && extra)
+        json_object_update(j, extra);
+    ctl_json_print(j);
+}
+
 static void print_result(const struct tkm_triton_build_result *r, const char *layout,
-                         const char *tag, const char *pushed, const struct ctl_added *ad, int json)
+                         const char *tag, const char *pushed, const struct ctl_added *ad, int json,
+                         json_t *extra)
 {
     char a[32], b[32];
     if (json && ad) {
@@ -38,7 +47,7 @@ static void print_result(const struct tkm_triton_build_result *r, const char *la
         if (all && v)
             json_object_update(all, v);
         json_decref(v);
-        ctl_json_print(all);
+        print_json(all, extra);
         return;
     }
     if (json) {
@@ -47,14 +56,16 @@ static void print_result(const struct tkm_triton_build_result *r, const char *la
         json_t *ib = r->inductor_bytes ? json_integer((json_int_t)r->inductor_bytes) : NULL;
         json_t *ve = r->vllm_bytes ? json_integer((json_int_t)r->vllm_entries) : NULL;
         json_t *vb = r->vllm_bytes ? json_integer((json_int_t)r->vllm_bytes) : NULL;
-        ctl_json_print(json_pack(
-            "{s:s,s:s,s:s,s:I,s:s,s:I,s:I,s:I,s:I,s:s*,s:s*,s:o*,s:o*,s:o*,s:o*,s:s*}", "manifest",
-            r->manifest.digest, "config", r->config.digest, "layer", r->layer.digest, "layer_size",
-            (json_int_t)r->layer.size, "diff_id", r->diff_id, "entries", (json_int_t)r->entries,
-            "cache_size_bytes", (json_int_t)r->cache_bytes, "files", (json_int_t)r->files,
-            "tar_bytes", (json_int_t)r->tar_bytes, "layout", layout, "tag", layout ? tag : NULL,
-            "inductor_entries", ie, "inductor_bytes", ib, "vllm_entries", ve, "vllm_bytes", vb,
-            "pushed", pushed));
+        print_json(
+            json_pack("{s:s,s:s,s:s,s:I,s:s,s:I,s:I,s:I,s:I,s:s*,s:s*,s:o*,s:o*,s:o*,s:o*,s:s*}",
+                      "manifest", r->manifest.digest, "config", r->config.digest, "layer",
+                      r->layer.digest, "layer_size", (json_int_t)r->layer.size, "diff_id",
+                      r->diff_id, "entries", (json_int_t)r->entries, "cache_size_bytes",
+                      (json_int_t)r->cache_bytes, "files", (json_int_t)r->files, "tar_bytes",
+                      (json_int_t)r->tar_bytes, "layout", layout, "tag", layout ? tag : NULL,
+                      "inductor_entries", ie, "inductor_bytes", ib, "vllm_entries", ve,
+                      "vllm_bytes", vb, "pushed", pushed),
+            extra);
         return;
     }
     if (r->entries)
@@ -263,7 +274,7 @@ out:
 void ctl_publish_print(const struct ctl_publish *p, const char *layout)
 {
     print_result(&p->res, layout ? layout : p->output, p->tag, p->push ? p->pushed : NULL,
-                 p->add_variant ? &p->added : NULL, p->f->json);
+                 p->add_variant ? &p->added : NULL, p->f->json, p->json_extra);
 }
 
 int ctl_publish(struct ctl_publish *p)

@@ -10,6 +10,7 @@
 #ifndef CTL_PUBLISH_H
 #define CTL_PUBLISH_H
 
+#include <jansson.h>
 #include <stdatomic.h>
 
 #include <tkm/oci/ref.h>
@@ -32,6 +33,7 @@ struct ctl_publish {
     int add_variant;                 /* --add-variant */
     struct ctl_oci_flags *f;         /* registry flags, -o json */
     const atomic_int *cancel;        /* optional: a signal caught; checked between the steps */
+    json_t *json_extra;              /* optional, borrowed: more keys for the -o json result */
     /* filled by ctl_publish_check / ctl_publish_run: */
     struct tkm_oci_ref ref; /* push parsed */
     struct tkm_triton_build_result res;

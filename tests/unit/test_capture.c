@@ -4,6 +4,7 @@
  * started, Ctrl-C mid-run), leaving no temporary directory behind in every case. */
 #include <dirent.h>
 #include <errno.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <sys/stat.h>
@@ -157,6 +158,34 @@ TEST_TIMEOUT(inductor_only_is_built_without_a_triton_part, 60)
     ASSERT_STRCONTAINS(o, "variant linux/");
     ASSERT_STRCONTAINS(o, "cuda sm90 warp 32");
     ASSERT_STRCONTAINS(o, "variant index sha256:");
+    assert_nothing_left();
+}
+
+TEST_TIMEOUT(json_keeps_stdout_for_the_result, 60)
+{
+    /* the workload prints on stdout: with -o json that goes to stderr */
+    char cmd[6000], p[1200];
+    json_error_t je;
+    if (!ctl[0])
+        build_path("cli/tkmctl", ctl, sizeof ctl);
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && TMPDIR='%s' '%s' capture --output img --no-nvml -o json -- sh -c "
+             "'echo workload-says-hi; cp -r \"$0\"/. \"$TRITON_CACHE_DIR\"/' "
+             "'%s/triton-3.6-sm90-native/cache' >res.json 2>out.txt",
+             tkm_test_tmpdir(), tmp(), ctl, tkm_test_fixtures());
+    ASSERT_EQ(system(cmd), 0);
+    ASSERT_STRCONTAINS(out_txt(), "workload-says-hi");
+    snprintf(p, sizeof p, "%s/res.json", tkm_test_tmpdir());
+    json_t *j = json_load_file(p, 0, &je);
+    if (!j)
+        tkm_test_fail(__FILE__, __LINE__, "res.json: %s", je.text);
+    ASSERT_EQ(json_integer_value(json_object_get(j, "commandStatus")), 0);
+    ASSERT_EQ(json_integer_value(json_object_get(j, "entries")), 4);
+    json_t *t = json_object_get(json_object_get(j, "captured"), "triton");
+    ASSERT_STREQ(json_string_value(json_object_get(t, "env")), "TRITON_CACHE_DIR");
+    ASSERT_EQ(json_integer_value(json_object_get(t, "files")), 36);
+    ASSERT_NULL(json_object_get(j, "signCommand"));
+    json_decref(j);
     assert_nothing_left();
 }
 
