@@ -446,12 +446,12 @@ struct capture_args {
     const char *sign_key, *env[3], *level, *platform;
     int allow_failure;
     struct tkm_gpu_probe_opts probe;
+    char os[32], arch[32]; /* --platform, split */
 };
 
 /* Parses the flags before "--" into a and p. -1: go on; else the exit status. */
 static int parse(int argc, char **argv, struct capture_args *a, struct ctl_publish *p)
 {
-    static char os[32], arch[32];
     const struct ctl_arg args[] = {{"--output", &p->output, NULL},
                                    {"--tag", &p->tag, NULL},
                                    {"--push", &p->push, NULL},
@@ -507,14 +507,14 @@ static int parse(int argc, char **argv, struct capture_args *a, struct ctl_publi
         p->bo.gzip_level = (int)v;
     }
     if (a->platform) {
-        if (ctl_parse_platform(a->platform, os, arch) != 0) {
+        if (ctl_parse_platform(a->platform, a->os, a->arch) != 0) {
             fprintf(stderr,
                     "tkmctl capture: --platform takes OS/ARCH (e.g. linux/arm64), not '%s'\n",
                     a->platform);
             return 2;
         }
-        p->bo.os = os;
-        p->bo.architecture = arch;
+        p->bo.os = a->os;
+        p->bo.architecture = a->arch;
     }
     return ctl_publish_check(p) ? 2 : -1;
 }
