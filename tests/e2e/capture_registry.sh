@@ -55,6 +55,11 @@ assert_eq "$(jq -r '.config.Labels["cache.triton.image/entry-count"] | tonumber 
   "kernels counted"
 expect_ok "inspect the pushed image" "$TKMCTL" inspect "$REPO/c:sm90"
 assert_contains "$OUT" "cuda  arch 90" "its target"
+json=$("$TKMCTL" capture --push "$REPO/j:1" --sign-key cosign.key --no-nvml -o json -- sh -c "$COPY" "$FX" 2>/dev/null) ||
+  fail "capture -o json failed"
+assert_eq "$(jq -r .signCommand <<<"$json")" "cosign sign --key cosign.key $(jq -r .pushed <<<"$json")" \
+  "-o json: signCommand names the pushed digest"
+assert_eq "$(jq -r .captured.triton.files <<<"$json")" "36" "-o json: what the Triton part captured"
 left_behind
 
 step "one variant per GPU type into one index"
