@@ -241,10 +241,12 @@ static int write_layer(const char *cache_dir, const struct tkm_triton_cache *c, 
     char *manifest = NULL;
     int rc;
     w->fd = -1;
-    if ((rc = triton_manifest_json(c, &manifest)) != 0)
-        goto out;
-    parts[1].dir = cache_dir;
-    parts[1].manifest = manifest;
+    if (cache_dir) { /* NULL: no Triton part (only Inductor's or vLLM's) */
+        if ((rc = triton_manifest_json(c, &manifest)) != 0)
+            goto out;
+        parts[1].dir = cache_dir;
+        parts[1].manifest = manifest;
+    }
     if ((rc = tkm_oci_hasher_init(&w->diff)) || (rc = tkm_oci_hasher_init(&w->blob)))
         goto out;
     if (!(w->out = malloc(BUILD_OUT_CHUNK))) {
@@ -298,6 +300,8 @@ out:
     return rc;
 }
 
+/* summary NULL: no Triton part, so none of its cache.triton.image/ labels
+ * (tkm_parts_from_config reads the summary label as the part's presence). */
 static json_t *config_json(const struct tkm_triton_cache *c, const char *summary, const char *title,
                            const char *created, const char *diff_id, const char *os,
                            const char *arch, json_t *extra)
@@ -306,12 +310,13 @@ static json_t *config_json(const struct tkm_triton_cache *c, const char *summary
     json_t *cfg;
     snprintf(count, sizeof count, "%zu", c->n_kernels);
     snprintf(size, sizeof size, "%llu", (unsigned long long)c->size_bytes);
-    cfg = json_pack("{s:s,s:s,s:s,s:{s:s,s:{s:s,s:s,s:s,s:s}},s:{s:s,s:[s]},s:[{s:s,s:s}]}",
+    cfg = json_pack("{s:s,s:s,s:s,s:{s:s,s:{s:s*,s:s*,s:s*,s:s}},s:{s:s,s:[s]},s:[{s:s,s:s}]}",
                     "created", created, "architecture", arch, "os", os, "config", "WorkingDir", "/",
-                    "Labels", "cache.triton.image/cache-size-bytes", size,
-                    "cache.triton.image/entry-count", count, "cache.triton.image/summary", summary,
-                    "org.opencontainers.image.title", title, "rootfs", "type", "layers", "diff_ids",
-                    diff_id, "history", "created", created, "created_by", "tkmctl build");
+                    "Labels", "cache.triton.image/cache-size-bytes", summary ? size : NULL,
+                    "cache.triton.image/entry-count", summary ? count : NULL,
+                    "cache.triton.image/summary", summary, "org.opencontainers.image.title", title,
+                    "rootfs", "type", "layers", "diff_ids", diff_id, "history", "created", created,
+                    "created_by", "tkmctl build");
     if (cfg && extra &&
         json_object_update(json_object_get(json_object_get(cfg, "config"), "Labels"), extra) != 0) {
         json_decref(cfg);
@@ -433,12 +438,13 @@ static int platform_valid(const char *s)
 
 /* The variant facts of a one-target cache into v, and its annotations into
  * the manifest man (the index entry gets the same). */
-static int variant_of(const struct tkm_triton_cache *c, const struct tkm_triton_build_opts *o,
-                      const char *os, const char *arch, struct tkm_variant *v, json_t *man)
+static int variant_of(const struct tkm_triton_summary *s, int triton,
+                      const struct tkm_triton_build_opts *o, const char *os, const char *arch,
+                      struct tkm_variant *v, json_t *man)
 {
-    const struct tkm_triton_target *t = &c->summary.targets[0].target;
+    const struct tkm_triton_target *t = &s->targets[0].target;
     json_t *ann = json_object_get(man, "annotations");
-    int mask = TKM_PART_TRITON | (o->inductor_dir ? TKM_PART_INDUCTOR : 0) |
+    int mask = (triton ? TKM_PART_TRITON : 0) | (o->inductor_dir ? TKM_PART_INDUCTOR : 0) |
                (o->vllm_dir ? TKM_PART_VLLM : 0);
     memset(v, 0, sizeof *v);
     snprintf(v->os, sizeof v->os, "%s", os);
@@ -447,10 +453,43 @@ static int variant_of(const struct tkm_triton_cache *c, const struct tkm_triton_
     snprintf(v->arch, sizeof v->arch, "%s", t->arch);
     v->warp_size = t->warp_size;
     v->n_targets = 1;
-    if (c->summary.n_triton_versions == 1)
-        snprintf(v->triton_version, sizeof v->triton_version, "%s", c->summary.triton_versions[0]);
+    if (s->n_triton_versions == 1)
+        snprintf(v->triton_version, sizeof v->triton_version, "%s", s->triton_versions[0]);
     tkm_variant_parts_str(mask, v->parts, sizeof v->parts);
     return tkm_variant_annotate(v, ann);
+}
+
+/* opts->labels (key, value pairs) into labels; a key the build writes itself
+ * is refused. */
+static int extra_labels(const char *const *kv, json_t *labels, struct tkm_err *err)
+{
+    for (size_t i = 0; kv && kv[i] && kv[i + 1]; i += 2) {
+        if (json_object_get(labels, kv[i]) || strncmp(kv[i], "cache.triton.image/", 19) == 0 ||
+            strcmp(kv[i], "org.opencontainers.image.title") == 0)
+            return tkm_err_set(err, -EINVAL, "label %s is written by the build itself", kv[i]);
+        if (json_object_set_new(labels, kv[i], json_string(kv[i + 1])) != 0)
+            return tkm_err_set(err, -EINVAL, "label %s: not UTF-8 or out of memory", kv[i]);
+    }
+    return 0;
+}
+
+/* Without a Triton part, the GPU targets come from the Inductor part (its
+ * generated code's DeviceProperties or its triton/ kernels), else from the
+ * vLLM part's kernels: a cache that names none is refused (no node could be
+ * judged for it). */
+static int part_targets(json_t *labels, struct tkm_triton_summary *s, struct tkm_err *err)
+{
+    static const char *const keys[] = {TKM_INDUCTOR_LABEL_SUMMARY, TKM_VLLM_LABEL_SUMMARY};
+    for (size_t i = 0; i < 2; i++) {
+        const char *l = json_string_value(json_object_get(labels, keys[i]));
+        struct tkm_err e = {0};
+        if (l && tkm_triton_summary_parse(s, l, &e) == 0)
+            return 0;
+    }
+    return tkm_err_set(err, -EINVAL,
+                       "the cache holds no Triton kernel and its Inductor/vLLM part names no GPU "
+                       "target (no generated code with DeviceProperties, no Triton kernel under "
+                       "it): tkm could not tell which GPUs it is for (give --arch for Inductor's)");
 }
 
 int tkm_triton_build_cache_image(const char *cache_dir, const char *layout_dir, const char *tag,
@@ -466,24 +505,32 @@ int tkm_triton_build_cache_image(const char *cache_dir, const char *layout_dir, 
     const char *arch = o->architecture ? o->architecture : tkm_oci_host_arch();
     char tmp[BUILD_PATH_MAX], *summary = NULL;
     json_t *cfg = NULL, *man = NULL, *labels = json_object();
+    struct tkm_triton_summary part_sum = {0};
+    const struct tkm_triton_summary *targets = NULL;
     struct part parts[3] = {
         {NULL, TKM_PART_INDUCTOR_PREFIX, TKM_PART_INDUCTOR_MANIFEST, NULL},
         {NULL, TKM_PART_TRITON_PREFIX, TKM_PART_TRITON_MANIFEST, NULL},
         {NULL, TKM_PART_VLLM_PREFIX, TKM_PART_VLLM_MANIFEST, NULL},
     };
-    int rc;
+    int rc, triton;
     memset(&w, 0, sizeof w);
     memset(&r, 0, sizeof r);
-    if ((rc = tkm_triton_cache_scan(&cache, cache_dir, err)) != 0)
+    if (cache_dir && (rc = tkm_triton_cache_scan(&cache, cache_dir, err)) != 0)
         goto out;
-    if (cache.n_kernels == 0) {
-        rc = tkm_err_set(err, -ENOENT,
-                         "%s holds no Triton kernel (no <name>.json with a \"hash\"): is it a "
-                         "TRITON_CACHE_DIR?",
-                         cache_dir);
+    /* The Triton part is optional next to Inductor's or vLLM's: a cache_dir
+     * with no kernel (or none) then leaves it out. */
+    triton = cache.n_kernels > 0;
+    if (!triton && !o->inductor_dir && !o->vllm_dir) {
+        rc = cache_dir ? tkm_err_set(err, -ENOENT,
+                                     "%s holds no Triton kernel (no <name>.json with a \"hash\"): "
+                                     "is it a TRITON_CACHE_DIR?",
+                                     cache_dir)
+                       : tkm_err_set(err, -EINVAL,
+                                     "no cache to pack: no Triton, Inductor or vLLM "
+                                     "cache directory given");
         goto out;
     }
-    if ((rc = tkm_triton_summary_label(&cache.summary, &summary, err)) != 0)
+    if (triton && (rc = tkm_triton_summary_label(&cache.summary, &summary, err)) != 0)
         goto out;
     if (!platform_valid(os) || !platform_valid(arch)) {
         rc = tkm_err_set(err, -EINVAL,
@@ -491,25 +538,32 @@ int tkm_triton_build_cache_image(const char *cache_dir, const char *layout_dir, 
                          "([a-z0-9_]{1,31} each, e.g. linux/arm64)");
         goto out;
     }
-    if (o->variant && cache.summary.n_targets != 1) {
-        rc = tkm_err_set(err, -EINVAL,
-                         "%s holds kernels for %zu targets; a variant is built for exactly one "
-                         "(one TRITON_CACHE_DIR per GPU type): build each target's cache as its "
-                         "own variant",
-                         cache_dir, cache.summary.n_targets);
-        goto out;
-    }
     if (!labels) {
         rc = -ENOMEM;
         goto out;
     }
-    if ((rc = scan_parts(o, parts, labels, &r, err)) != 0)
+    if ((rc = scan_parts(o, parts, labels, &r, err)) != 0 ||
+        (rc = extra_labels(o->labels, labels, err)) != 0)
         goto out;
+    if (triton)
+        targets = &cache.summary;
+    else if ((rc = part_targets(labels, &part_sum, err)) != 0)
+        goto out;
+    else
+        targets = &part_sum;
+    if (o->variant && targets->n_targets != 1) {
+        rc = tkm_err_set(err, -EINVAL,
+                         "%s holds kernels for %zu targets; a variant is built for exactly one "
+                         "(one TRITON_CACHE_DIR per GPU type): build each target's cache as its "
+                         "own variant",
+                         triton ? cache_dir : "the cache", targets->n_targets);
+        goto out;
+    }
     if ((rc = tkm_oci_layout_init(layout_dir, err)) != 0)
         goto out;
     snprintf(tmp, sizeof tmp, "%s/blobs/.layer-%d.tmp", layout_dir, (int)getpid());
     int level = o->gzip_level >= 1 && o->gzip_level <= 9 ? o->gzip_level : 6;
-    if ((rc = write_layer(cache_dir, &cache, parts, level, tmp, &w, err)) != 0)
+    if ((rc = write_layer(triton ? cache_dir : NULL, &cache, parts, level, tmp, &w, err)) != 0)
         goto out;
     snprintf(r.layer.media_type, sizeof r.layer.media_type, "%s", TKM_OCI_MT_LAYER_GZIP);
     r.layer.size = w.blob_bytes;
@@ -531,7 +585,7 @@ int tkm_triton_build_cache_image(const char *cache_dir, const char *layout_dir, 
                     "mediaType", r.layer.media_type, "digest", r.layer.digest, "size",
                     (json_int_t)r.layer.size, "annotations", "cache.triton.image/variant", "compat",
                     "org.opencontainers.image.title", o->title ? o->title : "triton-kernel-cache");
-    if (o->variant && (rc = variant_of(&cache, o, os, arch, &r.variant, man)) != 0)
+    if (o->variant && (rc = variant_of(targets, triton, o, os, arch, &r.variant, man)) != 0)
         goto out;
     if ((rc = put_json(layout_dir, man, TKM_OCI_MT_MANIFEST, &r.manifest, err)) != 0)
         goto out;
@@ -557,6 +611,7 @@ out:
     free((char *)parts[0].manifest);
     free((char *)parts[2].manifest);
     free(summary);
+    tkm_triton_summary_release(&part_sum);
     tkm_triton_cache_release(&cache);
     return rc;
 }

@@ -35,7 +35,13 @@ static int image_labels(struct tkm_triton_image *im, struct tkm_err *err)
     im->summary_label = tkm_oci_config_label(&im->config, TKM_TRITON_LABEL_SUMMARY);
     im->entry_count = tkm_oci_config_label(&im->config, TKM_TRITON_LABEL_ENTRY_COUNT);
     im->size_bytes = tkm_oci_config_label(&im->config, TKM_TRITON_LABEL_SIZE);
-    if (!im->summary_label && tkm_oci_config_label(&im->config, TKM_VLLM_LABEL_SUMMARY)) {
+    if (!im->summary_label && tkm_oci_config_label(&im->config, TKM_INDUCTOR_LABEL_SUMMARY)) {
+        /* tkm's image without a Triton part (tkmctl capture of a torch.compile
+         * run): the Inductor summary names its targets in the same form */
+        im->summary_label = tkm_oci_config_label(&im->config, TKM_INDUCTOR_LABEL_SUMMARY);
+        im->entry_count = tkm_oci_config_label(&im->config, TKM_INDUCTOR_LABEL_ENTRY_COUNT);
+        im->size_bytes = tkm_oci_config_label(&im->config, TKM_INDUCTOR_LABEL_SIZE);
+    } else if (!im->summary_label && tkm_oci_config_label(&im->config, TKM_VLLM_LABEL_SUMMARY)) {
         /* upstream MCV's vLLM-only image: its summary has the same "targets" form */
         im->summary_label = tkm_oci_config_label(&im->config, TKM_VLLM_LABEL_SUMMARY);
         im->entry_count = tkm_oci_config_label(&im->config, TKM_VLLM_LABEL_ENTRY_COUNT);

@@ -325,6 +325,64 @@ TEST(build_refuses_bad_parts_and_writes_nothing)
     ASSERT_EQ(stat(layout, &st), -1);
 }
 
+TEST_TIMEOUT(build_without_a_triton_part, 120)
+{
+    const char *ic = untar(INDUCTOR_FX, "inductor-cache"), *vc = untar(VLLM_FX, "vllm-cache");
+    char layout[1100], empty[1100], dest[1100], p[1400];
+    struct tkm_triton_build_result r;
+    struct tkm_err e = {0};
+    struct stat st;
+    const char *kv[] = {"io.tkm.capture/gpu-type", "nvidia-h100", NULL};
+    struct tkm_triton_build_opts o = {.inductor_dir = ic, .labels = kv, .variant = 1};
+    snprintf(layout, sizeof layout, "%s/img", tkm_test_tmpdir());
+    snprintf(empty, sizeof empty, "%s/empty", tkm_test_tmpdir());
+    ASSERT_OK(mkdir(empty, 0755));
+    /* Inductor's part alone, the Triton cache dir absent: its targets name the variant */
+    ASSERT_OK(tkm_triton_build_cache_image(NULL, layout, "i", &o, &r, &e));
+    ASSERT_UEQ(r.entries, 0);
+    ASSERT_UEQ(r.inductor_entries, 3);
+    ASSERT_STREQ(r.variant.backend, "cuda");
+    ASSERT_STREQ(r.variant.arch, "90");
+    ASSERT_STREQ(r.variant.parts, "inductor");
+    struct tkm_triton_image im;
+    o.variant = 0;
+    ASSERT_OK(tkm_triton_build_cache_image(empty, layout, "i2", &o, &r, &e)); /* no kernel */
+    ASSERT_OK(tkm_triton_image_load_layout(&im, layout, "i2", &e));
+    ASSERT_EQ(tkm_parts_from_config(&im.config), TKM_PART_INDUCTOR);
+    ASSERT_NULL(tkm_oci_config_label(&im.config, "cache.triton.image/summary"));
+    ASSERT_STREQ(tkm_oci_config_label(&im.config, "io.tkm.capture/gpu-type"), "nvidia-h100");
+    ASSERT_EQ(im.summary.n_targets, 1); /* from the Inductor summary */
+    ASSERT_STREQ(im.summary.targets[0].target.arch, "90");
+    ASSERT_STREQ(im.entry_count, "3");
+    tkm_triton_image_release(&im);
+    /* extracted: inductor/ only */
+    struct tkm_triton_extract_result x;
+    snprintf(dest, sizeof dest, "%s/store", tkm_test_tmpdir());
+    ASSERT_OK(tkm_triton_extract_layout_with(layout, "i2", dest, "/mnt/c", NULL, &x, &e));
+    ASSERT_EQ(x.parts, TKM_PART_INDUCTOR);
+    snprintf(p, sizeof p, "%s/triton", dest);
+    ASSERT_EQ(stat(p, &st), -1);
+    /* vLLM's part alone: MCV's summary names its targets */
+    struct tkm_triton_build_opts ov = {.vllm_dir = vc};
+    ASSERT_OK(tkm_triton_build_cache_image(NULL, layout, "v", &ov, &r, &e));
+    ASSERT_OK(tkm_triton_image_load_layout(&im, layout, "v", &e));
+    ASSERT_EQ(tkm_parts_from_config(&im.config), TKM_PART_VLLM);
+    ASSERT_STREQ(im.summary.targets[0].target.arch, "gfx90a");
+    tkm_triton_image_release(&im);
+    /* refusals: nothing at all; a label the build writes itself */
+    e = (struct tkm_err){0};
+    ASSERT_EQ(tkm_triton_build_cache_image(NULL, layout, "n", NULL, &r, &e), -EINVAL);
+    ASSERT_STRCONTAINS(e.msg, "no cache to pack");
+    e = (struct tkm_err){0};
+    ASSERT_EQ(tkm_triton_build_cache_image(empty, layout, "n", NULL, &r, &e), -ENOENT);
+    ASSERT_STRCONTAINS(e.msg, "holds no Triton kernel");
+    const char *bad[] = {"cache.triton.image/entry-count", "9", NULL};
+    struct tkm_triton_build_opts ob = {.inductor_dir = ic, .labels = bad};
+    e = (struct tkm_err){0};
+    ASSERT_EQ(tkm_triton_build_cache_image(NULL, layout, "n", &ob, &r, &e), -EINVAL);
+    ASSERT_STRCONTAINS(e.msg, "written by the build itself");
+}
+
 TEST(archive_rename_lays_prefixes_out)
 {
     const char *tc = untar(TRITON_FX, "tcache");

@@ -63,6 +63,9 @@ struct tkm_triton_build_opts {
     /* 1: write the blobs only, no index.json entry (tag is ignored): the
      * caller names the manifest from an image index of its own. */
     int untagged;
+    /* More config labels: key, value pairs, NULL-terminated (tkmctl capture's
+     * io.tkm.capture/ labels); a key the build writes itself is refused. */
+    const char *const *labels;
 };
 
 struct tkm_triton_build_result {
@@ -78,7 +81,15 @@ struct tkm_triton_build_result {
 };
 
 /* Packs cache_dir into the layout at layout_dir (created if needed) under
- * tag. opts may be NULL. res (optional) gets the descriptors. */
+ * tag. opts may be NULL. res (optional) gets the descriptors.
+ *
+ * The Triton part is optional when opts names an Inductor or vLLM part:
+ * cache_dir NULL, or one holding no kernel, then gives an image without
+ * io.triton.cache/ and without the cache.triton.image/ labels; its GPU
+ * targets (for a variant, and for nodes: tkm_triton_image's summary) are the
+ * Inductor part's, else the vLLM part's, and a part naming no target is
+ * refused (-EINVAL). Without any other part, a cache_dir with no kernel is
+ * -ENOENT as before. */
 int tkm_triton_build_cache_image(const char *cache_dir, const char *layout_dir, const char *tag,
                                  const struct tkm_triton_build_opts *opts,
                                  struct tkm_triton_build_result *res, struct tkm_err *err);
