@@ -41,6 +41,17 @@ static void node_cache_release(struct tkm_api_node_cache *c)
     free(c->fail_reason);
     free(c->fail_message);
     free(c->fail_time);
+    for (size_t i = 0; i < c->n_variants; i++) {
+        struct tkm_api_variant_use *v = &c->variants[i];
+        free(v->digest);
+        free(v->platform);
+        free(v->backend);
+        free(v->arch);
+        free(v->gpu_type);
+        free(v->gpu_ids);
+    }
+    free(c->variants);
+    free(c->fallback);
 }
 
 static void gpu_release(struct tkm_api_gpu *g)
@@ -102,14 +113,23 @@ static json_t *gpu_encode(const struct tkm_api_gpu *g)
     return o;
 }
 
+static json_t *ids_encode(const int32_t *ids, size_t n)
+{
+    json_t *arr = json_array();
+    for (size_t k = 0; arr && k < n; k++)
+        if (json_array_append_new(arr, json_integer(ids[k]))) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    return arr;
+}
+
 static json_t *groups_encode(const struct tkm_api_gpu_group *g, size_t n)
 {
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < n; i++) {
-        json_t *o = json_object(), *ids = json_array();
+        json_t *o = json_object(), *ids = ids_encode(g[i].ids, g[i].n_ids);
         int bad = !o || !ids;
-        for (size_t k = 0; !bad && k < g[i].n_ids; k++)
-            bad = json_array_append_new(ids, json_integer(g[i].ids[k])) != 0;
         if (bad || json_object_set(o, "ids", ids) ||
             tkm__api_set_str(o, "gpuType", g[i].gpu_type) ||
             tkm__api_set_str(o, "reason", g[i].reason) ||
@@ -145,6 +165,31 @@ static json_t *pods_encode(const struct tkm_api_pod_ref *p, size_t n)
     return arr;
 }
 
+/* variants[]: keys in a fixed order (digest, platform, backend, arch, warpSize, gpuType, gpuIds).
+ */
+static json_t *variants_encode(const struct tkm_api_variant_use *v, size_t n)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < n; i++) {
+        json_t *o = json_object();
+        if (!o || tkm__api_set_str(o, "digest", v[i].digest) ||
+            tkm__api_set_str(o, "platform", v[i].platform) ||
+            tkm__api_set_str(o, "backend", v[i].backend) ||
+            tkm__api_set_str(o, "arch", v[i].arch) ||
+            (v[i].warp_size && tkm__api_set_int(o, "warpSize", v[i].warp_size)) ||
+            tkm__api_set_str(o, "gpuType", v[i].gpu_type) ||
+            tkm__api_set_new(o, "gpuIds", ids_encode(v[i].gpu_ids, v[i].n_gpu_ids))) {
+            json_decref(o);
+            o = NULL;
+        }
+        if (!o || json_array_append_new(arr, o)) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    return arr;
+}
+
 static json_t *node_cache_encode(const struct tkm_api_node_cache *c)
 {
     json_t *o = json_object(), *f = NULL;
@@ -163,7 +208,9 @@ static json_t *node_cache_encode(const struct tkm_api_node_cache *c)
         tkm__api_set_new(o, "incompatibleGPUs",
                          groups_encode(c->incompatible, c->n_incompatible)) ||
         tkm__api_set_new(o, "pods", pods_encode(c->pods, c->n_pods)) ||
-        tkm__api_set_str(o, "error", c->error) ||
+        (c->n_variants &&
+         tkm__api_set_new(o, "variants", variants_encode(c->variants, c->n_variants))) ||
+        tkm__api_set_str(o, "fallback", c->fallback) || tkm__api_set_str(o, "error", c->error) ||
         tkm__api_set_str(o, "lastUpdated", c->last_updated)) {
         json_decref(f);
         json_decref(o);
