@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <tkm/oci/digest.h>
+
 #include "api-int.h"
 
 #define KIND         "TritonKernelCache"
@@ -425,6 +427,30 @@ int tkm_api_cache_decode(const char *json, size_t len, struct tkm_api_cache *out
     }
     json_decref(root);
     return rc;
+}
+
+/* ---- the Node label ---------------------------------------------------------- */
+
+int tkm_api_node_label(const char *ns, const char *name, char *out, size_t n)
+{
+    const char *prefix = ns && *ns ? TKM_API_NODE_LABEL_NS : TKM_API_NODE_LABEL_CLUSTER;
+    char full[600], digest[TKM_OCI_DIGEST_LEN + 1];
+    if (!name || !*name || n < TKM_API_NODE_LABEL_MAX)
+        return -EINVAL;
+    int w = ns && *ns ? snprintf(full, sizeof full, "%s.%s", ns, name)
+                      : snprintf(full, sizeof full, "%s", name);
+    if (w < 0 || (size_t)w >= sizeof full)
+        return -EINVAL;
+    if (w <= 63) {
+        snprintf(out, n, "%s%s", prefix, full);
+        return 0;
+    }
+    char id[600];
+    snprintf(id, sizeof id, "%s/%s", ns ? ns : "", name);
+    if (tkm_oci_digest_bytes(id, strlen(id), digest) < 0)
+        return -EINVAL;
+    snprintf(out, n, "%s%.52s-%.10s", prefix, full, tkm_oci_digest_hex(digest));
+    return 0;
 }
 
 /* ---- status apply ---------------------------------------------------------- */

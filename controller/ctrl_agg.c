@@ -63,7 +63,7 @@ struct bad_node {
 
 static const char *why_reason(const struct bad_node *b)
 {
-    return b->why ? b->why : "Unknown";
+    return b->why && *b->why ? b->why : "Unknown";
 }
 
 static const char *why_msg(const struct bad_node *b)

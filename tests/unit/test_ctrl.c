@@ -244,14 +244,14 @@ TEST(nodes_relist_removes_vanished_objects_and_nodes)
     snprintf(c, sizeof c, "{\"x\":%s}", compat(DA));
     ASSERT_EQ(upsert(&n, "ml", "n1", c), 0);
     ASSERT_EQ(upsert(&n, "ml", "n2", c), 0);
-    ASSERT_EQ(ctrl_nodes_node_upsert(&n, "n1", "u1"), 0);
-    ASSERT_EQ(ctrl_nodes_node_upsert(&n, "n2", "u2"), 0);
+    ASSERT_EQ(ctrl_nodes_node_upsert(&n, "n1", "u1", NULL, 0, NULL), 0);
+    ASSERT_EQ(ctrl_nodes_node_upsert(&n, "n2", "u2", NULL, 0, NULL), 0);
     ctrl_nodes_list_begin(&n, 0);
     ASSERT_EQ(upsert(&n, "ml", "n2", c), 0);
     ctrl_nodes_list_end(&n, 0);
     ASSERT_UEQ(ctrl_nodes_cache(&n, "ml/x", 0)->n, 1);
     ctrl_nodes_list_begin(&n, 2);
-    ASSERT_EQ(ctrl_nodes_node_upsert(&n, "n2", "u2"), 0);
+    ASSERT_EQ(ctrl_nodes_node_upsert(&n, "n2", "u2", NULL, 0, NULL), 0);
     ctrl_nodes_list_end(&n, 2);
     ASSERT_EQ(seen.gone, 1);
     ASSERT_NULL(tkm_strmap_get(&n.nodes, "n1"));

@@ -196,6 +196,22 @@ struct tkm_api_cache {
     struct tkm_api_cache_status status;
 };
 
+/* Scheduling help (docs/user-guide.md): tkm-controller labels every Node
+ * where a cache is usable with this key and the value "true". Namespaced
+ * caches: "tkc.tkm.io/<namespace>.<name>", cluster caches:
+ * "tkcc.tkm.io/<name>"; a name part longer than 63 characters (the label
+ * limit) is its first 52 characters, '-' and 10 hex digits of the SHA-256
+ * of "<namespace>/<name>" ("/<name>" for the cluster kind). The prefixes
+ * belong to the controller: it removes any of their labels that no usable
+ * cache explains. */
+#define TKM_API_NODE_LABEL_NS      "tkc.tkm.io/"
+#define TKM_API_NODE_LABEL_CLUSTER "tkcc.tkm.io/"
+#define TKM_API_NODE_LABEL_VALUE   "true"
+#define TKM_API_NODE_LABEL_MAX     80 /* the longest key, NUL included */
+/* The key for a cache (ns NULL or "": the cluster kind) into out (at least
+ * TKM_API_NODE_LABEL_MAX bytes). 0, -EINVAL (no name, or out too small). */
+int tkm_api_node_label(const char *ns, const char *name, char *out, size_t n);
+
 /* Decodes a TritonKernelCache or TritonKernelCacheCluster (kind checked).
  * json is borrowed; *out is owned: tkm_api_cache_release(). On failure *out
  * is released and err names the field. 0, -EPROTO, -ENOMEM. */
