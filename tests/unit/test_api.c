@@ -722,3 +722,40 @@ TEST(nodestatus_variants_refused_naming_the_field)
     ASSERT_STRCONTAINS(err.msg, "variants: 65 entries, more than the 64 allowed");
     tkm_buf_release(&j);
 }
+
+TEST(node_label_keys_fit_the_label_rules)
+{
+    char k[TKM_API_NODE_LABEL_MAX];
+    ASSERT_OK(tkm_api_node_label("ml", "vector-add", k, sizeof k));
+    ASSERT_STREQ(k, "tkc.tkm.io/ml.vector-add");
+    ASSERT_OK(tkm_api_node_label(NULL, "shared", k, sizeof k));
+    ASSERT_STREQ(k, "tkcc.tkm.io/shared");
+    ASSERT_OK(tkm_api_node_label("", "shared", k, sizeof k));
+    ASSERT_STREQ(k, "tkcc.tkm.io/shared");
+    /* 63 characters exactly: as is; 64: cut to 52, '-' and 10 hex of the SHA-256 */
+    char name[300], want[80];
+    memset(name, 'a', 60);
+    name[60] = 0; /* "ml." + 60 = 63 */
+    ASSERT_OK(tkm_api_node_label("ml", name, k, sizeof k));
+    ASSERT_UEQ(strlen(k), strlen("tkc.tkm.io/") + 63);
+    name[60] = 'b';
+    name[61] = 0;
+    ASSERT_OK(tkm_api_node_label("ml", name, k, sizeof k));
+    ASSERT_UEQ(strlen(k), strlen("tkc.tkm.io/") + 63);
+    snprintf(want, sizeof want, "tkc.tkm.io/ml.%.49s-", name);
+    ASSERT(strncmp(k, want, strlen(want)) == 0);
+    char k2[TKM_API_NODE_LABEL_MAX];
+    name[60] = 'c'; /* another long name, the same first 52: another key */
+    ASSERT_OK(tkm_api_node_label("ml", name, k2, sizeof k2));
+    ASSERT(strcmp(k, k2) != 0);
+    /* a 253-character name in a 63-character namespace */
+    memset(name, 'x', 253);
+    name[253] = 0;
+    char ns[64];
+    memset(ns, 'n', 63);
+    ns[63] = 0;
+    ASSERT_OK(tkm_api_node_label(ns, name, k, sizeof k));
+    ASSERT_UEQ(strlen(k), strlen("tkc.tkm.io/") + 63);
+    ASSERT_EQ(tkm_api_node_label("ml", "", k, sizeof k), -EINVAL);
+    ASSERT_EQ(tkm_api_node_label("ml", "x", k, 10), -EINVAL);
+}
