@@ -146,14 +146,14 @@ static json_t *groups_encode(const struct tkm_api_gpu_group *g, size_t n)
     return arr;
 }
 
-static json_t *pods_encode(const struct tkm_api_pod_ref *p, size_t n)
+/* A list of n objects, entry i filled by fill(o, base + i * size); NULL on ENOMEM. */
+static json_t *list_encode(const void *base, size_t n, size_t size,
+                           int (*fill)(json_t *o, const void *e))
 {
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < n; i++) {
         json_t *o = json_object();
-        if (!o || tkm__api_set_str(o, "namespace", p[i].ns) ||
-            tkm__api_set_str(o, "name", p[i].name) || tkm__api_set_str(o, "uid", p[i].uid) ||
-            tkm__api_set_str(o, "volumeId", p[i].volume_id)) {
+        if (!o || fill(o, (const char *)base + i * size)) {
             json_decref(o);
             o = NULL;
         }
@@ -165,29 +165,24 @@ static json_t *pods_encode(const struct tkm_api_pod_ref *p, size_t n)
     return arr;
 }
 
+static int pod_fill(json_t *o, const void *e)
+{
+    const struct tkm_api_pod_ref *p = e;
+    return tkm__api_set_str(o, "namespace", p->ns) || tkm__api_set_str(o, "name", p->name) ||
+           tkm__api_set_str(o, "uid", p->uid) || tkm__api_set_str(o, "volumeId", p->volume_id);
+}
+
 /* variants[]: keys in a fixed order (digest, platform, backend, arch, warpSize, gpuType, gpuIds).
  */
-static json_t *variants_encode(const struct tkm_api_variant_use *v, size_t n)
+static int variant_fill(json_t *o, const void *e)
 {
-    json_t *arr = json_array();
-    for (size_t i = 0; arr && i < n; i++) {
-        json_t *o = json_object();
-        if (!o || tkm__api_set_str(o, "digest", v[i].digest) ||
-            tkm__api_set_str(o, "platform", v[i].platform) ||
-            tkm__api_set_str(o, "backend", v[i].backend) ||
-            tkm__api_set_str(o, "arch", v[i].arch) ||
-            (v[i].warp_size && tkm__api_set_int(o, "warpSize", v[i].warp_size)) ||
-            tkm__api_set_str(o, "gpuType", v[i].gpu_type) ||
-            tkm__api_set_new(o, "gpuIds", ids_encode(v[i].gpu_ids, v[i].n_gpu_ids))) {
-            json_decref(o);
-            o = NULL;
-        }
-        if (!o || json_array_append_new(arr, o)) {
-            json_decref(arr);
-            arr = NULL;
-        }
-    }
-    return arr;
+    const struct tkm_api_variant_use *v = e;
+    return tkm__api_set_str(o, "digest", v->digest) ||
+           tkm__api_set_str(o, "platform", v->platform) ||
+           tkm__api_set_str(o, "backend", v->backend) || tkm__api_set_str(o, "arch", v->arch) ||
+           (v->warp_size && tkm__api_set_int(o, "warpSize", v->warp_size)) ||
+           tkm__api_set_str(o, "gpuType", v->gpu_type) ||
+           tkm__api_set_new(o, "gpuIds", ids_encode(v->gpu_ids, v->n_gpu_ids));
 }
 
 static json_t *node_cache_encode(const struct tkm_api_node_cache *c)
@@ -207,9 +202,10 @@ static json_t *node_cache_encode(const struct tkm_api_node_cache *c)
         tkm__api_set_new(o, "compatibleGPUs", groups_encode(c->compatible, c->n_compatible)) ||
         tkm__api_set_new(o, "incompatibleGPUs",
                          groups_encode(c->incompatible, c->n_incompatible)) ||
-        tkm__api_set_new(o, "pods", pods_encode(c->pods, c->n_pods)) ||
-        (c->n_variants &&
-         tkm__api_set_new(o, "variants", variants_encode(c->variants, c->n_variants))) ||
+        tkm__api_set_new(o, "pods", list_encode(c->pods, c->n_pods, sizeof *c->pods, pod_fill)) ||
+        (c->n_variants && tkm__api_set_new(o, "variants",
+                                           list_encode(c->variants, c->n_variants,
+                                                       sizeof *c->variants, variant_fill))) ||
         tkm__api_set_str(o, "fallback", c->fallback) || tkm__api_set_str(o, "error", c->error) ||
         tkm__api_set_str(o, "lastUpdated", c->last_updated)) {
         json_decref(f);

@@ -219,6 +219,8 @@ struct ctrl_nodes {
     struct tkm_jscan js;        /* owned: scratch of the Node labels reader */
     /* Called for each cache whose entries changed (key borrowed). */
     void (*changed)(const char *cache_key, void *data);
+    /* Called with a node's name when the entries of one of its objects changed. */
+    void (*node_entries_changed)(const char *node, void *data);
     /* Called with a node's name when it vanished (deleted, or gone in a relist). */
     void (*node_gone)(const char *node, void *data);
     /* An object that could not be decoded (first time per resourceVersion). */
@@ -392,6 +394,7 @@ struct ctrl {
      * idle. */
     int64_t ns_event_wall_ms, write_wall_ms;
     uint64_t writes_since_idle;
+    uint64_t labels_defer_since; /* uv_now when Node label patches began to wait for quiet, or 0 */
 };
 
 /* Sets up the indexes and queue (informers and watches are started by
@@ -421,11 +424,12 @@ int ctrl_label_of(const char *cache_key, char *out, size_t n);
 /* 1 when an entry (NULL: none) says the cache is usable on its node, given
  * the digest id the cache may be used at (0: nowhere). */
 int ctrl_entry_usable(const struct ctrl_entry *e, uint32_t usable_digest);
-/* From a cache's reconcile: queues "l:<node>" for every Node whose label
- * (label: the cache's key) disagrees with its entry. */
+/* When a cache's judgement changed (usable at another digest, or nowhere):
+ * queues "l:<node>" for every Node whose label (label: the cache's key)
+ * disagrees with its entry. */
 void ctrl_labels_check(struct ctrl *c, const struct ctrl_cidx *x, const char *label,
                        uint32_t usable_digest);
-/* A Node is new or its labels changed: queues "l:<node>". */
+/* A Node is new, its labels changed, or its entries changed: queues "l:<node>". */
 void ctrl_labels_node_changed(struct ctrl *c, const char *node);
 /* "l:<node>": one merge patch of the node's cache labels. */
 void ctrl_reconcile_labels(struct ctrl *c, const char *qkey);

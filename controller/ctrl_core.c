@@ -375,6 +375,11 @@ static void idx_changed(const char *cache_key, void *data)
     ctrl_enqueue(c, q);
 }
 
+static void idx_node_entries_changed(const char *node, void *data)
+{
+    ctrl_labels_node_changed(data, node);
+}
+
 static void idx_node_gone(const char *node, void *data)
 {
     struct ctrl *c = data;
@@ -423,6 +428,7 @@ int ctrl_init(struct ctrl *c, uv_loop_t *loop, struct k8s_client *client,
     ctrl_nodes_init(&c->idx);
     c->idx.changed = idx_changed;
     c->idx.node_gone = idx_node_gone;
+    c->idx.node_entries_changed = idx_node_entries_changed;
     c->idx.invalid = idx_invalid;
     c->idx.data = c;
     for (int i = 0; i < 3; i++)

@@ -10,12 +10,16 @@
  * not the Empty fallback.
  *
  * Two halves:
- *   - a cache's reconcile (ctrl_labels_check, from the status step) compares
- *     each Node's label with the node's entry and queues "l:<node>" for
- *     the Nodes that differ: no patch from there;
+ *   - what queues "l:<node>": the node's entries changed (a report), its
+ *     Node's labels changed, or a cache's judgement changed (verified, a new
+ *     pin, deleted: ctrl_labels_check walks the Nodes once and queues those
+ *     whose label disagrees with their entry); no patch from there;
  *   - "l:<node>" (ctrl_reconcile_labels) computes every label of the node
- *     from its entries and sends ONE merge patch with all the changes, after
- *     a short delay that gathers the caches of a rollout into one patch.
+ *     from its entries and sends ONE merge patch with all the changes. It
+ *     waits while node reports keep arriving (a rollout: LABEL_QUIET_MS
+ *     without one, at most LABEL_MAX_DEFER_MS): the apiserver serves the
+ *     reports and the caches' status first, and a node gets one patch for
+ *     all its caches rather than one per report.
  * A cache the controller has not judged yet (just started, verifying) keeps
  * the node's label as it is; a label under the controller's prefixes that
  * no entry of the node explains (a deleted cache) is removed.
@@ -30,7 +34,25 @@
 
 #include "ctrl-int.h"
 
-#define LABEL_BATCH_MS 300 /* the delay of "l:<node>": a rollout's caches in one patch */
+#define LABEL_BATCH_MS     300   /* the delay of "l:<node>": several changes, one patch */
+#define LABEL_QUIET_MS     1000  /* patches wait until no node report came for this long */
+#define LABEL_MAX_DEFER_MS 10000 /* ... but not longer than this */
+
+/* 0 when patches may go now, else the ms to wait (node reports keep arriving). */
+static uint64_t labels_wait(struct ctrl *c)
+{
+    int64_t quiet = ctrl_wall_ms() - c->ns_event_wall_ms;
+    uint64_t now = uv_now(c->loop);
+    if (quiet >= LABEL_QUIET_MS || quiet < 0) {
+        c->labels_defer_since = 0;
+        return 0;
+    }
+    if (!c->labels_defer_since)
+        c->labels_defer_since = now;
+    if (now - c->labels_defer_since >= LABEL_MAX_DEFER_MS)
+        return 0;
+    return (uint64_t)(LABEL_QUIET_MS - quiet) + 10;
+}
 
 int ctrl_label_of(const char *cache_key, char *out, size_t n)
 {
@@ -168,11 +190,15 @@ static json_t *patch_of(const struct lrun *r, int *oom)
 
 void ctrl_reconcile_labels(struct ctrl *c, const char *qkey)
 {
-    uint64_t t0 = uv_now(c->loop);
+    uint64_t t0 = uv_now(c->loop), wait;
     const struct ctrl_node *nd = tkm_strmap_get(&c->idx.nodes, qkey + 2);
     struct lrun *r;
     if ((c->lease && !c->leading) || c->stopping || !nd || !c->o.node_labels) {
         ctrl_done(c, qkey, 2, t0, K8S_WQ_OK, 0);
+        return;
+    }
+    if ((wait = labels_wait(c))) {
+        ctrl_done(c, qkey, 2, t0, K8S_WQ_OK, wait);
         return;
     }
     if (!(r = calloc(1, sizeof *r))) {

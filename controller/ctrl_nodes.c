@@ -505,11 +505,13 @@ static void notify(struct ctrl_nodes *n, const char *key)
 }
 
 /* Replaces o's entries with nv (taken, sorted by cache id, no duplicates),
- * counting and notifying. Cannot fail. */
+ * counting and notifying (the caches whose entries changed, then the node
+ * when any did). Cannot fail. */
 static void swap_entries(struct ctrl_nodes *n, struct ctrl_nsobj *o, struct ctrl_entry *nv,
                          size_t nn)
 {
     size_t i = 0, j = 0;
+    int changed = 0;
     struct ctrl_entry *ov = o->ents;
     size_t on = o->n_ents;
     while (i < on || j < nn) {
@@ -523,6 +525,7 @@ static void swap_entries(struct ctrl_nodes *n, struct ctrl_nsobj *o, struct ctrl
             c->n--;
             n->n_entries--;
             notify(n, c->key);
+            changed = 1;
             /* not dropped yet: ids must stay unique until the merge is done */
             i++;
         } else if (cmp > 0) { /* new */
@@ -530,10 +533,13 @@ static void swap_entries(struct ctrl_nodes *n, struct ctrl_nsobj *o, struct ctrl
             c->n++;
             n->n_entries++;
             notify(n, c->key);
+            changed = 1;
             j++;
         } else {
-            if (!entry_same(&ov[i], &nv[j]))
+            if (!entry_same(&ov[i], &nv[j])) {
                 notify(n, cidx_of(n, &nv[j])->key);
+                changed = 1;
+            }
             i++;
             j++;
         }
@@ -546,6 +552,8 @@ static void swap_entries(struct ctrl_nodes *n, struct ctrl_nsobj *o, struct ctrl
     for (i = 0; i < on; i++)
         ctrl_nodes_cache_gc(n, cidx_of(n, &ov[i]));
     ents_free(n, ov, on);
+    if (changed && n->node_entries_changed)
+        n->node_entries_changed(o->node, n->data);
 }
 
 static struct ctrl_nsobj *obj_get_or_new(struct ctrl_nodes *n, int cluster, const char *ns,

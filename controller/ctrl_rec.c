@@ -248,9 +248,12 @@ static const char *label_of(struct ctrl_cache *cc)
     return cc->label;
 }
 
-/* The cache's labels follow what it now is (usable_digest 0: nowhere). */
+/* The cache's labels follow what it now is (usable_digest 0: nowhere). Only a change
+ * of that walks the Nodes: a node's own changes queue it (node_entries_changed). */
 static void labels_set(struct ctrl_cache *cc, uint32_t usable_digest)
 {
+    if (cc->label_known && cc->label_digest == usable_digest)
+        return;
     cc->label_known = 1;
     cc->label_digest = usable_digest;
     ctrl_labels_check(cc->c, cc->cidx, label_of(cc), usable_digest);
@@ -1111,6 +1114,7 @@ static void gone(struct ctrl_cache *cc)
     uint64_t t0 = cc->t0;
     if (cc->uid && cc->uid[0])
         ctrl_state_forget(c->state, cc->uid);
+    cc->label_known = 0; /* walk once more: the Nodes that still carry its label */
     labels_set(cc, 0);
     x->rec = NULL;
     cc->qkey = NULL;

@@ -87,6 +87,34 @@ conditions:
 EOF
 }
 
+# The properties of a variant (cache status variants[] and node status variants[]), at INDENT.
+variant_props() { # INDENT
+  sed "s/^/$1/" <<'EOF'
+digest:
+  description: The variant's image manifest digest.
+  type: string
+  maxLength: 128
+platform:
+  description: The variant's os/architecture, e.g. linux/amd64.
+  type: string
+  maxLength: 64
+backend:
+  description: cuda or hip.
+  type: string
+  maxLength: 16
+arch:
+  description: The GPU arch as in Triton's cache key, e.g. 90 or gfx942.
+  type: string
+  maxLength: 32
+warpSize:
+  description: Threads per warp.
+  type: integer
+  format: int32
+  minimum: 0
+  maximum: 1024
+EOF
+}
+
 cache_crd() { # kind plural singular short scope
   header "$@"
   local scopedoc="in its own namespace"
@@ -404,28 +432,7 @@ $nsfield_kl
                 items:
                   type: object
                   properties:
-                    digest:
-                      description: The variant's image manifest digest.
-                      type: string
-                      maxLength: 128
-                    platform:
-                      description: The variant's os/architecture, e.g. linux/amd64.
-                      type: string
-                      maxLength: 64
-                    backend:
-                      description: cuda or hip.
-                      type: string
-                      maxLength: 16
-                    arch:
-                      description: The GPU arch as in Triton's cache key, e.g. 90 or gfx942.
-                      type: string
-                      maxLength: 32
-                    warpSize:
-                      description: Threads per warp.
-                      type: integer
-                      format: int32
-                      minimum: 0
-                      maximum: 1024
+$(variant_props "                    ")
                     nodes:
                       description: Nodes that use this variant.
                       type: integer
@@ -682,28 +689,7 @@ nodestatus_crd() { # kind plural singular short scope
                       items:
                         type: object
                         properties:
-                          digest:
-                            description: The variant's image manifest digest.
-                            type: string
-                            maxLength: 128
-                          platform:
-                            description: The variant's os/architecture, e.g. linux/amd64.
-                            type: string
-                            maxLength: 64
-                          backend:
-                            description: cuda or hip.
-                            type: string
-                            maxLength: 16
-                          arch:
-                            description: The GPU arch as in Triton's cache key, e.g. 90 or gfx942.
-                            type: string
-                            maxLength: 32
-                          warpSize:
-                            description: Threads per warp.
-                            type: integer
-                            format: int32
-                            minimum: 0
-                            maximum: 1024
+$(variant_props "                          ")
                           gpuType:
                             description: The GPU type of the GPUs that use it.
                             type: string
