@@ -17,7 +17,8 @@
  *   - "l:<node>" (ctrl_reconcile_labels) computes every label of the node
  *     from its entries and sends ONE merge patch with all the changes. It
  *     waits while node reports keep arriving (a rollout: LABEL_QUIET_MS
- *     without one, at most LABEL_MAX_DEFER_MS): the apiserver serves the
+ *     without one; a long rollout lets the waiting nodes through every
+ *     LABEL_MAX_DEFER_MS): the apiserver serves the
  *     reports and the caches' status first, and a node gets one patch for
  *     all its caches rather than one per report.
  * A cache the controller has not judged yet (just started, verifying) keeps
@@ -36,9 +37,11 @@
 
 #define LABEL_BATCH_MS     300   /* the delay of "l:<node>": several changes, one patch */
 #define LABEL_QUIET_MS     1000  /* patches wait until no node report came for this long */
-#define LABEL_MAX_DEFER_MS 10000 /* ... but not longer than this */
+#define LABEL_MAX_DEFER_MS 30000 /* ... but not longer than this: then a window of */
+#define LABEL_WINDOW_MS    2000  /* this long lets every waiting node through, and so on */
 
-/* 0 when patches may go now, else the ms to wait (node reports keep arriving). */
+/* 0 when patches may go now, else the ms to wait (node reports keep arriving). The
+ * waiting keys come back within LABEL_QUIET_MS, so a window lets all of them through. */
 static uint64_t labels_wait(struct ctrl *c)
 {
     int64_t quiet = ctrl_wall_ms() - c->ns_event_wall_ms;
@@ -49,8 +52,11 @@ static uint64_t labels_wait(struct ctrl *c)
     }
     if (!c->labels_defer_since)
         c->labels_defer_since = now;
-    if (now - c->labels_defer_since >= LABEL_MAX_DEFER_MS)
+    if (now - c->labels_defer_since < LABEL_MAX_DEFER_MS)
+        return (uint64_t)(LABEL_QUIET_MS - quiet) + 10;
+    if (now - c->labels_defer_since < LABEL_MAX_DEFER_MS + LABEL_WINDOW_MS)
         return 0;
+    c->labels_defer_since = now; /* the window is over: wait again */
     return (uint64_t)(LABEL_QUIET_MS - quiet) + 10;
 }
 

@@ -1198,3 +1198,34 @@ TEST(labels_keys_node_labels_and_usable_entries)
     ASSERT_EQ(g.v[0].cluster, 1); /* the cluster kind's first */
     ctrl_nodes_release(&n);
 }
+
+static void on_node_entries(const char *node, void *data)
+{
+    struct notes *n = data;
+    if (n->n < 64)
+        snprintf(n->keys[n->n++], 64, "%s", node);
+}
+
+/* The Node labels' trigger: a node's entries changed (once per report that changes them). */
+TEST(nodes_entry_changes_name_the_node)
+{
+    struct ctrl_nodes n;
+    struct notes no = {0};
+    char c[512];
+    ctrl_nodes_init(&n);
+    n.node_entries_changed = on_node_entries;
+    n.data = &no;
+    snprintf(c, sizeof c, "{\"x\":%s}", compat(DA));
+    ASSERT_EQ(upsert(&n, "ml", "n1", c), 0);
+    ASSERT_EQ(no.n, 1);
+    ASSERT_STREQ(no.keys[0], "n1");
+    ASSERT_EQ(upsert(&n, "ml", "n1", c), 0); /* a heartbeat: nothing changed */
+    ASSERT_EQ(no.n, 1);
+    snprintf(c, sizeof c, "{\"x\":%s}", incompat(DA, "NoVariant"));
+    ASSERT_EQ(upsert(&n, "ml", "n1", c), 0);
+    ASSERT_EQ(no.n, 2);
+    ctrl_nodes_remove(&n, 0, "ml", "n1");
+    ASSERT_EQ(no.n, 3);
+    ASSERT_STREQ(no.keys[2], "n1");
+    ctrl_nodes_release(&n);
+}
