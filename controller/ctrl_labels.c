@@ -36,7 +36,7 @@
 #include "ctrl-int.h"
 
 #define LABEL_BATCH_MS     300   /* the delay of "l:<node>": several changes, one patch */
-#define LABEL_QUIET_MS     1000  /* patches wait until no node report came for this long */
+#define LABEL_QUIET_MS     3000  /* patches wait until no node report came for this long */
 #define LABEL_MAX_DEFER_MS 30000 /* ... but not longer than this: then a window of */
 #define LABEL_WINDOW_MS    2000  /* this long lets every waiting node through, and so on */
 
