@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <tkm/oci/digest.h>
+
 #include "api-int.h"
 
 #define KIND         "TritonKernelCache"
@@ -154,6 +156,24 @@ out:
 
 /* ---- spec ------------------------------------------------------------------ */
 
+int tkm_api_fallback_parse(const char *s, const char *field, enum tkm_api_fallback *out,
+                           struct tkm_err *err)
+{
+    *out = TKM_API_FALLBACK_UNSET;
+    if (strcmp(s, "Fail") == 0)
+        *out = TKM_API_FALLBACK_FAIL;
+    else if (strcmp(s, "Empty") == 0)
+        *out = TKM_API_FALLBACK_EMPTY;
+    else
+        return tkm_err_set(err, -EPROTO, "%s: \"%.32s\", expected Fail or Empty", field, s);
+    return 0;
+}
+
+const char *tkm_api_fallback_name(enum tkm_api_fallback f)
+{
+    return f == TKM_API_FALLBACK_FAIL ? "Fail" : "Empty";
+}
+
 static void spec_release(struct tkm_api_cache_spec *s)
 {
     free(s->cache_image);
@@ -169,7 +189,7 @@ static int spec_decode(const json_t *root, struct tkm_api_cache_spec *s, struct 
 {
     const json_t *spec, *pol, *ips;
     size_t n;
-    char p[64];
+    char p[64], *wi = NULL;
     int rc;
     if ((rc = tkm__api_obj(root, "", "spec", &spec, err)))
         return rc;
@@ -177,11 +197,17 @@ static int spec_decode(const json_t *root, struct tkm_api_cache_spec *s, struct 
         return tkm_err_set(err, -EPROTO, "spec: missing");
     if ((rc = tkm__api_str(spec, "spec", "cacheImage", &s->cache_image, err)) ||
         (rc = tkm__api_str(spec, "spec", "mountPath", &s->mount_path, err)) ||
+        (rc = tkm__api_str(spec, "spec", "whenIncompatible", &wi, err)) ||
+        (wi &&
+         (rc = tkm_api_fallback_parse(wi, "spec.whenIncompatible", &s->when_incompatible, err))) ||
         (rc = tkm__api_obj(spec, "spec", "signaturePolicy", &pol, err)) ||
         (rc = signature_policy_decode(pol, "spec.signaturePolicy", &s->signature_policy, err)) ||
         (rc = tkm__api_arr(spec, "spec", "imagePullSecrets", 8, &ips, &n, err)) ||
-        (rc = tkm__api_alloc(n, sizeof(char *), (void **)&s->image_pull_secrets, err)))
+        (rc = tkm__api_alloc(n, sizeof(char *), (void **)&s->image_pull_secrets, err))) {
+        free(wi);
         return rc;
+    }
+    free(wi);
     if (!s->cache_image)
         return tkm_err_set(err, -EPROTO, "spec.cacheImage: missing");
     for (size_t i = 0; i < n; i++) {
@@ -225,6 +251,18 @@ void tkm_api_cache_status_release(struct tkm_api_cache_status *st)
     free(st->failed_nodes);
     tkm__api_conditions_release(st->conditions, st->n_conditions);
     free(st->last_updated);
+    for (size_t i = 0; i < st->n_variants; i++) {
+        free(st->variants[i].digest);
+        free(st->variants[i].platform);
+        free(st->variants[i].backend);
+        free(st->variants[i].arch);
+    }
+    free(st->variants);
+    for (size_t i = 0; i < st->n_gpu_types_without_variant; i++)
+        free(st->gpu_types_without_variant[i]);
+    free(st->gpu_types_without_variant);
+    free(st->variant_summary);
+    free(st->node_label);
     memset(st, 0, sizeof *st);
 }
 
@@ -297,6 +335,48 @@ static int failed_decode(const json_t *status, struct tkm_api_cache_status *st, 
     return 0;
 }
 
+/* status.variants and status.gpuTypesWithoutVariant. */
+static int variants_decode(const json_t *status, struct tkm_api_cache_status *st,
+                           struct tkm_err *err)
+{
+    const json_t *arr, *types;
+    size_t n, nt;
+    char p[64];
+    int rc;
+    if ((rc = tkm__api_arr(status, "status", "variants", 64, &arr, &n, err)) ||
+        (rc = tkm__api_alloc(n, sizeof *st->variants, (void **)&st->variants, err)))
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(arr, i);
+        struct tkm_api_variant_count *v = &st->variants[i];
+        snprintf(p, sizeof p, "status.variants[%zu]", i);
+        st->n_variants = i + 1;
+        if (!json_is_object(e))
+            return tkm_err_set(err, -EPROTO, "%s: expected an object", p);
+        if ((rc = tkm__api_str(e, p, "digest", &v->digest, err)) ||
+            (rc = tkm__api_str(e, p, "platform", &v->platform, err)) ||
+            (rc = tkm__api_str(e, p, "backend", &v->backend, err)) ||
+            (rc = tkm__api_str(e, p, "arch", &v->arch, err)) ||
+            (rc = tkm__api_int(e, p, "warpSize", 0, 1024, &v->warp_size, err)) ||
+            (rc = tkm__api_i32(e, p, "nodes", &v->nodes, err)) ||
+            (rc = tkm__api_i32(e, p, "gpus", &v->gpus, err)))
+            return rc;
+    }
+    if ((rc = tkm__api_arr(status, "status", "gpuTypesWithoutVariant", 64, &types, &nt, err)) ||
+        (rc = tkm__api_alloc(nt, sizeof(char *), (void **)&st->gpu_types_without_variant, err)))
+        return rc;
+    for (size_t i = 0; i < nt; i++) {
+        const char *t = json_string_value(json_array_get(types, i));
+        if (!t)
+            return tkm_err_set(err, -EPROTO,
+                               "status.gpuTypesWithoutVariant[%zu]: expected a string", i);
+        if (!(st->gpu_types_without_variant[i] = strdup(t)))
+            return tkm_err_set(err, -ENOMEM, "out of memory");
+        st->n_gpu_types_without_variant = i + 1;
+    }
+    return 0;
+}
+
 static int status_decode(const json_t *root, struct tkm_api_cache_status *st, struct tkm_err *err)
 {
     const json_t *status, *sum, *cnt;
@@ -312,7 +392,10 @@ static int status_decode(const json_t *root, struct tkm_api_cache_status *st, st
         (rc = counts_decode(cnt, &st->counts, err)) || (rc = failed_decode(status, st, err)) ||
         (rc = tkm__api_conditions_decode(status, "status", &st->conditions, &st->n_conditions,
                                          err)) ||
-        (rc = tkm__api_str(status, "status", "lastUpdated", &st->last_updated, err)))
+        (rc = tkm__api_str(status, "status", "lastUpdated", &st->last_updated, err)) ||
+        (rc = variants_decode(status, st, err)) ||
+        (rc = tkm__api_str(status, "status", "variantSummary", &st->variant_summary, err)) ||
+        (rc = tkm__api_str(status, "status", "nodeLabel", &st->node_label, err)))
         return rc;
     st->has_summary = sum != NULL;
     st->has_counts = cnt != NULL;
@@ -344,6 +427,30 @@ int tkm_api_cache_decode(const char *json, size_t len, struct tkm_api_cache *out
     }
     json_decref(root);
     return rc;
+}
+
+/* ---- the Node label ---------------------------------------------------------- */
+
+int tkm_api_node_label(const char *ns, const char *name, char *out, size_t n)
+{
+    const char *prefix = ns && *ns ? TKM_API_NODE_LABEL_NS : TKM_API_NODE_LABEL_CLUSTER;
+    char full[600], digest[TKM_OCI_DIGEST_LEN + 1];
+    if (!name || !*name || n < TKM_API_NODE_LABEL_MAX)
+        return -EINVAL;
+    int w = ns && *ns ? snprintf(full, sizeof full, "%s.%s", ns, name)
+                      : snprintf(full, sizeof full, "%s", name);
+    if (w < 0 || (size_t)w >= sizeof full)
+        return -EINVAL;
+    if (w <= 63) {
+        snprintf(out, n, "%s%s", prefix, full);
+        return 0;
+    }
+    char id[600];
+    snprintf(id, sizeof id, "%s/%s", ns ? ns : "", name);
+    if (tkm_oci_digest_bytes(id, strlen(id), digest) < 0)
+        return -EINVAL;
+    snprintf(out, n, "%s%.52s-%.10s", prefix, full, tkm_oci_digest_hex(digest));
+    return 0;
 }
 
 /* ---- status apply ---------------------------------------------------------- */
@@ -400,6 +507,31 @@ static json_t *failed_encode(const struct tkm_api_cache_status *st, struct tkm_e
     return arr;
 }
 
+/* status.variants, gpuTypesWithoutVariant, variantSummary, nodeLabel: only what is set. */
+static int variants_fill(json_t *s, const struct tkm_api_cache_status *st)
+{
+    json_t *arr = st->n_variants ? json_array() : NULL;
+    json_t *types = st->n_gpu_types_without_variant ? json_array() : NULL;
+    int bad = (st->n_variants && !arr) || (st->n_gpu_types_without_variant && !types);
+    for (size_t i = 0; !bad && i < st->n_variants; i++) {
+        const struct tkm_api_variant_count *v = &st->variants[i];
+        json_t *e =
+            json_pack("{s:s*,s:s*,s:s*,s:s*,s:I,s:i,s:i}", "digest", v->digest, "platform",
+                      v->platform, "backend", v->backend, "arch", v->arch, "warpSize",
+                      (json_int_t)v->warp_size, "nodes", (int)v->nodes, "gpus", (int)v->gpus);
+        bad = !e || json_array_append_new(arr, e) != 0;
+    }
+    for (size_t i = 0; !bad && i < st->n_gpu_types_without_variant; i++)
+        bad = json_array_append_new(types, json_string(st->gpu_types_without_variant[i])) != 0;
+    bad = bad || (arr && json_object_set(s, "variants", arr)) ||
+          (types && json_object_set(s, "gpuTypesWithoutVariant", types)) ||
+          tkm__api_set_str(s, "variantSummary", st->variant_summary) ||
+          tkm__api_set_str(s, "nodeLabel", st->node_label);
+    json_decref(arr);
+    json_decref(types);
+    return bad ? -ENOMEM : 0;
+}
+
 static int status_fill(json_t *s, const struct tkm_api_cache_status *st, struct tkm_err *err)
 {
     if (tkm__api_set_int(s, "observedGeneration", st->observed_generation) ||
@@ -417,7 +549,7 @@ static int status_fill(json_t *s, const struct tkm_api_cache_status *st, struct 
         if (!c || tkm__api_set_new(s, "conditions", c))
             return err->code ? err->code : tkm_err_set(err, -ENOMEM, "out of memory");
     }
-    if (tkm__api_set_str(s, "lastUpdated", st->last_updated))
+    if (variants_fill(s, st) || tkm__api_set_str(s, "lastUpdated", st->last_updated))
         return tkm_err_set(err, -ENOMEM, "status: out of memory");
     return 0;
 }

@@ -41,6 +41,17 @@ static void node_cache_release(struct tkm_api_node_cache *c)
     free(c->fail_reason);
     free(c->fail_message);
     free(c->fail_time);
+    for (size_t i = 0; i < c->n_variants; i++) {
+        struct tkm_api_variant_use *v = &c->variants[i];
+        free(v->digest);
+        free(v->platform);
+        free(v->backend);
+        free(v->arch);
+        free(v->gpu_type);
+        free(v->gpu_ids);
+    }
+    free(c->variants);
+    free(c->fallback);
 }
 
 static void gpu_release(struct tkm_api_gpu *g)
@@ -102,14 +113,23 @@ static json_t *gpu_encode(const struct tkm_api_gpu *g)
     return o;
 }
 
+static json_t *ids_encode(const int32_t *ids, size_t n)
+{
+    json_t *arr = json_array();
+    for (size_t k = 0; arr && k < n; k++)
+        if (json_array_append_new(arr, json_integer(ids[k]))) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    return arr;
+}
+
 static json_t *groups_encode(const struct tkm_api_gpu_group *g, size_t n)
 {
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < n; i++) {
-        json_t *o = json_object(), *ids = json_array();
+        json_t *o = json_object(), *ids = ids_encode(g[i].ids, g[i].n_ids);
         int bad = !o || !ids;
-        for (size_t k = 0; !bad && k < g[i].n_ids; k++)
-            bad = json_array_append_new(ids, json_integer(g[i].ids[k])) != 0;
         if (bad || json_object_set(o, "ids", ids) ||
             tkm__api_set_str(o, "gpuType", g[i].gpu_type) ||
             tkm__api_set_str(o, "reason", g[i].reason) ||
@@ -126,14 +146,14 @@ static json_t *groups_encode(const struct tkm_api_gpu_group *g, size_t n)
     return arr;
 }
 
-static json_t *pods_encode(const struct tkm_api_pod_ref *p, size_t n)
+/* A list of n objects, entry i filled by fill(o, base + i * size); NULL on ENOMEM. */
+static json_t *list_encode(const void *base, size_t n, size_t size,
+                           int (*fill)(json_t *o, const void *e))
 {
     json_t *arr = json_array();
     for (size_t i = 0; arr && i < n; i++) {
         json_t *o = json_object();
-        if (!o || tkm__api_set_str(o, "namespace", p[i].ns) ||
-            tkm__api_set_str(o, "name", p[i].name) || tkm__api_set_str(o, "uid", p[i].uid) ||
-            tkm__api_set_str(o, "volumeId", p[i].volume_id)) {
+        if (!o || fill(o, (const char *)base + i * size)) {
             json_decref(o);
             o = NULL;
         }
@@ -143,6 +163,26 @@ static json_t *pods_encode(const struct tkm_api_pod_ref *p, size_t n)
         }
     }
     return arr;
+}
+
+static int pod_fill(json_t *o, const void *e)
+{
+    const struct tkm_api_pod_ref *p = e;
+    return tkm__api_set_str(o, "namespace", p->ns) || tkm__api_set_str(o, "name", p->name) ||
+           tkm__api_set_str(o, "uid", p->uid) || tkm__api_set_str(o, "volumeId", p->volume_id);
+}
+
+/* variants[]: keys in a fixed order (digest, platform, backend, arch, warpSize, gpuType, gpuIds).
+ */
+static int variant_fill(json_t *o, const void *e)
+{
+    const struct tkm_api_variant_use *v = e;
+    return tkm__api_set_str(o, "digest", v->digest) ||
+           tkm__api_set_str(o, "platform", v->platform) ||
+           tkm__api_set_str(o, "backend", v->backend) || tkm__api_set_str(o, "arch", v->arch) ||
+           (v->warp_size && tkm__api_set_int(o, "warpSize", v->warp_size)) ||
+           tkm__api_set_str(o, "gpuType", v->gpu_type) ||
+           tkm__api_set_new(o, "gpuIds", ids_encode(v->gpu_ids, v->n_gpu_ids));
 }
 
 static json_t *node_cache_encode(const struct tkm_api_node_cache *c)
@@ -162,8 +202,11 @@ static json_t *node_cache_encode(const struct tkm_api_node_cache *c)
         tkm__api_set_new(o, "compatibleGPUs", groups_encode(c->compatible, c->n_compatible)) ||
         tkm__api_set_new(o, "incompatibleGPUs",
                          groups_encode(c->incompatible, c->n_incompatible)) ||
-        tkm__api_set_new(o, "pods", pods_encode(c->pods, c->n_pods)) ||
-        tkm__api_set_str(o, "error", c->error) ||
+        tkm__api_set_new(o, "pods", list_encode(c->pods, c->n_pods, sizeof *c->pods, pod_fill)) ||
+        (c->n_variants && tkm__api_set_new(o, "variants",
+                                           list_encode(c->variants, c->n_variants,
+                                                       sizeof *c->variants, variant_fill))) ||
+        tkm__api_set_str(o, "fallback", c->fallback) || tkm__api_set_str(o, "error", c->error) ||
         tkm__api_set_str(o, "lastUpdated", c->last_updated)) {
         json_decref(f);
         json_decref(o);

@@ -195,9 +195,13 @@ static const char *const gpu_keys[] = {"id",
                                        "pciBusId"};
 static const char *const group_keys[] = {"ids", "gpuType", "reason", "message"};
 static const char *const pod_keys[] = {"namespace", "name", "uid", "volumeId"};
-static const char *const entry_keys[] = {"digest",         "verified",         "extracted",
-                                         "compatibleGPUs", "incompatibleGPUs", "pods",
-                                         "error",          "lastUpdated",      "lastFailure"};
+static const char *const entry_keys[] = {
+    "digest", "verified",    "extracted",   "compatibleGPUs", "incompatibleGPUs", "pods",
+    "error",  "lastUpdated", "lastFailure", "variants",       "fallback"};
+#define N_ENTRY_KEYS (sizeof entry_keys / sizeof entry_keys[0])
+/* the strings first, in struct tkm_api_nsscan_variant's order */
+static const char *const variant_keys[] = {"digest",  "platform", "backend", "arch",
+                                           "gpuType", "warpSize", "gpuIds"};
 static const char *const failure_keys[] = {"reason", "message", "time"};
 static const char *const root_keys[] = {"apiVersion", "kind", "metadata", "status"};
 static const char *const meta_keys[] = {"name",       "namespace",        "uid", "resourceVersion",
@@ -226,18 +230,52 @@ static int gpu_check(const char *p, size_t n, size_t off, const char *path, stru
     return 0;
 }
 
-/* compatibleGPUs / incompatibleGPUs; the first group's reason and message
- * go to b (offsets in at[0..1]) when with_reason. */
+/* A list of GPU ids (at most 64, each an integer >= 0 that fits int32). */
+static int ids_check(const char *p, size_t n, const struct fld *f, const char *path,
+                     const char *key, size_t *count, struct tkm_err *err)
+{
+    struct tkm_jscan_member id;
+    size_t pos = f->off, k = 0;
+    int rc = want_arr(p, n, f, path, key, 64, count, err);
+    if (rc || !*count)
+        return rc;
+    for (; tkm_jscan_next(p, n, &pos, &id); k++) {
+        struct fld x = {jtype(p, id.val, id.val_len), id.val, id.val_len};
+        int64_t v = -1;
+        if (x.t == J_INT)
+            want_int(p, &x, "", "", INT64_MIN, INT64_MAX, &v, NULL);
+        if (x.t != J_INT || v < 0 || v > INT32_MAX)
+            return tkm_err_set(err, -EPROTO, "%s.%s[%zu]: expected a GPU id (an integer >= 0)",
+                               path, key, k);
+    }
+    return 0;
+}
+
+/* A string member of at most max bytes, appended to b (*at: its offset, SIZE_MAX when absent). */
+static int str_max(const char *p, const struct fld *f, const char *path, const char *key,
+                   size_t max, struct tkm_buf *b, size_t *at, struct tkm_err *err)
+{
+    int rc = want(f, J_STR, path, key, err);
+    if (rc || (rc = str_to(p, f, b, at, err)) || *at == SIZE_MAX)
+        return rc;
+    if (strlen(b->data + *at) > max)
+        return tkm_err_set(err, -EPROTO, "%s.%s: longer than %zu bytes", path, key, max);
+    return 0;
+}
+
+/* compatibleGPUs / incompatibleGPUs. With s (incompatible ones): each
+ * group's gpuType and reason go to s->str (offsets in s->grp_at), the first
+ * group's reason and message too (offsets in at[0..1]). */
 static int groups_check(const char *p, size_t n, const struct fld *f, const char *path,
-                        const char *key, int with_reason, size_t *count, struct tkm_buf *b,
-                        size_t at[2], struct tkm_err *err)
+                        const char *key, struct tkm_api_nsscan *s, size_t *count, size_t at[2],
+                        struct tkm_err *err)
 {
     const char *const *keys = group_keys;
-    struct tkm_jscan_member m, id;
+    struct tkm_jscan_member m;
     struct fld g[4];
-    char gp[512], ip[560];
+    char gp[512];
     size_t pos = f->off, i = 0, nids;
-    int rc = want_arr(p, n, f, path, key, 64, count, err);
+    int rc = want_arr(p, n, f, path, key, TKM_API_NS_GROUPS_MAX, count, err);
     at[0] = at[1] = SIZE_MAX;
     if (rc || !*count)
         return rc;
@@ -246,23 +284,49 @@ static int groups_check(const char *p, size_t n, const struct fld *f, const char
         if (jtype(p, m.val, m.val_len) != J_OBJ)
             return tkm_err_set(err, -EPROTO, "%s: expected an object", gp);
         pick(p, n, m.val, keys, 4, g);
-        if ((rc = want_arr(p, n, &g[0], gp, "ids", 64, &nids, err)) ||
+        if ((rc = ids_check(p, n, &g[0], gp, "ids", &nids, err)) ||
             (rc = want(&g[1], J_STR, gp, "gpuType", err)) ||
-            (with_reason && (rc = want(&g[2], J_STR, gp, "reason", err))) ||
-            (with_reason && (rc = want(&g[3], J_STR, gp, "message", err))))
+            (s && (rc = want(&g[2], J_STR, gp, "reason", err))) ||
+            (s && (rc = want(&g[3], J_STR, gp, "message", err))))
             return rc;
-        size_t ipos = g[0].off, k = 0;
-        for (; nids && tkm_jscan_next(p, n, &ipos, &id); k++) {
-            struct fld x = {jtype(p, id.val, id.val_len), id.val, id.val_len};
-            int64_t v = -1;
-            if (x.t == J_INT)
-                want_int(p, &x, "", "", INT64_MIN, INT64_MAX, &v, NULL);
-            snprintf(ip, sizeof ip, "%s.ids[%zu]", gp, k);
-            if (x.t != J_INT || v < 0 || v > INT32_MAX)
-                return tkm_err_set(err, -EPROTO, "%s: expected a GPU id (an integer >= 0)", ip);
-        }
-        if (i == 0 && with_reason && b &&
-            ((rc = str_to(p, &g[2], b, &at[0], err)) || (rc = str_to(p, &g[3], b, &at[1], err))))
+        if (!s)
+            continue;
+        s->grp[i].n_ids = nids;
+        if ((rc = str_to(p, &g[1], &s->str, &s->grp_at[i][0], err)) ||
+            (rc = str_to(p, &g[2], &s->str, &s->grp_at[i][1], err)))
+            return rc;
+        if (i == 0 && ((rc = str_to(p, &g[2], &s->str, &at[0], err)) ||
+                       (rc = str_to(p, &g[3], &s->str, &at[1], err))))
+            return rc;
+    }
+    return 0;
+}
+
+/* variants[]: the CRD's bounds (strings, warpSize 1..1024, 64 ids); the
+ * strings go to s->str (offsets in s->var_at). */
+static int variants_check(const char *p, size_t n, const struct fld *f, const char *path,
+                          struct tkm_api_nsscan *s, size_t *count, struct tkm_err *err)
+{
+    static const size_t max[] = {128, 64, 16, 32, 64};
+    struct tkm_jscan_member m;
+    struct fld g[7];
+    char vp[512];
+    size_t pos = f->off, i = 0;
+    int rc = want_arr(p, n, f, path, "variants", TKM_API_NS_VARIANTS_MAX, count, err);
+    if (rc || !*count)
+        return rc;
+    for (; tkm_jscan_next(p, n, &pos, &m); i++) {
+        struct tkm_api_nsscan_variant *v = &s->var[i];
+        snprintf(vp, sizeof vp, "%s.variants[%zu]", path, i);
+        if (jtype(p, m.val, m.val_len) != J_OBJ)
+            return tkm_err_set(err, -EPROTO, "%s: expected an object", vp);
+        pick(p, n, m.val, variant_keys, 7, g);
+        for (size_t k = 0; k < 5; k++)
+            if ((rc = str_max(p, &g[k], vp, variant_keys[k], max[k], &s->str, &s->var_at[i][k],
+                              err)))
+                return rc;
+        if ((rc = want_int(p, &g[5], vp, "warpSize", 0, 1024, &v->warp_size, err)) ||
+            (rc = ids_check(p, n, &g[6], vp, "gpuIds", &v->n_gpu_ids, err)))
             return rc;
     }
     return 0;
@@ -308,14 +372,32 @@ static int failure_check(const char *p, size_t n, const struct fld *f, const cha
     return 0;
 }
 
-/* One status.caches member: checked, and read into e (strings in b, which
- * is reset first). */
-static int entry_read(const char *p, size_t n, const struct tkm_jscan_member *m, struct tkm_buf *b,
-                      struct tkm_api_nsscan_entry *e, struct tkm_err *err)
+/* Offsets in s->str to pointers (nothing more is appended for this entry). */
+static void entry_lists(struct tkm_api_nsscan *s, struct tkm_api_nsscan_entry *e)
 {
-    struct fld f[9];
+    for (size_t i = 0; i < e->n_incompatible; i++) {
+        s->grp[i].gpu_type = at_or_null(&s->str, s->grp_at[i][0]);
+        s->grp[i].reason = at_or_null(&s->str, s->grp_at[i][1]);
+    }
+    for (size_t i = 0; i < e->n_variants; i++) {
+        const char **v[] = {&s->var[i].digest, &s->var[i].platform, &s->var[i].backend,
+                            &s->var[i].arch, &s->var[i].gpu_type};
+        for (size_t k = 0; k < 5; k++)
+            *v[k] = at_or_null(&s->str, s->var_at[i][k]);
+    }
+    e->incompatible = s->grp;
+    e->variants = s->var;
+}
+
+/* One status.caches member: checked, and read into e (strings in s->str,
+ * which is reset first). */
+static int entry_read(const char *p, size_t n, const struct tkm_jscan_member *m,
+                      struct tkm_api_nsscan *s, struct tkm_api_nsscan_entry *e, struct tkm_err *err)
+{
+    struct tkm_buf *b = &s->str;
+    struct fld f[N_ENTRY_KEYS];
     char path[400];
-    size_t at_name, at_digest, at_error, at_why[2], dummy[2];
+    size_t at_name, at_digest, at_error, at_fallback, at_why[2], dummy[2];
     int rc;
     memset(e, 0, sizeof *e);
     tkm_buf_reset(b);
@@ -325,20 +407,27 @@ static int entry_read(const char *p, size_t n, const struct tkm_jscan_member *m,
     snprintf(path, sizeof path, "status.caches[\"%.300s\"]", b->data);
     if (jtype(p, m->val, m->val_len) != J_OBJ)
         return tkm_err_set(err, -EPROTO, "%s: expected an object", path);
-    pick(p, n, m->val, entry_keys, 9, f);
+    pick(p, n, m->val, entry_keys, N_ENTRY_KEYS, f);
     if ((rc = want(&f[0], J_STR, path, "digest", err)) ||
         (rc = want(&f[1], J_BOOL, path, "verified", err)) ||
         (rc = want(&f[2], J_BOOL, path, "extracted", err)) ||
-        (rc = groups_check(p, n, &f[3], path, "compatibleGPUs", 0, &e->n_compatible, NULL, dummy,
+        (rc = groups_check(p, n, &f[3], path, "compatibleGPUs", NULL, &e->n_compatible, dummy,
                            err)) ||
-        (rc = groups_check(p, n, &f[4], path, "incompatibleGPUs", 1, &e->n_incompatible, b, at_why,
+        (rc = groups_check(p, n, &f[4], path, "incompatibleGPUs", s, &e->n_incompatible, at_why,
                            err)) ||
         (rc = pods_check(p, n, &f[5], path, &e->n_pods, err)) ||
         (rc = want(&f[6], J_STR, path, "error", err)) ||
         (rc = want(&f[7], J_STR, path, "lastUpdated", err)) ||
         (rc = failure_check(p, n, &f[8], path, err)) ||
+        (rc = variants_check(p, n, &f[9], path, s, &e->n_variants, err)) ||
+        (rc = want(&f[10], J_STR, path, "fallback", err)) ||
+        (rc = str_to(p, &f[10], b, &at_fallback, err)) ||
         (rc = str_to(p, &f[0], b, &at_digest, err)) || (rc = str_to(p, &f[6], b, &at_error, err)))
         return rc;
+    e->fallback = at_or_null(b, at_fallback);
+    if (e->fallback && strcmp(e->fallback, "Empty") != 0)
+        return tkm_err_set(err, -EPROTO, "%s.fallback: \"%.32s\", expected Empty", path,
+                           e->fallback);
     e->verified = present(&f[1]) && p[f[1].off] == 't';
     e->extracted = present(&f[2]) && p[f[2].off] == 't';
     e->name = b->data + at_name;
@@ -346,6 +435,7 @@ static int entry_read(const char *p, size_t n, const struct tkm_jscan_member *m,
     e->error = at_or_null(b, at_error);
     e->incompatible_reason = at_or_null(b, at_why[0]);
     e->incompatible_message = at_or_null(b, at_why[1]);
+    entry_lists(s, e);
     return 0;
 }
 
@@ -445,7 +535,7 @@ static int status_check(struct tkm_api_nsscan *s, const char *p, size_t n, const
             return tkm_err_set(
                 err, -EPROTO, "status.caches: %zu entries, more than the 512 allowed", h->n_caches);
         for (pos = f[2].off; tkm_jscan_next(p, n, &pos, &m);)
-            if ((rc = entry_read(p, n, &m, &s->str, &e, err)))
+            if ((rc = entry_read(p, n, &m, s, &e, err)))
                 return rc;
         *caches = f[2];
     }
@@ -485,7 +575,7 @@ int tkm_api_nodestatus_scan(struct tkm_api_nsscan *s, const char *json, size_t l
     if (!present(&caches) || !entry)
         return 0;
     for (pos = caches.off; tkm_jscan_next(json, len, &pos, &m);) {
-        if ((rc = entry_read(json, len, &m, &s->str, &e, err)))
+        if ((rc = entry_read(json, len, &m, s, &e, err)))
             return rc;
         if ((rc = entry(h, &e, data)))
             return rc;
@@ -554,27 +644,52 @@ static void gpu_tree(struct tree *t, size_t off, struct tkm_api_gpu *g)
         *s[k] = t_str(t, &f[4 + k]);
 }
 
+/* A validated list of GPU ids into *ids / *n. */
+static void ids_tree(struct tree *t, const struct fld *f, int32_t **ids, size_t *n)
+{
+    struct tkm_jscan_member id;
+    size_t nids, ipos;
+    if (!(*ids = t_list(t, f, sizeof **ids, &nids)))
+        return;
+    for (ipos = f->off; *n < nids && tkm_jscan_next(t->p, t->n, &ipos, &id);) {
+        struct fld x = {J_INT, id.val, id.val_len};
+        (*ids)[(*n)++] = (int32_t)t_int(t, &x);
+    }
+}
+
 static void groups_tree(struct tree *t, const struct fld *f, int with_reason,
                         struct tkm_api_gpu_group **out, size_t *n)
 {
-    struct tkm_jscan_member m, id;
+    struct tkm_jscan_member m;
     struct fld g[4];
     size_t pos = f->off, cnt;
     if (!(*out = t_list(t, f, sizeof **out, &cnt)))
         return;
     while (*n < cnt && tkm_jscan_next(t->p, t->n, &pos, &m)) {
         struct tkm_api_gpu_group *gr = &(*out)[(*n)++];
-        size_t nids, ipos;
         pick(t->p, t->n, m.val, group_keys, 4, g);
         gr->gpu_type = t_str(t, &g[1]);
         gr->reason = with_reason ? t_str(t, &g[2]) : NULL;
         gr->message = with_reason ? t_str(t, &g[3]) : NULL;
-        if (!(gr->ids = t_list(t, &g[0], sizeof *gr->ids, &nids)))
-            continue;
-        for (ipos = g[0].off; gr->n_ids < nids && tkm_jscan_next(t->p, t->n, &ipos, &id);) {
-            struct fld x = {J_INT, id.val, id.val_len};
-            gr->ids[gr->n_ids++] = (int32_t)t_int(t, &x);
-        }
+        ids_tree(t, &g[0], &gr->ids, &gr->n_ids);
+    }
+}
+
+static void variants_tree(struct tree *t, const struct fld *f, struct tkm_api_node_cache *c)
+{
+    struct tkm_jscan_member m;
+    struct fld g[7];
+    size_t pos = f->off, cnt;
+    if (!(c->variants = t_list(t, f, sizeof *c->variants, &cnt)))
+        return;
+    while (c->n_variants < cnt && tkm_jscan_next(t->p, t->n, &pos, &m)) {
+        struct tkm_api_variant_use *v = &c->variants[c->n_variants++];
+        char **s[] = {&v->digest, &v->platform, &v->backend, &v->arch, &v->gpu_type};
+        pick(t->p, t->n, m.val, variant_keys, 7, g);
+        for (size_t k = 0; k < 5; k++)
+            *s[k] = t_str(t, &g[k]);
+        v->warp_size = t_int(t, &g[5]);
+        ids_tree(t, &g[6], &v->gpu_ids, &v->n_gpu_ids);
     }
 }
 
@@ -582,12 +697,12 @@ static void cache_tree(struct tree *t, const struct tkm_jscan_member *m,
                        struct tkm_api_node_cache *c)
 {
     struct tkm_jscan_member pm;
-    struct fld f[9], g[4];
+    struct fld f[N_ENTRY_KEYS], g[4];
     size_t pos, cnt;
     tkm_buf_reset(t->tmp);
     if (tkm_jscan_str(t->p, m->key, m->key_len, t->tmp) < 0 || !(c->name = strdup(t->tmp->data)))
         t->rc = -ENOMEM;
-    pick(t->p, t->n, m->val, entry_keys, 9, f);
+    pick(t->p, t->n, m->val, entry_keys, N_ENTRY_KEYS, f);
     c->digest = t_str(t, &f[0]);
     c->verified = present(&f[1]) && t->p[f[1].off] == 't';
     c->extracted = present(&f[2]) && t->p[f[2].off] == 't';
@@ -595,6 +710,8 @@ static void cache_tree(struct tree *t, const struct tkm_jscan_member *m,
     groups_tree(t, &f[4], 1, &c->incompatible, &c->n_incompatible);
     c->error = t_str(t, &f[6]);
     c->last_updated = t_str(t, &f[7]);
+    variants_tree(t, &f[9], c);
+    c->fallback = t_str(t, &f[10]);
     if (present(&f[8])) {
         pick(t->p, t->n, f[8].off, failure_keys, 3, g);
         c->fail_reason = t_str(t, &g[0]);

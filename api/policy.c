@@ -193,10 +193,20 @@ int tkm_api_reach_policy(const struct tkm_api_config *cfg, const struct tkm_reac
     return tkm_reach_policy_parse(out, &use, err);
 }
 
+enum tkm_api_fallback tkm_api_fallback_effective(const struct tkm_api_cache_spec *spec,
+                                                 const struct tkm_api_config *cfg)
+{
+    if (spec && spec->when_incompatible != TKM_API_FALLBACK_UNSET)
+        return spec->when_incompatible;
+    if (cfg && cfg->when_incompatible != TKM_API_FALLBACK_UNSET)
+        return cfg->when_incompatible;
+    return TKM_API_FALLBACK_EMPTY;
+}
+
 int tkm_api_config_decode(const json_t *configmap, struct tkm_api_config *out, struct tkm_err *err)
 {
     const json_t *data;
-    char *mode = NULL, *floor = NULL, *ref = NULL, *ids = NULL;
+    char *mode = NULL, *floor = NULL, *ref = NULL, *ids = NULL, *wi = NULL;
     int rc = 0;
     memset(out, 0, sizeof *out);
     if (!configmap)
@@ -220,8 +230,13 @@ int tkm_api_config_decode(const json_t *configmap, struct tkm_api_config *out, s
         (rc = cfg_str(data, TKM_REACH_KEY_ALLOW, &out->registry_allow, err)) ||
         (rc = cfg_str(data, TKM_REACH_KEY_PRIVATE, &out->registry_private, err)) ||
         (rc = cfg_str(data, TKM_REACH_KEY_PLAIN_HTTP, &out->registry_plain_http, err)) ||
-        (rc = cfg_reach(out, err)))
+        (rc = cfg_str(data, "whenIncompatible", &wi, err)) || (rc = cfg_reach(out, err)))
         goto out;
+    if (wi && (rc = tkm_api_fallback_parse(wi, "tkm-config whenIncompatible",
+                                           &out->when_incompatible, err))) {
+        rc = -EINVAL;
+        goto out;
+    }
     if ((mode && (rc = cfg_mode("signatureMode", mode, &out->mode, err))) ||
         (floor && (rc = cfg_mode("signatureFloor", floor, &out->floor, err))))
         goto out;
@@ -244,6 +259,7 @@ out:
     free(floor);
     free(ref);
     free(ids);
+    free(wi);
     if (rc)
         tkm_api_config_release(out);
     return rc;

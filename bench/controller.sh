@@ -14,7 +14,9 @@
 #                                  runs that fit one: NODES=5000 CACHES=200
 #                                  and NODES=1000 CACHES=1000 (1 million each)
 #   env: NODES, CACHES (override the preset), INCOMPATIBLE (fraction of nodes
-#        whose GPU fits no cache; default 0), CONCURRENCY (simulator requests in
+#        whose GPU fits no cache; default 0), VARIANTS (tkm: 1..3, the image is
+#        an index of that many variants and the nodes use them in turn, as
+#        bench_simagents --variants; default 0: node statuses without variants), CONCURRENCY (simulator requests in
 #        flight; default 32), TIMEOUT (s to wait for Ready after the last
 #        write; default 300 small, 900 large), SIDES ("tkm gkm"), SETTLE (s; default 5)
 #        TKM_BUILD_DIR (default <repo>/build), TKM_CONTROLLER (default
@@ -78,7 +80,7 @@ case $preset in
     export TKM_ETCD_QUOTA=${TKM_ETCD_QUOTA:-8589934592} ;;
   *) sed -n '2,54p' "$0" >&2; exit 2 ;;
 esac
-INCOMPATIBLE=${INCOMPATIBLE:-0} CONCURRENCY=${CONCURRENCY:-32} SETTLE=${SETTLE:-5}
+INCOMPATIBLE=${INCOMPATIBLE:-0} CONCURRENCY=${CONCURRENCY:-32} SETTLE=${SETTLE:-5} VARIANTS=${VARIANTS:-0}
 CHANGE_WAIT=${CHANGE_WAIT:-10}
 SIDES=${SIDES:-tkm gkm}
 # A node status object lists at most max_caches caches (the CRD's status.caches
@@ -227,7 +229,8 @@ run_side() { # SIDE
   bench_log "$s: writing $NODES node statuses of $CACHES caches${nsnote:+ ($kn per node, one simulator per namespace)}"
   for ((k = 0; k < kn; k++)); do
     "$sim" write --nodes "$NODES" --caches "${cns[k]}" --kind "$s" --ns "${nss[k]}" \
-      --digest "$digest" --incompatible "$INCOMPATIBLE" --concurrency "$CONCURRENCY" >"$work/$s.write.$k" &
+      --digest "$digest" --incompatible "$INCOMPATIBLE" --concurrency "$CONCURRENCY" \
+      --variants "$([[ $s == tkm ]] && echo "$VARIANTS" || echo 0)" >"$work/$s.write.$k" &
     spids+=($!)
   done
   for ((k = 0; k < kn; k++)); do wait "${spids[k]}" || bad=1; done
@@ -290,7 +293,7 @@ run_side() { # SIDE
   metrics "$work/$s.m2"
   R[$s.change_caches]=${cns[0]}
   "$sim" write --nodes 1 --caches "${cns[0]}" --kind "$s" --ns "${nss[0]}" --digest "$digest" \
-    --incompatible "$(awk -v f="$INCOMPATIBLE" 'BEGIN { print (f > 0 ? 0 : 1) }')" >/dev/null ||
+    --variants "$([[ $s == tkm ]] && echo "$VARIANTS" || echo 0)" --incompatible "$(awk -v f="$INCOMPATIBLE" 'BEGIN { print (f > 0 ? 0 : 1) }')" >/dev/null ||
     echo "$s: the single-change write failed" >&2
   sleep "$CHANGE_WAIT"
   metrics "$work/$s.m3"

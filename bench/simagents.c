@@ -11,13 +11,19 @@
  *         Node, as tkm-agent creates it; gkm: GKMCacheNode with the label
  *         kubernetes.io/hostname, as GKM's agent creates it)
  *   write --nodes N --caches C --ns NS --kind tkm|gkm --digest D
- *         [--incompatible F] [--cache-prefix P] [--concurrency K]  (prints max_request_ms too)
+ *         [--incompatible F] [--cache-prefix P] [--concurrency K] [--variants V]
+ *         (prints max_request_ms too)
  *         one server-side apply on /status per node (field manager tkm-agent
  *         or gkm-agent, force), listing the caches P00000..P<C-1> at digest
  *         D: every cache compatible with the node's GPU, except on the first
  *         F (0..1) of the nodes, whose GPU is of another type (incompatible
  *         with every cache, reason ArchMismatch). At most K (default 32)
- *         requests in flight on one client.
+ *         requests in flight on one client. --variants V (1..3; tkm; default 0:
+ *         entries without variants, as before issue 24): the image is an index
+ *         of V variants (cuda sm90, sm80, sm100); compatible node i has the GPU
+ *         of variant i % V and every entry names that variant (variants[]),
+ *         incompatible nodes report reason NoVariant (a mixed fleet: the
+ *         controller aggregates status.variants and labels the Nodes).
  *   pods  --count N --ns NS [--node NAME]   create N Pods bench-pod-00000..
  *         in NS (half bound to NAME, default sim-other, which no kubelet
  *         runs; half bound to no node: with no scheduler all stay Pending),
@@ -52,8 +58,9 @@
 #include <k8s/config.h>
 #include <k8s/informer.h>
 
-#define SIM_LABEL      "tkm.io/bench-sim"
-#define GKM_HOST_LABEL "kubernetes.io/hostname"
+#define SIM_LABEL        "tkm.io/bench-sim"
+#define SIM_VARIANTS_MAX 3
+#define GKM_HOST_LABEL   "kubernetes.io/hostname"
 
 static const struct k8s_resource res_gkmcaches = {"gkm.io", "v1alpha1", "gkmcaches", "GKMCache", 1};
 static const struct k8s_resource res_gkmcachenodes = {"gkm.io", "v1alpha1", "gkmcachenodes",
@@ -75,7 +82,8 @@ struct sim {
     int phase; /* setup: 0 nodes, 1 status objects; write: 1 */
     const char *manager, *sub;
     /* shared per-variant cache lists (tkm) */
-    struct tkm_api_node_cache *tc[2];
+    struct tkm_api_node_cache *tc[SIM_VARIANTS_MAX + 1]; /* per variant, then incompatible */
+    long variants;                                       /* --variants: 0 = none reported */
     char now[32];
     /* wait */
     struct k8s_informer *inf;
@@ -143,24 +151,48 @@ static json_t *pod_body(const struct sim *s, long i)
     return p;
 }
 
-/* The GPU a simulated node reports: an H200, or an MI300X on incompatible ones. */
-static void sim_gpu(struct tkm_api_gpu *g, int incompatible)
+/* The variants of --variants: (GPU type, product, arch, compute capability, variant digest). */
+static struct sim_variant {
+    char *gpu_type, *product, *arch, *cc, *digest; /* literals (the API structs take char *) */
+} sim_variants[SIM_VARIANTS_MAX] = {
+    {"nvidia-h200", "NVIDIA H200", "90", "9.0",
+     "sha256:9090909090909090909090909090909090909090909090909090909090909090"},
+    {"nvidia-a100", "NVIDIA A100-SXM4-80GB", "80", "8.0",
+     "sha256:8080808080808080808080808080808080808080808080808080808080808080"},
+    {"nvidia-b200", "NVIDIA B200", "100", "10.0",
+     "sha256:1001001001001001001001001001001001001001001001001001001001001001"},
+};
+
+/* Which cache list node i reports: its variant (0 without --variants), or s->variants
+ * (at least 1) for an incompatible node. */
+static int node_list(const struct sim *s, long i)
 {
+    long nv = s->variants ? s->variants : 1;
+    return node_incompatible(s, i) ? (int)nv : (int)(i % nv);
+}
+
+/* The GPU a simulated node reports: an H200 (or its variant's GPU), or an MI300X on
+ * incompatible ones. */
+static void sim_gpu(struct tkm_api_gpu *g, int incompatible, int variant)
+{
+    struct sim_variant *v = &sim_variants[variant];
     *g = (struct tkm_api_gpu){.id = 0,
-                              .gpu_type = incompatible ? "amd-mi300x" : "nvidia-h200",
+                              .gpu_type = incompatible ? "amd-mi300x" : v->gpu_type,
                               .vendor = incompatible ? "amd" : "nvidia",
-                              .product_name = incompatible ? "AMD Instinct MI300X" : "NVIDIA H200",
-                              .arch = incompatible ? "gfx942" : "90",
-                              .compute_capability = incompatible ? NULL : "9.0",
+                              .product_name = incompatible ? "AMD Instinct MI300X" : v->product,
+                              .arch = incompatible ? "gfx942" : v->arch,
+                              .compute_capability = incompatible ? NULL : v->cc,
                               .warp_size = incompatible ? 64 : 32,
                               .driver_version = "570.124.06",
                               .memory_bytes = 150754820096LL,
                               .uuid = "GPU-sim-0"};
 }
 
-/* tkm: the caches list of variant v (0 compatible, 1 incompatible), built once. */
+/* tkm: the caches list v (node_list()), built once. */
 static int tkm_caches(struct sim *s, int v)
 {
+    long nv = s->variants ? s->variants : 1;
+    int incompat = v == (int)nv;
     if (s->tc[v])
         return 0;
     s->tc[v] = calloc((size_t)s->caches + 1, sizeof *s->tc[v]);
@@ -169,28 +201,45 @@ static int tkm_caches(struct sim *s, int v)
     for (long j = 0; j < s->caches; j++) {
         struct tkm_api_node_cache *c = &s->tc[v][j];
         struct tkm_api_gpu_group *g = calloc(1, sizeof *g);
+        struct tkm_api_variant_use *u = s->variants && !incompat ? calloc(1, sizeof *u) : NULL;
         char name[128];
         snprintf(name, sizeof name, "%s%05ld", s->prefix, j);
         c->name = strdup(name);
-        if (!g || !c->name) {
+        if (!g || !c->name || (s->variants && !incompat && !u)) {
             free(g);
+            free(u);
             return -ENOMEM;
         }
         *g = (struct tkm_api_gpu_group){.ids = s->gpu_ids, .n_ids = 1};
         c->digest = (char *)s->digest;
         c->verified = 1;
         c->last_updated = s->now;
-        if (v) {
+        if (incompat) {
             g->gpu_type = "amd-mi300x";
-            g->reason = "ArchMismatch";
-            g->message = "the cache holds kernels for cuda arch 90; this GPU is gfx942";
+            g->reason = s->variants ? "NoVariant" : "ArchMismatch";
+            g->message = s->variants
+                             ? "no variant for GPU 0 (hip gfx942 warp 64); the image has "
+                               "cuda sm90, sm80, sm100"
+                             : "the cache holds kernels for cuda arch 90; this GPU is gfx942";
             c->incompatible = g;
             c->n_incompatible = 1;
         } else {
-            g->gpu_type = "nvidia-h200";
+            g->gpu_type = sim_variants[v].gpu_type;
             c->extracted = 1;
             c->compatible = g;
             c->n_compatible = 1;
+        }
+        if (u) {
+            *u = (struct tkm_api_variant_use){.digest = sim_variants[v].digest,
+                                              .platform = "linux/amd64",
+                                              .backend = "cuda",
+                                              .arch = sim_variants[v].arch,
+                                              .gpu_type = sim_variants[v].gpu_type,
+                                              .warp_size = 32,
+                                              .gpu_ids = s->gpu_ids,
+                                              .n_gpu_ids = 1};
+            c->variants = u;
+            c->n_variants = 1;
         }
     }
     return 0;
@@ -198,13 +247,14 @@ static int tkm_caches(struct sim *s, int v)
 
 static void tkm_caches_free(struct sim *s)
 {
-    for (int v = 0; v < 2; v++) {
+    for (int v = 0; v <= SIM_VARIANTS_MAX; v++) {
         if (!s->tc[v])
             continue;
         for (long j = 0; j < s->caches; j++) {
             free(s->tc[v][j].name);
             free(s->tc[v][j].compatible);
             free(s->tc[v][j].incompatible);
+            free(s->tc[v][j].variants);
         }
         free(s->tc[v]);
     }
@@ -216,9 +266,9 @@ static json_t *tkm_status_body(struct sim *s, long i, int with_caches)
     struct tkm_api_gpu gpu;
     struct tkm_err err = {0};
     json_t *body = NULL;
-    int v = node_incompatible(s, i);
+    int v = node_list(s, i);
     node_name(name, sizeof name, i);
-    sim_gpu(&gpu, v);
+    sim_gpu(&gpu, node_incompatible(s, i), node_incompatible(s, i) ? 0 : v);
     if (with_caches && tkm_caches(s, v) < 0)
         return NULL;
     struct tkm_api_node_status st = {.node_name = name,
@@ -554,8 +604,9 @@ static int run_write(struct sim *s)
     s->manager = s->gkm ? "gkm-agent" : "tkm-agent";
     s->sub = "status";
     /* Build the shared cache lists before the clock starts. */
-    if (!s->gkm && (tkm_caches(s, 0) < 0 || tkm_caches(s, 1) < 0))
-        return -ENOMEM;
+    for (long v = 0; !s->gkm && v <= (s->variants ? s->variants : 1); v++)
+        if (tkm_caches(s, (int)v) < 0)
+            return -ENOMEM;
     int64_t t0 = wall_ms();
     rc = run_pump(s, 1);
     int64_t t1 = wall_ms();
@@ -593,6 +644,11 @@ static int parse_opt(struct sim *s, int opt)
           : opt == 'k'             ? &s->concurrency
                                    : &s->timeout_s) = (long)v;
         return 0;
+    case 'V':
+        if (tkm_parse_i64(optarg, 0, SIM_VARIANTS_MAX, &v) < 0)
+            return -EINVAL;
+        s->variants = (long)v;
+        return 0;
     case 'i':
         s->incompatible = strtod(optarg, &end);
         return (*end || s->incompatible < 0 || s->incompatible > 1) ? -EINVAL : 0;
@@ -626,6 +682,7 @@ int main(int argc, char **argv)
                                        {"concurrency", required_argument, NULL, 'k'},
                                        {"timeout", required_argument, NULL, 't'},
                                        {"incompatible", required_argument, NULL, 'i'},
+                                       {"variants", required_argument, NULL, 'V'},
                                        {"ns", required_argument, NULL, 's'},
                                        {"kind", required_argument, NULL, 'K'},
                                        {"digest", required_argument, NULL, 'd'},

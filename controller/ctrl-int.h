@@ -23,7 +23,9 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include <tkm/buf.h>
 #include <tkm/err.h>
+#include <tkm/jscan.h>
 #include <tkm/strmap.h>
 #include <tkm/api/v1alpha1.h>
 #include <tkm/trust/policy.h>
@@ -65,6 +67,7 @@ struct ctrl_nodes;
 #define CTRL_E_COMPAT    0x08      /* at least one compatible GPU group */
 #define CTRL_E_INCOMPAT  0x10      /* at least one incompatible GPU group */
 #define CTRL_E_PODS      0x20      /* pods use it on the node */
+#define CTRL_E_EMPTY     0x40      /* served as an empty volume (fallback Empty) */
 #define CTRL_WHY_MAX     0xffffffu /* distinct reasons (the 24-bit why id) */
 
 /* One node's view of one cache: 12 bytes (100,000 of them at 1000 nodes x
@@ -144,9 +147,22 @@ typedef int (*ctrl_entry_fn)(const struct ctrl_entry *e, const struct ctrl_nsobj
  * in its group, until fn returns non-zero (returned). fn must not change
  * the index. Cost: one binary search per object of the group. */
 int ctrl_cidx_foreach(const struct ctrl_cidx *c, ctrl_entry_fn fn, void *data);
-/* The interned "Reason\0message\0" of a why id (borrowed: valid while an
- * entry holds it), or NULL for 0. */
+/* The interned "Reason\0message\0profile\0" of a why id (borrowed: valid
+ * while an entry holds it), or NULL for 0. Reason and message are "" for an
+ * entry with nothing wrong; the profile (ctrl_why_profile) lists the
+ * variants the node uses and the GPU types left without one, "" when the
+ * node reports none (ctrl_nodes.c's profile_of has the grammar). Entries
+ * of nodes with the same reason and variants share one string. */
 const char *ctrl_why_str(const struct ctrl_nodes *n, uint32_t why);
+/* The profile part of a why string ("" for NULL). */
+const char *ctrl_why_profile(const char *why);
+/* The entry of cache c on node (its node status object in c's group), or NULL. */
+const struct ctrl_entry *ctrl_nodes_entry(const struct ctrl_nodes *n, const struct ctrl_cidx *c,
+                                          const char *node);
+/* Calls fn for every entry of node's status objects (the cluster kind's,
+ * then each namespace's) until it returns non-zero (returned). */
+int ctrl_nodes_node_entries(const struct ctrl_nodes *n, const char *node, ctrl_entry_fn fn,
+                            void *data);
 
 /* Identifies a digest string in 4 bytes (its first 8 hex digits; 1 where
  * those are all zero): the index compares what the nodes of one cache report
@@ -175,9 +191,14 @@ struct ctrl_why {
 /* A Node seen by the nodes informer. */
 struct ctrl_node {
     char *uid;
+    char **labels; /* owned block: the label keys under the controller's prefixes
+                      (TKM_API_NODE_LABEL_*), sorted, the strings after the pointers */
+    uint32_t n_labels;
     unsigned mark;
     char name[]; /* nodes' key */
 };
+/* 1 when the Node carries the label key (one of the controller's). */
+int ctrl_node_has_label(const struct ctrl_node *nd, const char *key);
 
 struct ctrl_nodes {
     struct tkm_strmap objs;     /* nsobj key ("c:" + name for the cluster kind) -> struct ctrl_nsobj
@@ -194,8 +215,12 @@ struct ctrl_nodes {
     unsigned mark[3];           /* relist generations: tkcns, tkcnsc, nodes */
     size_t n_entries;
     struct tkm_api_nsscan scan; /* owned: the node status decoder's scratch, reused */
+    struct tkm_buf profile;     /* owned: scratch of why_of */
+    struct tkm_jscan js;        /* owned: scratch of the Node labels reader */
     /* Called for each cache whose entries changed (key borrowed). */
     void (*changed)(const char *cache_key, void *data);
+    /* Called with a node's name when the entries of one of its objects changed. */
+    void (*node_entries_changed)(const char *node, void *data);
     /* Called with a node's name when it vanished (deleted, or gone in a relist). */
     void (*node_gone)(const char *node, void *data);
     /* An object that could not be decoded (first time per resourceVersion). */
@@ -218,8 +243,11 @@ void ctrl_nodes_remove(struct ctrl_nodes *n, int cluster, const char *ns, const 
  * 1 tkcnsc, 2 nodes. */
 void ctrl_nodes_list_begin(struct ctrl_nodes *n, int kind);
 void ctrl_nodes_list_end(struct ctrl_nodes *n, int kind);
-/* Nodes (name, uid borrowed). */
-int ctrl_nodes_node_upsert(struct ctrl_nodes *n, const char *name, const char *uid);
+/* Nodes (name, uid and raw borrowed; raw: the Node's JSON, metadata at
+ * least, or NULL: no labels). *changed (may be NULL): 1 when the Node is
+ * new or its labels under the controller's prefixes changed. 0 or -ENOMEM. */
+int ctrl_nodes_node_upsert(struct ctrl_nodes *n, const char *name, const char *uid, const char *raw,
+                           size_t len, int *changed);
 void ctrl_nodes_node_remove(struct ctrl_nodes *n, const char *name);
 /* The index of a cache key; create 1 makes one. NULL when absent (or ENOMEM). */
 struct ctrl_cidx *ctrl_nodes_cache(struct ctrl_nodes *n, const char *key, int create);
@@ -299,6 +327,7 @@ struct ctrl_opts {
     uint64_t status_max_delay_ms;    /* ... but at most this after the first unwritten change */
     uint64_t node_gc_grace_ms;       /* a node status younger than this is never collected */
     unsigned workers;
+    int node_labels;               /* 1: keep the Node labels of usable caches (ctrl_labels.c) */
     const char *signature_floor;   /* --signature-floor: when tkm-config sets none (NULL) */
     struct tkm_reach_config reach; /* --registry-* (strings borrowed from argv) */
 };
@@ -310,6 +339,7 @@ struct ctrl;
 struct ctrl_metrics {
     uint64_t reconciles[3], errors[3];
     uint64_t status_writes, finalizer_writes, registry_ops, verifications, events;
+    uint64_t label_patches;
     uint64_t queue_adds;
 };
 
@@ -364,6 +394,7 @@ struct ctrl {
      * idle. */
     int64_t ns_event_wall_ms, write_wall_ms;
     uint64_t writes_since_idle;
+    uint64_t labels_defer_since; /* uv_now when Node label patches began to wait for quiet, or 0 */
 };
 
 /* Sets up the indexes and queue (informers and watches are started by
@@ -376,12 +407,36 @@ int ctrl_start(struct ctrl *c, struct tkm_err *err);
 int ctrl_synced(const struct ctrl *c);
 /* Leadership changed: on 1 every object is enqueued. */
 void ctrl_set_leading(struct ctrl *c, int leading);
-/* Adds a queue key ("c:<cache key>" or "n:<node>"), recording when. */
+/* Adds a queue key ("c:<cache key>", "n:<node>" or "l:<node>"), recording
+ * when; _after: in delay_ms (a key already waiting keeps the earlier time). */
 void ctrl_enqueue(struct ctrl *c, const char *qkey);
+void ctrl_enqueue_after(struct ctrl *c, const char *qkey, uint64_t delay_ms);
 
 /* Reconcilers (ctrl_rec.c, ctrl_gc.c). */
 void ctrl_reconcile_cache(struct ctrl *c, const char *qkey);
 void ctrl_reconcile_node(struct ctrl *c, const char *qkey);
+/* ---- ctrl_labels: the Node labels of usable caches ---------------------------------- */
+
+struct ctrl_cache;
+
+/* The Node label key of a cache key ("ns/name", "/name"). 0 or -EINVAL. */
+int ctrl_label_of(const char *cache_key, char *out, size_t n);
+/* 1 when an entry (NULL: none) says the cache is usable on its node, given
+ * the digest id the cache may be used at (0: nowhere). */
+int ctrl_entry_usable(const struct ctrl_entry *e, uint32_t usable_digest);
+/* When a cache's judgement changed (usable at another digest, or nowhere):
+ * queues "l:<node>" for every Node whose label (label: the cache's key)
+ * disagrees with its entry. */
+void ctrl_labels_check(struct ctrl *c, const struct ctrl_cidx *x, const char *label,
+                       uint32_t usable_digest);
+/* A Node is new, its labels changed, or its entries changed: queues "l:<node>". */
+void ctrl_labels_node_changed(struct ctrl *c, const char *node);
+/* "l:<node>": one merge patch of the node's cache labels. */
+void ctrl_reconcile_labels(struct ctrl *c, const char *qkey);
+/* 1 when the cache has been judged (*usable_digest: the digest id it may be
+ * used at, 0 = nowhere), 0 while not yet (its labels are left alone). */
+int ctrl_cache_label_state(const struct ctrl_cache *cc, uint32_t *usable_digest);
+
 /* Per-cache memory (owned by cidx->rec). */
 struct ctrl_cache;
 void ctrl_cache_free(struct ctrl_cache *cc);

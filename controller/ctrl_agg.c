@@ -63,7 +63,7 @@ struct bad_node {
 
 static const char *why_reason(const struct bad_node *b)
 {
-    return b->why ? b->why : "Unknown";
+    return b->why && *b->why ? b->why : "Unknown";
 }
 
 static const char *why_msg(const struct bad_node *b)
@@ -76,12 +76,48 @@ static int cmp_bad_node(const void *a, const void *b)
     return strcmp(((const struct bad_node *)a)->node, ((const struct bad_node *)b)->node);
 }
 
+/* A distinct variant profile (ctrl_why_profile) and how many nodes report
+ * it: nodes of one GPU type share one interned string, so the profiles are
+ * parsed once per distinct string, not once per node. */
+struct prof {
+    const char *p;  /* borrowed from the index */
+    int32_t nodes;  /* nodes using its variants (compatible, at the pin, no error) */
+    int32_t listed; /* nodes at the pin listing it (for the GPU types without a variant) */
+};
+
 struct tally {
     int32_t nodes, compatible, incompatible, failed, in_use, pending;
     struct bad_node *bad; /* failed, then incompatible; sorted by node each */
     size_t n_bad, n_failed, cap;
     uint32_t pin;
+    struct prof *prof; /* distinct profiles (owned) */
+    size_t n_prof, cap_prof;
+    int oom;
 };
+
+static void prof_add(struct tally *t, const char *why, int used)
+{
+    const char *p = ctrl_why_profile(why);
+    if (!*p)
+        return;
+    for (size_t i = 0; i < t->n_prof; i++)
+        if (t->prof[i].p == p) { /* interned: one pointer per distinct string */
+            t->prof[i].nodes += used;
+            t->prof[i].listed++;
+            return;
+        }
+    if (t->n_prof == t->cap_prof) {
+        size_t nc = t->cap_prof ? t->cap_prof * 2 : 8;
+        struct prof *v = realloc(t->prof, nc * sizeof *v);
+        if (!v) {
+            t->oom = 1;
+            return;
+        }
+        t->prof = v;
+        t->cap_prof = nc;
+    }
+    t->prof[t->n_prof++] = (struct prof){p, used, 1};
+}
 
 /* One walk: the failed fill bad from the front, the incompatible from the
  * back (cap = the cache's entry count bounds both). */
@@ -92,6 +128,8 @@ static int tally_entry(const struct ctrl_entry *e, const struct ctrl_nsobj *o, c
     t->nodes++;
     if (e->flags & CTRL_E_PODS)
         t->in_use++;
+    if (t->pin && e->digest == t->pin && why)
+        prof_add(t, why, (e->flags & (CTRL_E_ERROR | CTRL_E_COMPAT)) == CTRL_E_COMPAT);
     if (!t->pin || e->digest != t->pin) {
         t->pending++;
     } else if (e->flags & CTRL_E_ERROR) {
@@ -117,6 +155,11 @@ static int tally(const struct ctrl_cidx *c, uint32_t pin, struct tally *t)
     if (t->cap && !t->bad)
         return -ENOMEM;
     ctrl_cidx_foreach(c, tally_entry, t);
+    if (t->oom) {
+        free(t->bad);
+        free(t->prof);
+        return -ENOMEM;
+    }
     if (t->incompatible)
         memmove(t->bad + t->n_failed, t->bad + t->cap - (size_t)t->incompatible,
                 (size_t)t->incompatible * sizeof *t->bad);
@@ -136,6 +179,174 @@ static void list_nodes(struct tkm_buf *b, const struct bad_node *list, size_t n)
                        *why_msg(&list[i]) ? ": " : "", why_msg(&list[i]));
     if (n > 3)
         tkm_buf_printf(b, "; and %zu more", n - 3);
+}
+
+/* ---- variants ------------------------------------------------------------------------------ */
+
+/* One "V..." line of a profile into v (strings borrowed from the line: the
+ * tabs become NULs in line, a copy). 0, or -1 for a line not in the grammar. */
+static int vline(char *line, struct tkm_api_variant_count *v, long *gpus)
+{
+    char *f[6];
+    int k = 0;
+    f[k++] = line;
+    for (char *p = line; *p && k < 6; p++)
+        if (*p == '\t') {
+            *p = 0;
+            f[k++] = p + 1;
+        }
+    if (k != 6)
+        return -1;
+    v->digest = f[0];
+    v->platform = f[1];
+    v->backend = f[2];
+    v->arch = f[3];
+    v->warp_size = strtoll(f[4], NULL, 10);
+    *gpus = strtol(f[5], NULL, 10);
+    return 0;
+}
+
+static int str_eq(const char *a, const char *b)
+{
+    return strcmp(a ? a : "", b ? b : "") == 0;
+}
+
+static int cmp_variant(const void *a, const void *b)
+{
+    const struct tkm_api_variant_count *x = a, *y = b;
+    if (x->nodes != y->nodes)
+        return x->nodes > y->nodes ? -1 : 1;
+    return strcmp(x->digest, y->digest);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int variant_add(struct tkm_api_cache_status *st, const struct tkm_api_variant_count *v)
+{
+    for (size_t i = 0; i < st->n_variants; i++) {
+        struct tkm_api_variant_count *w = &st->variants[i];
+        if (str_eq(w->digest, v->digest) && str_eq(w->platform, v->platform) &&
+            str_eq(w->backend, v->backend) && str_eq(w->arch, v->arch) &&
+            w->warp_size == v->warp_size) {
+            w->nodes += v->nodes;
+            w->gpus += v->gpus;
+            return 0;
+        }
+    }
+    if (st->n_variants >= 64) /* the CRD's bound: the rest is left out */
+        return 0;
+    struct tkm_api_variant_count *nv =
+        realloc(st->variants, (st->n_variants + 1) * sizeof *st->variants);
+    if (!nv)
+        return -ENOMEM;
+    st->variants = nv;
+    struct tkm_api_variant_count *w = &nv[st->n_variants++];
+    *w = (struct tkm_api_variant_count){
+        .warp_size = v->warp_size, .nodes = v->nodes, .gpus = v->gpus};
+    if (!(w->digest = strdup(v->digest)) || !(w->platform = strdup(v->platform)) ||
+        !(w->backend = strdup(v->backend)) || !(w->arch = strdup(v->arch)))
+        return -ENOMEM;
+    return 0;
+}
+
+static int type_add(struct tkm_api_cache_status *st, const char *t)
+{
+    for (size_t i = 0; i < st->n_gpu_types_without_variant; i++)
+        if (strcmp(st->gpu_types_without_variant[i], t) == 0)
+            return 0;
+    if (st->n_gpu_types_without_variant >= 64 || !*t)
+        return 0;
+    char **nv =
+        realloc(st->gpu_types_without_variant, (st->n_gpu_types_without_variant + 1) * sizeof *nv);
+    if (!nv)
+        return -ENOMEM;
+    st->gpu_types_without_variant = nv;
+    if (!(nv[st->n_gpu_types_without_variant] = strdup(t)))
+        return -ENOMEM;
+    st->n_gpu_types_without_variant++;
+    return 0;
+}
+
+/* One profile, reported by p->listed nodes (p->nodes of them using it). */
+static int prof_apply(struct tkm_api_cache_status *st, const struct prof *p, struct tkm_buf *tmp)
+{
+    int rc = 0;
+    tkm_buf_reset(tmp);
+    if (tkm_buf_puts(tmp, p->p) < 0)
+        return -ENOMEM;
+    for (char *line = tmp->data, *nl; rc == 0 && line && *line; line = nl) {
+        if ((nl = strchr(line, '\n')))
+            *nl++ = 0;
+        if (line[0] == 'N') {
+            rc = type_add(st, line + 1);
+        } else if (line[0] == 'V' && p->nodes) {
+            struct tkm_api_variant_count v;
+            long gpus;
+            if (vline(line + 1, &v, &gpus) == 0) {
+                v.nodes = p->nodes;
+                v.gpus = (int32_t)(gpus * p->nodes);
+                rc = variant_add(st, &v);
+            }
+        }
+    }
+    return rc;
+}
+
+/* "cuda/90: 3 nodes; cuda/80 linux/arm64: 1 node; none for: nvidia-a100" (at most 1024 bytes). */
+static int variant_summary(struct tkm_api_cache_status *st, struct tkm_buf *b)
+{
+    int bad = 0;
+    tkm_buf_reset(b);
+    for (size_t i = 0; i < st->n_variants; i++) {
+        const struct tkm_api_variant_count *v = &st->variants[i];
+        size_t at = b->len;
+        bad |= tkm_buf_printf(b, "%s%s/%s%s%s: %d node%s", i ? "; " : "", v->backend, v->arch,
+                              strcmp(v->platform, "linux/amd64") && *v->platform ? " " : "",
+                              strcmp(v->platform, "linux/amd64") ? v->platform : "", (int)v->nodes,
+                              v->nodes == 1 ? "" : "s") < 0;
+        if (b->len > 960) {
+            b->len = at;
+            bad |= tkm_buf_printf(b, "; and %zu more", st->n_variants - i) < 0;
+            break;
+        }
+    }
+    if (st->n_gpu_types_without_variant) {
+        bad |= tkm_buf_printf(b, "%snone for: ", b->len ? "; " : "") < 0;
+        for (size_t i = 0; i < st->n_gpu_types_without_variant; i++) {
+            size_t at = b->len;
+            bad |= tkm_buf_printf(b, "%s%s", i ? ", " : "", st->gpu_types_without_variant[i]) < 0;
+            if (b->len > 1000) {
+                b->len = at;
+                bad |= tkm_buf_printf(b, ", and %zu more", st->n_gpu_types_without_variant - i) < 0;
+                break;
+            }
+        }
+    }
+    if (bad)
+        return -ENOMEM;
+    if (b->len && !(st->variant_summary = strndup(b->data, b->len)))
+        return -ENOMEM;
+    return 0;
+}
+
+static int variants_build(struct tkm_api_cache_status *st, const struct tally *t)
+{
+    struct tkm_buf b = TKM_BUF_INIT(1u << 20);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < t->n_prof; i++)
+        rc = prof_apply(st, &t->prof[i], &b);
+    if (rc == 0 && st->n_variants > 1)
+        qsort(st->variants, st->n_variants, sizeof *st->variants, cmp_variant);
+    if (rc == 0 && st->n_gpu_types_without_variant > 1)
+        qsort(st->gpu_types_without_variant, st->n_gpu_types_without_variant, sizeof(char *),
+              cmp_str);
+    if (rc == 0)
+        rc = variant_summary(st, &b);
+    tkm_buf_release(&b);
+    return rc;
 }
 
 static int set_cond(struct tkm_api_condition *c, const char *type, enum tkm_api_cond_status s,
@@ -250,7 +461,7 @@ int ctrl_agg_build(const struct ctrl_cidx *c, const struct ctrl_verdict *v, int6
                                          .incompatible = t.incompatible,
                                          .failed = t.failed,
                                          .in_use = t.in_use};
-    if ((rc = failed_nodes(st, &t)) < 0)
+    if ((rc = failed_nodes(st, &t)) < 0 || (rc = variants_build(st, &t)) < 0)
         goto out;
     st->conditions = calloc(4, sizeof *st->conditions);
     rc = -ENOMEM;
@@ -294,6 +505,7 @@ int ctrl_agg_build(const struct ctrl_cidx *c, const struct ctrl_verdict *v, int6
                   now);
 out:
     free(t.bad);
+    free(t.prof);
     tkm_buf_release(&m);
     return rc;
 }

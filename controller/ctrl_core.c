@@ -33,6 +33,11 @@ static int leading(const struct ctrl *c)
 
 void ctrl_enqueue(struct ctrl *c, const char *qkey)
 {
+    ctrl_enqueue_after(c, qkey, 0);
+}
+
+void ctrl_enqueue_after(struct ctrl *c, const char *qkey, uint64_t delay_ms)
+{
     /* Nothing runs before every store has synced: a cache reconciled against
      * a half-filled node index would write wrong counts (and could lose its
      * finalizer); the synced callback queues everything. */
@@ -48,7 +53,10 @@ void ctrl_enqueue(struct ctrl *c, const char *qkey)
         }
     }
     c->m.queue_adds++;
-    k8s_workqueue_add(c->q, qkey);
+    if (delay_ms)
+        k8s_workqueue_add_after(c->q, qkey, delay_ms);
+    else
+        k8s_workqueue_add(c->q, qkey);
 }
 
 /* A TritonKernelCacheCluster is cluster-scoped: its informer key, the
@@ -123,6 +131,8 @@ static void handle(struct k8s_workqueue *q, const char *key, void *data)
         ctrl_reconcile_cache(c, key);
     else if (key[0] == 'n' && key[1] == ':')
         ctrl_reconcile_node(c, key);
+    else if (key[0] == 'l' && key[1] == ':')
+        ctrl_reconcile_labels(c, key);
     else
         k8s_workqueue_done(c->q, key, K8S_WQ_DROP);
 }
@@ -260,6 +270,17 @@ static void prune_state(struct ctrl *c)
     tkm_strmap_release(&p.uids);
 }
 
+/* Every Node with a label of ours: a cache deleted while the controller
+ * was away leaves one that nothing else would look at. */
+static void enqueue_labelled(struct ctrl *c)
+{
+    const char *k;
+    void *v;
+    for (size_t pos = 0; tkm_strmap_next(&c->idx.nodes, &pos, &k, &v);)
+        if (((const struct ctrl_node *)v)->n_labels)
+            ctrl_labels_node_changed(c, k);
+}
+
 static void synced(void *data)
 {
     struct ctrl *c = data;
@@ -269,6 +290,7 @@ static void synced(void *data)
                  k8s_informer_count(c->inf[0]), k8s_informer_count(c->inf[1]), c->idx.objs.count,
                  c->idx.nodes.count);
         enqueue_all(c);
+        enqueue_labelled(c);
         ctrl_gc_scan(c);
         if (leading(c))
             prune_state(c);
@@ -291,6 +313,15 @@ static void w_list_begin(void *data)
     ctrl_nodes_list_begin(&w->c->idx, w->kind);
 }
 
+static void node_event(struct ctrl *c, const struct k8s_watch_event *ev)
+{
+    int changed = 0;
+    if (ctrl_nodes_node_upsert(&c->idx, ev->name, ev->uid, ev->raw, ev->raw_len, &changed) < 0)
+        tkm_warn("controller: out of memory indexing Node %s", ev->name);
+    else if (changed)
+        ctrl_labels_node_changed(c, ev->name);
+}
+
 static void w_apply(struct ctrl_wctx *w, const struct k8s_watch_event *ev)
 {
     struct ctrl *c = w->c;
@@ -298,7 +329,7 @@ static void w_apply(struct ctrl_wctx *w, const struct k8s_watch_event *ev)
         if (ev->type == K8S_WATCH_DELETED)
             ctrl_nodes_node_remove(&c->idx, ev->name);
         else
-            ctrl_nodes_node_upsert(&c->idx, ev->name, ev->uid);
+            node_event(c, ev);
         return;
     }
     c->ns_event_wall_ms = ctrl_wall_ms();
@@ -342,6 +373,11 @@ static void idx_changed(const char *cache_key, void *data)
         x->changed_ms = uv_now(c->loop);
     snprintf(q, sizeof q, "c:%s", cache_key);
     ctrl_enqueue(c, q);
+}
+
+static void idx_node_entries_changed(const char *node, void *data)
+{
+    ctrl_labels_node_changed(data, node);
 }
 
 static void idx_node_gone(const char *node, void *data)
@@ -392,6 +428,7 @@ int ctrl_init(struct ctrl *c, uv_loop_t *loop, struct k8s_client *client,
     ctrl_nodes_init(&c->idx);
     c->idx.changed = idx_changed;
     c->idx.node_gone = idx_node_gone;
+    c->idx.node_entries_changed = idx_node_entries_changed;
     c->idx.invalid = idx_invalid;
     c->idx.data = c;
     for (int i = 0; i < 3; i++)
@@ -461,5 +498,6 @@ void ctrl_set_leading(struct ctrl *c, int on)
     if (ctrl_synced(c))
         prune_state(c);
     enqueue_all(c);
+    enqueue_labelled(c);
     ctrl_gc_scan(c);
 }

@@ -170,6 +170,7 @@ SIMPLE(c_fin, c->m.finalizer_writes)
 SIMPLE(c_reg, c->m.registry_ops)
 SIMPLE(c_ver, c->m.verifications)
 SIMPLE(c_events, c->m.events)
+SIMPLE(c_labels, c->m.label_patches)
 SIMPLE(c_objs, c->idx.objs.count)
 SIMPLE(c_entries, c->idx.n_entries)
 SIMPLE(c_nodes, c->idx.nodes.count)
@@ -219,6 +220,9 @@ int ctrl_prom_new(struct ctrl *c, struct tkm_metrics *reg, struct ctrl_prom **ou
          "Caches whose signature search failed (Verified False, not VerificationDisabled).", NULL,
          c_ver_failed},
         {TKM_METRIC_COUNTER, "tkm_controller_events_total", "Events emitted.", NULL, c_events},
+        {TKM_METRIC_COUNTER, "tkm_controller_node_label_patches_total",
+         "Node patches of the cache labels (one per node and change, several caches in one).", NULL,
+         c_labels},
         {TKM_METRIC_GAUGE, "tkm_controller_node_status_objects",
          "Node status objects in the index.", NULL, c_objs},
         {TKM_METRIC_GAUGE, "tkm_controller_node_status_entries",

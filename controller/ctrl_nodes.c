@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <tkm/jscan.h>
 #include <tkm/log.h>
 
 #include "ctrl-int.h"
@@ -90,15 +91,39 @@ static void idtab_release(struct ctrl_idtab *t)
 
 /* ---- interned why strings ----------------------------------------------------------- */
 
-static uint32_t why_hash(const char *r, size_t rl, const char *m, size_t ml)
+/* The parts of a why string: reason, message, profile (each NUL-terminated). */
+struct why_parts {
+    const char *p[3];
+    size_t l[3];
+};
+
+static uint32_t why_hash(const struct why_parts *w)
 {
     uint32_t h = 2166136261u;
-    for (size_t i = 0; i < rl; i++)
-        h = (h ^ (unsigned char)r[i]) * 16777619u;
-    h = (h ^ 0xffu) * 16777619u;
-    for (size_t i = 0; i < ml; i++)
-        h = (h ^ (unsigned char)m[i]) * 16777619u;
+    for (int k = 0; k < 3; k++) {
+        for (size_t i = 0; i < w->l[k]; i++)
+            h = (h ^ (unsigned char)w->p[k][i]) * 16777619u;
+        h = (h ^ 0xffu) * 16777619u;
+    }
     return h;
+}
+
+static int why_is(const char *s, const struct why_parts *w)
+{
+    for (int k = 0; k < 3; k++) {
+        if (strlen(s) != w->l[k] || memcmp(s, w->p[k], w->l[k]) != 0)
+            return 0;
+        s += w->l[k] + 1;
+    }
+    return 1;
+}
+
+const char *ctrl_why_profile(const char *why)
+{
+    if (!why)
+        return "";
+    why += strlen(why) + 1;
+    return why + strlen(why) + 1;
 }
 
 static struct ctrl_why *why_at(const struct ctrl_nodes *n, uint32_t id)
@@ -129,16 +154,14 @@ static int why_rehash(struct ctrl_nodes *n, uint32_t nb)
     return 0;
 }
 
-/* The id of "r\0m\0" (a reference taken: why_unref), m cut to ml bytes. */
-static int why_ref(struct ctrl_nodes *n, const char *r, const char *m, size_t ml, uint32_t *out)
+/* The id of "reason\0message\0profile\0" (a reference taken: why_unref). */
+static int why_ref(struct ctrl_nodes *n, const struct why_parts *wp, uint32_t *out)
 {
-    size_t rl = strlen(r);
-    uint32_t h = why_hash(r, rl, m, ml), id;
+    uint32_t h = why_hash(wp), id;
     if (n->n_bkt)
         for (id = n->why_bkt[h & (n->n_bkt - 1)]; id; id = why_at(n, id)->next) {
             struct ctrl_why *w = why_at(n, id);
-            if (w->hash == h && strlen(w->s) == rl && memcmp(w->s, r, rl) == 0 &&
-                strlen(w->s + rl + 1) == ml && memcmp(w->s + rl + 1, m, ml) == 0) {
+            if (w->hash == h && why_is(w->s, wp)) {
                 w->refs++;
                 *out = id;
                 return 0;
@@ -146,14 +169,17 @@ static int why_ref(struct ctrl_nodes *n, const char *r, const char *m, size_t ml
         }
     if (n->n_whys >= n->n_bkt && why_rehash(n, n->n_bkt ? n->n_bkt * 2 : 64) < 0)
         return -ENOMEM;
-    struct ctrl_why *w = malloc(sizeof *w + rl + ml + 2);
+    struct ctrl_why *w = malloc(sizeof *w + wp->l[0] + wp->l[1] + wp->l[2] + 3);
     if (!w)
         return -ENOMEM;
     w->refs = 1;
     w->hash = h;
-    memcpy(w->s, r, rl + 1);
-    memcpy(w->s + rl + 1, m, ml);
-    w->s[rl + 1 + ml] = 0;
+    char *d = w->s;
+    for (int k = 0; k < 3; k++) {
+        memcpy(d, wp->p[k], wp->l[k]);
+        d[wp->l[k]] = 0;
+        d += wp->l[k] + 1;
+    }
     int rc = idtab_add(&n->whys, w, &id);
     if (rc < 0) {
         free(w);
@@ -239,6 +265,8 @@ void ctrl_nodes_init(struct ctrl_nodes *n)
 {
     memset(n, 0, sizeof *n);
     tkm_api_nsscan_init(&n->scan);
+    tkm_buf_init(&n->profile, 64u * 1024u);
+    tkm_jscan_init(&n->js);
     n->cgroup.ns = "";
     for (int i = 0; i < 3; i++)
         n->mark[i] = 1;
@@ -338,6 +366,48 @@ int ctrl_cidx_foreach(const struct ctrl_cidx *c, ctrl_entry_fn fn, void *data)
     return 0;
 }
 
+const struct ctrl_entry *ctrl_nodes_entry(const struct ctrl_nodes *n, const struct ctrl_cidx *c,
+                                          const char *node)
+{
+    char key[600];
+    size_t hint = 0;
+    if (!c || !c->group)
+        return NULL;
+    int cluster = c->group == &n->cgroup;
+    snprintf(key, sizeof key, "%s%s%s%s", cluster ? "c:" : "", cluster ? "" : c->group->ns,
+             cluster ? "" : "/", node);
+    const struct ctrl_nsobj *o = tkm_strmap_get(&n->objs, key);
+    if (!o)
+        return NULL;
+    struct ctrl_gslot g = {(struct ctrl_nsobj *)o, o->ents, o->n_ents};
+    return ents_find(&g, c->id, &hint);
+}
+
+int ctrl_nodes_node_entries(const struct ctrl_nodes *n, const char *node, ctrl_entry_fn fn,
+                            void *data)
+{
+    char key[600];
+    const char *k;
+    void *v;
+    int rc = 0;
+    for (size_t pos = 0, first = 1; !rc; first = 0) {
+        const struct ctrl_nsgroup *g;
+        if (first) {
+            g = &n->cgroup;
+            snprintf(key, sizeof key, "c:%s", node);
+        } else if (tkm_strmap_next(&n->groups, &pos, &k, &v)) {
+            g = v;
+            snprintf(key, sizeof key, "%s/%s", g->ns, node);
+        } else {
+            break;
+        }
+        const struct ctrl_nsobj *o = tkm_strmap_get(&n->objs, key);
+        for (uint32_t i = 0; o && !rc && i < o->n_ents; i++)
+            rc = fn(&o->ents[i], o, ctrl_why_str(n, o->ents[i].why), data);
+    }
+    return rc;
+}
+
 /* ---- entries ------------------------------------------------------------------------ */
 
 static void ents_free(struct ctrl_nodes *n, struct ctrl_entry *v, size_t k)
@@ -347,9 +417,43 @@ static void ents_free(struct ctrl_nodes *n, struct ctrl_entry *v, size_t k)
     free(v);
 }
 
+/* Appends s to b with tabs, newlines and other control characters as '?'
+ * (a node's strings must not forge profile lines). */
+static int profile_str(struct tkm_buf *b, const char *s)
+{
+    int bad = 0;
+    for (; s && *s; s++)
+        bad |= tkm_buf_putc(b, (unsigned char)*s < 0x20 ? '?' : *s) < 0;
+    return bad;
+}
+
+/* The variant profile of an entry (ctrl_why_profile): one line per variant
+ * used, "V<digest>\t<platform>\t<backend>\t<arch>\t<warp>\t<gpus>\n", then
+ * one per GPU type left without a variant, "N<gpuType>\n". */
+static int profile_of(const struct tkm_api_nsscan_entry *nc, struct tkm_buf *b)
+{
+    int bad = 0;
+    for (size_t i = 0; i < nc->n_variants; i++) {
+        const struct tkm_api_nsscan_variant *v = &nc->variants[i];
+        const char *f[] = {v->digest, v->platform, v->backend, v->arch};
+        bad |= tkm_buf_putc(b, 'V') < 0;
+        for (size_t k = 0; k < 4; k++)
+            bad |= profile_str(b, f[k]) | (tkm_buf_putc(b, '\t') < 0);
+        bad |= tkm_buf_printf(b, "%lld\t%zu\n", (long long)v->warp_size, v->n_gpu_ids) < 0;
+    }
+    for (size_t i = 0; i < nc->n_incompatible; i++) {
+        const struct tkm_api_nsscan_group *g = &nc->incompatible[i];
+        if (g->gpu_type && g->reason &&
+            (strcmp(g->reason, "NoVariant") == 0 || strcmp(g->reason, "HostArchMismatch") == 0))
+            bad |= (tkm_buf_putc(b, 'N') < 0) | profile_str(b, g->gpu_type) |
+                   (tkm_buf_putc(b, '\n') < 0);
+    }
+    return bad ? -ENOMEM : 0;
+}
+
 static int why_of(struct ctrl_nodes *n, const struct tkm_api_nsscan_entry *nc, uint32_t *id)
 {
-    const char *r = NULL, *m = NULL;
+    const char *r = "", *m = "";
     *id = 0;
     if (nc->error && *nc->error) {
         r = "NodeError";
@@ -357,11 +461,16 @@ static int why_of(struct ctrl_nodes *n, const struct tkm_api_nsscan_entry *nc, u
     } else if (nc->n_compatible == 0 && nc->n_incompatible > 0) {
         r = nc->incompatible_reason ? nc->incompatible_reason : "Incompatible";
         m = nc->incompatible_message ? nc->incompatible_message : "";
-    } else {
-        return 0;
     }
+    tkm_buf_reset(&n->profile);
+    if ((nc->n_variants || nc->n_incompatible) && profile_of(nc, &n->profile) < 0)
+        return -ENOMEM;
+    if (!*r && !n->profile.len)
+        return 0;
     size_t ml = strlen(m);
-    return why_ref(n, r, m, ml > 300 ? 300 : ml, id);
+    struct why_parts wp = {{r, m, n->profile.len ? n->profile.data : ""},
+                           {strlen(r), ml > 300 ? 300 : ml, n->profile.len}};
+    return why_ref(n, &wp, id);
 }
 
 static int fill_entry(struct ctrl_nodes *n, struct ctrl_entry *e,
@@ -372,7 +481,7 @@ static int fill_entry(struct ctrl_nodes *n, struct ctrl_entry *e,
     e->flags = (nc->verified ? CTRL_E_VERIFIED : 0) | (nc->extracted ? CTRL_E_EXTRACTED : 0) |
                (nc->error && *nc->error ? CTRL_E_ERROR : 0) |
                (nc->n_compatible ? CTRL_E_COMPAT : 0) | (nc->n_incompatible ? CTRL_E_INCOMPAT : 0) |
-               (nc->n_pods ? CTRL_E_PODS : 0);
+               (nc->n_pods ? CTRL_E_PODS : 0) | (nc->fallback ? CTRL_E_EMPTY : 0);
     int rc = why_of(n, nc, &why);
     e->why = why;
     return rc;
@@ -396,11 +505,13 @@ static void notify(struct ctrl_nodes *n, const char *key)
 }
 
 /* Replaces o's entries with nv (taken, sorted by cache id, no duplicates),
- * counting and notifying. Cannot fail. */
+ * counting and notifying (the caches whose entries changed, then the node
+ * when any did). Cannot fail. */
 static void swap_entries(struct ctrl_nodes *n, struct ctrl_nsobj *o, struct ctrl_entry *nv,
                          size_t nn)
 {
     size_t i = 0, j = 0;
+    int changed = 0;
     struct ctrl_entry *ov = o->ents;
     size_t on = o->n_ents;
     while (i < on || j < nn) {
@@ -414,6 +525,7 @@ static void swap_entries(struct ctrl_nodes *n, struct ctrl_nsobj *o, struct ctrl
             c->n--;
             n->n_entries--;
             notify(n, c->key);
+            changed = 1;
             /* not dropped yet: ids must stay unique until the merge is done */
             i++;
         } else if (cmp > 0) { /* new */
@@ -421,10 +533,13 @@ static void swap_entries(struct ctrl_nodes *n, struct ctrl_nsobj *o, struct ctrl
             c->n++;
             n->n_entries++;
             notify(n, c->key);
+            changed = 1;
             j++;
         } else {
-            if (!entry_same(&ov[i], &nv[j]))
+            if (!entry_same(&ov[i], &nv[j])) {
                 notify(n, cidx_of(n, &nv[j])->key);
+                changed = 1;
+            }
             i++;
             j++;
         }
@@ -437,6 +552,8 @@ static void swap_entries(struct ctrl_nodes *n, struct ctrl_nsobj *o, struct ctrl
     for (i = 0; i < on; i++)
         ctrl_nodes_cache_gc(n, cidx_of(n, &ov[i]));
     ents_free(n, ov, on);
+    if (changed && n->node_entries_changed)
+        n->node_entries_changed(o->node, n->data);
 }
 
 static struct ctrl_nsobj *obj_get_or_new(struct ctrl_nodes *n, int cluster, const char *ns,
@@ -722,9 +839,86 @@ void ctrl_nodes_list_end(struct ctrl_nodes *n, int kind)
     free(s.keys);
 }
 
-int ctrl_nodes_node_upsert(struct ctrl_nodes *n, const char *name, const char *uid)
+static int cmp_str_ptr(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The label keys of a Node's metadata (raw: validated JSON, or NULL) under
+ * the controller's prefixes into one block: n_labels pointers, sorted, then
+ * the strings. *out NULL when there are none. 0, -ENOMEM, -EPROTO. */
+static int labels_read(struct ctrl_nodes *n, const char *raw, size_t len, char ***out,
+                       uint32_t *count)
+{
+    struct tkm_jscan_member md, lb, m;
+    struct tkm_buf keys = TKM_BUF_INIT(1u << 20);
+    size_t root, pos, k = 0;
+    int rc = 0;
+    *out = NULL;
+    *count = 0;
+    if (!raw || !len)
+        return 0;
+    if (tkm_jscan_validate(&n->js, raw, len, "Node", NULL) < 0)
+        return -EPROTO;
+    root = tkm_jscan_ws(raw, len, 0);
+    if (raw[root] != '{' || !tkm_jscan_member(raw, len, root, "metadata", &md) ||
+        !tkm_jscan_member(raw, len, md.val, "labels", &lb) || raw[lb.val] != '{')
+        return 0;
+    for (pos = lb.val; tkm_jscan_next(raw, len, &pos, &m);) {
+        size_t at = keys.len;
+        if (tkm_jscan_str(raw, m.key, m.key_len, &keys) < 0) {
+            rc = -ENOMEM;
+            break;
+        }
+        if (strncmp(keys.data + at, TKM_API_NODE_LABEL_NS, strlen(TKM_API_NODE_LABEL_NS)) &&
+            strncmp(keys.data + at, TKM_API_NODE_LABEL_CLUSTER, strlen(TKM_API_NODE_LABEL_CLUSTER)))
+            keys.len = at; /* not ours */
+        else
+            k++;
+    }
+    if (rc == 0 && k) {
+        char **v = malloc(k * sizeof *v + keys.len);
+        if (!v) {
+            rc = -ENOMEM;
+        } else {
+            char *str = (char *)(v + k);
+            memcpy(str, keys.data, keys.len);
+            for (size_t i = 0, off = 0; i < k; i++, off += strlen(str + off) + 1)
+                v[i] = str + off;
+            qsort(v, k, sizeof *v, cmp_str_ptr);
+            *out = v;
+            *count = (uint32_t)k;
+        }
+    }
+    tkm_buf_release(&keys);
+    return rc;
+}
+
+int ctrl_node_has_label(const struct ctrl_node *nd, const char *key)
+{
+    return nd && nd->n_labels &&
+           bsearch(&key, nd->labels, nd->n_labels, sizeof *nd->labels, cmp_str_ptr) != NULL;
+}
+
+static int labels_same(char **a, uint32_t na, char **b, uint32_t nb)
+{
+    if (na != nb)
+        return 0;
+    for (uint32_t i = 0; i < na; i++)
+        if (strcmp(a[i], b[i]) != 0)
+            return 0;
+    return 1;
+}
+
+int ctrl_nodes_node_upsert(struct ctrl_nodes *n, const char *name, const char *uid, const char *raw,
+                           size_t len, int *changed_out)
 {
     struct ctrl_node *nd = tkm_strmap_get(&n->nodes, name);
+    int dummy;
+    int *ch = changed_out ? changed_out : &dummy;
+    *ch = 0;
+    char **labels;
+    uint32_t n_labels;
     if (!nd) {
         size_t nl = strlen(name) + 1;
         nd = calloc(1, sizeof *nd + nl);
@@ -732,6 +926,7 @@ int ctrl_nodes_node_upsert(struct ctrl_nodes *n, const char *name, const char *u
             free(nd);
             return -ENOMEM;
         }
+        *ch = 1;
     }
     nd->mark = n->mark[2];
     if (!nd->uid || strcmp(nd->uid, uid ? uid : "") != 0) {
@@ -740,6 +935,17 @@ int ctrl_nodes_node_upsert(struct ctrl_nodes *n, const char *name, const char *u
             return -ENOMEM;
         free(nd->uid);
         nd->uid = u;
+    }
+    int rc = labels_read(n, raw, len, &labels, &n_labels);
+    if (rc == -ENOMEM)
+        return rc;
+    if (rc == 0 && !labels_same(labels, n_labels, nd->labels, nd->n_labels)) {
+        free(nd->labels);
+        nd->labels = labels;
+        nd->n_labels = n_labels;
+        *ch = 1;
+    } else {
+        free(labels);
     }
     return 0;
 }
@@ -752,6 +958,7 @@ void ctrl_nodes_node_remove(struct ctrl_nodes *n, const char *name)
     if (n->node_gone) /* before the free: name may be nd->name */
         n->node_gone(name, n->data);
     free(nd->uid);
+    free(nd->labels);
     free(nd);
 }
 
@@ -774,6 +981,7 @@ void ctrl_nodes_release(struct ctrl_nodes *n)
     }
     for (size_t pos = 0; tkm_strmap_next(&nodes, &pos, NULL, &v);) {
         free(((struct ctrl_node *)v)->uid);
+        free(((struct ctrl_node *)v)->labels);
         free(v);
     }
     tkm_strmap_release(&objs);
@@ -781,6 +989,8 @@ void ctrl_nodes_release(struct ctrl_nodes *n)
     tkm_strmap_release(&groups);
     tkm_strmap_release(&nodes);
     tkm_api_nsscan_release(&n->scan);
+    tkm_buf_release(&n->profile);
+    tkm_jscan_release(&n->js);
     free(n->cgroup.objs);
     for (uint32_t id = 1; id < n->whys.n; id++)
         free(n->whys.v[id]); /* none left once the objects are gone; NULL-safe */

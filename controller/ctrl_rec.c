@@ -100,6 +100,11 @@ struct ctrl_cache {
     int n_ev;
     unsigned patches;
     struct tkm_verify_job *op; /* the verify job in flight (owned by c->verify), or NULL */
+    /* Node labels (ctrl_labels.c): label_known once the cache has been judged; label_digest
+     * the digest id it may be used at (0: nowhere) */
+    char *label; /* owned: its Node label key, made on first use */
+    uint32_t label_digest;
+    int label_known;
 };
 /* The reconciler's fixed memory per cache: strings are sized to their content
  * and allocated while needed (was 6 KiB of fixed arrays: 6 MB at 1000 caches). */
@@ -228,9 +233,36 @@ static void cache_strings_free(struct ctrl_cache *cc)
     free(cc->pin_f.why);
     free(cc->ver_key);
     free(cc->ver_why);
+    free(cc->label);
     ver_flight_clear(cc);
     events_clear(cc);
     tkm_api_summary_release(&cc->sum);
+}
+
+/* The cache's Node label key (NULL: no memory). */
+static const char *label_of(struct ctrl_cache *cc)
+{
+    char key[TKM_API_NODE_LABEL_MAX];
+    if (!cc->label && ctrl_label_of(cc->qkey + 2, key, sizeof key) == 0)
+        cc->label = strdup(key);
+    return cc->label;
+}
+
+/* The cache's labels follow what it now is (usable_digest 0: nowhere). Only a change
+ * of that walks the Nodes: a node's own changes queue it (node_entries_changed). */
+static void labels_set(struct ctrl_cache *cc, uint32_t usable_digest)
+{
+    if (cc->label_known && cc->label_digest == usable_digest)
+        return;
+    cc->label_known = 1;
+    cc->label_digest = usable_digest;
+    ctrl_labels_check(cc->c, cc->cidx, label_of(cc), usable_digest);
+}
+
+int ctrl_cache_label_state(const struct ctrl_cache *cc, uint32_t *usable_digest)
+{
+    *usable_digest = cc->label_digest;
+    return cc->label_known;
 }
 
 void ctrl_cache_free(struct ctrl_cache *cc)
@@ -482,6 +514,7 @@ static void cleanup(struct ctrl_cache *cc, const struct view *v)
 {
     struct ctrl *c = cc->c;
     struct ctrl_cidx *x = cc->cidx;
+    labels_set(cc, 0); /* a cache being deleted is usable nowhere */
     if (!v->has_fin) {
         finish(cc, K8S_WQ_OK, 0);
         return;
@@ -973,6 +1006,10 @@ static int status_build(struct ctrl_cache *cc, const struct view *v,
     free(key);
     if (rc < 0)
         return rc;
+    if (!vd.in_progress) /* while verifying again, the labels stay as they are */
+        labels_set(cc, vd.usable ? ctrl_digest_id(vd.digest) : 0);
+    if (cc->c->o.node_labels && label_of(cc) && !(st->node_label = strdup(cc->label)))
+        return -ENOMEM;
     if (vd.digest && vd.digest[0] && !(st->resolved_digest = strdup(vd.digest)))
         return -ENOMEM;
     if (cc->has_sum && cc->sum_done) {
@@ -1077,6 +1114,8 @@ static void gone(struct ctrl_cache *cc)
     uint64_t t0 = cc->t0;
     if (cc->uid && cc->uid[0])
         ctrl_state_forget(c->state, cc->uid);
+    cc->label_known = 0; /* walk once more: the Nodes that still carry its label */
+    labels_set(cc, 0);
     x->rec = NULL;
     cc->qkey = NULL;
     ctrl_cache_free(cc);

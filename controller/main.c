@@ -32,7 +32,7 @@
 struct args {
     const char *kubeconfig, *ns, *le_ns, *le_id, *metrics_addr, *health_addr, *state_dir;
     const char *signature_floor;
-    int leader_elect;
+    int leader_elect, node_labels;
     struct tkm_reach_config reach; /* --registry-*: what tkm-config leaves out */
     struct tkm_flagset flags;
     uint64_t cleanup_timeout_ms, registry_timeout_ms, status_interval_ms, node_gc_grace_ms;
@@ -57,8 +57,9 @@ struct app {
 static const char about[] =
     "The control plane of tkm: pins each TritonKernelCache / TritonKernelCacheCluster image\n"
     "tag to a digest, verifies its signature, aggregates what the node agents report into the\n"
-    "cache's status (Verified, Ready, Progressing, Degraded, counts, failedNodes) and cleans\n"
-    "up after deleted caches and Nodes. See controller/README.md and docs/controller.md.\n";
+    "cache's status (Verified, Ready, Progressing, Degraded, counts, failedNodes, variants),\n"
+    "labels the Nodes where each cache is usable, and cleans up after deleted caches and\n"
+    "Nodes. See controller/README.md and docs/controller.md.\n";
 
 static const char epilogue[] =
     "Signals: SIGTERM/SIGINT stop: the reconciles in flight finish (registry requests are\n"
@@ -86,7 +87,8 @@ static int parse_args(int argc, char **argv, struct args *a)
                        .node_gc_grace_ms = 5000,
                        .lease_ms = 15000,
                        .renew_ms = 10000,
-                       .retry_ms = 2000};
+                       .retry_ms = 2000,
+                       .node_labels = 1};
     /* clang-format off */
     const struct tkm_flag flags[] = {
         {.name = "kubeconfig", .type = TKM_FLAG_STRING, .dst = &a->kubeconfig, .arg = "PATH",
@@ -144,6 +146,9 @@ static int parse_args(int argc, char **argv, struct args *a)
          .choices = "Enforce|Audit|Disabled", .def = "tkm-config's signatureMode",
          .help = "the weakest signature mode a namespaced cache may choose, when\n"
                  "tkm-config sets no signatureFloor (PolicyBelowFloor)"},
+        {.name = "node-labels", .type = TKM_FLAG_BOOL, .dst = &a->node_labels, .def = "true",
+         .help = "label each Node where a cache is usable (tkc.tkm.io/<ns>.<name>,\n"
+                 "tkcc.tkm.io/<name>: for nodeSelector); =false: no labels, no Node patches"},
         {.name = "workers", .type = TKM_FLAG_UINT, .dst = &workers, .arg = "N", .def = "64",
          .min = 1, .max = 256, .help = "caches reconciled at once"},
     };
@@ -351,6 +356,7 @@ static int setup(struct app *app, struct tkm_err *err)
                            .status_min_interval_ms = a->status_interval_ms,
                            .status_settle_ms = a->status_settle_ms,
                            .node_gc_grace_ms = a->node_gc_grace_ms,
+                           .node_labels = a->node_labels,
                            .signature_floor = a->signature_floor,
                            .workers = a->workers};
     if ((rc = ctrl_init(&app->ctrl, app->loop, app->client, verify, state, &co, err)) < 0)

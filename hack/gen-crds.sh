@@ -87,6 +87,34 @@ conditions:
 EOF
 }
 
+# The properties of a variant (cache status variants[] and node status variants[]), at INDENT.
+variant_props() { # INDENT
+  sed "s/^/$1/" <<'EOF'
+digest:
+  description: The variant's image manifest digest.
+  type: string
+  maxLength: 128
+platform:
+  description: The variant's os/architecture, e.g. linux/amd64.
+  type: string
+  maxLength: 64
+backend:
+  description: cuda or hip.
+  type: string
+  maxLength: 16
+arch:
+  description: The GPU arch as in Triton's cache key, e.g. 90 or gfx942.
+  type: string
+  maxLength: 32
+warpSize:
+  description: Threads per warp.
+  type: integer
+  format: int32
+  minimum: 0
+  maximum: 1024
+EOF
+}
+
 cache_crd() { # kind plural singular short scope
   header "$@"
   local scopedoc="in its own namespace"
@@ -104,6 +132,7 @@ cache_crd() { # kind plural singular short scope
     - {name: Nodes, type: integer, jsonPath: .status.counts.nodes, description: "Nodes that reported on this cache."}
     - {name: Compatible, type: integer, jsonPath: .status.counts.compatible, description: "Nodes with at least one GPU that can use the cache."}
     - {name: Failed, type: integer, jsonPath: .status.counts.failed, description: "Nodes where fetching, verifying or extracting failed."}
+    - {name: Variants, type: string, jsonPath: .status.variantSummary, description: "How many nodes use which variant, and the GPU types none fits."}
     - {name: Age, type: date, jsonPath: .metadata.creationTimestamp}
     - {name: Image, type: string, jsonPath: .spec.cacheImage, priority: 1, description: "The image reference as written."}
     schema:
@@ -273,6 +302,14 @@ $nsfield_kl
                       type: string
                       minLength: 1
                       maxLength: 253
+              whenIncompatible:
+                description: >-
+                  What a pod gets on a node where no variant of the image fits its GPUs or CPU: Empty (an empty
+                  writable cache directory, a Warning event CacheNotUsed on the pod; the pod compiles its own
+                  kernels) or Fail (the mount fails and the pod waits, as before). Unset: tkm-config's
+                  whenIncompatible, else Empty. A signature or verification failure always fails.
+                type: string
+                enum: [Fail, Empty]
               mountPath:
                 description: >-
                   The path where containers will see the cache (their TRITON_CACHE_DIR), used to rewrite the
@@ -388,6 +425,41 @@ $nsfield_kl
                       description: What happened, for people.
                       type: string
                       maxLength: 1024
+              variants:
+                description: The variants (one image per GPU target inside the image index) the nodes use, with how many nodes and GPUs use each.
+                type: array
+                maxItems: 64
+                items:
+                  type: object
+                  properties:
+$(variant_props "                    ")
+                    nodes:
+                      description: Nodes that use this variant.
+                      type: integer
+                      format: int32
+                      minimum: 0
+                    gpus:
+                      description: GPUs that use this variant.
+                      type: integer
+                      format: int32
+                      minimum: 0
+              gpuTypesWithoutVariant:
+                description: GPU types for which no variant fits on some node (reason NoVariant or HostArchMismatch).
+                type: array
+                maxItems: 64
+                items:
+                  type: string
+                  maxLength: 64
+              variantSummary:
+                description: 'For people and kubectl get, e.g. "cuda/90: 3 nodes; none for: nvidia-a100".'
+                type: string
+                maxLength: 1024
+              nodeLabel:
+                description: >-
+                  The Node label tkm-controller sets (value "true") on every node where this cache is usable (a
+                  GPU that can use it, not the Empty fallback): use it in a pod's nodeSelector or nodeAffinity.
+                type: string
+                maxLength: 317
               lastUpdated:
                 description: When the controller last wrote this status.
                 type: string
@@ -610,6 +682,27 @@ nodestatus_crd() { # kind plural singular short scope
                         time:
                           type: string
                           format: date-time
+                    variants:
+                      description: The variants of the cache this node uses, and which GPUs use each.
+                      type: array
+                      maxItems: 64
+                      items:
+                        type: object
+                        properties:
+$(variant_props "                          ")
+                          gpuType:
+                            description: The GPU type of the GPUs that use it.
+                            type: string
+                            maxLength: 64
+                          gpuIds:
+                            description: The GPUs that use it.
+                            type: array
+                            maxItems: 64
+                            items: {type: integer, format: int32, minimum: 0}
+                    fallback:
+                      description: Empty when this node serves the cache as an empty writable directory (no variant fits, policy Empty).
+                      type: string
+                      enum: [Empty]
                     lastUpdated:
                       description: When the agent last judged this cache.
                       type: string

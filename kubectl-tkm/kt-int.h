@@ -46,4 +46,8 @@ int kt__groups(const struct kt_matrix *m, struct kt_group **out, size_t *n);
 enum kt_state kt__group_counts(const struct kt_matrix *m, const struct kt_row *r,
                                const struct kt_group *g, size_t *cnt, int *pods);
 
+/* The row's "variants" (nodes per variant used) and "withoutVariant" (nodes per GPU type no
+ * variant fits) members into o, each only when not empty. 0 or -ENOMEM. */
+int kt__row_variants_json(const struct kt_matrix *m, const struct kt_row *r, json_t *o);
+
 #endif

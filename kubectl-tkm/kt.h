@@ -135,6 +135,18 @@ struct kt_render_opts {
 /* The status matrix as text (a table, then notes). 0 or -ENOMEM. */
 int kt_render_status(const struct kt_matrix *m, const struct kt_render_opts *o,
                      struct tkm_buf *out);
+/* The "By variant:" table under the status (kt_render_status adds it): per
+ * cache, the nodes where it is usable grouped by the variant they use, and
+ * the nodes whose GPUs no variant fits grouped by GPU type and reason
+ * (NoVariant, HostArchMismatch), from the node status entries. Nothing when
+ * no node reports variants. 0 or -ENOMEM. */
+int kt_render_variants(const struct kt_matrix *m, const struct kt_render_opts *o,
+                       struct tkm_buf *out);
+/* `kubectl tkm schedule`: the nodeSelector and nodeAffinity recipe (YAML
+ * with comments) for pods of cache c, with its Node label (status.nodeLabel,
+ * else tkm_api_node_label()). 0, -EINVAL, -ENOMEM. */
+int kt_render_schedule(const struct tkm_api_cache *c, struct tkm_buf *out);
+
 /* The status document (schema in docs/kubectl-tkm.md). NULL on ENOMEM. */
 json_t *kt_status_json(const struct kt_matrix *m);
 

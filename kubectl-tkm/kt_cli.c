@@ -104,6 +104,8 @@ static int check_values(struct kt_cli *a, const char *by, const char *width, con
         return usage_error(a, "why needs a CACHE");
     if (!strcmp(a->cmd, "check") && !a->arg)
         return usage_error(a, "check needs an IMAGE");
+    if (!strcmp(a->cmd, "schedule") && !a->arg)
+        return usage_error(a, "schedule needs a CACHE");
     if (a->node && strcmp(a->cmd, "why"))
         return usage_error(a, "--node is a flag of 'why', not of '%s'", a->cmd);
     return -1;
@@ -139,8 +141,9 @@ int kt_cli_parse(struct kt_cli *a, int argc, char **argv)
             return usage_error(a, "unknown flag '%s'", s);
         } else if (!a->cmd) {
             if (strcmp(s, "status") && strcmp(s, "why") && strcmp(s, "check") &&
-                strcmp(s, "version") && strcmp(s, "help"))
-                return usage_error(a, "unknown command '%s' (status, why, check, version)", s);
+                strcmp(s, "schedule") && strcmp(s, "version") && strcmp(s, "help"))
+                return usage_error(
+                    a, "unknown command '%s' (status, why, check, schedule, version)", s);
             a->cmd = s;
             if (!strcmp(s, "help")) {
                 a->cmd = i + 1 < argc ? argv[i + 1] : NULL;
@@ -427,6 +430,31 @@ out:
     return st;
 }
 
+/* The one cache a->arg names (with -A it may name several: an error). */
+static int read_one_cache(struct kt_conn *k, const struct kt_cli *a, struct kt_world *w)
+{
+    int rc = read_caches(k, a, w);
+    if (rc < 0 || w->n_caches <= 1)
+        return rc;
+    fprintf(stderr, "kubectl-tkm: \"%s\" names %zu caches (", a->arg, w->n_caches);
+    for (size_t i = 0; i < w->n_caches; i++)
+        fprintf(stderr, "%s%s/%s", i ? ", " : "", w->caches[i].meta.ns ? w->caches[i].meta.ns : "",
+                w->caches[i].meta.name);
+    fprintf(stderr, "); give its namespace with -n\n");
+    return -EINVAL;
+}
+
+int kt_cli_schedule(const struct kt_cli *a)
+{
+    struct run r;
+    int st = 1;
+    run_init(&r);
+    if (conn_open(&r.k, a) == 0 && read_one_cache(&r.k, a, &r.w) == 0)
+        st = print_rendered(kt_render_schedule(&r.w.caches[0], &r.out), &r.out);
+    run_release(&r);
+    return st;
+}
+
 int kt_cli_why(const struct kt_cli *a)
 {
     struct run r;
@@ -435,16 +463,8 @@ int kt_cli_why(const struct kt_cli *a)
     size_t node = (size_t)-1;
     int st = 1;
     run_init(&r);
-    if (conn_open(&r.k, a) < 0 || read_caches(&r.k, a, w) < 0)
+    if (conn_open(&r.k, a) < 0 || read_one_cache(&r.k, a, w) < 0)
         goto out;
-    if (w->n_caches > 1) {
-        fprintf(stderr, "kubectl-tkm: \"%s\" names %zu caches (", a->arg, w->n_caches);
-        for (size_t i = 0; i < w->n_caches; i++)
-            fprintf(stderr, "%s%s/%s", i ? ", " : "",
-                    w->caches[i].meta.ns ? w->caches[i].meta.ns : "", w->caches[i].meta.name);
-        fprintf(stderr, "); give its namespace with -n\n");
-        goto out;
-    }
     if (read_statuses(&r.k, a, w) < 0 || kt_matrix_build(w, m) < 0)
         goto out;
     if (a->node) {

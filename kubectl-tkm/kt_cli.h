@@ -11,7 +11,7 @@
 #include "kt.h"
 
 struct kt_cli {
-    const char *cmd; /* "status", "why", "check", "version" */
+    const char *cmd; /* "status", "why", "check", "schedule", "version" */
     const char *arg; /* CACHE or IMAGE, or NULL */
     const char *kubeconfig, *context, *ns, *node, *kind;
     const char *output; /* "", "wide", "json", "yaml" */
@@ -35,5 +35,6 @@ int kt_cli_print_buf(struct tkm_buf *b);
 int kt_cli_status(const struct kt_cli *a);
 int kt_cli_why(const struct kt_cli *a);
 int kt_cli_check(const struct kt_cli *a);
+int kt_cli_schedule(const struct kt_cli *a);
 
 #endif

@@ -488,6 +488,8 @@ int kt_render_status(const struct kt_matrix *m, const struct kt_render_opts *opt
     if (rc == 0)
         rc = group_notes(m, g, ng, &o, out);
 out:
+    if (rc == 0)
+        rc = kt_render_variants(m, &o, out);
     kt__table_release(&t);
     free(w);
     free(g);
@@ -530,6 +532,8 @@ static json_t *row_json(const struct kt_matrix *m, const struct kt_row *r)
             goto fail;
     }
     if (json_object_set_new(o, "counts", counts) < 0 || json_object_set_new(o, "nodes", nodes) < 0)
+        goto fail2;
+    if (kt__row_variants_json(m, r, o) < 0)
         goto fail2;
     return o;
 fail:

@@ -1,5 +1,5 @@
 /*
- * main.c - kubectl-tkm, the kubectl plugin: `kubectl tkm status|why|check`.
+ * main.c - kubectl-tkm, the kubectl plugin: `kubectl tkm status|why|check|schedule`.
  * Reads the tkm.io objects the daemons read (libk8sclient, synchronous verbs
  * on a private loop), builds the matrix (kt_model.c) and prints it.
  * docs/kubectl-tkm.md describes the commands, the states and the -o json|yaml schema.
@@ -31,6 +31,8 @@ static const char *const usage_top =
     "  why CACHE        the chain for one cache: tag, digest, signature, per-GPU verdict,\n"
     "                   extraction, pods; each step with the object it was read from\n"
     "  check IMAGE      which nodes could use an image, before any cache is created\n"
+    "  schedule CACHE   the nodeSelector / nodeAffinity that keeps pods on the nodes where\n"
+    "                   the cache is usable (the Node label tkm-controller maintains)\n"
     "  version          print the version\n"
     "\n"
     "Flags (every command):\n"
@@ -50,7 +52,8 @@ static const char *const usage_top =
     "Examples:\n"
     "  kubectl tkm status -A\n"
     "  kubectl tkm why vector-add --node gpu-node-3\n"
-    "  kubectl tkm check registry.example.com/kernels/vector-add:triton-3.6.0-sm90\n";
+    "  kubectl tkm check registry.example.com/kernels/vector-add:triton-3.6.0-sm90\n"
+    "  kubectl tkm schedule vector-add\n";
 
 static const char *const usage_status =
     "kubectl tkm status [CACHE] [-n NS | -A] [--by node|gpu-type] [--kind tkc|tkcc]\n"
@@ -73,6 +76,11 @@ static const char *const usage_status =
     "(\"H200 x998: ready\"), and the nodes unlike the rest of their type are listed under\n"
     "the table with their reasons. The width is --width, else $COLUMNS, else the terminal's,\n"
     "else 80 (piped); --width 0 never groups.\n"
+    "\n"
+    "When nodes report variants (one image per GPU target in an image index), a \"By\n"
+    "variant:\" table follows: per cache, the nodes using each variant, and the nodes whose\n"
+    "GPUs no variant fits, by GPU type (NoVariant, HostArchMismatch; \"empty volume\" where\n"
+    "the pods got an empty cache).\n"
     "\n"
     "Flags:\n"
     "  --by node|gpu-type   force the columns (default: nodes when they fit)\n"
@@ -119,13 +127,27 @@ static const char *const usage_check =
     "  kubectl tkm check registry.example.com/kernels/vector-add:triton-3.6.0-sm90\n"
     "  kubectl tkm check registry.example.com/kernels/vector-add@sha256:... -o json\n";
 
+static const char *const usage_schedule =
+    "kubectl tkm schedule CACHE [-n NS]\n"
+    "\n"
+    "Prints, as YAML to paste into a pod template, how to keep the pods that mount CACHE on\n"
+    "the nodes where it is usable: tkm-controller labels every such Node\n"
+    "(tkc.tkm.io/<namespace>.<name>=true, tkcc.tkm.io/<name>=true for a\n"
+    "TritonKernelCacheCluster; the cache's status.nodeLabel names it) and removes the label\n"
+    "when that stops. First a required nodeSelector, then a preferred nodeAffinity.\n"
+    "\n"
+    "Examples:\n"
+    "  kubectl tkm schedule vector-add -n ml\n"
+    "  kubectl tkm schedule tkcc/shared-kernels\n";
+
 void kt_cli_usage(const char *cmd, FILE *f)
 {
-    fputs(!cmd                     ? usage_top
-          : !strcmp(cmd, "status") ? usage_status
-          : !strcmp(cmd, "why")    ? usage_why
-          : !strcmp(cmd, "check")  ? usage_check
-                                   : usage_top,
+    fputs(!cmd                       ? usage_top
+          : !strcmp(cmd, "status")   ? usage_status
+          : !strcmp(cmd, "why")      ? usage_why
+          : !strcmp(cmd, "check")    ? usage_check
+          : !strcmp(cmd, "schedule") ? usage_schedule
+                                     : usage_top,
           f);
 }
 
@@ -190,5 +212,7 @@ int main(int argc, char **argv)
         return kt_cli_status(&a);
     if (!strcmp(a.cmd, "why"))
         return kt_cli_why(&a);
+    if (!strcmp(a.cmd, "schedule"))
+        return kt_cli_schedule(&a);
     return kt_cli_check(&a);
 }

@@ -51,6 +51,7 @@ for v in get list watch delete; do allowed tkm-controller ml "$v" "$NS_"; allowe
 allowed tkm-controller ml patch "$NS_:status"
 allowed tkm-controller - get secrets/x configmaps/x
 allowed tkm-controller - list nodes
+allowed tkm-controller - patch nodes
 allowed tkm-controller ml create events
 allowed tkm-controller tkm-system create leases.coordination.k8s.io
 allowed tkm-controller tkm-system watch configmaps

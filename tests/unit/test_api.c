@@ -98,6 +98,14 @@ TEST(cache_decode_rejects_wrong_types_naming_the_field)
         {"[1]", "expected a JSON object"},
         {"{\"a\":1,\"a\":2}", "not JSON"},
         {TKC_PRE MD "\"spec\":{\"cacheImage\":7}}", "spec.cacheImage: expected a string"},
+        {TKC_PRE MD "\"spec\":{\"cacheImage\":\"a\",\"whenIncompatible\":\"Skip\"}}",
+         "spec.whenIncompatible: \"Skip\", expected Fail or Empty"},
+        {TKC_PRE MD "\"spec\":{\"cacheImage\":\"a\"},\"status\":{\"variants\":[{\"warpSize\":"
+                    "2048}]}}",
+         "status.variants[0].warpSize: 2048 is out of range [0, 1024]"},
+        {TKC_PRE MD "\"spec\":{\"cacheImage\":\"a\"},\"status\":{\"gpuTypesWithoutVariant\":"
+                    "[1]}}",
+         "status.gpuTypesWithoutVariant[0]: expected a string"},
         {TKC_PRE MD "\"spec\":{}}", "spec.cacheImage: missing"},
         {TKC_PRE MD "\"spec\":{\"cacheImage\":\"a\",\"signaturePolicy\":{\"mode\":\"Maybe\"}}}",
          "spec.signaturePolicy.mode: \"Maybe\""},
@@ -534,6 +542,9 @@ TEST(config_decode_names_the_bad_key)
         {"{\"registryPrivate\":\"https://ghcr.io\"}", "tkm-config: registryPrivate: entry 1"},
         {"{\"registryPlainHTTP\":\"a.*.com\"}", "tkm-config: registryPlainHTTP: entry 1"},
         {"{\"registryAllow\":[\"x\"]}", "registryAllow: expected a string"},
+        {"{\"whenIncompatible\":\"empty\"}",
+         "tkm-config whenIncompatible: \"empty\", expected Fail or Empty"},
+        {"{\"whenIncompatible\":true}", "whenIncompatible: expected a string"},
     };
     for (size_t i = 0; i < TKM_ARRAY_SIZE(bad); i++) {
         struct tkm_api_config cfg;
@@ -542,4 +553,209 @@ TEST(config_decode_names_the_bad_key)
         ASSERT_STRCONTAINS(err.msg, bad[i].msg);
         ASSERT_NULL(cfg.public_keys);
     }
+}
+
+/* Issue 24: spec.whenIncompatible, tkm-config whenIncompatible and the effective policy. */
+TEST(when_incompatible_spec_config_and_effective)
+{
+    static const char *const tkc =
+        "{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"TritonKernelCache\",\"metadata\":{"
+        "\"name\":\"x\",\"namespace\":\"n\"},\"spec\":{\"cacheImage\":\"a\","
+        "\"whenIncompatible\":\"Fail\"}}";
+    struct tkm_api_cache c;
+    struct tkm_api_config cfg;
+    struct tkm_err err = {0};
+    ASSERT_OK(tkm_api_cache_decode(tkc, strlen(tkc), &c, &err));
+    ASSERT_EQ(c.spec.when_incompatible, TKM_API_FALLBACK_FAIL);
+    ASSERT_EQ(tkm_api_fallback_effective(&c.spec, NULL), TKM_API_FALLBACK_FAIL);
+    ASSERT_OK(config_of("{\"whenIncompatible\":\"Empty\"}", &cfg, &err));
+    ASSERT_EQ(cfg.when_incompatible, TKM_API_FALLBACK_EMPTY);
+    /* the spec wins over tkm-config */
+    ASSERT_EQ(tkm_api_fallback_effective(&c.spec, &cfg), TKM_API_FALLBACK_FAIL);
+    c.spec.when_incompatible = TKM_API_FALLBACK_UNSET;
+    ASSERT_EQ(tkm_api_fallback_effective(&c.spec, &cfg), TKM_API_FALLBACK_EMPTY);
+    tkm_api_config_release(&cfg);
+    ASSERT_OK(config_of("{\"whenIncompatible\":\"Fail\"}", &cfg, &err));
+    ASSERT_EQ(tkm_api_fallback_effective(&c.spec, &cfg), TKM_API_FALLBACK_FAIL);
+    tkm_api_config_release(&cfg);
+    /* neither: Empty, the built-in default */
+    ASSERT_EQ(tkm_api_fallback_effective(&c.spec, NULL), TKM_API_FALLBACK_EMPTY);
+    ASSERT_EQ(tkm_api_fallback_effective(NULL, NULL), TKM_API_FALLBACK_EMPTY);
+    ASSERT_STREQ(tkm_api_fallback_name(TKM_API_FALLBACK_FAIL), "Fail");
+    ASSERT_STREQ(tkm_api_fallback_name(TKM_API_FALLBACK_UNSET), "Empty");
+    tkm_api_cache_release(&c);
+}
+
+TEST(cache_status_variants_round_trip)
+{
+    struct tkm_api_variant_count v[2] = {
+        {(char *)DIGEST, (char *)"linux/amd64", (char *)"cuda", (char *)"90", 32, 3, 24},
+        {(char *)"sha256:ab", (char *)"linux/arm64", (char *)"cuda", (char *)"90a", 32, 1, 4}};
+    char *types[] = {(char *)"nvidia-a100"};
+    struct tkm_api_cache_status st = {.variants = v,
+                                      .n_variants = 2,
+                                      .gpu_types_without_variant = types,
+                                      .n_gpu_types_without_variant = 1,
+                                      .variant_summary = (char *)"cuda/90: 3 nodes",
+                                      .node_label = (char *)"tkm.io/cache.ml.x"};
+    json_t *o = NULL, *o2 = NULL;
+    struct tkm_err err = {0};
+    struct tkm_buf a = TKM_BUF_INIT(1 << 20), b = TKM_BUF_INIT(1 << 20);
+    ASSERT_OK(tkm_api_cache_status_apply(&st, "x", "ml", &o, &err));
+    ASSERT_OK(tkm_api_dump(o, &a));
+    ASSERT_STRCONTAINS(a.data, "\"variants\":[{\"digest\":\"" DIGEST "\",\"platform\":"
+                               "\"linux/amd64\",\"backend\":\"cuda\",\"arch\":\"90\","
+                               "\"warpSize\":32,\"nodes\":3,\"gpus\":24}");
+    ASSERT_STRCONTAINS(a.data, "\"gpuTypesWithoutVariant\":[\"nvidia-a100\"]");
+    ASSERT_STRCONTAINS(a.data, "\"nodeLabel\":\"tkm.io/cache.ml.x\"");
+    json_object_set_new(o, "spec", json_pack("{s:s}", "cacheImage", "r.io/x:1"));
+    char *s = json_dumps(o, JSON_COMPACT);
+    struct tkm_api_cache c;
+    ASSERT_OK(tkm_api_cache_decode(s, strlen(s), &c, &err));
+    free(s);
+    ASSERT_UEQ(c.status.n_variants, 2);
+    ASSERT_STREQ(c.status.variants[1].arch, "90a");
+    ASSERT_EQ(c.status.variants[0].gpus, 24);
+    ASSERT_STREQ(c.status.gpu_types_without_variant[0], "nvidia-a100");
+    ASSERT_STREQ(c.status.variant_summary, "cuda/90: 3 nodes");
+    ASSERT_OK(tkm_api_cache_status_apply(&c.status, "x", "ml", &o2, &err));
+    ASSERT_OK(tkm_api_dump(o2, &b));
+    ASSERT_STREQ(a.data, b.data);
+    tkm_api_cache_release(&c);
+    json_decref(o);
+    json_decref(o2);
+    /* none set: none written */
+    struct tkm_api_cache_status none = {0};
+    ASSERT_OK(tkm_api_cache_status_apply(&none, "x", "ml", &o, &err));
+    ASSERT_NULL(json_object_get(json_object_get(o, "status"), "variants"));
+    ASSERT_NULL(json_object_get(json_object_get(o, "status"), "nodeLabel"));
+    json_decref(o);
+    tkm_buf_release(&a);
+    tkm_buf_release(&b);
+}
+
+/* The node status' variants and fallback: encoded, decoded, scanned. */
+TEST(nodestatus_variants_round_trip_and_scan)
+{
+    int32_t ids0[] = {0, 1}, ids1[] = {2};
+    struct tkm_api_variant_use vu[2] = {{(char *)DIGEST, (char *)"linux/amd64", (char *)"cuda",
+                                         (char *)"90", (char *)"nvidia-h200", 32, ids0, 2},
+                                        {(char *)"sha256:bb", (char *)"linux/amd64", (char *)"cuda",
+                                         (char *)"80", (char *)"nvidia-a100", 32, ids1, 1}};
+    struct tkm_api_gpu_group inc = {NULL, 0, (char *)"amd-mi300x", (char *)"NoVariant",
+                                    (char *)"m"};
+    struct tkm_api_node_cache caches[2] = {{.name = (char *)"a",
+                                            .digest = (char *)DIGEST,
+                                            .variants = vu,
+                                            .n_variants = 2,
+                                            .incompatible = &inc,
+                                            .n_incompatible = 1},
+                                           {.name = (char *)"b",
+                                            .fallback = (char *)"Empty",
+                                            .incompatible = &inc,
+                                            .n_incompatible = 1}};
+    struct tkm_api_node_status st = {.node_name = (char *)"n1", .caches = caches, .n_caches = 2};
+    struct tkm_api_nodestatus n;
+    json_t *o = NULL, *o2 = NULL;
+    struct tkm_err err = {0};
+    struct tkm_buf a = TKM_BUF_INIT(1 << 20), b = TKM_BUF_INIT(1 << 20);
+    ASSERT_OK(tkm_api_node_status_apply(&st, NULL, "uid", &o, &err));
+    ASSERT_OK(tkm_api_dump(o, &a));
+    ASSERT_STRCONTAINS(a.data, "\"variants\":[{\"digest\":\"" DIGEST "\",\"platform\":"
+                               "\"linux/amd64\",\"backend\":\"cuda\",\"arch\":\"90\","
+                               "\"warpSize\":32,\"gpuType\":\"nvidia-h200\",\"gpuIds\":[0,1]}");
+    ASSERT_STRCONTAINS(a.data, "\"fallback\":\"Empty\"");
+    ASSERT_OK(tkm_api_nodestatus_decode(a.data, a.len, &n, &err));
+    ASSERT_UEQ(n.status.caches[0].n_variants, 2);
+    ASSERT_STREQ(n.status.caches[0].variants[1].gpu_type, "nvidia-a100");
+    ASSERT_EQ(n.status.caches[0].variants[0].gpu_ids[1], 1);
+    ASSERT_EQ(n.status.caches[0].variants[0].warp_size, 32);
+    ASSERT_NULL(n.status.caches[0].fallback);
+    ASSERT_STREQ(n.status.caches[1].fallback, "Empty");
+    ASSERT_OK(tkm_api_node_status_apply(&n.status, NULL, "uid", &o2, &err));
+    ASSERT_OK(tkm_api_dump(o2, &b));
+    ASSERT_STREQ(a.data, b.data);
+    tkm_api_nodestatus_release(&n);
+    json_decref(o);
+    json_decref(o2);
+    tkm_buf_release(&a);
+    tkm_buf_release(&b);
+}
+
+TEST(nodestatus_variants_refused_naming_the_field)
+{
+#define NSV(x)                                                                                     \
+    "{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"TritonKernelCacheNodeStatus\",\"metadata\":"   \
+    "{\"name\":\"n\",\"namespace\":\"ml\"},\"status\":{\"caches\":{\"c\":{" x "}}}}"
+    static const struct bad_case bad[] = {
+        {NSV("\"variants\":{}"), "status.caches[\"c\"].variants: expected a list, got an object"},
+        {NSV("\"variants\":[1]"), "status.caches[\"c\"].variants[0]: expected an object"},
+        {NSV("\"variants\":[{\"digest\":7}]"),
+         "status.caches[\"c\"].variants[0].digest: expected a string, got an integer"},
+        {NSV("\"variants\":[{\"warpSize\":0},{\"warpSize\":1025}]"),
+         "status.caches[\"c\"].variants[1].warpSize: 1025 is out of range [0, 1024]"},
+        {NSV("\"variants\":[{\"gpuIds\":[0,-1]}]"),
+         "status.caches[\"c\"].variants[0].gpuIds[1]: expected a GPU id"},
+        {NSV("\"variants\":[{\"backend\":\"cudacudacudacudacuda\"}]"),
+         "status.caches[\"c\"].variants[0].backend: longer than 16 bytes"},
+        {NSV("\"fallback\":\"Fail\""), "status.caches[\"c\"].fallback: \"Fail\", expected Empty"},
+        {NSV("\"fallback\":true"), "status.caches[\"c\"].fallback: expected a string"},
+    };
+    for (size_t i = 0; i < TKM_ARRAY_SIZE(bad); i++) {
+        struct tkm_api_nodestatus n;
+        struct tkm_err err = {0};
+        ASSERT_EQ(tkm_api_nodestatus_decode(bad[i].json, strlen(bad[i].json), &n, &err), -EPROTO);
+        ASSERT_STRCONTAINS(err.msg, bad[i].msg);
+        ASSERT_NULL(n.status.caches);
+    }
+    /* 65 variants: more than the 64 allowed */
+    struct tkm_buf j = TKM_BUF_INIT(1 << 20);
+    ASSERT_OK(tkm_buf_puts(&j, "{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":"
+                               "\"TritonKernelCacheNodeStatus\",\"metadata\":{\"name\":\"n\"},"
+                               "\"status\":{\"caches\":{\"c\":{\"variants\":["));
+    for (int i = 0; i < 65; i++)
+        ASSERT_OK(tkm_buf_puts(&j, i ? ",{}" : "{}"));
+    ASSERT_OK(tkm_buf_puts(&j, "]}}}}"));
+    struct tkm_api_nodestatus n;
+    struct tkm_err err = {0};
+    ASSERT_EQ(tkm_api_nodestatus_decode(j.data, j.len, &n, &err), -EPROTO);
+    ASSERT_STRCONTAINS(err.msg, "variants: 65 entries, more than the 64 allowed");
+    tkm_buf_release(&j);
+}
+
+TEST(node_label_keys_fit_the_label_rules)
+{
+    char k[TKM_API_NODE_LABEL_MAX];
+    ASSERT_OK(tkm_api_node_label("ml", "vector-add", k, sizeof k));
+    ASSERT_STREQ(k, "tkc.tkm.io/ml.vector-add");
+    ASSERT_OK(tkm_api_node_label(NULL, "shared", k, sizeof k));
+    ASSERT_STREQ(k, "tkcc.tkm.io/shared");
+    ASSERT_OK(tkm_api_node_label("", "shared", k, sizeof k));
+    ASSERT_STREQ(k, "tkcc.tkm.io/shared");
+    /* 63 characters exactly: as is; 64: cut to 52, '-' and 10 hex of the SHA-256 */
+    char name[300], want[80];
+    memset(name, 'a', 60);
+    name[60] = 0; /* "ml." + 60 = 63 */
+    ASSERT_OK(tkm_api_node_label("ml", name, k, sizeof k));
+    ASSERT_UEQ(strlen(k), strlen("tkc.tkm.io/") + 63);
+    name[60] = 'b';
+    name[61] = 0;
+    ASSERT_OK(tkm_api_node_label("ml", name, k, sizeof k));
+    ASSERT_UEQ(strlen(k), strlen("tkc.tkm.io/") + 63);
+    snprintf(want, sizeof want, "tkc.tkm.io/ml.%.49s-", name);
+    ASSERT(strncmp(k, want, strlen(want)) == 0);
+    char k2[TKM_API_NODE_LABEL_MAX];
+    name[60] = 'c'; /* another long name, the same first 52: another key */
+    ASSERT_OK(tkm_api_node_label("ml", name, k2, sizeof k2));
+    ASSERT(strcmp(k, k2) != 0);
+    /* a 253-character name in a 63-character namespace */
+    memset(name, 'x', 253);
+    name[253] = 0;
+    char ns[64];
+    memset(ns, 'n', 63);
+    ns[63] = 0;
+    ASSERT_OK(tkm_api_node_label(ns, name, k, sizeof k));
+    ASSERT_UEQ(strlen(k), strlen("tkc.tkm.io/") + 63);
+    ASSERT_EQ(tkm_api_node_label("ml", "", k, sizeof k), -EINVAL);
+    ASSERT_EQ(tkm_api_node_label("ml", "x", k, 10), -EINVAL);
 }

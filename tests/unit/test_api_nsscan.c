@@ -13,6 +13,7 @@ struct seen {
     struct tkm_api_nsscan_head h;
     size_t n;
     char *name[NS_MAX], *digest[NS_MAX], *error[NS_MAX], *reason[NS_MAX], *message[NS_MAX];
+    char *fallback[NS_MAX], *lists[NS_MAX]; /* lists: variants and groups, as lists_of() */
     int verified[NS_MAX], extracted[NS_MAX];
     size_t ncomp[NS_MAX], nincomp[NS_MAX], npods[NS_MAX];
     size_t stop_after; /* 0: never */
@@ -21,6 +22,64 @@ struct seen {
 static char *dup_or_null(const char *s)
 {
     return s ? strdup(s) : NULL;
+}
+
+/* One line for an entry's variants and incompatible groups (NULL strings as "-"). */
+static char *lists_of(size_t nv, const char *const *vs, const int64_t *warp, const size_t *nids,
+                      size_t ng, const char *const *gs, const size_t *gids)
+{
+    struct tkm_buf b = TKM_BUF_INIT(1 << 20);
+    for (size_t i = 0; i < nv; i++) {
+        for (size_t k = 0; k < 5; k++)
+            tkm_buf_printf(&b, "%s|", vs[i * 5 + k] ? vs[i * 5 + k] : "-");
+        tkm_buf_printf(&b, "%lld|%zu;", (long long)warp[i], nids[i]);
+    }
+    for (size_t i = 0; i < ng; i++)
+        tkm_buf_printf(&b, "G%s|%s|%zu;", gs[i * 2] ? gs[i * 2] : "-",
+                       gs[i * 2 + 1] ? gs[i * 2 + 1] : "-", gids[i]);
+    char *r = strdup(b.len ? b.data : "");
+    tkm_buf_release(&b);
+    return r;
+}
+
+static char *lists_scanned(const struct tkm_api_nsscan_entry *e)
+{
+    const char *vs[64 * 5], *gs[64 * 2];
+    int64_t warp[64];
+    size_t nids[64], gids[64];
+    for (size_t i = 0; i < e->n_variants; i++) {
+        const struct tkm_api_nsscan_variant *v = &e->variants[i];
+        const char *x[] = {v->digest, v->platform, v->backend, v->arch, v->gpu_type};
+        memcpy(&vs[i * 5], x, sizeof x);
+        warp[i] = v->warp_size;
+        nids[i] = v->n_gpu_ids;
+    }
+    for (size_t i = 0; i < e->n_incompatible; i++) {
+        gs[i * 2] = e->incompatible[i].gpu_type;
+        gs[i * 2 + 1] = e->incompatible[i].reason;
+        gids[i] = e->incompatible[i].n_ids;
+    }
+    return lists_of(e->n_variants, vs, warp, nids, e->n_incompatible, gs, gids);
+}
+
+static char *lists_decoded(const struct tkm_api_node_cache *c)
+{
+    const char *vs[64 * 5], *gs[64 * 2];
+    int64_t warp[64];
+    size_t nids[64], gids[64];
+    for (size_t i = 0; i < c->n_variants; i++) {
+        const struct tkm_api_variant_use *v = &c->variants[i];
+        const char *x[] = {v->digest, v->platform, v->backend, v->arch, v->gpu_type};
+        memcpy(&vs[i * 5], x, sizeof x);
+        warp[i] = v->warp_size;
+        nids[i] = v->n_gpu_ids;
+    }
+    for (size_t i = 0; i < c->n_incompatible; i++) {
+        gs[i * 2] = c->incompatible[i].gpu_type;
+        gs[i * 2 + 1] = c->incompatible[i].reason;
+        gids[i] = c->incompatible[i].n_ids;
+    }
+    return lists_of(c->n_variants, vs, warp, nids, c->n_incompatible, gs, gids);
 }
 
 static int on_entry(const struct tkm_api_nsscan_head *h, const struct tkm_api_nsscan_entry *e,
@@ -36,6 +95,8 @@ static int on_entry(const struct tkm_api_nsscan_head *h, const struct tkm_api_ns
     s->error[i] = dup_or_null(e->error);
     s->reason[i] = dup_or_null(e->incompatible_reason);
     s->message[i] = dup_or_null(e->incompatible_message);
+    s->fallback[i] = dup_or_null(e->fallback);
+    s->lists[i] = lists_scanned(e);
     s->verified[i] = e->verified;
     s->extracted[i] = e->extracted;
     s->ncomp[i] = e->n_compatible;
@@ -52,6 +113,8 @@ static void seen_release(struct seen *s)
         free(s->error[i]);
         free(s->reason[i]);
         free(s->message[i]);
+        free(s->fallback[i]);
+        free(s->lists[i]);
     }
     s->n = 0;
 }
@@ -66,7 +129,11 @@ static int same_cache(const struct tkm_api_node_cache *c, const struct seen *s, 
 {
     const char *r = c->n_incompatible ? c->incompatible[0].reason : NULL;
     const char *m = c->n_incompatible ? c->incompatible[0].message : NULL;
-    return strcmp(c->name, s->name[i]) == 0 && streq_null(c->digest, s->digest[i]) &&
+    char *l = lists_decoded(c);
+    int same_lists = l && s->lists[i] && strcmp(l, s->lists[i]) == 0;
+    free(l);
+    return same_lists && streq_null(c->fallback, s->fallback[i]) &&
+           strcmp(c->name, s->name[i]) == 0 && streq_null(c->digest, s->digest[i]) &&
            streq_null(c->error, s->error[i]) && streq_null(r, s->reason[i]) &&
            streq_null(m, s->message[i]) && c->verified == s->verified[i] &&
            c->extracted == s->extracted[i] && c->n_compatible == s->ncomp[i] &&
@@ -162,6 +229,9 @@ static char *build(size_t n_caches, int variant, int cluster)
          .reason = "ArchMismatch",
          .message = "m\"1\u00e9"},
         {.ids = ids + 1, .n_ids = 1, .gpu_type = "amd", .reason = "Other"}};
+    struct tkm_api_variant_use vu[2] = {
+        {"sha256:aa", "linux/amd64", "cuda", "90", "nvidia-h200", 32, ids, 2},
+        {"sha256:bb", "linux/arm64", "cuda", "90a", NULL, 0, NULL, 0}};
     struct tkm_api_node_cache *c = calloc(n_caches ? n_caches : 1, sizeof *c);
     char(*names)[64] = calloc(n_caches ? n_caches : 1, 64);
     struct tkm_api_node_status st = {.node_name = "node-a",
@@ -194,6 +264,12 @@ static char *build(size_t n_caches, int variant, int cluster)
             c[i].pods = pods;
             c[i].n_pods = 2;
         }
+        if (k == 0 || k == 2) {
+            c[i].variants = vu;
+            c[i].n_variants = k == 0 ? 2 : 1;
+        }
+        if (k == 1)
+            c[i].fallback = "Empty";
     }
     if (c && names &&
         tkm_api_node_status_apply(&st, cluster ? NULL : "tkm-system", "uid-node", &body, NULL) ==
@@ -253,6 +329,11 @@ TEST(garbage_is_refused_by_both_with_the_same_message)
         C("\"incompatibleGPUs\":[{\"message\":false}]"),
         C("\"incompatibleGPUs\":[{\"gpuType\":[]}]"),
         C("\"digest\":1"),
+        C("\"variants\":[{\"gpuIds\":[1.5]}]"),
+        C("\"variants\":[{\"arch\":[]}]"),
+        C("\"variants\":[{\"warpSize\":-1}]"),
+        C("\"variants\":\"x\""),
+        C("\"fallback\":\"Fail\""),
         C("\"verified\":\"true\""),
         C("\"extracted\":1"),
         C("\"error\":{}"),

@@ -244,14 +244,14 @@ TEST(nodes_relist_removes_vanished_objects_and_nodes)
     snprintf(c, sizeof c, "{\"x\":%s}", compat(DA));
     ASSERT_EQ(upsert(&n, "ml", "n1", c), 0);
     ASSERT_EQ(upsert(&n, "ml", "n2", c), 0);
-    ASSERT_EQ(ctrl_nodes_node_upsert(&n, "n1", "u1"), 0);
-    ASSERT_EQ(ctrl_nodes_node_upsert(&n, "n2", "u2"), 0);
+    ASSERT_EQ(ctrl_nodes_node_upsert(&n, "n1", "u1", NULL, 0, NULL), 0);
+    ASSERT_EQ(ctrl_nodes_node_upsert(&n, "n2", "u2", NULL, 0, NULL), 0);
     ctrl_nodes_list_begin(&n, 0);
     ASSERT_EQ(upsert(&n, "ml", "n2", c), 0);
     ctrl_nodes_list_end(&n, 0);
     ASSERT_UEQ(ctrl_nodes_cache(&n, "ml/x", 0)->n, 1);
     ctrl_nodes_list_begin(&n, 2);
-    ASSERT_EQ(ctrl_nodes_node_upsert(&n, "n2", "u2"), 0);
+    ASSERT_EQ(ctrl_nodes_node_upsert(&n, "n2", "u2", NULL, 0, NULL), 0);
     ctrl_nodes_list_end(&n, 2);
     ASSERT_EQ(seen.gone, 1);
     ASSERT_NULL(tkm_strmap_get(&n.nodes, "n1"));
@@ -1015,4 +1015,220 @@ TEST(settle_waits_for_quiet_entries_up_to_the_max_delay)
     dirty = 0;
     ASSERT_EQ(ctrl_settle_wait(settle, max, 20000, &dirty, 20001), 0);
     ASSERT_EQ(dirty, 0);
+}
+
+/* ---- issue 24: variants, GPU types without one, Node labels ---------------------------- */
+
+/* A compatible entry using the given variants (JSON list text). */
+static const char *with_variants(const char *d, const char *variants, const char *incomp)
+{
+    static char b[4][1024];
+    static int i;
+    i = (i + 1) % 4;
+    snprintf(b[i], sizeof b[i],
+             "{\"digest\":\"%s\",\"verified\":true,\"extracted\":true,"
+             "\"compatibleGPUs\":[{\"ids\":[0,1],\"gpuType\":\"nvidia-h200\"}],"
+             "\"variants\":%s%s%s}",
+             d, variants, incomp ? ",\"incompatibleGPUs\":" : "", incomp ? incomp : "");
+    return b[i];
+}
+
+#define V90                                                                                        \
+    "{\"digest\":\"sha256:90\",\"platform\":\"linux/amd64\",\"backend\":\"cuda\",\"arch\":\"90\"," \
+    "\"warpSize\":32,\"gpuType\":\"nvidia-h200\",\"gpuIds\":[0,1]}"
+#define V80                                                                                        \
+    "{\"digest\":\"sha256:80\",\"platform\":\"linux/arm64\",\"backend\":\"cuda\",\"arch\":\"80\"," \
+    "\"warpSize\":32,\"gpuType\":\"nvidia-a100\",\"gpuIds\":[2]}"
+
+TEST(agg_variants_nodes_gpus_and_types_without_variant)
+{
+    struct ctrl_nodes n;
+    char node[32], c[2048];
+    struct tkm_api_cache_status st = {0};
+    ctrl_nodes_init(&n);
+    for (int i = 0; i < 3; i++) { /* 3 nodes on sm90 */
+        snprintf(node, sizeof node, "h200-%d", i);
+        snprintf(c, sizeof c, "{\"x\":%s}", with_variants(DA, "[" V90 "]", NULL));
+        ASSERT_EQ(upsert(&n, "ml", node, c), 0);
+    }
+    /* a mixed node: sm90 and sm80 (arm64) variants, and an MI300X without one */
+    snprintf(c, sizeof c, "{\"x\":%s}",
+             with_variants(DA, "[" V90 "," V80 "]",
+                           "[{\"ids\":[3],\"gpuType\":\"amd-mi300x\",\"reason\":\"NoVariant\","
+                           "\"message\":\"no variant for gfx942\"}]"));
+    ASSERT_EQ(upsert(&n, "ml", "mixed", c), 0);
+    /* two A100 nodes served empty (no variant), one H100 node of another CPU */
+    for (int i = 0; i < 2; i++) {
+        snprintf(node, sizeof node, "a100-%d", i);
+        snprintf(c, sizeof c,
+                 "{\"x\":{\"digest\":\"%s\",\"fallback\":\"Empty\",\"incompatibleGPUs\":[{\"ids\":"
+                 "[0],\"gpuType\":\"nvidia-a100\",\"reason\":\"NoVariant\",\"message\":\"m\"}]}}",
+                 DA);
+        ASSERT_EQ(upsert(&n, "ml", node, c), 0);
+    }
+    snprintf(c, sizeof c,
+             "{\"x\":{\"digest\":\"%s\",\"incompatibleGPUs\":[{\"ids\":[0],\"gpuType\":"
+             "\"nvidia-gh200\",\"reason\":\"HostArchMismatch\",\"message\":\"m\"}]}}",
+             DA);
+    ASSERT_EQ(upsert(&n, "ml", "gh200", c), 0);
+    /* behind (another digest) and failed: their variants do not count */
+    snprintf(c, sizeof c, "{\"x\":%s}", with_variants(DB, "[" V90 "]", NULL));
+    ASSERT_EQ(upsert(&n, "ml", "behind", c), 0);
+    snprintf(c, sizeof c,
+             "{\"x\":{\"digest\":\"%s\",\"error\":\"disk\",\"compatibleGPUs\":[{\"ids\":[0]}],"
+             "\"variants\":[" V90 "]}}",
+             DA);
+    ASSERT_EQ(upsert(&n, "ml", "broken", c), 0);
+    /* 3 identical h200 nodes share one interned string (with the behind and broken ones: 6) */
+    ASSERT(n.n_whys <= 6);
+    struct ctrl_verdict v = {.verified = TKM_API_COND_TRUE,
+                             .reason = "SignatureVerified",
+                             .message = "ok",
+                             .usable = 1,
+                             .digest = DA};
+    ASSERT_EQ(ctrl_agg_build(ctrl_nodes_cache(&n, "ml/x", 0), &v, 1, NULL, 0,
+                             "2026-01-01T00:00:00Z", &st),
+              0);
+    ASSERT_UEQ(st.n_variants, 2);
+    ASSERT_STREQ(st.variants[0].digest, "sha256:90"); /* most nodes first */
+    ASSERT_EQ(st.variants[0].nodes, 4);
+    ASSERT_EQ(st.variants[0].gpus, 8);
+    ASSERT_EQ(st.variants[0].warp_size, 32);
+    ASSERT_STREQ(st.variants[1].platform, "linux/arm64");
+    ASSERT_EQ(st.variants[1].nodes, 1);
+    ASSERT_EQ(st.variants[1].gpus, 1);
+    ASSERT_UEQ(st.n_gpu_types_without_variant, 3);
+    ASSERT_STREQ(st.gpu_types_without_variant[0], "amd-mi300x"); /* sorted */
+    ASSERT_STREQ(st.gpu_types_without_variant[1], "nvidia-a100");
+    ASSERT_STREQ(st.gpu_types_without_variant[2], "nvidia-gh200");
+    ASSERT_STREQ(st.variant_summary, "cuda/90: 4 nodes; cuda/80 linux/arm64: 1 node; none for: "
+                                     "amd-mi300x, nvidia-a100, nvidia-gh200");
+    /* the counts are as before: the Empty nodes are incompatible, the failed one failed */
+    ASSERT_EQ(st.counts.compatible, 4);
+    ASSERT_EQ(st.counts.incompatible, 3);
+    ASSERT_EQ(st.counts.failed, 1);
+    ASSERT_STREQ(st.failed_nodes[0].reason, "NodeError");
+    ASSERT_STREQ(st.failed_nodes[1].node, "a100-0");
+    ASSERT_STREQ(st.failed_nodes[1].reason, "NoVariant");
+    tkm_api_cache_status_release(&st);
+    /* a node forging a profile line through a tab in its strings gains nothing */
+    snprintf(c, sizeof c, "{\"x\":%s}",
+             with_variants(DA,
+                           "[{\"digest\":\"sha256:f\\n"
+                           "Vsha256:evil\\tlinux/amd64\\tcuda\\t1\\t32"
+                           "\\t64\",\"gpuIds\":[0]}]",
+                           NULL));
+    ASSERT_EQ(upsert(&n, "ml", "forger", c), 0);
+    ASSERT_EQ(ctrl_agg_build(ctrl_nodes_cache(&n, "ml/x", 0), &v, 1, NULL, 0,
+                             "2026-01-01T00:00:00Z", &st),
+              0);
+    for (size_t i = 0; i < st.n_variants; i++)
+        ASSERT(strcmp(st.variants[i].digest, "sha256:evil") != 0);
+    tkm_api_cache_status_release(&st);
+    /* no variants reported (older agents): nothing written */
+    ASSERT_EQ(upsert(&n, "ml", "old",
+                     "{\"y\":{\"digest\":\"" DA "\",\"compatibleGPUs\":[{\"ids\":"
+                     "[0]}]}}"),
+              0);
+    ASSERT_EQ(ctrl_agg_build(ctrl_nodes_cache(&n, "ml/y", 0), &v, 1, NULL, 0,
+                             "2026-01-01T00:00:00Z", &st),
+              0);
+    ASSERT_UEQ(st.n_variants, 0);
+    ASSERT_NULL(st.variant_summary);
+    tkm_api_cache_status_release(&st);
+    ctrl_nodes_release(&n);
+}
+
+TEST(labels_keys_node_labels_and_usable_entries)
+{
+    struct ctrl_nodes n;
+    char key[TKM_API_NODE_LABEL_MAX], c[2048];
+    int changed = -1;
+    ctrl_nodes_init(&n);
+    ASSERT_EQ(ctrl_label_of("ml/x", key, sizeof key), 0);
+    ASSERT_STREQ(key, "tkc.tkm.io/ml.x");
+    ASSERT_EQ(ctrl_label_of("/x", key, sizeof key), 0);
+    ASSERT_STREQ(key, "tkcc.tkm.io/x");
+    ASSERT_EQ(ctrl_label_of("x", key, sizeof key), -EINVAL);
+    /* a Node's labels: only the controller's prefixes are kept, sorted */
+    const char *node = "{\"apiVersion\":\"meta.k8s.io/v1\",\"kind\":\"PartialObjectMetadata\","
+                       "\"metadata\":{\"name\":\"n1\",\"uid\":\"u1\",\"labels\":{"
+                       "\"kubernetes.io/hostname\":\"n1\",\"tkcc.tkm.io/z\":\"true\","
+                       "\"tkc.tkm.io/ml.x\":\"true\",\"tkm.io/other\":\"1\"}}}";
+    ASSERT_EQ(ctrl_nodes_node_upsert(&n, "n1", "u1", node, strlen(node), &changed), 0);
+    ASSERT_EQ(changed, 1);
+    struct ctrl_node *nd = tkm_strmap_get(&n.nodes, "n1");
+    ASSERT_NOT_NULL(nd);
+    ASSERT_UEQ(nd->n_labels, 2);
+    ASSERT_STREQ(nd->labels[0], "tkc.tkm.io/ml.x");
+    ASSERT(ctrl_node_has_label(nd, "tkcc.tkm.io/z"));
+    ASSERT(!ctrl_node_has_label(nd, "tkm.io/other"));
+    /* the same labels again (a heartbeat): no change; one gone: a change */
+    ASSERT_EQ(ctrl_nodes_node_upsert(&n, "n1", "u1", node, strlen(node), &changed), 0);
+    ASSERT_EQ(changed, 0);
+    const char *node2 = "{\"metadata\":{\"name\":\"n1\",\"labels\":{\"tkc.tkm.io/ml.x\":\"t\"}}}";
+    ASSERT_EQ(ctrl_nodes_node_upsert(&n, "n1", "u1", node2, strlen(node2), &changed), 0);
+    ASSERT_EQ(changed, 1);
+    ASSERT_UEQ(nd->n_labels, 1);
+    ASSERT_EQ(ctrl_nodes_node_upsert(&n, "n1", "u1", "{bad", 4, &changed), 0);
+    ASSERT_EQ(changed, 0); /* garbage keeps what was known */
+    ASSERT_UEQ(nd->n_labels, 1);
+    /* entries: usable = at the usable digest, compatible, no error, not Empty */
+    snprintf(c, sizeof c,
+             "{\"x\":%s,\"y\":%s,\"z\":{\"digest\":\"%s\",\"fallback\":\"Empty\","
+             "\"incompatibleGPUs\":[{\"ids\":[0],\"reason\":\"NoVariant\"}]}}",
+             compat(DA), compat(DB), DA);
+    ASSERT_EQ(upsert(&n, "ml", "n1", c), 0);
+    const struct ctrl_cidx *x = ctrl_nodes_cache(&n, "ml/x", 0);
+    const struct ctrl_entry *e = ctrl_nodes_entry(&n, x, "n1");
+    ASSERT_NOT_NULL(e);
+    ASSERT(ctrl_entry_usable(e, ctrl_digest_id(DA)));
+    ASSERT(!ctrl_entry_usable(e, 0)); /* not verified: nowhere */
+    ASSERT(!ctrl_entry_usable(e, ctrl_digest_id(DB)));
+    ASSERT_NULL(ctrl_nodes_entry(&n, x, "n2"));
+    ASSERT(!ctrl_entry_usable(NULL, ctrl_digest_id(DA)));
+    e = ctrl_nodes_entry(&n, ctrl_nodes_cache(&n, "ml/z", 0), "n1");
+    ASSERT_NOT_NULL(e);
+    ASSERT(e->flags & CTRL_E_EMPTY);
+    ASSERT(!ctrl_entry_usable(e, ctrl_digest_id(DA)));
+    /* every entry of a node, across its objects */
+    struct got g = {0};
+    snprintf(c, sizeof c, "{\"w\":%s}", compat(DA));
+    const char *j = obj_json(1, "", "n1", c);
+    ASSERT_EQ(ctrl_nodes_upsert(&n, 1, j, strlen(j), 0), 0);
+    ASSERT_EQ(ctrl_nodes_node_entries(&n, "n1", got_one, &g), 0);
+    ASSERT_EQ(g.n, 4);
+    ASSERT_EQ(g.v[0].cluster, 1); /* the cluster kind's first */
+    ctrl_nodes_release(&n);
+}
+
+static void on_node_entries(const char *node, void *data)
+{
+    struct notes *n = data;
+    if (n->n < 64)
+        snprintf(n->keys[n->n++], 64, "%s", node);
+}
+
+/* The Node labels' trigger: a node's entries changed (once per report that changes them). */
+TEST(nodes_entry_changes_name_the_node)
+{
+    struct ctrl_nodes n;
+    struct notes no = {0};
+    char c[512];
+    ctrl_nodes_init(&n);
+    n.node_entries_changed = on_node_entries;
+    n.data = &no;
+    snprintf(c, sizeof c, "{\"x\":%s}", compat(DA));
+    ASSERT_EQ(upsert(&n, "ml", "n1", c), 0);
+    ASSERT_EQ(no.n, 1);
+    ASSERT_STREQ(no.keys[0], "n1");
+    ASSERT_EQ(upsert(&n, "ml", "n1", c), 0); /* a heartbeat: nothing changed */
+    ASSERT_EQ(no.n, 1);
+    snprintf(c, sizeof c, "{\"x\":%s}", incompat(DA, "NoVariant"));
+    ASSERT_EQ(upsert(&n, "ml", "n1", c), 0);
+    ASSERT_EQ(no.n, 2);
+    ctrl_nodes_remove(&n, 0, "ml", "n1");
+    ASSERT_EQ(no.n, 3);
+    ASSERT_STREQ(no.keys[2], "n1");
+    ctrl_nodes_release(&n);
 }

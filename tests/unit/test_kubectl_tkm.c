@@ -474,3 +474,106 @@ TEST(yaml_quotes_what_would_read_back_as_another_type)
     json_decref(d);
     tkm_buf_release(&b);
 }
+
+/* ---- issue 24: nodes grouped by variant, the schedule recipe ------------------------- */
+
+#define VAR90                                                                                      \
+    "{\"digest\":\"sha256:9090909090909090aaaa\",\"platform\":\"linux/amd64\",\"backend\":"        \
+    "\"cuda\",\"arch\":\"90\",\"warpSize\":32,\"gpuType\":\"nvidia-h200\",\"gpuIds\":[0,1]}"
+#define VAR80                                                                                      \
+    "{\"digest\":\"sha256:8080808080808080bbbb\",\"platform\":\"linux/amd64\",\"backend\":"        \
+    "\"cuda\",\"arch\":\"80\",\"warpSize\":32,\"gpuType\":\"nvidia-a100\",\"gpuIds\":[0]}"
+#define E_VAR(v)                                                                                   \
+    "{\"digest\":\"" D1                                                                            \
+    "\",\"verified\":true,\"extracted\":true,\"compatibleGPUs\":[{\"ids\":[0],"                    \
+    "\"gpuType\":\"x\"}],\"variants\":[" v "]}"
+#define E_NOVAR                                                                                    \
+    "{\"digest\":\"" D1 "\",\"verified\":true,\"fallback\":\"Empty\",\"incompatibleGPUs\":[{"      \
+    "\"ids\":[0,1],\"gpuType\":\"amd-mi300x\",\"reason\":\"NoVariant\",\"message\":\"no variant "  \
+    "for hip gfx942\"}]}"
+
+static void variant_world(struct kt_world *w)
+{
+    kt_world_init(w);
+    add_cache(w, "ml", "mix", D1);
+    add_status(w, "ml", "h1", H200, "{\"mix\":" E_VAR(VAR90) "}");
+    add_status(w, "ml", "h2", H200, "{\"mix\":" E_VAR(VAR90) "}");
+    add_status(w, "ml", "a1", H200, "{\"mix\":" E_VAR(VAR80) "}");
+    add_status(w, "ml", "m1", MI300X, "{\"mix\":" E_NOVAR "}");
+    add_status(w, "ml", "old", H200, "{\"mix\":" E_EXTRACTED "}"); /* no variants reported */
+}
+
+TEST(status_groups_nodes_by_variant)
+{
+    struct kt_world w;
+    struct kt_matrix m;
+    variant_world(&w);
+    ASSERT_EQ(kt_matrix_build(&w, &m), 0);
+    char *s = render(&m, 0, KT_BY_NODE, 0);
+    ASSERT_STRCONTAINS(s, "\nBy variant:\n");
+    /* most nodes first; digests shortened; the nodes named */
+    const char *v90 = strstr(s, "cuda/90 linux/amd64 warp 32 (sha256:909090909090)");
+    const char *v80 = strstr(s, "cuda/80 linux/amd64 warp 32 (sha256:808080808080)");
+    const char *nv = strstr(s, "no variant: amd-mi300x (NoVariant)");
+    ASSERT(v90 && v80 && nv && v90 < v80 && v80 < nv);
+    ASSERT_STRCONTAINS(v90, ")   2       4      h1, h2\n");
+    ASSERT_STRCONTAINS(v80, ")   1       1      a1\n");
+    ASSERT_STRCONTAINS(nv, ")                  1       2      m1 (empty volume)\n");
+    ASSERT_STRCONTAINS(s, "tkc/mix   cuda/90");
+    ASSERT(strstr(s, "old") != NULL && strstr(strstr(s, "By variant:"), "old") == NULL);
+    free(s);
+    /* the document: per cache, variants with their nodes, and the GPU types without one */
+    json_t *doc = kt_status_json(&m);
+    ASSERT_NOT_NULL(doc);
+    json_t *c = json_array_get(json_object_get(doc, "caches"), 0);
+    json_t *vs = json_object_get(c, "variants"), *nvs = json_object_get(c, "withoutVariant");
+    ASSERT_UEQ(json_array_size(vs), 2);
+    ASSERT_STREQ(json_string_value(json_object_get(json_array_get(vs, 0), "arch")), "90");
+    ASSERT_UEQ(json_array_size(json_object_get(json_array_get(vs, 0), "nodes")), 2);
+    ASSERT_EQ(json_integer_value(json_object_get(json_array_get(vs, 0), "gpus")), 4);
+    ASSERT_STREQ(json_string_value(json_object_get(json_array_get(nvs, 0), "gpuType")),
+                 "amd-mi300x");
+    ASSERT_EQ(json_integer_value(json_object_get(json_array_get(nvs, 0), "emptyVolumes")), 1);
+    json_decref(doc);
+    kt_matrix_release(&m);
+    kt_world_release(&w);
+    /* no node reports variants: no section, no members (the documents stay as they were) */
+    small_world(&w);
+    ASSERT_EQ(kt_matrix_build(&w, &m), 0);
+    s = render(&m, 0, KT_BY_NODE, 0);
+    ASSERT(strstr(s, "By variant") == NULL);
+    free(s);
+    doc = kt_status_json(&m);
+    ASSERT_NULL(json_object_get(json_array_get(json_object_get(doc, "caches"), 0), "variants"));
+    json_decref(doc);
+    kt_matrix_release(&m);
+    kt_world_release(&w);
+}
+
+TEST(schedule_prints_the_node_label_recipe)
+{
+    struct kt_world w;
+    struct tkm_buf b = TKM_BUF_INIT(1u << 20);
+    kt_world_init(&w);
+    add_cache(&w, "ml", "mix", D1);
+    add_cache(&w, NULL, "shared", D1);
+    ASSERT_EQ(kt_render_schedule(&w.caches[0], &b), 0);
+    ASSERT_STRCONTAINS(b.data, "nodeSelector:\n  tkc.tkm.io/ml.mix: \"true\"\n");
+    ASSERT_STRCONTAINS(b.data, "        - key: tkc.tkm.io/ml.mix\n          operator: In\n"
+                               "          values: [\"true\"]\n");
+    ASSERT_STRCONTAINS(b.data, "names no nodeLabel yet"); /* the status has none */
+    tkm_buf_reset(&b);
+    ASSERT_EQ(kt_render_schedule(&w.caches[1], &b), 0);
+    ASSERT_STRCONTAINS(b.data, "  tkcc.tkm.io/shared: \"true\"\n");
+    /* the label the controller wrote wins (a long name's hashed key) */
+    free(w.caches[0].status.node_label);
+    w.caches[0].status.node_label = strdup("tkc.tkm.io/ml.x-0123456789");
+    w.caches[0].status.has_counts = 1;
+    w.caches[0].status.counts.compatible = 3;
+    tkm_buf_reset(&b);
+    ASSERT_EQ(kt_render_schedule(&w.caches[0], &b), 0);
+    ASSERT_STRCONTAINS(b.data, "tkc.tkm.io/ml.x-0123456789=true (3 nodes at the last status)");
+    ASSERT(strstr(b.data, "nodeLabel yet") == NULL);
+    tkm_buf_release(&b);
+    kt_world_release(&w);
+}

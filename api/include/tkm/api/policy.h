@@ -66,6 +66,9 @@ struct tkm_api_config {
     char *registry_allow;
     char *registry_private;
     char *registry_plain_http;
+    /* whenIncompatible ("Fail" or "Empty"): the default of the caches'
+     * spec.whenIncompatible; UNSET when absent (then Empty) */
+    enum tkm_api_fallback when_incompatible;
 };
 
 /* Decodes a ConfigMap object (the whole object as GET or an informer returns
@@ -76,6 +79,12 @@ struct tkm_api_config {
  * owned; on failure it is released. */
 int tkm_api_config_decode(const json_t *configmap, struct tkm_api_config *out, struct tkm_err *err);
 void tkm_api_config_release(struct tkm_api_config *c);
+
+/* What a pod gets on a node where no variant of the cache fits: spec
+ * (whenIncompatible), else cfg's (NULL: no tkm-config), else Empty. Never
+ * UNSET. Pure. */
+enum tkm_api_fallback tkm_api_fallback_effective(const struct tkm_api_cache_spec *spec,
+                                                 const struct tkm_api_config *cfg);
 
 /* The registry reach policy of cfg (NULL: no tkm-config), each key the
  * ConfigMap leaves out taken from flags (the daemon's --registry-* flags;

@@ -122,6 +122,13 @@ enum tkm_api_fallback {
     TKM_API_FALLBACK_EMPTY,     /* an empty writable cache, a Warning event */
 };
 
+/* "Fail" / "Empty" into *out; anything else is -EPROTO with err naming field
+ * ("spec.whenIncompatible: \"empty\", expected Fail or Empty"). */
+int tkm_api_fallback_parse(const char *s, const char *field, enum tkm_api_fallback *out,
+                           struct tkm_err *err);
+/* "Fail", "Empty" (UNSET: "Empty", the built-in default). Static. */
+const char *tkm_api_fallback_name(enum tkm_api_fallback f);
+
 struct tkm_api_cache_spec {
     char *cache_image; /* required */
     enum tkm_api_fallback when_incompatible;
@@ -152,6 +159,14 @@ struct tkm_api_failed_node {
     char *node, *reason, *message;
 };
 
+/* status.variants[]: one variant of the cache and how many nodes and GPUs use
+ * it (summed over the node statuses). Owned strings. */
+struct tkm_api_variant_count {
+    char *digest, *platform, *backend, *arch;
+    int64_t warp_size;
+    int32_t nodes, gpus;
+};
+
 /* The status the controller writes. */
 struct tkm_api_cache_status {
     int64_t observed_generation;
@@ -165,6 +180,13 @@ struct tkm_api_cache_status {
     struct tkm_api_condition *conditions;
     size_t n_conditions;
     char *last_updated;
+    /* mixed fleets (docs/api.md): at most 64 variants, sorted by nodes then digest */
+    struct tkm_api_variant_count *variants;
+    size_t n_variants;
+    char **gpu_types_without_variant; /* NoVariant / HostArchMismatch somewhere; at most 64 */
+    size_t n_gpu_types_without_variant;
+    char *variant_summary; /* the printer column: "cuda/90: 3 nodes; none for: nvidia-a100" */
+    char *node_label;      /* the Node label key the controller keeps for this cache */
 };
 
 struct tkm_api_cache {
@@ -173,6 +195,22 @@ struct tkm_api_cache {
     struct tkm_api_cache_spec spec;
     struct tkm_api_cache_status status;
 };
+
+/* Scheduling help (docs/user-guide.md): tkm-controller labels every Node
+ * where a cache is usable with this key and the value "true". Namespaced
+ * caches: "tkc.tkm.io/<namespace>.<name>", cluster caches:
+ * "tkcc.tkm.io/<name>"; a name part longer than 63 characters (the label
+ * limit) is its first 52 characters, '-' and 10 hex digits of the SHA-256
+ * of "<namespace>/<name>" ("/<name>" for the cluster kind). The prefixes
+ * belong to the controller: it removes any of their labels that no usable
+ * cache explains. */
+#define TKM_API_NODE_LABEL_NS      "tkc.tkm.io/"
+#define TKM_API_NODE_LABEL_CLUSTER "tkcc.tkm.io/"
+#define TKM_API_NODE_LABEL_VALUE   "true"
+#define TKM_API_NODE_LABEL_MAX     80 /* the longest key, NUL included */
+/* The key for a cache (ns NULL or "": the cluster kind) into out (at least
+ * TKM_API_NODE_LABEL_MAX bytes). 0, -EINVAL (no name, or out too small). */
+int tkm_api_node_label(const char *ns, const char *name, char *out, size_t n);
 
 /* Decodes a TritonKernelCache or TritonKernelCacheCluster (kind checked).
  * json is borrowed; *out is owned: tkm_api_cache_release(). On failure *out
@@ -310,7 +348,8 @@ void tkm_api_node_status_release(struct tkm_api_node_status *st);
  * cache (tkm-controller's index): no jansson tree, nothing allocated per
  * entry. It validates the whole object (JSON syntax and duplicate keys with
  * tkm_jscan, kind, apiVersion, metadata, every status field's type and
- * limits: 64 GPUs, 512 caches, 64 groups and ids, 1024 pods; the messages
+ * limits: 64 GPUs, 512 caches, 64 groups and ids, 1024 pods, 64 variants
+ * with the CRD's string lengths, fallback "Empty"; the messages
  * name the field) and only then calls entry() once per status.caches
  * member, in the object's order (NOT sorted by name).
  *
@@ -320,9 +359,28 @@ void tkm_api_node_status_release(struct tkm_api_node_status *st);
  * entry() returning non-zero stops the scan, which returns that value. On
  * failure (-EPROTO, -ENOMEM, with err) entry() is never called.
  */
+/* An entry's variants[] member (strings NULL when absent). */
+struct tkm_api_nsscan_variant {
+    const char *digest, *platform, *backend, *arch, *gpu_type;
+    int64_t warp_size; /* 0 when absent */
+    size_t n_gpu_ids;
+};
+
+/* An entry's incompatibleGPUs[] member, in short. */
+struct tkm_api_nsscan_group {
+    const char *gpu_type, *reason; /* NULL when absent */
+    size_t n_ids;
+};
+
+#define TKM_API_NS_VARIANTS_MAX 64 /* variants per cache entry */
+#define TKM_API_NS_GROUPS_MAX   64 /* compatibleGPUs / incompatibleGPUs groups */
 struct tkm_api_nsscan {
     struct tkm_jscan js;
     struct tkm_buf head, str;
+    /* an entry's lists (the strings' offsets in str until the entry is read) */
+    struct tkm_api_nsscan_variant var[TKM_API_NS_VARIANTS_MAX];
+    struct tkm_api_nsscan_group grp[TKM_API_NS_GROUPS_MAX];
+    size_t var_at[TKM_API_NS_VARIANTS_MAX][5], grp_at[TKM_API_NS_GROUPS_MAX][2];
 };
 void tkm_api_nsscan_init(struct tkm_api_nsscan *s);
 void tkm_api_nsscan_release(struct tkm_api_nsscan *s);
@@ -335,8 +393,9 @@ struct tkm_api_nsscan_head {
     size_t n_caches;
 };
 
-/* One status.caches entry: what tkm_api_node_cache has, less the lists and lastFailure
- * (checked: an object of strings reason, message, time). */
+/* One status.caches entry: what tkm_api_node_cache has, less the pods, the
+ * GPU ids, the messages but the first and lastFailure (checked: an object of
+ * strings reason, message, time). */
 struct tkm_api_nsscan_entry {
     const char *name;   /* the member name (never NULL) */
     const char *digest; /* NULL when absent */
@@ -345,6 +404,10 @@ struct tkm_api_nsscan_entry {
     const char *error; /* NULL when absent */
     /* incompatibleGPUs[0].reason / .message; NULL when absent */
     const char *incompatible_reason, *incompatible_message;
+    const struct tkm_api_nsscan_group *incompatible; /* n_incompatible of them */
+    const struct tkm_api_nsscan_variant *variants;   /* n_variants of them */
+    size_t n_variants;
+    const char *fallback; /* "Empty" or NULL */
 };
 
 typedef int (*tkm_api_nsscan_cb)(const struct tkm_api_nsscan_head *h,
