@@ -11,22 +11,9 @@
 
 #include "agent.h"
 
-/* tkm-config's whenIncompatible. The API's decoder (struct tkm_api_config's
- * when_incompatible) comes with the API change of issue 24; until it is
- * merged no default is known here, which means the built-in one (Empty).
- * TODO(merge #24): return cfg->when_incompatible. */
-static enum tkm_api_fallback config_fallback(const struct tkm_api_config *cfg)
-{
-    (void)cfg;
-    return TKM_API_FALLBACK_UNSET;
-}
-
 enum tkm_api_fallback agent_cache_fallback(const struct agent *a, const struct agent_cache *ac)
 {
-    enum tkm_api_fallback f = ac->c.spec.when_incompatible;
-    if (f == TKM_API_FALLBACK_UNSET)
-        f = config_fallback(&a->cfg);
-    return f == TKM_API_FALLBACK_FAIL ? TKM_API_FALLBACK_FAIL : TKM_API_FALLBACK_EMPTY;
+    return tkm_api_fallback_effective(&ac->c.spec, &a->cfg);
 }
 
 /* A GPU's reason that is about the cache's integrity (or a variant not judged
