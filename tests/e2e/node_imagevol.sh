@@ -13,7 +13,9 @@
 #   4. an unsigned image and one signed with another key, under tkm-config's Enforce
 #      policy: the image volume mounts both; tkm refuses with NoSignature/KeyMismatch;
 #   5. an sm80 image on the fixture H200: the image volume mounts it and the workload
-#      misses every kernel and fails; tkm says ArchMismatch;
+#      misses every kernel and fails; tkm mounts an empty writable cache (the default
+#      whenIncompatible: Empty) with a CacheNotUsed event saying ArchMismatch, and the
+#      workload compiles and succeeds; with whenIncompatible: Fail tkm refuses the mount;
 #   6. the same cache in two pods: copies of the kernels on the node's disk for each.
 # Setup (images, the signed sm90 cache image, tkm deployed with the controller, the
 # cache Ready) is node_tkm_full's (node_scenario.inc, NODE_SETUP_ONLY=1).
@@ -185,11 +187,26 @@ assert_eq "Succeeded $((NALL - NK)) $NK" "$PH $(field compile_hits) $(field comp
 run i5 img "$REPO@$D80" "$CP"
 assert_eq Failed "$PH" "image volume: the workload fails"
 erofs "recompiling into the read-only mount"
-expect_ok "apply t5" "$hack/node.sh" apply - < <(pod t5 tkm sm80 "$MP" --probe)
-wait_for 90 "t5: FailedMount says why (ArchMismatch)" refused t5 "FailedPrecondition.*ArchMismatch"
+# whenIncompatible unset (the default, Empty): the pod starts with an empty writable cache
+run t5 tkm sm80 "$MP"
+assert_eq "Succeeded 0 $NALL" "$PH $(field compile_hits) $(field compile_misses)" "tkm (whenIncompatible: Empty, the default): the pod starts with an empty writable cache and compiles all $NALL"
+ev=$(kubectl -n "$NSA" get events --field-selector involvedObject.name=t5,reason=CacheNotUsed -o jsonpath='{range .items[*]}{.type} {.message}{"\n"}{end}')
+assert_eq 1 "$(grep -c . <<<"$ev")" "one CacheNotUsed event on t5"
+assert_contains "$ev" "Warning" "a Warning"
+assert_contains "$ev" "ArchMismatch" "naming the reason"
 msg=$(kubectl -n "$NSA" get tkcns "$TKM_NODE_NAME" -o jsonpath='{.status.caches.sm80.incompatibleGPUs[0].message}')
 assert_contains "$msg" "sm80" "the node status names the cache's arch"
-row "sm80 image on the H200" "mounted; $NK/$NK kernels miss; pod fails: OSError [Errno 30]" "refused: ArchMismatch ($msg)"
+# whenIncompatible: Fail: the refusal of before the policy
+kubectl apply -f - >/dev/null <<EOT
+apiVersion: tkm.io/v1alpha1
+kind: TritonKernelCache
+metadata: {name: sm80-fail, namespace: $NSA}
+spec: {cacheImage: "$REPO:sm80", mountPath: $MP, whenIncompatible: Fail}
+EOT
+wait_for 90 "sm80-fail judged ArchMismatch" is "$NSA" "tkcns/$TKM_NODE_NAME" '{.status.caches.sm80-fail.incompatibleGPUs[0].reason}' ArchMismatch
+expect_ok "apply t5f" "$hack/node.sh" apply - < <(pod t5f tkm sm80-fail "$MP" --probe)
+wait_for 90 "t5f (whenIncompatible: Fail): FailedMount says why (ArchMismatch)" refused t5f "FailedPrecondition.*ArchMismatch"
+row "sm80 image on the H200" "mounted; $NK/$NK kernels miss; pod fails: OSError [Errno 30]" "the pod starts with an empty writable cache, compiles its kernels, Warning CacheNotUsed: ArchMismatch ($msg); whenIncompatible: Fail refuses the mount instead"
 
 step "6. the same cache in two pods on one node: copies on disk"
 CROOT=$TKM_NODE_DIR/containerd/root
