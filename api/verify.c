@@ -240,6 +240,7 @@ static void job_free(struct tkm_verify_job *j)
     tkm_api_policy_free(j->pol);
     tkm_triton_image_release(&j->res.image);
     tkm_oci_manifest_release(&j->res.manifest);
+    tkm_variant_set_release(&j->res.variants);
     free(j);
     if (c->closing && !c->jobs)
         ctx_finish(c);
@@ -438,12 +439,17 @@ static void inspected(struct tkm_verify_job *j, int rc, struct tkm_oci_job_resul
     struct tkm_verify_result *r = &j->res;
     if (rc == 0) {
         /* moved out of the job's result (session.h allows it) */
-        struct tkm_triton_image *im = (struct tkm_triton_image *)res->detail;
-        r->image = *im;
-        memset(im, 0, sizeof *im);
-        r->manifest = res->image.parsed;
-        memset(&res->image.parsed, 0, sizeof res->image.parsed);
-        snprintf(r->image_digest, sizeof r->image_digest, "%s", res->digest);
+        struct tkm_variant_inspect *vi = (struct tkm_variant_inspect *)res->detail;
+        if (vi->image) {
+            r->image = *vi->image;
+            memset(vi->image, 0, sizeof *vi->image);
+            r->manifest = res->image.parsed;
+            memset(&res->image.parsed, 0, sizeof res->image.parsed);
+            snprintf(r->image_digest, sizeof r->image_digest, "%s", res->digest);
+        }
+        tkm_variant_set_release(&r->variants); /* a SUMMARY after an INSPECT: the newer */
+        r->variants = vi->set;
+        memset(&vi->set, 0, sizeof vi->set);
         r->inspected = 1;
     }
     if (j->oci_what == OCI_INSPECT) {
@@ -513,7 +519,7 @@ static int start_inspect(struct tkm_verify_job *j, int summary, struct tkm_err *
     struct tkm_oci_ref ref = j->ref;
     snprintf(ref.digest, sizeof ref.digest, "%s", j->res.digest);
     j->oci_what = summary ? OCI_SUMMARY : OCI_INSPECT;
-    return tkm_triton_job_inspect(j->res.session, &ref, on_oci, j, &j->oci, err);
+    return tkm_variants_job_inspect(j->res.session, &ref, on_oci, j, &j->oci, err);
 }
 
 /* The session for the image's host with the job's credentials, then the

@@ -21,6 +21,7 @@
 #include "ctl_signal.h"
 #include "tkmctl.h"
 #include "ctl_json.h"
+#include "ctl_variants.h"
 
 static void usage(FILE *f)
 {
@@ -36,6 +37,10 @@ static void usage(FILE *f)
         "exist, so an unrewritten cache recompiles). An image with torch.compile parts\n"
         "(tkmctl build --inductor-dir/--vllm-dir) becomes DIR/triton, DIR/inductor and\n"
         "DIR/vllm, the group files of every part rewritten (docs/images.md).\n\n"
+        "A variant index (docs/images.md \"Variants\"): the variant for this machine's GPUs\n"
+        "(its platform, then the first GPU's exact target, then for CUDA its sm_NNa build), or\n"
+        "the one --target names, is fetched by the digest the index names (its bytes must\n"
+        "hash to it); when none fits, the error lists the variants.\n\n"
         "Work happens in .tkm-staging-<pid>-<start>-<random> beside DIR. SIGINT or SIGTERM\n"
         "stops it (a download too: the pull is cancelled), removes the staging dir and\n"
         "exits 128+signal (130, 143); a second one kills at once. What a killed run left\n"
@@ -45,6 +50,8 @@ static void usage(FILE *f)
         "  --mount-path P     the absolute path Triton will use (default: DIR's own path),\n"
         "                     e.g. the mountPath of a pod volume\n"
         "  --tag TAG          the image in a layout (default: the only one)\n"
+        "  --target B/A[/W]   of a variant index: the variant for backend B, arch A, warp\n"
+        "                     size W (default 32 for cuda, 64 for hip), e.g. cuda/90\n"
         "  --max-bytes N      cap on the uncompressed layer (default 32Gi); for REF also on\n"
         "                     the bytes downloaded: the sizes the manifest declares are\n"
         "                     checked against it before any layer is requested\n"
@@ -60,17 +67,23 @@ static void usage(FILE *f)
         ctl_oci_flags_help);
 }
 
-static void print_result(const struct tkm_triton_extract_result *r, const char *out, int json)
+static void print_result(const struct tkm_triton_extract_result *r, const char *out,
+                         const struct tkm_variant *v, int json)
 {
     char a[32];
     if (json) {
-        json_t *j =
-            json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I}", "output", out, "layer", r->layer, "files",
-                      (json_int_t)r->files, "file_bytes", (json_int_t)r->file_bytes,
-                      "groups_rewritten", (json_int_t)r->groups, "child_paths",
-                      (json_int_t)r->children, "missing_children", (json_int_t)r->missing_children);
+        json_t *j = json_pack(
+            "{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:o*}", "output", out, "layer", r->layer, "files",
+            (json_int_t)r->files, "file_bytes", (json_int_t)r->file_bytes, "groups_rewritten",
+            (json_int_t)r->groups, "child_paths", (json_int_t)r->children, "missing_children",
+            (json_int_t)r->missing_children, "variant", v->digest[0] ? ctl_variant_json(v) : NULL);
         ctl_json_print(j);
         return;
+    }
+    if (v->digest[0]) {
+        char d[160];
+        tkm_variant_describe(v, d, sizeof d);
+        printf("variant %s (%s)\n", d, v->digest);
     }
     printf("extracted %llu files (%s) from %s to %s; rewrote %llu group files\n",
            (unsigned long long)r->files, ctl_human_bytes(r->file_bytes, a, sizeof a), r->layer, out,
@@ -79,7 +92,9 @@ static void print_result(const struct tkm_triton_extract_result *r, const char *
 
 /* What one extraction needs. */
 struct xjob {
-    const char *src, *output, *tag, *mount;
+    const char *src, *output, *tag, *mount, *target;
+    char vsrc[800];             /* a variant index: the variant chosen (a tag or a ref) */
+    struct tkm_variant variant; /* and its facts (digest "" when not a variant index) */
     struct ctl_oci_flags *f;
     struct tkm_archive_opts ao; /* limits and the cancel flag */
     struct ctl_pull_caps caps;  /* for REF */
@@ -112,6 +127,34 @@ static int open_parent(struct xjob *j, struct tkm_err *err)
     return 0;
 }
 
+/* A variant index at src: the variant for this machine (or --target) into
+ * j->vsrc/j->variant, and src/tag switched to it. */
+static int choose_variant(struct xjob *j, int is_layout, struct tkm_err *err)
+{
+    struct ctl_variants cv;
+    struct tkm_gpu_list l = {0};
+    struct tkm_gpu_probe_opts po = {0};
+    size_t idx;
+    int rc = ctl_variants_load(&cv, is_layout ? j->src : NULL, j->tag, is_layout ? NULL : j->src,
+                               j->f, err);
+    if (rc || cv.set.n == 0)
+        goto out;
+    if (!j->target && (rc = tkm_gpu_probe(&l, &po, err)) != 0)
+        goto out;
+    if ((rc = ctl_variants_choose(&cv, j->target, &l, &idx, NULL, err)) != 0)
+        goto out;
+    j->variant = cv.set.v[idx];
+    ctl_variants_source(&cv, idx, j->vsrc, sizeof j->vsrc);
+    if (is_layout)
+        j->tag = j->vsrc;
+    else
+        j->src = j->vsrc;
+out:
+    tkm_gpu_list_release(&l);
+    ctl_variants_release(&cv);
+    return rc;
+}
+
 static int extract_ref(struct xjob *j, struct tkm_triton_extract_result *r, struct tkm_err *err)
 {
     struct tkm_oci_ref ref;
@@ -119,6 +162,8 @@ static int extract_ref(struct xjob *j, struct tkm_triton_extract_result *r, stru
     struct tkm_oci_pull_result pr;
     char layout[4400];
     int rc, sfd;
+    if ((rc = choose_variant(j, tkm_oci_layout_is(j->src), err)) != 0)
+        return rc;
     if (tkm_oci_layout_is(j->src))
         return tkm_triton_extract_layout_with(j->src, j->tag, j->output, j->mount, &j->ao, r, err);
     if ((rc = tkm_oci_ref_parse(&ref, j->src, err)) != 0) {
@@ -134,6 +179,11 @@ static int extract_ref(struct xjob *j, struct tkm_triton_extract_result *r, stru
     ro.cancel = j->ao.cancel; /* a signal cancels the pull job, which removes its layout */
     rc = ctl_pull_capped(&ref, &ro, layout, "pulled", 1, &j->caps, &pr, err);
     ctl_progress_end(&j->f->progress);
+    if (rc && j->variant.digest[0]) {
+        char d[160];
+        tkm_variant_describe(&j->variant, d, sizeof d);
+        tkm_err_prefix(err, "variant %s (%s) of the index, in %s", d, j->variant.digest, ref.repo);
+    }
     if (rc == 0) {
         tkm_oci_pull_result_release(&pr);
         rc = tkm_triton_extract_layout_with(layout, "pulled", j->output, j->mount, &j->ao, r, err);
@@ -158,10 +208,13 @@ static int cmd_extract(int argc, char **argv)
     tkm_archive_opts_init(&j.ao);
     ctl_oci_flags_init(&f, "pull");
     j.f = &f;
-    const struct ctl_arg args[] = {
-        {"--output", &j.output, NULL},         {"--tag", &j.tag, NULL},
-        {"--mount-path", &j.mount, NULL},      {"--max-bytes", &max_bytes, NULL},
-        {"--max-file-bytes", &max_file, NULL}, {0}};
+    const struct ctl_arg args[] = {{"--output", &j.output, NULL},
+                                   {"--tag", &j.tag, NULL},
+                                   {"--target", &j.target, NULL},
+                                   {"--mount-path", &j.mount, NULL},
+                                   {"--max-bytes", &max_bytes, NULL},
+                                   {"--max-file-bytes", &max_file, NULL},
+                                   {0}};
     const struct ctl_args_spec spec = {"extract", args, &j.src, 1, usage, &f};
     int st = ctl_args_parse(&spec, argc, argv);
     if (st >= 0)
@@ -205,7 +258,7 @@ static int cmd_extract(int argc, char **argv)
                 "tkmctl extract: warning: the image label cache-size-bytes says %llu, extracted "
                 "%llu\n",
                 (unsigned long long)r.label_bytes, (unsigned long long)r.file_bytes);
-    print_result(&r, j.output, f.json);
+    print_result(&r, j.output, &j.variant, f.json);
     return 0;
 }
 

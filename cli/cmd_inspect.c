@@ -19,35 +19,41 @@
 #include "tkmctl.h"
 #include "ctl_oci.h"
 #include "ctl_json.h"
+#include "ctl_variants.h"
 
 static void inspect_usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: tkmctl inspect CACHE_DIR | --image-layout DIR [--tag TAG] | IMAGE_REF "
-            "[-o json]\n\n"
-            "Shows what a Triton kernel cache holds. For a directory (TRITON_CACHE_DIR, or an\n"
-            "extracted image's io.triton.cache/): the summary an image built from it would carry\n"
-            "(targets = backend, arch, warp size; Triton and PTX ISA versions; entry count = the\n"
-            "kernel JSONs with a \"hash\"; cache size = the sum of regular file sizes, tmp.pid_*\n"
-            "skipped) and one line per kernel: directory, name, backend, arch, warps, stages,\n"
-            "Triton version, PTX ISA version, size. For an image (an OCI layout or a registry\n"
-            "reference): its cache.triton.image/* labels, read from the config without pulling\n"
-            "the layer, and its torch.compile parts (Inductor: torch/CUDA/Triton versions and\n"
-            "GPU; vLLM: MCV's cache.vllm.image/* and io.kserve.km/* labels). A directory that\n"
-            "an extracted multi-part image left (triton/ inductor/ vllm/): each part.\n\n"
-            "Options:\n"
-            "  -o, --output json|text  output format (default text)\n"
-            "  --image-layout DIR      an OCI image layout (as written by 'tkmctl build')\n"
-            "  --tag TAG               the manifest to read from the layout (default: the only "
-            "one)\n\n"
-            "%s\n"
-            "Exit status: 0 success, 1 the cache or image cannot be read (the message says why),\n"
-            "2 usage error.\n\n"
-            "Examples:\n"
-            "  tkmctl inspect ~/.triton/cache\n"
-            "  tkmctl inspect ~/.triton/cache -o json | jq '.kernels[].name'\n"
-            "  tkmctl inspect --image-layout ./out --tag v1\n",
-            ctl_oci_flags_help);
+    fprintf(
+        f,
+        "Usage: tkmctl inspect CACHE_DIR | --image-layout DIR [--tag TAG] | IMAGE_REF "
+        "[-o json]\n\n"
+        "Shows what a Triton kernel cache holds. For a directory (TRITON_CACHE_DIR, or an\n"
+        "extracted image's io.triton.cache/): the summary an image built from it would carry\n"
+        "(targets = backend, arch, warp size; Triton and PTX ISA versions; entry count = the\n"
+        "kernel JSONs with a \"hash\"; cache size = the sum of regular file sizes, tmp.pid_*\n"
+        "skipped) and one line per kernel: directory, name, backend, arch, warps, stages,\n"
+        "Triton version, PTX ISA version, size. For an image (an OCI layout or a registry\n"
+        "reference): its cache.triton.image/* labels, read from the config without pulling\n"
+        "the layer, and its torch.compile parts (Inductor: torch/CUDA/Triton versions and\n"
+        "GPU; vLLM: MCV's cache.vllm.image/* and io.kserve.km/* labels), and the image as a\n"
+        "variant (platform, backend, arch, warp size). A variant index (an image index whose\n"
+        "entries carry cache.triton.image/backend, docs/images.md \"Variants\"): its variants,\n"
+        "each with digest, platform, target, Triton version and parts. A directory that\n"
+        "an extracted multi-part image left (triton/ inductor/ vllm/): each part.\n\n"
+        "Options:\n"
+        "  -o, --output json|text  output format (default text)\n"
+        "  --image-layout DIR      an OCI image layout (as written by 'tkmctl build')\n"
+        "  --tag TAG               the manifest to read from the layout (default: the only "
+        "one)\n\n"
+        "%s\n"
+        "Exit status: 0 success, 1 the cache or image cannot be read (the message says why),\n"
+        "2 usage error.\n\n"
+        "Examples:\n"
+        "  tkmctl inspect ~/.triton/cache\n"
+        "  tkmctl inspect ~/.triton/cache -o json | jq '.kernels[].name'\n"
+        "  tkmctl inspect --image-layout ./out --tag v1\n"
+        "  tkmctl inspect quay.io/me/cache:v1 -o json | jq '.variants[].digest'\n",
+        ctl_oci_flags_help);
 }
 
 static json_t *kernel_json(const struct tkm_triton_kernel *k)
@@ -248,26 +254,58 @@ out:
     return rc;
 }
 
+/* A variant index: its variants. */
+static int inspect_variants(const struct ctl_variants *cv, int json)
+{
+    if (json) {
+        json_t *a = json_array();
+        for (size_t i = 0; a && i < cv->set.n; i++)
+            json_array_append_new(a, ctl_variant_json(&cv->set.v[i]));
+        return ctl_json_print(json_pack("{s:s,s:s,s:o}", "image", cv->what, "indexDigest",
+                                        cv->set.digest, "variants", a)) != 0;
+    }
+    printf("Image:        %s\nIndex:        %s (a variant index)\nVariants:     %zu\n", cv->what,
+           cv->set.digest, cv->set.n);
+    ctl_variants_print(&cv->set);
+    printf("(each variant: 'tkmctl inspect' it by its digest)\n");
+    return 0;
+}
+
 static int inspect_image(const char *layout, const char *tag, const char *ref, int json,
                          struct ctl_oci_flags *oci)
 {
     struct tkm_triton_image im;
     struct tkm_err err = {0};
     struct tkm_oci_registry_opts ro;
+    struct ctl_variants cv;
+    struct tkm_variant_set one = {0};
     ctl_oci_registry_opts(oci, &ro);
-    int rc = layout ? tkm_triton_image_load_layout(&im, layout, tag, &err)
+    int rc = ctl_variants_load(&cv, layout, tag, ref, oci, &err);
+    if (rc == 0 && cv.set.n) {
+        rc = inspect_variants(&cv, json);
+        ctl_variants_release(&cv);
+        return rc;
+    }
+    ctl_variants_release(&cv);
+    if (rc == 0)
+        rc = layout ? tkm_triton_image_load_layout(&im, layout, tag, &err)
                     : tkm_triton_image_load_ref(&im, ref, &ro, &err);
+    if (rc == 0)
+        rc = tkm_variants_from_image(im.manifest_digest, 0, NULL, &im.config, &im.summary, NULL,
+                                     &one, &err);
     if (rc) {
         fprintf(stderr, "tkmctl inspect: %s\n", tkm_err_str(&err));
         return 1;
     }
     if (json) {
         rc = ctl_json_print(json_pack(
-                 "{s:s,s:s,s:o*,s:o*,s:o*,s:o}", "image", im.what, "manifestDigest",
+                 "{s:s,s:s,s:o*,s:o*,s:o*,s:o,s:[o]}", "image", im.what, "manifestDigest",
                  im.manifest_digest, "entryCount", ctl_json_label(im.entry_count), "cacheSizeBytes",
                  ctl_json_label(im.size_bytes), "summary", json_loads(im.summary_label, 0, NULL),
-                 "parts", parts_json(&im.config))) != 0;
+                 "parts", parts_json(&im.config), "variants", ctl_variant_json(&one.v[0]))) != 0;
     } else {
+        char d[160];
+        tkm_variant_describe(&one.v[0], d, sizeof d);
         printf("Image:        %s\nManifest:     %s\nEntries:      %s\nSize:         %s bytes\n"
                "Targets:\n",
                im.what, im.manifest_digest, im.entry_count ? im.entry_count : "?",
@@ -276,9 +314,11 @@ static int inspect_image(const char *layout, const char *tag, const char *ref, i
             printf("  %-5s arch %-8s warp %d\n", im.summary.targets[i].target.backend,
                    im.summary.targets[i].target.arch, im.summary.targets[i].target.warp_size);
         parts_text(&im.config);
+        printf("Variant:      %s (a single image: a set of one variant)\n", d);
         printf("(per-kernel details need the layer: 'tkmctl extract' it, then inspect the "
                "directory)\n");
     }
+    tkm_variant_set_release(&one);
     tkm_triton_image_release(&im);
     return rc;
 }
@@ -328,5 +368,5 @@ static int cmd_inspect(int argc, char **argv)
     return rc;
 }
 
-TKMCTL_COMMAND_ORDERED(inspect, "show a Triton cache's summary and kernels (dir or image)",
-                       cmd_inspect, 30)
+TKMCTL_COMMAND_ORDERED(inspect, "show a Triton cache's summary, kernels or variants", cmd_inspect,
+                       30)

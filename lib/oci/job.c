@@ -31,6 +31,7 @@ struct tkm_oci_job {
     char what[TKM_OCI_NAME_MAX * 2 + 80];
     char tag[TKM_OCI_NAME_MAX + 1];
     int layers; /* pull: fetch the layers (0: manifest and config only) */
+    int (*stop)(const void *raw, size_t len); /* inspect: an index to stop at */
     tkm_oci_job_cb cb;
     void *data;
     struct tkm__oci_op *op; /* the operation in flight, or NULL */
@@ -441,6 +442,14 @@ static void on_top(int rc, struct tkm_err *err, void *data)
     }
     if (j->top.kind == TKM_OCI_KIND_INDEX) {
         memcpy(im->index_digest, j->top.digest, sizeof im->index_digest);
+        if (j->stop && j->stop(j->m.body.data, j->m.body.len)) {
+            im->parsed = j->top;
+            memset(&j->top, 0, sizeof j->top);
+            j->res.raw = j->m.body.data;
+            j->res.raw_len = j->m.body.len;
+            job_report(j, 0);
+            return;
+        }
         if ((rc = tkm_oci_index_select(&j->top, "linux", tkm_oci_host_arch(), NULL, &d, &j->err)) !=
             0) {
             job_fail(j, rc);
@@ -560,9 +569,19 @@ static int ref_job(struct tkm_oci_session *s, enum job_kind kind, const struct t
 int tkm_oci_job_inspect(struct tkm_oci_session *s, const struct tkm_oci_ref *ref, tkm_oci_job_cb cb,
                         void *data, struct tkm_oci_job **out, struct tkm_err *err)
 {
+    return tkm__oci_job_inspect_stop(s, ref, NULL, cb, data, out, err);
+}
+
+int tkm__oci_job_inspect_stop(struct tkm_oci_session *s, const struct tkm_oci_ref *ref,
+                              int (*stop)(const void *raw, size_t len), tkm_oci_job_cb cb,
+                              void *data, struct tkm_oci_job **out, struct tkm_err *err)
+{
     struct tkm_oci_job *j;
     int rc = ref_job(s, JOB_INSPECT, ref, cb, data, &j, err);
-    return rc ? rc : job_go(j, out, err);
+    if (rc)
+        return rc;
+    j->stop = stop;
+    return job_go(j, out, err);
 }
 
 int tkm__oci_job_pull(struct tkm_oci_session *s, const struct tkm_oci_ref *ref,

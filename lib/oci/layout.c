@@ -225,6 +225,31 @@ out:
     return rc;
 }
 
+/* A manifest blob named by its digest (an image index's entry): its
+ * descriptor from the verified blob (size, media type). */
+static int find_by_digest(const char *dir, const char *digest, struct tkm_oci_desc *out,
+                          struct tkm_err *err)
+{
+    struct tkm_buf b = TKM_BUF_INIT(TKM_OCI_MANIFEST_MAX);
+    struct tkm_oci_manifest m = {0};
+    struct tkm_oci_desc d = {0};
+    char path[PATH_MAX_LEN];
+    struct stat st;
+    int rc;
+    if (tkm_oci_layout_blob_path(dir, digest, path, sizeof path) != 0 || stat(path, &st) != 0)
+        return tkm_err_set(err, -ENOENT, "layout %s: no blob %s", dir, digest);
+    memcpy(d.digest, digest, sizeof d.digest);
+    d.size = (uint64_t)st.st_size;
+    if ((rc = tkm_oci_layout_read_blob(dir, &d, &b, err)) == 0 &&
+        (rc = tkm_oci_manifest_parse(&m, NULL, b.data, b.len, path, err)) == 0) {
+        snprintf(d.media_type, sizeof d.media_type, "%s", m.media_type);
+        *out = d;
+    }
+    tkm_oci_manifest_release(&m);
+    tkm_buf_release(&b);
+    return rc;
+}
+
 int tkm_oci_layout_find(const char *dir, const char *tag, struct tkm_oci_desc *out,
                         struct tkm_err *err)
 {
@@ -234,6 +259,8 @@ int tkm_oci_layout_find(const char *dir, const char *tag, struct tkm_oci_desc *o
     int rc;
     if (!tkm_oci_layout_is(dir))
         return tkm_err_set(err, -ENOENT, "%s is not an OCI image layout (no oci-layout file)", dir);
+    if (tag && tkm_oci_digest_valid(tag))
+        return find_by_digest(dir, tag, out, err);
     snprintf(path, sizeof path, "%s/index.json", dir);
     if ((rc = tkm_read_file(path, SIZE_MAX, &b, "layout file", err)) != 0)
         goto out;

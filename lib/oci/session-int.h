@@ -144,6 +144,14 @@ void tkm__oci_op_cancel(struct tkm__oci_op *op);
 int tkm__oci_job_pull(struct tkm_oci_session *s, const struct tkm_oci_ref *ref,
                       const char *layout_dir, const char *tag, int layers, tkm_oci_job_cb cb,
                       void *data, struct tkm_oci_job **out, struct tkm_err *err);
+/* tkm_oci_job_inspect that stops at an index for which stop(raw, len)
+ * returns 1 (a cache variant index, triton/variants.h): it reports 0 with
+ * res->digest the index's, res->image.index_digest too, res->image.parsed
+ * the index and res->raw/raw_len its verified bytes; the config is not
+ * fetched. Any other index or manifest: as tkm_oci_job_inspect. */
+int tkm__oci_job_inspect_stop(struct tkm_oci_session *s, const struct tkm_oci_ref *ref,
+                              int (*stop)(const void *raw, size_t len), tkm_oci_job_cb cb,
+                              void *data, struct tkm_oci_job **out, struct tkm_err *err);
 /* A job whose steps live elsewhere in libtkm (lib/trust's cosign verify):
  * the same handle, cancel and callback as every job. _new makes it (no
  * callback yet; _discard frees it if the first step cannot start), _set

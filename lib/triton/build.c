@@ -20,6 +20,7 @@
 #include <tkm/oci/layout.h>
 #include <tkm/triton/cache.h>
 #include <tkm/triton/parts.h>
+#include <tkm/triton/variants.h>
 
 #define BUILD_OUT_CHUNK (256u << 10)
 #define BUILD_MAX_DEPTH 32
@@ -298,15 +299,16 @@ out:
 }
 
 static json_t *config_json(const struct tkm_triton_cache *c, const char *summary, const char *title,
-                           const char *created, const char *diff_id, json_t *extra)
+                           const char *created, const char *diff_id, const char *os,
+                           const char *arch, json_t *extra)
 {
     char count[32], size[32];
     json_t *cfg;
     snprintf(count, sizeof count, "%zu", c->n_kernels);
     snprintf(size, sizeof size, "%llu", (unsigned long long)c->size_bytes);
     cfg = json_pack("{s:s,s:s,s:s,s:{s:s,s:{s:s,s:s,s:s,s:s}},s:{s:s,s:[s]},s:[{s:s,s:s}]}",
-                    "created", created, "architecture", "amd64", "os", "linux", "config",
-                    "WorkingDir", "/", "Labels", "cache.triton.image/cache-size-bytes", size,
+                    "created", created, "architecture", arch, "os", os, "config", "WorkingDir", "/",
+                    "Labels", "cache.triton.image/cache-size-bytes", size,
                     "cache.triton.image/entry-count", count, "cache.triton.image/summary", summary,
                     "org.opencontainers.image.title", title, "rootfs", "type", "layers", "diff_ids",
                     diff_id, "history", "created", created, "created_by", "tkmctl build");
@@ -418,6 +420,39 @@ static int put_json(const char *layout, json_t *j, const char *mt, struct tkm_oc
     return rc;
 }
 
+static int platform_valid(const char *s)
+{
+    size_t n = strlen(s);
+    if (n < 1 || n > 31)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+            return 0;
+    return 1;
+}
+
+/* The variant facts of a one-target cache into v, and its annotations into
+ * the manifest man (the index entry gets the same). */
+static int variant_of(const struct tkm_triton_cache *c, const struct tkm_triton_build_opts *o,
+                      const char *os, const char *arch, struct tkm_variant *v, json_t *man)
+{
+    const struct tkm_triton_target *t = &c->summary.targets[0].target;
+    json_t *ann = json_object_get(man, "annotations");
+    int mask = TKM_PART_TRITON | (o->inductor_dir ? TKM_PART_INDUCTOR : 0) |
+               (o->vllm_dir ? TKM_PART_VLLM : 0);
+    memset(v, 0, sizeof *v);
+    snprintf(v->os, sizeof v->os, "%s", os);
+    snprintf(v->architecture, sizeof v->architecture, "%s", arch);
+    snprintf(v->backend, sizeof v->backend, "%s", t->backend);
+    snprintf(v->arch, sizeof v->arch, "%s", t->arch);
+    v->warp_size = t->warp_size;
+    v->n_targets = 1;
+    if (c->summary.n_triton_versions == 1)
+        snprintf(v->triton_version, sizeof v->triton_version, "%s", c->summary.triton_versions[0]);
+    tkm_variant_parts_str(mask, v->parts, sizeof v->parts);
+    return tkm_variant_annotate(v, ann);
+}
+
 int tkm_triton_build_cache_image(const char *cache_dir, const char *layout_dir, const char *tag,
                                  const struct tkm_triton_build_opts *opts,
                                  struct tkm_triton_build_result *res, struct tkm_err *err)
@@ -427,6 +462,8 @@ int tkm_triton_build_cache_image(const char *cache_dir, const char *layout_dir, 
     struct tkm_triton_cache cache = {0};
     struct layer_writer w;
     struct tkm_triton_build_result r;
+    const char *os = o->os ? o->os : "linux";
+    const char *arch = o->architecture ? o->architecture : tkm_oci_host_arch();
     char tmp[BUILD_PATH_MAX], *summary = NULL;
     json_t *cfg = NULL, *man = NULL, *labels = json_object();
     struct part parts[3] = {
@@ -448,6 +485,20 @@ int tkm_triton_build_cache_image(const char *cache_dir, const char *layout_dir, 
     }
     if ((rc = tkm_triton_summary_label(&cache.summary, &summary, err)) != 0)
         goto out;
+    if (!platform_valid(os) || !platform_valid(arch)) {
+        rc = tkm_err_set(err, -EINVAL,
+                         "the platform must be OS/ARCH in OCI spelling "
+                         "([a-z0-9_]{1,31} each, e.g. linux/arm64)");
+        goto out;
+    }
+    if (o->variant && cache.summary.n_targets != 1) {
+        rc = tkm_err_set(err, -EINVAL,
+                         "%s holds kernels for %zu targets; a variant is built for exactly one "
+                         "(one TRITON_CACHE_DIR per GPU type): build each target's cache as its "
+                         "own variant",
+                         cache_dir, cache.summary.n_targets);
+        goto out;
+    }
     if (!labels) {
         rc = -ENOMEM;
         goto out;
@@ -469,8 +520,9 @@ int tkm_triton_build_cache_image(const char *cache_dir, const char *layout_dir, 
         unlink(tmp);
         goto out;
     }
-    cfg = config_json(&cache, summary, o->title ? o->title : "triton-kernel-cache",
-                      o->created ? o->created : "1970-01-01T00:00:00Z", r.diff_id, labels);
+    cfg =
+        config_json(&cache, summary, o->title ? o->title : "triton-kernel-cache",
+                    o->created ? o->created : "1970-01-01T00:00:00Z", r.diff_id, os, arch, labels);
     if ((rc = put_json(layout_dir, cfg, TKM_OCI_MT_CONFIG, &r.config, err)) != 0)
         goto out;
     man = json_pack("{s:i,s:s,s:{s:s,s:s,s:I},s:[{s:s,s:s,s:I}],s:{s:s,s:s}}", "schemaVersion", 2,
@@ -479,10 +531,17 @@ int tkm_triton_build_cache_image(const char *cache_dir, const char *layout_dir, 
                     "mediaType", r.layer.media_type, "digest", r.layer.digest, "size",
                     (json_int_t)r.layer.size, "annotations", "cache.triton.image/variant", "compat",
                     "org.opencontainers.image.title", o->title ? o->title : "triton-kernel-cache");
+    if (o->variant && (rc = variant_of(&cache, o, os, arch, &r.variant, man)) != 0)
+        goto out;
     if ((rc = put_json(layout_dir, man, TKM_OCI_MT_MANIFEST, &r.manifest, err)) != 0)
         goto out;
-    if ((rc = tkm_oci_layout_add_manifest(layout_dir, &r.manifest, tag, err)) != 0)
+    if (!o->untagged && (rc = tkm_oci_layout_add_manifest(layout_dir, &r.manifest, tag, err)) != 0)
         goto out;
+    if (o->variant) {
+        memcpy(r.variant.digest, r.manifest.digest, sizeof r.variant.digest);
+        memcpy(r.variant.media_type, r.manifest.media_type, sizeof r.variant.media_type);
+        r.variant.size = r.manifest.size;
+    }
     r.entries = cache.n_kernels;
     r.cache_bytes = cache.size_bytes;
     r.tar_bytes = w.tar_bytes;

@@ -3,6 +3,7 @@
  */
 #include <tkm/triton/image.h>
 #include <tkm/triton/parts.h>
+#include <tkm/triton/variants.h>
 
 #include <errno.h>
 #include <stdio.h>
@@ -130,6 +131,8 @@ int tkm_triton_image_load_ref(struct tkm_triton_image *im, const char *s,
 struct ti_ctx {
     struct tkm_oci_job *outer, *inner;
     struct tkm_triton_image im;
+    int variants; /* tkm_variants_job_inspect: detail is vi */
+    struct tkm_variant_inspect vi;
     char what[600];
 };
 
@@ -137,7 +140,19 @@ static void ti_free(void *p)
 {
     struct ti_ctx *c = p;
     tkm_triton_image_release(&c->im);
+    tkm_variant_set_release(&c->vi.set);
     free(c);
+}
+
+/* A variant index's set (res->raw), or the set of one of the image. */
+static int ti_variants(struct ti_ctx *c, const struct tkm_oci_job_result *res, struct tkm_err *e)
+{
+    if (res->raw)
+        return tkm_variants_parse(res->raw, res->raw_len, res->digest, c->what, &c->vi.set, e);
+    c->vi.image = &c->im;
+    return tkm_variants_from_image(res->image.manifest.digest, res->image.manifest.size,
+                                   res->image.manifest.media_type, &c->im.config, &c->im.summary,
+                                   NULL, &c->vi.set, e);
 }
 
 static void ti_cancel(void *p)
@@ -159,18 +174,20 @@ static void ti_done(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *
     }
     struct tkm_oci_job_result *out = tkm__oci_job_ext_result(c->outer);
     memcpy(out->digest, res->digest, sizeof out->digest);
-    rc = image_from_config(&c->im, c->what, res->image.manifest.digest, &res->image.config, &e);
+    if (!res->raw)
+        rc = image_from_config(&c->im, c->what, res->image.manifest.digest, &res->image.config, &e);
+    if (rc == 0 && c->variants)
+        rc = ti_variants(c, res, &e);
     if (rc == 0) {
         out->image = res->image; /* moved (its config is in the detail) */
         memset(&res->image, 0, sizeof res->image);
-        out->detail = &c->im;
+        out->detail = c->variants ? (const void *)&c->vi : (const void *)&c->im;
     }
     tkm__oci_job_ext_report(c->outer, rc, &e);
 }
 
-int tkm_triton_job_inspect(struct tkm_oci_session *s, const struct tkm_oci_ref *ref,
-                           tkm_oci_job_cb cb, void *data, struct tkm_oci_job **out,
-                           struct tkm_err *err)
+static int ti_start(struct tkm_oci_session *s, const struct tkm_oci_ref *ref, int variants,
+                    tkm_oci_job_cb cb, void *data, struct tkm_oci_job **out, struct tkm_err *err)
 {
     struct ti_ctx *c;
     struct tkm_oci_job *j = NULL;
@@ -187,10 +204,26 @@ int tkm_triton_job_inspect(struct tkm_oci_session *s, const struct tkm_oci_ref *
     }
     tkm__oci_job_ext_set(j, c, ti_free, ti_cancel);
     c->outer = j;
-    if ((rc = tkm_oci_job_inspect(s, ref, ti_done, c, &c->inner, err)) != 0) {
+    c->variants = variants;
+    if ((rc = tkm__oci_job_inspect_stop(s, ref, variants ? tkm_variants_is_index : NULL, ti_done, c,
+                                        &c->inner, err)) != 0) {
         tkm__oci_job_ext_discard(j);
         return rc;
     }
     tkm__oci_job_ext_link(j, out);
     return 0;
+}
+
+int tkm_triton_job_inspect(struct tkm_oci_session *s, const struct tkm_oci_ref *ref,
+                           tkm_oci_job_cb cb, void *data, struct tkm_oci_job **out,
+                           struct tkm_err *err)
+{
+    return ti_start(s, ref, 0, cb, data, out, err);
+}
+
+int tkm_variants_job_inspect(struct tkm_oci_session *s, const struct tkm_oci_ref *ref,
+                             tkm_oci_job_cb cb, void *data, struct tkm_oci_job **out,
+                             struct tkm_err *err)
+{
+    return ti_start(s, ref, 1, cb, data, out, err);
 }

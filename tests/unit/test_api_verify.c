@@ -227,6 +227,7 @@ static void on_done(const struct tkm_verify_result *r, void *data)
     struct tkm_verify_result *w = (struct tkm_verify_result *)r;
     memset(&w->image, 0, sizeof w->image);
     memset(&w->manifest, 0, sizeof w->manifest);
+    memset(&w->variants, 0, sizeof w->variants);
     if (r->inspected)
         ASSERT_OK(tkm_verify_api_summary(&s->r.image, &s->sum));
 }
@@ -244,6 +245,7 @@ static void seen_release(struct seen *s)
 {
     tkm_triton_image_release(&s->r.image);
     tkm_oci_manifest_release(&s->r.manifest);
+    tkm_variant_set_release(&s->r.variants);
     tkm_api_summary_release(&s->sum);
 }
 
@@ -625,6 +627,94 @@ TEST(not_a_triton_image_fails_inspect_but_not_the_summary)
     ASSERT_STRCONTAINS(s2.r.summary_message, "not a Triton cache image");
     ASSERT_EQ(s2.r.inspected, 0);
     seen_release(&s2);
+    env_close(&e);
+    tsrv_stop(&srv);
+}
+
+/* A variant index of two entries: the image m (sm90, amd64) and an arm64 one
+ * never served; arch80 is the second entry's arch annotation (JSON text). */
+static void variant_index(const struct img *m, const char *arch80, char *out, size_t n)
+{
+    snprintf(out, n,
+             "{\"schemaVersion\":2,\"mediaType\":\"" TKM_OCI_MT_INDEX "\",\"manifests\":["
+             "{\"mediaType\":\"" TKM_OCI_MT_MANIFEST "\",\"digest\":\"%s\",\"size\":%zu,"
+             "\"platform\":{\"os\":\"linux\",\"architecture\":\"amd64\"},\"annotations\":{"
+             "\"" TKM_VARIANT_ANN_BACKEND "\":\"cuda\",\"" TKM_VARIANT_ANN_ARCH "\":\"90\","
+             "\"" TKM_VARIANT_ANN_WARP "\":\"32\",\"" TKM_VARIANT_ANN_PARTS "\":\"triton\"}},"
+             "{\"mediaType\":\"" TKM_OCI_MT_MANIFEST "\",\"digest\":\"%s\",\"size\":9,"
+             "\"platform\":{\"os\":\"linux\",\"architecture\":\"arm64\"},\"annotations\":{"
+             "\"" TKM_VARIANT_ANN_BACKEND "\":\"cuda\",\"" TKM_VARIANT_ANN_ARCH "\":\"%s\","
+             "\"" TKM_VARIANT_ANN_WARP "\":\"32\",\"" TKM_VARIANT_ANN_PARTS "\":\"triton\"}}]}",
+             m->mdg, strlen(m->man), m->ldg, arch80);
+}
+
+TEST(variant_index_is_read_not_followed_and_an_image_is_a_set_of_one)
+{
+    struct img m;
+    struct img_routes ir;
+    struct tsrv srv;
+    char image[128], idx[2048], idg[72], ipath[160], bad[2048], bdg[72], bpath[160];
+    img_init(&m);
+    variant_index(&m, "80", idx, sizeof idx);
+    variant_index(&m, "8\\u0001", bad, sizeof bad); /* a control character */
+    ASSERT_OK(tkm_oci_digest_bytes(idx, strlen(idx), idg));
+    ASSERT_OK(tkm_oci_digest_bytes(bad, strlen(bad), bdg));
+    snprintf(ipath, sizeof ipath, "/v2/e2e/x/manifests/%s", idg);
+    snprintf(bpath, sizeof bpath, "/v2/e2e/x/manifests/%s", bdg);
+    tsrv_init(&srv);
+    img_serve(&srv, &m, &ir, 0);
+    struct tsrv_reply ri = {200, INDEX, idx}, rb = {200, INDEX, bad};
+    ASSERT_OK(tsrv_route(&srv, NULL, ipath, TSRV_EXACT, NULL, &ri, 1));
+    ASSERT_OK(tsrv_route(&srv, NULL, bpath, TSRV_EXACT, NULL, &rb, 1));
+    int port = tsrv_listen(&srv);
+    ASSERT(port > 0);
+    struct env e;
+    env_open(&e, port);
+    snprintf(image, sizeof image, "127.0.0.1:%d/e2e/x:v1", port);
+    struct tkm_verify_req q = {.flags = TKM_VERIFY_INSPECT, .image = image, .digest = idg};
+    struct seen s = {0};
+    run_job(&e, &q, &s);
+    ASSERT_EQ(s.r.failed, TKM_VERIFY_DONE);
+    ASSERT_EQ(s.r.inspected, 1);
+    ASSERT_STREQ(s.r.image_digest, "");
+    ASSERT_NULL(s.r.image.summary_label);
+    ASSERT_EQ(s.r.manifest.n_descs, 0);
+    ASSERT_EQ(s.r.variants.from_index, 1);
+    ASSERT_STREQ(s.r.variants.digest, idg);
+    ASSERT_EQ(s.r.variants.n, 2);
+    ASSERT_STREQ(s.r.variants.v[0].digest, m.mdg);
+    ASSERT_STREQ(s.r.variants.v[1].architecture, "arm64");
+    /* nothing of a variant was fetched: the agent inspects those it uses */
+    ASSERT_EQ(count_paths(&srv, m.mdg), 0);
+    ASSERT_EQ(count_paths(&srv, m.cdg), 0);
+    seen_release(&s);
+    /* the image itself (by the summary step): the set of one */
+    struct seen s2 = {0};
+    q.flags = TKM_VERIFY_SUMMARY;
+    q.digest = m.mdg;
+    run_job(&e, &q, &s2);
+    ASSERT_EQ(s2.r.inspected, 1);
+    ASSERT_STREQ(s2.r.image_digest, m.mdg);
+    ASSERT_EQ(s2.r.variants.from_index, 0);
+    ASSERT_EQ(s2.r.variants.n, 1);
+    ASSERT_STREQ(s2.r.variants.digest, m.mdg);
+    ASSERT_STREQ(s2.r.variants.v[0].arch, "90");
+    ASSERT_STREQ(s2.r.variants.v[0].architecture, "amd64");
+    ASSERT_STREQ(s2.r.variants.v[0].triton_version, "3.6.0");
+    ASSERT_STREQ(s2.r.variants.v[0].parts, "triton");
+    seen_release(&s2);
+    /* a malformed variant index is an invalid image, the value never echoed raw */
+    struct seen s3 = {0};
+    q.flags = TKM_VERIFY_INSPECT;
+    q.digest = bdg;
+    run_job(&e, &q, &s3);
+    ASSERT_EQ(s3.r.failed, TKM_VERIFY_STEP_INSPECT);
+    ASSERT_STREQ(s3.r.reason, "InvalidImage");
+    ASSERT_STRCONTAINS(s3.r.message, "manifests[1] annotation " TKM_VARIANT_ANN_ARCH);
+    ASSERT_STRCONTAINS(s3.r.message, "8\\\\x01"); /* escaped by the library, then by verify */
+    ASSERT(!strchr(s3.r.message, '\x01'));
+    ASSERT_EQ(s3.r.variants.n, 0);
+    seen_release(&s3);
     env_close(&e);
     tsrv_stop(&srv);
 }

@@ -10,7 +10,8 @@
  *   resolve       tag -> manifest digest (TKM_VERIFY_RESOLVE; the agent never
  *                 resolves: it gives the pinned digest)
  *   inspect       by digest: manifest, config, Triton labels (TKM_VERIFY_INSPECT
- *                 before the signature, TKM_VERIFY_SUMMARY after it)
+ *                 before the signature, TKM_VERIFY_SUMMARY after it); a
+ *                 variant index is read (its variants), not followed
  *   policy        the cache's effective signature policy (tkm_api_policy_resolve)
  *   signature     the signature search (tkm_sig_job_verify) against it
  *   -> one callback with every result
@@ -30,8 +31,8 @@
  *   - Everything in a struct tkm_verify_req is borrowed for the start call
  *     only (the job copies what it needs later).
  *   - struct tkm_verify_result and what it points to are borrowed until the
- *     callback returns; image and manifest may be moved out (copy the
- *     struct, then zero the original), the rest copied.
+ *     callback returns; image, manifest and variants may be moved out (copy
+ *     the struct, then zero the original), the rest copied.
  *
  * Callback contract:
  *   - a start that fails (< 0, err set) never calls back;
@@ -55,6 +56,7 @@
 #include <tkm/oci/manifest.h>
 #include <tkm/oci/session.h>
 #include <tkm/triton/image.h>
+#include <tkm/triton/variants.h>
 #include <tkm/trust/policy.h>
 #include <tkm/api/policy.h>
 #include <tkm/api/v1alpha1.h>
@@ -193,6 +195,12 @@ struct tkm_verify_result {
     char image_digest[TKM_OCI_DIGEST_LEN + 1];
     struct tkm_triton_image image;
     struct tkm_oci_manifest manifest;
+    /* The variants (triton/variants.h), owned like image (movable): when
+     * digest names a variant index, the index's (from_index 1) and image,
+     * manifest and image_digest are left empty (the caller inspects the
+     * variants it uses, by the digests the index names); otherwise the set
+     * of one built from the image. */
+    struct tkm_variant_set variants;
     /* TKM_VERIFY_SUMMARY's own failure (failed stays TKM_VERIFY_DONE):
      * summary_rc < 0 with reason (tkm_verify_registry_reason) and message;
      * 0 when it succeeded or did not run. */

@@ -47,7 +47,10 @@ int tkm_oci_layout_verify_blob(const char *dir, const struct tkm_oci_desc *d, st
 int tkm_oci_layout_add_manifest(const char *dir, const struct tkm_oci_desc *d, const char *tag,
                                 struct tkm_err *err);
 
-/* Finds the manifest named tag in index.json (NULL: the only one). */
+/* Finds the manifest named tag in index.json (NULL: the only one). A tag
+ * that is a digest (sha256:<hex>) names a manifest blob of the layout
+ * instead (an image index's entry): its descriptor comes from the verified
+ * blob. */
 int tkm_oci_layout_find(const char *dir, const char *tag, struct tkm_oci_desc *out,
                         struct tkm_err *err);
 

@@ -130,6 +130,11 @@ struct tkm_oci_job_result {
     /* Jobs defined outside lib/oci (tkm_sig_job_verify: a struct
      * tkm_sig_result), borrowed like res; NULL otherwise. */
     const void *detail;
+    /* An inspect that stopped at an index (a cache variant index, read by
+     * triton/variants.h): the index's bytes, verified against digest,
+     * borrowed like res; NULL otherwise. */
+    const void *raw;
+    size_t raw_len;
 };
 
 typedef void (*tkm_oci_job_cb)(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,

@@ -7,11 +7,14 @@
  *                                              (tmp.pid_* dirs skipped)
  *       io.triton.manifest/manifest.json       {"triton":[{hash, num_stages,
  *         num_warps, debug, backend, arch, warp_size[, ptx_version]}]}
- *   - a config (application/vnd.oci.image.config.v1+json), linux/amd64, with
+ *   - a config (application/vnd.oci.image.config.v1+json), os/architecture
+ *     the producing machine's (tkm_oci_host_arch(); opts->architecture
+ *     overrides: the cache's launcher .so files are that CPU's code), with
  *     Labels cache.triton.image/entry-count, cache.triton.image/summary,
  *     cache.triton.image/cache-size-bytes, org.opencontainers.image.title,
  *     and rootfs.diff_ids = [sha256 of the uncompressed tar];
- *   - an OCI manifest annotated cache.triton.image/variant=compat.
+ *   - an OCI manifest annotated cache.triton.image/variant=compat (with
+ *     opts->variant also the variant annotations, triton/variants.h).
  * The tar is deterministic (entries sorted bytewise, mtime 0, uid/gid 0, no
  * user names, modes 0755 for directories and executables, else 0644; gzip
  * header without name or time), so the same cache always gives the same
@@ -30,6 +33,7 @@
 
 #include <tkm/err.h>
 #include <tkm/oci/manifest.h>
+#include <tkm/triton/variants.h>
 
 struct tkm_triton_build_opts {
     const char *title;   /* org.opencontainers.image.title; default "triton-kernel-cache" */
@@ -48,6 +52,17 @@ struct tkm_triton_build_opts {
     const char *torch_version, *cuda_version, *triton_version, *arch;
     /* io.kserve.km/cache-root-env; default "VLLM_CACHE_ROOT=<vllm_dir, absolute>". */
     const char *vllm_root_env;
+    /* The config's platform: os (default "linux") and architecture in OCI
+     * spelling (default tkm_oci_host_arch()), [a-z0-9_]{1,31}. */
+    const char *os, *architecture;
+    /* 1: the image is built as a cache variant (docs/images.md "Variants"):
+     * the cache must hold exactly one Triton target (else -EINVAL with a
+     * sentence), the manifest carries the cache.triton.image/ variant
+     * annotations, and res->variant describes it for an index entry. */
+    int variant;
+    /* 1: write the blobs only, no index.json entry (tag is ignored): the
+     * caller names the manifest from an image index of its own. */
+    int untagged;
 };
 
 struct tkm_triton_build_result {
@@ -59,6 +74,7 @@ struct tkm_triton_build_result {
     uint64_t files;                            /* regular files packed */
     uint64_t inductor_entries, inductor_bytes; /* FX graph + AOTAutograd entries; bytes */
     uint64_t vllm_entries, vllm_bytes;         /* hash dirs; bytes */
+    struct tkm_variant variant; /* the image as a variant (opts->variant; else zeroed) */
 };
 
 /* Packs cache_dir into the layout at layout_dir (created if needed) under
