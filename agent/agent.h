@@ -187,7 +187,7 @@ struct agent {
     struct tkm_metric *m_gpus, *m_store_bytes, *m_store_entries, *m_store_refs, *m_extractions,
         *m_extract_errors, *m_extract_seconds, *m_registry_errors, *m_watch_restarts,
         *m_status_writes, *m_store_budget, *m_status_write_time, *m_mat_failures, *m_socket_refused,
-        *m_socket_idle_closed;
+        *m_socket_idle_closed, *m_empty_volumes;
     uint64_t registry_errors, watch_restarts, status_writes;
     double status_write_time; /* wall clock (Unix seconds) of the last accepted status apply */
 };
@@ -236,8 +236,48 @@ void agent_status_changed(struct agent *a);
 int agent_status_start(struct agent *a, struct tkm_err *err);
 void agent_status_own_event(struct agent *a, const struct k8s_obj *o, int deleted);
 void agent_nsobjs_free(struct agent *a);
-/* CamelCase reason for a compat verdict's sentence. */
-const char *agent_compat_reason(const char *sentence);
+
+/* fallback.c: the Empty fallback (docs/agent.md) */
+/* The effective whenIncompatible of ac: FAIL or EMPTY (spec, else tkm-config, else Empty). */
+enum tkm_api_fallback agent_cache_fallback(const struct agent *a, const struct agent_cache *ac);
+/* 1 when a GPU here can use ac (judged). 0 when none can: *reason (static CamelCase: GPU 0's,
+ * "NoGPU" without GPUs), msg ("<Reason>: no GPU on node N can use cache K: <why>") and
+ * *compat 1 when every GPU's reason is a compatibility verdict (Empty may apply), 0 when one
+ * is about the cache's integrity (CorruptCache, LabelMismatch, VariantMismatch). */
+int agent_cache_fits(const struct agent *a, const struct agent_cache *ac, const char **reason,
+                     int *compat, char *msg, size_t n);
+/* 1 when Materialize serves ac as an empty volume here: usable, no GPU fits for compatibility
+ * reasons only, and the policy is Empty (the node status' fallback: Empty). */
+int agent_cache_serves_empty(const struct agent *a, const struct agent_cache *ac);
+/* The part directories of a store dir of parts (TKM_PART_* bits) into out[3] (static
+ * strings): {"triton"} when the Triton cache is at the root, else one per part, sorted. */
+size_t agent_parts_names(int parts, const char **out);
+
+/* variants.c: a variant index on this node (docs/agent.md "Variants") */
+/* A layer the node's GPUs use: a single image's one layer, or a used variant's.
+ * Pointers borrowed from the cache until its result changes. */
+struct agent_layer {
+    const char *layer;                        /* its digest: the store entry */
+    const char *manifest;                     /* the image manifest it is pulled through */
+    const struct tkm_triton_summary *summary; /* what its config label says */
+    int *label_checked;                       /* the extracted kernels matched the label */
+    uint64_t cache_bytes, layer_bytes;
+    int parts;   /* TKM_PART_* */
+    int variant; /* its index in ac->vars (0 for a single image) */
+};
+/* Judges every GPU of a variant index's cache into vs (arrays allocated): the pick, then
+ * the compat judge on the variant's summary, then one parts layout per node. 1 when a
+ * picked variant is not inspected yet (verify the cache again), 0, or -ENOMEM. */
+int agent_variants_judge(struct agent_cache *ac, struct agent_verdicts *vs);
+/* The layers the node's compatible GPUs use, in GPU order (out: TKM_VARIANTS_MAX). */
+size_t agent_cache_layers(struct agent_cache *ac, struct agent_layer *out);
+/* The used layer of digest layer (buf: TKM_VARIANTS_MAX, holds the answer), or NULL. */
+struct agent_layer *agent_cache_layer_find(struct agent_cache *ac, const char *layer,
+                                           struct agent_layer *buf);
+/* The summary GPU i was judged against (NULL: none, no variant). */
+const struct tkm_triton_summary *agent_verdict_summary(const struct agent_cache *ac, size_t i);
+/* The parts bits of a parts annotation ("inductor,triton"). */
+int agent_parts_mask(const char *list);
 
 /* once.c */
 int agent_once_image(struct agent *a);
@@ -261,6 +301,8 @@ int agent_metrics_start(struct agent *a, struct tkm_err *err);
 void agent_metrics_extraction(struct agent *a, double seconds);
 /* Counts a failed Materialize or prefetch by its CamelCase reason. */
 void agent_metrics_materialize_failure(struct agent *a, const char *reason);
+/* Counts a volume served empty (the Empty fallback) by its CamelCase reason. */
+void agent_metrics_empty_volume(struct agent *a, const char *reason);
 void agent_metrics_free(struct agent *a); /* after the loop ended */
 
 /* stop.c: stops with exit status code (the first stop's wins); the same as

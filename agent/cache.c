@@ -37,9 +37,31 @@ struct agent_run {
     char *inputs; /* the inputs it verifies (ac->inputs when it started) */
     uint64_t cfg; /* ... and tkm-config's generation */
     struct tkm_verify_job *job;
+    /* a variant index: the picked variants' inspections in flight (variants.c) */
+    struct agent_vinsp *vi;
+    size_t n_vi, vpending;
+    int abandoned;      /* abandoned with inspections in flight: freed by the last one */
+    char vreason[64];   /* a transient inspection failure: the run's */
+    char vmessage[768]; /* ... and its message */
 };
 
-/* Ends the key's processing (after_ms: re-verify then) and frees r. */
+/* One variant's inspection in a run. */
+struct agent_vinsp {
+    struct agent_run *r;
+    size_t idx; /* in ac->variants */
+    struct tkm_oci_job *job;
+};
+
+static void run_release(struct agent_run *r)
+{
+    free(r->key);
+    free(r->inputs);
+    free(r->vi);
+    free(r);
+}
+
+/* Ends the key's processing (after_ms: re-verify then) and frees r (unless
+ * inspections are still to report: the last one frees it). */
 static void run_free(struct agent_run *r, enum k8s_wq_result res, uint64_t after_ms)
 {
     struct agent *a = r->a;
@@ -47,9 +69,10 @@ static void run_free(struct agent_run *r, enum k8s_wq_result res, uint64_t after
         k8s_workqueue_done_after(a->q, r->key, after_ms);
     else
         k8s_workqueue_done(a->q, r->key, res);
-    free(r->key);
-    free(r->inputs);
-    free(r);
+    if (r->vpending)
+        r->abandoned = 1;
+    else
+        run_release(r);
     /* A burst of verifications (start, tkm-config changed) has many registry
      * jobs in flight at once; their buffers are freed in an order that leaves
      * the heap fragmented, and glibc keeps such memory. Give it back once the
@@ -66,7 +89,12 @@ static void run_abandon(struct agent_cache *ac)
     if (!r)
         return;
     ac->run = NULL;
-    tkm_verify_job_cancel(r->job);
+    if (r->job)
+        tkm_verify_job_cancel(r->job);
+    r->ac = NULL;
+    for (size_t i = 0; i < r->n_vi; i++)
+        if (r->vi[i].job)
+            tkm_oci_job_cancel(r->vi[i].job); /* each still reports (-ECANCELED) */
     run_free(r, K8S_WQ_OK, 0);
 }
 
@@ -144,10 +172,23 @@ static void set_reason(struct agent_cache *ac, const char *reason, const char *f
 void agent_cache_rejudge(struct agent_cache *ac)
 {
     struct agent *a = ac->a;
-    free(ac->verdicts.v);
-    memset(&ac->verdicts, 0, sizeof ac->verdicts);
+    agent_verdicts_release(&ac->verdicts);
     if (!ac->inspected)
         return;
+    if (ac->variants.from_index) {
+        int rc = agent_variants_judge(ac, &ac->verdicts);
+        if (rc < 0)
+            return;
+        if (rc > 0 && !ac->run && a->q) {
+            /* a GPU (after a probe) picks a variant not inspected yet: verify again */
+            free(ac->verified_inputs);
+            ac->verified_inputs = NULL;
+            enqueue(a, ac->key);
+        }
+        ac->verdicts.judged = 1;
+        tkm_api_now(ac->judged_at, sizeof ac->judged_at);
+        return;
+    }
     ac->verdicts.v = calloc(a->gpus.n ? a->gpus.n : 1, sizeof *ac->verdicts.v);
     if (!ac->verdicts.v)
         return;
@@ -162,20 +203,36 @@ void agent_cache_rejudge(struct agent_cache *ac)
     tkm_api_now(ac->judged_at, sizeof ac->judged_at);
 }
 
-uint64_t agent_cache_take_parts(struct agent_cache *ac, const struct tkm_oci_config *cfg)
+/* The Inductor facts of cfg into *has / *f; the extra bytes of its parts. */
+static uint64_t take_parts(int *has, struct tkm_inductor_facts *f, const struct tkm_oci_config *cfg)
 {
     struct tkm_inductor_info in;
     const char *l = tkm_oci_config_label(cfg, TKM_INDUCTOR_LABEL_SUMMARY);
     uint64_t extra = 0, v;
-    memset(&ac->inductor, 0, sizeof ac->inductor);
-    ac->has_inductor = l != NULL;
+    memset(f, 0, sizeof *f);
+    *has = l != NULL;
     if (l && tkm_inductor_summary_parse(&in, l, NULL) == 0)
-        ac->inductor = in.facts;
+        *f = in.facts;
     static const char *const sizes[] = {TKM_INDUCTOR_LABEL_SIZE, TKM_VLLM_LABEL_SIZE};
     for (size_t i = 0; i < 2; i++)
         if ((l = tkm_oci_config_label(cfg, sizes[i])) && tkm_parse_u64(l, UINT64_MAX, &v) == 0)
             extra += v;
     return extra;
+}
+
+uint64_t agent_cache_take_parts(struct agent_cache *ac, const struct tkm_oci_config *cfg)
+{
+    return take_parts(&ac->has_inductor, &ac->inductor, cfg);
+}
+
+/* The bytes an image's layer extracts to: its size label, else a generous guess
+ * from the compressed size, plus its other parts' labels. */
+static uint64_t image_bytes(const char *size_label, uint64_t layer_size, uint64_t extra)
+{
+    uint64_t sz = 0;
+    if (!size_label || tkm_parse_u64(size_label, UINT64_MAX, &sz) < 0 || sz == 0)
+        sz = layer_size * 4;
+    return sz + extra;
 }
 
 void agent_caches_rejudge_all(struct agent *a)
@@ -238,8 +295,7 @@ static void run_fail(struct agent_run *r, int transient, const char *reason, con
         if (!transient || !ac->inspected) {
             ac->inspected = 0;
             ac->verified = 0;
-            free(ac->verdicts.v);
-            memset(&ac->verdicts, 0, sizeof ac->verdicts);
+            agent_verdicts_release(&ac->verdicts);
         }
     }
     run_finish(r, transient);
@@ -272,6 +328,8 @@ static int take_image(struct agent_run *r, struct tkm_verify_result *res)
         run_fail(r, 0, "DigestMismatch", msg);
         return -1;
     }
+    agent_verdicts_release(&ac->verdicts);
+    agent_cache_variants_clear(ac); /* it was a variant index before */
     tkm_triton_summary_release(&ac->summary);
     ac->summary = res->image.summary; /* moved out (verify.h allows it) */
     memset(&res->image.summary, 0, sizeof res->image.summary);
@@ -279,16 +337,187 @@ static int take_image(struct agent_run *r, struct tkm_verify_result *res)
         ac->label_checked = 0;
     free(ac->layer_digest);
     ac->layer_digest = strdup(m->descs[0].digest);
-    uint64_t sz = 0;
-    if (!im->size_bytes || tkm_parse_u64(im->size_bytes, UINT64_MAX, &sz) < 0 || sz == 0)
-        sz = m->descs[0].size * 4; /* no label: a generous guess from the compressed size */
-    ac->cache_bytes = sz + agent_cache_take_parts(ac, &im->config);
+    ac->cache_bytes =
+        image_bytes(im->size_bytes, m->descs[0].size, agent_cache_take_parts(ac, &im->config));
+    ac->parts = tkm_parts_from_config(&im->config);
     ac->layer_bytes = m->descs[0].size;
     ac->inspected = 1;
     ac->reason[0] = 0;
     ac->message[0] = 0;
     agent_cache_rejudge(ac);
     return 0;
+}
+
+/* ---- a variant index ------------------------------------------------------------ */
+
+/* The index's variants become the cache's (res->variants moved out). What was known of
+ * a variant of the same digest in the last result is kept (inspected once). */
+static void take_variants(struct agent_run *r, struct tkm_verify_result *res)
+{
+    struct agent_cache *ac = r->ac;
+    struct tkm_variant_set set = res->variants;
+    struct agent_variant *vars = calloc(set.n ? set.n : 1, sizeof *vars);
+    memset(&res->variants, 0, sizeof res->variants);
+    if (!vars) {
+        tkm_variant_set_release(&set);
+        run_fail(r, 1, "Internal", "out of memory");
+        return;
+    }
+    for (size_t i = 0; i < set.n; i++)
+        for (size_t j = 0; ac->vars && j < ac->variants.n; j++)
+            if (ac->vars[j].state && !strcmp(set.v[i].digest, ac->variants.v[j].digest)) {
+                vars[i] = ac->vars[j];
+                memset(&ac->vars[j], 0, sizeof ac->vars[j]);
+                break;
+            }
+    agent_verdicts_release(&ac->verdicts);
+    agent_cache_variants_clear(ac);
+    tkm_triton_summary_release(&ac->summary);
+    free(ac->layer_digest);
+    ac->layer_digest = NULL;
+    ac->has_inductor = 0;
+    ac->variants = set;
+    ac->vars = vars;
+    ac->reason[0] = 0;
+    ac->message[0] = 0;
+}
+
+/* A failed inspection: transient (the run retries) or the variant's own verdict. */
+static void variant_failed(struct agent_run *r, struct agent_variant *av, int rc,
+                           const struct tkm_err *err)
+{
+    const char *reason = rc == -EBADMSG ? "VariantMismatch" : rc == -ENOENT ? "InvalidImage" : NULL;
+    if (!reason && rc != -EPROTO && rc != -EINVAL) {
+        int retry = 1;
+        snprintf(r->vreason, sizeof r->vreason, "%s",
+                 rc == -ECANCELED ? "RegistryUnreachable"
+                                  : tkm_verify_registry_reason(rc, tkm_err_str(err), &retry));
+        snprintf(r->vmessage, sizeof r->vmessage, "inspecting a variant: %s", tkm_err_str(err));
+        return;
+    }
+    av->state = -1;
+    snprintf(av->reason, sizeof av->reason, "%s", reason ? reason : "InvalidImage");
+    snprintf(av->message, sizeof av->message, "%s", tkm_err_str(err));
+}
+
+/* A variant's image inspected: it must be the one the index names, agree with the
+ * index's annotations (else VariantMismatch) and have one layer. */
+static void variant_take(struct agent_cache *ac, size_t idx, const struct tkm_oci_job_result *res)
+{
+    const struct tkm_variant *v = &ac->variants.v[idx];
+    struct agent_variant *av = &ac->vars[idx];
+    const struct tkm_triton_image *im = res->detail;
+    const struct tkm_oci_manifest *m = &res->image.parsed;
+    char d[128];
+    struct tkm_err e = {0};
+    tkm_variant_describe(v, d, sizeof d);
+    av->state = -1;
+    snprintf(av->reason, sizeof av->reason, "VariantMismatch");
+    if (strcmp(res->digest, v->digest) != 0) {
+        snprintf(av->message, sizeof av->message,
+                 "variant %s: the registry served manifest %s for %s", d, res->digest, v->digest);
+        return;
+    }
+    if (m->n_descs != 1) {
+        snprintf(av->reason, sizeof av->reason, "InvalidImage");
+        snprintf(av->message, sizeof av->message,
+                 "variant %s (%s): a Triton cache image has exactly one layer", d, v->digest);
+        return;
+    }
+    if (tkm_variant_check_image(v, &im->config, &im->summary, av->message, sizeof av->message) < 0)
+        return;
+    if (tkm_triton_summary_parse(&av->summary, im->summary_label, &e) < 0 ||
+        !(av->layer_digest = strdup(m->descs[0].digest))) {
+        snprintf(av->message, sizeof av->message, "variant %s: %s", d, tkm_err_str(&e));
+        return;
+    }
+    av->layer_bytes = m->descs[0].size;
+    av->cache_bytes = image_bytes(im->size_bytes, m->descs[0].size,
+                                  take_parts(&av->has_inductor, &av->inductor, &im->config));
+    av->parts = tkm_parts_from_config(&im->config);
+    av->state = 1;
+    av->reason[0] = 0;
+    av->message[0] = 0;
+}
+
+static void variants_done(struct agent_run *r)
+{
+    struct agent_cache *ac = r->ac;
+    if (r->vreason[0]) {
+        run_fail(r, 1, r->vreason, r->vmessage);
+        return;
+    }
+    ac->inspected = 1;
+    agent_cache_rejudge(ac);
+    run_finish(r, 0);
+}
+
+static void on_variant(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result *res,
+                       const struct tkm_err *err, void *data)
+{
+    struct agent_vinsp *vi = data;
+    struct agent_run *r = vi->r;
+    (void)job;
+    vi->job = NULL;
+    r->vpending--;
+    if (r->abandoned) {
+        if (!r->vpending)
+            run_release(r);
+        return;
+    }
+    if (rc < 0)
+        variant_failed(r, &r->ac->vars[vi->idx], rc, err);
+    else
+        variant_take(r->ac, vi->idx, res);
+    if (!r->vpending)
+        variants_done(r);
+}
+
+/* Starts inspecting the variants this node's GPUs pick and no earlier result knows.
+ * The number started (the run finishes when they report), 0 (none needed), or < 0
+ * after run_fail. */
+static int variants_inspect(struct agent_run *r)
+{
+    struct agent_cache *ac = r->ac;
+    struct agent *a = r->a;
+    struct tkm_err e = {0};
+    struct tkm_oci_ref ref;
+    if (!(r->vi = calloc(a->gpus.n + 1, sizeof *r->vi))) {
+        run_fail(r, 1, "Internal", "out of memory");
+        return -1;
+    }
+    if (tkm_oci_ref_parse(&ref, ac->c.spec.cache_image, &e) < 0) {
+        run_fail(r, 0, "InvalidImage", tkm_err_str(&e));
+        return -1;
+    }
+    ref.tag[0] = 0;
+    for (size_t i = 0; i < a->gpus.n; i++) {
+        size_t idx = 0;
+        int seen = 0;
+        if (tkm_variant_pick(&ac->variants, &a->gpus.gpus[i], NULL, &idx, NULL, NULL, 0) < 0 ||
+            ac->vars[idx].state)
+            continue;
+        for (size_t j = 0; j < r->n_vi; j++)
+            seen |= r->vi[j].idx == idx;
+        if (seen)
+            continue;
+        struct agent_vinsp *vi = &r->vi[r->n_vi];
+        vi->r = r;
+        vi->idx = idx;
+        snprintf(ref.digest, sizeof ref.digest, "%s", ac->variants.v[idx].digest);
+        if (!ac->session ||
+            tkm_triton_job_inspect(ac->session, &ref, on_variant, vi, &vi->job, &e) < 0) {
+            variant_failed(r, &ac->vars[idx], -EIO, &e);
+            continue;
+        }
+        r->n_vi++;
+        r->vpending++;
+    }
+    if (!r->vpending && r->vreason[0]) {
+        run_fail(r, 1, r->vreason, r->vmessage);
+        return -1;
+    }
+    return (int)r->vpending;
 }
 
 /* The verify job reported (api/verify.h): the agent's part is judging the
@@ -317,8 +546,13 @@ static void on_verified(const struct tkm_verify_result *cres, void *data)
         run_fail(r, transient_failure(res->rc, res->reason), res->reason, res->message);
         return;
     }
-    if (take_image(r, res) < 0)
+    if (res->variants.from_index) {
+        take_variants(r, res);
+        if (!ac->vars)
+            return; /* run_fail'ed */
+    } else if (take_image(r, res) < 0) {
         return;
+    }
     ac->sig_mode = res->mode;
     tkm_dbg("cache %s: policy %s", ac->key, res->policy_describe);
     if (res->sig_state == TKM_VERIFY_SIG_DISABLED) {
@@ -342,6 +576,18 @@ static void on_verified(const struct tkm_verify_result *cres, void *data)
     } else {
         ac->verified = 0;
         set_reason(ac, res->sig_reason, "signature policy Enforce: %s", res->sig_message);
+    }
+    if (ac->variants.from_index && !ac->reason[0]) {
+        /* usable so far: inspect what the GPUs pick, then judge them */
+        int n = variants_inspect(r);
+        if (n < 0)
+            return;
+        if (n > 0) {
+            ac->inspected = 0; /* until they report: Materialize answers "retry" */
+            return;
+        }
+        variants_done(r);
+        return;
     }
     run_finish(r, 0);
 }

@@ -13,13 +13,33 @@
 #include <tkm/grpc.h>
 #include <tkm/log.h>
 
+void agent_verdicts_release(struct agent_verdicts *vs)
+{
+    free(vs->v);
+    free(vs->code);
+    free(vs->variant);
+    memset(vs, 0, sizeof *vs);
+}
+
+void agent_cache_variants_clear(struct agent_cache *ac)
+{
+    for (size_t i = 0; ac->vars && i < ac->variants.n; i++) {
+        tkm_triton_summary_release(&ac->vars[i].summary);
+        free(ac->vars[i].layer_digest);
+    }
+    free(ac->vars);
+    ac->vars = NULL;
+    tkm_variant_set_release(&ac->variants);
+}
+
 void agent_cache_destroy(struct agent_cache *ac)
 {
     if (!ac)
         return;
     tkm_api_cache_release(&ac->c);
     tkm_triton_summary_release(&ac->summary);
-    free(ac->verdicts.v);
+    agent_verdicts_release(&ac->verdicts);
+    agent_cache_variants_clear(ac);
     free(ac->layer_digest);
     free(ac->inputs);
     free(ac->verified_inputs);

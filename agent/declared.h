@@ -41,16 +41,48 @@
 #include <tkm/oci/session.h>
 #include <tkm/triton/cache.h>
 #include <tkm/triton/parts.h>
+#include <tkm/triton/variants.h>
 #include <k8s/informer.h>
 
 #include "rpc.h"
 
-/* The outcome of one cache on this node. Owned strings. */
+/* The outcome of one cache on this node, one verdict per GPU. Owned arrays
+ * (agent_verdicts_release()). */
 struct agent_verdicts {
     int judged; /* inspected and the GPUs judged */
     struct tkm_compat_verdict *v;
+    /* per GPU: a CamelCase reason (static) that is not the compat judge's (NoVariant,
+     * HostArchMismatch, VariantMismatch, VariantLayoutConflict), else NULL; the array
+     * itself may be NULL (none) */
+    const char **code;
+    /* per GPU: the variant of the cache's index it picked (ac->vars[i]), or -1 (none, or
+     * a single image); NULL for a single image */
+    int *variant;
     size_t n;
 };
+
+/* A variant of a variant index (agent/variants.c) as this node knows it: inspected
+ * only when a GPU here picks it. Owned by its struct agent_cache. */
+struct agent_variant {
+    int state; /* 0 not inspected, 1 inspected and agreeing with its annotations, -1 refused */
+    char reason[64];   /* state -1: VariantMismatch, InvalidImage, ... */
+    char message[768]; /* ... and why */
+    struct tkm_triton_summary summary;
+    char *layer_digest;
+    uint64_t cache_bytes, layer_bytes;
+    int parts; /* TKM_PART_* of its config */
+    int has_inductor;
+    struct tkm_inductor_facts inductor;
+    int label_checked;
+};
+
+/* Frees the arrays and zeroes vs. */
+void agent_verdicts_release(struct agent_verdicts *vs);
+/* The CamelCase reason of GPU i's verdict: its code, else the compat judge's
+ * sentence mapped by agent_compat_reason(). */
+const char *agent_verdict_reason(const struct agent_verdicts *vs, size_t i);
+/* CamelCase reason for a compat verdict's sentence. */
+const char *agent_compat_reason(const char *sentence);
 
 struct agent;
 struct agent_run;
@@ -97,7 +129,18 @@ struct agent_cache {
      * every GPU is refused (fail closed) */
     int has_inductor;
     struct tkm_inductor_facts inductor;
+    /* the parts (TKM_PART_* bits) the image's layer holds: the store dir's layout,
+     * and what an empty volume gets (the Empty fallback); 0 before inspection */
+    int parts;
+    /* a variant index (variants.from_index 1): its variants and, parallel, what this node
+     * knows of each (vars); the fields above (summary, layer, parts...) are then unused.
+     * A single image: variants empty, vars NULL. */
+    struct tkm_variant_set variants;
+    struct agent_variant *vars;
 };
+
+/* Frees ac's variants (vars and the set). */
+void agent_cache_variants_clear(struct agent_cache *ac);
 
 /* Frees an entry that is in no index (its run, if any, already detached). */
 void agent_cache_destroy(struct agent_cache *ac);

@@ -120,6 +120,11 @@ static int metrics_register(struct agent *a, struct tkm_err *err)
                   "(StoreFull, ExtractFailed, RegistryUnreachable, ...): the node status keeps "
                   "each cache's last one.",
                   reason, NULL, &a->m_mat_failures, err)) < 0 ||
+        (rc = add(a, TKM_METRIC_COUNTER, "tkm_agent_empty_volumes_total",
+                  "Volumes served as an empty writable cache because no variant of the cache "
+                  "fits this node and its policy (whenIncompatible) is Empty, by reason "
+                  "(NoVariant, ArchMismatch, ...).",
+                  reason, NULL, &a->m_empty_volumes, err)) < 0 ||
         (rc = add(a, TKM_METRIC_COUNTER, "tkm_agent_registry_errors_total",
                   "Registry requests that failed transiently (unreachable, 5xx).", NULL,
                   collect_counters, &a->m_registry_errors, err)) < 0 ||
@@ -175,6 +180,12 @@ void agent_metrics_materialize_failure(struct agent *a, const char *reason)
 {
     if (a->m_mat_failures)
         tkm_metric_add(a->m_mat_failures, (const char *[]){reason}, 1);
+}
+
+void agent_metrics_empty_volume(struct agent *a, const char *reason)
+{
+    if (a->m_empty_volumes)
+        tkm_metric_add(a->m_empty_volumes, (const char *[]){reason}, 1);
 }
 
 int agent_metrics_start(struct agent *a, struct tkm_err *err)

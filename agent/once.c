@@ -62,6 +62,19 @@ static int once_verdict(struct agent *a)
         size_t ok = 0;
         for (size_t i = 0; i < ac->verdicts.n; i++)
             ok += ac->verdicts.v[i].compatible;
+        for (size_t i = 0; ac->variants.from_index && i < ac->verdicts.n && i < a->gpus.n; i++) {
+            /* a variant index: every GPU's pick and its verdict */
+            const struct tkm_gpu *g = &a->gpus.gpus[i];
+            int k = ac->verdicts.variant ? ac->verdicts.variant[i] : -1;
+            char d[128] = "no variant";
+            if (k >= 0)
+                tkm_variant_describe(&ac->variants.v[k], d, sizeof d);
+            fprintf(stderr, "tkm-agent: %s: GPU %d (%s): %s%s%s: %s: %s\n", ac->key, g->index,
+                    g->gpu_type, d, k >= 0 ? " " : "", k >= 0 ? ac->variants.v[k].digest : "",
+                    ac->verdicts.v[i].compatible ? "Compatible"
+                                                 : agent_verdict_reason(&ac->verdicts, i),
+                    ac->verdicts.v[i].reason);
+        }
         if (ac->reason[0]) {
             fprintf(stderr, "tkm-agent: %s: %s: %s\n", ac->key, ac->reason, ac->message);
             bad = 1;
@@ -69,7 +82,7 @@ static int once_verdict(struct agent *a)
             fprintf(stderr, "tkm-agent: %s: no compatible GPU on this node%s\n", ac->key,
                     a->gpus.n ? "" : " (no GPU found)");
             for (size_t i = 0; i < ac->verdicts.n; i++)
-                fprintf(stderr, "  %s: %s\n", agent_compat_reason(ac->verdicts.v[i].reason),
+                fprintf(stderr, "  %s: %s\n", agent_verdict_reason(&ac->verdicts, i),
                         ac->verdicts.v[i].reason);
             bad = 1;
         }

@@ -439,6 +439,20 @@ int agent_rpc_reply_materialize(struct agent_rpc_call *call,
     r.cache_namespace = s_or_empty(res->cache_namespace);
     r.cache_name = s_or_empty(res->cache_name);
     r.digest = s_or_empty(res->digest);
+    /* store_paths[0] == store_path; parts {"triton"} when not given */
+    const char *one[1] = {res->store_path}, *triton[1] = {"triton"};
+    if (res->n_store_paths) {
+        r.store_paths = (char **)res->store_paths;
+        r.n_store_paths = res->n_store_paths;
+    } else if (res->store_path && res->store_path[0]) {
+        r.store_paths = (char **)one;
+        r.n_store_paths = 1;
+    }
+    r.empty = res->empty ? 1 : 0;
+    r.empty_reason = s_or_empty(res->empty_reason);
+    r.empty_message = s_or_empty(res->empty_message);
+    r.parts = (char **)(res->n_parts ? res->parts : triton);
+    r.n_parts = res->n_parts ? res->n_parts : 1;
     return call_reply(call, METHOD_MATERIALIZE, &r.base);
 }
 

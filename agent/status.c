@@ -40,6 +40,13 @@ const char *agent_compat_reason(const char *s)
     return "Incompatible";
 }
 
+const char *agent_verdict_reason(const struct agent_verdicts *vs, size_t i)
+{
+    if (vs->code && vs->code[i])
+        return vs->code[i];
+    return agent_compat_reason(vs->v[i].reason);
+}
+
 /* ---- building ---------------------------------------------------------------------- */
 
 static int group_add(struct tkm_api_gpu_group **gs, size_t *n, const char *type, const char *reason,
@@ -78,6 +85,11 @@ static int group_add(struct tkm_api_gpu_group **gs, size_t *n, const char *type,
 
 void agent_entry_release(struct tkm_api_node_cache *e)
 {
+    for (size_t i = 0; i < e->n_variants; i++) {
+        free(e->variants[i].platform);
+        free(e->variants[i].gpu_ids);
+    }
+    free(e->variants);
     free(e->pods);
     for (size_t i = 0; i < e->n_compatible; i++)
         free(e->compatible[i].ids);
@@ -87,6 +99,51 @@ void agent_entry_release(struct tkm_api_node_cache *e)
     free(e->incompatible);
     free(e->error);
     memset(e, 0, sizeof *e);
+}
+
+/* variants[]: per used variant of a variant index and GPU type, its GPUs (strings
+ * borrowed from ac but the platform, owned). */
+static int variants_build(const struct agent *a, const struct agent_cache *ac,
+                          struct tkm_api_node_cache *e)
+{
+    const struct agent_verdicts *vs = &ac->verdicts;
+    for (size_t i = 0; vs->variant && i < vs->n && i < a->gpus.n; i++) {
+        int k = vs->variant[i];
+        if (!vs->v[i].compatible || k < 0)
+            continue;
+        const struct tkm_variant *v = &ac->variants.v[k];
+        const struct tkm_gpu *g = &a->gpus.gpus[i];
+        const char *type = g->gpu_type[0] ? g->gpu_type : "unknown";
+        struct tkm_api_variant_use *u = NULL;
+        for (size_t j = 0; j < e->n_variants && !u; j++)
+            if (!strcmp(e->variants[j].digest, v->digest) && !strcmp(e->variants[j].gpu_type, type))
+                u = &e->variants[j];
+        if (!u) {
+            if (e->n_variants >= TKM_VARIANTS_MAX)
+                continue;
+            u = realloc(e->variants, (e->n_variants + 1) * sizeof *u);
+            if (!u)
+                return -ENOMEM;
+            e->variants = u;
+            u = &e->variants[e->n_variants++];
+            memset(u, 0, sizeof *u);
+            u->digest = (char *)v->digest;
+            u->backend = (char *)v->backend;
+            u->arch = (char *)v->arch;
+            u->gpu_type = (char *)type;
+            u->warp_size = v->warp_size;
+            if (asprintf(&u->platform, "%s/%s", v->os, v->architecture) < 0) {
+                u->platform = NULL;
+                return -ENOMEM;
+            }
+        }
+        int32_t *ids = realloc(u->gpu_ids, (u->n_gpu_ids + 1) * sizeof *ids);
+        if (!ids)
+            return -ENOMEM;
+        u->gpu_ids = ids;
+        u->gpu_ids[u->n_gpu_ids++] = g->index;
+    }
+    return 0;
 }
 
 static int pod_cmp(const void *x, const void *y)
@@ -102,7 +159,11 @@ int agent_entry_build(const struct agent *a, const struct agent_cache *ac,
     e->name = ac->c.meta.name;
     e->digest = tkm_oci_digest_valid(ac->digest) ? (char *)ac->digest : NULL;
     e->verified = ac->verified;
-    e->extracted = agent_store_extracted((struct agent *)a, ac->layer_digest);
+    struct agent_layer L[TKM_VARIANTS_MAX];
+    size_t nl = agent_cache_layers((struct agent_cache *)ac, L);
+    e->extracted = nl > 0;
+    for (size_t k = 0; k < nl; k++)
+        e->extracted &= agent_store_extracted((struct agent *)a, L[k].layer);
     size_t np = 0;
     for (const struct agent_vol *v = a->vols; v; v = v->next)
         np += !strcmp(v->cache_name, ac->c.meta.name) &&
@@ -133,12 +194,18 @@ int agent_entry_build(const struct agent *a, const struct agent_cache *ac,
         int rc = v->compatible
                      ? group_add(&e->compatible, &e->n_compatible, type, NULL, NULL, g->index)
                      : group_add(&e->incompatible, &e->n_incompatible, type,
-                                 agent_compat_reason(v->reason), v->reason, g->index);
+                                 agent_verdict_reason(&ac->verdicts, i), v->reason, g->index);
         if (rc < 0) {
             agent_entry_release(e);
             return rc;
         }
     }
+    if (variants_build(a, ac, e) < 0) {
+        agent_entry_release(e);
+        return -ENOMEM;
+    }
+    if (agent_cache_serves_empty(a, ac))
+        e->fallback = (char *)"Empty";
     char err[1024] = "";
     if (ac->reason[0])
         snprintf(err, sizeof err, "%s: %s", ac->reason, ac->message);

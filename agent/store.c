@@ -164,7 +164,8 @@ static int store_open(struct agent *a, struct tkm_err *err)
     if (rc < 0)
         return rc;
     for (size_t i = 0; i < n && rc == 0; i++)
-        rc = vol_add(a, &refs[i]);
+        if (!strchr(refs[i].volume_id, '/')) /* a volume's other layers: ref_key() */
+            rc = vol_add(a, &refs[i]);
     tkm_store_state_refs_free(refs, n);
     if (n)
         tkm_info("store %s: %zu volume reference(s) kept from the last run", a->o.store_dir, n);
@@ -202,7 +203,7 @@ static void pull_unlink(struct agent *a, struct agent_pull *p)
         }
 }
 
-static void mat_answer(struct agent *a, struct agent_mat *m, const char *store_path);
+static int mat_continue(struct agent *a, struct agent_mat *m);
 
 /* The cache was materialized (or prefetched): its lastFailure goes. */
 static void fail_clear(struct agent_cache *ac)
@@ -223,9 +224,9 @@ static void pull_done(struct agent_pull *p, const char *path, int code, const ch
     while (p->waiters) {
         struct agent_mat *m = p->waiters;
         p->waiters = m->next;
-        if (path)
-            mat_answer(a, m, path);
-        else
+        if (path && mat_continue(a, m)) /* the next layer of its volume, or the answer */
+            continue;
+        if (!path)
             agent_rpc_fail(m->call, code, msg);
         mat_free(m);
     }
@@ -263,6 +264,8 @@ static void pull_fail(struct agent_pull *p, int code, const char *reason, int rc
 {
     struct agent *a = p->a;
     struct agent_cache *ac = agent_cache_get(a, p->cache_key);
+    struct agent_layer buf[TKM_VARIANTS_MAX];
+    const struct agent_layer *L = ac ? agent_cache_layer_find(ac, p->layer, buf) : NULL;
     char m[1400];
     if (rc == -ENOSPC || rc == -EDQUOT) {
         if (p->layout) {
@@ -276,9 +279,9 @@ static void pull_fail(struct agent_pull *p, int code, const char *reason, int rc
                  AGENT_REASON_STORE_FULL
                  ": cache %s needs %llu bytes in the store (%llu to download, %llu "
                  "extracted); its filesystem has %llu bytes free on node %s: %s",
-                 p->cache_key, ac ? (unsigned long long)(ac->layer_bytes + ac->cache_bytes) : 0ULL,
-                 ac ? (unsigned long long)ac->layer_bytes : 0ULL,
-                 ac ? (unsigned long long)ac->cache_bytes : 0ULL, (unsigned long long)store_free(a),
+                 p->cache_key, L ? (unsigned long long)(L->layer_bytes + L->cache_bytes) : 0ULL,
+                 L ? (unsigned long long)L->layer_bytes : 0ULL,
+                 L ? (unsigned long long)L->cache_bytes : 0ULL, (unsigned long long)store_free(a),
                  a->o.node_name, detail);
     } else {
         snprintf(m, sizeof m, "%s: %s", reason, detail);
@@ -375,10 +378,12 @@ static void label_done(uv_work_t *w, int status)
     struct agent_pull *p = lc->p;
     struct agent *a = p->a;
     struct agent_cache *ac = agent_cache_get(a, p->cache_key);
+    struct agent_layer buf[TKM_VARIANTS_MAX];
+    struct agent_layer *L = ac ? agent_cache_layer_find(ac, p->layer, buf) : NULL;
     struct tkm_err e = {0};
     if (status == 0 && lc->rc == 0) {
-        if (ac)
-            ac->label_checked = 1;
+        if (L)
+            *L->label_checked = 1;
         pull_done(p, lc->path, 0, NULL);
     } else {
         if (ac && lc->rc == -EBADMSG) {
@@ -446,16 +451,19 @@ static void pull_check(struct agent_pull *p, const char *path)
 {
     struct agent *a = p->a;
     struct agent_cache *ac = agent_cache_get(a, p->cache_key);
-    if (!ac) {
-        pull_done(p, NULL, TKM_GRPC_UNAVAILABLE, "the cache was deleted while it was pulled");
+    struct agent_layer buf[TKM_VARIANTS_MAX];
+    struct agent_layer *L = ac ? agent_cache_layer_find(ac, p->layer, buf) : NULL;
+    if (!L) {
+        pull_done(p, NULL, TKM_GRPC_UNAVAILABLE,
+                  "the cache was deleted or changed while it was pulled; retry");
         return;
     }
-    if (ac->label_checked) {
+    if (*L->label_checked) {
         pull_done(p, path, 0, NULL);
         return;
     }
     struct label_check *lc = calloc(1, sizeof *lc);
-    if (!lc || !(lc->path = strdup(path)) || summary_copy(&lc->label, &ac->summary) < 0) {
+    if (!lc || !(lc->path = strdup(path)) || summary_copy(&lc->label, L->summary) < 0) {
         if (lc) {
             free(lc->path);
             tkm_triton_summary_release(&lc->label);
@@ -523,13 +531,13 @@ static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
         pull_fail(p, TKM_GRPC_INTERNAL, "ExtractFailed", rc, tkm_err_str(&e));
 }
 
-/* Starts making ac's layer present (or joins the pull in flight); m (taken,
+/* Starts making layer L of ac present (or joins the pull in flight); m (taken,
  * may be NULL for a prefetch) waits for it. 0, or < 0 with m untouched. */
-static int pull_start(struct agent *a, struct agent_cache *ac, struct agent_mat *m,
-                      struct tkm_err *err)
+static int pull_start(struct agent *a, struct agent_cache *ac, const struct agent_layer *L,
+                      struct agent_mat *m, struct tkm_err *err)
 {
     for (struct agent_pull *p = a->pulls; p; p = p->next)
-        if (!strcmp(p->layer, ac->layer_digest)) {
+        if (!strcmp(p->layer, L->layer)) {
             if (m) {
                 m->next = p->waiters;
                 p->waiters = m;
@@ -541,13 +549,13 @@ static int pull_start(struct agent *a, struct agent_cache *ac, struct agent_mat 
         return tkm_err_set(err, -ENOMEM, "out of memory");
     p->a = a;
     p->t0 = tkm_now_ms();
-    snprintf(p->layer, sizeof p->layer, "%s", ac->layer_digest);
-    snprintf(p->manifest, sizeof p->manifest, "%s", ac->digest);
+    snprintf(p->layer, sizeof p->layer, "%s", L->layer);
+    snprintf(p->manifest, sizeof p->manifest, "%s", L->manifest);
     struct tkm_buf lb;
     tkm_buf_init(&lb, 4096);
     p->cache_key = strdup(ac->key);
     if (!p->cache_key ||
-        tkm_buf_printf(&lb, "%s/pulls/%.16s-%d", a->o.store_dir, ac->digest + 7, (int)getpid()) <
+        tkm_buf_printf(&lb, "%s/pulls/%.16s-%d", a->o.store_dir, L->manifest + 7, (int)getpid()) <
             0 ||
         tkm_oci_ref_parse(&p->ref, ac->c.spec.cache_image, err) < 0) {
         tkm_buf_release(&lb);
@@ -572,7 +580,7 @@ static int pull_start(struct agent *a, struct agent_cache *ac, struct agent_mat 
         pull_free(p);
         return tkm_err_set(err, -EAGAIN, "no registry session for %s yet", ac->key);
     }
-    snprintf(p->ref.digest, sizeof p->ref.digest, "%s", ac->digest);
+    snprintf(p->ref.digest, sizeof p->ref.digest, "%s", L->manifest);
     p->ref.tag[0] = 0;
     int rc = tkm_oci_job_pull(ac->session, &p->ref, p->layout, "agent", on_pulled, p, &p->job, err);
     if (rc < 0) {
@@ -594,50 +602,65 @@ static struct agent_cache *mat_cache(struct agent *a, const struct agent_mat *m)
     return agent_cache_get(a, m->cache_key);
 }
 
-/* The arch the cache was judged compatible for here ("" when none). */
+/* The arch the cache was judged compatible for here (the first such GPU's; "" when none). */
 static const char *target_arch(const struct agent_cache *ac)
 {
     for (size_t i = 0; i < ac->verdicts.n; i++) {
         const struct tkm_compat_verdict *v = &ac->verdicts.v[i];
-        if (v->compatible && v->target_index >= 0 &&
-            (size_t)v->target_index < ac->summary.n_targets)
-            return ac->summary.targets[v->target_index].target.arch;
+        const struct tkm_triton_summary *s = agent_verdict_summary(ac, i);
+        if (v->compatible && s && v->target_index >= 0 && (size_t)v->target_index < s->n_targets)
+            return s->targets[v->target_index].target.arch;
     }
     return "";
 }
 
-/* The digest is present at store_path: take the reference and reply. */
-static void mat_answer(struct agent *a, struct agent_mat *m, const char *store_path)
+/* The store reference key of a volume's layer k: the volume id for its first layer,
+ * "<volume id>/<k>" for the others (a volume id never holds a '/', rpc.h). */
+static void ref_key(char *out, size_t n, const char *volume_id, size_t k)
 {
-    struct agent_cache *ac = mat_cache(a, m);
+    if (k)
+        snprintf(out, n, "%s/%zu", volume_id, k);
+    else
+        snprintf(out, n, "%s", volume_id);
+}
+
+/* Every layer the volume uses is present at paths[]: take a reference on each
+ * and reply. */
+static void mat_answer(struct agent *a, struct agent_mat *m, struct agent_cache *ac,
+                       const struct agent_layer *L, size_t nl, char **paths)
+{
     const struct agent_materialize_req *req = m->req;
     struct tkm_err e = {0};
+    const char *parts[3];
+    char key[AGENT_RPC_MAX_VOLUME_ID + 32];
     int created = 0;
-    if (!ac || !agent_cache_usable(ac)) {
-        char msg[1000];
-        snprintf(msg, sizeof msg, "%s: %s", ac ? ac->reason : "NotDeclared",
-                 ac ? ac->message : "the cache was deleted");
-        agent_rpc_fail(m->call, TKM_GRPC_FAILED_PRECONDITION, msg);
-        return;
+    for (size_t k = 0; k < nl; k++) {
+        int c = 0;
+        ref_key(key, sizeof key, req->volume_id, k);
+        struct tkm_store_ref r = {.volume_id = key,
+                                  .digest = L[k].layer,
+                                  .pod_namespace = req->pod_ns,
+                                  .pod_name = req->pod_name,
+                                  .pod_uid = req->pod_uid,
+                                  .cache_namespace = ac->c.cluster ? "" : ac->c.meta.ns,
+                                  .cache_name = ac->c.meta.name};
+        int rc = tkm_store_state_acquire(a->state, &r, now_s(), &c, &e);
+        if (rc < 0) {
+            agent_rpc_fail(m->call,
+                           rc == -EEXIST   ? TKM_GRPC_ALREADY_EXISTS
+                           : rc == -ENOENT ? TKM_GRPC_UNAVAILABLE
+                                           : TKM_GRPC_INTERNAL,
+                           tkm_err_str(&e));
+            return;
+        }
+        if (k == 0) {
+            created = c;
+            if (created)
+                vol_remove(a, req->volume_id); /* served empty before, now from the store */
+            if (created && vol_add(a, &r) < 0)
+                tkm_err("out of memory recording volume %s", req->volume_id);
+        }
     }
-    struct tkm_store_ref r = {.volume_id = req->volume_id,
-                              .digest = ac->layer_digest,
-                              .pod_namespace = req->pod_ns,
-                              .pod_name = req->pod_name,
-                              .pod_uid = req->pod_uid,
-                              .cache_namespace = ac->c.cluster ? "" : ac->c.meta.ns,
-                              .cache_name = ac->c.meta.name};
-    int rc = tkm_store_state_acquire(a->state, &r, now_s(), &created, &e);
-    if (rc < 0) {
-        agent_rpc_fail(m->call,
-                       rc == -EEXIST   ? TKM_GRPC_ALREADY_EXISTS
-                       : rc == -ENOENT ? TKM_GRPC_UNAVAILABLE
-                                       : TKM_GRPC_INTERNAL,
-                       tkm_err_str(&e));
-        return;
-    }
-    if (created && vol_add(a, &r) < 0)
-        tkm_err("out of memory recording volume %s", req->volume_id);
     const char *mp = req->mount_path ? req->mount_path : ac->c.spec.mount_path;
     if (!mp && a->rec && created) {
         struct k8s_object_ref pod = {.api_version = "v1",
@@ -653,22 +676,69 @@ static void mat_answer(struct agent *a, struct agent_mat *m, const char *store_p
                        ac->c.cluster ? "" : ac->c.meta.ns, ac->c.cluster ? "" : "/",
                        ac->c.meta.name);
     }
-    struct agent_materialize_result res = {.store_path = store_path,
+    struct agent_materialize_result res = {.store_path = paths[0],
                                            .target_arch = target_arch(ac),
                                            .mount_path = mp,
                                            .cache_namespace = ac->c.cluster ? "" : ac->c.meta.ns,
                                            .cache_name = ac->c.meta.name,
-                                           .digest = ac->digest};
-    tkm_info("materialized %s for pod %s/%s volume %s: %s", ac->key, req->pod_ns, req->pod_name,
-             req->volume_id, store_path);
+                                           .digest = ac->digest,
+                                           .store_paths = (const char *const *)paths,
+                                           .n_store_paths = nl,
+                                           .parts = parts,
+                                           .n_parts = agent_parts_names(L[0].parts, parts)};
+    tkm_info("materialized %s for pod %s/%s volume %s: %s%s", ac->key, req->pod_ns, req->pod_name,
+             req->volume_id, paths[0], nl > 1 ? " (and the other variants' dirs)" : "");
     fail_clear(ac);
     agent_rpc_reply_materialize(m->call, &res);
     agent_status_changed(a);
 }
 
-/* Why ac cannot be used here, as a gRPC code and a message; 0 when it can. */
-static int cache_refusal(const struct agent *a, const struct agent_cache *ac, char *msg, size_t n)
+/* Makes the next layer of m's volume present (m waits on its pull: 1), or answers m
+ * once every layer is (or fails it: 0, the caller frees m). */
+static int mat_continue(struct agent *a, struct agent_mat *m)
 {
+    struct agent_cache *ac = mat_cache(a, m);
+    struct agent_layer L[TKM_VARIANTS_MAX];
+    char *paths[TKM_VARIANTS_MAX] = {0};
+    struct tkm_err e = {0};
+    size_t nl = 0, have = 0;
+    if (!ac || !agent_cache_usable(ac) || !(nl = agent_cache_layers(ac, L))) {
+        char msg[1000];
+        snprintf(msg, sizeof msg, "%s: %s", ac ? ac->reason : "NotDeclared",
+                 ac ? ac->message : "the cache was deleted");
+        agent_rpc_fail(m->call, TKM_GRPC_FAILED_PRECONDITION, msg);
+        return 0;
+    }
+    for (; have < nl; have++)
+        if (!*L[have].label_checked ||
+            tkm_store_lookup(a->store, L[have].layer, &paths[have], NULL) < 0)
+            break;
+    if (have == nl)
+        mat_answer(a, m, ac, L, nl, paths);
+    for (size_t k = 0; k < nl; k++)
+        free(paths[k]);
+    if (have == nl)
+        return 0;
+    if (pull_start(a, ac, &L[have], m, &e) < 0) {
+        fail_record(a, ac->key, "PullFailed", tkm_err_str(&e));
+        agent_rpc_fail(m->call, TKM_GRPC_UNAVAILABLE, tkm_err_str(&e));
+        return 0;
+    }
+    return 1;
+}
+
+/* Why ac cannot be used here, as a gRPC code and a message; 0 when it can.
+ * *empty (optional) is set to the reason when no GPU here fits for
+ * compatibility reasons only and the cache's policy is Empty: the caller may
+ * serve an empty volume instead (the code is FAILED_PRECONDITION, msg the
+ * sentence either way). */
+static int cache_refusal(const struct agent *a, const struct agent_cache *ac, char *msg, size_t n,
+                         const char **empty)
+{
+    const char *reason = NULL;
+    int compat = 0;
+    if (empty)
+        *empty = NULL;
     if (!ac->live) {
         snprintf(msg, n, "cache %s is being deleted", ac->key);
         return TKM_GRPC_UNAVAILABLE;
@@ -688,21 +758,82 @@ static int cache_refusal(const struct agent *a, const struct agent_cache *ac, ch
                    ? TKM_GRPC_UNAVAILABLE
                    : TKM_GRPC_FAILED_PRECONDITION;
     }
-    if (!target_arch(ac)[0]) {
-        const char *why = ac->verdicts.n ? ac->verdicts.v[0].reason : "this node has no GPU";
-        snprintf(msg, n, "%s: no GPU on node %s can use cache %s: %s",
-                 ac->verdicts.n ? agent_compat_reason(why) : "NoGPU", a->o.node_name, ac->key, why);
+    if (!agent_cache_fits(a, ac, &reason, &compat, msg, n)) {
+        if (empty && compat && agent_cache_fallback(a, ac) == TKM_API_FALLBACK_EMPTY)
+            *empty = reason;
         return TKM_GRPC_FAILED_PRECONDITION;
     }
     return 0;
 }
 
-/* Admission: the cache fits the disk budget once unreferenced entries go. */
-static int admit(struct agent *a, const struct agent_cache *ac, char *msg, size_t n)
+/* No GPU here can use the cache and its policy is Empty: an empty writable
+ * volume of the cache's parts. The pod is told once per volume (a Warning
+ * event CacheNotUsed) and the volume counted; it is remembered (not in the
+ * store: it holds nothing) so that Release knows it and pods[] names it. */
+static void mat_empty(struct agent *a, struct agent_rpc_call *call,
+                      const struct agent_materialize_req *req, const struct agent_cache *ac,
+                      const char *reason, const char *msg)
+{
+    const char *parts[3];
+    size_t np = agent_parts_names(ac->parts, parts);
+    const char *cns = ac->c.cluster ? "" : ac->c.meta.ns;
+    const struct agent_vol *known = NULL;
+    for (const struct agent_vol *v = a->vols; v && !known; v = v->next)
+        if (!strcmp(v->volume_id, req->volume_id))
+            known = v;
+    if (!known) {
+        struct tkm_store_ref r = {.volume_id = req->volume_id,
+                                  .digest = "",
+                                  .pod_namespace = req->pod_ns,
+                                  .pod_name = req->pod_name,
+                                  .pod_uid = req->pod_uid,
+                                  .cache_namespace = cns,
+                                  .cache_name = ac->c.meta.name};
+        if (vol_add(a, &r) < 0)
+            tkm_err("out of memory recording volume %s", req->volume_id);
+        agent_metrics_empty_volume(a, reason);
+        if (a->rec) {
+            struct k8s_object_ref pod = {.api_version = "v1",
+                                         .kind = "Pod",
+                                         .namespace = req->pod_ns,
+                                         .name = req->pod_name,
+                                         .uid = req->pod_uid};
+            k8s_event_emit(a->rec, &pod, "Warning", "CacheNotUsed",
+                           "cache %s%s%s is not used on node %s (whenIncompatible: Empty): the "
+                           "pod gets an empty writable cache and compiles its own kernels. %s",
+                           cns, cns[0] ? "/" : "", ac->c.meta.name, a->o.node_name, msg);
+        }
+        tkm_info("volume %s of pod %s/%s: cache %s served empty: %s", req->volume_id, req->pod_ns,
+                 req->pod_name, ac->key, msg);
+    }
+    struct agent_materialize_result res = {.mount_path = req->mount_path ? req->mount_path
+                                                                         : ac->c.spec.mount_path,
+                                           .cache_namespace = cns,
+                                           .cache_name = ac->c.meta.name,
+                                           .digest = ac->digest,
+                                           .empty = 1,
+                                           .empty_reason = reason,
+                                           .empty_message = msg,
+                                           .parts = parts,
+                                           .n_parts = np};
+    agent_rpc_reply_materialize(call, &res);
+    agent_status_changed(a);
+}
+
+/* Admission: the cache's layers not in the store yet fit the disk budget once
+ * unreferenced entries go; 0 with nothing to add. */
+static int admit(struct agent *a, struct agent_cache *ac, char *msg, size_t n)
 {
     struct tkm_err e = {0};
+    struct agent_layer L[TKM_VARIANTS_MAX];
+    size_t nl = agent_cache_layers(ac, L);
     int fits = 0;
-    uint64_t need = 0, bytes = ac->cache_bytes;
+    uint64_t need = 0, bytes = 0;
+    for (size_t k = 0; k < nl; k++)
+        if (!agent_store_extracted(a, L[k].layer))
+            bytes += L[k].cache_bytes;
+    if (!bytes)
+        return 0;
     if (tkm_store_state_would_fit(a->state, bytes, a->o.store_budget, &fits, &need, &e) < 0) {
         snprintf(msg, n, "%s", tkm_err_str(&e));
         return TKM_GRPC_INTERNAL;
@@ -733,7 +864,6 @@ static void op_materialize(struct agent_rpc_call *call, const struct agent_mater
     struct agent_cache *ac = NULL;
     struct tkm_err e = {0};
     char msg[1200];
-    char *path = NULL;
     if (!agent_ready(a)) {
         agent_rpc_fail(call, TKM_GRPC_UNAVAILABLE,
                        "tkm-agent is starting: informers not synced or the store not open");
@@ -744,9 +874,13 @@ static void op_materialize(struct agent_rpc_call *call, const struct agent_mater
         agent_rpc_fail(call, agent_declared_grpc_code(rc), tkm_err_str(&e));
         return;
     }
-    int code = cache_refusal(a, ac, msg, sizeof msg);
-    if (!code && !agent_store_extracted(a, ac->layer_digest) &&
-        (code = admit(a, ac, msg, sizeof msg)) != 0)
+    const char *empty = NULL;
+    int code = cache_refusal(a, ac, msg, sizeof msg, &empty);
+    if (empty) {
+        mat_empty(a, call, req, ac, empty, msg);
+        return;
+    }
+    if (!code && (code = admit(a, ac, msg, sizeof msg)) != 0)
         fail_record(a, ac->key,
                     code == TKM_GRPC_RESOURCE_EXHAUSTED ? AGENT_REASON_STORE_FULL : "Internal",
                     msg);
@@ -762,17 +896,8 @@ static void op_materialize(struct agent_rpc_call *call, const struct agent_mater
     }
     m->call = call;
     m->req = req;
-    if (ac->label_checked && tkm_store_lookup(a->store, ac->layer_digest, &path, NULL) == 0) {
-        mat_answer(a, m, path);
-        free(path);
+    if (!mat_continue(a, m))
         mat_free(m);
-        return;
-    }
-    if (pull_start(a, ac, m, &e) < 0) {
-        fail_record(a, ac->key, "PullFailed", tkm_err_str(&e));
-        agent_rpc_fail(call, TKM_GRPC_UNAVAILABLE, tkm_err_str(&e));
-        mat_free(m);
-    }
 }
 
 static void op_cancel(struct agent_rpc_call *call, void *data)
@@ -793,12 +918,28 @@ static void op_release(struct agent_rpc_call *call, const struct agent_release_r
     }
     int rc = tkm_store_state_release(a->state, req->volume_id, now_s(), &e);
     if (rc == -ENOENT) {
-        agent_rpc_reply_release(call, 0);
+        /* an empty volume (the Empty fallback) has no reference in the store */
+        int empty = 0;
+        for (const struct agent_vol *v = a->vols; v; v = v->next)
+            empty |= !strcmp(v->volume_id, req->volume_id) && !v->digest[0];
+        if (empty) {
+            vol_remove(a, req->volume_id);
+            tkm_info("released empty volume %s", req->volume_id);
+            agent_status_changed(a);
+        }
+        agent_rpc_reply_release(call, empty);
         return;
     }
     if (rc < 0) {
         agent_rpc_fail(call, TKM_GRPC_INTERNAL, tkm_err_str(&e));
         return;
+    }
+    /* the volume's other layers (variants): "<volume id>/<k>" */
+    char key[AGENT_RPC_MAX_VOLUME_ID + 32];
+    for (size_t k = 1; k < TKM_VARIANTS_MAX; k++) {
+        ref_key(key, sizeof key, req->volume_id, k);
+        if (tkm_store_state_release(a->state, key, now_s(), &e) < 0)
+            break;
     }
     vol_remove(a, req->volume_id);
     tkm_info("released volume %s", req->volume_id);
@@ -846,16 +987,18 @@ void agent_store_prefetch(struct agent *a, struct agent_cache *ac)
 {
     struct tkm_err e = {0};
     char msg[1200];
-    if (!a->state || !a->cfg.prefetch || a->stopping || cache_refusal(a, ac, msg, sizeof msg))
-        return;
-    if (ac->label_checked && agent_store_extracted(a, ac->layer_digest))
+    if (!a->state || !a->cfg.prefetch || a->stopping || cache_refusal(a, ac, msg, sizeof msg, NULL))
         return;
     if (admit(a, ac, msg, sizeof msg)) {
         tkm_warn("prefetch of %s skipped: %s", ac->key, msg);
         return;
     }
-    if (pull_start(a, ac, NULL, &e) < 0)
-        tkm_warn("prefetch of %s: %s", ac->key, tkm_err_str(&e));
+    struct agent_layer L[TKM_VARIANTS_MAX];
+    size_t nl = agent_cache_layers(ac, L);
+    for (size_t k = 0; k < nl; k++)
+        if (!(*L[k].label_checked && agent_store_extracted(a, L[k].layer)) &&
+            pull_start(a, ac, &L[k], NULL, &e) < 0)
+            tkm_warn("prefetch of %s: %s", ac->key, tkm_err_str(&e));
 }
 
 static void on_gc_removed(int rc, const char *digest, uint64_t freed, const struct tkm_err *err,
@@ -867,9 +1010,13 @@ static void on_gc_removed(int rc, const char *digest, uint64_t freed, const stru
         return;
     }
     tkm_info("GC removed %s (%llu bytes)", digest, (unsigned long long)freed);
-    for (struct agent_cache *ac = a->caches; ac; ac = ac->next)
+    for (struct agent_cache *ac = a->caches; ac; ac = ac->next) {
         if (ac->layer_digest && !strcmp(ac->layer_digest, digest))
             ac->label_checked = 0;
+        for (size_t i = 0; ac->vars && i < ac->variants.n; i++)
+            if (ac->vars[i].layer_digest && !strcmp(ac->vars[i].layer_digest, digest))
+                ac->vars[i].label_checked = 0;
+    }
     agent_status_changed(a);
 }
 

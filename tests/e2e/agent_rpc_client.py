@@ -43,7 +43,12 @@ def load(desc_path):
 
 
 def as_dict(msg):
-    return {f.name: getattr(msg, f.name) for f in msg.DESCRIPTOR.fields}
+    """The response's fields; repeated ones (store_paths, parts) as lists."""
+    out = {}
+    for f in msg.DESCRIPTOR.fields:
+        v = getattr(msg, f.name)
+        out[f.name] = v if isinstance(v, (str, bytes, bool, int, float)) else list(v)
+    return out
 
 
 def main():

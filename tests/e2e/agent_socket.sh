@@ -3,7 +3,8 @@
 # tests/e2e/agent_rpc_client.py) as the CSI driver would. A cache declared by name or by
 # image is pulled, extracted into the store and answered with a store path whose files
 # are the fixture's; an undeclared image and another namespace's cache are refused; an
-# incompatible node answers FAILED_PRECONDITION with the reason; Release drops the
+# incompatible node answers an empty volume (the Empty fallback, the default policy) with
+# the reason, one Warning event on the pod and the metric, pulling nothing; Release drops the
 # reference; the node status shows extracted and pods[].
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/agent.inc"
@@ -27,7 +28,7 @@ N1=e2e-sock-h200-$S N2=e2e-sock-a100-$S
 agent_node "$N1"
 agent_node "$N2"
 agent_start h200 h200 "$N1" "$NSA" --metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0
-agent_start a100 a100 "$N2" "$NSA"
+agent_start a100 a100 "$N2" "$NSA" --metrics-bind-address 127.0.0.1:0
 SOCK1=$E2E_TMP/h200/run/agent.sock SOCK2=$E2E_TMP/a100/run/agent.sock
 
 mat() { # NS POD VOL ATTRS_JSON
@@ -84,11 +85,22 @@ assert_contains "$(agent_field .details)" "vadd" "the refusal names the cache"
 agent_call "$SOCK1" "$(mat "$NSA" p vol-5 '{"cacheName":"vadd","bogus":"x"}')"
 assert_eq "$(agent_field .code)" INVALID_ARGUMENT "an unknown attribute is refused"
 wait_jp 60 "vadd judged on $N2" ArchMismatch tkcns "$N2" "$NSA" '{.status.caches.vadd.incompatibleGPUs[0].reason}'
-agent_call "$SOCK2" "$(mat "$NSA" p vol-6 '{"cacheName":"vadd"}')"
-assert_eq "$(agent_field .code)" FAILED_PRECONDITION "an incompatible node refuses"
-assert_contains "$(agent_field .details)" "ArchMismatch" "with the reason"
+
+step "an incompatible node: the Empty fallback (the default whenIncompatible)"
+agent_call "$SOCK2" "$(mat "$NSA" p vol-6 '{"cacheName":"vadd"}')" "$(mat "$NSA" p vol-6 '{"cacheName":"vadd"}')"
+assert_eq "$(jq -rs 'map(.code + " " + (.resp.empty|tostring) + " " + .resp.empty_reason + " " + (.resp.parts|join(",")) + " [" + .resp.store_path + "]") | join("; ")' <<<"$R")" \
+  "OK true ArchMismatch triton []; OK true ArchMismatch triton []" "an empty volume, twice for one volume: the reason, the parts, no store path"
+assert_contains "$(jq -rs '.[0].resp.empty_message' <<<"$R")" "no GPU on node $N2 can use cache $NSA/vadd: arch mismatch" "the message says why"
 [[ -z $(ls "$E2E_TMP/a100/store/sha256" 2>/dev/null) ]] || fail "the A100 node's store is not empty"
 pass "nothing pulled on the incompatible node"
+wait_for 30 "Warning CacheNotUsed on pod p" bash -c "kubectl -n $NSA get events --field-selector involvedObject.name=p,reason=CacheNotUsed -o jsonpath='{.items[0].type}' | grep -q Warning"
+assert_eq "$(kubectl -n "$NSA" get events --field-selector involvedObject.name=p,reason=CacheNotUsed -o jsonpath='{.items[0].count}')" 1 "one event for the volume (not one per call)"
+wait_for 10 "metrics address logged" grep -q "metrics on http://" "$E2E_TMP/a100.log"
+MURL2=$(grep -o "metrics on http://[^ ]*" "$E2E_TMP/a100.log" | head -1 | sed 's/metrics on //')
+assert_contains "$(curl -s "$MURL2")" 'tkm_agent_empty_volumes_total{reason="ArchMismatch"} 1' "the empty volume counted by reason"
+wait_jp 30 "the empty volume's pod in pods[]" p tkcns "$N2" "$NSA" '{.status.caches.vadd.pods[*].name}'
+agent_call "$SOCK2" '{"m":"Release","vol":"vol-6"}' '{"m":"Release","vol":"vol-6"}'
+assert_eq "$(jq -rs 'map(.code) | join(" ")' <<<"$R")" "OK NOT_FOUND" "the empty volume released, then unknown"
 
 step "no mountPath anywhere: a Warning Event on the pod"
 agent_call "$SOCK1" "$(mat "$NSB" loader-0 vol-7 '{"cacheName":"other"}')"

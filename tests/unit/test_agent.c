@@ -159,7 +159,7 @@ static void world(struct world *w)
 static void world_release(struct world *w)
 {
     tkm_triton_summary_release(&w->ac.summary);
-    free(w->ac.verdicts.v);
+    agent_verdicts_release(&w->ac.verdicts);
 }
 
 TEST(entry_groups_gpus_with_reasons)
@@ -287,4 +287,255 @@ TEST(compat_reasons_are_camel_case)
     ASSERT_STREQ(agent_compat_reason("corrupt cache: 3 of the 4 kernels"), "CorruptCache");
     ASSERT_STREQ(agent_compat_reason("GPU 1 (x) cannot be used: driver not loaded"), "GPUUnusable");
     ASSERT_STREQ(agent_compat_reason("something new"), "Incompatible");
+}
+
+/* The Empty fallback: no GPU here fits for compatibility reasons only and the policy is
+ * Empty (spec.whenIncompatible, else tkm-config, else the built-in default). */
+TEST(empty_fallback_when_no_gpu_fits)
+{
+    struct world w;
+    struct tkm_api_node_cache e;
+    struct tkm_err err = {0};
+    const char *reason = NULL, *parts[3];
+    char msg[1024];
+    int compat = -1;
+    world(&w);
+    w.ac.live = 1;
+    /* an H200 fits: nothing to fall back from */
+    ASSERT_EQ(agent_cache_fits(&w.a, &w.ac, &reason, &compat, msg, sizeof msg), 1);
+    ASSERT(!agent_cache_serves_empty(&w.a, &w.ac));
+    ASSERT_OK(agent_entry_build(&w.a, &w.ac, &e));
+    ASSERT_NULL(e.fallback);
+    agent_entry_release(&e);
+    /* an sm70 cache: every GPU refused for its fit */
+    tkm_triton_summary_release(&w.ac.summary);
+    ASSERT_OK(tkm_triton_summary_parse(
+        &w.ac.summary, "{\"targets\":[{\"backend\":\"cuda\",\"arch\":\"70\",\"warp_size\":32}]}",
+        &err));
+    agent_cache_rejudge(&w.ac);
+    ASSERT_EQ(agent_cache_fits(&w.a, &w.ac, &reason, &compat, msg, sizeof msg), 0);
+    ASSERT_STREQ(reason, "ArchMismatch");
+    ASSERT_EQ(compat, 1);
+    ASSERT_STRCONTAINS(msg, "ArchMismatch: no GPU on node node-1 can use cache ml/vadd: arch "
+                            "mismatch: cache built for sm70, GPU 0");
+    ASSERT_EQ(agent_cache_fallback(&w.a, &w.ac), TKM_API_FALLBACK_EMPTY); /* the default */
+    ASSERT(agent_cache_serves_empty(&w.a, &w.ac));
+    ASSERT_OK(agent_entry_build(&w.a, &w.ac, &e));
+    ASSERT_STREQ(e.fallback, "Empty");
+    ASSERT_EQ(e.n_compatible, 0);
+    ASSERT_EQ(e.n_incompatible, 4); /* one group per refused GPU */
+    agent_entry_release(&e);
+    /* Fail: today's refusal, no fallback in the status */
+    w.ac.c.spec.when_incompatible = TKM_API_FALLBACK_FAIL;
+    ASSERT_EQ(agent_cache_fallback(&w.a, &w.ac), TKM_API_FALLBACK_FAIL);
+    ASSERT(!agent_cache_serves_empty(&w.a, &w.ac));
+    ASSERT_OK(agent_entry_build(&w.a, &w.ac, &e));
+    ASSERT_NULL(e.fallback);
+    agent_entry_release(&e);
+    w.ac.c.spec.when_incompatible = TKM_API_FALLBACK_EMPTY;
+    ASSERT(agent_cache_serves_empty(&w.a, &w.ac));
+    /* an integrity reason on one GPU is never hidden by Empty */
+    const char *codes[4] = {"VariantMismatch", NULL, NULL, NULL};
+    w.ac.verdicts.code = codes;
+    ASSERT_EQ(agent_cache_fits(&w.a, &w.ac, &reason, &compat, msg, sizeof msg), 0);
+    ASSERT_STREQ(reason, "VariantMismatch");
+    ASSERT_EQ(compat, 0);
+    ASSERT(!agent_cache_serves_empty(&w.a, &w.ac));
+    ASSERT_OK(agent_entry_build(&w.a, &w.ac, &e));
+    ASSERT_STREQ(e.incompatible[0].reason, "VariantMismatch");
+    agent_entry_release(&e);
+    w.ac.verdicts.code = NULL;
+    /* a signature failure (not usable) is never Empty */
+    snprintf(w.ac.reason, sizeof w.ac.reason, "KeyMismatch");
+    ASSERT(!agent_cache_serves_empty(&w.a, &w.ac));
+    w.ac.reason[0] = 0;
+    /* no GPU at all: NoGPU, a fit reason */
+    w.a.gpus.n = 0;
+    agent_cache_rejudge(&w.ac);
+    ASSERT_EQ(agent_cache_fits(&w.a, &w.ac, &reason, &compat, msg, sizeof msg), 0);
+    ASSERT_STREQ(reason, "NoGPU");
+    ASSERT_EQ(compat, 1);
+    ASSERT(agent_cache_serves_empty(&w.a, &w.ac));
+    /* the parts an empty volume gets */
+    ASSERT_EQ(agent_parts_names(0, parts), 1);
+    ASSERT_STREQ(parts[0], "triton");
+    ASSERT_EQ(agent_parts_names(TKM_PART_TRITON, parts), 1);
+    ASSERT_EQ(agent_parts_names(TKM_PART_TRITON | TKM_PART_INDUCTOR | TKM_PART_VLLM, parts), 3);
+    ASSERT_STREQ(parts[0], "inductor");
+    ASSERT_STREQ(parts[1], "triton");
+    ASSERT_STREQ(parts[2], "vllm");
+    ASSERT_EQ(agent_parts_names(TKM_PART_VLLM, parts), 1);
+    ASSERT_STREQ(parts[0], "vllm");
+    world_release(&w);
+}
+
+/* ---- a variant index: the pick per GPU, the judge per variant, the layers used ---- */
+
+#define VD(c)                                                                                      \
+    "sha256:" c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c c  \
+        c c c c c c c c c c c c c c c c c c c c c c
+static const char *const VAR_IDX =
+    "{\"schemaVersion\":2,\"mediaType\":\"application/vnd.oci.image.index.v1+json\","
+    "\"manifests\":["
+    "{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"" VD(
+        "a") "\",\"size\":500,\"platform\":{\"os\":\"linux\",\"architecture\":\"HOST\"},"
+             "\"annotations\":"
+             "{\"cache.triton.image/backend\":\"cuda\",\"cache.triton.image/arch\":\"90\","
+             "\"cache.triton.image/warp-size\":\"32\",\"cache.triton.image/parts\":\"triton\"}},"
+             "{\"mediaType\":\"application/vnd.oci.image.manifest.v1+json\",\"digest\":\"" VD(
+                 "b") "\",\"size\":500,\"platform\":{\"os\":\"linux\",\"architecture\":\"HOST\"},"
+                      "\"annotations\":"
+                      "{\"cache.triton.image/backend\":\"cuda\",\"cache.triton.image/arch\":\"80\","
+                      "\"cache.triton.image/warp-size\":\"32\",\"cache.triton.image/"
+                      "parts\":\"triton\"}},"
+                      "{\"mediaType\":\"application/"
+                      "vnd.oci.image.manifest.v1+json\",\"digest\":\"" VD(
+                          "c") "\",\"size\":500,\"platform\":{\"os\":\"linux\",\"architecture\":"
+                               "\"OTHER\"},\"annotations\":"
+                               "{\"cache.triton.image/backend\":\"hip\",\"cache.triton.image/"
+                               "arch\":\"gfx942\","
+                               "\"cache.triton.image/warp-size\":\"64\",\"cache.triton.image/"
+                               "parts\":\"triton\"}}]}";
+
+/* The world's cache becomes a variant index of sm90 and sm80 for this host's CPU and a
+ * gfx942 one for another CPU; each variant inspected with a summary of its own target. */
+static void world_variants(struct world *w)
+{
+    struct tkm_err e = {0};
+    const char *host = tkm_oci_host_arch();
+    const char *other = strcmp(host, "arm64") ? "arm64" : "amd64";
+    char *idx = strdup(VAR_IDX), *p;
+    ASSERT_NOT_NULL(idx);
+    while ((p = strstr(idx, "HOST")) || (p = strstr(idx, "OTHER"))) {
+        char buf[4096];
+        int host_here = !strncmp(p, "HOST", 4);
+        snprintf(buf, sizeof buf, "%.*s%s%s", (int)(p - idx), idx, host_here ? host : other,
+                 p + (host_here ? 4 : 5));
+        free(idx);
+        idx = strdup(buf);
+        ASSERT_NOT_NULL(idx);
+    }
+    ASSERT_OK(tkm_variants_parse(idx, strlen(idx), NULL, "test index", &w->ac.variants, &e));
+    free(idx);
+    ASSERT_EQ(w->ac.variants.n, 3);
+    w->ac.vars = calloc(3, sizeof *w->ac.vars);
+    ASSERT_NOT_NULL(w->ac.vars);
+    static const char *const sums[] = {
+        "{\"targets\":[{\"backend\":\"cuda\",\"arch\":\"90\",\"warp_size\":32}]}",
+        "{\"targets\":[{\"backend\":\"cuda\",\"arch\":\"80\",\"warp_size\":32}]}",
+        "{\"targets\":[{\"backend\":\"hip\",\"arch\":\"gfx942\",\"warp_size\":64}]}"};
+    for (int i = 0; i < 3; i++) {
+        struct agent_variant *av = &w->ac.vars[i];
+        char layer[80];
+        ASSERT_OK(tkm_triton_summary_parse(&av->summary, sums[i], &e));
+        snprintf(layer, sizeof layer, "sha256:%064d", 100 + i);
+        av->layer_digest = strdup(layer);
+        av->state = 1;
+        av->parts = TKM_PART_TRITON;
+        av->cache_bytes = 1000 + (uint64_t)i;
+    }
+    tkm_triton_summary_release(&w->ac.summary);
+    agent_cache_rejudge(&w->ac);
+}
+
+TEST(variants_pick_per_gpu)
+{
+    struct world w;
+    struct tkm_api_node_cache e;
+    struct agent_layer L[TKM_VARIANTS_MAX];
+    world(&w);
+    w.ac.live = 1;
+    world_variants(&w);
+    /* the H200s use sm90, the A100 sm80, the MI300X has no variant for this CPU */
+    ASSERT_EQ(w.ac.verdicts.n, 4);
+    ASSERT_EQ(w.ac.verdicts.variant[0], 0);
+    ASSERT_EQ(w.ac.verdicts.variant[1], 0);
+    ASSERT_EQ(w.ac.verdicts.variant[2], 1);
+    ASSERT_EQ(w.ac.verdicts.variant[3], -1);
+    ASSERT(w.ac.verdicts.v[0].compatible && w.ac.verdicts.v[1].compatible &&
+           w.ac.verdicts.v[2].compatible && !w.ac.verdicts.v[3].compatible);
+    ASSERT_STREQ(agent_verdict_reason(&w.ac.verdicts, 3), "HostArchMismatch");
+    ASSERT_STRCONTAINS(w.ac.verdicts.v[3].reason, "GPU 3");
+    /* the layers the node uses: sm90's then sm80's, pulled through their own manifests */
+    ASSERT_EQ(agent_cache_layers(&w.ac, L), 2);
+    ASSERT_STREQ(L[0].manifest, VD("a"));
+    ASSERT_STREQ(L[0].layer,
+                 "sha256:0000000000000000000000000000000000000000000000000000000000000100");
+    ASSERT_STREQ(L[1].manifest, VD("b"));
+    ASSERT_EQ(L[1].cache_bytes, 1001);
+    ASSERT_EQ(agent_cache_fallback(&w.a, &w.ac), TKM_API_FALLBACK_EMPTY);
+    ASSERT(!agent_cache_serves_empty(&w.a, &w.ac));
+    /* the node status: which variant each GPU group uses */
+    ASSERT_OK(agent_entry_build(&w.a, &w.ac, &e));
+    ASSERT_EQ(e.n_variants, 2);
+    ASSERT_STREQ(e.variants[0].digest, VD("a"));
+    ASSERT_STREQ(e.variants[0].gpu_type, "nvidia-h200");
+    ASSERT_STREQ(e.variants[0].backend, "cuda");
+    ASSERT_STREQ(e.variants[0].arch, "90");
+    ASSERT_EQ(e.variants[0].warp_size, 32);
+    ASSERT_EQ(e.variants[0].n_gpu_ids, 2);
+    ASSERT_EQ(e.variants[0].gpu_ids[1], 1);
+    ASSERT_STRCONTAINS(e.variants[0].platform, "linux/");
+    ASSERT_STREQ(e.variants[1].digest, VD("b"));
+    ASSERT_STREQ(e.variants[1].gpu_type, "nvidia-a100");
+    ASSERT_EQ(e.variants[1].gpu_ids[0], 2);
+    ASSERT_EQ(e.n_incompatible, 1);
+    ASSERT_STREQ(e.incompatible[0].reason, "HostArchMismatch");
+    ASSERT_NULL(e.fallback);
+    agent_entry_release(&e);
+    /* a variant whose layout differs from the lowest GPU's: VariantLayoutConflict */
+    w.ac.vars[1].parts = TKM_PART_TRITON | TKM_PART_INDUCTOR;
+    agent_cache_rejudge(&w.ac);
+    ASSERT(!w.ac.verdicts.v[2].compatible);
+    ASSERT_STREQ(agent_verdict_reason(&w.ac.verdicts, 2), "VariantLayoutConflict");
+    ASSERT_STRCONTAINS(w.ac.verdicts.v[2].reason, "one layout per volume");
+    ASSERT_EQ(agent_cache_layers(&w.ac, L), 1);
+    w.ac.vars[1].parts = TKM_PART_TRITON;
+    /* a variant that did not agree with its annotations: VariantMismatch, never Empty */
+    w.ac.vars[0].state = -1;
+    snprintf(w.ac.vars[0].reason, sizeof w.ac.vars[0].reason, "VariantMismatch");
+    snprintf(w.ac.vars[0].message, sizeof w.ac.vars[0].message, "summary says sm80");
+    agent_cache_rejudge(&w.ac);
+    ASSERT_STREQ(agent_verdict_reason(&w.ac.verdicts, 0), "VariantMismatch");
+    ASSERT_STREQ(w.ac.verdicts.v[0].reason, "summary says sm80");
+    ASSERT_EQ(agent_cache_layers(&w.ac, L), 1); /* only the A100's sm80 */
+    ASSERT_STREQ(L[0].manifest, VD("b"));
+    /* a picked variant not inspected yet: judged again once it is */
+    w.ac.vars[0].state = 0;
+    struct agent_verdicts vs = {0};
+    ASSERT_EQ(agent_variants_judge(&w.ac, &vs), 1);
+    ASSERT_STREQ(agent_verdict_reason(&vs, 0), "VariantNotInspected");
+    agent_verdicts_release(&vs);
+    world_release(&w);
+    agent_cache_variants_clear(&w.ac);
+}
+
+/* Only the A100 (sm80) and an index of sm90 alone: NoVariant, and the Empty fallback. */
+TEST(variants_none_fits_empty)
+{
+    struct world w;
+    struct tkm_api_node_cache e;
+    struct agent_layer L[TKM_VARIANTS_MAX];
+    world(&w);
+    w.ac.live = 1;
+    w.a.gpus.gpus = &w.g[2];
+    w.a.gpus.n = 1;
+    world_variants(&w);
+    /* drop the sm80 variant from the set: the A100 has none */
+    w.ac.variants.v[1] = w.ac.variants.v[2];
+    struct agent_variant t = w.ac.vars[1];
+    w.ac.vars[1] = w.ac.vars[2];
+    w.ac.vars[2] = t;
+    snprintf(w.ac.variants.v[2].arch, sizeof w.ac.variants.v[2].arch, "75");
+    agent_cache_rejudge(&w.ac);
+    ASSERT_STREQ(agent_verdict_reason(&w.ac.verdicts, 0), "NoVariant");
+    ASSERT_EQ(agent_cache_layers(&w.ac, L), 0);
+    ASSERT(agent_cache_serves_empty(&w.a, &w.ac));
+    ASSERT_OK(agent_entry_build(&w.a, &w.ac, &e));
+    ASSERT_STREQ(e.fallback, "Empty");
+    ASSERT_EQ(e.n_variants, 0);
+    ASSERT_STREQ(e.incompatible[0].reason, "NoVariant");
+    agent_entry_release(&e);
+    world_release(&w);
+    agent_cache_variants_clear(&w.ac);
 }

@@ -405,7 +405,7 @@ TEST(decode_garbage_and_release)
 
 /* ---- the server over a real socket ------------------------------------------------------- */
 
-enum mode { REPLY_NOW, REPLY_LATER, HOLD, FAIL_DENIED, WRONG_TYPE };
+enum mode { REPLY_NOW, REPLY_LATER, HOLD, FAIL_DENIED, WRONG_TYPE, REPLY_EMPTY, REPLY_TWO };
 
 struct fx {
     uv_loop_t loop;
@@ -434,6 +434,25 @@ static const struct agent_materialize_result RESULT = {
     .cache_namespace = "team-a",
     .cache_name = "vec",
     .digest = "sha256:abab",
+};
+
+static const char *const PARTS[] = {"inductor", "triton"};
+static const struct agent_materialize_result RESULT_EMPTY = {
+    .mount_path = "/m",
+    .cache_name = "vec",
+    .digest = "sha256:abab",
+    .empty = 1,
+    .empty_reason = "NoVariant",
+    .empty_message = "NoVariant: no GPU on node n can use cache vec",
+    .parts = PARTS,
+    .n_parts = 2,
+};
+static const char *const PATHS[] = {"/store/sha256-90", "/store/sha256-80"};
+static const struct agent_materialize_result RESULT_TWO = {
+    .store_path = "/store/sha256-90",
+    .target_arch = "90",
+    .store_paths = PATHS,
+    .n_store_paths = 2,
 };
 
 static void timer_fire(uv_timer_t *t)
@@ -468,6 +487,12 @@ static void op_materialize(struct agent_rpc_call *call, const struct agent_mater
         break;
     case WRONG_TYPE:
         f->wrong_rc = agent_rpc_reply_status(call, &st);
+        break;
+    case REPLY_EMPTY:
+        ASSERT_OK(agent_rpc_reply_materialize(call, &RESULT_EMPTY));
+        break;
+    case REPLY_TWO:
+        ASSERT_OK(agent_rpc_reply_materialize(call, &RESULT_TWO));
         break;
     }
 }
@@ -661,6 +686,13 @@ TEST(server_materialize_now_and_later)
         ASSERT_STREQ(m->cache_namespace, "team-a");
         ASSERT_STREQ(m->cache_name, "vec");
         ASSERT_STREQ(m->digest, "sha256:abab");
+        /* one store dir: store_paths names it too; the layout defaults to the Triton root */
+        ASSERT_EQ(m->n_store_paths, 1);
+        ASSERT_STREQ(m->store_paths[0], RESULT.store_path);
+        ASSERT_EQ(m->empty, 0);
+        ASSERT_STREQ(m->empty_reason, "");
+        ASSERT_EQ(m->n_parts, 1);
+        ASSERT_STREQ(m->parts[0], "triton");
         tkm__agent__v1__materialize_response__free_unpacked(m, NULL);
         free(r.resp);
     }
@@ -669,6 +701,48 @@ TEST(server_materialize_now_and_later)
     ASSERT_EQ(f.peer.pid, getpid());
     ASSERT_EQ(f.peer.uid, geteuid());
     ASSERT_STREQ(f.last_mount, "/m");
+    fx_finish(&f);
+}
+
+/* The issue-24 fields: an empty volume (no store path, its reason and parts) and two
+ * store dirs (one per variant). */
+TEST(server_materialize_empty_and_several_paths)
+{
+    struct fx f;
+    struct res r;
+    struct kv a[] = {{"cacheName", "vec"}};
+    fx_init(&f);
+    f.mode = REPLY_EMPTY;
+    call_mat(&f, a, 1, 5000, &r);
+    wait_res(&f, &r);
+    ASSERT_EQ(r.code, TKM_GRPC_OK);
+    Tkm__Agent__V1__MaterializeResponse *m =
+        tkm__agent__v1__materialize_response__unpack(NULL, r.len, r.resp);
+    ASSERT_NOT_NULL(m);
+    ASSERT_EQ(m->empty, 1);
+    ASSERT_STREQ(m->store_path, "");
+    ASSERT_EQ(m->n_store_paths, 0);
+    ASSERT_STREQ(m->empty_reason, "NoVariant");
+    ASSERT_STREQ(m->empty_message, "NoVariant: no GPU on node n can use cache vec");
+    ASSERT_EQ(m->n_parts, 2);
+    ASSERT_STREQ(m->parts[0], "inductor");
+    ASSERT_STREQ(m->parts[1], "triton");
+    ASSERT_STREQ(m->mount_path, "/m");
+    tkm__agent__v1__materialize_response__free_unpacked(m, NULL);
+    free(r.resp);
+    f.mode = REPLY_TWO;
+    call_mat(&f, a, 1, 5000, &r);
+    wait_res(&f, &r);
+    ASSERT_EQ(r.code, TKM_GRPC_OK);
+    m = tkm__agent__v1__materialize_response__unpack(NULL, r.len, r.resp);
+    ASSERT_NOT_NULL(m);
+    ASSERT_EQ(m->empty, 0);
+    ASSERT_STREQ(m->store_path, "/store/sha256-90");
+    ASSERT_EQ(m->n_store_paths, 2);
+    ASSERT_STREQ(m->store_paths[0], "/store/sha256-90");
+    ASSERT_STREQ(m->store_paths[1], "/store/sha256-80");
+    tkm__agent__v1__materialize_response__free_unpacked(m, NULL);
+    free(r.resp);
     fx_finish(&f);
 }
 
