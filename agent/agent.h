@@ -243,7 +243,8 @@ enum tkm_api_fallback agent_cache_fallback(const struct agent *a, const struct a
 /* 1 when a GPU here can use ac (judged). 0 when none can: *reason (static CamelCase: GPU 0's,
  * "NoGPU" without GPUs), msg ("<Reason>: no GPU on node N can use cache K: <why>") and
  * *compat 1 when every GPU's reason is a compatibility verdict (Empty may apply), 0 when one
- * is about the cache's integrity (CorruptCache, LabelMismatch, VariantMismatch). */
+ * is about the cache's integrity (CorruptCache, LabelMismatch, VariantMismatch, a variant's
+ * InvalidImage) or a variant not inspected yet (VariantNotInspected). */
 int agent_cache_fits(const struct agent *a, const struct agent_cache *ac, const char **reason,
                      int *compat, char *msg, size_t n);
 /* 1 when Materialize serves ac as an empty volume here: usable, no GPU fits for compatibility

@@ -29,11 +29,12 @@ enum tkm_api_fallback agent_cache_fallback(const struct agent *a, const struct a
     return f == TKM_API_FALLBACK_FAIL ? TKM_API_FALLBACK_FAIL : TKM_API_FALLBACK_EMPTY;
 }
 
-/* A GPU's reason that is about the cache's integrity, never its fit: the
- * Empty fallback never hides it. */
+/* A GPU's reason that is about the cache's integrity (or a variant not judged
+ * yet), never its fit: the Empty fallback never hides it. */
 static int integrity_reason(const char *reason)
 {
-    static const char *const bad[] = {"CorruptCache", "LabelMismatch", "VariantMismatch"};
+    static const char *const bad[] = {"CorruptCache", "LabelMismatch", "VariantMismatch",
+                                      "InvalidImage", "VariantNotInspected"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (!strcmp(reason, bad[i]))
             return 1;

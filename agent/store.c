@@ -18,6 +18,7 @@
  * grace period and when the budget is exceeded, least recently used first.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -386,7 +387,14 @@ static void label_done(uv_work_t *w, int status)
             *L->label_checked = 1;
         pull_done(p, lc->path, 0, NULL);
     } else {
-        if (ac && lc->rc == -EBADMSG) {
+        if (ac && L && ac->variants.from_index && lc->rc == -EBADMSG) {
+            /* a variant's label lied: its GPUs lose it, the others keep theirs */
+            struct agent_variant *av = &ac->vars[L->variant];
+            av->state = -1;
+            snprintf(av->reason, sizeof av->reason, "LabelMismatch");
+            snprintf(av->message, sizeof av->message, "%s", lc->msg);
+            agent_cache_rejudge(ac);
+        } else if (ac && lc->rc == -EBADMSG) {
             snprintf(ac->reason, sizeof ac->reason, "LabelMismatch");
             snprintf(ac->message, sizeof ac->message, "%s", lc->msg);
         }
@@ -624,6 +632,28 @@ static void ref_key(char *out, size_t n, const char *volume_id, size_t k)
         snprintf(out, n, "%s", volume_id);
 }
 
+/* A Warning Event on the request's pod (none without a recorder: --once, tests). */
+static void pod_warning(struct agent *a, const struct agent_materialize_req *req,
+                        const char *reason, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void pod_warning(struct agent *a, const struct agent_materialize_req *req,
+                        const char *reason, const char *fmt, ...)
+{
+    char msg[1600];
+    va_list ap;
+    if (!a->rec)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    struct k8s_object_ref pod = {.api_version = "v1",
+                                 .kind = "Pod",
+                                 .namespace = req->pod_ns,
+                                 .name = req->pod_name,
+                                 .uid = req->pod_uid};
+    k8s_event_emit(a->rec, &pod, "Warning", reason, "%s", msg);
+}
+
 /* Every layer the volume uses is present at paths[]: take a reference on each
  * and reply. */
 static void mat_answer(struct agent *a, struct agent_mat *m, struct agent_cache *ac,
@@ -662,20 +692,13 @@ static void mat_answer(struct agent *a, struct agent_mat *m, struct agent_cache 
         }
     }
     const char *mp = req->mount_path ? req->mount_path : ac->c.spec.mount_path;
-    if (!mp && a->rec && created) {
-        struct k8s_object_ref pod = {.api_version = "v1",
-                                     .kind = "Pod",
-                                     .namespace = req->pod_ns,
-                                     .name = req->pod_name,
-                                     .uid = req->pod_uid};
-        k8s_event_emit(a->rec, &pod, "Warning", "NoMountPath",
-                       "cache %s%s%s has no mountPath (neither the volume attribute nor the "
-                       "cache's spec.mountPath): the group files keep the paths they were built "
-                       "with, so Triton will not hit the cache unless TRITON_CACHE_DIR is that "
-                       "path",
-                       ac->c.cluster ? "" : ac->c.meta.ns, ac->c.cluster ? "" : "/",
-                       ac->c.meta.name);
-    }
+    if (!mp && created)
+        pod_warning(a, req, "NoMountPath",
+                    "cache %s%s%s has no mountPath (neither the volume attribute nor the "
+                    "cache's spec.mountPath): the group files keep the paths they were built "
+                    "with, so Triton will not hit the cache unless TRITON_CACHE_DIR is that "
+                    "path",
+                    ac->c.cluster ? "" : ac->c.meta.ns, ac->c.cluster ? "" : "/", ac->c.meta.name);
     struct agent_materialize_result res = {.store_path = paths[0],
                                            .target_arch = target_arch(ac),
                                            .mount_path = mp,
@@ -792,17 +815,10 @@ static void mat_empty(struct agent *a, struct agent_rpc_call *call,
         if (vol_add(a, &r) < 0)
             tkm_err("out of memory recording volume %s", req->volume_id);
         agent_metrics_empty_volume(a, reason);
-        if (a->rec) {
-            struct k8s_object_ref pod = {.api_version = "v1",
-                                         .kind = "Pod",
-                                         .namespace = req->pod_ns,
-                                         .name = req->pod_name,
-                                         .uid = req->pod_uid};
-            k8s_event_emit(a->rec, &pod, "Warning", "CacheNotUsed",
-                           "cache %s%s%s is not used on node %s (whenIncompatible: Empty): the "
-                           "pod gets an empty writable cache and compiles its own kernels. %s",
-                           cns, cns[0] ? "/" : "", ac->c.meta.name, a->o.node_name, msg);
-        }
+        pod_warning(a, req, "CacheNotUsed",
+                    "cache %s%s%s is not used on node %s (whenIncompatible: Empty): the pod gets "
+                    "an empty writable cache and compiles its own kernels. %s",
+                    cns, cns[0] ? "/" : "", ac->c.meta.name, a->o.node_name, msg);
         tkm_info("volume %s of pod %s/%s: cache %s served empty: %s", req->volume_id, req->pod_ns,
                  req->pod_name, ac->key, msg);
     }

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # agent_variants: a variant index (issue 24) served by the real registry: an sm90 and an
-# sm80 cache image (the sm80 one derived from the sm90 fixture by cache_retarget.py) under
-# one OCI image index whose entries carry the cache.triton.image/* annotations. Two agents
+# sm80 cache image (the sm80 one derived from the sm90 fixture by cache_retarget.py) added
+# by `tkmctl build --add-variant` to one OCI image index whose entries carry the
+# cache.triton.image/* annotations. Two agents
 # with the H200 and the A100 fixture GPU roots each pick their own variant (--once says
 # which, per GPU), pull only that variant's layer into their store (the other layer never
 # lands there) and answer Materialize with that variant's files. An index with the sm90
 # variant alone gives the A100 node NoVariant, served as an empty volume (the default
-# whenIncompatible, Empty) while the H200 node still uses it. A node with both GPUs gets
+# whenIncompatible, Empty) while the H200 node still uses it; an index whose sm80 entry names
+# the sm90 image is VariantMismatch on the A100 (refused, never empty). A node with both GPUs gets
 # both variants in one volume: two store dirs, each layer referenced until Release.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/agent.inc"
-CRANE=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path crane)
 e2e_crds
 agent_ns
 cd "$E2E_TMP"
+CRANE=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path crane)
 REPO=$TKM_REGISTRY/e2e-agent-variants-$RANDOM/vadd
 mkdir fx && tar -xzf "$TKM_FIXTURES/triton-cache/triton-3.6.0-cuda-sm90.tar.gz" -C fx
 python3 "$TKM_SOURCE_DIR/tests/e2e/cache_retarget.py" fx/tcache sm80 80 || fail "cache_retarget.py"
@@ -28,47 +30,34 @@ cp -a "$ROOTS/a100/sys/bus/pci/devices/0000:07:00.0" mixedroot/sys/bus/pci/devic
 sed -n '/^\[gpu\]/,$p' a100root/nvml.conf >>mixedroot/nvml.conf
 MIXED=$E2E_TMP/mixedroot
 
-step "two variant images and their index in the registry"
-expect_ok "tkmctl build sm90" "$TKMCTL" build fx/tcache --push "$REPO:sm90"
-expect_ok "tkmctl build sm80" "$TKMCTL" build sm80 --push "$REPO:sm80"
-# variant_entry TAG ARCH: an index entry for REPO:TAG (its platform from its config)
-variant_entry() {
-  local m cfg
-  m=$("$CRANE" manifest "$REPO:$1") || fail "crane manifest $1"
-  cfg=$("$CRANE" config "$REPO:$1") || fail "crane config $1"
-  jq -n --arg d "sha256:$(printf '%s' "$m" | sha256sum | cut -d' ' -f1)" --argjson s "$(printf '%s' "$m" | wc -c)" \
-    --arg os "$(jq -r .os <<<"$cfg")" --arg cpu "$(jq -r .architecture <<<"$cfg")" --arg arch "$2" \
-    '{mediaType: "application/vnd.oci.image.manifest.v1+json", digest: $d, size: $s,
-      platform: {os: $os, architecture: $cpu},
-      annotations: {"cache.triton.image/backend": "cuda", "cache.triton.image/arch": $arch,
-                    "cache.triton.image/warp-size": "32", "cache.triton.image/parts": "triton"}}'
-}
-# put_index TAG ENTRY...: PUTs an image index of the entries as REPO:TAG; prints its digest
-put_index() {
-  local tag=$1 f
-  shift
-  f=$(mktemp "$E2E_TMP/index-XXXX")
-  jq -cn --argjson m "$(printf '%s\n' "$@" | jq -s .)" \
-    '{schemaVersion: 2, mediaType: "application/vnd.oci.image.index.v1+json", manifests: $m}' >"$f"
-  local path=${REPO#*/}
-  curl -sf -X PUT -H "Content-Type: application/vnd.oci.image.index.v1+json" --data-binary "@$f" \
-    "http://$TKM_REGISTRY/v2/$path/manifests/$tag" >/dev/null || fail "PUT index $tag"
-  echo "sha256:$(sha256sum <"$f" | cut -d' ' -f1)"
-}
-E90=$(variant_entry sm90 90)
-E80=$(variant_entry sm80 80)
-D90=$(jq -r .digest <<<"$E90") D80=$(jq -r .digest <<<"$E80")
-L90=$("$CRANE" manifest "$REPO:sm90" | jq -r '.layers[0].digest')
-L80=$("$CRANE" manifest "$REPO:sm80" | jq -r '.layers[0].digest')
-DI=$(put_index multi "$E90" "$E80")
-DS=$(put_index only90 "$E90")
-assert_eq "$DI" "$("$CRANE" digest "$REPO:multi")" "the registry serves the index by its digest"
+step "two variant images and their index in the registry (tkmctl build --add-variant)"
+expect_ok "tkmctl build sm90 --add-variant" "$TKMCTL" build fx/tcache --push "$REPO:multi" --add-variant
+expect_ok "tkmctl build sm80 --add-variant" "$TKMCTL" build sm80 --push "$REPO:multi" --add-variant
+expect_ok "tkmctl build sm90 alone --add-variant" "$TKMCTL" build fx/tcache --push "$REPO:only90" --add-variant
+IDX=$("$CRANE" manifest "$REPO:multi") || fail "crane manifest multi"
+variant_digest() { jq -r --arg a "$1" '.manifests[] | select(.annotations["cache.triton.image/arch"] == $a) | .digest' <<<"$IDX"; }
+D90=$(variant_digest 90) D80=$(variant_digest 80)
+case $(uname -m) in x86_64) HOSTCPU=amd64 ;; aarch64) HOSTCPU=arm64 ;; *) HOSTCPU=$(uname -m) ;; esac
+assert_eq "2 $HOSTCPU" \
+  "$(jq -r '.manifests | length' <<<"$IDX") $(jq -r '.manifests[0].platform.architecture' <<<"$IDX")" "an index of two variants for this host's CPU"
+L90=$("$CRANE" manifest "$REPO@$D90" | jq -r '.layers[0].digest')
+L80=$("$CRANE" manifest "$REPO@$D80" | jq -r '.layers[0].digest')
+DI=$("$CRANE" digest "$REPO:multi")
+DS=$("$CRANE" digest "$REPO:only90")
+CPU=$(jq -r '.manifests[0].platform.architecture' <<<"$IDX")
+# a lying index: its sm80 entry names the sm90 image (written by hand, as an attacker would)
+jq -c --arg d "$D90" '.manifests |= map(if .annotations["cache.triton.image/arch"] == "80" then .digest = $d else . end)' \
+  <<<"$IDX" >lie.json
+curl -sf -X PUT -H "Content-Type: application/vnd.oci.image.index.v1+json" --data-binary @lie.json \
+  "http://$TKM_REGISTRY/v2/${REPO#*/}/manifests/lie" >/dev/null || fail "PUT the lying index"
+DL=$("$CRANE" digest "$REPO:lie")
 
 # the caches here switch signature checks off for themselves: the admin allows it (issue 23)
 kubectl -n "$NS" create configmap tkm-config --from-literal=signatureFloor=Disabled >/dev/null
 cache_create tkc "$NS" multi "$REPO:multi" "$DI" "  mountPath: /home/ml/.triton/cache
   signaturePolicy: {mode: Disabled}"
 cache_create tkc "$NS" only90 "$REPO:only90" "$DS" "  signaturePolicy: {mode: Disabled}"
+cache_create tkc "$NS" lie "$REPO:lie" "$DL" "  signaturePolicy: {mode: Disabled}"
 
 step "--once: each GPU's variant"
 once_err() { # NAME ROOT_DIR: tkm-agent --once against the apiserver; its stderr
@@ -80,9 +69,9 @@ once_err() { # NAME ROOT_DIR: tkm-agent --once against the apiserver; its stderr
 agent_node "e2e-once-h200"
 agent_node "e2e-once-a100"
 OUT=$(once_err h200 "$ROOTS/h200")
-assert_contains "$OUT" "$NS/multi: GPU 0 (nvidia-h200): linux/$(jq -r .platform.architecture <<<"$E90") cuda sm90 warp 32 $D90: Compatible" "H200 picks sm90"
+assert_contains "$OUT" "$NS/multi: GPU 0 (nvidia-h200): linux/$CPU cuda sm90 warp 32 $D90: Compatible" "H200 picks sm90"
 OUT=$(once_err a100 "$A100")
-assert_contains "$OUT" "$NS/multi: GPU 0 (nvidia-a100): linux/$(jq -r .platform.architecture <<<"$E80") cuda sm80 warp 32 $D80: Compatible" "A100 picks sm80"
+assert_contains "$OUT" "$NS/multi: GPU 0 (nvidia-a100): linux/$CPU cuda sm80 warp 32 $D80: Compatible" "A100 picks sm80"
 assert_contains "$OUT" "$NS/only90: GPU 0 (nvidia-a100): no variant: NoVariant" "A100 has no variant in the sm90-only index"
 
 S=$RANDOM
@@ -152,6 +141,14 @@ assert_eq "$(agent_field .code)" OK "released"
 assert_contains "$(curl -s "$MURL")" "tkm_agent_store_references 0" "both references dropped"
 wait_jp 30 "pods[] empty" "" tkcns "$N3" "$NS" '{.status.caches.multi.pods[*].name}'
 agent_stop mixed
+
+step "a variant that disagrees with its annotations: VariantMismatch, never an empty volume"
+wait_jp 60 "lie on $N2: VariantMismatch" VariantMismatch tkcns "$N2" "$NS" '{.status.caches.lie.incompatibleGPUs[0].reason}'
+agent_call "$SOCK2" "$(mat trainer-6 vol-6 lie)"
+assert_eq "$(agent_field .code)" FAILED_PRECONDITION "the A100 refuses the lying variant"
+assert_contains "$(agent_field .details)" "VariantMismatch" "with the reason"
+assert_eq "${L80#sha256:}" "$(store_entries a100)" "nothing of it pulled"
+wait_jp 60 "lie on $N1: the sm90 entry is honest" nvidia-h200 tkcns "$N1" "$NS" '{.status.caches.lie.compatibleGPUs[0].gpuType}'
 
 step "Release"
 agent_call "$SOCK1" '{"m":"Release","vol":"vol-1"}' '{"m":"Release","vol":"vol-4"}'
