@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/gpu/check-results.sh [RUN_DIR...] - checks that committed outputs of
 # bench/gpu/csi-proof.sh say what their summaries claim (default: every run in
-# bench/gpu/results/ and bench/gpu/results-full/). A results check, not a test:
+# bench/gpu/results/, bench/gpu/results-full/ and, for bench/gpu/variants-proof.sh,
+# bench/gpu/results-variants/). A results check, not a test:
 # it reads recorded files and runs no tkm code. What runs tkm's code on the same
 # files is unit.gpu_proof / unit.gpu_full_proof (the published group files are
 # what tkm's rewrite makes of the store's for the mount path).
@@ -20,15 +21,32 @@
 #   - fx.tsv (part full): cold runs missed the FX graph cache and hit nothing,
 #     warm-local and tkm-mounted runs hit it with no miss and no Triton compile,
 #     as many tkm as warm runs, one miss run that missed.
+# A variants-proof.sh run (it has index-multi.json): summary.json is what
+# bench/gpu/variants_summary.py makes of the run's files today, and its verdicts hold
+# (variants_summary.py --check).
 # Checks every run directory given; exits 1 if one fails, naming what.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 if (($# == 0)); then
-  set -- "$here"/results/*/ "$here"/results-full/*/
+  set -- "$here"/results/*/ "$here"/results-full/*/ "$here"/results-variants/*/
 fi
 bad=0
 for run in "$@"; do
   run=${run%/}
+  if [[ -f $run/index-multi.json ]]; then # bench/gpu/variants-proof.sh
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/tkm-gpu-check-XXXXXX")
+    cp -r "$run/." "$tmp/"
+    if python3 "$here/variants_summary.py" "$tmp" >/dev/null && python3 "$here/variants_summary.py" "$tmp" --check &&
+      python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1])) != json.load(open(sys.argv[2])))' \
+        "$run/summary.json" "$tmp/summary.json"; then
+      echo "check-results: $run: what its summary says holds"
+    else
+      echo "check-results: $run: summary.json is not what variants_summary.py makes, or a verdict failed" >&2
+      bad=1
+    fi
+    rm -rf "$tmp"
+    continue
+  fi
   [[ -f $run/summary.json && -f $run/runs.tsv ]] || { echo "check-results: $run: no summary.json or runs.tsv" >&2; bad=1; continue; }
   tmp=$(mktemp -d "${TMPDIR:-/tmp}/tkm-gpu-check-XXXXXX")
   cp -r "$run/." "$tmp/"
