@@ -51,6 +51,7 @@
 #include <k8s/informer.h>
 #include <k8s/workqueue.h>
 
+#include "compiles.h"
 #include "declared.h"
 #include "rpc.h"
 
@@ -176,6 +177,7 @@ struct agent {
     struct agent_rpc_server *rpc;
     struct agent_pull *pulls;
     struct agent_vol *vols;
+    struct agent_cache_compiles *compiles; /* what served pods compiled, per cache key */
     uv_timer_t gc_timer, once_timer;
     int checkpointing;
     struct k8s_recorder *rec;
@@ -188,6 +190,7 @@ struct agent {
         *m_extract_errors, *m_extract_seconds, *m_registry_errors, *m_watch_restarts,
         *m_status_writes, *m_store_budget, *m_status_write_time, *m_mat_failures, *m_socket_refused,
         *m_socket_idle_closed, *m_empty_volumes;
+    struct tkm_metric *m_pods_served, *m_pods_compiled, *m_pod_compiles; /* issue 25 */
     uint64_t registry_errors, watch_restarts, status_writes;
     double status_write_time; /* wall clock (Unix seconds) of the last accepted status apply */
 };
@@ -310,6 +313,10 @@ void agent_metrics_extraction(struct agent *a, double seconds);
 void agent_metrics_materialize_failure(struct agent *a, const char *reason);
 /* Counts a volume served empty (the Empty fallback) by its CamelCase reason. */
 void agent_metrics_empty_volume(struct agent *a, const char *reason);
+/* One released volume's scratch counts: pods served/compiled and per part
+ * compiles, labelled by the pod's namespace and the cache key. */
+void agent_metrics_compiles(struct agent *a, const char *ns, const char *cache,
+                            const struct agent_scratch *s);
 void agent_metrics_free(struct agent *a); /* after the loop ended */
 
 /* stop.c: stops with exit status code (the first stop's wins); the same as

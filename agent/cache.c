@@ -726,6 +726,7 @@ static void on_cache_delete(const struct k8s_obj *o, int unknown, void *data)
     if (!(ac = agent_index_take(&a->idx, o->key)))
         return;
     run_abandon(ac);
+    agent_compiles_drop(&a->compiles, o->key); /* its series and summary go */
     if (live) {
         tkm_info("cache %s deleted: its node status entry goes", o->key);
         agent_status_changed(a);
@@ -900,6 +901,7 @@ void agent_caches_close(struct agent *a, void (*cb)(struct agent *a))
     for (struct agent_cache *ac = a->caches; ac; ac = ac->next)
         run_abandon(ac);
     agent_index_release(&a->idx);
+    agent_compiles_free_all(&a->compiles);
     a->caches_closed = cb;
     a->caches_closing = 1; /* this function's own share, dropped below */
     if (a->verify) {

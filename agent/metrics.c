@@ -86,6 +86,9 @@ static int add(struct agent *a, enum tkm_metric_type t, const char *name, const 
 static int metrics_register(struct agent *a, struct tkm_err *err)
 {
     static const char *const state[] = {"state", NULL}, *const reason[] = {"reason", NULL};
+    static const char *const nscache[] = {"namespace", "cache", NULL}, *const nscachepart[] = {
+                                                                           "namespace", "cache",
+                                                                           "part", NULL};
     int rc;
     if ((rc = tkm_metrics_new(&a->metrics, err)) < 0 ||
         (rc = tkm_metrics_add_standard(a->metrics, err)) < 0 ||
@@ -125,6 +128,18 @@ static int metrics_register(struct agent *a, struct tkm_err *err)
                   "fits this node and its policy (whenIncompatible) is Empty, by reason "
                   "(NoVariant, ArchMismatch, ...).",
                   reason, NULL, &a->m_empty_volumes, err)) < 0 ||
+        (rc = add(a, TKM_METRIC_COUNTER, "tkm_agent_pods_served_total",
+                  "Volumes released with a scratch count from tkm-csi, by the pod's namespace "
+                  "and the cache.",
+                  nscache, NULL, &a->m_pods_served, err)) < 0 ||
+        (rc = add(a, TKM_METRIC_COUNTER, "tkm_agent_pods_compiled_total",
+                  "Of those, the pods that compiled at least one kernel or entry beside the "
+                  "cache (a stale cache when it grows).",
+                  nscache, NULL, &a->m_pods_compiled, err)) < 0 ||
+        (rc = add(a, TKM_METRIC_COUNTER, "tkm_agent_pod_compiles_total",
+                  "Kernels or entries the pods compiled beside the cache, by part (triton, "
+                  "inductor, vllm).",
+                  nscachepart, NULL, &a->m_pod_compiles, err)) < 0 ||
         (rc = add(a, TKM_METRIC_COUNTER, "tkm_agent_registry_errors_total",
                   "Registry requests that failed transiently (unreachable, 5xx).", NULL,
                   collect_counters, &a->m_registry_errors, err)) < 0 ||
@@ -186,6 +201,21 @@ void agent_metrics_empty_volume(struct agent *a, const char *reason)
 {
     if (a->m_empty_volumes)
         tkm_metric_add(a->m_empty_volumes, (const char *[]){reason}, 1);
+}
+
+void agent_metrics_compiles(struct agent *a, const char *ns, const char *cache,
+                            const struct agent_scratch *s)
+{
+    uint64_t ind = (uint64_t)s->inductor_fxgraph + s->inductor_aotautograd;
+    if (!a->m_pods_served || !s->present)
+        return;
+    tkm_metric_add(a->m_pods_served, (const char *[]){ns, cache}, 1);
+    tkm_metric_add(a->m_pods_compiled, (const char *[]){ns, cache},
+                   s->triton_kernels || ind || s->vllm_entries);
+    tkm_metric_add(a->m_pod_compiles, (const char *[]){ns, cache, "triton"},
+                   (double)s->triton_kernels);
+    tkm_metric_add(a->m_pod_compiles, (const char *[]){ns, cache, "inductor"}, (double)ind);
+    tkm_metric_add(a->m_pod_compiles, (const char *[]){ns, cache, "vllm"}, (double)s->vllm_entries);
 }
 
 int agent_metrics_start(struct agent *a, struct tkm_err *err)

@@ -12,8 +12,11 @@
 
 #include <tkm/buf.h>
 #include <tkm/log.h>
+#include <tkm/oci/layout.h>
+#include <tkm/oci/manifest.h>
 #include <tkm/oci/ref.h>
 #include <tkm/triton/image.h>
+#include <tkm/triton/variants.h>
 #include <tkm/trust/sigjob.h>
 #include <tkm/util.h>
 #include <tkm/yaml_out.h>
@@ -309,6 +312,60 @@ static struct agent_cache *image_cache(struct agent *a)
     return ac;
 }
 
+/* A layout whose manifest is a variant index: every variant is read from the
+ * layout's blobs and taken like a registry's inspection (agent_variant_take).
+ * 1 when the layout holds a variant index (ac filled, or ac->reason set), 0
+ * when it holds something else (read it as one image). */
+static int layout_variants(struct agent_cache *ac, const char *dir)
+{
+    struct tkm_oci_desc d;
+    struct tkm_buf b = TKM_BUF_INIT(4u << 20);
+    struct tkm_err e = {0};
+    int rc = 0;
+    if (tkm_oci_layout_find(dir, NULL, &d, &e) != 0 ||
+        tkm_oci_layout_read_blob(dir, &d, &b, &e) != 0 || !tkm_variants_is_index(b.data, b.len))
+        goto out; /* the one-image path explains what is wrong */
+    rc = 1;
+    if (tkm_variants_parse(b.data, b.len, d.digest, dir, &ac->variants, &e) < 0) {
+        snprintf(ac->reason, sizeof ac->reason, "InvalidImage");
+        snprintf(ac->message, sizeof ac->message, "%s", tkm_err_str(&e));
+        goto out;
+    }
+    snprintf(ac->digest, sizeof ac->digest, "%s", d.digest);
+    if (!(ac->vars = calloc(ac->variants.n + 1, sizeof *ac->vars))) {
+        snprintf(ac->reason, sizeof ac->reason, "Internal");
+        snprintf(ac->message, sizeof ac->message, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < ac->variants.n; i++) {
+        const char *vd = ac->variants.v[i].digest;
+        struct tkm_triton_image im = {0};
+        struct tkm_oci_job_result res = {0};
+        struct tkm_oci_desc md;
+        tkm_buf_reset(&b);
+        if (tkm_triton_image_load_layout(&im, dir, vd, &e) < 0 ||
+            tkm_oci_layout_find(dir, vd, &md, &e) != 0 ||
+            tkm_oci_layout_read_blob(dir, &md, &b, &e) != 0 ||
+            tkm_oci_manifest_parse(&res.image.parsed, md.media_type[0] ? md.media_type : NULL,
+                                   b.data, b.len, im.what, &e) != 0) {
+            ac->vars[i].state = -1;
+            snprintf(ac->vars[i].reason, sizeof ac->vars[i].reason, "InvalidImage");
+            snprintf(ac->vars[i].message, sizeof ac->vars[i].message, "%s", tkm_err_str(&e));
+        } else {
+            snprintf(res.digest, sizeof res.digest, "%s", md.digest);
+            res.detail = &im;
+            agent_variant_take(ac, i, &res);
+        }
+        tkm_oci_manifest_release(&res.image.parsed);
+        tkm_triton_image_release(&im);
+    }
+    ac->inspected = 1;
+    snprintf(ac->message, sizeof ac->message, "signature not checked (layout)");
+out:
+    tkm_buf_release(&b);
+    return rc;
+}
+
 /* Starts judging --image; the loop then runs until it has printed. 0, or 1
  * after printing why it cannot start. */
 int agent_once_image(struct agent *a)
@@ -330,7 +387,9 @@ int agent_once_image(struct agent *a)
                             "verify the image in its registry instead\n");
             goto fail;
         }
-        if (tkm_triton_image_load_layout(&im, a->o.image, NULL, &e) < 0) {
+        if (layout_variants(oi->ac, a->o.image)) {
+            /* judged per GPU by agent_once_check, like a registry's index */
+        } else if (tkm_triton_image_load_layout(&im, a->o.image, NULL, &e) < 0) {
             snprintf(oi->ac->reason, sizeof oi->ac->reason, "InvalidImage");
             snprintf(oi->ac->message, sizeof oi->ac->message, "%s", tkm_err_str(&e));
         } else {

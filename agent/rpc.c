@@ -337,6 +337,34 @@ void agent_release_req_release(struct agent_release_req *req)
     memset(req, 0, sizeof *req);
 }
 
+int agent_scratch_name_ok(const char *s)
+{
+    size_t n =
+        s ? strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") : 0;
+    return n >= 1 && n <= AGENT_SCRATCH_NAME_MAX && s[n] == 0;
+}
+
+static void scratch_take(struct agent_scratch *o, const Tkm__Agent__V1__ScratchCount *c)
+{
+    if (!c)
+        return;
+    o->present = 1;
+    o->triton_kernels = c->triton_kernels;
+    o->inductor_fxgraph = c->inductor_fxgraph;
+    o->inductor_aotautograd = c->inductor_aotautograd;
+    o->vllm_entries = c->vllm_entries;
+    o->files = c->files;
+    o->bytes = c->bytes;
+    o->truncated = c->truncated;
+    for (size_t i = 0; i < c->n_kernel_names; i++) {
+        if (o->n_names == AGENT_SCRATCH_NAMES || !agent_scratch_name_ok(c->kernel_names[i])) {
+            o->truncated = 1;
+            continue;
+        }
+        snprintf(o->names[o->n_names++], sizeof o->names[0], "%s", c->kernel_names[i]);
+    }
+}
+
 int agent_release_req_decode(const void *bytes, size_t len, struct agent_release_req *out,
                              struct tkm_err *err)
 {
@@ -355,6 +383,8 @@ int agent_release_req_decode(const void *bytes, size_t len, struct agent_release
     rc = (out->volume_id = strdup(m->volume_id)) ? 0 : -ENOMEM;
     if (rc == -ENOMEM)
         tkm_err_set(err, rc, "out of memory decoding the ReleaseRequest");
+    else
+        scratch_take(&out->scratch, m->scratch);
 out:
     if (m)
         tkm__agent__v1__release_request__free_unpacked(m, NULL);

@@ -30,6 +30,7 @@
 #define AGENT_RPC_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
 #include <tkm/err.h>
@@ -70,11 +71,30 @@ struct agent_materialize_req {
     struct tkm_grpc_peer peer; /* the calling process (SO_PEERCRED); zero when decoded alone */
 };
 
+/* ReleaseRequest.scratch, validated (agent.proto's ScratchCount): what the
+ * pod compiled into its scratch layer. Untrusted: counts are taken as
+ * numbers; kernel names outside [A-Za-z0-9_.-]{1,128} and those past the
+ * 32nd are dropped and set truncated (never an error). Fixed arrays. */
+#define AGENT_SCRATCH_NAMES    32
+#define AGENT_SCRATCH_NAME_MAX 128
+struct agent_scratch {
+    int present; /* 0: the request carried none (nothing is counted) */
+    uint32_t triton_kernels, inductor_fxgraph, inductor_aotautograd, vllm_entries;
+    uint64_t files, bytes;
+    char names[AGENT_SCRATCH_NAMES][AGENT_SCRATCH_NAME_MAX + 1];
+    size_t n_names;
+    int truncated; /* the sender's, or names dropped here */
+};
+
 /* A validated Release request (owned string: agent_release_req_release()). */
 struct agent_release_req {
     char *volume_id; /* the same rules as in Materialize */
     struct tkm_grpc_peer peer;
+    struct agent_scratch scratch;
 };
+
+/* 1 when s is a kernel name ScratchCount allows ([A-Za-z0-9_.-]{1,128}). */
+int agent_scratch_name_ok(const char *s);
 
 /* What Materialize answers; every pointer borrowed for the reply call
  * (copied). NULL strings go out as "". */

@@ -98,6 +98,7 @@ void agent_entry_release(struct tkm_api_node_cache *e)
     free(e->compatible);
     free(e->incompatible);
     free(e->error);
+    free(e->compiles.top);
     memset(e, 0, sizeof *e);
 }
 
@@ -206,6 +207,12 @@ int agent_entry_build(const struct agent *a, const struct agent_cache *ac,
     }
     if (agent_cache_serves_empty(a, ac))
         e->fallback = (char *)"Empty";
+    const struct agent_compiles *cc =
+        agent_compiles_get((struct agent_cache_compiles **)&a->compiles, ac->key, 0);
+    if (cc && agent_compiles_fill(cc, ac->digest, &e->compiles) < 0) {
+        agent_entry_release(e);
+        return -ENOMEM;
+    }
     char err[1024] = "";
     if (ac->reason[0])
         snprintf(err, sizeof err, "%s: %s", ac->reason, ac->message);

@@ -107,6 +107,29 @@ static int vol_add(struct agent *a, const struct tkm_store_ref *r)
     return 0;
 }
 
+/* Counts what the pod of volume_id compiled (its scratch counts) into its
+ * cache's summary, for the cache's pinned digest. */
+static void vol_count(struct agent *a, const char *volume_id, const struct agent_scratch *s)
+{
+    char key[512], now[32];
+    for (const struct agent_vol *v = a->vols; v && s->present; v = v->next) {
+        if (strcmp(v->volume_id, volume_id) != 0)
+            continue;
+        if (v->cache_ns[0])
+            snprintf(key, sizeof key, "%s/%s", v->cache_ns, v->cache_name);
+        else
+            snprintf(key, sizeof key, "%s", v->cache_name);
+        const struct agent_cache *ac = agent_index_get(&a->idx, key);
+        struct agent_compiles *c = ac ? agent_compiles_get(&a->compiles, key, 1) : NULL;
+        if (!c)
+            return;
+        tkm_api_now(now, sizeof now);
+        agent_compiles_add(c, ac->digest, now, s);
+        agent_metrics_compiles(a, v->pod_ns, key, s);
+        return;
+    }
+}
+
 static void vol_remove(struct agent *a, const char *volume_id)
 {
     for (struct agent_vol **pp = &a->vols; *pp; pp = &(*pp)->next)
@@ -939,6 +962,7 @@ static void op_release(struct agent_rpc_call *call, const struct agent_release_r
         for (const struct agent_vol *v = a->vols; v; v = v->next)
             empty |= !strcmp(v->volume_id, req->volume_id) && !v->digest[0];
         if (empty) {
+            vol_count(a, req->volume_id, &req->scratch);
             vol_remove(a, req->volume_id);
             tkm_info("released empty volume %s", req->volume_id);
             agent_status_changed(a);
@@ -957,6 +981,7 @@ static void op_release(struct agent_rpc_call *call, const struct agent_release_r
         if (tkm_store_state_release(a->state, key, now_s(), &e) < 0)
             break;
     }
+    vol_count(a, req->volume_id, &req->scratch);
     vol_remove(a, req->volume_id);
     tkm_info("released volume %s", req->volume_id);
     agent_rpc_reply_release(call, 1);

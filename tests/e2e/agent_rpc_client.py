@@ -5,6 +5,7 @@ Each input line is one call:
   {"m": "Materialize", "ns": "a", "pod": "p", "uid": "u", "vol": "v",
    "attrs": {"cacheName": "x"}, "timeout": 5}
   {"m": "Release", "vol": "v"}
+  {"m": "Release", "vol": "v", "scratch": {"triton_kernels": 2, "kernel_names": ["k"]}}
   {"m": "Status"}
 and gives one output line:
   {"code": "OK", "details": "", "resp": {field: value, ...}}
@@ -39,6 +40,7 @@ def load(desc_path):
         return message_factory.MessageFactory(pool).GetPrototype(d)
 
     return {n: cls(n) for n in ("MaterializeRequest", "MaterializeResponse", "ReleaseRequest",
+                                "ScratchCount",
                                 "ReleaseResponse", "StatusRequest", "StatusResponse")}
 
 
@@ -69,6 +71,8 @@ def main():
                     req.volume_attributes[k] = v
             elif m == "Release":
                 req = M["ReleaseRequest"](volume_id=c.get("vol", ""))
+                if "scratch" in c:  # tkm-csi's counts of the pod's scratch layer
+                    req.scratch.CopyFrom(M["ScratchCount"](**c["scratch"]))
             else:
                 req = M["StatusRequest"]()
             stub = ch.unary_unary(SERVICE + m, request_serializer=lambda r: r.SerializeToString(),

@@ -109,8 +109,16 @@ wait_for 30 "Warning NoMountPath on pod loader-0" bash -c "kubectl -n $NSB get e
 agent_call "$SOCK1" '{"m":"Release","vol":"vol-7"}'
 
 step "Release"
-agent_call "$SOCK1" '{"m":"Release","vol":"vol-1"}' '{"m":"Release","vol":"vol-1"}' '{"m":"Release","vol":"vol-2"}'
+# with tkm-csi's scratch counts: trainer-0 compiled 3 kernels and an FX graph, trainer-1 nothing
+agent_call "$SOCK1" '{"m":"Release","vol":"vol-1","scratch":{"triton_kernels":3,"inductor_fxgraph":1,"files":9,"bytes":4096,"kernel_names":["add_kernel","bad name","add_kernel_2"]}}' \
+  '{"m":"Release","vol":"vol-1"}' '{"m":"Release","vol":"vol-2","scratch":{"files":0}}'
 assert_eq "$(jq -rs 'map(.code) | join(" ")' <<<"$R")" "OK NOT_FOUND OK" "released, then unknown"
+M=$(curl -s "$MURL")
+assert_contains "$M" "tkm_agent_pods_served_total{namespace=\"$NSA\",cache=\"$NSA/vadd\"} 2" "two pods served counted"
+assert_contains "$M" "tkm_agent_pods_compiled_total{namespace=\"$NSA\",cache=\"$NSA/vadd\"} 1" "one of them compiled"
+assert_contains "$M" "tkm_agent_pod_compiles_total{namespace=\"$NSA\",cache=\"$NSA/vadd\",part=\"triton\"} 3" "3 Triton kernels"
+assert_contains "$M" "tkm_agent_pod_compiles_total{namespace=\"$NSA\",cache=\"$NSA/vadd\",part=\"inductor\"} 1" "1 Inductor entry"
+assert_not_contains "$M" "trainer-0" "no pod names in labels"
 wait_jp 30 "pods[] empty" "" tkcns "$N1" "$NSA" '{.status.caches.vadd.pods[*].name}'
 assert_eq "$(jp tkcns "$N1" "$NSA" '{.status.caches.vadd.extracted}')" true "still extracted (grace period)"
 

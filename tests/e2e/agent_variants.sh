@@ -81,6 +81,16 @@ expect_ok "--once --image INDEX on the A100: exit 0" once_image "$A100" "$REPO:m
 assert_contains "$OUT" "image: GPU 0 (nvidia-a100): linux/$CPU cuda sm80 warp 32 $D80: Compatible" "--image: the A100 picks sm80"
 expect_fail "--once --image SM90-ONLY INDEX on the A100: exit 1" once_image "$A100" "$REPO:only90"
 assert_contains "$OUT" "image: GPU 0 (nvidia-a100): no variant: NoVariant" "--image: NoVariant"
+# the same index in an OCI layout directory (tkmctl build --output --add-variant): picked per GPU too
+expect_ok "tkmctl build sm90 --output --add-variant" "$TKMCTL" build fx/tcache --output lay --add-variant
+expect_ok "tkmctl build sm80 --output --add-variant" "$TKMCTL" build sm80 --output lay --add-variant
+LIDX=$(jq -r '.manifests[0].digest' lay/index.json)
+LD80=$(jq -r '.manifests[] | select(.annotations["cache.triton.image/arch"] == "80") | .digest' "lay/blobs/sha256/${LIDX#sha256:}")
+LD90=$(jq -r '.manifests[] | select(.annotations["cache.triton.image/arch"] == "90") | .digest' "lay/blobs/sha256/${LIDX#sha256:}")
+expect_ok "--once --image LAYOUT INDEX on the A100: exit 0" once_image "$A100" "$E2E_TMP/lay"
+assert_contains "$OUT" "image: GPU 0 (nvidia-a100): linux/$CPU cuda sm80 warp 32 $LD80: Compatible" "--image LAYOUT: the A100 picks sm80"
+expect_ok "--once --image LAYOUT INDEX on the H200: exit 0" once_image "$ROOTS/h200" "$E2E_TMP/lay"
+assert_contains "$OUT" "image: GPU 0 (nvidia-h200): linux/$CPU cuda sm90 warp 32 $LD90: Compatible" "--image LAYOUT: the H200 picks sm90"
 
 S=$RANDOM
 N1=e2e-var-h200-$S N2=e2e-var-a100-$S

@@ -403,6 +403,75 @@ TEST(decode_garbage_and_release)
     ASSERT_STREQ(e.msg, "volume_id contains a NUL byte");
 }
 
+TEST(decode_release_scratch_bounds)
+{
+    Tkm__Agent__V1__ReleaseRequest m = TKM__AGENT__V1__RELEASE_REQUEST__INIT;
+    Tkm__Agent__V1__ScratchCount sc = TKM__AGENT__V1__SCRATCH_COUNT__INIT;
+    char long_name[200], *names[40], nb[40][16];
+    struct agent_release_req rr;
+    struct tkm_err e = {0};
+    uint8_t b[8192];
+    size_t n;
+    memset(long_name, 'k', 129);
+    long_name[129] = 0;
+    for (size_t i = 0; i < 40; i++) {
+        snprintf(nb[i], sizeof nb[i], "kern_%zu.v-1", i);
+        names[i] = nb[i];
+    }
+    names[1] = "bad name"; /* a space */
+    names[2] = long_name;  /* 129 bytes */
+    names[3] = "";         /* empty */
+    names[4] = "\x1b[31m"; /* escape */
+    m.volume_id = VOL1;
+    ASSERT((n = tkm__agent__v1__release_request__pack(&m, b)) > 0);
+    ASSERT_OK(agent_release_req_decode(b, n, &rr, &e));
+    ASSERT_EQ(rr.scratch.present, 0); /* absent: nothing counted */
+    agent_release_req_release(&rr);
+    sc.triton_kernels = 7;
+    sc.inductor_fxgraph = 4294967295u;
+    sc.inductor_aotautograd = 2;
+    sc.vllm_entries = 1;
+    sc.files = 1000;
+    sc.bytes = 18446744073709551615ull;
+    sc.kernel_names = names;
+    sc.n_kernel_names = 40;
+    m.scratch = &sc;
+    ASSERT(tkm__agent__v1__release_request__get_packed_size(&m) <= sizeof b);
+    n = tkm__agent__v1__release_request__pack(&m, b);
+    ASSERT_OK(agent_release_req_decode(b, n, &rr, &e));
+    ASSERT_STREQ(rr.volume_id, VOL1);
+    ASSERT_EQ(rr.scratch.present, 1);
+    ASSERT_EQ(rr.scratch.triton_kernels, 7);
+    ASSERT_EQ(rr.scratch.inductor_fxgraph, 4294967295u);
+    ASSERT_EQ(rr.scratch.inductor_aotautograd, 2);
+    ASSERT_EQ(rr.scratch.vllm_entries, 1);
+    ASSERT_EQ(rr.scratch.files, 1000);
+    ASSERT(rr.scratch.bytes == 18446744073709551615ull);
+    /* 4 invalid dropped; of the 36 valid the first 32 kept; truncated */
+    ASSERT_EQ(rr.scratch.n_names, AGENT_SCRATCH_NAMES);
+    ASSERT_EQ(rr.scratch.truncated, 1);
+    ASSERT_STREQ(rr.scratch.names[0], "kern_0.v-1");
+    ASSERT_STREQ(rr.scratch.names[1], "kern_5.v-1");
+    ASSERT_STREQ(rr.scratch.names[31], "kern_35.v-1");
+    agent_release_req_release(&rr);
+    /* 32 valid names: kept, not truncated unless the sender said so */
+    sc.kernel_names = names + 5;
+    sc.n_kernel_names = 32;
+    n = tkm__agent__v1__release_request__pack(&m, b);
+    ASSERT_OK(agent_release_req_decode(b, n, &rr, &e));
+    ASSERT_EQ(rr.scratch.n_names, 32);
+    ASSERT_EQ(rr.scratch.truncated, 0);
+    agent_release_req_release(&rr);
+    sc.truncated = 1;
+    n = tkm__agent__v1__release_request__pack(&m, b);
+    ASSERT_OK(agent_release_req_decode(b, n, &rr, &e));
+    ASSERT_EQ(rr.scratch.truncated, 1);
+    agent_release_req_release(&rr);
+    long_name[128] = 0; /* exactly 128: allowed */
+    ASSERT(agent_scratch_name_ok(long_name));
+    ASSERT(!agent_scratch_name_ok("a/b") && !agent_scratch_name_ok(NULL));
+}
+
 /* ---- the server over a real socket ------------------------------------------------------- */
 
 enum mode { REPLY_NOW, REPLY_LATER, HOLD, FAIL_DENIED, WRONG_TYPE, REPLY_EMPTY, REPLY_TWO };

@@ -435,3 +435,93 @@ TEST(deleted_status_waits_for_the_node)
     ASSERT_EQ(api_writes(&f.api), 1);
     fx_stop(&f);
 }
+
+/* ---- the compiles summary (compiles.c, issue 25) --------------------------------------------- */
+
+static void scratch_names(struct agent_scratch *s, const char *const *names, size_t n)
+{
+    memset(s, 0, sizeof *s);
+    s->present = 1;
+    for (size_t i = 0; i < n; i++)
+        snprintf(s->names[s->n_names++], sizeof s->names[0], "%s", names[i]);
+}
+
+TEST(compiles_summary_top_eviction_reset)
+{
+    struct agent_compiles c = {0};
+    struct tkm_api_compiles out;
+    struct agent_scratch s;
+    char name[32];
+    const char *const ab[] = {"kb", "ka", "kb"}; /* kb twice in one pod: counted once */
+    /* absent counts: nothing */
+    memset(&s, 0, sizeof s);
+    agent_compiles_add(&c, "sha256:d1", "2026-01-01T00:00:00Z", &s);
+    ASSERT_OK(agent_compiles_fill(&c, "sha256:d1", &out));
+    ASSERT_EQ(out.present, 0);
+    /* a pod that compiled nothing, then one with 2 kernels + 3 inductor entries */
+    s.present = 1;
+    agent_compiles_add(&c, "sha256:d1", "2026-01-01T00:00:00Z", &s);
+    scratch_names(&s, ab, 3);
+    s.triton_kernels = 2;
+    s.inductor_fxgraph = 2;
+    s.inductor_aotautograd = 1;
+    s.bytes = UINT64_MAX; /* saturates */
+    agent_compiles_add(&c, "sha256:d1", "2026-01-01T00:01:00Z", &s);
+    const char *const b[] = {"kb"};
+    scratch_names(&s, b, 1);
+    s.triton_kernels = 1;
+    agent_compiles_add(&c, "sha256:d1", "2026-01-01T00:02:00Z", &s);
+    ASSERT_OK(agent_compiles_fill(&c, "sha256:d1", &out));
+    ASSERT_EQ(out.present, 1);
+    ASSERT_EQ(out.pods_served, 3);
+    ASSERT_EQ(out.pods_compiled, 2);
+    ASSERT_EQ(out.triton_kernels, 3);
+    ASSERT_EQ(out.inductor_entries, 3);
+    ASSERT(out.bytes == INT64_MAX);
+    ASSERT_STREQ(out.since, "2026-01-01T00:00:00Z");
+    ASSERT_EQ(out.n_top, 2);
+    ASSERT_STREQ(out.top[0].name, "kb"); /* most pods first */
+    ASSERT_EQ(out.top[0].pods, 2);
+    ASSERT_STREQ(out.top[1].name, "ka");
+    ASSERT_EQ(out.top[1].pods, 1);
+    free(out.top);
+    /* another digest is not reported; the next pod for it starts again */
+    ASSERT_OK(agent_compiles_fill(&c, "sha256:d2", &out));
+    ASSERT_EQ(out.present, 0);
+    /* 300 distinct names (one per pod): at most 256 kept, the top 10 the most seen */
+    for (int i = 0; i < 300; i++) {
+        const char *n1[] = {name};
+        snprintf(name, sizeof name, "k%03d", i);
+        scratch_names(&s, n1, 1);
+        s.triton_kernels = 1;
+        agent_compiles_add(&c, "sha256:d2", "2026-01-02T00:00:00Z", &s);
+        if (i % 30 == 0) /* every 30th name seen by a second pod */
+            agent_compiles_add(&c, "sha256:d2", "2026-01-02T00:00:00Z", &s);
+    }
+    ASSERT(c.n_names <= AGENT_COMPILES_NAMES);
+    ASSERT_OK(agent_compiles_fill(&c, "sha256:d2", &out));
+    ASSERT_STREQ(out.since, "2026-01-02T00:00:00Z");
+    ASSERT_EQ(out.pods_served, 310);
+    ASSERT_EQ(out.n_top, AGENT_COMPILES_TOP);
+    for (size_t i = 0; i < out.n_top; i++) { /* k000, k030, ... k270: 2 pods each */
+        snprintf(name, sizeof name, "k%03zu", i * 30);
+        ASSERT_STREQ(out.top[i].name, name);
+        ASSERT_EQ(out.top[i].pods, 2);
+    }
+    free(out.top);
+    agent_compiles_release(&c);
+}
+
+TEST(compiles_list_drop)
+{
+    struct agent_cache_compiles *l = NULL;
+    ASSERT(!agent_compiles_get(&l, "ns/a", 0));
+    struct agent_compiles *a = agent_compiles_get(&l, "ns/a", 1);
+    ASSERT(a && agent_compiles_get(&l, "ns/a", 0) == a);
+    ASSERT(agent_compiles_get(&l, "b", 1) != a);
+    agent_compiles_drop(&l, "ns/a");
+    ASSERT(!agent_compiles_get(&l, "ns/a", 0));
+    ASSERT(agent_compiles_get(&l, "b", 0));
+    agent_compiles_free_all(&l);
+    ASSERT(!l);
+}
