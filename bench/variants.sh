@@ -59,7 +59,7 @@ log=$work/reg/registry.log
 # bytes of blob GETs (status 200) of repository REPO in the access log since line FROM
 blob_bytes() {
   tail -n +"$2" "$log" | awk -v r="/v2/bench/$1/blobs/" '
-    index($0, "\"GET " r) && match($0, /" 200 [0-9]+/) { split(substr($0, RSTART, RLENGTH), f, " "); s += f[2] }
+    index($0, "\"GET " r) && match($0, /" 200 [0-9]+/) { split(substr($0, RSTART, RLENGTH), f, " "); s += f[3] }
     END { print s + 0 }'
 }
 
