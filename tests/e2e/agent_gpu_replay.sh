@@ -63,8 +63,10 @@ for c in sm90 inductor; do
   "$TKMCTL" build "$d" --output "$T/layout-$c" --tag "$c" >/dev/null
 done
 
-norm() { # JSON: the node status without the node name and timestamps
-  jq -S 'del(.metadata.name, .status.nodeName, .status.lastUpdated) | .status.caches[] |= del(.lastUpdated)' "$1"
+norm() { # JSON: the node status without the node name, timestamps and fallback
+  # (fallback, issue 24: how the whenIncompatible policy serves the node, not a verdict of the
+  # GPU, came after the GPU runs were recorded; replay() checks it on its own)
+  jq -S 'del(.metadata.name, .status.nodeName, .status.lastUpdated) | .status.caches[] |= del(.lastUpdated, .fallback)' "$1"
 }
 replay() { # CASE LAYOUT [FLAGS...]
   local c=$1 l=$2 rc=0
@@ -74,6 +76,10 @@ replay() { # CASE LAYOUT [FLAGS...]
   assert_eq "$rc" "$(cat "$R/once-$c.rc")" "$c: the same exit status as on the GPU"
   assert_eq "$(jq -r '.status.caches.image.digest' "$T/once-$c.json")" "$(jq -r '.status.caches.image.digest' "$R/once-$c.json")" "$c: the same image digest"
   assert_eq "$(norm "$T/once-$c.json")" "$(norm "$R/once-$c.json")" "$c: the node status equals the GPU's, field by field"
+  # no GPU compatible -> served as an empty volume (the default policy); else no fallback
+  local want=null
+  [[ $(jq '.status.caches.image.compatibleGPUs | length' "$T/once-$c.json") == 0 ]] && want='"Empty"'
+  assert_eq "$want" "$(jq -c '.status.caches.image.fallback' "$T/once-$c.json")" "$c: fallback as the default whenIncompatible (Empty) says"
 }
 step "replayed verdicts equal the GPU's"
 replay sm90 "$T/layout-sm90"
