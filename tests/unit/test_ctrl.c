@@ -1194,8 +1194,9 @@ TEST(labels_keys_node_labels_and_usable_entries)
     /* every entry of a node, across its objects */
     struct got g = {0};
     snprintf(c, sizeof c, "{\"w\":%s}", compat(DA));
-    const char *j = obj_json(1, "", "n1", c);
+    char *j = obj_json(1, "", "n1", c);
     ASSERT_EQ(ctrl_nodes_upsert(&n, 1, j, strlen(j), 0), 0);
+    free(j);
     ASSERT_EQ(ctrl_nodes_node_entries(&n, "n1", got_one, &g), 0);
     ASSERT_EQ(g.n, 4);
     ASSERT_EQ(g.v[0].cluster, 1); /* the cluster kind's first */
