@@ -44,6 +44,31 @@ K90=$(kdirs "$F90") K80=$(kdirs "$F80")
 [[ -n $K90 && -n $K80 && -z $(comm -12 <(echo "$K90") <(echo "$K80")) ]] ||
   fail "the fixtures should have kernel dirs and share none"
 
+# sleeper POD CACHE [SELECTOR_KEY]: a hostNetwork pod on the real node that sleeps with CACHE
+# mounted at MP, optionally placed by nodeSelector {SELECTOR_KEY: "true"}
+sleeper() {
+  local sel=''
+  [[ -n ${3:-} ]] && sel="  nodeSelector: {\"$3\": \"true\"}"$'\n'
+  kubectl apply -f - >/dev/null <<EOT
+apiVersion: v1
+kind: Pod
+metadata: {name: $1, namespace: $NSA}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 0
+  hostNetwork: true
+${sel}  containers:
+  - name: c
+    image: $TKM_PYTHON_IMAGE
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "3600"]
+    volumeMounts: [{name: k, mountPath: $MP}]
+  volumes:
+  - name: k
+    csi: {driver: csi.tkm.io, volumeAttributes: {cacheName: $2}}
+EOT
+}
+
 step "the variant index: sm90 + sm80 with tkmctl build --add-variant, signed by its index digest"
 REPO2=$TKM_REGISTRY/e2e-node-variants-$RANDOM/mixed
 "$TKMCTL" build "$F90" --push "$REPO2:v1" --add-variant -o json >"$E2E_TMP/b90.json" || fail "tkmctl build sm90"
@@ -95,24 +120,7 @@ assert_contains "$(kubectl -n "$NSA" get tkc mixed)" "$SUM" "kubectl get tkc sho
 wait_for 60 "Ready=True" is "$NSA" tkc/mixed '{.status.conditions[?(@.type=="Ready")].status}' True
 
 step "node 1: a pod mounts 'mixed' and sees the sm90 kernels only; the store holds the sm90 layer only"
-kubectl apply -f - >/dev/null <<EOT
-apiVersion: v1
-kind: Pod
-metadata: {name: mixed-a, namespace: $NSA}
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 0
-  hostNetwork: true
-  containers:
-  - name: c
-    image: $TKM_PYTHON_IMAGE
-    imagePullPolicy: IfNotPresent
-    command: ["sleep", "3600"]
-    volumeMounts: [{name: k, mountPath: $MP}]
-  volumes:
-  - name: k
-    csi: {driver: csi.tkm.io, volumeAttributes: {cacheName: mixed}}
-EOT
+sleeper mixed-a mixed
 wait_for 120 "pod mixed-a Running" is "$NSA" pod/mixed-a '{.status.phase}' Running
 SEEN=$(kubectl -n "$NSA" exec mixed-a -- python3 -c "import os, sys; d = sys.argv[1]; print('\\n'.join(e for e in os.listdir(d) if os.path.isdir(os.path.join(d, e))))" "$MP" | sort)
 assert_eq "$K90" "$SEEN" "the pod sees exactly the sm90 kernel dirs"
@@ -183,25 +191,7 @@ wait_for 60 "node 1 labelled $LBL" is default "node/$TKM_NODE_NAME" "{.metadata.
 assert_eq "" "$(kubectl get node "$N2" -o jsonpath="{.metadata.labels['${LBL//./\\.}']}")" "node 2 (no usable GPU for vadd) is not labelled"
 RECIPE=$("$TKM_BUILD_DIR/kubectl-tkm/kubectl-tkm" schedule vadd -n "$NSA") || fail "kubectl tkm schedule: $RECIPE"
 assert_contains "$RECIPE" "$LBL" "kubectl tkm schedule prints the label"
-kubectl apply -f - >/dev/null <<EOT
-apiVersion: v1
-kind: Pod
-metadata: {name: placed, namespace: $NSA}
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 0
-  hostNetwork: true
-  nodeSelector: {"$LBL": "true"}
-  containers:
-  - name: c
-    image: $TKM_PYTHON_IMAGE
-    imagePullPolicy: IfNotPresent
-    command: ["sleep", "3600"]
-    volumeMounts: [{name: k, mountPath: $MP}]
-  volumes:
-  - name: k
-    csi: {driver: csi.tkm.io, volumeAttributes: {cacheName: vadd}}
-EOT
+sleeper placed vadd "$LBL"
 wait_for 120 "pod placed Running" is "$NSA" pod/placed '{.status.phase}' Running
 assert_eq "$TKM_NODE_NAME" "$(kubectl -n "$NSA" get pod placed -o jsonpath='{.spec.nodeName}')" "scheduled onto node 1"
 # n2-pod has no kubelet to confirm its end: removed at once
