@@ -4,7 +4,7 @@
 # single-manifest image, side by side (issue 24's goal: <= 1.05x).
 #
 # Synthesizes a ~SIZE_MB (default 200) sm90 Triton cache from the real 3.6.0 fixture
-# (as pull_extract.sh does), derives an sm80 variant of it (tests/e2e/cache_retarget.py:
+# (bench/gen_cache.py, as bench/volumes.sh does), derives an sm80 variant of it (tests/e2e/cache_retarget.py:
 # new keys, target arch 80), and pushes to a private loopback registry (its access log
 # on):
 #   single  REG/bench/single:v1   tkmctl build of the sm90 cache
@@ -30,22 +30,10 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/tkm-bench-variants-XXXXXX")
 cleanup() { "$src/hack/registry.sh" stop "$work/reg" >/dev/null 2>&1 || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-mkdir -p "$work/fx" "$work/c90"
+mkdir -p "$work/fx"
 tar -xzf "$fixtures/triton-cache/triton-3.6.0-cuda-sm90.tar.gz" -C "$work/fx"
-fx=$work/fx/$(ls "$work/fx")
-kdirs=()
-for d in "$fx"/*/; do compgen -G "$d*.json" >/dev/null && compgen -G "$d*.cubin" >/dev/null && kdirs+=("$d"); done
-i=0
-while (($(du -sm "$work/c90" | cut -f1) < size_mb)); do
-  for d in "${kdirs[@]}"; do
-    # a fresh base32 key per copy; the kernel's JSON and group file keep naming the fixture's
-    # hash, which is fine for extraction (nothing here runs Triton)
-    name=$(printf 'bench-%d-%s' "$i" "$d" | sha256sum | cut -c1-64 | xxd -r -p | base32 | tr -d '=')
-    cp -r "$d" "$work/c90/$name"
-    head -c $((256 * 1024 + (i % 7) * 4096)) /dev/urandom >"$work/c90/$name/payload.cubin"
-    i=$((i + 1))
-  done
-done
+# the sm90 cache: copies of the real fixture's kernel dirs, as bench/volumes.sh makes its caches
+python3 "$src/bench/gen_cache.py" "$work/fx/$(ls "$work/fx")" "$work/c90" "${size_mb}M" variants-$$
 python3 "$src/tests/e2e/cache_retarget.py" "$work/c90" "$work/c80" 80
 echo "synthesized sm90: $(find "$work/c90" -type f | wc -l) files, $(du -sh "$work/c90" | cut -f1); sm80: $(du -sh "$work/c80" | cut -f1)"
 
