@@ -49,10 +49,6 @@ int tkm__api_set_new(json_t *o, const char *key, json_t *v);
 /* {apiVersion, kind, metadata:{name[, namespace]}}; *out owned. */
 int tkm__api_object(const char *kind, const char *name, const char *ns, json_t **out,
                     struct tkm_err *err);
-/* compiles (issue 25, compiles.c): members in a fixed order, nodes only when
- * > 0, topKernels only when there are some, since and hit only when set.
- * NULL on ENOMEM. */
-json_t *tkm__api_compiles_encode(const struct tkm_api_compiles *c);
 /* parent.compiles (jansson; the cache status) into *out (present 1 when
  * there), checked as the CRD; on failure *out is released. 0, -EPROTO, -ENOMEM. */
 int tkm__api_compiles_decode(const json_t *parent, const char *path, struct tkm_api_compiles *out,

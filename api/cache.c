@@ -531,7 +531,7 @@ static int variants_fill(json_t *s, const struct tkm_api_cache_status *st)
           tkm__api_set_str(s, "variantSummary", st->variant_summary) ||
           tkm__api_set_str(s, "nodeLabel", st->node_label) ||
           (st->compiles.present &&
-           tkm__api_set_new(s, "compiles", tkm__api_compiles_encode(&st->compiles)));
+           tkm__api_set_new(s, "compiles", tkm_api_compiles_json(&st->compiles)));
     json_decref(arr);
     json_decref(types);
     return bad ? -ENOMEM : 0;

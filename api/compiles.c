@@ -63,7 +63,7 @@ int tkm_api_time_ok(const char *s)
            digits(p + 4, 2, 0, 59) && p[6] == '\0';
 }
 
-json_t *tkm__api_compiles_encode(const struct tkm_api_compiles *c)
+json_t *tkm_api_compiles_json(const struct tkm_api_compiles *c)
 {
     json_t *o = json_object(), *top = c->n_top ? json_array() : NULL;
     int bad = !o || (c->n_top && !top) || (c->nodes && tkm__api_set_int(o, "nodes", c->nodes)) ||

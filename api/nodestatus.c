@@ -209,7 +209,7 @@ static json_t *node_cache_encode(const struct tkm_api_node_cache *c)
                                                        sizeof *c->variants, variant_fill))) ||
         tkm__api_set_str(o, "fallback", c->fallback) ||
         (c->compiles.present &&
-         tkm__api_set_new(o, "compiles", tkm__api_compiles_encode(&c->compiles))) ||
+         tkm__api_set_new(o, "compiles", tkm_api_compiles_json(&c->compiles))) ||
         tkm__api_set_str(o, "error", c->error) ||
         tkm__api_set_str(o, "lastUpdated", c->last_updated)) {
         json_decref(f);

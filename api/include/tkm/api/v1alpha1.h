@@ -197,6 +197,10 @@ struct tkm_api_compiles {
     int32_t nodes;
     char *hit;
 };
+/* c as JSON (the node and cache status' member; kubectl-tkm's documents):
+ * members in a fixed order, nodes only when > 0, topKernels only when there
+ * are some, since and hit only when set. A new reference; NULL on ENOMEM. */
+json_t *tkm_api_compiles_json(const struct tkm_api_compiles *c);
 /* Frees what a decoded compiles owns (names, top, since, hit) and zeroes it. */
 void tkm_api_compiles_release(struct tkm_api_compiles *c);
 /* 1 when s is a kernel name as topKernels allows ([A-Za-z0-9_.-]{1,128}). */
