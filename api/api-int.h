@@ -49,6 +49,10 @@ int tkm__api_set_new(json_t *o, const char *key, json_t *v);
 /* {apiVersion, kind, metadata:{name[, namespace]}}; *out owned. */
 int tkm__api_object(const char *kind, const char *name, const char *ns, json_t **out,
                     struct tkm_err *err);
+/* parent.compiles (jansson; the cache status) into *out (present 1 when
+ * there), checked as the CRD; on failure *out is released. 0, -EPROTO, -ENOMEM. */
+int tkm__api_compiles_decode(const json_t *parent, const char *path, struct tkm_api_compiles *out,
+                             struct tkm_err *err);
 json_t *tkm__api_conditions_encode(const struct tkm_api_condition *c, size_t n,
                                    struct tkm_err *err);
 

@@ -263,6 +263,7 @@ void tkm_api_cache_status_release(struct tkm_api_cache_status *st)
     free(st->gpu_types_without_variant);
     free(st->variant_summary);
     free(st->node_label);
+    tkm_api_compiles_release(&st->compiles);
     memset(st, 0, sizeof *st);
 }
 
@@ -395,7 +396,8 @@ static int status_decode(const json_t *root, struct tkm_api_cache_status *st, st
         (rc = tkm__api_str(status, "status", "lastUpdated", &st->last_updated, err)) ||
         (rc = variants_decode(status, st, err)) ||
         (rc = tkm__api_str(status, "status", "variantSummary", &st->variant_summary, err)) ||
-        (rc = tkm__api_str(status, "status", "nodeLabel", &st->node_label, err)))
+        (rc = tkm__api_str(status, "status", "nodeLabel", &st->node_label, err)) ||
+        (rc = tkm__api_compiles_decode(status, "status", &st->compiles, err)))
         return rc;
     st->has_summary = sum != NULL;
     st->has_counts = cnt != NULL;
@@ -507,7 +509,8 @@ static json_t *failed_encode(const struct tkm_api_cache_status *st, struct tkm_e
     return arr;
 }
 
-/* status.variants, gpuTypesWithoutVariant, variantSummary, nodeLabel: only what is set. */
+/* status.variants, gpuTypesWithoutVariant, variantSummary, nodeLabel, compiles: only what is
+ * set. */
 static int variants_fill(json_t *s, const struct tkm_api_cache_status *st)
 {
     json_t *arr = st->n_variants ? json_array() : NULL;
@@ -526,7 +529,9 @@ static int variants_fill(json_t *s, const struct tkm_api_cache_status *st)
     bad = bad || (arr && json_object_set(s, "variants", arr)) ||
           (types && json_object_set(s, "gpuTypesWithoutVariant", types)) ||
           tkm__api_set_str(s, "variantSummary", st->variant_summary) ||
-          tkm__api_set_str(s, "nodeLabel", st->node_label);
+          tkm__api_set_str(s, "nodeLabel", st->node_label) ||
+          (st->compiles.present &&
+           tkm__api_set_new(s, "compiles", tkm_api_compiles_json(&st->compiles)));
     json_decref(arr);
     json_decref(types);
     return bad ? -ENOMEM : 0;

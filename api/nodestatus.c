@@ -52,6 +52,7 @@ static void node_cache_release(struct tkm_api_node_cache *c)
     }
     free(c->variants);
     free(c->fallback);
+    tkm_api_compiles_release(&c->compiles);
 }
 
 static void gpu_release(struct tkm_api_gpu *g)
@@ -206,7 +207,10 @@ static json_t *node_cache_encode(const struct tkm_api_node_cache *c)
         (c->n_variants && tkm__api_set_new(o, "variants",
                                            list_encode(c->variants, c->n_variants,
                                                        sizeof *c->variants, variant_fill))) ||
-        tkm__api_set_str(o, "fallback", c->fallback) || tkm__api_set_str(o, "error", c->error) ||
+        tkm__api_set_str(o, "fallback", c->fallback) ||
+        (c->compiles.present &&
+         tkm__api_set_new(o, "compiles", tkm_api_compiles_json(&c->compiles))) ||
+        tkm__api_set_str(o, "error", c->error) ||
         tkm__api_set_str(o, "lastUpdated", c->last_updated)) {
         json_decref(f);
         json_decref(o);

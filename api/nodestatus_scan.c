@@ -197,12 +197,17 @@ static const char *const group_keys[] = {"ids", "gpuType", "reason", "message"};
 static const char *const pod_keys[] = {"namespace", "name", "uid", "volumeId"};
 static const char *const entry_keys[] = {
     "digest", "verified",    "extracted",   "compatibleGPUs", "incompatibleGPUs", "pods",
-    "error",  "lastUpdated", "lastFailure", "variants",       "fallback"};
+    "error",  "lastUpdated", "lastFailure", "variants",       "fallback",         "compiles"};
 #define N_ENTRY_KEYS (sizeof entry_keys / sizeof entry_keys[0])
 /* the strings first, in struct tkm_api_nsscan_variant's order */
 static const char *const variant_keys[] = {"digest",  "platform", "backend", "arch",
                                            "gpuType", "warpSize", "gpuIds"};
 static const char *const failure_keys[] = {"reason", "message", "time"};
+/* the counts first, in struct tkm_api_compiles' order */
+static const char *const compiles_keys[] = {"podsServed",      "podsCompiled", "tritonKernels",
+                                            "inductorEntries", "vllmEntries",  "bytes",
+                                            "topKernels",      "since"};
+static const char *const kernel_keys[] = {"name", "pods"};
 static const char *const root_keys[] = {"apiVersion", "kind", "metadata", "status"};
 static const char *const meta_keys[] = {"name",       "namespace",        "uid", "resourceVersion",
                                         "generation", "deletionTimestamp"};
@@ -372,6 +377,49 @@ static int failure_check(const char *p, size_t n, const struct fld *f, const cha
     return 0;
 }
 
+/* compiles: counts >= 0, at most 10 topKernels named [A-Za-z0-9_.-]{1,128}
+ * with pods >= 0, since RFC 3339; into c (the names and since go to s->str,
+ * offsets in s->top_at and s->since_at). */
+static int compiles_check(const char *p, size_t n, const struct fld *f, const char *path,
+                          struct tkm_api_nsscan *s, struct tkm_api_compiles *c, struct tkm_err *err)
+{
+    int64_t *counts[] = {&c->pods_served,      &c->pods_compiled, &c->triton_kernels,
+                         &c->inductor_entries, &c->vllm_entries,  &c->bytes};
+    struct tkm_jscan_member m;
+    struct fld g[8], k[2];
+    char cp[420], kp[460];
+    size_t pos, i = 0;
+    int rc = want(f, J_OBJ, path, "compiles", err);
+    s->since_at = SIZE_MAX;
+    if (rc || !present(f))
+        return rc;
+    snprintf(cp, sizeof cp, "%s.compiles", path);
+    pick(p, n, f->off, compiles_keys, 8, g);
+    for (size_t j = 0; j < 6; j++)
+        if ((rc = want_int(p, &g[j], cp, compiles_keys[j], 0, INT64_MAX, counts[j], err)))
+            return rc;
+    if ((rc = want_arr(p, n, &g[6], cp, "topKernels", TKM_API_COMPILES_TOP, &c->n_top, err)) ||
+        (rc = str_max(p, &g[7], cp, "since", 64, &s->str, &s->since_at, err)))
+        return rc;
+    if (s->since_at != SIZE_MAX && !tkm_api_time_ok(s->str.data + s->since_at))
+        return tkm_err_set(err, -EPROTO, "%s.since: \"%.40s\" is not an RFC 3339 time", cp,
+                           s->str.data + s->since_at);
+    for (pos = g[6].off; c->n_top && tkm_jscan_next(p, n, &pos, &m); i++) {
+        snprintf(kp, sizeof kp, "%s.topKernels[%zu]", cp, i);
+        if (jtype(p, m.val, m.val_len) != J_OBJ)
+            return tkm_err_set(err, -EPROTO, "%s: expected an object", kp);
+        pick(p, n, m.val, kernel_keys, 2, k);
+        if ((rc = str_max(p, &k[0], kp, "name", TKM_API_KERNEL_NAME_MAX, &s->str, &s->top_at[i],
+                          err)) ||
+            (rc = want_int(p, &k[1], kp, "pods", 0, INT64_MAX, &s->top[i].pods, err)))
+            return rc;
+        if (s->top_at[i] == SIZE_MAX || !tkm_api_kernel_name_ok(s->str.data + s->top_at[i]))
+            return tkm_err_set(err, -EPROTO, "%s.name: expected [A-Za-z0-9_.-]{1,128}", kp);
+    }
+    c->present = 1;
+    return 0;
+}
+
 /* Offsets in s->str to pointers (nothing more is appended for this entry). */
 static void entry_lists(struct tkm_api_nsscan *s, struct tkm_api_nsscan_entry *e)
 {
@@ -387,6 +435,10 @@ static void entry_lists(struct tkm_api_nsscan *s, struct tkm_api_nsscan_entry *e
     }
     e->incompatible = s->grp;
     e->variants = s->var;
+    for (size_t i = 0; i < e->compiles.n_top; i++)
+        s->top[i].name = s->str.data + s->top_at[i];
+    e->compiles.top = e->compiles.n_top ? s->top : NULL;
+    e->compiles.since = (char *)at_or_null(&s->str, s->since_at);
 }
 
 /* One status.caches member: checked, and read into e (strings in s->str,
@@ -421,6 +473,7 @@ static int entry_read(const char *p, size_t n, const struct tkm_jscan_member *m,
         (rc = failure_check(p, n, &f[8], path, err)) ||
         (rc = variants_check(p, n, &f[9], path, s, &e->n_variants, err)) ||
         (rc = want(&f[10], J_STR, path, "fallback", err)) ||
+        (rc = compiles_check(p, n, &f[11], path, s, &e->compiles, err)) ||
         (rc = str_to(p, &f[10], b, &at_fallback, err)) ||
         (rc = str_to(p, &f[0], b, &at_digest, err)) || (rc = str_to(p, &f[6], b, &at_error, err)))
         return rc;
@@ -693,6 +746,30 @@ static void variants_tree(struct tree *t, const struct fld *f, struct tkm_api_no
     }
 }
 
+static void compiles_tree(struct tree *t, const struct fld *f, struct tkm_api_compiles *c)
+{
+    int64_t *counts[] = {&c->pods_served,      &c->pods_compiled, &c->triton_kernels,
+                         &c->inductor_entries, &c->vllm_entries,  &c->bytes};
+    struct tkm_jscan_member m;
+    struct fld g[8], k[2];
+    size_t pos, cnt;
+    if (!present(f))
+        return;
+    c->present = 1;
+    pick(t->p, t->n, f->off, compiles_keys, 8, g);
+    for (size_t j = 0; j < 6; j++)
+        *counts[j] = t_int(t, &g[j]);
+    c->since = t_str(t, &g[7]);
+    if (!(c->top = t_list(t, &g[6], sizeof *c->top, &cnt)))
+        return;
+    for (pos = g[6].off; c->n_top < cnt && tkm_jscan_next(t->p, t->n, &pos, &m);) {
+        struct tkm_api_kernel_count *kc = &c->top[c->n_top++];
+        pick(t->p, t->n, m.val, kernel_keys, 2, k);
+        kc->name = t_str(t, &k[0]);
+        kc->pods = t_int(t, &k[1]);
+    }
+}
+
 static void cache_tree(struct tree *t, const struct tkm_jscan_member *m,
                        struct tkm_api_node_cache *c)
 {
@@ -712,6 +789,7 @@ static void cache_tree(struct tree *t, const struct tkm_jscan_member *m,
     c->last_updated = t_str(t, &f[7]);
     variants_tree(t, &f[9], c);
     c->fallback = t_str(t, &f[10]);
+    compiles_tree(t, &f[11], &c->compiles);
     if (present(&f[8])) {
         pick(t->p, t->n, f[8].off, failure_keys, 3, g);
         c->fail_reason = t_str(t, &g[0]);

@@ -150,9 +150,11 @@ int ctrl_cidx_foreach(const struct ctrl_cidx *c, ctrl_entry_fn fn, void *data);
 /* The interned "Reason\0message\0profile\0" of a why id (borrowed: valid
  * while an entry holds it), or NULL for 0. Reason and message are "" for an
  * entry with nothing wrong; the profile (ctrl_why_profile) lists the
- * variants the node uses and the GPU types left without one, "" when the
- * node reports none (ctrl_nodes.c's profile_of has the grammar). Entries
- * of nodes with the same reason and variants share one string. */
+ * variants the node uses, the GPU types left without one and the compiles
+ * summary (issue 25), "" when the node reports none (ctrl_nodes.c's
+ * profile_of has the grammar). Entries of nodes with the same reason,
+ * variants and compiles share one string (nodes whose pods compiled
+ * something mostly have their own). */
 const char *ctrl_why_str(const struct ctrl_nodes *n, uint32_t why);
 /* The profile part of a why string ("" for NULL). */
 const char *ctrl_why_profile(const char *why);

@@ -7,8 +7,11 @@
  * (the node has extracted the cache or can), incompatible GPUs only
  * "incompatible". Ready = the digest may be used (verified, or the policy
  * is Audit/Disabled) and at least one node is compatible without error.
+ * The compiles summaries (issue 25) of the entries at the pinned digest are
+ * summed into status.compiles, with the top kernel names across nodes.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -270,8 +273,90 @@ static int type_add(struct tkm_api_cache_status *st, const char *t)
     return 0;
 }
 
+/* compiles (issue 25): a profile's "C..." line (the node's counts, times the
+ * nodes listing it) added to st->compiles; since: the earliest (the agents
+ * write UTC "...Z", which sorts as text). */
+static int compiles_line(struct tkm_api_compiles *c, char *line, int32_t nodes)
+{
+    int64_t *sum[] = {&c->pods_served,      &c->pods_compiled, &c->triton_kernels,
+                      &c->inductor_entries, &c->vllm_entries,  &c->bytes};
+    char *p = line;
+    for (size_t k = 0; k < 6; k++) {
+        long long v = strtoll(p, &p, 10);
+        if (*p++ != '\t')
+            return 0; /* not in the grammar: ignored */
+        *sum[k] += v * nodes;
+    }
+    c->present = 1;
+    c->nodes += nodes;
+    if (*p && (!c->since || strcmp(p, c->since) < 0)) {
+        free(c->since);
+        if (!(c->since = strdup(p)))
+            return -ENOMEM;
+    }
+    return 0;
+}
+
+/* A "K<name>\t<pods>" line: pods (times nodes) added to the name's count;
+ * the list keeps every name until compiles_finish cuts it to the top 10. */
+static int kernel_line(struct tkm_api_compiles *c, size_t *cap, char *line, int32_t nodes)
+{
+    char *tab = strchr(line, '\t');
+    if (!tab)
+        return 0;
+    *tab = 0;
+    int64_t pods = strtoll(tab + 1, NULL, 10) * nodes;
+    for (size_t i = 0; i < c->n_top; i++)
+        if (strcmp(c->top[i].name, line) == 0) {
+            c->top[i].pods += pods;
+            return 0;
+        }
+    if (c->n_top == *cap) {
+        size_t nc = *cap ? *cap * 2 : 16;
+        struct tkm_api_kernel_count *v = realloc(c->top, nc * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        c->top = v;
+        *cap = nc;
+    }
+    if (!(c->top[c->n_top].name = strdup(line)))
+        return -ENOMEM;
+    c->top[c->n_top++].pods = pods;
+    return 0;
+}
+
+static int cmp_kernel(const void *a, const void *b)
+{
+    const struct tkm_api_kernel_count *x = a, *y = b;
+    if (x->pods != y->pods)
+        return x->pods > y->pods ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* The top TKM_API_COMPILES_TOP kernels by pods (then name), and hit: "<pods that
+ * compiled nothing>/<pods served>". */
+static int compiles_finish(struct tkm_api_compiles *c)
+{
+    char hit[48];
+    if (!c->present)
+        return 0;
+    if (c->n_top > 1)
+        qsort(c->top, c->n_top, sizeof *c->top, cmp_kernel);
+    while (c->n_top > TKM_API_COMPILES_TOP)
+        free(c->top[--c->n_top].name);
+    if (!c->n_top) {
+        free(c->top);
+        c->top = NULL;
+    }
+    int64_t hits = c->pods_served - c->pods_compiled;
+    snprintf(hit, sizeof hit, "%lld/%lld", (long long)(hits < 0 ? 0 : hits),
+             (long long)c->pods_served);
+    return (c->hit = strdup(hit)) ? 0 : -ENOMEM;
+}
+
 /* One profile, reported by p->listed nodes (p->nodes of them using it). */
-static int prof_apply(struct tkm_api_cache_status *st, const struct prof *p, struct tkm_buf *tmp)
+static int prof_apply(struct tkm_api_cache_status *st, const struct prof *p, struct tkm_buf *tmp,
+                      size_t *top_cap)
 {
     int rc = 0;
     tkm_buf_reset(tmp);
@@ -282,6 +367,10 @@ static int prof_apply(struct tkm_api_cache_status *st, const struct prof *p, str
             *nl++ = 0;
         if (line[0] == 'N') {
             rc = type_add(st, line + 1);
+        } else if (line[0] == 'C') {
+            rc = compiles_line(&st->compiles, line + 1, p->listed);
+        } else if (line[0] == 'K') {
+            rc = kernel_line(&st->compiles, top_cap, line + 1, p->listed);
         } else if (line[0] == 'V' && p->nodes) {
             struct tkm_api_variant_count v;
             long gpus;
@@ -335,9 +424,12 @@ static int variant_summary(struct tkm_api_cache_status *st, struct tkm_buf *b)
 static int variants_build(struct tkm_api_cache_status *st, const struct tally *t)
 {
     struct tkm_buf b = TKM_BUF_INIT(1u << 20);
+    size_t top_cap = 0;
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < t->n_prof; i++)
-        rc = prof_apply(st, &t->prof[i], &b);
+        rc = prof_apply(st, &t->prof[i], &b, &top_cap);
+    if (rc == 0)
+        rc = compiles_finish(&st->compiles);
     if (rc == 0 && st->n_variants > 1)
         qsort(st->variants, st->n_variants, sizeof *st->variants, cmp_variant);
     if (rc == 0 && st->n_gpu_types_without_variant > 1)

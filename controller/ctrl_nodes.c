@@ -429,7 +429,11 @@ static int profile_str(struct tkm_buf *b, const char *s)
 
 /* The variant profile of an entry (ctrl_why_profile): one line per variant
  * used, "V<digest>\t<platform>\t<backend>\t<arch>\t<warp>\t<gpus>\n", then
- * one per GPU type left without a variant, "N<gpuType>\n". */
+ * one per GPU type left without a variant, "N<gpuType>\n", then, when the
+ * node reports compiles (issue 25), "C<podsServed>\t<podsCompiled>\t
+ * <tritonKernels>\t<inductorEntries>\t<vllmEntries>\t<bytes>\t<since>\n" and
+ * one "K<name>\t<pods>\n" per top kernel (the scan checked the names:
+ * [A-Za-z0-9_.-], and since: RFC 3339, so neither forges a line). */
 static int profile_of(const struct tkm_api_nsscan_entry *nc, struct tkm_buf *b)
 {
     int bad = 0;
@@ -448,6 +452,15 @@ static int profile_of(const struct tkm_api_nsscan_entry *nc, struct tkm_buf *b)
             bad |= (tkm_buf_putc(b, 'N') < 0) | profile_str(b, g->gpu_type) |
                    (tkm_buf_putc(b, '\n') < 0);
     }
+    const struct tkm_api_compiles *c = &nc->compiles;
+    if (c->present)
+        bad |= tkm_buf_printf(b, "C%lld\t%lld\t%lld\t%lld\t%lld\t%lld\t%s\n",
+                              (long long)c->pods_served, (long long)c->pods_compiled,
+                              (long long)c->triton_kernels, (long long)c->inductor_entries,
+                              (long long)c->vllm_entries, (long long)c->bytes,
+                              c->since ? c->since : "") < 0;
+    for (size_t i = 0; c->present && i < c->n_top; i++)
+        bad |= tkm_buf_printf(b, "K%s\t%lld\n", c->top[i].name, (long long)c->top[i].pods) < 0;
     return bad ? -ENOMEM : 0;
 }
 
@@ -463,7 +476,8 @@ static int why_of(struct ctrl_nodes *n, const struct tkm_api_nsscan_entry *nc, u
         m = nc->incompatible_message ? nc->incompatible_message : "";
     }
     tkm_buf_reset(&n->profile);
-    if ((nc->n_variants || nc->n_incompatible) && profile_of(nc, &n->profile) < 0)
+    if ((nc->n_variants || nc->n_incompatible || nc->compiles.present) &&
+        profile_of(nc, &n->profile) < 0)
         return -ENOMEM;
     if (!*r && !n->profile.len)
         return 0;

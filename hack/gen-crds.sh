@@ -115,6 +115,65 @@ warpSize:
 EOF
 }
 
+# The properties of a compiles summary (node status caches.<name>.compiles and cache status
+# compiles), at INDENT.
+compiles_props() { # INDENT
+  sed "s/^/$1/" <<'EOF'
+podsServed:
+  description: Pods whose cache volume was released with its scratch layer counted.
+  type: integer
+  format: int64
+  minimum: 0
+podsCompiled:
+  description: Of those, the pods that compiled at least one kernel or entry beside the cache.
+  type: integer
+  format: int64
+  minimum: 0
+tritonKernels:
+  description: Triton kernels those pods compiled (new kernel directories), summed.
+  type: integer
+  format: int64
+  minimum: 0
+inductorEntries:
+  description: TorchInductor FX-graph entries those pods wrote, summed.
+  type: integer
+  format: int64
+  minimum: 0
+vllmEntries:
+  description: vLLM cache entries those pods wrote, summed.
+  type: integer
+  format: int64
+  minimum: 0
+bytes:
+  description: Bytes those pods wrote beside the cache, summed.
+  type: integer
+  format: int64
+  minimum: 0
+topKernels:
+  description: The kernel names pods compiled most, with how many pods compiled each (at most 10).
+  type: array
+  maxItems: 10
+  items:
+    type: object
+    required: [name]
+    properties:
+      name:
+        description: A Triton kernel's name.
+        type: string
+        maxLength: 128
+        pattern: '^[A-Za-z0-9_.-]{1,128}$'
+      pods:
+        description: Pods that compiled it.
+        type: integer
+        format: int64
+        minimum: 0
+since:
+  description: When counting started (the agent's start, or the cache's pinned digest changing).
+  type: string
+  format: date-time
+EOF
+}
+
 cache_crd() { # kind plural singular short scope
   header "$@"
   local scopedoc="in its own namespace"
@@ -133,6 +192,7 @@ cache_crd() { # kind plural singular short scope
     - {name: Compatible, type: integer, jsonPath: .status.counts.compatible, description: "Nodes with at least one GPU that can use the cache."}
     - {name: Failed, type: integer, jsonPath: .status.counts.failed, description: "Nodes where fetching, verifying or extracting failed."}
     - {name: Variants, type: string, jsonPath: .status.variantSummary, description: "How many nodes use which variant, and the GPU types none fits."}
+    - {name: Hit, type: string, jsonPath: .status.compiles.hit, description: "Pods served that compiled nothing beside the cache / pods served."}
     - {name: Age, type: date, jsonPath: .metadata.creationTimestamp}
     - {name: Image, type: string, jsonPath: .spec.cacheImage, priority: 1, description: "The image reference as written."}
     schema:
@@ -460,6 +520,22 @@ $(variant_props "                    ")
                   GPU that can use it, not the Empty fallback): use it in a pod's nodeSelector or nodeAffinity.
                 type: string
                 maxLength: 317
+              compiles:
+                description: >-
+                  What the pods served this cache compiled beside it, summed over the node statuses at the pinned
+                  digest (see kubectl tkm why). A cache whose pods keep compiling is stale: re-capture it.
+                type: object
+                properties:
+                  nodes:
+                    description: Nodes whose counts are summed.
+                    type: integer
+                    format: int32
+                    minimum: 0
+$(compiles_props "                  ")
+                  hit:
+                    description: 'Pods that compiled nothing / pods served, e.g. "9/10" (the Hit column).'
+                    type: string
+                    maxLength: 64
               lastUpdated:
                 description: When the controller last wrote this status.
                 type: string
@@ -703,6 +779,13 @@ $(variant_props "                          ")
                       description: Empty when this node serves the cache as an empty writable directory (no variant fits, policy Empty).
                       type: string
                       enum: [Empty]
+                    compiles:
+                      description: >-
+                        What the pods served this cache on this node compiled beside it (counted by tkm-csi when
+                        it unpublishes a pod's volume), since the agent's start or the pinned digest changing.
+                      type: object
+                      properties:
+$(compiles_props "                        ")
                     lastUpdated:
                       description: When the agent last judged this cache.
                       type: string

@@ -130,9 +130,15 @@ struct kt_render_opts {
     int wide;              /* -o wide: DIGEST and IMAGE columns, every exception */
     int all_namespaces;    /* a NAMESPACE column */
     size_t max_exceptions; /* lines under a grouped table (0: 20); wide: all */
+    int hits; /* kt_render_status sets it: a HIT column when some cache has compiles counted */
 };
 
-/* The status matrix as text (a table, then notes). 0 or -ENOMEM. */
+/* "9/10": the pods served cache c without compiling anything / the pods
+ * served (status.compiles, summed by tkm-controller), or "-" when no pod was
+ * counted. */
+void kt_hit_text(const struct tkm_api_cache *c, char *out, size_t n);
+/* The status matrix as text (a table, then notes; a HIT column after CACHE
+ * when some cache has compiles counted). 0 or -ENOMEM. */
 int kt_render_status(const struct kt_matrix *m, const struct kt_render_opts *o,
                      struct tkm_buf *out);
 /* The "By variant:" table under the status (kt_render_status adds it): per

@@ -128,31 +128,43 @@ static void short_digest(const char *d, char *out, size_t n)
     snprintf(out, n, "%.19s", d); /* "sha256:" + 12 hex */
 }
 
-/* The left columns: [NAMESPACE] CACHE [DIGEST IMAGE]. */
+/* The left columns: [NAMESPACE] CACHE [HIT] [DIGEST IMAGE]. */
 static size_t left_cols(const struct kt_render_opts *o)
 {
-    return 1 + (o->all_namespaces ? 1 : 0) + (o->wide ? 2 : 0);
+    return 1 + (o->all_namespaces ? 1 : 0) + (o->hits ? 1 : 0) + (o->wide ? 2 : 0);
+}
+
+void kt_hit_text(const struct tkm_api_cache *c, char *out, size_t n)
+{
+    const struct tkm_api_compiles *k = &c->status.compiles;
+    int64_t hits = k->pods_served - k->pods_compiled;
+    if (!k->present || k->pods_served <= 0)
+        snprintf(out, n, "-");
+    else
+        snprintf(out, n, "%lld/%lld", (long long)(hits < 0 ? 0 : hits), (long long)k->pods_served);
 }
 
 /* The left columns of row r, blank unless first; r NULL: the header. */
 static int set_left(struct kt_table *t, const struct kt_row *r, const struct kt_render_opts *o,
                     int first)
 {
-    char ref[320], d[32];
+    char ref[320], d[32], hit[48];
     const struct tkm_api_cache *k = r ? r->cache : NULL;
-    const char *v[4] = {"NAMESPACE", "CACHE", "DIGEST", "IMAGE"};
+    const char *v[5] = {"NAMESPACE", "CACHE", "HIT", "DIGEST", "IMAGE"};
     int rc = 0;
     if (k) {
         kt_cache_ref(k, ref, sizeof ref);
         short_digest(k->status.resolved_digest, d, sizeof d);
+        kt_hit_text(k, hit, sizeof hit);
         v[0] = first ? (k->meta.ns ? k->meta.ns : "") : "";
         v[1] = first ? ref : "";
-        v[2] = first ? d : "";
-        v[3] = first ? k->spec.cache_image : "";
+        v[2] = first ? hit : "";
+        v[3] = first ? d : "";
+        v[4] = first ? k->spec.cache_image : "";
     }
     size_t c = 0;
-    for (size_t i = 0; i < 4; i++)
-        if ((i != 0 || o->all_namespaces) && (i < 2 || o->wide))
+    for (size_t i = 0; i < 5; i++)
+        if ((i != 0 || o->all_namespaces) && (i != 2 || o->hits) && (i < 3 || o->wide))
             rc |= kt__table_set(t, c++, v[i], NULL);
     return rc ? -ENOMEM : 0;
 }
@@ -451,6 +463,9 @@ int kt_render_status(const struct kt_matrix *m, const struct kt_render_opts *opt
     int rc;
     if (!o.max_exceptions)
         o.max_exceptions = 20;
+    o.hits = 0;
+    for (size_t i = 0; i < m->n_rows; i++)
+        o.hits |= m->rows[i].cache->status.compiles.present;
     if (m->n_rows == 0)
         return tkm_buf_puts(out, "No TritonKernelCache found.\n");
     if (o.by != KT_BY_GPU_TYPE) {
@@ -534,6 +549,9 @@ static json_t *row_json(const struct kt_matrix *m, const struct kt_row *r)
     if (json_object_set_new(o, "counts", counts) < 0 || json_object_set_new(o, "nodes", nodes) < 0)
         goto fail2;
     if (kt__row_variants_json(m, r, o) < 0)
+        goto fail2;
+    if (c->status.compiles.present && /* only when counted: documents stay as they were */
+        json_object_set_new(o, "compiles", tkm_api_compiles_json(&c->status.compiles)) < 0)
         goto fail2;
     return o;
 fail:

@@ -2,7 +2,10 @@
  * kt_why.c - `kubectl tkm why CACHE [--node NODE]`: the chain from the tag to
  * the pods, each step with the object and field it was read from. The chain
  * is built once as JSON (kt_why_json, -o json|yaml) and the text is rendered
- * from it, so both say the same.
+ * from it, so both say the same. When pods were counted (status.compiles,
+ * issue 25), a "compiles" step says how many pods compiled beside the cache,
+ * and the document's "compiles" member lists the kernels they keep
+ * compiling, which the text names with the advice to re-capture.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -21,6 +24,20 @@ static int step(json_t *arr, const char *name, const char *value, const char *so
         return -ENOMEM;
     }
     return json_array_append_new(arr, o) < 0 ? -ENOMEM : 0;
+}
+
+/* One line for a compiles summary: "3 of 10 pods served compiled beside the
+ * cache since T: 12 Triton kernels, 1 Inductor entry, 0 vLLM entries, 4096 bytes". */
+static void compiles_text(const struct tkm_api_compiles *k, const char *what, char *out, size_t n)
+{
+    snprintf(out, n,
+             "%lld of %lld pods served compiled beside the %s%s%s: %lld Triton kernel%s, %lld "
+             "Inductor entr%s, %lld vLLM entr%s, %lld bytes",
+             (long long)k->pods_compiled, (long long)k->pods_served, what,
+             k->since ? " since " : "", k->since ? k->since : "", (long long)k->triton_kernels,
+             k->triton_kernels == 1 ? "" : "s", (long long)k->inductor_entries,
+             k->inductor_entries == 1 ? "y" : "ies", (long long)k->vllm_entries,
+             k->vllm_entries == 1 ? "y" : "ies", (long long)k->bytes);
 }
 
 /* "sha256:abcd..." after "verified with key " in the Verified message, or "". */
@@ -71,6 +88,11 @@ static int cache_steps(const struct tkm_api_cache *c, json_t *arr)
         snprintf(v, sizeof v, "no Ready condition yet");
     snprintf(s2, sizeof s2, "%s status.conditions[Ready]", src);
     rc |= step(arr, "ready", v, s2, NULL);
+    if (c->status.compiles.present) {
+        compiles_text(&c->status.compiles, "cache", v, sizeof v);
+        snprintf(s2, sizeof s2, "%s status.compiles", src);
+        rc |= step(arr, "compiles", v, s2, NULL);
+    }
     return rc ? -ENOMEM : 0;
 }
 
@@ -148,6 +170,18 @@ static int node_steps(const struct kt_row *r, const struct kt_cell *c, json_t *a
     tkm_buf_release(&pods);
     snprintf(s, sizeof s, "%s.error", src);
     rc |= step(arr, "error", e->error ? e->error : "none", s, NULL);
+    if (e->compiles.present) {
+        struct tkm_buf k = TKM_BUF_INIT(4096);
+        compiles_text(&e->compiles, "cache on this node", v, sizeof v);
+        rc |= tkm_buf_puts(&k, v);
+        for (size_t i = 0; i < e->compiles.n_top; i++)
+            rc |= tkm_buf_printf(&k, "%s%s (%lld)",
+                                 i ? ", " : "; most compiled: ", e->compiles.top[i].name,
+                                 (long long)e->compiles.top[i].pods);
+        snprintf(s, sizeof s, "%s.compiles", src);
+        rc |= step(arr, "compiles", k.data, s, NULL);
+        tkm_buf_release(&k);
+    }
     if (e->fail_reason) { /* the last failed Materialize here, until one succeeds */
         snprintf(v, sizeof v, "%s at %s", e->fail_message ? e->fail_message : e->fail_reason,
                  e->fail_time ? e->fail_time : "an unknown time");
@@ -199,6 +233,9 @@ json_t *kt_why_json(const struct kt_matrix *m, size_t row, size_t node)
                     "name", r->cache->meta.name, "steps", steps);
     if (!doc)
         goto fail;
+    if (r->cache->status.compiles.present &&
+        json_object_set_new(doc, "compiles", tkm_api_compiles_json(&r->cache->status.compiles)) < 0)
+        goto fail;
     if (node == (size_t)-1) {
         if (json_object_set_new(doc, "nodes", node_summary(m, r)) < 0)
             goto fail;
@@ -249,6 +286,31 @@ static int steps_text(const json_t *arr, int color, struct tkm_buf *out)
     return rc ? -ENOMEM : 0;
 }
 
+/* The kernels pods keep compiling (compiles.topKernels: name, pods), and the advice. */
+static int kernels_text(const json_t *compiles, struct tkm_buf *out)
+{
+    const json_t *top = json_object_get(compiles, "topKernels"), *k;
+    size_t i;
+    int rc = 0;
+    if (!json_integer_value(json_object_get(compiles, "podsCompiled")))
+        return 0;
+    if (json_array_size(top)) {
+        rc |= tkm_buf_puts(out, "kernels pods keep compiling (pods that compiled each):\n");
+        json_array_foreach(top, i, k)
+        {
+            char name[300];
+            const char *nm = json_string_value(json_object_get(k, "name"));
+            kt__clean(nm ? nm : "?", name, sizeof name);
+            rc |= tkm_buf_printf(out, "  %-40s %lld\n", name,
+                                 (long long)json_integer_value(json_object_get(k, "pods")));
+        }
+    }
+    rc |= tkm_buf_puts(out, "The cache misses what these pods compile: re-capture it from the "
+                            "workload with tkmctl capture (docs/capture.md) and roll the new "
+                            "image out.\n");
+    return rc ? -ENOMEM : 0;
+}
+
 int kt_render_why(const struct kt_matrix *m, size_t row, size_t node, int color,
                   struct tkm_buf *out)
 {
@@ -263,6 +325,7 @@ int kt_render_why(const struct kt_matrix *m, size_t row, size_t node, int color,
     rc |= tkm_buf_printf(out, "%s%s%s\n", ref, r->cache->meta.ns ? " in namespace " : "",
                          r->cache->meta.ns ? r->cache->meta.ns : "");
     rc |= steps_text(json_object_get(doc, "steps"), color, out);
+    rc |= kernels_text(json_object_get(doc, "compiles"), out);
     if (node != (size_t)-1) {
         const struct kt_cell *c = &r->cells[node];
         rc |= tkm_buf_printf(out, "node %s (%d GPU%s: %s)\n", m->nodes[node].name,

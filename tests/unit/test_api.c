@@ -759,3 +759,114 @@ TEST(node_label_keys_fit_the_label_rules)
     ASSERT_EQ(tkm_api_node_label("ml", "", k, sizeof k), -EINVAL);
     ASSERT_EQ(tkm_api_node_label("ml", "x", k, 10), -EINVAL);
 }
+
+/* compiles (issue 25) in a node status entry and in the cache status: encoded in a fixed
+ * order, decoded, encoded again to the same bytes; absent when not present. */
+TEST(compiles_round_trip_node_and_cache_status)
+{
+    struct tkm_api_kernel_count top[2] = {{(char *)"_attn_fwd", 4}, {(char *)"triton_red.0", 1}};
+    struct tkm_api_compiles cc = {.present = 1,
+                                  .pods_served = 10,
+                                  .pods_compiled = 4,
+                                  .triton_kernels = 12,
+                                  .inductor_entries = 3,
+                                  .vllm_entries = 1,
+                                  .bytes = 4096,
+                                  .top = top,
+                                  .n_top = 2,
+                                  .since = (char *)"2026-11-28T01:00:00Z"};
+    struct tkm_api_node_cache caches[2] = {{.name = (char *)"a", .compiles = cc},
+                                           {.name = (char *)"b"}};
+    struct tkm_api_node_status st = {.node_name = (char *)"n1", .caches = caches, .n_caches = 2};
+    const char *want = "\"compiles\":{\"podsServed\":10,\"podsCompiled\":4,\"tritonKernels\":12,"
+                       "\"inductorEntries\":3,\"vllmEntries\":1,\"bytes\":4096,\"topKernels\":["
+                       "{\"name\":\"_attn_fwd\",\"pods\":4},{\"name\":\"triton_red.0\",\"pods\":1}"
+                       "],\"since\":\"2026-11-28T01:00:00Z\"}";
+    struct tkm_api_nodestatus n;
+    json_t *o = NULL, *o2 = NULL;
+    struct tkm_err err = {0};
+    struct tkm_buf a = TKM_BUF_INIT(1 << 20), b = TKM_BUF_INIT(1 << 20);
+    ASSERT_OK(tkm_api_node_status_apply(&st, NULL, "uid", &o, &err));
+    ASSERT_OK(tkm_api_dump(o, &a));
+    ASSERT_STRCONTAINS(a.data, want);
+    ASSERT_NULL(json_object_get(
+        json_object_get(json_object_get(json_object_get(o, "status"), "caches"), "b"), "compiles"));
+    ASSERT_OK(tkm_api_nodestatus_decode(a.data, a.len, &n, &err));
+    ASSERT_EQ(n.status.caches[0].compiles.present, 1);
+    ASSERT_EQ(n.status.caches[0].compiles.pods_compiled, 4);
+    ASSERT_UEQ(n.status.caches[0].compiles.n_top, 2);
+    ASSERT_STREQ(n.status.caches[0].compiles.top[1].name, "triton_red.0");
+    ASSERT_EQ(n.status.caches[1].compiles.present, 0);
+    ASSERT_OK(tkm_api_node_status_apply(&n.status, NULL, "uid", &o2, &err));
+    ASSERT_OK(tkm_api_dump(o2, &b));
+    ASSERT_STREQ(a.data, b.data);
+    tkm_api_nodestatus_release(&n);
+    json_decref(o);
+    json_decref(o2);
+
+    /* the cache status: nodes and hit too */
+    struct tkm_api_cache_status cs = {.compiles = cc};
+    cs.compiles.nodes = 2;
+    cs.compiles.hit = (char *)"6/10";
+    tkm_buf_reset(&a);
+    tkm_buf_reset(&b);
+    ASSERT_OK(tkm_api_cache_status_apply(&cs, "x", "ml", &o, &err));
+    ASSERT_OK(tkm_api_dump(o, &a));
+    ASSERT_STRCONTAINS(a.data, "\"compiles\":{\"nodes\":2,\"podsServed\":10,");
+    ASSERT_STRCONTAINS(a.data, "\"since\":\"2026-11-28T01:00:00Z\",\"hit\":\"6/10\"}");
+    json_object_set_new(o, "spec", json_pack("{s:s}", "cacheImage", "r.io/x:1"));
+    char *s = json_dumps(o, JSON_COMPACT);
+    struct tkm_api_cache c;
+    ASSERT_OK(tkm_api_cache_decode(s, strlen(s), &c, &err));
+    free(s);
+    ASSERT_EQ(c.status.compiles.present, 1);
+    ASSERT_EQ(c.status.compiles.nodes, 2);
+    ASSERT_EQ(c.status.compiles.top[0].pods, 4);
+    ASSERT_STREQ(c.status.compiles.hit, "6/10");
+    ASSERT_OK(tkm_api_cache_status_apply(&c.status, "x", "ml", &o2, &err));
+    ASSERT_OK(tkm_api_dump(o2, &b));
+    ASSERT_STREQ(a.data, b.data);
+    tkm_api_cache_release(&c);
+    json_decref(o);
+    json_decref(o2);
+    struct tkm_api_cache_status none = {0};
+    ASSERT_OK(tkm_api_cache_status_apply(&none, "x", "ml", &o, &err));
+    ASSERT_NULL(json_object_get(json_object_get(o, "status"), "compiles"));
+    json_decref(o);
+    tkm_buf_release(&a);
+    tkm_buf_release(&b);
+}
+
+TEST(cache_status_compiles_refused_naming_the_field)
+{
+#define TKCC(x)                                                                                    \
+    "{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"TritonKernelCache\",\"metadata\":"             \
+    "{\"name\":\"x\",\"namespace\":\"ml\"},\"spec\":{\"cacheImage\":\"a\"},\"status\":{"           \
+    "\"compiles\":" x "}}"
+    static const struct bad_case bad[] = {
+        {TKCC("[]"), "status.compiles: expected an object"},
+        {TKCC("{\"podsServed\":-1}"), "status.compiles.podsServed: -1 is out of range"},
+        {TKCC("{\"nodes\":2147483648}"), "status.compiles.nodes: 2147483648 is out of range"},
+        {TKCC("{\"since\":\"now\"}"), "status.compiles.since: \"now\" is not an RFC 3339 time"},
+        {TKCC("{\"topKernels\":[{\"name\":\"a/b\"}]}"),
+         "status.compiles.topKernels[0].name: expected [A-Za-z0-9_.-]{1,128}"},
+        {TKCC("{\"topKernels\":[{\"name\":\"k\",\"pods\":-2}]}"),
+         "status.compiles.topKernels[0].pods: -2 is out of range"},
+        {TKCC("{\"topKernels\":[{},{},{},{},{},{},{},{},{},{},{}]}"), "status.compiles.topKernels"},
+    };
+    for (size_t i = 0; i < TKM_ARRAY_SIZE(bad); i++) {
+        struct tkm_api_cache c;
+        struct tkm_err err = {0};
+        ASSERT_EQ(tkm_api_cache_decode(bad[i].json, strlen(bad[i].json), &c, &err), -EPROTO);
+        ASSERT_STRCONTAINS(err.msg, bad[i].msg);
+        ASSERT_EQ(c.status.compiles.present, 0);
+    }
+    ASSERT_EQ(tkm_api_time_ok("2026-11-28T01:02:03Z"), 1);
+    ASSERT_EQ(tkm_api_time_ok("2026-11-28T01:02:03.123-05:30"), 1);
+    ASSERT_EQ(tkm_api_time_ok("2026-11-28T01:02:03."), 0);
+    ASSERT_EQ(tkm_api_time_ok("2026-11-28T24:02:03Z"), 0);
+    ASSERT_EQ(tkm_api_time_ok("2026-11-28T01:02:03Zx"), 0);
+    ASSERT_EQ(tkm_api_kernel_name_ok("a.b-c_D9"), 1);
+    ASSERT_EQ(tkm_api_kernel_name_ok(""), 0);
+    ASSERT_EQ(tkm_api_kernel_name_ok(NULL), 0);
+}

@@ -14,6 +14,7 @@ struct seen {
     size_t n;
     char *name[NS_MAX], *digest[NS_MAX], *error[NS_MAX], *reason[NS_MAX], *message[NS_MAX];
     char *fallback[NS_MAX], *lists[NS_MAX]; /* lists: variants and groups, as lists_of() */
+    char *compiles[NS_MAX];                 /* as compiles_of() */
     int verified[NS_MAX], extracted[NS_MAX];
     size_t ncomp[NS_MAX], nincomp[NS_MAX], npods[NS_MAX];
     size_t stop_after; /* 0: never */
@@ -38,6 +39,24 @@ static char *lists_of(size_t nv, const char *const *vs, const int64_t *warp, con
         tkm_buf_printf(&b, "G%s|%s|%zu;", gs[i * 2] ? gs[i * 2] : "-",
                        gs[i * 2 + 1] ? gs[i * 2 + 1] : "-", gids[i]);
     char *r = strdup(b.len ? b.data : "");
+    tkm_buf_release(&b);
+    return r;
+}
+
+/* One line for an entry's compiles ("-" when absent). */
+static char *compiles_of(const struct tkm_api_compiles *c)
+{
+    struct tkm_buf b = TKM_BUF_INIT(1 << 16);
+    if (!c->present)
+        tkm_buf_puts(&b, "-");
+    else
+        tkm_buf_printf(&b, "%lld/%lld %lld %lld %lld %lld %s;", (long long)c->pods_served,
+                       (long long)c->pods_compiled, (long long)c->triton_kernels,
+                       (long long)c->inductor_entries, (long long)c->vllm_entries,
+                       (long long)c->bytes, c->since ? c->since : "-");
+    for (size_t i = 0; c->present && i < c->n_top; i++)
+        tkm_buf_printf(&b, "%s=%lld,", c->top[i].name, (long long)c->top[i].pods);
+    char *r = strdup(b.data);
     tkm_buf_release(&b);
     return r;
 }
@@ -97,6 +116,7 @@ static int on_entry(const struct tkm_api_nsscan_head *h, const struct tkm_api_ns
     s->message[i] = dup_or_null(e->incompatible_message);
     s->fallback[i] = dup_or_null(e->fallback);
     s->lists[i] = lists_scanned(e);
+    s->compiles[i] = compiles_of(&e->compiles);
     s->verified[i] = e->verified;
     s->extracted[i] = e->extracted;
     s->ncomp[i] = e->n_compatible;
@@ -115,6 +135,7 @@ static void seen_release(struct seen *s)
         free(s->message[i]);
         free(s->fallback[i]);
         free(s->lists[i]);
+        free(s->compiles[i]);
     }
     s->n = 0;
 }
@@ -130,8 +151,11 @@ static int same_cache(const struct tkm_api_node_cache *c, const struct seen *s, 
     const char *r = c->n_incompatible ? c->incompatible[0].reason : NULL;
     const char *m = c->n_incompatible ? c->incompatible[0].message : NULL;
     char *l = lists_decoded(c);
-    int same_lists = l && s->lists[i] && strcmp(l, s->lists[i]) == 0;
+    char *cc = compiles_of(&c->compiles);
+    int same_lists = l && s->lists[i] && strcmp(l, s->lists[i]) == 0 && cc && s->compiles[i] &&
+                     strcmp(cc, s->compiles[i]) == 0;
     free(l);
+    free(cc);
     return same_lists && streq_null(c->fallback, s->fallback[i]) &&
            strcmp(c->name, s->name[i]) == 0 && streq_null(c->digest, s->digest[i]) &&
            streq_null(c->error, s->error[i]) && streq_null(r, s->reason[i]) &&
@@ -229,6 +253,9 @@ static char *build(size_t n_caches, int variant, int cluster)
          .reason = "ArchMismatch",
          .message = "m\"1\u00e9"},
         {.ids = ids + 1, .n_ids = 1, .gpu_type = "amd", .reason = "Other"}};
+    struct tkm_api_kernel_count top[2] = {{"_attn_fwd_inner.x-1", 3}, {"triton_poi_fused_0", 1}};
+    struct tkm_api_compiles cc = {1, 7,   3, 40, 2, 0, 123456, top, 2, "2026-11-28T01:02:03Z",
+                                  0, NULL};
     struct tkm_api_variant_use vu[2] = {
         {"sha256:aa", "linux/amd64", "cuda", "90", "nvidia-h200", 32, ids, 2},
         {"sha256:bb", "linux/arm64", "cuda", "90a", NULL, 0, NULL, 0}};
@@ -270,6 +297,10 @@ static char *build(size_t n_caches, int variant, int cluster)
         }
         if (k == 1)
             c[i].fallback = "Empty";
+        if (k == 0 || k == 1) {
+            c[i].compiles = cc;
+            c[i].compiles.n_top = k == 0 ? 2 : 0;
+        }
     }
     if (c && names &&
         tkm_api_node_status_apply(&st, cluster ? NULL : "tkm-system", "uid-node", &body, NULL) ==
@@ -334,6 +365,24 @@ TEST(garbage_is_refused_by_both_with_the_same_message)
         C("\"variants\":[{\"warpSize\":-1}]"),
         C("\"variants\":\"x\""),
         C("\"fallback\":\"Fail\""),
+        C("\"compiles\":[]"),
+        C("\"compiles\":{\"podsServed\":-1}"),
+        C("\"compiles\":{\"podsCompiled\":1.5}"),
+        C("\"compiles\":{\"bytes\":\"1\"}"),
+        C("\"compiles\":{\"vllmEntries\":-3}"),
+        C("\"compiles\":{\"since\":\"yesterday\"}"),
+        C("\"compiles\":{\"since\":\"2026-11-28T01:02:03\"}"),
+        C("\"compiles\":{\"since\":\"2026-13-28T01:02:03Z\"}"),
+        C("\"compiles\":{\"since\":1}"),
+        C("\"compiles\":{\"topKernels\":{}}"),
+        C("\"compiles\":{\"topKernels\":[1]}"),
+        C("\"compiles\":{\"topKernels\":[{\"pods\":1}]}"),
+        C("\"compiles\":{\"topKernels\":[{\"name\":\"\"}]}"),
+        C("\"compiles\":{\"topKernels\":[{\"name\":\"a b\"}]}"),
+        C("\"compiles\":{\"topKernels\":[{\"name\":\"../x\"}]}"),
+        C("\"compiles\":{\"topKernels\":[{\"name\":\"\\u001b[31m\"}]}"),
+        C("\"compiles\":{\"topKernels\":[{\"name\":\"k\",\"pods\":-1}]}"),
+        C("\"compiles\":{\"topKernels\":[{},{},{},{},{},{},{},{},{},{},{}]}"),
         C("\"verified\":\"true\""),
         C("\"extracted\":1"),
         C("\"error\":{}"),
@@ -470,4 +519,58 @@ TEST(callback_never_runs_on_failure_and_can_stop)
     ASSERT_OK(tkm_api_nodestatus_scan(&sc, j, strlen(j), NULL, NULL, NULL, &err));
     tkm_api_nsscan_release(&sc);
     free(s);
+}
+
+/* compiles: the bounds are the CRD's, and the messages name the field. */
+TEST(compiles_bounds_and_messages)
+{
+    static const struct {
+        const char *json, *msg;
+    } bad[] = {
+        {C("\"compiles\":{\"podsServed\":-1}"),
+         "status.caches[\"a\"].compiles.podsServed: -1 is out of range"},
+        {C("\"compiles\":{\"since\":\"2026-11-28 01:02:03Z\"}"),
+         "status.caches[\"a\"].compiles.since: \"2026-11-28 01:02:03Z\" is not an RFC 3339 time"},
+        {C("\"compiles\":{\"topKernels\":[{\"name\":\"k\"},{\"name\":\"a;b\"}]}"),
+         "status.caches[\"a\"].compiles.topKernels[1].name: expected [A-Za-z0-9_.-]{1,128}"},
+        {C("\"compiles\":{\"topKernels\":[{},{},{},{},{},{},{},{},{},{},{}]}"),
+         "status.caches[\"a\"].compiles.topKernels: 11 entries, more than the 10 allowed"},
+    };
+    for (size_t i = 0; i < TKM_ARRAY_SIZE(bad); i++) {
+        struct tkm_api_nodestatus d;
+        struct tkm_err err = {0};
+        ASSERT_EQ(tkm_api_nodestatus_decode(bad[i].json, strlen(bad[i].json), &d, &err), -EPROTO);
+        ASSERT_STRCONTAINS(err.msg, bad[i].msg);
+    }
+    /* a 128-byte name, 10 entries, an offset and a fraction: accepted and read back */
+    char name[129], json[4096];
+    memset(name, 'k', 128);
+    name[128] = '\0';
+    snprintf(json, sizeof json,
+             C("\"compiles\":{\"podsServed\":9,\"podsCompiled\":2,\"tritonKernels\":5,"
+               "\"since\":\"2026-11-28T01:02:03.5+01:00\",\"topKernels\":[{\"name\":\"%s\","
+               "\"pods\":2},{\"name\":\"b\"},{\"name\":\"c\"},{\"name\":\"d\"},{\"name\":\"e\"},"
+               "{\"name\":\"f\"},{\"name\":\"g\"},{\"name\":\"h\"},{\"name\":\"i\"},"
+               "{\"name\":\"j\"}]}"),
+             name);
+    struct tkm_api_nodestatus d;
+    ASSERT_OK(tkm_api_nodestatus_decode(json, strlen(json), &d, NULL));
+    const struct tkm_api_compiles *c = &d.status.caches[0].compiles;
+    ASSERT_EQ(c->present, 1);
+    ASSERT_EQ(c->pods_served, 9);
+    ASSERT_EQ(c->pods_compiled, 2);
+    ASSERT_EQ(c->triton_kernels, 5);
+    ASSERT_EQ(c->inductor_entries, 0);
+    ASSERT_EQ(c->n_top, 10);
+    ASSERT_STREQ(c->top[0].name, name);
+    ASSERT_EQ(c->top[0].pods, 2);
+    ASSERT_STREQ(c->top[9].name, "j");
+    ASSERT_STREQ(c->since, "2026-11-28T01:02:03.5+01:00");
+    tkm_api_nodestatus_release(&d);
+    ASSERT(agree_str(json, 1));
+    /* absent: present 0 */
+    ASSERT_OK(
+        tkm_api_nodestatus_decode(C("\"digest\":\"x\""), strlen(C("\"digest\":\"x\"")), &d, NULL));
+    ASSERT_EQ(d.status.caches[0].compiles.present, 0);
+    tkm_api_nodestatus_release(&d);
 }

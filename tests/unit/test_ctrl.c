@@ -1233,3 +1233,105 @@ TEST(nodes_entry_changes_name_the_node)
     ASSERT_STREQ(no.keys[2], "n1");
     ctrl_nodes_release(&n);
 }
+
+/* ---- issue 25: what pods compiled, summed into the cache status ------------------------- */
+
+/* A compatible entry at digest d with the given compiles (JSON object text). */
+static const char *with_compiles(const char *d, const char *compiles)
+{
+    static char b[4][2048];
+    static int i;
+    i = (i + 1) % 4;
+    snprintf(b[i], sizeof b[i],
+             "{\"x\":{\"digest\":\"%s\",\"verified\":true,\"compatibleGPUs\":[{\"ids\":[0]}],"
+             "\"compiles\":%s}}",
+             d, compiles);
+    return b[i];
+}
+
+#define CMP_N1                                                                                     \
+    "{\"podsServed\":5,\"podsCompiled\":2,\"tritonKernels\":7,\"inductorEntries\":1,"              \
+    "\"bytes\":100,\"topKernels\":[{\"name\":\"k_a\",\"pods\":2},{\"name\":\"k_b\",\"pods\":1}],"  \
+    "\"since\":\"2026-11-28T01:00:00Z\"}"
+
+TEST(agg_compiles_summed_over_nodes_at_the_pin)
+{
+    struct ctrl_nodes n;
+    struct notes seen = {0};
+    struct tkm_api_cache_status st = {0};
+    char top[1024] = "", c[1400];
+    ctrl_nodes_init(&n);
+    n.changed = on_changed;
+    n.data = &seen;
+    ASSERT_EQ(upsert(&n, "ml", "n1", with_compiles(DA, CMP_N1)), 0);
+    ASSERT_EQ(upsert(&n, "ml", "n3", with_compiles(DA, CMP_N1)), 0); /* the same string */
+    ASSERT_EQ(upsert(&n, "ml", "n2",
+                     with_compiles(DA, "{\"podsServed\":3,\"podsCompiled\":3,\"tritonKernels\":9,"
+                                       "\"vllmEntries\":4,\"bytes\":50,\"topKernels\":[{\"name\":"
+                                       "\"k_b\",\"pods\":3},{\"name\":\"k_c\",\"pods\":1}],"
+                                       "\"since\":\"2026-11-28T00:30:00Z\"}")),
+              0);
+    for (int k = 0; k < 10; k++) /* ten more names, one pod each */
+        snprintf(top + strlen(top), sizeof top - strlen(top), "%s{\"name\":\"k%02d\",\"pods\":1}",
+                 k ? "," : "", k);
+    snprintf(c, sizeof c, "{\"podsServed\":2,\"podsCompiled\":1,\"topKernels\":[%s]}", top);
+    ASSERT_EQ(upsert(&n, "ml", "n4", with_compiles(DA, c)), 0);
+    /* behind (another digest): not counted; a node without compiles: not counted */
+    ASSERT_EQ(upsert(&n, "ml", "behind", with_compiles(DB, CMP_N1)), 0);
+    ASSERT_EQ(upsert(&n, "ml", "quiet",
+                     "{\"x\":{\"digest\":\"" DA "\",\"compatibleGPUs\":[{"
+                     "\"ids\":[0]}]}}"),
+              0);
+    struct ctrl_verdict v = {.verified = TKM_API_COND_TRUE,
+                             .reason = "SignatureVerified",
+                             .message = "ok",
+                             .usable = 1,
+                             .digest = DA};
+    ASSERT_EQ(ctrl_agg_build(ctrl_nodes_cache(&n, "ml/x", 0), &v, 1, NULL, 0,
+                             "2026-01-01T00:00:00Z", &st),
+              0);
+    const struct tkm_api_compiles *s = &st.compiles;
+    ASSERT_EQ(s->present, 1);
+    ASSERT_EQ(s->nodes, 4);
+    ASSERT_EQ(s->pods_served, 15);
+    ASSERT_EQ(s->pods_compiled, 8);
+    ASSERT_EQ(s->triton_kernels, 23);
+    ASSERT_EQ(s->inductor_entries, 2);
+    ASSERT_EQ(s->vllm_entries, 4);
+    ASSERT_EQ(s->bytes, 250);
+    ASSERT_STREQ(s->since, "2026-11-28T00:30:00Z"); /* the earliest */
+    ASSERT_STREQ(s->hit, "7/15");
+    ASSERT_UEQ(s->n_top, TKM_API_COMPILES_TOP); /* 13 names, the top 10 kept */
+    ASSERT_STREQ(s->top[0].name, "k_b");
+    ASSERT_EQ(s->top[0].pods, 5);
+    ASSERT_STREQ(s->top[1].name, "k_a");
+    ASSERT_EQ(s->top[1].pods, 4);
+    ASSERT_STREQ(s->top[2].name, "k00"); /* then by name */
+    ASSERT_STREQ(s->top[9].name, "k07");
+    json_t *o = NULL;
+    struct tkm_buf b = TKM_BUF_INIT(1 << 20);
+    ASSERT_OK(tkm_api_cache_status_apply(&st, "x", "ml", &o, NULL));
+    ASSERT_OK(tkm_api_dump(o, &b));
+    ASSERT_STRCONTAINS(b.data, "\"compiles\":{\"nodes\":4,\"podsServed\":15,\"podsCompiled\":8,");
+    ASSERT_STRCONTAINS(b.data, "\"hit\":\"7/15\"");
+    json_decref(o);
+    tkm_buf_release(&b);
+    tkm_api_cache_status_release(&st);
+    /* a node's compiles changing notifies its cache (the interned string changes) */
+    seen.n = 0;
+    ASSERT_EQ(upsert(&n, "ml", "n2",
+                     with_compiles(DA, "{\"podsServed\":4,\"podsCompiled\":3,\"tritonKernels\":9,"
+                                       "\"since\":\"2026-11-28T00:30:00Z\"}")),
+              0);
+    ASSERT_EQ(seen.n, 1);
+    ASSERT_STREQ(seen.keys[0], "ml/x");
+    /* no node reports compiles: none written */
+    ASSERT_EQ(upsert(&n, "ml", "quiet", "{\"y\":{\"digest\":\"" DA "\"}}"), 0);
+    ASSERT_EQ(ctrl_agg_build(ctrl_nodes_cache(&n, "ml/y", 0), &v, 1, NULL, 0,
+                             "2026-01-01T00:00:00Z", &st),
+              0);
+    ASSERT_EQ(st.compiles.present, 0);
+    ASSERT_NULL(st.compiles.hit);
+    tkm_api_cache_status_release(&st);
+    ctrl_nodes_release(&n);
+}

@@ -577,3 +577,108 @@ TEST(schedule_prints_the_node_label_recipe)
     tkm_buf_release(&b);
     kt_world_release(&w);
 }
+
+/* ---- issue 25: the HIT column and why's kernels ----------------------------------------- */
+
+/* Cache ml/a with status.compiles (JSON object text), and ml/b without. */
+static void compiles_world(struct kt_world *w, const char *compiles)
+{
+    char js[4096];
+    struct tkm_api_cache c;
+    struct tkm_err err = {0};
+    kt_world_init(w);
+    snprintf(js, sizeof js,
+             "{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"TritonKernelCache\",\"metadata\":{"
+             "\"name\":\"a\",\"namespace\":\"ml\"},\"spec\":{\"cacheImage\":\"r.example.com/k/a:"
+             "v1\"},\"status\":{\"resolvedDigest\":\"" D1 "\",\"compiles\":%s}}",
+             compiles);
+    if (tkm_api_cache_decode(js, strlen(js), &c, &err) != 0) {
+        fprintf(stderr, "decode: %s\n", err.msg);
+        abort();
+    }
+    if (kt_world_add_cache_take(w, &c) != 0)
+        abort();
+    add_cache(w, "ml", "b", D1);
+    add_status(w, "ml", "n1", H200,
+               "{\"a\":{\"digest\":\"" D1 "\",\"verified\":true,\"extracted\":true,"
+               "\"compatibleGPUs\":[{\"ids\":[0],\"gpuType\":\"nvidia-h200\"}],\"compiles\":{"
+               "\"podsServed\":6,\"podsCompiled\":2,\"tritonKernels\":5,\"topKernels\":[{\"name\":"
+               "\"_attn_fwd\",\"pods\":2}],\"since\":\"2026-11-28T01:00:00Z\"}},\"b\":" E_EXTRACTED
+               "}");
+}
+
+#define CACHE_COMPILES                                                                             \
+    "{\"nodes\":2,\"podsServed\":10,\"podsCompiled\":4,\"tritonKernels\":12,"                      \
+    "\"inductorEntries\":1,\"vllmEntries\":0,\"bytes\":4096,\"topKernels\":[{\"name\":"            \
+    "\"_attn_fwd\",\"pods\":3},{\"name\":\"triton_red_fused.0\",\"pods\":1}],\"since\":"           \
+    "\"2026-11-28T00:30:00Z\",\"hit\":\"6/10\"}"
+
+TEST(status_hit_column_and_why_names_the_kernels)
+{
+    struct kt_world w;
+    struct kt_matrix m;
+    struct tkm_buf b = TKM_BUF_INIT(1u << 20);
+    compiles_world(&w, CACHE_COMPILES);
+    ASSERT_EQ(kt_matrix_build(&w, &m), 0);
+    char *s = render(&m, 0, KT_BY_NODE, 0);
+    /* a HIT column after CACHE: served without compiling / served; "-" when none counted */
+    ASSERT_STRCONTAINS(s, "CACHE   HIT    n1");
+    ASSERT_STRCONTAINS(s, "tkc/a   6/10   extracted");
+    ASSERT_STRCONTAINS(s, "tkc/b   -      extracted");
+    free(s);
+    s = render(&m, 0, KT_BY_GPU_TYPE, 0);
+    ASSERT_STRCONTAINS(s, "tkc/a   6/10");
+    free(s);
+    /* -o json: the cache's compiles as in its status; none for b */
+    json_t *doc = kt_status_json(&m);
+    json_t *ca = json_object_get(json_array_get(json_object_get(doc, "caches"), 0), "compiles");
+    ASSERT_EQ(json_integer_value(json_object_get(ca, "podsServed")), 10);
+    ASSERT_STREQ(json_string_value(json_object_get(ca, "hit")), "6/10");
+    ASSERT_NULL(json_object_get(json_array_get(json_object_get(doc, "caches"), 1), "compiles"));
+    json_decref(doc);
+    /* why CACHE: the step, the kernels with their pods, the advice */
+    ASSERT_EQ(kt_render_why(&m, 0, (size_t)-1, 0, &b), 0);
+    ASSERT_STRCONTAINS(b.data, "  compiles    4 of 10 pods served compiled beside the cache since "
+                               "2026-11-28T00:30:00Z: 12 Triton kernels, 1 Inductor entry, 0 "
+                               "vLLM entries, 4096 bytes\n"
+                               "              from TritonKernelCache ml/a status.compiles\n");
+    ASSERT_STRCONTAINS(b.data, "kernels pods keep compiling (pods that compiled each):\n"
+                               "  _attn_fwd                                3\n"
+                               "  triton_red_fused.0                       1\n");
+    ASSERT_STRCONTAINS(b.data, "tkmctl capture (docs/capture.md)");
+    /* why CACHE --node: the node's own counts and names */
+    tkm_buf_reset(&b);
+    ASSERT_EQ(kt_render_why(&m, 0, 0, 0, &b), 0);
+    ASSERT_STRCONTAINS(b.data, "2 of 6 pods served compiled beside the cache on this node since "
+                               "2026-11-28T01:00:00Z: 5 Triton kernels");
+    ASSERT_STRCONTAINS(b.data, "most compiled: _attn_fwd (2)");
+    doc = kt_why_json(&m, 0, (size_t)-1);
+    ASSERT_STREQ(
+        json_string_value(json_object_get(
+            json_array_get(json_object_get(json_object_get(doc, "compiles"), "topKernels"), 1),
+            "name")),
+        "triton_red_fused.0");
+    json_decref(doc);
+    /* b: no compiles step, no member, no advice */
+    tkm_buf_reset(&b);
+    ASSERT_EQ(kt_render_why(&m, 1, (size_t)-1, 0, &b), 0);
+    ASSERT(strstr(b.data, "compiles") == NULL && strstr(b.data, "tkmctl capture") == NULL);
+    doc = kt_why_json(&m, 1, (size_t)-1);
+    ASSERT_NULL(json_object_get(doc, "compiles"));
+    json_decref(doc);
+    kt_matrix_release(&m);
+    kt_world_release(&w);
+    /* every pod served hit the cache: no kernel list, no advice */
+    compiles_world(&w, "{\"nodes\":1,\"podsServed\":3,\"podsCompiled\":0,\"hit\":\"3/3\"}");
+    ASSERT_EQ(kt_matrix_build(&w, &m), 0);
+    tkm_buf_reset(&b);
+    ASSERT_EQ(kt_render_why(&m, 0, (size_t)-1, 0, &b), 0);
+    ASSERT_STRCONTAINS(b.data, "0 of 3 pods served compiled beside the cache");
+    ASSERT(strstr(b.data, "tkmctl capture") == NULL);
+    s = render(&m, 0, KT_BY_NODE, 0);
+    ASSERT_STRCONTAINS(s, "tkc/a   3/3");
+    free(s);
+    kt_matrix_release(&m);
+    kt_world_release(&w);
+    tkm_buf_release(&b);
+}

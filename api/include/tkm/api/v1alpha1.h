@@ -167,6 +167,47 @@ struct tkm_api_variant_count {
     int32_t nodes, gpus;
 };
 
+/* status.caches.<name>.compiles.topKernels[] (issue 25). Owned string. */
+struct tkm_api_kernel_count {
+    char *name;   /* a Triton kernel's name, [A-Za-z0-9_.-]{1,128} */
+    int64_t pods; /* pods on this node that compiled it */
+};
+
+#define TKM_API_COMPILES_TOP    10  /* topKernels entries */
+#define TKM_API_KERNEL_NAME_MAX 128 /* a kernel name's length */
+
+/* status.caches.<name>.compiles: what the pods served this cache on this node
+ * compiled beside it (counted by tkm-csi at unpublish), since `since` (the agent's
+ * start or the cache's digest changing). present 0: the field is absent.
+ * The cache status' compiles (tkm-controller) is the same, summed over the
+ * nodes at the pinned digest, with nodes and hit set. Limits (the CRDs'):
+ * counts >= 0, at most TKM_API_COMPILES_TOP topKernels, names
+ * [A-Za-z0-9_.-]{1,128}, since RFC 3339. */
+struct tkm_api_compiles {
+    int present;
+    int64_t pods_served;   /* volumes released with a counted scratch layer */
+    int64_t pods_compiled; /* ... of which compiled at least one kernel or entry */
+    int64_t triton_kernels, inductor_entries, vllm_entries; /* summed over those pods */
+    int64_t bytes;
+    struct tkm_api_kernel_count *top; /* the most compiled kernel names, at most 10 */
+    size_t n_top;
+    char *since; /* RFC 3339 */
+    /* the cache status only (0 / NULL in a node status): the nodes counted,
+     * and "<pods that compiled nothing>/<pods served>" (the printer column Hit) */
+    int32_t nodes;
+    char *hit;
+};
+/* c as JSON (the node and cache status' member; kubectl-tkm's documents):
+ * members in a fixed order, nodes only when > 0, topKernels only when there
+ * are some, since and hit only when set. A new reference; NULL on ENOMEM. */
+json_t *tkm_api_compiles_json(const struct tkm_api_compiles *c);
+/* Frees what a decoded compiles owns (names, top, since, hit) and zeroes it. */
+void tkm_api_compiles_release(struct tkm_api_compiles *c);
+/* 1 when s is a kernel name as topKernels allows ([A-Za-z0-9_.-]{1,128}). */
+int tkm_api_kernel_name_ok(const char *s);
+/* 1 when s is an RFC 3339 date-time ("2026-01-02T03:04:05Z", fraction and offset allowed). */
+int tkm_api_time_ok(const char *s);
+
 /* The status the controller writes. */
 struct tkm_api_cache_status {
     int64_t observed_generation;
@@ -187,6 +228,7 @@ struct tkm_api_cache_status {
     size_t n_gpu_types_without_variant;
     char *variant_summary; /* the printer column: "cuda/90: 3 nodes; none for: nvidia-a100" */
     char *node_label;      /* the Node label key the controller keeps for this cache */
+    struct tkm_api_compiles compiles; /* issue 25: summed over the nodes at resolvedDigest */
 };
 
 struct tkm_api_cache {
@@ -274,26 +316,6 @@ struct tkm_api_variant_use {
     size_t n_gpu_ids;
 };
 
-/* status.caches.<name>.compiles.topKernels[] (issue 25). Owned string. */
-struct tkm_api_kernel_count {
-    char *name;   /* a Triton kernel's name, [A-Za-z0-9_.-]{1,128} */
-    int64_t pods; /* pods on this node that compiled it */
-};
-
-/* status.caches.<name>.compiles: what the pods served this cache on this node
- * compiled beside it (counted by tkm-csi at unpublish), since `since` (the agent's
- * start or the cache's digest changing). present 0: the field is absent. */
-struct tkm_api_compiles {
-    int present;
-    int64_t pods_served;   /* volumes released with a counted scratch layer */
-    int64_t pods_compiled; /* ... of which compiled at least one kernel or entry */
-    int64_t triton_kernels, inductor_entries, vllm_entries; /* summed over those pods */
-    int64_t bytes;
-    struct tkm_api_kernel_count *top; /* the most compiled kernel names, at most 10 */
-    size_t n_top;
-    char *since; /* RFC 3339 */
-};
-
 /* status.caches.<name> */
 struct tkm_api_node_cache {
     char *name; /* the map key: the cache's name */
@@ -349,7 +371,8 @@ void tkm_api_node_status_release(struct tkm_api_node_status *st);
  * entry. It validates the whole object (JSON syntax and duplicate keys with
  * tkm_jscan, kind, apiVersion, metadata, every status field's type and
  * limits: 64 GPUs, 512 caches, 64 groups and ids, 1024 pods, 64 variants
- * with the CRD's string lengths, fallback "Empty"; the messages
+ * with the CRD's string lengths, fallback "Empty", compiles as
+ * struct tkm_api_compiles says; the messages
  * name the field) and only then calls entry() once per status.caches
  * member, in the object's order (NOT sorted by name).
  *
@@ -381,6 +404,8 @@ struct tkm_api_nsscan {
     struct tkm_api_nsscan_variant var[TKM_API_NS_VARIANTS_MAX];
     struct tkm_api_nsscan_group grp[TKM_API_NS_GROUPS_MAX];
     size_t var_at[TKM_API_NS_VARIANTS_MAX][5], grp_at[TKM_API_NS_GROUPS_MAX][2];
+    struct tkm_api_kernel_count top[TKM_API_COMPILES_TOP]; /* an entry's compiles.topKernels */
+    size_t top_at[TKM_API_COMPILES_TOP], since_at;
 };
 void tkm_api_nsscan_init(struct tkm_api_nsscan *s);
 void tkm_api_nsscan_release(struct tkm_api_nsscan *s);
@@ -408,6 +433,8 @@ struct tkm_api_nsscan_entry {
     const struct tkm_api_nsscan_variant *variants;   /* n_variants of them */
     size_t n_variants;
     const char *fallback; /* "Empty" or NULL */
+    /* compiles (present 0 when absent); top and the strings are borrowed (in s) */
+    struct tkm_api_compiles compiles;
 };
 
 typedef int (*tkm_api_nsscan_cb)(const struct tkm_api_nsscan_head *h,
