@@ -317,6 +317,10 @@ void agent_metrics_empty_volume(struct agent *a, const char *reason);
  * compiles, labelled by the pod's namespace and the cache key. */
 void agent_metrics_compiles(struct agent *a, const char *ns, const char *cache,
                             const struct agent_scratch *s);
+/* Creates those series at 0 when a volume of the cache is first tracked, so
+ * that Prometheus' increase() counts the first pod released after it (a series
+ * born at 1 loses its first increment, and TKMCacheStale wants >= 3 pods). */
+void agent_metrics_compiles_open(struct agent *a, const char *ns, const char *cache);
 void agent_metrics_free(struct agent *a); /* after the loop ended */
 
 /* stop.c: stops with exit status code (the first stop's wins); the same as

@@ -203,6 +203,18 @@ void agent_metrics_empty_volume(struct agent *a, const char *reason)
         tkm_metric_add(a->m_empty_volumes, (const char *[]){reason}, 1);
 }
 
+void agent_metrics_compiles_open(struct agent *a, const char *ns, const char *cache)
+{
+    if (!a->m_pods_served)
+        return;
+    tkm_metric_add(a->m_pods_served, (const char *[]){ns, cache}, 0);
+    tkm_metric_add(a->m_pods_compiled, (const char *[]){ns, cache}, 0);
+    for (int i = 0; i < 3; i++)
+        tkm_metric_add(
+            a->m_pod_compiles,
+            (const char *[]){ns, cache, (const char *[]){"triton", "inductor", "vllm"}[i]}, 0);
+}
+
 void agent_metrics_compiles(struct agent *a, const char *ns, const char *cache,
                             const struct agent_scratch *s)
 {

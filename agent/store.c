@@ -85,6 +85,15 @@ static void vol_free(struct agent_vol *v)
     free(v);
 }
 
+/* the cache key of a volume: "ns/name", or "name" for a cluster cache */
+static void vol_key(const struct agent_vol *v, char *key, size_t size)
+{
+    if (v->cache_ns[0])
+        snprintf(key, size, "%s/%s", v->cache_ns, v->cache_name);
+    else
+        snprintf(key, size, "%s", v->cache_name);
+}
+
 static int vol_add(struct agent *a, const struct tkm_store_ref *r)
 {
     struct agent_vol *v = calloc(1, sizeof *v);
@@ -104,6 +113,9 @@ static int vol_add(struct agent *a, const struct tkm_store_ref *r)
     }
     v->next = a->vols;
     a->vols = v;
+    char key[512];
+    vol_key(v, key, sizeof key);
+    agent_metrics_compiles_open(a, v->pod_ns, key);
     return 0;
 }
 
@@ -115,10 +127,7 @@ static void vol_count(struct agent *a, const char *volume_id, const struct agent
     for (const struct agent_vol *v = a->vols; v && s->present; v = v->next) {
         if (strcmp(v->volume_id, volume_id) != 0)
             continue;
-        if (v->cache_ns[0])
-            snprintf(key, sizeof key, "%s/%s", v->cache_ns, v->cache_name);
-        else
-            snprintf(key, sizeof key, "%s", v->cache_name);
+        vol_key(v, key, sizeof key);
         const struct agent_cache *ac = agent_index_get(&a->idx, key);
         struct agent_compiles *c = ac ? agent_compiles_get(&a->compiles, key, 1) : NULL;
         if (!c)

@@ -165,7 +165,7 @@ for phase in $phases; do
       say "build-fuzz/ (clang libFuzzer): ${TKM_FUZZ_SECONDS:-20}s per target"
       if build_dir build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTKM_FUZZ=ON \
         -DTKM_E2E=OFF -DTKM_FUZZ_SECONDS="${TKM_FUZZ_SECONDS:-20}"; then
-        run_ctest fuzz build-fuzz -L fuzz
+        run_ctest fuzz build-fuzz -L fuzz -j "$jobs" # one libFuzzer process per target
       else phase_failed_to_build fuzz; fi
       ;;
     *) echo "test.sh: unknown phase '$phase'" >&2; total_fail=$((total_fail + 1)) ;;

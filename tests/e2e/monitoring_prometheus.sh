@@ -15,13 +15,12 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/agent.inc"
 source "$(dirname "$0")/ctrl_helpers.bash"
 
-PROMETHEUS=$("$TKM_SOURCE_DIR/hack/testbin/build.sh" --path prometheus) || fail "cannot build prometheus"
+# shellcheck source=tests/e2e/prom.inc
+source "$(dirname "$0")/prom.inc"
 MON=$TKM_SOURCE_DIR/manifests/monitoring
 DASH=$MON/tkm-dashboard.json
-RULES=$MON/tkm-rules.yaml
-[[ -s $DASH && -s $RULES ]] || fail "missing $DASH or $RULES"
-# shellcheck source=hack/lib.sh
-source "$TKM_SOURCE_DIR/hack/lib.sh" # free_port
+RULES=$PROM_RULES
+[[ -s $DASH ]] || fail "missing $DASH"
 
 ctrl_crds
 agent_ns
@@ -62,18 +61,7 @@ AURL=$(metrics_url "$E2E_TMP/a100.log" "metrics on http://")
   fail "metrics addresses: controller '$CURL', h200 '$HURL', a100 '$AURL'"
 
 step "a real Prometheus scrapes them every second, with the alert rules"
-PP=$(free_port)
-PROM=http://127.0.0.1:$PP
-mkdir -p "$E2E_TMP/prom"
-cat >"$E2E_TMP/prometheus.yml" <<EOF2
-global:
-  scrape_interval: 1s
-  scrape_timeout: 1s
-  evaluation_interval: 1s
-rule_files:
-- $RULES
-scrape_configs:
-- job_name: tkm-controller
+prom_start "- job_name: tkm-controller
   static_configs:
   - targets: ['${CURL#http://}']
     labels: {node: e2e-control-plane}
@@ -82,34 +70,8 @@ scrape_configs:
   - targets: ['${HURL#http://}']
     labels: {node: $H}
   - targets: ['${AURL#http://}']
-    labels: {node: $A}
-EOF2
-"$PROMETHEUS" --config.file="$E2E_TMP/prometheus.yml" --storage.tsdb.path="$E2E_TMP/prom" \
-  --web.listen-address="127.0.0.1:$PP" --storage.tsdb.retention.time=1h --log.level=warn \
-  >"$E2E_TMP/prometheus.log" 2>&1 &
-PROM_PID=$!
-# At exit: after a failure, the active alerts and the end of Prometheus's log; then stop it.
-prom_stop() {
-  if [[ ${rc:-0} != 0 ]]; then
-    echo "--- active alerts: $(alerts 2>/dev/null | tr '\n' ' ')" >&2
-    tail -n 30 "$E2E_TMP/prometheus.log" >&2
-  fi
-  kill -TERM "$PROM_PID" 2>/dev/null || true
-  wait "$PROM_PID" 2>/dev/null || true
-}
-e2e_on_exit prom_stop
-prom_ready() { kill -0 "$PROM_PID" && curl -sf "$PROM/-/ready" >/dev/null; }
-wait_for 120 "Prometheus is ready on 127.0.0.1:$PP" prom_ready
+    labels: {node: $A}"
 
-# promq EXPR: Prometheus's instant query API; prints the JSON reply (fails on an error reply).
-promq() {
-  local out
-  out=$(curl -sfG --max-time 10 --data-urlencode "query=$1" "$PROM/api/v1/query") || return 1
-  [[ $(jq -r .status <<<"$out") == success ]] || return 1
-  echo "$out"
-}
-# promv EXPR: the value of the single sample EXPR returns ("" when none).
-promv() { promq "$1" | jq -r 'if (.data.result | length) == 1 then .data.result[0].value[1] else "" end'; }
 up_all() { [[ $(promv 'sum(up{job=~"tkm-controller|tkm-agent"})') == 3 ]]; }
 wait_for 60 "all three targets are up" up_all
 
@@ -176,8 +138,6 @@ rules_ok() {
   [[ $(jq '[.data.groups[].rules[] | select(.type == "alerting" and .health == "ok" and .lastEvaluation != "0001-01-01T00:00:00Z")] | length' <<<"$r") == "$nrules" ]]
 }
 wait_for 60 "all $nrules alert rules evaluated, health ok" rules_ok
-# alerts: the active alerts as "name=state" lines
-alerts() { curl -sf --max-time 10 "$PROM/api/v1/alerts" | jq -r '.data.alerts[] | "\(.labels.alertname)=\(.state)"' | sort; }
 quiet() { [[ -z $(alerts) ]]; }
 wait_for 60 "no alert pending or firing on the healthy fleet" quiet
 assert_eq 0 "$(promv 'sum(tkm_controller_verification_failed_caches)')" "a cache with verification Disabled is no verification failure"
@@ -198,15 +158,14 @@ $PUB
 EOF2
 vf() { [[ $(promv 'sum(tkm_controller_verification_failed_caches)') == 1 ]]; }
 wait_for 90 "Prometheus sees one cache failing verification" vf
-pending() { alerts | grep -qx "$1=pending"; }
-wait_for 60 "TKMCacheVerificationFailed pending" pending TKMCacheVerificationFailed
-wait_for 60 "TKMCacheNotReady pending" pending TKMCacheNotReady
+wait_for 60 "TKMCacheVerificationFailed pending" alert_pending TKMCacheVerificationFailed
+wait_for 60 "TKMCacheNotReady pending" alert_pending TKMCacheNotReady
 assert_eq "" "$(alerts | grep -v -e '^TKMCacheVerificationFailed=' -e '^TKMCacheNotReady=' || true)" "no other alert"
 
 step "a stopped agent: TKMAgentDown; a stopped controller: TKMControllerNoLeader"
 agent_stop a100
-wait_for 60 "TKMAgentDown pending" pending TKMAgentDown
+wait_for 60 "TKMAgentDown pending" alert_pending TKMAgentDown
 assert_eq "$A" "$(curl -sf "$PROM/api/v1/alerts" | jq -r '.data.alerts[] | select(.labels.alertname == "TKMAgentDown") | .labels.node')" "TKMAgentDown names the A100's node"
 ctrl_kill c1
-wait_for 60 "TKMControllerNoLeader pending" pending TKMControllerNoLeader
+wait_for 60 "TKMControllerNoLeader pending" alert_pending TKMControllerNoLeader
 e2e_done
