@@ -3,12 +3,19 @@
 # ours. The package's own service listens on every interface; never use it.
 #
 # Usage:
-#   hack/registry.sh start DIR [--port N] [--htpasswd FILE] [--access-log]
+#   hack/registry.sh start DIR [--port N] [--htpasswd FILE] [--access-log] [--proxy URL]
 #       Starts a registry storing its blobs under DIR/data, listening on
 #       127.0.0.1 (a free port unless --port), optionally with basic auth from
 #       an htpasswd (bcrypt) file. Prints "127.0.0.1:PORT" when it answers.
-#       --access-log: the registry logs every request (combined log format) to
-#       DIR/registry.log: what tests and benchmarks count blob GETs with.
+#       --access-log: the registry logs every request to DIR/registry.log, in
+#       the combined log format (what tests and benchmarks count blob GETs
+#       with) and as a "response completed" line with http.response.duration
+#       (its own view of how long each request took).
+#       --proxy URL: a pull-through cache of the registry at URL (distribution's
+#       proxy.remoteurl): what a cluster's registry mirror is. Distribution
+#       2.8 fetches a blob it lacks from URL for every request that misses
+#       while the first fetch runs, plus once to store it: N concurrent first
+#       pulls cost URL N+1 GETs, later ones none (bench/README.md, issue 26).
 #   hack/registry.sh stop DIR
 #       Stops the registry started for DIR (only that process).
 set -euo pipefail
@@ -23,12 +30,13 @@ shift 2
 
 case $cmd in
   start)
-    port='' htpasswd='' accesslog=false
+    port='' htpasswd='' accesslog=false proxy=''
     while [[ $# -gt 0 ]]; do
       case $1 in
         --port) port=$2; shift 2 ;;
         --htpasswd) htpasswd=$(realpath "$2"); shift 2 ;;
         --access-log) accesslog=true; shift ;;
+        --proxy) proxy=$2; shift 2 ;;
         *) die "registry: unknown flag $1" ;;
       esac
     done
@@ -48,12 +56,18 @@ case $cmd in
     {
       echo "version: 0.1"
       echo "log:"
-      echo "  level: warn"
-      if $accesslog; then echo "  accesslog: {disabled: false}"; else echo "  accesslog: {disabled: true}"; fi
+      if $accesslog; then
+        echo "  level: info"
+        echo "  accesslog: {disabled: false}"
+      else
+        echo "  level: warn"
+        echo "  accesslog: {disabled: true}"
+      fi
       echo "storage:"
       echo "  filesystem: {rootdirectory: $dir/data}"
       echo "  delete: {enabled: true}"
       echo "  maintenance: {uploadpurging: {enabled: false}}"
+      [[ -z $proxy ]] || echo "proxy: {remoteurl: $proxy}"
       echo "http:"
       echo "  addr: 127.0.0.1:$port"
       echo "  headers: {X-Content-Type-Options: [nosniff]}"
