@@ -8,7 +8,8 @@
 #     (fixture-gpu). Normalised: Helm's four labels and the CRDs' resource-policy annotation
 #     removed, each container's env sorted by name, the objects sorted by kind/namespace/name;
 #     then compared as JSON (a changed copy of the base is caught);
-#   - values do what values.yaml says (images by digest, pull secrets, host paths, GPU root,
+#   - values do what values.yaml says (images by digest, pull secrets, host paths, GPU root, runtime
+#     class, maxUnavailable, pod annotations, extra args,
 #     another namespace everywhere, controller without leader election, CRDs kept or left out);
 #   - bad values fail naming the key: an unknown key (a typo) at the top and deep down, a wrong
 #     type, a value outside its enum;
@@ -145,7 +146,9 @@ for h in helm helm4; do
     --set-string node.nodeSelector.gpu=true --set controller.replicas=1 --set controller.leaderElection=false \
     --set controller.nodeLabels=false --set config.prefetch=true --set config.whenIncompatible=Fail \
     --set config.extra.mirrors=x --set-file trustedKeys.keys.cosign\\.pub="$root/tests/helm/chart.sh" \
-    --set crds.keep=false --set admissionPolicy.validationActions='{Warn,Audit}' ||
+    --set crds.keep=false --set admissionPolicy.validationActions='{Warn,Audit}' \
+    --set node.runtimeClassName=nvidia --set node.maxUnavailable=10% --set controller.podAnnotations.a=b \
+    --set 'node.agent.extraArgs={--store-budget,50Gi}' ||
     fail "$h template with values: $(quiet <"$tmp/v.yaml.err")"
   ds='(.[] | select(.kind == "DaemonSet") | .spec.template.spec)'
   ct='(.[] | select(.kind == "Deployment") | .spec.template.spec.containers[0])'
@@ -159,7 +162,9 @@ for h in helm helm4; do
     $v == *"/data/tkm/store"* && $v != *"/var/lib/kubelet"* && $v != *"/var/lib/tkm/store"* ]] ||
     fail "$h: host paths not replaced everywhere in the DaemonSet: $v"
   [[ $(q "$tmp/v.yaml" "$ds | [(.containers[0].args | join(\" \")), (.volumes[] | select(.name == \"gpu-root\") | .hostPath.path), .nodeSelector.gpu] | join(\"|\")") == \
-    *"--nvml-lib /run/nvidia/driver/usr/lib64/libnvidia-ml.so.1|/run/nvidia/driver|true" ]] || fail "$h: GPU root and nodeSelector"
+    *"--nvml-lib /run/nvidia/driver/usr/lib64/libnvidia-ml.so.1 --store-budget 50Gi|/run/nvidia/driver|true" ]] || fail "$h: GPU root and nodeSelector"
+  [[ $(q "$tmp/v.yaml" "[$ds.runtimeClassName, (.[] | select(.kind == \"DaemonSet\") | .spec.updateStrategy.rollingUpdate.maxUnavailable), (.[] | select(.kind == \"Deployment\") | .spec.template.metadata.annotations.a), ($ds.containers[0].args[-2:] | join(\" \"))] | join(\",\")") == \
+    "nvidia,10%,b,--store-budget 50Gi" ]] || fail "$h: runtimeClassName, maxUnavailable, podAnnotations, agent extraArgs"
   a=$(q "$tmp/v.yaml" "$ct.args | join(\" \")")
   [[ $a != *leader-elect* && $a == *"--node-labels=false"* ]] || fail "$h: controller args: $a"
   v=$(jq -c '[.[] | tostring | select(test("tkm-system"))] | length' <(json "$tmp/v.yaml"))
