@@ -2,7 +2,7 @@
 # Lint checks run by ctest (lint.*) and `make format-check`.
 #   hack/lint.sh format   every C file in the repo is clang-formatted (.clang-format)
 #   hack/lint.sh banned   no banned function (lib/banned.h) in any C file, even ones built without it
-#   hack/lint.sh shell    shellcheck finds nothing in any shell script of hack/, bench/, tests/e2e/
+#   hack/lint.sh shell    shellcheck finds nothing in any shell script of hack/, bench/, tests/e2e/, tests/helm/
 #                         and .ci/ (*.sh, *.bash, *.inc and files with a sh/bash #! line), with
 #                         the settings of .shellcheckrc; every finding, style notes included, fails
 set -euo pipefail
@@ -40,7 +40,7 @@ case ${1:-} in
         *.sh | *.bash | *.inc) scripts+=("$f") ;;
         *) [[ $(head -n1 "$f") =~ ^#!.*[/\ ](ba)?sh$ ]] && scripts+=("$f") ;;
       esac
-    done < <(tree_files hack bench tests/e2e .ci)
+    done < <(tree_files hack bench tests/e2e tests/helm .ci)
     # From the repository root, where the "# shellcheck source=" directives' paths start.
     if ! shellcheck --format=gcc "${scripts[@]}"; then
       echo "shell: shellcheck found the above in ${#scripts[@]} scripts (fix them; a '# shellcheck disable=' needs a reason beside it)"

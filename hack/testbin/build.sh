@@ -25,6 +25,10 @@
 #   prometheus/ prometheus, promtool (github.com/prometheus/prometheus v0.316.0 =
 #                             Prometheus v3.16.0; tag remove_all_sd: static and file
 #                             service discovery only; no built-in web UI assets)
+#   helm/    helm            (helm.sh/helm/v3) for the chart tests (tests/helm/)
+#   helm4/   helm4           (helm.sh/helm/v4, the binary named helm4) for the same tests
+#   krew/    krew, validate-krew-manifest (sigs.k8s.io/krew: the plugin manager and its
+#                             own manifest check) for plugins/tkm.yaml
 #
 # Usage: hack/testbin/build.sh [TOOL...]     (default: all)
 #        hack/testbin/build.sh --path TOOL   print the cached binary's path (build if needed)
@@ -59,6 +63,9 @@ CSI_SANITY_VERSION=5.6.0
 PROMETHEUS_VERSION=3.16.0
 CONTAINERD_VERSION=2.4.2
 RUNC_VERSION=1.5.2
+HELM_VERSION=3.22.0
+HELM4_VERSION=4.3.1
+KREW_VERSION=0.4.3
 
 die() { echo "testbin: $*" >&2; exit 1; }
 
@@ -75,7 +82,10 @@ tool_version() {
     prometheus | promtool) echo "v$PROMETHEUS_VERSION" ;;
     containerd | containerd-shim-runc-v2 | ctr) echo "v$CONTAINERD_VERSION" ;;
     runc) echo "v$RUNC_VERSION" ;;
-    *) die "unknown tool '$1' (known: kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager etcd cosign crane cosign3 referrers-registry sigstore-testca csi-sanity prometheus promtool containerd containerd-shim-runc-v2 ctr runc)" ;;
+    helm) echo "v$HELM_VERSION" ;;
+    helm4) echo "v$HELM4_VERSION" ;;
+    krew | validate-krew-manifest) echo "v$KREW_VERSION" ;;
+    *) die "unknown tool '$1' (known: kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager etcd cosign crane cosign3 referrers-registry sigstore-testca csi-sanity prometheus promtool containerd containerd-shim-runc-v2 ctr runc helm helm4 krew validate-krew-manifest)" ;;
   esac
 }
 
@@ -135,6 +145,28 @@ build_one() {
       # RuntimeDefault, libseccomp (Debian's libseccomp-dev; hack/deps.sh).
       mod=runc pkg=github.com/opencontainers/runc tags=seccomp cgo=1
       ldflags+=(-X "main.version=$RUNC_VERSION") ;;
+    helm)
+      # Stamps as Helm's Makefile sets them: the version (helm version), and the Kubernetes
+      # version that helm template, lint and install --dry-run=client assume (.Capabilities,
+      # a chart's kubeVersion), from the client-go Helm is built with (v0.37 -> 1.37; else 1.20).
+      mod=helm pkg=helm.sh/helm/v3/cmd/helm
+      local cg
+      cg=$(cd "$here/helm" && GOFLAGS=-mod=mod go list -m -f '{{.Version}}' k8s.io/client-go) ||
+        die "helm: cannot read k8s.io/client-go's version from $here/helm/go.mod"
+      cg=${cg#v0.}; cg=${cg%%.*}
+      ldflags+=(-X "helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
+        -X "helm.sh/helm/v3/internal/version.gitTreeState=clean")
+      local p
+      for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+        ldflags+=(-X "$p.k8sVersionMajor=1" -X "$p.k8sVersionMinor=$cg")
+      done ;;
+    helm4)
+      mod=helm4 pkg=helm.sh/helm/v4/cmd/helm
+      ldflags+=(-X "helm.sh/helm/v4/internal/version.version=v$HELM4_VERSION"
+        -X "helm.sh/helm/v4/internal/version.gitTreeState=clean") ;;
+    krew) mod=krew pkg=sigs.k8s.io/krew/cmd/krew
+      ldflags+=(-X "sigs.k8s.io/krew/internal/version.gitTag=v$KREW_VERSION") ;;
+    validate-krew-manifest) mod=krew pkg=sigs.k8s.io/krew/cmd/validate-krew-manifest ;;
   esac
   dir=$(dirname "$out")
   mkdir -p "$dir" "$cache/logs"
@@ -166,7 +198,7 @@ main() {
     return
   fi
   local tools=("$@")
-  [[ ${#tools[@]} -gt 0 ]] || tools=(etcd kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager cosign crane cosign3 referrers-registry sigstore-testca csi-sanity prometheus promtool containerd containerd-shim-runc-v2 ctr runc)
+  [[ ${#tools[@]} -gt 0 ]] || tools=(etcd kube-apiserver kubectl kubelet kube-scheduler kube-controller-manager cosign crane cosign3 referrers-registry sigstore-testca csi-sanity prometheus promtool containerd containerd-shim-runc-v2 ctr runc helm helm4 krew validate-krew-manifest)
   for t in "${tools[@]}"; do build_one "$t"; done
   for t in "${tools[@]}"; do echo "$t $(tool_path "$t")"; done
 }

@@ -121,7 +121,7 @@ assert_eq "tkm-controller tkm-agent" "$(q base '[.[] | select(.kind == "Deployme
 assert_eq "true" "$(q local '[.[] | select(.kind == "Deployment" or .kind == "DaemonSet") | .spec.template.spec.hostNetwork] | all')" "local: every workload hostNetwork"
 assert_eq "127.0.0.1:28080 127.0.0.1:28081 127.0.0.1:28090 127.0.0.1:28091" "$(q local '[.[] | select(.spec.template.spec?) | .spec.template.spec.containers[].args // [] | join(" ") | scan("bind-address[= ]([^ ]+)") | .[0]] | join(" ")')" "local: listeners on loopback, distinct ports"
 assert_eq "--sysfs-root /var/lib/tkm-fixture-gpu/sys --procfs-root /var/lib/tkm-fixture-gpu/proc --nvml-lib /var/lib/tkm-fixture-gpu/libnvidia-ml.so.1 /var/lib/tkm-fixture-gpu/nvml.conf true" \
-  "$(q fixture-gpu '.[] | select(.kind == "DaemonSet") | .spec.template.spec.containers[0] | "\(.args[-6:] | join(" ")) \(.env[] | select(.name == "TKM_FAKE_NVML") | .value) \(.volumeMounts[] | select(.name == "fixture-gpu") | .readOnly)"')" "fixture-gpu: the agent probes the fixture root, read-only"
+  "$(q fixture-gpu '.[] | select(.kind == "DaemonSet") | .spec.template.spec.containers[0] | "\(.args[-6:] | join(" ")) \(.env[] | select(.name == "TKM_FAKE_NVML") | .value) \(.volumeMounts[] | select(.name == "gpu-root") | .readOnly)"')" "fixture-gpu: the agent probes the fixture root, read-only"
 assert_eq "Enforce" "$(q base '.[] | select(.kind == "ConfigMap" and .metadata.name == "tkm-config") | .data.signatureMode')" "tkm-config: Enforce by default"
 assert_eq "Opaque 0" "$(q base '.[] | select(.kind == "Secret" and .metadata.name == "tkm-trusted-keys") | "\(.type) \(.data // {} | length)"')" "tkm-trusted-keys: an empty placeholder"
 
