@@ -317,6 +317,10 @@ void agent_metrics_empty_volume(struct agent *a, const char *reason);
  * compiles, labelled by the pod's namespace and the cache key. */
 void agent_metrics_compiles(struct agent *a, const char *ns, const char *cache,
                             const struct agent_scratch *s);
+/* A cache no longer served here (deleted, or being deleted): its compiles
+ * summary and every series labelled with its key (all pod namespaces) go, so
+ * /metrics does not keep a deleted cache's counters until the agent restarts. */
+void agent_forget_compiles(struct agent *a, const char *cache);
 void agent_metrics_free(struct agent *a); /* after the loop ended */
 
 /* stop.c: stops with exit status code (the first stop's wins); the same as
