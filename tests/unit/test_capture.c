@@ -305,17 +305,16 @@ TEST_TIMEOUT(an_unreadable_cache_dir_is_refused, 60)
     assert_nothing_left();
 }
 
-/* Waits (polling, bounded) for a file the workload writes. */
-static void wait_file(const char *name)
+static int file_written(void *name)
 {
-    for (int i = 0; i < 2000 && !exists(name); i++)
-        usleep(10000);
-    ASSERT(exists(name));
+    return exists(name);
 }
 
-/* Starts tkmctl capture --output img -- sh -c SCRIPT ARG0 (TMPDIR=tmp()) in the test's
- * directory, waits until the script wrote "ready", sends sig to tkmctl: its exit status. */
-static int interrupt(const char *script, const char *arg0, int sig)
+/* Starts tkmctl capture FLAG TARGET --no-nvml -- sh -c SCRIPT ARG0 (TMPDIR=tmp(), its
+ * stderr into out.txt) in the test's directory, waits (polling, bounded) until ready(data),
+ * sends sig to tkmctl: its exit status. */
+static int interrupt_when(const char *flag, const char *target, const char *script,
+                          const char *arg0, int (*ready)(void *), void *data, int sig)
 {
     if (!ctl[0])
         build_path("cli/tkmctl", ctl, sizeof ctl);
@@ -324,15 +323,26 @@ static int interrupt(const char *script, const char *arg0, int sig)
     ASSERT(pid >= 0);
     if (pid == 0) {
         setenv("TMPDIR", tmp(), 1);
-        execl(ctl, ctl, "capture", "--output", "img", "--", "sh", "-c", script, arg0, (char *)NULL);
+        if (!freopen("out.txt", "w", stderr))
+            _exit(98);
+        execl(ctl, ctl, "capture", flag, target, "--no-nvml", "--", "sh", "-c", script, arg0,
+              (char *)NULL);
         _exit(99);
     }
-    wait_file("ready");
+    for (int i = 0; i < 3000 && !ready(data); i++)
+        usleep(10000);
+    ASSERT(ready(data));
     ASSERT_OK(kill(pid, sig));
     int st;
     ASSERT_EQ(waitpid(pid, &st, 0), pid);
     ASSERT(WIFEXITED(st));
     return WEXITSTATUS(st);
+}
+
+/* The same with --output img, once the script wrote "ready". */
+static int interrupt(const char *script, const char *arg0, int sig)
+{
+    return interrupt_when("--output", "img", script, arg0, file_written, (void *)"ready", sig);
 }
 
 TEST_TIMEOUT(sigint_reaches_the_command_and_leaves_nothing, 60)
@@ -403,6 +413,11 @@ TEST(usage_errors)
 /* Ctrl-C after the command, during tkmctl's own push (a registry that answers every request
  * slowly with 503): the push ends (it does not take the cancel flag: it runs to its error,
  * said), the staged image and the cache dirs go: nothing is left behind. */
+static int heard(void *srv)
+{
+    return tsrv_nreqs(srv) >= 1;
+}
+
 TEST_TIMEOUT(sigint_during_the_push_leaves_nothing, 60)
 {
     static const struct tsrv_reply busy[] = {{503, NULL, "busy", 200}};
@@ -413,28 +428,10 @@ TEST_TIMEOUT(sigint_during_the_push_leaves_nothing, 60)
     ASSERT(port > 0);
     snprintf(ref, sizeof ref, "127.0.0.1:%d/e2e/c:v1", port);
     snprintf(fx, sizeof fx, "%s/triton-3.6-sm90-native/cache", tkm_test_fixtures());
-    if (!ctl[0])
-        build_path("cli/tkmctl", ctl, sizeof ctl);
-    ASSERT_OK(chdir(tkm_test_tmpdir()));
-    pid_t pid = fork();
-    ASSERT(pid >= 0);
-    if (pid == 0) {
-        setenv("TMPDIR", tmp(), 1);
-        if (!freopen("out.txt", "w", stderr) || !freopen("/dev/null", "w", stdout))
-            _exit(98);
-        execl(ctl, ctl, "capture", "--push", ref, "--no-nvml", "--", "sh", "-c",
-              "cp -r \"$0\"/. \"$TRITON_CACHE_DIR\"/", fx, (char *)NULL);
-        _exit(99);
-    }
     /* the command is done and the image built once the registry hears from tkmctl */
-    for (int i = 0; i < 3000 && tsrv_nreqs(&s) < 1; i++)
-        usleep(10000);
-    ASSERT(tsrv_nreqs(&s) >= 1);
-    ASSERT_OK(kill(pid, SIGINT));
-    int st;
-    ASSERT_EQ(waitpid(pid, &st, 0), pid);
-    ASSERT(WIFEXITED(st));
-    ASSERT(WEXITSTATUS(st) != 0);
+    int rc = interrupt_when("--push", ref, "cp -r \"$0\"/. \"$TRITON_CACHE_DIR\"/", fx, heard, &s,
+                            SIGINT);
+    ASSERT(rc != 0);
     ASSERT_STRCONTAINS(out_txt(), "tkmctl capture: push ");
     tsrv_stop(&s);
     assert_nothing_left();
