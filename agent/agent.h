@@ -321,6 +321,10 @@ void agent_metrics_compiles(struct agent *a, const char *ns, const char *cache,
  * that Prometheus' increase() counts the first pod released after it (a series
  * born at 1 loses its first increment, and TKMCacheStale wants >= 3 pods). */
 void agent_metrics_compiles_open(struct agent *a, const char *ns, const char *cache);
+/* A cache no longer served here (deleted, or being deleted): its compiles
+ * summary and every series labelled with its key (all pod namespaces) go, so
+ * /metrics does not keep a deleted cache's counters until the agent restarts. */
+void agent_forget_compiles(struct agent *a, const char *cache);
 void agent_metrics_free(struct agent *a); /* after the loop ended */
 
 /* stop.c: stops with exit status code (the first stop's wins); the same as

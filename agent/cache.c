@@ -700,6 +700,7 @@ static void on_cache_obj(const struct k8s_obj *o, void *data)
         /* Being deleted: the controller's finalizer waits for every node to drop the
          * entry, so it goes at once. */
         tkm_info("cache %s deleted: its node status entry goes", o->key);
+        agent_forget_compiles(a, ac->key);
         agent_status_changed(a);
         return;
     }
@@ -726,7 +727,7 @@ static void on_cache_delete(const struct k8s_obj *o, int unknown, void *data)
     if (!(ac = agent_index_take(&a->idx, o->key)))
         return;
     run_abandon(ac);
-    agent_compiles_drop(&a->compiles, o->key); /* its series and summary go */
+    agent_forget_compiles(a, o->key); /* its series and summary go */
     if (live) {
         tkm_info("cache %s deleted: its node status entry goes", o->key);
         agent_status_changed(a);

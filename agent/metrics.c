@@ -230,6 +230,17 @@ void agent_metrics_compiles(struct agent *a, const char *ns, const char *cache,
     tkm_metric_add(a->m_pod_compiles, (const char *[]){ns, cache, "vllm"}, (double)s->vllm_entries);
 }
 
+void agent_forget_compiles(struct agent *a, const char *cache)
+{
+    /* every family labelled by cache: {namespace, cache} and {namespace, cache, part} */
+    const char *const nscache[] = {NULL, cache, NULL};
+    struct tkm_metric *const fams[] = {a->m_pods_served, a->m_pods_compiled, a->m_pod_compiles};
+    agent_compiles_drop(&a->compiles, cache);
+    for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++)
+        if (fams[i])
+            tkm_metric_remove(fams[i], nscache);
+}
+
 int agent_metrics_start(struct agent *a, struct tkm_err *err)
 {
     int rc = metrics_register(a, err);

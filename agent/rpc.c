@@ -337,13 +337,6 @@ void agent_release_req_release(struct agent_release_req *req)
     memset(req, 0, sizeof *req);
 }
 
-int agent_scratch_name_ok(const char *s)
-{
-    size_t n =
-        s ? strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") : 0;
-    return n >= 1 && n <= AGENT_SCRATCH_NAME_MAX && s[n] == 0;
-}
-
 static void scratch_take(struct agent_scratch *o, const Tkm__Agent__V1__ScratchCount *c)
 {
     if (!c)
@@ -357,7 +350,8 @@ static void scratch_take(struct agent_scratch *o, const Tkm__Agent__V1__ScratchC
     o->bytes = c->bytes;
     o->truncated = c->truncated;
     for (size_t i = 0; i < c->n_kernel_names; i++) {
-        if (o->n_names == AGENT_SCRATCH_NAMES || !agent_scratch_name_ok(c->kernel_names[i])) {
+        const char *k = c->kernel_names[i];
+        if (o->n_names == AGENT_SCRATCH_NAMES || !k || !tkm_kernel_name_ok(k, strlen(k))) {
             o->truncated = 1;
             continue;
         }

@@ -35,6 +35,7 @@
 
 #include <tkm/err.h>
 #include <tkm/grpc.h>
+#include <tkm/triton/cache.h>
 
 #define AGENT_RPC_SERVICE "tkm.agent.v1.Agent"
 
@@ -73,10 +74,10 @@ struct agent_materialize_req {
 
 /* ReleaseRequest.scratch, validated (agent.proto's ScratchCount): what the
  * pod compiled into its scratch layer. Untrusted: counts are taken as
- * numbers; kernel names outside [A-Za-z0-9_.-]{1,128} and those past the
+ * numbers; kernel names tkm_kernel_name_ok() refuses and those past the
  * 32nd are dropped and set truncated (never an error). Fixed arrays. */
 #define AGENT_SCRATCH_NAMES    32
-#define AGENT_SCRATCH_NAME_MAX 128
+#define AGENT_SCRATCH_NAME_MAX TKM_KERNEL_NAME_MAX
 struct agent_scratch {
     int present; /* 0: the request carried none (nothing is counted) */
     uint32_t triton_kernels, inductor_fxgraph, inductor_aotautograd, vllm_entries;
@@ -92,9 +93,6 @@ struct agent_release_req {
     struct tkm_grpc_peer peer;
     struct agent_scratch scratch;
 };
-
-/* 1 when s is a kernel name ScratchCount allows ([A-Za-z0-9_.-]{1,128}). */
-int agent_scratch_name_ok(const char *s);
 
 /* What Materialize answers; every pointer borrowed for the reply call
  * (copied). NULL strings go out as "". */

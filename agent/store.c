@@ -128,7 +128,8 @@ static void vol_count(struct agent *a, const char *volume_id, const struct agent
         if (strcmp(v->volume_id, volume_id) != 0)
             continue;
         vol_key(v, key, sizeof key);
-        const struct agent_cache *ac = agent_index_get(&a->idx, key);
+        /* a cache being deleted is no longer counted (its series went) */
+        const struct agent_cache *ac = agent_cache_get(a, key);
         struct agent_compiles *c = ac ? agent_compiles_get(&a->compiles, key, 1) : NULL;
         if (!c)
             return;

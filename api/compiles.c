@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <tkm/triton/cache.h>
+
 #include "api-int.h"
 
 void tkm_api_compiles_release(struct tkm_api_compiles *c)
@@ -16,18 +18,6 @@ void tkm_api_compiles_release(struct tkm_api_compiles *c)
     free(c->since);
     free(c->hit);
     memset(c, 0, sizeof *c);
-}
-
-int tkm_api_kernel_name_ok(const char *s)
-{
-    size_t n = 0;
-    for (; s && s[n]; n++) {
-        char ch = s[n];
-        if (!((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
-              ch == '_' || ch == '.' || ch == '-'))
-            return 0;
-    }
-    return n >= 1 && n <= TKM_API_KERNEL_NAME_MAX;
 }
 
 /* n digits at s within [lo, hi]. */
@@ -135,7 +125,7 @@ int tkm__api_compiles_decode(const json_t *parent, const char *path, struct tkm_
         if ((rc = tkm__api_str(e, kp, "name", &k->name, err)) ||
             (rc = tkm__api_int(e, kp, "pods", 0, INT64_MAX, &k->pods, err)))
             goto fail;
-        if (!tkm_api_kernel_name_ok(k->name)) {
+        if (!k->name || !tkm_kernel_name_ok(k->name, strlen(k->name))) {
             rc = tkm_err_set(err, -EPROTO, "%s.name: expected [A-Za-z0-9_.-]{1,128}", kp);
             goto fail;
         }

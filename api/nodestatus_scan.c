@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <tkm/triton/cache.h>
+
 #include "api-int.h"
 
 #define KIND         "TritonKernelCacheNodeStatus"
@@ -409,11 +411,12 @@ static int compiles_check(const char *p, size_t n, const struct fld *f, const ch
         if (jtype(p, m.val, m.val_len) != J_OBJ)
             return tkm_err_set(err, -EPROTO, "%s: expected an object", kp);
         pick(p, n, m.val, kernel_keys, 2, k);
-        if ((rc = str_max(p, &k[0], kp, "name", TKM_API_KERNEL_NAME_MAX, &s->str, &s->top_at[i],
-                          err)) ||
+        if ((rc =
+                 str_max(p, &k[0], kp, "name", TKM_KERNEL_NAME_MAX, &s->str, &s->top_at[i], err)) ||
             (rc = want_int(p, &k[1], kp, "pods", 0, INT64_MAX, &s->top[i].pods, err)))
             return rc;
-        if (s->top_at[i] == SIZE_MAX || !tkm_api_kernel_name_ok(s->str.data + s->top_at[i]))
+        if (s->top_at[i] == SIZE_MAX ||
+            !tkm_kernel_name_ok(s->str.data + s->top_at[i], strlen(s->str.data + s->top_at[i])))
             return tkm_err_set(err, -EPROTO, "%s.name: expected [A-Za-z0-9_.-]{1,128}", kp);
     }
     c->present = 1;

@@ -29,6 +29,7 @@
 
 #include <tkm/buf.h>
 #include <tkm/err.h>
+#include <tkm/triton/cache.h>
 
 #define CSI_DRIVER_NAME      "csi.tkm.io"
 #define CSI_MOUNT_SOURCE     "tkm-csi:" /* + volume id: how our mounts are recognised */
@@ -195,11 +196,11 @@ int csi_recover(const char *state_dir, size_t *removed, struct tkm_err *err);
 
 /* ---- what a pod compiled (csi/scratch.c; BLOCKING: thread pool) ----------- */
 
-#define CSI_SCRATCH_NAMES_MAX   32     /* kernel names kept per volume (the proto's cap) */
-#define CSI_SCRATCH_NAME_MAX    128    /* a name's length: [A-Za-z0-9_.-]{1,128} */
-#define CSI_SCRATCH_ENTRIES_MAX 200000 /* entries walked, then truncated */
-#define CSI_SCRATCH_DEPTH_MAX   16     /* dirs below the upper dir walked, then truncated */
-#define CSI_SCRATCH_JSON_MAX    65536  /* a kernel JSON larger than this is not read */
+#define CSI_SCRATCH_NAMES_MAX   32 /* kernel names kept per volume (the proto's cap) */
+#define CSI_SCRATCH_NAME_MAX    TKM_KERNEL_NAME_MAX /* tkm_kernel_name_ok() */
+#define CSI_SCRATCH_ENTRIES_MAX 200000              /* entries walked, then truncated */
+#define CSI_SCRATCH_DEPTH_MAX   16    /* dirs below the upper dir walked, then truncated */
+#define CSI_SCRATCH_JSON_MAX    65536 /* a kernel JSON larger than this is not read */
 /* The volume dir's xattr with what the count needs (trusted.*: root's alone, like
  * overlayfs's own; the volume dir holds no file the pod did not cause). */
 #define CSI_SCRATCH_XATTR "trusted.tkm.scratch"
@@ -232,7 +233,7 @@ struct csi_scratch_caps {
  * special files are skipped. root: the Triton cache is at upper itself (else triton/, inductor/,
  * vllm/). all_files: every regular file counts in files/bytes (an overlay's upper holds only what
  * the pod wrote), else only those not in a lower (a private copy). Kernel JSONs are read up to
- * CSI_SCRATCH_JSON_MAX bytes and parsed; their "name" kept when it is [A-Za-z0-9_.-]{1,128}. 0, or
+ * CSI_SCRATCH_JSON_MAX bytes and parsed; their "name" kept when tkm_kernel_name_ok(). 0, or
  * a negative code with err. */
 int csi_scratch_walk(struct csi_scratch *s, const char *upper, const char *const *lowers, size_t n,
                      int root, int all_files, const struct csi_scratch_caps *caps,

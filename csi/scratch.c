@@ -77,19 +77,6 @@ static enum lvl child_lvl(enum lvl l, const char *name)
     }
 }
 
-static int name_ok(const char *n, size_t len)
-{
-    if (len == 0 || len > CSI_SCRATCH_NAME_MAX)
-        return 0;
-    for (size_t i = 0; i < len; i++) {
-        char c = n[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == '-'))
-            return 0;
-    }
-    return 1;
-}
-
 /* 1 when the len bytes at n are one of s's names. */
 static int name_known(const struct csi_scratch *s, const char *n, size_t len)
 {
@@ -101,7 +88,7 @@ static int name_known(const struct csi_scratch *s, const char *n, size_t len)
 
 static void name_add(struct csi_scratch *s, const char *n, size_t len)
 {
-    if (!name_ok(n, len)) {
+    if (!tkm_kernel_name_ok(n, len)) {
         s->truncated = 1; /* skipped: counted as truncated (agent.proto) */
         return;
     }
@@ -149,7 +136,7 @@ static int kernel_json(struct walk *w, int dfd, const char *fname)
      * and a valid stem is enough; anything else is parsed. At most 32 names
      * are parsed for, so the count stays cheap with many distinct kernels. */
     int known = name_known(w->s, fname, fl - 5);
-    if ((known || w->s->n_names == CSI_SCRATCH_NAMES_MAX) && name_ok(fname, fl - 5)) {
+    if ((known || w->s->n_names == CSI_SCRATCH_NAMES_MAX) && tkm_kernel_name_ok(fname, fl - 5)) {
         char needle[CSI_SCRATCH_NAME_MAX + 16];
         int n = snprintf(needle, sizeof(needle), "\"name\": \"%.*s\"", (int)(fl - 5), fname);
         if (memmem(w->json, got, needle, (size_t)n)) {

@@ -443,6 +443,27 @@ int tkm_metric_observe(struct tkm_metric *m, const char *const *values, double v
     return ovf;
 }
 
+int tkm_metric_remove(struct tkm_metric *m, const char *const *values)
+{
+    if (!m || !m->nlabels || !values || m->in_collect)
+        return -EINVAL;
+    int removed = 0;
+    for (size_t i = 0; i < m->nseries;) {
+        struct series *s = m->series[i];
+        size_t k = 0;
+        while (k < m->nlabels && (!values[k] || strcmp(s->values[k], values[k]) == 0))
+            k++;
+        if (s == m->overflow || k < m->nlabels) {
+            i++;
+            continue;
+        }
+        series_free(s);
+        m->series[i] = m->series[--m->nseries]; /* exposition sorts: order does not matter */
+        removed++;
+    }
+    return removed;
+}
+
 /* ---- exposition ------------------------------------------------------------ */
 
 /* The shortest of %.15g..%.17g that reads back exactly; NaN, +Inf, -Inf. */

@@ -23,77 +23,21 @@
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 here=$src/bench/gpu
-argv=("$@")
-fake=0 pack=0 n=2
-out=${OUT:-$here/results-capture/local}
-while [[ $# -gt 0 ]]; do
-  case $1 in
-  --fake) fake=1 ;;
-  --n) n=$2; shift ;;
-  --out) out=$2; shift ;;
-  --pack) pack=1 ;;
-  *) echo "usage: capture-proof.sh [--fake] [--n N] [--out DIR] [--pack]" >&2; exit 2 ;;
-  esac
-  shift
-done
-if [[ -z ${TKM_CSI_UNSHARED:-} ]]; then
-  exec env TKM_CSI_UNSHARED=1 unshare -m --propagation private bash "$0" "${argv[@]}"
-fi
-mkdir -p "$out/logs"
-out=$(cd "$out" && pwd)
-export TKM_FIXTURES=${TKM_FIXTURES:-$src/tests/fixtures}
-# shellcheck source=tests/e2e/csi/env.sh
-source "$src/tests/e2e/csi/env.sh"
-work=$(mktemp -d "${TMPDIR:-/tmp}/tkm-capture-XXXXXX")
-chmod 755 "$work"
-cleanup() {
-  local m
-  csi_driver_stop >/dev/null 2>&1 || true
-  csi_agent_stop >/dev/null 2>&1 || true
-  [[ -f $work/csi/csi.log ]] && cp "$work/csi/csi.log" "$out/logs/tkm-csi.log"
-  [[ -f $work/csi/agent.log ]] && cp "$work/csi/agent.log" "$out/logs/agent.log"
-  while read -r m; do umount -l "$m" 2>/dev/null || true; done < <(awk -v w="$work" 'index($2, w) == 1 { print $2 }' /proc/self/mounts | sort -r)
-  if [[ $pack == 1 ]]; then
-    tar -C "$out" --exclude results.tar.gz -czf "$work/results.tar.gz" . 2>/dev/null || true
-    find "$out" -mindepth 1 -maxdepth 1 ! -name summary.txt ! -name runs.tsv ! -name preflight.txt \
-      -exec rm -rf {} + 2>/dev/null || true
-    mv "$work/results.tar.gz" "$out/" 2>/dev/null || true
-  fi
-  rm -rf "$work" "${bundle_tmp:-}"
-}
-trap cleanup EXIT
-
-bundle_tmp=
-if [[ -z ${TKM_BUILD_DIR:-} ]]; then
-  if [[ -f $src/.device/capture-proof.tar.gz ]]; then
-    bundle_tmp=$(mktemp -d "${TMPDIR:-/tmp}/tkm-bundle-XXXXXX")
-    tar -C "$bundle_tmp" -xzf "$src/.device/capture-proof.tar.gz"
-    export TKM_BUILD_DIR=$bundle_tmp/capture-proof
-  else
-    export TKM_BUILD_DIR=$src/build
-  fi
-fi
-for x in cli/tkmctl csi/tkm-csi tests/e2e_csi_testagent tests/e2e_csi_client; do
-  [[ -x $TKM_BUILD_DIR/$x ]] || { echo "capture-proof: $TKM_BUILD_DIR/$x missing (bench/gpu/bundle.sh)" >&2; exit 1; }
-done
-tkmctl=$TKM_BUILD_DIR/cli/tkmctl
+proof=capture-proof work_name=tkm-capture out=$here/results-capture/local
+bins=(cli/tkmctl csi/tkm-csi tests/e2e_csi_testagent tests/e2e_csi_client)
+# shellcheck source=bench/gpu/proof-setup.sh
+source "$here/proof-setup.sh" "$@"
 if [[ $fake == 1 ]]; then
-  export TKM_PYTHON=${TKM_PYTHON:-python3}
   FAKE_SEED=$work/seed-triton FAKE_INDUCTOR_SEED=$work/seed-inductor
   mkdir -p "$FAKE_SEED" "$FAKE_INDUCTOR_SEED"
   tar -xzf "$TKM_FIXTURES/triton-cache/triton-3.6.0-cuda-sm90-inductor-block.tar.gz" -C "$FAKE_SEED" --strip-components=1
   tar -xzf "$TKM_FIXTURES/inductor-cache/torch-2.11.0-cu130-sm90-block.tar.gz" -C "$FAKE_INDUCTOR_SEED" \
     --strip-components=1 --exclude='inductor-cache/triton'
   export FAKE_SEED FAKE_INDUCTOR_SEED
-  wl=("$TKM_PYTHON" "$here/fake_workload.py" full)
-elif [[ -z ${TKM_PYTHON:-} ]]; then
-  for p in python3 /opt/torch/.venv/bin/python; do
-    if "$p" -c 'import torch, triton' 2>/dev/null; then export TKM_PYTHON=$p; break; fi
-  done
-  [[ -n ${TKM_PYTHON:-} ]] || { echo "capture-proof: no python with torch and triton (TKM_PYTHON)" >&2; exit 1; }
+  wl=("$py" "$here/fake_workload.py" full)
+else
+  wl=("$py" "$here/inductor_workload.py")
 fi
-py=$TKM_PYTHON
-[[ $fake == 1 ]] || wl=("$py" "$here/inductor_workload.py")
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "host: $(uname -a)"
@@ -112,8 +56,6 @@ cat "$out/preflight.txt"
 export TORCHINDUCTOR_FX_GRAPH_CACHE=1 TORCHINDUCTOR_AUTOGRAD_CACHE=1
 
 printf 'step\trep\trc\twall_s\ttriton_compiles\tfx_miss\tfx_hit\tscratch_cubins\tcsi_count_triton\tcsi_count_fxgraph\n' >"$out/runs.tsv"
-row() { (IFS=$'\t' && echo "$*") >>"$out/runs.tsv"; }
-count() { find "$1" -type f ${2:+-name "$2"} 2>/dev/null | wc -l; }
 jget() { "$py" -c 'import json, sys
 try:
     r = json.load(open(sys.argv[1]))

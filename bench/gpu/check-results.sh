@@ -24,11 +24,19 @@
 # A variants-proof.sh run (it has index-multi.json): summary.json is what
 # bench/gpu/variants_summary.py makes of the run's files today, and its verdicts hold
 # (variants_summary.py --check).
+# A capture-proof.sh run (it has releases.txt): summary.txt is what
+# bench/gpu/capture_summary.py prints of the run's files today, byte for byte, and its
+# verdicts hold (capture_summary.py --check); and the raw files agree with runs.tsv:
+# one Release line per pod, whose triton=/fxgraph= are the row's csi_count_triton/
+# csi_count_fxgraph and whose files= is the number of files in the pod's scratch listing
+# (logs/upper-<pod>.txt), whose cubins are the row's scratch_cubins; the files
+# tkmctl capture printed per part add up to extract.json's files and to the lines of
+# store-before.sha256. Every file named here must exist.
 # Checks every run directory given; exits 1 if one fails, naming what.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 if (($# == 0)); then
-  set -- "$here"/results/*/ "$here"/results-full/*/ "$here"/results-variants/*/
+  set -- "$here"/results/*/ "$here"/results-full/*/ "$here"/results-variants/*/ "$here"/results-capture/*/
 fi
 bad=0
 for run in "$@"; do
@@ -45,6 +53,50 @@ for run in "$@"; do
       bad=1
     fi
     rm -rf "$tmp"
+    continue
+  fi
+  if [[ -f $run/releases.txt ]]; then # bench/gpu/capture-proof.sh
+    if python3 "$here/capture_summary.py" "$run" --check >/dev/null &&
+      python3 "$here/capture_summary.py" "$run" | cmp -s - "$run/summary.txt" &&
+      python3 - "$run" <<'EOF'; then
+import csv, json, os, re, sys
+run = sys.argv[1]
+def fail(msg):
+    sys.exit(f"check-results: {run}: {msg}")
+rows = list(csv.DictReader(open(os.path.join(run, "runs.tsv")), delimiter="\t"))
+pods = [r for r in rows if r["step"] in ("tkm-mounted", "tkm-miss")]
+rel = {}
+for line in open(os.path.join(run, "releases.txt")).read().splitlines():
+    m = re.match(r"Release vol-(\S+) released scratch triton=(\d+) fxgraph=(\d+) .* files=(\d+) ", line)
+    if not m:
+        fail(f"releases.txt: not a Release line with counts: {line[:80]!r}")
+    rel[m.group(1)] = tuple(int(x) for x in m.group(2, 3, 4))
+if len(rel) != len(pods) or not pods:
+    fail(f"{len(rel)} Release lines for {len(pods)} pods")
+for r in pods:
+    name = "pod-miss" if r["step"] == "tkm-miss" else f"pod-{r['rep']}"
+    if name not in rel:
+        fail(f"no Release line for {name}")
+    triton, fx, files = rel[name]
+    upper = open(os.path.join(run, "logs", f"upper-{name}.txt")).read().splitlines()
+    if (triton, fx) != (int(r["csi_count_triton"]), int(r["csi_count_fxgraph"])):
+        fail(f"{name}: the Release says triton={triton} fxgraph={fx}, runs.tsv otherwise")
+    if files != len(upper):
+        fail(f"{name}: the Release says files={files}, the scratch listing has {len(upper)}")
+    if sum(u.endswith(".cubin") for u in upper) != int(r["scratch_cubins"]):
+        fail(f"{name}: runs.tsv's scratch_cubins is not the listing's cubins")
+captured = sum(int(n) for n in re.findall(r"^  \S+ +\S+: (\d+) files",
+                                          open(os.path.join(run, "capture.txt")).read(), re.M))
+extracted = json.load(open(os.path.join(run, "extract.json")))["files"]
+store = len(open(os.path.join(run, "store-before.sha256")).read().splitlines())
+if not captured or not captured == extracted == store:
+    fail(f"files: captured {captured}, extracted {extracted}, in the store {store}")
+EOF
+      echo "check-results: $run: what its summary says holds"
+    else
+      echo "check-results: $run: summary.txt is not what capture_summary.py prints, a verdict failed, or the files disagree" >&2
+      bad=1
+    fi
     continue
   fi
   [[ -f $run/summary.json && -f $run/runs.tsv ]] || { echo "check-results: $run: no summary.json or runs.tsv" >&2; bad=1; continue; }

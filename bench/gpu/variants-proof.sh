@@ -42,79 +42,21 @@
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 here=$src/bench/gpu
-argv=("$@")
-fake=0 pack=0 n=2
-out=${OUT:-$here/results-variants/local}
-while [[ $# -gt 0 ]]; do
-  case $1 in
-  --fake) fake=1 ;;
-  --n) n=$2; shift ;;
-  --out) out=$2; shift ;;
-  --pack) pack=1 ;;
-  *) echo "usage: variants-proof.sh [--fake] [--n N] [--out DIR] [--pack]" >&2; exit 2 ;;
-  esac
-  shift
-done
-# The whole run in a private mount namespace: every mount goes with it.
-if [[ -z ${TKM_CSI_UNSHARED:-} ]]; then
-  exec env TKM_CSI_UNSHARED=1 unshare -m --propagation private bash "$0" "${argv[@]}"
-fi
-mkdir -p "$out/logs"
-out=$(cd "$out" && pwd)
-export TKM_FIXTURES=${TKM_FIXTURES:-$src/tests/fixtures}
-# shellcheck source=tests/e2e/csi/env.sh
-source "$src/tests/e2e/csi/env.sh"
+proof=variants-proof work_name=tkm-variants out=$here/results-variants/local
+bins=(cli/tkmctl csi/tkm-csi agent/tkm-agent tests/e2e_csi_testagent tests/e2e_csi_client)
+# shellcheck source=bench/gpu/proof-setup.sh
+source "$here/proof-setup.sh" "$@"
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/tkm-variants-XXXXXX")
-chmod 755 "$work"
-cleanup() {
-  local m
-  csi_driver_stop >/dev/null 2>&1 || true
-  csi_agent_stop >/dev/null 2>&1 || true
-  [[ -f $work/csi/csi.log ]] && cp "$work/csi/csi.log" "$out/logs/tkm-csi.log"
-  [[ -f $work/csi/agent.log ]] && cp "$work/csi/agent.log" "$out/logs/agent.log"
-  while read -r m; do umount -l "$m" 2>/dev/null || true; done < <(awk -v w="$work" 'index($2, w) == 1 { print $2 }' /proc/self/mounts | sort -r)
-  if [[ $pack == 1 ]]; then
-    tar -C "$out" --exclude results.tar.gz -czf "$work/results.tar.gz" . 2>/dev/null || true
-    find "$out" -mindepth 1 -maxdepth 1 ! -name summary.txt ! -name runs.tsv ! -name preflight.txt \
-      -exec rm -rf {} + 2>/dev/null || true
-    mv "$work/results.tar.gz" "$out/" 2>/dev/null || true
-  fi
-  rm -rf "$work" "${bundle_tmp:-}"
-}
-trap cleanup EXIT
-
-# ---- binaries, python, the GPU -------------------------------------------------------------
-bundle_tmp=
-if [[ -z ${TKM_BUILD_DIR:-} ]]; then
-  if [[ -f $src/.device/variants-proof.tar.gz ]]; then
-    bundle_tmp=$(mktemp -d "${TMPDIR:-/tmp}/tkm-bundle-XXXXXX")
-    tar -C "$bundle_tmp" -xzf "$src/.device/variants-proof.tar.gz"
-    export TKM_BUILD_DIR=$bundle_tmp/variants-proof
-  else
-    export TKM_BUILD_DIR=$src/build
-  fi
-fi
-for x in cli/tkmctl csi/tkm-csi agent/tkm-agent tests/e2e_csi_testagent tests/e2e_csi_client; do
-  [[ -x $TKM_BUILD_DIR/$x ]] || { echo "variants-proof: $TKM_BUILD_DIR/$x missing (bench/gpu/bundle.sh)" >&2; exit 1; }
-done
-tkmctl=$TKM_BUILD_DIR/cli/tkmctl
+# ---- the GPU -------------------------------------------------------------------------------
 gpu_flags=() extract_flags=()
 if [[ $fake == 1 ]]; then
-  export TKM_PYTHON=${TKM_PYTHON:-python3}
   root=$TKM_FIXTURES/gpu/roots/h200
   export TKM_FAKE_NVML=$root/nvml.conf
   gpu_flags=(--sysfs-root "$root/sys" --procfs-root "$root/proc"
     --nvml-lib "${TKM_FAKE_NVML_LIB:-$src/build/fakenvml/libnvidia-ml.so.1}")
   extract_flags=(--target cuda/90)
   cc=90
-elif [[ -z ${TKM_PYTHON:-} ]]; then
-  for p in python3 /opt/torch/.venv/bin/python; do
-    if "$p" -c 'import torch, triton' 2>/dev/null; then export TKM_PYTHON=$p; break; fi
-  done
-  [[ -n ${TKM_PYTHON:-} ]] || { echo "variants-proof: no python with torch and triton (TKM_PYTHON)" >&2; exit 1; }
 fi
-py=$TKM_PYTHON
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "host: $(uname -a)"
@@ -141,8 +83,6 @@ echo "gpu target: cuda $cc warp 32" >>"$out/preflight.txt"
 cat "$out/preflight.txt"
 
 printf 'step\trep\trc\twall_s\thits\tmisses\tnew_files\tnew_cubins\tpublish_ms\n' >"$out/runs.tsv"
-row() { (IFS=$'\t' && echo "$*") >>"$out/runs.tsv"; }
-count() { find "$1" -type f ${2:+-name "$2"} 2>/dev/null | wc -l; }
 listing() { (cd "$1" && find . -type f | sort); }
 sums() { (cd "$1" && find . -type f ! -name '__grp__*' -print0 | sort -z | xargs -0 sha256sum); }
 

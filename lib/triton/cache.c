@@ -19,6 +19,19 @@
 
 #include "triton/pathf-int.h"
 
+int tkm_kernel_name_ok(const char *s, size_t len)
+{
+    if (!s || len == 0 || len > TKM_KERNEL_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
 /* Reads at most n bytes from the start of a regular file (a PTX or ELF header). */
 static int read_head(const char *path, size_t n, struct tkm_buf *b)
 {

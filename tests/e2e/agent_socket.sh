@@ -5,7 +5,8 @@
 # are the fixture's; an undeclared image and another namespace's cache are refused; an
 # incompatible node answers an empty volume (the Empty fallback, the default policy) with
 # the reason, one Warning event on the pod and the metric, pulling nothing; Release drops the
-# reference; the node status shows extracted and pods[].
+# reference; the node status shows extracted and pods[]; a deleted cache's compiles series leave
+# /metrics, the others stay.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/agent.inc"
 e2e_crds
@@ -23,6 +24,7 @@ kubectl -n "$NSA" create configmap tkm-config --from-literal=signatureFloor=Disa
 cache_create tkc "$NSA" vadd "$REPO:v1" "$D" "  mountPath: /home/ml/.triton/cache
   signaturePolicy: {mode: Disabled}"
 cache_create tkc "$NSB" other "$REPO:v1" "$D" "  signaturePolicy: {mode: Disabled}"
+cache_create tkc "$NSB" gone "$REPO:v1" "$D" "  signaturePolicy: {mode: Disabled}"
 S=$RANDOM
 N1=e2e-sock-h200-$S N2=e2e-sock-a100-$S
 agent_node "$N1"
@@ -121,6 +123,19 @@ assert_contains "$M" "tkm_agent_pod_compiles_total{namespace=\"$NSA\",cache=\"$N
 assert_not_contains "$M" "trainer-0" "no pod names in labels"
 wait_jp 30 "pods[] empty" "" tkcns "$N1" "$NSA" '{.status.caches.vadd.pods[*].name}'
 assert_eq "$(jp tkcns "$N1" "$NSA" '{.status.caches.vadd.extracted}')" true "still extracted (grace period)"
+
+step "a deleted cache: its series leave /metrics"
+agent_call "$SOCK1" "$(mat "$NSB" gone-0 vol-8 '{"cacheName":"gone"}')"
+assert_eq "$(agent_field .code)" OK "gone materialized: $(agent_field .details)"
+agent_call "$SOCK1" '{"m":"Release","vol":"vol-8","scratch":{"triton_kernels":2,"files":2,"bytes":10}}'
+assert_eq "$(agent_field .code)" OK "gone released with a count"
+M=$(curl -s "$MURL")
+assert_contains "$M" "tkm_agent_pod_compiles_total{namespace=\"$NSB\",cache=\"$NSB/gone\",part=\"triton\"} 2" "gone's 2 kernels counted"
+kubectl -n "$NSB" delete tkc gone >/dev/null
+wait_for 30 "no series of $NSB/gone" bash -c "! curl -s '$MURL' | grep -qF 'cache=\"$NSB/gone\"'"
+M=$(curl -s "$MURL")
+assert_contains "$M" "tkm_agent_pods_served_total{namespace=\"$NSA\",cache=\"$NSA/vadd\"} 2" "vadd's series stay"
+assert_contains "$M" "tkm_agent_pod_compiles_total{namespace=\"$NSA\",cache=\"$NSA/vadd\",part=\"triton\"} 3" "vadd's kernels stay"
 
 step "restart keeps the store"
 agent_call "$SOCK1" "$(mat "$NSA" trainer-9 vol-9 '{"cacheName":"vadd"}')"

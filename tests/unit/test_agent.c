@@ -10,6 +10,7 @@
 #include <tkm/api/v1alpha1.h>
 #include <tkm/buf.h>
 #include <tkm/gpu/compat.h>
+#include <tkm/metrics.h>
 
 #include "test.h"
 #include "agent.h"
@@ -538,4 +539,47 @@ TEST(variants_none_fits_empty)
     agent_entry_release(&e);
     world_release(&w);
     agent_cache_variants_clear(&w.ac);
+}
+
+/* A cache no longer served (deleted): agent_forget_compiles, which the informer's delete
+ * and being-deleted paths call, drops its compiles summary and every series labelled with
+ * its key, in every pod namespace; another cache's series and summary stay. */
+TEST(forget_compiles_drops_the_cache_series)
+{
+    struct agent a;
+    struct tkm_err err = {0};
+    struct tkm_buf out;
+    uv_loop_t loop;
+    struct agent_scratch s = {.present = 1, .triton_kernels = 3, .inductor_fxgraph = 1};
+    memset(&a, 0, sizeof a);
+    ASSERT_OK(uv_loop_init(&loop));
+    a.loop = &loop;
+    a.o.metrics_addr = a.o.health_addr = "0"; /* the registry, no server */
+    ASSERT_OK(agent_metrics_start(&a, &err));
+    agent_metrics_compiles(&a, "team-a", "ml/vadd", &s);
+    agent_metrics_compiles(&a, "team-b", "ml/vadd", &s);
+    agent_metrics_compiles(&a, "team-a", "ml/vadd2", &s);
+    ASSERT_NOT_NULL(agent_compiles_get(&a.compiles, "ml/vadd", 1));
+    ASSERT_NOT_NULL(agent_compiles_get(&a.compiles, "ml/vadd2", 1));
+    tkm_buf_init(&out, 1 << 20);
+    ASSERT_OK(tkm_metrics_write(a.metrics, &out));
+    ASSERT_STRCONTAINS(out.data, "tkm_agent_pods_served_total{namespace=\"team-b\",cache=\"ml/"
+                                 "vadd\"} 1\n");
+    tkm_buf_release(&out);
+    agent_forget_compiles(&a, "ml/vadd");
+    tkm_buf_init(&out, 1 << 20);
+    ASSERT_OK(tkm_metrics_write(a.metrics, &out));
+    ASSERT_NULL(strstr(out.data, "cache=\"ml/vadd\""));
+    ASSERT_STRCONTAINS(out.data, "tkm_agent_pods_served_total{namespace=\"team-a\",cache=\"ml/"
+                                 "vadd2\"} 1\n");
+    ASSERT_STRCONTAINS(out.data, "tkm_agent_pods_compiled_total{namespace=\"team-a\",cache=\"ml/"
+                                 "vadd2\"} 1\n");
+    ASSERT_STRCONTAINS(out.data, "tkm_agent_pod_compiles_total{namespace=\"team-a\",cache=\"ml/"
+                                 "vadd2\",part=\"triton\"} 3\n");
+    tkm_buf_release(&out);
+    ASSERT_NULL(agent_compiles_get(&a.compiles, "ml/vadd", 0));
+    ASSERT_NOT_NULL(agent_compiles_get(&a.compiles, "ml/vadd2", 0));
+    agent_compiles_free_all(&a.compiles);
+    agent_metrics_free(&a);
+    ASSERT_OK(uv_loop_close(&loop));
 }

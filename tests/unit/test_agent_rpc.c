@@ -467,9 +467,20 @@ TEST(decode_release_scratch_bounds)
     ASSERT_OK(agent_release_req_decode(b, n, &rr, &e));
     ASSERT_EQ(rr.scratch.truncated, 1);
     agent_release_req_release(&rr);
-    long_name[128] = 0; /* exactly 128: allowed */
-    ASSERT(agent_scratch_name_ok(long_name));
-    ASSERT(!agent_scratch_name_ok("a/b") && !agent_scratch_name_ok(NULL));
+    /* the names the decoder keeps are tkm_kernel_name_ok()'s: exactly 128 bytes kept,
+     * a slash dropped (truncated) */
+    long_name[128] = 0;
+    names[0] = long_name;
+    names[1] = "a/b";
+    sc.kernel_names = names;
+    sc.n_kernel_names = 2;
+    sc.truncated = 0;
+    n = tkm__agent__v1__release_request__pack(&m, b);
+    ASSERT_OK(agent_release_req_decode(b, n, &rr, &e));
+    ASSERT_EQ(rr.scratch.n_names, 1);
+    ASSERT_STREQ(rr.scratch.names[0], long_name);
+    ASSERT_EQ(rr.scratch.truncated, 1);
+    agent_release_req_release(&rr);
 }
 
 /* ---- the server over a real socket ------------------------------------------------------- */

@@ -850,6 +850,9 @@ TEST(cache_status_compiles_refused_naming_the_field)
         {TKCC("{\"since\":\"now\"}"), "status.compiles.since: \"now\" is not an RFC 3339 time"},
         {TKCC("{\"topKernels\":[{\"name\":\"a/b\"}]}"),
          "status.compiles.topKernels[0].name: expected [A-Za-z0-9_.-]{1,128}"},
+        {TKCC("{\"topKernels\":[{\"name\":\"\"}]}"),
+         "status.compiles.topKernels[0].name: expected [A-Za-z0-9_.-]{1,128}"},
+        {TKCC("{\"topKernels\":[{\"pods\":1}]}"), "status.compiles.topKernels[0].name"},
         {TKCC("{\"topKernels\":[{\"name\":\"k\",\"pods\":-2}]}"),
          "status.compiles.topKernels[0].pods: -2 is out of range"},
         {TKCC("{\"topKernels\":[{},{},{},{},{},{},{},{},{},{},{}]}"), "status.compiles.topKernels"},
@@ -866,7 +869,11 @@ TEST(cache_status_compiles_refused_naming_the_field)
     ASSERT_EQ(tkm_api_time_ok("2026-11-28T01:02:03."), 0);
     ASSERT_EQ(tkm_api_time_ok("2026-11-28T24:02:03Z"), 0);
     ASSERT_EQ(tkm_api_time_ok("2026-11-28T01:02:03Zx"), 0);
-    ASSERT_EQ(tkm_api_kernel_name_ok("a.b-c_D9"), 1);
-    ASSERT_EQ(tkm_api_kernel_name_ok(""), 0);
-    ASSERT_EQ(tkm_api_kernel_name_ok(NULL), 0);
+    /* the topKernels names the decoder takes are tkm_kernel_name_ok()'s */
+    static const char ok[] = TKCC("{\"topKernels\":[{\"name\":\"a.b-c_D9\",\"pods\":1}]}");
+    struct tkm_api_cache c;
+    struct tkm_err err = {0};
+    ASSERT_OK(tkm_api_cache_decode(ok, strlen(ok), &c, &err));
+    ASSERT_STREQ(c.status.compiles.top[0].name, "a.b-c_D9");
+    tkm_api_cache_release(&c);
 }

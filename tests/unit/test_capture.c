@@ -1,7 +1,10 @@
 /* test_capture.c - tkmctl capture (cli/cmd_capture.c), run as the binary with a small shell
  * command as the workload: what it captures and records, and how it refuses and explains
- * (a failed command, nothing written, a cache dir it cannot read, a command that cannot be
- * started, Ctrl-C mid-run), leaving no temporary directory behind in every case. */
+ * (a failed command, nothing written, a cache dir it cannot read -- by root too: a path that
+ * is a file, a FIFO or a symlink, special files inside --, a command that cannot be started,
+ * Ctrl-C while the command runs and during the push), leaving no temporary directory behind
+ * in every case. A push without credentials is tests/e2e/capture_registry.sh's (a real
+ * registry that wants them). */
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
@@ -13,8 +16,10 @@
 
 #include <tkm/oci/manifest.h>
 #include <tkm/triton/image.h>
+#include <tkm/util.h>
 
 #include "test.h"
+#include "tsrv.h"
 
 /* <build>/X from this test binary (<build>/tests/unit_capture). */
 static void build_path(const char *rel, char *out, size_t size)
@@ -236,38 +241,80 @@ TEST_TIMEOUT(nothing_written_is_refused, 60)
     assert_nothing_left();
 }
 
+/* "A cache dir it cannot read": the tests run as root, who reads a chmod 000 directory, so
+ * the cases below are ones root cannot read either: the cache dir's path turned into a
+ * regular file, a FIFO or a symbolic link (never followed: O_NOFOLLOW), and special files
+ * inside a cache (a FIFO, a dangling symlink), which the image cannot hold. Each is refused
+ * naming the variable or the path, with nothing built and nothing left behind. */
 TEST_TIMEOUT(an_unreadable_cache_dir_is_refused, 60)
 {
-    /* the command replaced its cache dir with a file */
-    ASSERT_EQ(capture("--output img -- sh -c 'rm -rf \"$TRITON_CACHE_DIR\"; "
-                      "echo x > \"$TRITON_CACHE_DIR\"'"),
-              1);
-    ASSERT_STRCONTAINS(out_txt(), "cannot read what the command wrote into TRITON_CACHE_DIR: ");
-    ASSERT_STRCONTAINS(out_txt(), "Not a directory; nothing built");
-    ASSERT(!exists("img"));
-    assert_nothing_left();
-    /* a directory without permissions (root reads it anyway: then it is just empty of
-     * kernels); either way it is removed afterwards */
+    static const struct {
+        const char *script, *env, *why;
+    } gone[] = {
+        /* the command replaced its cache dir with a file, a FIFO, a symlink to a directory */
+        {"rm -rf \"$TRITON_CACHE_DIR\"; echo x > \"$TRITON_CACHE_DIR\"", "TRITON_CACHE_DIR",
+         "Not a directory; nothing built"},
+        {"rm -rf \"$TORCHINDUCTOR_CACHE_DIR\"; mkfifo \"$TORCHINDUCTOR_CACHE_DIR\"",
+         "TORCHINDUCTOR_CACHE_DIR", "Not a directory; nothing built"},
+        {"rm -rf \"$VLLM_CACHE_ROOT\"; ln -s \"$TRITON_CACHE_DIR\" \"$VLLM_CACHE_ROOT\"",
+         "VLLM_CACHE_ROOT", "; nothing built"},
+    };
+    char msg[256];
+    for (size_t i = 0; i < TKM_ARRAY_SIZE(gone); i++) {
+        /* the other parts hold a real cache: the refusal is not "nothing written" */
+        ASSERT_EQ(capture("--output img -- sh -c 'cp -r \"$0\"/. \"$TRITON_CACHE_DIR\"/; %s' "
+                          "'%s/triton-3.6-sm90-native/cache'",
+                          gone[i].script, tkm_test_fixtures()),
+                  1);
+        snprintf(msg, sizeof msg, "cannot read what the command wrote into %s: ", gone[i].env);
+        ASSERT_STRCONTAINS(out_txt(), msg);
+        ASSERT_STRCONTAINS(out_txt(), gone[i].why);
+        ASSERT(!exists("img"));
+        assert_nothing_left();
+    }
+    /* special files in the Triton cache: refused by the build, naming the path */
+    static const struct {
+        const char *script, *why;
+    } special[] = {
+        {"mkfifo \"$TRITON_CACHE_DIR/p\"",
+         "io.triton.cache/p is a special file: a Triton cache holds only directories and "
+         "regular files"},
+        {"ln -s /nonexistent/x \"$TRITON_CACHE_DIR/l\"",
+         "io.triton.cache/l is a symbolic link: a Triton cache holds only directories and "
+         "regular files"},
+    };
+    for (size_t i = 0; i < TKM_ARRAY_SIZE(special); i++) {
+        ASSERT_EQ(capture("--output img --no-nvml -- sh -c 'cp -r \"$0\"/. "
+                          "\"$TRITON_CACHE_DIR\"/; %s' '%s/triton-3.6-sm90-native/cache'",
+                          special[i].script, tkm_test_fixtures()),
+                  1);
+        ASSERT_STRCONTAINS(out_txt(), special[i].why);
+        ASSERT(!exists("img"));
+        assert_nothing_left();
+    }
+    /* a directory without permissions: another user cannot read it, root reads a file
+     * that is no cache; either way refused, and the directory removed afterwards */
     int st = capture("--output img -- sh -c 'mkdir \"$VLLM_CACHE_ROOT/x\"; touch "
                      "\"$VLLM_CACHE_ROOT/x/f\"; chmod 000 \"$VLLM_CACHE_ROOT/x\"'");
     ASSERT_EQ(st, 1);
-    if (geteuid() != 0)
-        ASSERT_STRCONTAINS(out_txt(), "cannot read what the command wrote into VLLM_CACHE_ROOT: ");
+    ASSERT_STRCONTAINS(out_txt(), geteuid() != 0
+                                      ? "cannot read what the command wrote into VLLM_CACHE_ROOT: "
+                                      : "VLLM_CACHE_ROOT holds no torch.compile cache hash "
+                                        "directory: left out");
     ASSERT(!exists("img"));
     assert_nothing_left();
 }
 
-/* Waits (polling, bounded) for a file the workload writes. */
-static void wait_file(const char *name)
+static int file_written(void *name)
 {
-    for (int i = 0; i < 2000 && !exists(name); i++)
-        usleep(10000);
-    ASSERT(exists(name));
+    return exists(name);
 }
 
-/* Starts tkmctl capture --output img -- sh -c SCRIPT ARG0 (TMPDIR=tmp()) in the test's
- * directory, waits until the script wrote "ready", sends sig to tkmctl: its exit status. */
-static int interrupt(const char *script, const char *arg0, int sig)
+/* Starts tkmctl capture FLAG TARGET --no-nvml -- sh -c SCRIPT ARG0 (TMPDIR=tmp(), its
+ * stderr into out.txt) in the test's directory, waits (polling, bounded) until ready(data),
+ * sends sig to tkmctl: its exit status. */
+static int interrupt_when(const char *flag, const char *target, const char *script,
+                          const char *arg0, int (*ready)(void *), void *data, int sig)
 {
     if (!ctl[0])
         build_path("cli/tkmctl", ctl, sizeof ctl);
@@ -276,15 +323,26 @@ static int interrupt(const char *script, const char *arg0, int sig)
     ASSERT(pid >= 0);
     if (pid == 0) {
         setenv("TMPDIR", tmp(), 1);
-        execl(ctl, ctl, "capture", "--output", "img", "--", "sh", "-c", script, arg0, (char *)NULL);
+        if (!freopen("out.txt", "w", stderr))
+            _exit(98);
+        execl(ctl, ctl, "capture", flag, target, "--no-nvml", "--", "sh", "-c", script, arg0,
+              (char *)NULL);
         _exit(99);
     }
-    wait_file("ready");
+    for (int i = 0; i < 3000 && !ready(data); i++)
+        usleep(10000);
+    ASSERT(ready(data));
     ASSERT_OK(kill(pid, sig));
     int st;
     ASSERT_EQ(waitpid(pid, &st, 0), pid);
     ASSERT(WIFEXITED(st));
     return WEXITSTATUS(st);
+}
+
+/* The same with --output img, once the script wrote "ready". */
+static int interrupt(const char *script, const char *arg0, int sig)
+{
+    return interrupt_when("--output", "img", script, arg0, file_written, (void *)"ready", sig);
 }
 
 TEST_TIMEOUT(sigint_reaches_the_command_and_leaves_nothing, 60)
@@ -349,5 +407,32 @@ TEST(usage_errors)
     ASSERT_EQ(capture("--output img --env-triton A=B -- true"), 2);
     ASSERT_STRCONTAINS(out_txt(), "'A=B' is not an environment variable name");
     ASSERT(!exists("img"));
+    assert_nothing_left();
+}
+
+/* Ctrl-C after the command, during tkmctl's own push (a registry that answers every request
+ * slowly with 503): the push ends (it does not take the cancel flag: it runs to its error,
+ * said), the staged image and the cache dirs go: nothing is left behind. */
+static int heard(void *srv)
+{
+    return tsrv_nreqs(srv) >= 1;
+}
+
+TEST_TIMEOUT(sigint_during_the_push_leaves_nothing, 60)
+{
+    static const struct tsrv_reply busy[] = {{503, NULL, "busy", 200}};
+    struct tsrv s;
+    char ref[128], fx[1200];
+    tsrv_init(&s);
+    int port = tsrv_start(&s, busy, 1);
+    ASSERT(port > 0);
+    snprintf(ref, sizeof ref, "127.0.0.1:%d/e2e/c:v1", port);
+    snprintf(fx, sizeof fx, "%s/triton-3.6-sm90-native/cache", tkm_test_fixtures());
+    /* the command is done and the image built once the registry hears from tkmctl */
+    int rc = interrupt_when("--push", ref, "cp -r \"$0\"/. \"$TRITON_CACHE_DIR\"/", fx, heard, &s,
+                            SIGINT);
+    ASSERT(rc != 0);
+    ASSERT_STRCONTAINS(out_txt(), "tkmctl capture: push ");
+    tsrv_stop(&s);
     assert_nothing_left();
 }

@@ -16,6 +16,10 @@
  * What the recorded files say of each other (the store unchanged, the runs'
  * verdicts, summary.json) is a results check, not a test:
  * bench/gpu/check-results.sh.
+ * For bench/gpu/capture-proof.sh (bench/gpu/results-capture/<run>/) this test
+ * runs that check (its files exist and agree, summary.txt is what
+ * capture_summary.py prints and its verdicts hold), and tkm's kernel-name
+ * grammar on the names tkm-csi sent at unpublish (releases.txt).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -27,6 +31,7 @@
 #include <tkm/gpu/probe.h>
 #include <tkm/triton/cache.h>
 #include <tkm/triton/variants.h>
+#include <tkm/util.h>
 
 #include "test.h"
 
@@ -259,5 +264,54 @@ TEST(variants_pick_is_the_recorded_one)
         json_decref(ex);
         tkm_variant_set_release(&multi);
         tkm_variant_set_release(&only80);
+    }
+}
+
+/* ---- bench/gpu/capture-proof.sh (results-capture/<run>/) -------------------------------- */
+
+TEST(capture_results_hold)
+{
+    static const char *const files[] = {
+        "README.md",   "capture.txt",       "extract.json",         "inspect.json",
+        "runs.tsv",    "releases.txt",      "store-before.sha256",  "store-after.sha256",
+        "summary.txt", "logs/capture.json", "logs/upper-pod-1.txt", "logs/upper-pod-miss.txt",
+    };
+    char r[MAX_RUNS][1024], p[1200], cmd[3000];
+    struct stat st;
+    size_t nr = runs_in("results-capture", r);
+    for (size_t i = 0; i < nr; i++) {
+        for (size_t k = 0; k < TKM_ARRAY_SIZE(files); k++) {
+            snprintf(p, sizeof p, "%s/%s", r[i], files[k]);
+            if (stat(p, &st) != 0 || !S_ISREG(st.st_mode))
+                tkm_test_fail(__FILE__, __LINE__, "%s: missing", p);
+        }
+        /* the project's results check, on this run alone */
+        snprintf(cmd, sizeof cmd, "bash '%s/bench/gpu/check-results.sh' '%s' >&2",
+                 tkm_test_source_dir(), r[i]);
+        ASSERT_EQ(system(cmd), 0);
+        /* every name tkm-csi sent is one tkm_kernel_name_ok() takes, at most 32 (the
+         * proto's cap), distinct; the run that compiled sent some */
+        snprintf(p, sizeof p, "%s/releases.txt", r[i]);
+        char *rel = tkm_test_slurp(p, NULL), *save = NULL;
+        size_t named = 0;
+        for (char *line = strtok_r(rel, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+            char *n = strstr(line, " names=");
+            ASSERT_NOT_NULL(n);
+            n += 7;
+            size_t count = 0;
+            for (char *q = n; *q;) {
+                size_t len = strcspn(q, ",");
+                ASSERT_EQ(tkm_kernel_name_ok(q, len), 1);
+                /* not the same name twice */
+                for (char *o = n; o < q; o += strcspn(o, ",") + 1)
+                    ASSERT(!(strcspn(o, ",") == len && memcmp(o, q, len) == 0));
+                count++;
+                q += len + (q[len] == ',');
+            }
+            ASSERT(count <= 32);
+            named += count;
+        }
+        ASSERT(named >= 1);
+        free(rel);
     }
 }

@@ -332,6 +332,62 @@ TEST(cardinality_cap_overflows)
     tkm_metrics_free(reg);
 }
 
+/* tkm_metric_remove: every series matching the given values (NULL: any) goes,
+ * the others and the overflow series stay, and the room under the cap comes back. */
+TEST(remove_matching_series)
+{
+    struct tkm_metrics *reg = registry();
+    struct tkm_metric *c, *plain, *g;
+    static const char *const l[] = {"namespace", "cache", "part", NULL};
+    struct tkm_metric_opts o = {.name = "tkm_test_compiles_total", .help = "c", .labels = l};
+    ASSERT_OK(tkm_metrics_add(reg, TKM_METRIC_COUNTER, &o, &c, NULL));
+    o = (struct tkm_metric_opts){.name = "tkm_test_plain", .help = "p"};
+    ASSERT_OK(tkm_metrics_add(reg, TKM_METRIC_GAUGE, &o, &plain, NULL));
+    ASSERT_OK(tkm_metric_add(c, (const char *[]){"a", "ns/x", "triton"}, 3));
+    ASSERT_OK(tkm_metric_add(c, (const char *[]){"a", "ns/x", "inductor"}, 1));
+    ASSERT_OK(tkm_metric_add(c, (const char *[]){"b", "ns/x", "triton"}, 2));
+    ASSERT_OK(tkm_metric_add(c, (const char *[]){"a", "ns/y", "triton"}, 5));
+    ASSERT_OK(tkm_metric_add(c, (const char *[]){"a", "ns/xx", "triton"}, 7));
+    /* the cache ns/x, every namespace and part: 3 series, not ns/xx's */
+    ASSERT_EQ(tkm_metric_remove(c, (const char *[]){NULL, "ns/x", NULL}), 3);
+    ASSERT_EQ(tkm_metric_remove(c, (const char *[]){NULL, "ns/x", NULL}), 0);
+    struct tkm_buf out;
+    static struct expo e;
+    expose(reg, &out, &e);
+    ASSERT_NULL(find(&e, "tkm_test_compiles_total", "cache", "ns/x"));
+    ASSERT(find(&e, "tkm_test_compiles_total", "cache", "ns/y")->v == 5);
+    ASSERT(find(&e, "tkm_test_compiles_total", "cache", "ns/xx")->v == 7);
+    ASSERT_NOT_NULL(find(&e, "tkm_test_plain", NULL, NULL));
+    tkm_buf_release(&out);
+    /* a removed tuple updated again starts from 0 */
+    ASSERT_OK(tkm_metric_add(c, (const char *[]){"a", "ns/x", "triton"}, 1));
+    expose(reg, &out, &e);
+    ASSERT(find(&e, "tkm_test_compiles_total", "cache", "ns/x")->v == 1);
+    tkm_buf_release(&out);
+    /* all values given: exactly that series */
+    ASSERT_EQ(tkm_metric_remove(c, (const char *[]){"a", "ns/y", "inductor"}), 0);
+    ASSERT_EQ(tkm_metric_remove(c, (const char *[]){"a", "ns/y", "triton"}), 1);
+    /* refused: no values, a family without labels, NULL */
+    ASSERT_EQ(tkm_metric_remove(c, NULL), -EINVAL);
+    ASSERT_EQ(tkm_metric_remove(plain, (const char *[]){NULL}), -EINVAL);
+    ASSERT_EQ(tkm_metric_remove(NULL, (const char *[]){NULL}), -EINVAL);
+    /* the cap: the overflow series stays; removal frees room for a new tuple */
+    static const char *const one[] = {"image", NULL};
+    o = (struct tkm_metric_opts){.name = "tkm_test_g", .help = "g", .labels = one, .max_series = 2};
+    ASSERT_OK(tkm_metrics_add(reg, TKM_METRIC_GAUGE, &o, &g, NULL));
+    ASSERT_EQ(tkm_metric_set(g, (const char *[]){"a"}, 1), 0);
+    ASSERT_EQ(tkm_metric_set(g, (const char *[]){"b"}, 2), 0);
+    ASSERT_EQ(tkm_metric_set(g, (const char *[]){"c"}, 3), 1);
+    ASSERT_EQ(tkm_metric_remove(g, (const char *[]){NULL}), 2);
+    ASSERT_EQ(tkm_metric_set(g, (const char *[]){"d"}, 4), 0);
+    expose(reg, &out, &e);
+    ASSERT(find(&e, "tkm_test_g", "image", TKM_METRICS_OVERFLOW)->v == 3);
+    ASSERT(find(&e, "tkm_test_g", "image", "d")->v == 4);
+    ASSERT_NULL(find(&e, "tkm_test_g", "image", "a"));
+    tkm_buf_release(&out);
+    tkm_metrics_free(reg);
+}
+
 TEST(registration_rules)
 {
     struct tkm_metrics *reg = registry();

@@ -468,3 +468,21 @@ TEST(summary_label_round_trip_and_dedup)
     ASSERT_EQ(tkm_triton_summary_parse(&s, "{\"targets\":[]}", &e), -EINVAL);
     ASSERT_STRCONTAINS(e.msg, "non-empty");
 }
+
+/* The one kernel-name grammar (tkm-csi's scratch count, the agent's Release, the
+ * statuses' topKernels): [A-Za-z0-9_.-]{1,128}, by length, a NUL inside refused. */
+TEST(kernel_name_grammar)
+{
+    char n[TKM_KERNEL_NAME_MAX + 2];
+    memset(n, 'k', sizeof n);
+    ASSERT_EQ(tkm_kernel_name_ok("a.b-c_D9", 8), 1);
+    ASSERT_EQ(tkm_kernel_name_ok("add_kernel.json", 10), 1); /* a stem: the first len bytes */
+    ASSERT_EQ(tkm_kernel_name_ok(n, TKM_KERNEL_NAME_MAX), 1);
+    ASSERT_EQ(tkm_kernel_name_ok(n, TKM_KERNEL_NAME_MAX + 1), 0);
+    ASSERT_EQ(tkm_kernel_name_ok("", 0), 0);
+    ASSERT_EQ(tkm_kernel_name_ok(NULL, 3), 0);
+    ASSERT_EQ(tkm_kernel_name_ok("a\0b", 3), 0);
+    static const char *const bad[] = {"a/b", "bad name", "\x1b[31m", "ü", "a\"b", "a\nb"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ASSERT_EQ(tkm_kernel_name_ok(bad[i], strlen(bad[i])), 0);
+}

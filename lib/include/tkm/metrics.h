@@ -13,6 +13,12 @@
  * counter tkm_metrics_series_overflow_total{metric="<family>"} counts it.
  * Label values longer than TKM_METRICS_MAX_VALUE bytes are refused (-EINVAL).
  *
+ * Removal: tkm_metric_remove() drops every series of a family whose label
+ * values match (a NULL value matches any), e.g. every series of a deleted
+ * cache. The overflow series is never removed (its totals cannot be split);
+ * a removed tuple updated again starts a new series from 0, and removal frees
+ * room under the cap.
+ *
  * Scrape-time values: a family may have a collect callback, called at every
  * exposition before the family is written. The callback first finds the
  * family emptied of series (so a state that vanished vanishes) and sets the
@@ -100,6 +106,15 @@ int tkm_metric_add(struct tkm_metric *m, const char *const *values, double v);
 int tkm_metric_set(struct tkm_metric *m, const char *const *values, double v);
 /* Histograms: counts v into its bucket, adds it to _sum and 1 to _count. */
 int tkm_metric_observe(struct tkm_metric *m, const char *const *values, double v);
+
+/* Removes every series of m whose label values match values: one per label
+ * name, in order, each a string that must equal the series' value or NULL
+ * for any value (all NULL: every series but the overflow one). values is
+ * borrowed for the call; the removed series are freed. Returns how many
+ * series were removed (0: none matched), or -EINVAL (m NULL, a family
+ * without labels, values NULL, or called from a collect callback, which
+ * starts from an empty family anyway). */
+int tkm_metric_remove(struct tkm_metric *m, const char *const *values);
 
 /* Appends the whole exposition (collect callbacks run first) to out. */
 int tkm_metrics_write(struct tkm_metrics *reg, struct tkm_buf *out);

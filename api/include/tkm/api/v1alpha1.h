@@ -173,8 +173,7 @@ struct tkm_api_kernel_count {
     int64_t pods; /* pods on this node that compiled it */
 };
 
-#define TKM_API_COMPILES_TOP    10  /* topKernels entries */
-#define TKM_API_KERNEL_NAME_MAX 128 /* a kernel name's length */
+#define TKM_API_COMPILES_TOP 10 /* topKernels entries */
 
 /* status.caches.<name>.compiles: what the pods served this cache on this node
  * compiled beside it (counted by tkm-csi at unpublish), since `since` (the agent's
@@ -203,8 +202,6 @@ struct tkm_api_compiles {
 json_t *tkm_api_compiles_json(const struct tkm_api_compiles *c);
 /* Frees what a decoded compiles owns (names, top, since, hit) and zeroes it. */
 void tkm_api_compiles_release(struct tkm_api_compiles *c);
-/* 1 when s is a kernel name as topKernels allows ([A-Za-z0-9_.-]{1,128}). */
-int tkm_api_kernel_name_ok(const char *s);
 /* 1 when s is an RFC 3339 date-time ("2026-01-02T03:04:05Z", fraction and offset allowed). */
 int tkm_api_time_ok(const char *s);
 

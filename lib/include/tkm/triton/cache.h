@@ -43,6 +43,16 @@
 #define TKM_TRITON_BACKEND_MAX    16
 #define TKM_TRITON_ARCH_MAX       32
 
+/* The one kernel-name grammar: the names tkm-csi reads from a pod's scratch
+ * (the kernel JSON's "name"), the agent takes from a Release and the node and
+ * cache statuses carry in topKernels are [A-Za-z0-9_.-]{1,TKM_KERNEL_NAME_MAX}
+ * (the CRDs' pattern). Anything else is dropped (counted as truncated) or
+ * refused, so a name is safe in a label, a log line and a terminal. */
+#define TKM_KERNEL_NAME_MAX 128
+/* 1 when the len bytes at s are a kernel name (a NUL among them is not); 0
+ * otherwise, also for s NULL. Pure. */
+int tkm_kernel_name_ok(const char *s, size_t len);
+
 /* Where a kernel was compiled for: exactly what Triton puts in its cache key. */
 struct tkm_triton_target {
     char backend[TKM_TRITON_BACKEND_MAX]; /* "cuda" or "hip" (others kept verbatim) */
