@@ -167,6 +167,8 @@ int tkm_oci_push(const char *layout_dir, const char *tag, const struct tkm_oci_r
     struct tkm_buf b = TKM_BUF_INIT(TKM_OCI_MANIFEST_MAX);
     char path[IMG_PATH_MAX];
     int rc, skipped = 0, up = 0;
+    if (ro && ro->cancel && atomic_load(ro->cancel))
+        return tkm_err_set(err, -ECANCELED, "push %s/%s: cancelled", ref->host, ref->repo);
     if ((rc = tkm_oci_layout_load(layout_dir, tag, &img, err)) != 0)
         return rc;
     if (ref->digest[0] && strcmp(ref->digest, img.manifest.digest) != 0) {

@@ -28,6 +28,10 @@ struct tkm_oci_registry {
     int loop_ready;
     struct tkm_http *http;
     struct tkm_oci_session *s;
+    const atomic_int *cancel; /* opts->cancel, borrowed, or NULL */
+    uv_timer_t poll;          /* looks at cancel while a request runs */
+    int poll_ready, cancelled;
+    char host[256];
 };
 
 int tkm_oci_registry_new(const char *host, const struct tkm_oci_registry_opts *opts,
@@ -43,6 +47,14 @@ int tkm_oci_registry_new(const char *host, const struct tkm_oci_registry_opts *o
         goto fail;
     }
     r->loop_ready = 1;
+    snprintf(r->host, sizeof r->host, "%s", host);
+    r->cancel = opts ? opts->cancel : NULL;
+    if (r->cancel && (rc = uv_timer_init(&r->loop, &r->poll)) != 0) {
+        rc = tkm_err_set(err, rc, "registry %s: cannot create a timer: %s", host, uv_strerror(rc));
+        goto fail;
+    }
+    r->poll_ready = r->cancel != NULL;
+    r->poll.data = r;
     if ((rc = tkm_http_new(&r->loop, NULL, &r->http, err)) != 0 ||
         (rc = tkm_oci_session_new(r->http, host, opts, &r->s, err)) != 0)
         goto fail;
@@ -60,6 +72,8 @@ void tkm_oci_registry_free(struct tkm_oci_registry *r)
     tkm_oci_session_close(r->s, NULL, NULL);
     if (r->http)
         tkm_http_close(r->http, NULL, NULL);
+    if (r->poll_ready)
+        uv_close((uv_handle_t *)&r->poll, NULL);
     if (r->loop_ready) {
         uv_run(&r->loop, UV_RUN_DEFAULT);
         uv_loop_close(&r->loop);
@@ -101,14 +115,36 @@ static void wait_call(int rc, struct tkm_http_resp *resp, struct tkm_err *e, voi
     wait_op(rc, e, data);
 }
 
-/* Runs the private loop until the operation w waits for has reported. */
+/* opts.cancel became nonzero: the request that runs is cancelled (its
+ * callback reports -ECANCELED on a later loop turn), and so is every later
+ * one: the client is done. */
+static void poll_cancel(uv_timer_t *t)
+{
+    struct tkm_oci_registry *r = t->data;
+    if (r->cancelled || !atomic_load(r->cancel))
+        return;
+    r->cancelled = 1;
+    uv_timer_stop(t);
+    tkm__oci_session_cancel_all(r->s);
+}
+
+/* Runs the private loop until the operation w waits for has reported
+ * (started: what starting it returned; nonzero: it never ran). */
 static int run(struct tkm_oci_registry *r, struct wait *w, int started)
 {
-    if (started)
-        return started;
-    while (!w->done)
+    if (!started && !r->cancelled && r->cancel && atomic_load(r->cancel))
+        r->cancelled = 1;
+    if (!started && r->cancelled)
+        tkm__oci_session_cancel_all(r->s);
+    else if (!started && r->poll_ready)
+        uv_timer_start(&r->poll, poll_cancel, 50, 50);
+    while (!started && !w->done)
         uv_run(&r->loop, UV_RUN_ONCE);
-    return w->rc;
+    if (r->poll_ready)
+        uv_timer_stop(&r->poll);
+    if (r->cancelled)
+        return tkm_err_set(w->err, -ECANCELED, "registry %s: cancelled", r->host);
+    return started ? started : w->rc;
 }
 
 /* One request of a push that must answer status want (or want2, when not 0):

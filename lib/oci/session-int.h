@@ -32,6 +32,9 @@ void tkm__oci_link_add(struct tkm_oci_session *s, struct tkm__oci_link *l, int i
 /* May free s (a freed session whose last link this was). */
 void tkm__oci_link_del(struct tkm_oci_session *s, struct tkm__oci_link *l);
 int tkm__oci_session_freeing(const struct tkm_oci_session *s);
+/* Cancels everything in flight on s (each callback reports -ECANCELED on a
+ * later loop turn) and keeps s open. */
+void tkm__oci_session_cancel_all(struct tkm_oci_session *s);
 tkm_oci_progress_cb tkm__oci_session_progress(const struct tkm_oci_session *s, void **ud);
 
 /* A work item for the thread pool, at most TKM_OCI_POOL_JOBS of a session

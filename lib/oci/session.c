@@ -254,6 +254,13 @@ int tkm__oci_session_freeing(const struct tkm_oci_session *s)
     return s->freeing;
 }
 
+void tkm__oci_session_cancel_all(struct tkm_oci_session *s)
+{
+    /* Cancellation never reports synchronously, so the list holds still. */
+    for (struct tkm__oci_link *l = s ? s->links : NULL; l; l = l->next)
+        l->cancel(l);
+}
+
 void tkm_oci_session_close(struct tkm_oci_session *s, void (*closed_cb)(void *data), void *data)
 {
     if (!s || s->freeing)

@@ -946,6 +946,74 @@ TEST(sync_pull_cancel_flag_stops_it_midway)
     slow_stop(&slow);
 }
 
+/* Raises *flag after ms milliseconds, on its own thread (a signal handler's
+ * part in tkmctl). */
+struct later_flag {
+    atomic_int *flag;
+    int ms;
+};
+
+static void *raise_later(void *data)
+{
+    struct later_flag *l = data;
+    usleep((useconds_t)l->ms * 1000);
+    atomic_store(l->flag, 1);
+    return NULL;
+}
+
+TEST_TIMEOUT(sync_push_cancel_flag_stops_a_request_that_never_answers, 60)
+{
+    /* a layout to push: a tiny image pulled from a whole server */
+    static const char layer[] = "layer bytes to push";
+    struct image_routes ir;
+    image_routes(&ir, layer, sizeof layer - 1);
+    struct tsrv src;
+    int sport = server_start(&src, ir.routes, 4);
+    struct tkm_oci_ref ref;
+    parse_ref(&ref, sport, ":v1");
+    struct tkm_oci_pull_result res;
+    struct tkm_err e = {0};
+    char out[1200];
+    snprintf(out, sizeof out, "%s/layout", tkm_test_tmpdir());
+    struct tkm_oci_registry_opts o = {.anonymous = 1};
+    ASSERT_OK(tkm_oci_pull(&ref, &o, out, NULL, 1, &res, &e));
+    tkm_oci_pull_result_release(&res);
+    tsrv_stop(&src);
+    /* a registry that takes the connection and never answers the upload: only
+     * the flag ends the push (its timeouts are 60 s a try, 4 tries) */
+    static const struct tsrv_reply missing = {404, NULL, ""};
+    static const struct tsrv_reply never = {.hang_ms = -1};
+    struct tsrv s;
+    tsrv_init(&s);
+    ASSERT_OK(tsrv_route(&s, "HEAD", "/v2/a/b/blobs/", TSRV_PREFIX, NULL, &missing, 1));
+    ASSERT_OK(tsrv_route(&s, NULL, NULL, TSRV_PREFIX, NULL, &never, 1));
+    int port = tsrv_listen(&s);
+    ASSERT(port > 0);
+    parse_ref(&ref, port, ":v1");
+    atomic_int flag = 0;
+    struct later_flag lf = {&flag, 300};
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, raise_later, &lf), 0);
+    o.cancel = &flag;
+    uint64_t t0 = tkm_now_ms();
+    char digest[TKM_OCI_DIGEST_LEN + 1] = "";
+    tkm_err_clear(&e);
+    ASSERT_EQ(tkm_oci_push(out, NULL, &ref, &o, digest, NULL, &e), -ECANCELED);
+    uint64_t took = tkm_now_ms() - t0;
+    ASSERT_EQ(pthread_join(th, NULL), 0);
+    ASSERT_STRCONTAINS(e.msg, "cancelled");
+    ASSERT(took < 10000 * tkm_test_timeout_scale()); /* about 300 ms + one 50 ms poll */
+    ASSERT_STREQ(digest, "");
+    ASSERT(tsrv_nreqs(&s) >= 2); /* the HEAD, then the upload that never answered */
+    /* a flag raised before: nothing more is sent */
+    int before = tsrv_nreqs(&s);
+    tkm_err_clear(&e);
+    ASSERT_EQ(tkm_oci_push(out, NULL, &ref, &o, digest, NULL, &e), -ECANCELED);
+    ASSERT_STRCONTAINS(e.msg, "cancelled");
+    ASSERT_EQ(tsrv_nreqs(&s), before);
+    tsrv_stop(&s);
+}
+
 TEST(session_free_cancels_its_jobs)
 {
     static char layer[64 << 10];

@@ -73,8 +73,12 @@ struct tkm_oci_registry_opts {
     /* Borrowed, may be NULL: a flag that stops tkm_oci_pull / tkm_oci_inspect
      * (image.h) when it becomes nonzero (e.g. set by a signal handler). They
      * poll it on their private loop about every 50 ms and cancel the job,
-     * which returns -ECANCELED after removing what it staged. Sessions and
-     * the per-request calls of this client ignore it (cancel a job instead). */
+     * which returns -ECANCELED after removing what it staged. The synchronous
+     * client below (and so tkm_oci_push) polls it the same way while a request
+     * runs: the request is cancelled, it and every later call of that client
+     * return -ECANCELED ("cancelled"); what a registry already accepted stays
+     * (blobs are content-addressed; a manifest is the last request). Sessions
+     * ignore it (cancel a job instead). */
     const atomic_int *cancel;
 };
 
