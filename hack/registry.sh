@@ -3,7 +3,7 @@
 # ours. The package's own service listens on every interface; never use it.
 #
 # Usage:
-#   hack/registry.sh start DIR [--port N] [--htpasswd FILE] [--access-log] [--proxy URL]
+#   hack/registry.sh start DIR [--port N] [--htpasswd FILE] [--access-log] [--proxy URL] [--tls]
 #       Starts a registry storing its blobs under DIR/data, listening on
 #       127.0.0.1 (a free port unless --port), optionally with basic auth from
 #       an htpasswd (bcrypt) file. Prints "127.0.0.1:PORT" when it answers.
@@ -16,6 +16,8 @@
 #       2.8 fetches a blob it lacks from URL for every request that misses
 #       while the first fetch runs, plus once to store it: N concurrent first
 #       pulls cost URL N+1 GETs, later ones none (bench/README.md, issue 26).
+#       --tls: https with a certificate for 127.0.0.1 and localhost signed by a
+#       CA of its own, made once in DIR/tls (ca.crt is what clients trust).
 #   hack/registry.sh stop DIR
 #       Stops the registry started for DIR (only that process).
 set -euo pipefail
@@ -30,13 +32,14 @@ shift 2
 
 case $cmd in
   start)
-    port='' htpasswd='' accesslog=false proxy=''
+    port='' htpasswd='' accesslog=false proxy='' tls=false
     while [[ $# -gt 0 ]]; do
       case $1 in
         --port) port=$2; shift 2 ;;
         --htpasswd) htpasswd=$(realpath "$2"); shift 2 ;;
         --access-log) accesslog=true; shift ;;
         --proxy) proxy=$2; shift 2 ;;
+        --tls) tls=true; shift ;;
         *) die "registry: unknown flag $1" ;;
       esac
     done
@@ -52,6 +55,22 @@ case $cmd in
       port_free "$port" || die "registry: port 127.0.0.1:$port is in use (pick another with --port, or free it)"
     else
       port=$(free_port)
+    fi
+    scheme=http cacert=()
+    if $tls; then
+      scheme=https cacert=(--cacert "$dir/tls/ca.crt")
+      if [[ ! -s $dir/tls/server.crt ]]; then
+        mkdir -p "$dir/tls"
+        (
+          cd "$dir/tls"
+          openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
+            -subj "/CN=tkm test registry CA" 2>/dev/null
+          openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj "/CN=127.0.0.1" 2>/dev/null
+          printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >san.ext
+          openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+            -extfile san.ext -out server.crt 2>/dev/null
+        ) || die "registry: cannot make the TLS certificate in $dir/tls"
+      fi
     fi
     {
       echo "version: 0.1"
@@ -70,6 +89,7 @@ case $cmd in
       [[ -z $proxy ]] || echo "proxy: {remoteurl: $proxy}"
       echo "http:"
       echo "  addr: 127.0.0.1:$port"
+      $tls && echo "  tls: {certificate: $dir/tls/server.crt, key: $dir/tls/server.key}"
       echo "  headers: {X-Content-Type-Options: [nosniff]}"
       if [[ -n $htpasswd ]]; then
         echo "auth:"
@@ -80,7 +100,7 @@ case $cmd in
     echo $! >"$dir/registry.pid"
     echo "127.0.0.1:$port" >"$dir/addr"
     for _ in $(seq 1 100); do
-      code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/v2/" || true)
+      code=$(curl -s -o /dev/null -w '%{http_code}' "${cacert[@]}" "$scheme://127.0.0.1:$port/v2/" || true)
       if [[ $code == 200 || $code == 401 ]]; then
         echo "127.0.0.1:$port"
         exit 0
