@@ -8,7 +8,8 @@
 #     pod on the new tag), the pod's mount still serves its files, the store is not extracted
 #     again (the same store directory, the new agent's extraction count 0), the cache and node
 #     statuses keep their digests;
-#   - `helm upgrade` of values only (tkm-config's prefetch): the ConfigMap changes;
+#   - `helm upgrade` of values only (tkm-config's prefetch), with Helm 4 on the release Helm 3
+#     installed: the ConfigMap changes;
 #   - `helm rollback` to revision 1: the first tag again, the mount still serves;
 #   - `helm uninstall`: no tkm object is left but the CRDs (and so the caches declared).
 # shellcheck source=tests/e2e/lib.sh
@@ -19,6 +20,7 @@ source "$hack/tkm-scenario.sh"
 eval "$("$hack/node.sh" env)"
 is() { [[ $(kubectl -n "$1" get "$2" -o jsonpath="$3" 2>/dev/null) == "$4" ]]; } # NS OBJ JSONPATH VALUE
 HELM=$("$hack/testbin/build.sh" --path helm) || fail "cannot build helm"
+HELM4=$("$hack/testbin/build.sh" --path helm4) || fail "cannot build helm4"
 COSIGN=$("$hack/testbin/build.sh" --path cosign3) || fail "cannot build cosign3"
 export COSIGN_PASSWORD='' COSIGN_YES=true
 TKMCTL=$TKM_BUILD_DIR/cli/tkmctl FAKE_NVML=$TKM_BUILD_DIR/fakenvml/libnvidia-ml.so.1
@@ -134,8 +136,8 @@ expect_ok "apply w2 (a new pod on the upgraded node)" "$hack/node.sh" apply - < 
 wait_for 180 "w2 Running" is "$NS" pod/w2 '{.status.phase}' Running
 assert_eq 0 "$(extractions)" "w2 used the store copy"
 
-step "helm upgrade of values only; helm rollback"
-expect_ok "helm upgrade --set config.prefetch=true" h upgrade tkm "$CHART" "${ARGS[@]}" -f "$E2E_TMP/v2.yaml" --set config.prefetch=true --wait --timeout 4m
+step "helm upgrade of values only (with Helm 4, on the release Helm 3 made); helm rollback"
+expect_ok "helm4 upgrade --set config.prefetch=true" "$HELM4" upgrade tkm "$CHART" "${ARGS[@]}" -f "$E2E_TMP/v2.yaml" --set config.prefetch=true --wait --timeout 4m
 assert_eq "true" "$(kubectl -n tkm-system get cm tkm-config -o jsonpath='{.data.prefetch}')" "tkm-config's prefetch"
 expect_ok "helm rollback to revision 1" h rollback tkm 1 -n tkm-system --wait --timeout 4m
 back() { local p; p=$(node_pod); [[ -n $p && $(kubectl -n tkm-system get pod "$p" -o jsonpath='{.spec.containers[0].image}') == *:e2e ]]; }
