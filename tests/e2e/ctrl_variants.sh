@@ -128,12 +128,15 @@ ctrl_report "$NS" "$N2" "$U2" "{\"mixed\":$(novariant)}"
 wait_for 20 "counts back: $N2 incompatible" counts_are "2/1/1"
 
 step "after a restart (the summary taken from the status) the index is read again for the variants"
+reads() { grep -cF "reading the summary labels of $DA" "$E2E_TMP/c1.log" || true; }
+n0=$(reads)
 ctrl_kill c1
 ctrl_start c1
 ctrl_report "$NS" "$N1" "$U1" "{\"mixed\":$(compat_var | sed 's/"gpuIds":\[0,1\]/"gpuIds":[0]/')}"
 variant_is() { [[ $(kubectl -n "$NS" get tkc mixed -o jsonpath='{.status.variants[0].gpus} {.status.variants[0].backend}/{.status.variants[0].arch} {.status.variants[0].platform} {.status.variants[0].warpSize}') == "$1" ]]; }
 wait_for 30 "status.variants after the restart: 1 GPU, the target from the index" variant_is "1 cuda/90 $PLATFORM 32"
 assert_eq "2/1/1 True" "$(kubectl -n "$NS" get tkc mixed -o jsonpath='{.status.counts.nodes}/{.status.counts.compatible}/{.status.counts.incompatible}') $(ctrl_cond "$NS" tkc/mixed Ready)" "counts and Ready as before the restart"
+assert_eq "1" "$(($(reads) - n0))" "the restarted controller read the index once (for its variants)"
 
 step "the label follows the node status"
 ctrl_report "$NS" "$N1" "$U1" "{\"mixed\":$(novariant)}"
