@@ -810,16 +810,6 @@ TEST(compiles_round_trip_node_and_cache_status)
     ASSERT_OK(tkm_api_dump(o2, &b));
     ASSERT_STREQ(a.data, b.data);
     tkm_api_nodestatus_release(&n);
-    /* an entry an older agent wrote (the target and GPU type in it): read, those ignored */
-    static const char old[] =
-        "{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"TritonKernelCacheNodeStatus\","
-        "\"metadata\":{\"name\":\"n\"},\"status\":{\"caches\":{\"c\":{\"variants\":[{\"digest\":"
-        "\"sha256:cc\",\"platform\":\"linux/amd64\",\"backend\":\"cuda\",\"arch\":\"90\","
-        "\"warpSize\":32,\"gpuType\":\"nvidia-h200\",\"gpuIds\":[3]}]}}}}";
-    ASSERT_OK(tkm_api_nodestatus_decode(old, strlen(old), &n, &err));
-    ASSERT_STREQ(n.status.caches[0].variants[0].digest, "sha256:cc");
-    ASSERT_EQ(n.status.caches[0].variants[0].gpu_ids[0], 3);
-    tkm_api_nodestatus_release(&n);
     json_decref(o);
     json_decref(o2);
 
