@@ -850,9 +850,15 @@ static void vars_take(struct ctrl_cache *cc, const struct tkm_verify_result *r)
 static void inspect_done(const struct tkm_verify_result *r, void *data)
 {
     struct ctrl_cache *cc = data;
+    int ok = !r->failed && r->inspected;
     cc->op = NULL;
-    if (!r->failed && r->inspected)
+    if (ok)
         vars_take(cc, r);
+    if (cc->sum_done && !ok) { /* a read for the variants only: the summary stays */
+        cc->sum_retry_at = uv_now(cc->c->loop) + 30000;
+        step(cc);
+        return;
+    }
     tkm_api_summary_release(&cc->sum);
     cc->has_sum = 0;
     if (!r->failed && r->inspected && tkm_verify_api_summary(&r->image, &cc->sum) == 0) {
