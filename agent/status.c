@@ -85,10 +85,8 @@ static int group_add(struct tkm_api_gpu_group **gs, size_t *n, const char *type,
 
 void agent_entry_release(struct tkm_api_node_cache *e)
 {
-    for (size_t i = 0; i < e->n_variants; i++) {
-        free(e->variants[i].platform);
+    for (size_t i = 0; i < e->n_variants; i++)
         free(e->variants[i].gpu_ids);
-    }
     free(e->variants);
     free(e->pods);
     for (size_t i = 0; i < e->n_compatible; i++)
@@ -102,8 +100,8 @@ void agent_entry_release(struct tkm_api_node_cache *e)
     memset(e, 0, sizeof *e);
 }
 
-/* variants[]: per used variant of a variant index and GPU type, its GPUs (strings
- * borrowed from ac but the platform, owned). */
+/* variants[]: per used variant of a variant index, its GPUs (the digest
+ * borrowed from ac; the target is the index's, read by the controller). */
 static int variants_build(const struct agent *a, const struct agent_cache *ac,
                           struct tkm_api_node_cache *e)
 {
@@ -113,11 +111,9 @@ static int variants_build(const struct agent *a, const struct agent_cache *ac,
         if (!vs->v[i].compatible || k < 0)
             continue;
         const struct tkm_variant *v = &ac->variants.v[k];
-        const struct tkm_gpu *g = &a->gpus.gpus[i];
-        const char *type = g->gpu_type[0] ? g->gpu_type : "unknown";
         struct tkm_api_variant_use *u = NULL;
         for (size_t j = 0; j < e->n_variants && !u; j++)
-            if (!strcmp(e->variants[j].digest, v->digest) && !strcmp(e->variants[j].gpu_type, type))
+            if (!strcmp(e->variants[j].digest, v->digest))
                 u = &e->variants[j];
         if (!u) {
             if (e->n_variants >= TKM_VARIANTS_MAX)
@@ -129,20 +125,12 @@ static int variants_build(const struct agent *a, const struct agent_cache *ac,
             u = &e->variants[e->n_variants++];
             memset(u, 0, sizeof *u);
             u->digest = (char *)v->digest;
-            u->backend = (char *)v->backend;
-            u->arch = (char *)v->arch;
-            u->gpu_type = (char *)type;
-            u->warp_size = v->warp_size;
-            if (asprintf(&u->platform, "%s/%s", v->os, v->architecture) < 0) {
-                u->platform = NULL;
-                return -ENOMEM;
-            }
         }
         int32_t *ids = realloc(u->gpu_ids, (u->n_gpu_ids + 1) * sizeof *ids);
         if (!ids)
             return -ENOMEM;
         u->gpu_ids = ids;
-        u->gpu_ids[u->n_gpu_ids++] = g->index;
+        u->gpu_ids[u->n_gpu_ids++] = a->gpus.gpus[i].index;
     }
     return 0;
 }

@@ -44,10 +44,6 @@ static void node_cache_release(struct tkm_api_node_cache *c)
     for (size_t i = 0; i < c->n_variants; i++) {
         struct tkm_api_variant_use *v = &c->variants[i];
         free(v->digest);
-        free(v->platform);
-        free(v->backend);
-        free(v->arch);
-        free(v->gpu_type);
         free(v->gpu_ids);
     }
     free(c->variants);
@@ -173,16 +169,11 @@ static int pod_fill(json_t *o, const void *e)
            tkm__api_set_str(o, "uid", p->uid) || tkm__api_set_str(o, "volumeId", p->volume_id);
 }
 
-/* variants[]: keys in a fixed order (digest, platform, backend, arch, warpSize, gpuType, gpuIds).
- */
+/* variants[]: digest, gpuIds (the target is the index's: docs/api.md). */
 static int variant_fill(json_t *o, const void *e)
 {
     const struct tkm_api_variant_use *v = e;
     return tkm__api_set_str(o, "digest", v->digest) ||
-           tkm__api_set_str(o, "platform", v->platform) ||
-           tkm__api_set_str(o, "backend", v->backend) || tkm__api_set_str(o, "arch", v->arch) ||
-           (v->warp_size && tkm__api_set_int(o, "warpSize", v->warp_size)) ||
-           tkm__api_set_str(o, "gpuType", v->gpu_type) ||
            tkm__api_set_new(o, "gpuIds", ids_encode(v->gpu_ids, v->n_gpu_ids));
 }
 

@@ -201,9 +201,7 @@ static const char *const entry_keys[] = {
     "digest", "verified",    "extracted",   "compatibleGPUs", "incompatibleGPUs", "pods",
     "error",  "lastUpdated", "lastFailure", "variants",       "fallback",         "compiles"};
 #define N_ENTRY_KEYS (sizeof entry_keys / sizeof entry_keys[0])
-/* the strings first, in struct tkm_api_nsscan_variant's order */
-static const char *const variant_keys[] = {"digest",  "platform", "backend", "arch",
-                                           "gpuType", "warpSize", "gpuIds"};
+static const char *const variant_keys[] = {"digest", "gpuIds"};
 static const char *const failure_keys[] = {"reason", "message", "time"};
 /* the counts first, in struct tkm_api_compiles' order */
 static const char *const compiles_keys[] = {"podsServed",      "podsCompiled", "tritonKernels",
@@ -309,14 +307,13 @@ static int groups_check(const char *p, size_t n, const struct fld *f, const char
     return 0;
 }
 
-/* variants[]: the CRD's bounds (strings, warpSize 1..1024, 64 ids); the
- * strings go to s->str (offsets in s->var_at). */
+/* variants[]: the CRD's bounds (digest 128 bytes, 64 ids); the digests go
+ * to s->str (offsets in s->var_at). */
 static int variants_check(const char *p, size_t n, const struct fld *f, const char *path,
                           struct tkm_api_nsscan *s, size_t *count, struct tkm_err *err)
 {
-    static const size_t max[] = {128, 64, 16, 32, 64};
     struct tkm_jscan_member m;
-    struct fld g[7];
+    struct fld g[2];
     char vp[512];
     size_t pos = f->off, i = 0;
     int rc = want_arr(p, n, f, path, "variants", TKM_API_NS_VARIANTS_MAX, count, err);
@@ -327,13 +324,9 @@ static int variants_check(const char *p, size_t n, const struct fld *f, const ch
         snprintf(vp, sizeof vp, "%s.variants[%zu]", path, i);
         if (jtype(p, m.val, m.val_len) != J_OBJ)
             return tkm_err_set(err, -EPROTO, "%s: expected an object", vp);
-        pick(p, n, m.val, variant_keys, 7, g);
-        for (size_t k = 0; k < 5; k++)
-            if ((rc = str_max(p, &g[k], vp, variant_keys[k], max[k], &s->str, &s->var_at[i][k],
-                              err)))
-                return rc;
-        if ((rc = want_int(p, &g[5], vp, "warpSize", 0, 1024, &v->warp_size, err)) ||
-            (rc = ids_check(p, n, &g[6], vp, "gpuIds", &v->n_gpu_ids, err)))
+        pick(p, n, m.val, variant_keys, 2, g);
+        if ((rc = str_max(p, &g[0], vp, "digest", 128, &s->str, &s->var_at[i], err)) ||
+            (rc = ids_check(p, n, &g[1], vp, "gpuIds", &v->n_gpu_ids, err)))
             return rc;
     }
     return 0;
@@ -430,12 +423,8 @@ static void entry_lists(struct tkm_api_nsscan *s, struct tkm_api_nsscan_entry *e
         s->grp[i].gpu_type = at_or_null(&s->str, s->grp_at[i][0]);
         s->grp[i].reason = at_or_null(&s->str, s->grp_at[i][1]);
     }
-    for (size_t i = 0; i < e->n_variants; i++) {
-        const char **v[] = {&s->var[i].digest, &s->var[i].platform, &s->var[i].backend,
-                            &s->var[i].arch, &s->var[i].gpu_type};
-        for (size_t k = 0; k < 5; k++)
-            *v[k] = at_or_null(&s->str, s->var_at[i][k]);
-    }
+    for (size_t i = 0; i < e->n_variants; i++)
+        s->var[i].digest = at_or_null(&s->str, s->var_at[i]);
     e->incompatible = s->grp;
     e->variants = s->var;
     for (size_t i = 0; i < e->compiles.n_top; i++)
@@ -734,18 +723,15 @@ static void groups_tree(struct tree *t, const struct fld *f, int with_reason,
 static void variants_tree(struct tree *t, const struct fld *f, struct tkm_api_node_cache *c)
 {
     struct tkm_jscan_member m;
-    struct fld g[7];
+    struct fld g[2];
     size_t pos = f->off, cnt;
     if (!(c->variants = t_list(t, f, sizeof *c->variants, &cnt)))
         return;
     while (c->n_variants < cnt && tkm_jscan_next(t->p, t->n, &pos, &m)) {
         struct tkm_api_variant_use *v = &c->variants[c->n_variants++];
-        char **s[] = {&v->digest, &v->platform, &v->backend, &v->arch, &v->gpu_type};
-        pick(t->p, t->n, m.val, variant_keys, 7, g);
-        for (size_t k = 0; k < 5; k++)
-            *s[k] = t_str(t, &g[k]);
-        v->warp_size = t_int(t, &g[5]);
-        ids_tree(t, &g[6], &v->gpu_ids, &v->n_gpu_ids);
+        pick(t->p, t->n, m.val, variant_keys, 2, g);
+        v->digest = t_str(t, &g[0]);
+        ids_tree(t, &g[1], &v->gpu_ids, &v->n_gpu_ids);
     }
 }
 

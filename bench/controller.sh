@@ -15,8 +15,10 @@
 #                                  and NODES=1000 CACHES=1000 (1 million each)
 #   env: NODES, CACHES (override the preset), INCOMPATIBLE (fraction of nodes
 #        whose GPU fits no cache; default 0), VARIANTS (tkm: 1..3, the image is
-#        an index of that many variants and the nodes use them in turn, as
-#        bench_simagents --variants; default 0: node statuses without variants), CONCURRENCY (simulator requests in
+#        an index of that many variants (sm90, sm80, sm100, pushed here; the GKM
+#        side gets the same image) and the nodes use them in turn, naming their
+#        digests, as bench_simagents --variants --variant-digests; default 0:
+#        node statuses without variants), CONCURRENCY (simulator requests in
 #        flight; default 32), TIMEOUT (s to wait for Ready after the last
 #        write; default 300 small, 900 large), SIDES ("tkm gkm"), SETTLE (s; default 5)
 #        TKM_BUILD_DIR (default <repo>/build), TKM_CONTROLLER (default
@@ -124,7 +126,29 @@ for ns in tkm-system "${tkm_ns[@]}" bench-gkm; do kubectl create ns "$ns" >/dev/
 # admin allows it (signatureFloor, issue 23; older builds ignore the key). The local registry is
 # allowed explicitly (registry reach, issue 23).
 bench_reach_config --from-literal=signatureFloor=Disabled
+# variant_index WORK V: an index of the first V of sm90, sm80, sm100 (bench_simagents' order; sm80
+# and sm100 derived from the fixture bench_image extracted, as bench/variants.sh derives sm80) pushed
+# as bench/cache:variants-V: "IMAGE INDEX_DIGEST D1,D2,...". The nodes name these digests: the
+# controller takes each variant's target from the index and counts a digest it lacks as not caught up.
+variant_index() {
+  local work=$1 v=$2 fx arch dir out ds=() img=$TKM_REGISTRY/bench/cache:variants-$2
+  fx=$work/fx/$(ls "$work/fx")
+  for arch in 90 80 100; do
+    ((${#ds[@]} < v)) || break
+    dir=$fx
+    if [[ $arch != 90 ]]; then
+      dir=$work/c$arch
+      python3 "$repo/tests/e2e/cache_retarget.py" "$fx" "$dir" "$arch" >&2 || bench_die "cache_retarget.py $arch"
+    fi
+    out=$("$TKM_BUILD_DIR/cli/tkmctl" build "$dir" --push "$img" --add-variant -o json) ||
+      bench_die "tkmctl build --add-variant (sm$arch) failed"
+    ds+=("$(jq -r .variant.digest <<<"$out")")
+  done
+  echo "$img $(jq -r .pushedIndex <<<"$out") $(IFS=,; echo "${ds[*]}")"
+}
 read -r image digest < <(bench_image "$work")
+vdigests=
+((VARIANTS == 0)) || read -r image digest vdigests < <(variant_index "$work" "$VARIANTS")
 [[ $digest == sha256:* ]] || bench_die "no digest from tkmctl build --push"
 nsnote=
 ((tkm_nsn == 1)) || nsnote=" (tkm: in $tkm_nsn namespaces, at most $max_caches caches per node status)"
@@ -230,7 +254,7 @@ run_side() { # SIDE
   for ((k = 0; k < kn; k++)); do
     "$sim" write --nodes "$NODES" --caches "${cns[k]}" --kind "$s" --ns "${nss[k]}" \
       --digest "$digest" --incompatible "$INCOMPATIBLE" --concurrency "$CONCURRENCY" \
-      --variants "$([[ $s == tkm ]] && echo "$VARIANTS" || echo 0)" >"$work/$s.write.$k" &
+      --variants "$([[ $s == tkm ]] && echo "$VARIANTS" || echo 0)" ${vdigests:+--variant-digests "$vdigests"} >"$work/$s.write.$k" &
     spids+=($!)
   done
   for ((k = 0; k < kn; k++)); do wait "${spids[k]}" || bad=1; done
@@ -293,7 +317,7 @@ run_side() { # SIDE
   metrics "$work/$s.m2"
   R[$s.change_caches]=${cns[0]}
   "$sim" write --nodes 1 --caches "${cns[0]}" --kind "$s" --ns "${nss[0]}" --digest "$digest" \
-    --variants "$([[ $s == tkm ]] && echo "$VARIANTS" || echo 0)" --incompatible "$(awk -v f="$INCOMPATIBLE" 'BEGIN { print (f > 0 ? 0 : 1) }')" >/dev/null ||
+    --variants "$([[ $s == tkm ]] && echo "$VARIANTS" || echo 0)" ${vdigests:+--variant-digests "$vdigests"} --incompatible "$(awk -v f="$INCOMPATIBLE" 'BEGIN { print (f > 0 ? 0 : 1) }')" >/dev/null ||
     echo "$s: the single-change write failed" >&2
   sleep "$CHANGE_WAIT"
   metrics "$work/$s.m3"

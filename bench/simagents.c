@@ -12,6 +12,7 @@
  *         kubernetes.io/hostname, as GKM's agent creates it)
  *   write --nodes N --caches C --ns NS --kind tkm|gkm --digest D
  *         [--incompatible F] [--cache-prefix P] [--concurrency K] [--variants V]
+ *         [--variant-digests D1,D2,D3]
  *         (prints max_request_ms too)
  *         one server-side apply on /status per node (field manager tkm-agent
  *         or gkm-agent, force), listing the caches P00000..P<C-1> at digest
@@ -21,9 +22,14 @@
  *         requests in flight on one client. --variants V (1..3; tkm; default 0:
  *         entries without variants, as before issue 24): the image is an index
  *         of V variants (cuda sm90, sm80, sm100); compatible node i has the GPU
- *         of variant i % V and every entry names that variant (variants[]),
- *         incompatible nodes report reason NoVariant (a mixed fleet: the
- *         controller aggregates status.variants and labels the Nodes).
+ *         of variant i % V and every entry names that variant (variants[]:
+ *         its digest and the GPU id, as tkm-agent writes it), incompatible
+ *         nodes report reason NoVariant (a mixed fleet: the controller
+ *         aggregates status.variants and labels the Nodes).
+ *         --variant-digests: the variants' image manifest digests in that
+ *         order (sm90, sm80, sm100), those of the index D names (the
+ *         controller counts a digest its index lacks as not caught up);
+ *         default: made-up digests (for runs without a controller).
  *   pods  --count N --ns NS [--node NAME]   create N Pods bench-pod-00000..
  *         in NS (half bound to NAME, default sim-other, which no kubelet
  *         runs; half bound to no node: with no scheduler all stay Pending),
@@ -230,14 +236,8 @@ static int tkm_caches(struct sim *s, int v)
             c->n_compatible = 1;
         }
         if (u) {
-            *u = (struct tkm_api_variant_use){.digest = sim_variants[v].digest,
-                                              .platform = "linux/amd64",
-                                              .backend = "cuda",
-                                              .arch = sim_variants[v].arch,
-                                              .gpu_type = sim_variants[v].gpu_type,
-                                              .warp_size = 32,
-                                              .gpu_ids = s->gpu_ids,
-                                              .n_gpu_ids = 1};
+            *u = (struct tkm_api_variant_use){
+                .digest = sim_variants[v].digest, .gpu_ids = s->gpu_ids, .n_gpu_ids = 1};
             c->variants = u;
             c->n_variants = 1;
         }
@@ -649,6 +649,14 @@ static int parse_opt(struct sim *s, int opt)
             return -EINVAL;
         s->variants = (long)v;
         return 0;
+    case 'D': /* --variant-digests D1,D2,D3: replaces the made-up ones, in order (optarg
+                 lives as long as argv) */
+        for (int i = 0; i < SIM_VARIANTS_MAX && optarg && *optarg; i++) {
+            sim_variants[i].digest = optarg;
+            if ((optarg = strchr(optarg, ',')))
+                *optarg++ = '\0';
+        }
+        return 0;
     case 'i':
         s->incompatible = strtod(optarg, &end);
         return (*end || s->incompatible < 0 || s->incompatible > 1) ? -EINVAL : 0;
@@ -683,6 +691,7 @@ int main(int argc, char **argv)
                                        {"timeout", required_argument, NULL, 't'},
                                        {"incompatible", required_argument, NULL, 'i'},
                                        {"variants", required_argument, NULL, 'V'},
+                                       {"variant-digests", required_argument, NULL, 'D'},
                                        {"ns", required_argument, NULL, 's'},
                                        {"kind", required_argument, NULL, 'K'},
                                        {"digest", required_argument, NULL, 'd'},

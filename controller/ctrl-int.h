@@ -258,6 +258,14 @@ void ctrl_nodes_cache_gc(struct ctrl_nodes *n, struct ctrl_cidx *c);
 
 /* ---- ctrl_agg: status from entries ------------------------------------------- */
 
+/* A variant of the pinned index (tkm_variant, the parts the status shows). */
+struct ctrl_variant {
+    char digest[TKM_OCI_DIGEST_LEN + 1];
+    char platform[66]; /* "os/architecture" */
+    char backend[16], arch[32];
+    int warp_size;
+};
+
 /* The verification outcome the aggregation needs. Strings borrowed. */
 struct ctrl_verdict {
     /* Verified: TRUE, FALSE or UNKNOWN (not known yet: resolving/verifying). */
@@ -267,6 +275,14 @@ struct ctrl_verdict {
     int usable;          /* 1: nodes may use the digest (verified, or Audit/Disabled) */
     int in_progress;     /* 1: resolving or verifying now */
     const char *digest;  /* pinned digest, or NULL */
+    /* The variants of the pinned index as the controller read them (none
+     * for a single image): a node entry names a variant by digest only, its
+     * target is taken from here. An entry at the pin naming a digest that
+     * is not among them is not trusted: it counts as a node that has not
+     * caught up (pending), and *unknown (optional) is set to 1. */
+    const struct ctrl_variant *variants;
+    size_t n_variants;
+    int *unknown;
 };
 
 /* The conditions and numbers of one cache. Builds st (owned: release with

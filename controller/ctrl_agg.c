@@ -9,6 +9,9 @@
  * is Audit/Disabled) and at least one node is compatible without error.
  * The compiles summaries (issue 25) of the entries at the pinned digest are
  * summed into status.compiles, with the top kernel names across nodes.
+ * A node names the variants it uses by digest only: their targets come from
+ * the verdict (the index the controller read); an entry naming a digest the
+ * index does not list is pending, never counted (struct ctrl_verdict).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -86,6 +89,7 @@ struct prof {
     const char *p;  /* borrowed from the index */
     int32_t nodes;  /* nodes using its variants (compatible, at the pin, no error) */
     int32_t listed; /* nodes at the pin listing it (for the GPU types without a variant) */
+    int stray;      /* 1: it names a variant digest the index does not list */
 };
 
 struct tally {
@@ -95,31 +99,52 @@ struct tally {
     uint32_t pin;
     struct prof *prof; /* distinct profiles (owned) */
     size_t n_prof, cap_prof;
+    const struct ctrl_verdict *vd; /* the index's variants */
     int oom;
 };
 
-static void prof_add(struct tally *t, const char *why, int used)
+/* The index's variant of digest d (len bytes), or NULL. */
+static const struct ctrl_variant *variant_of(const struct ctrl_verdict *vd, const char *d,
+                                             size_t len)
+{
+    for (size_t i = 0; i < vd->n_variants; i++)
+        if (strlen(vd->variants[i].digest) == len && !memcmp(vd->variants[i].digest, d, len))
+            return &vd->variants[i];
+    return NULL;
+}
+
+/* 1 when a "V<digest>\t..." line of profile p names a digest the index does not list. */
+static int prof_stray(const struct ctrl_verdict *vd, const char *p)
+{
+    for (; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (*p == 'V' && !variant_of(vd, p + 1, strcspn(p + 1, "\t\n")))
+            return 1;
+    return 0;
+}
+
+/* The distinct profile of why (made on first sight), or NULL (none, or no memory). */
+static struct prof *prof_get(struct tally *t, const char *why)
 {
     const char *p = ctrl_why_profile(why);
     if (!*p)
-        return;
+        return NULL;
     for (size_t i = 0; i < t->n_prof; i++)
-        if (t->prof[i].p == p) { /* interned: one pointer per distinct string */
-            t->prof[i].nodes += used;
-            t->prof[i].listed++;
-            return;
-        }
+        if (t->prof[i].p == p) /* interned: one pointer per distinct string */
+            return &t->prof[i];
     if (t->n_prof == t->cap_prof) {
         size_t nc = t->cap_prof ? t->cap_prof * 2 : 8;
         struct prof *v = realloc(t->prof, nc * sizeof *v);
         if (!v) {
             t->oom = 1;
-            return;
+            return NULL;
         }
         t->prof = v;
         t->cap_prof = nc;
     }
-    t->prof[t->n_prof++] = (struct prof){p, used, 1};
+    t->prof[t->n_prof] = (struct prof){.p = p, .stray = prof_stray(t->vd, p)};
+    if (t->prof[t->n_prof].stray && t->vd->unknown)
+        *t->vd->unknown = 1;
+    return &t->prof[t->n_prof++];
 }
 
 /* One walk: the failed fill bad from the front, the incompatible from the
@@ -128,12 +153,15 @@ static int tally_entry(const struct ctrl_entry *e, const struct ctrl_nsobj *o, c
                        void *data)
 {
     struct tally *t = data;
+    struct prof *p = NULL;
     t->nodes++;
     if (e->flags & CTRL_E_PODS)
         t->in_use++;
-    if (t->pin && e->digest == t->pin && why)
-        prof_add(t, why, (e->flags & (CTRL_E_ERROR | CTRL_E_COMPAT)) == CTRL_E_COMPAT);
-    if (!t->pin || e->digest != t->pin) {
+    if (t->pin && e->digest == t->pin && why && (p = prof_get(t, why)) && !p->stray) {
+        p->nodes += (e->flags & (CTRL_E_ERROR | CTRL_E_COMPAT)) == CTRL_E_COMPAT;
+        p->listed++;
+    }
+    if (!t->pin || e->digest != t->pin || (p && p->stray)) {
         t->pending++;
     } else if (e->flags & CTRL_E_ERROR) {
         t->failed++;
@@ -149,10 +177,11 @@ static int tally_entry(const struct ctrl_entry *e, const struct ctrl_nsobj *o, c
     return 0;
 }
 
-static int tally(const struct ctrl_cidx *c, uint32_t pin, struct tally *t)
+static int tally(const struct ctrl_cidx *c, const struct ctrl_verdict *vd, struct tally *t)
 {
     memset(t, 0, sizeof *t);
-    t->pin = pin;
+    t->pin = ctrl_digest_id(vd->digest);
+    t->vd = vd;
     t->cap = c ? c->n : 0;
     t->bad = t->cap ? calloc(t->cap, sizeof *t->bad) : NULL;
     if (t->cap && !t->bad)
@@ -186,26 +215,22 @@ static void list_nodes(struct tkm_buf *b, const struct bad_node *list, size_t n)
 
 /* ---- variants ------------------------------------------------------------------------------ */
 
-/* One "V..." line of a profile into v (strings borrowed from the line: the
- * tabs become NULs in line, a copy). 0, or -1 for a line not in the grammar. */
-static int vline(char *line, struct tkm_api_variant_count *v, long *gpus)
+/* One "V<digest>\t<gpus>" line of a profile into v: the target is the
+ * index's (strings borrowed from vd). 0, or -1 for a line not in the grammar
+ * or a digest the index does not list (prof_stray keeps those out). */
+static int vline(const char *line, const struct ctrl_verdict *vd, struct tkm_api_variant_count *v,
+                 long *gpus)
 {
-    char *f[6];
-    int k = 0;
-    f[k++] = line;
-    for (char *p = line; *p && k < 6; p++)
-        if (*p == '\t') {
-            *p = 0;
-            f[k++] = p + 1;
-        }
-    if (k != 6)
+    size_t len = strcspn(line, "\t");
+    const struct ctrl_variant *x = variant_of(vd, line, len);
+    if (!x || line[len] != '\t')
         return -1;
-    v->digest = f[0];
-    v->platform = f[1];
-    v->backend = f[2];
-    v->arch = f[3];
-    v->warp_size = strtoll(f[4], NULL, 10);
-    *gpus = strtol(f[5], NULL, 10);
+    v->digest = (char *)x->digest;
+    v->platform = (char *)x->platform;
+    v->backend = (char *)x->backend;
+    v->arch = (char *)x->arch;
+    v->warp_size = x->warp_size;
+    *gpus = strtol(line + len + 1, NULL, 10);
     return 0;
 }
 
@@ -355,8 +380,8 @@ static int compiles_finish(struct tkm_api_compiles *c)
 }
 
 /* One profile, reported by p->listed nodes (p->nodes of them using it). */
-static int prof_apply(struct tkm_api_cache_status *st, const struct prof *p, struct tkm_buf *tmp,
-                      size_t *top_cap)
+static int prof_apply(struct tkm_api_cache_status *st, const struct ctrl_verdict *vd,
+                      const struct prof *p, struct tkm_buf *tmp, size_t *top_cap)
 {
     int rc = 0;
     tkm_buf_reset(tmp);
@@ -374,7 +399,7 @@ static int prof_apply(struct tkm_api_cache_status *st, const struct prof *p, str
         } else if (line[0] == 'V' && p->nodes) {
             struct tkm_api_variant_count v;
             long gpus;
-            if (vline(line + 1, &v, &gpus) == 0) {
+            if (vline(line + 1, vd, &v, &gpus) == 0) {
                 v.nodes = p->nodes;
                 v.gpus = (int32_t)(gpus * p->nodes);
                 rc = variant_add(st, &v);
@@ -427,7 +452,8 @@ static int variants_build(struct tkm_api_cache_status *st, const struct tally *t
     size_t top_cap = 0;
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < t->n_prof; i++)
-        rc = prof_apply(st, &t->prof[i], &b, &top_cap);
+        if (!t->prof[i].stray) /* not trusted: its nodes are pending */
+            rc = prof_apply(st, t->vd, &t->prof[i], &b, &top_cap);
     if (rc == 0)
         rc = compiles_finish(&st->compiles);
     if (rc == 0 && st->n_variants > 1)
@@ -544,7 +570,7 @@ int ctrl_agg_build(const struct ctrl_cidx *c, const struct ctrl_verdict *v, int6
     struct tally t;
     struct tkm_buf m = TKM_BUF_INIT(1200);
     int rc;
-    if ((rc = tally(c, ctrl_digest_id(v->digest), &t)) < 0)
+    if ((rc = tally(c, v, &t)) < 0)
         return rc;
     st->observed_generation = gen;
     st->has_counts = 1;

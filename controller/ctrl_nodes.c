@@ -428,7 +428,7 @@ static int profile_str(struct tkm_buf *b, const char *s)
 }
 
 /* The variant profile of an entry (ctrl_why_profile): one line per variant
- * used, "V<digest>\t<platform>\t<backend>\t<arch>\t<warp>\t<gpus>\n", then
+ * used, "V<digest>\t<gpus>\n" (its target is the index's: ctrl_agg), then
  * one per GPU type left without a variant, "N<gpuType>\n", then, when the
  * node reports compiles (issue 25), "C<podsServed>\t<podsCompiled>\t
  * <tritonKernels>\t<inductorEntries>\t<vllmEntries>\t<bytes>\t<since>\n" and
@@ -439,11 +439,8 @@ static int profile_of(const struct tkm_api_nsscan_entry *nc, struct tkm_buf *b)
     int bad = 0;
     for (size_t i = 0; i < nc->n_variants; i++) {
         const struct tkm_api_nsscan_variant *v = &nc->variants[i];
-        const char *f[] = {v->digest, v->platform, v->backend, v->arch};
-        bad |= tkm_buf_putc(b, 'V') < 0;
-        for (size_t k = 0; k < 4; k++)
-            bad |= profile_str(b, f[k]) | (tkm_buf_putc(b, '\t') < 0);
-        bad |= tkm_buf_printf(b, "%lld\t%zu\n", (long long)v->warp_size, v->n_gpu_ids) < 0;
+        bad |= (tkm_buf_putc(b, 'V') < 0) | profile_str(b, v->digest) |
+               (tkm_buf_printf(b, "\t%zu\n", v->n_gpu_ids) < 0);
     }
     for (size_t i = 0; i < nc->n_incompatible; i++) {
         const struct tkm_api_nsscan_group *g = &nc->incompatible[i];

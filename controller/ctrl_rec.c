@@ -87,6 +87,13 @@ struct ctrl_cache {
     int has_sum, sum_done;
     struct tkm_api_summary sum;
     uint64_t sum_retry_at;
+    /* the pinned index's variants (owned; none for a single image): read
+     * by the summary step (vars_done), or again when the status step meets
+     * a variant digest it does not know (vars_want: after a restart the
+     * summary comes from the status, the variants do not) */
+    struct ctrl_variant *vars;
+    size_t n_vars;
+    int vars_done, vars_want;
     /* status: sha256 of the bodies (all zero: none) */
     uint8_t written_hash[32];
     uint8_t prewrite_hash[32]; /* the informer's status when we wrote: it has not caught up while
@@ -237,6 +244,9 @@ static void cache_strings_free(struct ctrl_cache *cc)
     ver_flight_clear(cc);
     events_clear(cc);
     tkm_api_summary_release(&cc->sum);
+    free(cc->vars);
+    cc->vars = NULL;
+    cc->n_vars = 0;
 }
 
 /* The cache's Node label key (NULL: no memory). */
@@ -567,7 +577,7 @@ static void pin_set(struct ctrl_cache *cc, const char *image, const char *digest
     }
     if (strcmp(cc->pin, digest) != 0 || cc->pin_f.rc) {
         if (strcmp(cc->pin, digest) != 0)
-            cc->sum_done = 0; /* the summary step is for a pin */
+            cc->sum_done = cc->vars_done = cc->vars_want = 0; /* the summary step is for a pin */
         snprintf(cc->pin, sizeof cc->pin, "%s", digest);
         ctrl_state_pin_put(cc->c->state, cc->uid, image, digest);
     }
@@ -814,10 +824,41 @@ static int verify_step(struct ctrl_cache *cc, const struct view *v)
 
 /* ---- summary ------------------------------------------------------------------------- */
 
+/* The variants of an inspected pin (r->variants) into cc->vars: a variant
+ * index's; none for a single image (its nodes name no variants). */
+static void vars_take(struct ctrl_cache *cc, const struct tkm_verify_result *r)
+{
+    const struct tkm_variant_set *vs = &r->variants;
+    size_t n = vs->from_index ? vs->n : 0;
+    struct ctrl_variant *v = n ? calloc(n, sizeof *v) : NULL;
+    if (n && !v)
+        return; /* no memory: vars_done stays 0, asked again */
+    for (size_t i = 0; i < n; i++) {
+        const struct tkm_variant *x = &vs->v[i];
+        snprintf(v[i].digest, sizeof v[i].digest, "%s", x->digest);
+        snprintf(v[i].platform, sizeof v[i].platform, "%s/%s", x->os, x->architecture);
+        snprintf(v[i].backend, sizeof v[i].backend, "%s", x->backend);
+        snprintf(v[i].arch, sizeof v[i].arch, "%s", x->arch);
+        v[i].warp_size = x->warp_size;
+    }
+    free(cc->vars);
+    cc->vars = v;
+    cc->n_vars = n;
+    cc->vars_done = strcmp(r->digest, cc->pin) == 0;
+}
+
 static void inspect_done(const struct tkm_verify_result *r, void *data)
 {
     struct ctrl_cache *cc = data;
+    int ok = !r->failed && r->inspected;
     cc->op = NULL;
+    if (ok)
+        vars_take(cc, r);
+    if (cc->sum_done && !ok) { /* a read for the variants only: the summary stays */
+        cc->sum_retry_at = uv_now(cc->c->loop) + 30000;
+        step(cc);
+        return;
+    }
     tkm_api_summary_release(&cc->sum);
     cc->has_sum = 0;
     if (!r->failed && r->inspected && tkm_verify_api_summary(&r->image, &cc->sum) == 0) {
@@ -838,15 +879,18 @@ static int summary_step(struct ctrl_cache *cc, const struct view *v)
 {
     const struct tkm_api_cache_status *st = &v->cache.status;
     struct tkm_err err = {0};
-    if (!cc->pin[0] || cc->sum_done || !cc->ver_usable)
+    int need_vars = cc->vars_want && !cc->vars_done;
+    if (!cc->pin[0] || (cc->sum_done && !need_vars) || !cc->ver_usable)
         return 0;
-    if (st->resolved_digest && strcmp(st->resolved_digest, cc->pin) == 0 && st->has_summary) {
+    if (!cc->sum_done && st->resolved_digest && strcmp(st->resolved_digest, cc->pin) == 0 &&
+        st->has_summary) {
         tkm_api_summary_release(&cc->sum);
         if (ctrl_summary_copy(&cc->sum, &st->summary) < 0)
             return 0;
         cc->has_sum = 1;
         cc->sum_done = 1;
-        return 0;
+        if (!need_vars)
+            return 0;
     }
     if (uv_now(cc->c->loop) < cc->sum_retry_at)
         return 0;
@@ -962,7 +1006,8 @@ static uint64_t next_retry(const struct ctrl_cache *cc)
         at = cc->pin_f.retry_at;
     if (cc->ver_done && cc->ver_retry && cc->ver_retry_at < at)
         at = cc->ver_retry_at;
-    if (cc->pin[0] && !cc->sum_done && cc->sum_retry_at && cc->sum_retry_at < at)
+    if (cc->pin[0] && (!cc->sum_done || (cc->vars_want && !cc->vars_done)) && cc->sum_retry_at &&
+        cc->sum_retry_at < at)
         at = cc->sum_retry_at;
     if (at == UINT64_MAX)
         return 0;
@@ -993,13 +1038,17 @@ static void status_done(int rc, json_t *obj, const struct k8s_status *st, void *
     finish(cc, K8S_WQ_OK, after);
 }
 
+/* unknown: set to 1 when a node names a variant digest cc->vars lacks. */
 static int status_build(struct ctrl_cache *cc, const struct view *v,
-                        struct tkm_api_cache_status *st, char *now)
+                        struct tkm_api_cache_status *st, char *now, int *unknown)
 {
     struct ctrl_verdict vd;
     const struct tkm_api_cache_status *old = &v->cache.status;
     char *key = cc->pin[0] ? ver_key_of(cc, v) : NULL;
     verdict_of(cc, v, key, &vd);
+    vd.variants = cc->vars;
+    vd.n_variants = cc->n_vars;
+    vd.unknown = unknown;
     tkm_api_now(now, 32);
     int rc = ctrl_agg_build(cc->cidx, &vd, v->cache.meta.generation, old->conditions,
                             old->n_conditions, now, st);
@@ -1050,7 +1099,17 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
         finish(cc, K8S_WQ_OK, r && r < wait ? r : wait);
         return;
     }
-    int rc = status_build(cc, v, &st, now);
+    int unknown = 0;
+    int rc = status_build(cc, v, &st, now, &unknown);
+    if (rc == 0 && unknown && !cc->vars_done && !cc->vars_want && cc->ver_usable) {
+        /* a variant not known yet (after a restart the summary came from the
+         * status): read the index before writing, not a status with its
+         * nodes pending */
+        cc->vars_want = 1;
+        tkm_api_cache_status_release(&st);
+        finish(cc, K8S_WQ_OK, 1);
+        return;
+    }
     if (rc == 0)
         rc = body_hash(&st, cc, cc->new_hash);
     for (size_t i = 0; rc == 0 && i < st.n_conditions && i < 4; i++)

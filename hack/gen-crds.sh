@@ -87,7 +87,7 @@ conditions:
 EOF
 }
 
-# The properties of a variant (cache status variants[] and node status variants[]), at INDENT.
+# The properties of a variant (cache status variants[]), at INDENT.
 variant_props() { # INDENT
   sed "s/^/$1/" <<'EOF'
 digest:
@@ -759,17 +759,19 @@ nodestatus_crd() { # kind plural singular short scope
                           type: string
                           format: date-time
                     variants:
-                      description: The variants of the cache this node uses, and which GPUs use each.
+                      description: >-
+                        The variants of the cache this node uses (one entry per digest), and which GPUs use each.
+                        The variant's target (platform, backend, arch, warp size) is the signed index's: the
+                        controller reads it from the index it verified and lists it in the cache status.
                       type: array
                       maxItems: 64
                       items:
                         type: object
                         properties:
-$(variant_props "                          ")
-                          gpuType:
-                            description: The GPU type of the GPUs that use it.
+                          digest:
+                            description: The variant's image manifest digest (one of the index's).
                             type: string
-                            maxLength: 64
+                            maxLength: 128
                           gpuIds:
                             description: The GPUs that use it.
                             type: array

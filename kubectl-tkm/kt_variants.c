@@ -2,7 +2,10 @@
  * kt_variants.c - mixed fleets in kubectl-tkm: the nodes of each cache
  * grouped by the variant they use (from the node status entries' variants
  * and the GPU groups left without one), as text under the status table and
- * in the status document; and `kubectl tkm schedule`'s recipe.
+ * in the status document; and `kubectl tkm schedule`'s recipe. A node names
+ * a variant by digest only: its target (platform, backend, arch, warp size)
+ * is the one the cache status' variants list gives that digest ("?" when it
+ * does not list it yet).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -13,9 +16,10 @@
 
 /* One group of nodes: a variant (digest set) or a GPU type without one. */
 struct vgroup {
-    const struct tkm_api_variant_use *v; /* the first node's (borrowed), NULL: without variant */
-    const char *gpu_type, *reason;       /* without variant */
-    size_t *nodes;                       /* matrix node indexes (owned) */
+    const struct tkm_api_variant_use *v;   /* the first node's (borrowed), NULL: without variant */
+    const struct tkm_api_variant_count *t; /* v's target from the cache status, or NULL */
+    const char *gpu_type, *reason;         /* without variant */
+    size_t *nodes;                         /* matrix node indexes (owned) */
     size_t n_nodes, n_empty;
     long gpus;
 };
@@ -38,9 +42,19 @@ static int same_str(const char *a, const char *b)
     return strcmp(a ? a : "", b ? b : "") == 0;
 }
 
+/* The cache status' entry for variant digest d, or NULL. */
+static const struct tkm_api_variant_count *target_of(const struct tkm_api_cache *c, const char *d)
+{
+    for (size_t i = 0; d && i < c->status.n_variants; i++)
+        if (same_str(c->status.variants[i].digest, d))
+            return &c->status.variants[i];
+    return NULL;
+}
+
 /* The group matching v (or gpu_type/reason when v is NULL), made when absent. */
-static struct vgroup *vgroup_get(struct vgroups *gs, const struct tkm_api_variant_use *v,
-                                 const char *gpu_type, const char *reason)
+static struct vgroup *vgroup_get(struct vgroups *gs, const struct tkm_api_cache *c,
+                                 const struct tkm_api_variant_use *v, const char *gpu_type,
+                                 const char *reason)
 {
     for (size_t i = 0; i < gs->n; i++) {
         struct vgroup *g = &gs->g[i];
@@ -56,7 +70,8 @@ static struct vgroup *vgroup_get(struct vgroups *gs, const struct tkm_api_varian
         gs->g = w;
         gs->cap = nc;
     }
-    gs->g[gs->n] = (struct vgroup){.v = v, .gpu_type = gpu_type, .reason = reason};
+    gs->g[gs->n] = (struct vgroup){
+        .v = v, .t = v ? target_of(c, v->digest) : NULL, .gpu_type = gpu_type, .reason = reason};
     return &gs->g[gs->n++];
 }
 
@@ -104,7 +119,7 @@ static int row_groups(const struct kt_matrix *m, const struct kt_row *r, struct 
         if (!e || c->state == KT_PENDING)
             continue;
         for (size_t k = 0; usable && k < e->n_variants; k++) {
-            struct vgroup *g = vgroup_get(gs, &e->variants[k], NULL, NULL);
+            struct vgroup *g = vgroup_get(gs, r->cache, &e->variants[k], NULL, NULL);
             if (!g || vgroup_add(g, j, (long)e->variants[k].n_gpu_ids, 0) < 0)
                 return -ENOMEM;
         }
@@ -112,7 +127,7 @@ static int row_groups(const struct kt_matrix *m, const struct kt_row *r, struct 
             const struct tkm_api_gpu_group *ig = &e->incompatible[k];
             if (!no_variant(ig->reason))
                 continue;
-            struct vgroup *g = vgroup_get(gs, NULL, ig->gpu_type, ig->reason);
+            struct vgroup *g = vgroup_get(gs, r->cache, NULL, ig->gpu_type, ig->reason);
             if (!g || vgroup_add(g, j, (long)ig->n_ids, e->fallback != NULL) < 0)
                 return -ENOMEM;
         }
@@ -125,10 +140,11 @@ static int row_groups(const struct kt_matrix *m, const struct kt_row *r, struct 
 /* "cuda/90 linux/amd64 warp 32 (sha256:0123456789ab)" or "no variant: nvidia-a100 (NoVariant)". */
 static void vgroup_name(const struct vgroup *g, char *out, size_t n)
 {
+    const struct tkm_api_variant_count *t = g->t;
     if (g->v)
-        snprintf(out, n, "%s/%s %s warp %lld (%.19s)", g->v->backend ? g->v->backend : "?",
-                 g->v->arch ? g->v->arch : "?", g->v->platform ? g->v->platform : "?",
-                 (long long)g->v->warp_size, g->v->digest ? g->v->digest : "?");
+        snprintf(out, n, "%s/%s %s warp %lld (%.19s)", t && t->backend ? t->backend : "?",
+                 t && t->arch ? t->arch : "?", t && t->platform ? t->platform : "?",
+                 t ? (long long)t->warp_size : 0LL, g->v->digest ? g->v->digest : "?");
     else
         snprintf(out, n, "no variant: %s (%s)", g->gpu_type ? g->gpu_type : "?",
                  g->reason ? g->reason : "?");
@@ -207,10 +223,12 @@ int kt__row_variants_json(const struct kt_matrix *m, const struct kt_row *r, jso
         for (size_t i = 0; names && i < g->n_nodes; i++)
             if (json_array_append_new(names, json_string(m->nodes[g->nodes[i]].name)) < 0)
                 rc = -ENOMEM;
+        const struct tkm_api_variant_count *t = g->t;
         if (g->v)
             e = json_pack("{s:s?,s:s?,s:s?,s:s?,s:I,s:o,s:I}", "digest", g->v->digest, "platform",
-                          g->v->platform, "backend", g->v->backend, "arch", g->v->arch, "warpSize",
-                          (json_int_t)g->v->warp_size, "nodes", names, "gpus", (json_int_t)g->gpus);
+                          t ? t->platform : NULL, "backend", t ? t->backend : NULL, "arch",
+                          t ? t->arch : NULL, "warpSize", (json_int_t)(t ? t->warp_size : 0),
+                          "nodes", names, "gpus", (json_int_t)g->gpus);
         else
             e = json_pack("{s:s?,s:s?,s:o,s:I,s:I}", "gpuType", g->gpu_type, "reason", g->reason,
                           "nodes", names, "gpus", (json_int_t)g->gpus, "emptyVolumes",

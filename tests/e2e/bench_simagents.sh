@@ -5,7 +5,8 @@
 # with reason ArchMismatch on the first fraction of the nodes), applied on
 # /status by the field manager tkm-agent; `pods` creates Pending Pods, half
 # bound to another node; `wait` returns only once every cache is Ready with
-# counts.nodes >= N and times out (exit 1) while one is short of it.
+# counts.nodes >= N and times out (exit 1) while one is short of it; --variants 3
+# --variant-digests: every entry names its node's variant as {digest, gpuIds}.
 source "$(dirname "$0")/lib.sh"
 
 SIM=$TKM_BUILD_DIR/bench/bench_simagents
@@ -32,6 +33,14 @@ UID7=$(kubectl get node sim-00007 -o jsonpath='{.metadata.uid}')
 assert_eq "Node/sim-00007/$UID7" "$(jq -r '.items[] | select(.metadata.name == "sim-00007") | .metadata.ownerReferences[0] | "\(.kind)/\(.name)/\(.uid)"' <<<"$J")" "owned by its Node"
 MGR=$(kubectl -n "$NS" get tkcns sim-00007 --show-managed-fields -o jsonpath='{range .metadata.managedFields[*]}{.manager}:{.operation}:{.subresource};{end}')
 assert_contains "$MGR" "tkm-agent:Apply:status" "applied on /status by tkm-agent"
+
+step "write --variants 3 --variant-digests: each entry names its node's variant by digest and GPU ids only"
+VA=sha256:$(printf a%.0s $(seq 64)) VB=sha256:$(printf b%.0s $(seq 64)) VC=sha256:$(printf c%.0s $(seq 64))
+expect_ok "write --variants 3" "$SIM" write --nodes $N --caches $C --ns "$NS" --kind tkm --digest "$D" --variants 3 --variant-digests "$VA,$VB,$VC"
+J=$(kubectl -n "$NS" get tkcns -o json)
+vof() { jq -c --arg n "$1" '.items[] | select(.metadata.name == $n) | .status.caches["bench-00004"].variants' <<<"$J"; }
+assert_eq "[{\"digest\":\"$VA\",\"gpuIds\":[0]}] [{\"digest\":\"$VB\",\"gpuIds\":[0]}] [{\"digest\":\"$VC\",\"gpuIds\":[0]}]" \
+  "$(vof sim-00003) $(vof sim-00001) $(vof sim-00005)" "node i uses the i % 3rd digest given"
 
 step "pods: Pending Pods bound to another node or none"
 # The ServiceAccount admission plugin wants the namespace's "default" ServiceAccount,

@@ -40,11 +40,12 @@ ctrl_crds() {
   done
 }
 
-ctrl_image() {
+ctrl_image() { # REPO TAG [TKMCTL BUILD FLAGS...] (--add-variant: a variant index of one)
   local repo=$1 tag=$2 src=$E2E_TMP/src-$RANDOM
+  shift 2
   mkdir -p "$src"
   tar -xzf "$TKM_FIXTURES/triton-cache/triton-3.6.0-cuda-sm90.tar.gz" -C "$src"
-  "$TKMCTL" build "$src/tcache" --push "$repo:$tag" >"$E2E_TMP/build.log" 2>&1 ||
+  "$TKMCTL" build "$src/tcache" --push "$repo:$tag" "$@" >"$E2E_TMP/build.log" 2>&1 ||
     fail "tkmctl build --push $repo:$tag: $(cat "$E2E_TMP/build.log")"
   "$CRANE" digest "$repo:$tag"
 }

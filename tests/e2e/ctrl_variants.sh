@@ -6,7 +6,9 @@
 # gpuTypesWithoutVariant, variantSummary (the Variants column of kubectl get tkc) and nodeLabel;
 # the label follows the node status (removed when the node stops being compatible, back when it
 # is again), a stray label under the controller's prefix is removed, and the label goes with the
-# cache. The CRD refuses a bad whenIncompatible and a bad fallback; kubectl tkm schedule prints
+# cache. A node names its variant by digest only: the target in status.variants is the one the
+# signed index gives it; a digest the index does not list is not counted (the node has not caught
+# up). The CRD refuses a bad whenIncompatible and a bad fallback; kubectl tkm schedule prints
 # the recipe with the label, and a Deployment with that nodeSelector is accepted.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/ctrl_helpers.bash"
@@ -24,11 +26,16 @@ finish() {
 }
 e2e_on_exit finish
 
-step "a signed cache image, two Nodes, the controller"
+step "a signed variant index (one sm90 variant), two Nodes, the controller"
 ctrl_keys
 REPO=$TKM_REGISTRY/e2e-var-$RANDOM/cache
-DA=$(ctrl_image "$REPO" v1)
+DA=$(ctrl_image "$REPO" v1 --add-variant)
 ctrl_sign "$REPO@$DA"
+V90=$("$CRANE" manifest "$REPO@$DA" | jq -r '.manifests[] | select(.annotations["cache.triton.image/arch"] == "90") | .digest')
+[[ $V90 == sha256:* ]] || fail "no sm90 variant in the index $DA"
+case $(uname -m) in x86_64) HOSTCPU=amd64 ;; aarch64) HOSTCPU=arm64 ;; *) HOSTCPU=$(uname -m) ;; esac
+PLATFORM=linux/$HOSTCPU
+ONPLAT=$([[ $HOSTCPU == amd64 ]] || echo " $PLATFORM") # variantSummary names a platform but amd64
 PUB=$(sed 's/^/      /' "$E2E_TMP/cosign.pub")
 U1=$(ctrl_node "$N1") U2=$(ctrl_node "$N2")
 ctrl_start c1
@@ -59,9 +66,8 @@ wait_for 30 "mixed: Verified=True" cond_is True mixed Verified
 LABEL="tkc.tkm.io/$NS.mixed"
 label_is() { [[ $(kubectl -n "$NS" get tkc mixed -o jsonpath='{.status.nodeLabel}') == "$1" ]]; }
 wait_for 20 "status.nodeLabel names the label" label_is "$LABEL"
-V90=sha256:$(printf '9%.0s' $(seq 64))
-compat_var() {
-  echo "{\"digest\":\"$DA\",\"verified\":true,\"extracted\":true,\"compatibleGPUs\":[{\"ids\":[0,1],\"gpuType\":\"nvidia-h200\"}],\"variants\":[{\"digest\":\"$V90\",\"platform\":\"linux/amd64\",\"backend\":\"cuda\",\"arch\":\"90\",\"warpSize\":32,\"gpuType\":\"nvidia-h200\",\"gpuIds\":[0,1]}]}"
+compat_var() { # [VARIANT DIGEST]
+  echo "{\"digest\":\"$DA\",\"verified\":true,\"extracted\":true,\"compatibleGPUs\":[{\"ids\":[0,1],\"gpuType\":\"nvidia-h200\"}],\"variants\":[{\"digest\":\"${1:-$V90}\",\"gpuIds\":[0,1]}]}"
 }
 novariant() {
   echo "{\"digest\":\"$DA\",\"verified\":true,\"fallback\":\"Empty\",\"incompatibleGPUs\":[{\"ids\":[0],\"gpuType\":\"nvidia-a100\",\"reason\":\"NoVariant\",\"message\":\"no variant for GPU 0 (cuda sm80 warp 32); the image has linux/amd64 cuda sm90 warp 32\"}]}"
@@ -77,20 +83,20 @@ labels_are() { [[ "$(node_label "$N1") $(node_label "$N2")" == "$1" ]]; }
 wait_for 20 "$N1 labelled, $N2 not" labels_are "true absent"
 wait_for 20 "mixed: Ready=True" cond_is True mixed Ready
 summary_is() { [[ $(kubectl -n "$NS" get tkc mixed -o jsonpath='{.status.variantSummary}') == "$1" ]]; }
-wait_for 20 "status.variantSummary" summary_is "cuda/90: 1 node; none for: nvidia-a100"
-assert_eq "$V90 linux/amd64 cuda 90 32 1 2" \
+wait_for 20 "status.variantSummary" summary_is "cuda/90$ONPLAT: 1 node; none for: nvidia-a100"
+assert_eq "$V90 $PLATFORM cuda 90 32 1 2" \
   "$(kubectl -n "$NS" get tkc mixed -o jsonpath='{.status.variants[0].digest} {.status.variants[0].platform} {.status.variants[0].backend} {.status.variants[0].arch} {.status.variants[0].warpSize} {.status.variants[0].nodes} {.status.variants[0].gpus}')" \
-  "status.variants: the variant, 1 node, 2 GPUs"
+  "status.variants: the variant (its target from the signed index), 1 node, 2 GPUs"
 assert_eq '["nvidia-a100"]' "$(kubectl -n "$NS" get tkc mixed -o jsonpath='{.status.gpuTypesWithoutVariant}')" "status.gpuTypesWithoutVariant"
 assert_eq "2/1/1" "$(kubectl -n "$NS" get tkc mixed -o jsonpath='{.status.counts.nodes}/{.status.counts.compatible}/{.status.counts.incompatible}')" "counts: the Empty node is incompatible"
 out=$(kubectl -n "$NS" get tkc mixed)
 assert_contains "$(head -1 <<<"$out")" "VARIANTS" "kubectl get tkc has a Variants column"
-assert_contains "$out" "cuda/90: 1 node; none for: nvidia-a100" "kubectl get tkc shows the summary"
+assert_contains "$out" "cuda/90$ONPLAT: 1 node; none for: nvidia-a100" "kubectl get tkc shows the summary"
 
 step "kubectl tkm: status by variant, the schedule recipe, and a Deployment using it"
 st=$("$KT" status -n "$NS" --no-color)
 assert_contains "$st" "By variant:" "kubectl tkm status has the by-variant table"
-assert_contains "$st" "cuda/90 linux/amd64 warp 32" "the variant is named"
+assert_contains "$st" "cuda/90 $PLATFORM warp 32 (${V90:0:19})" "the variant is named (its target from the cache status)"
 assert_contains "$st" "no variant: nvidia-a100 (NoVariant)" "the GPU type without a variant"
 assert_contains "$st" "$N2 (empty volume)" "the node served an empty volume"
 rec=$("$KT" schedule mixed -n "$NS")
@@ -110,6 +116,27 @@ $sel
 EOF2
 pass "the recipe's nodeSelector is valid in a Deployment"
 assert_eq "$N1" "$(kubectl get nodes -l "$LABEL=true" -o jsonpath='{.items[*].metadata.name}')" "the selector matches exactly the compatible node"
+
+step "a variant digest the signed index does not list: not trusted, the node counts as not caught up"
+VX=sha256:$(printf '7%.0s' $(seq 64))
+ctrl_report "$NS" "$N2" "$U2" "{\"mixed\":$(compat_var "$VX")}"
+counts_are() { [[ $(kubectl -n "$NS" get tkc mixed -o jsonpath='{.status.counts.nodes}/{.status.counts.compatible}/{.status.counts.incompatible}') == "$1" ]]; }
+wait_for 20 "counts: $N2 neither compatible nor incompatible" counts_are "2/1/0"
+assert_eq "True RollingOut" "$(ctrl_cond "$NS" tkc/mixed Progressing) $(ctrl_reason "$NS" tkc/mixed Progressing)" "Progressing: RollingOut (1 of 2 nodes not at the pinned digest)"
+assert_eq "$V90 1" "$(kubectl -n "$NS" get tkc mixed -o jsonpath='{.status.variants[*].digest} {.status.variants[0].nodes}')" "status.variants lists only the index's variant"
+ctrl_report "$NS" "$N2" "$U2" "{\"mixed\":$(novariant)}"
+wait_for 20 "counts back: $N2 incompatible" counts_are "2/1/1"
+
+step "after a restart (the summary taken from the status) the index is read again for the variants"
+reads() { grep -cF "reading the summary labels of $DA" "$E2E_TMP/c1.log" || true; }
+n0=$(reads)
+ctrl_kill c1
+ctrl_start c1
+ctrl_report "$NS" "$N1" "$U1" "{\"mixed\":$(compat_var | sed 's/"gpuIds":\[0,1\]/"gpuIds":[0]/')}"
+variant_is() { [[ $(kubectl -n "$NS" get tkc mixed -o jsonpath='{.status.variants[0].gpus} {.status.variants[0].backend}/{.status.variants[0].arch} {.status.variants[0].platform} {.status.variants[0].warpSize}') == "$1" ]]; }
+wait_for 30 "status.variants after the restart: 1 GPU, the target from the index" variant_is "1 cuda/90 $PLATFORM 32"
+assert_eq "2/1/1 True" "$(kubectl -n "$NS" get tkc mixed -o jsonpath='{.status.counts.nodes}/{.status.counts.compatible}/{.status.counts.incompatible}') $(ctrl_cond "$NS" tkc/mixed Ready)" "counts and Ready as before the restart"
+assert_eq "1" "$(($(reads) - n0))" "the restarted controller read the index once (for its variants)"
 
 step "the label follows the node status"
 ctrl_report "$NS" "$N1" "$U1" "{\"mixed\":$(novariant)}"

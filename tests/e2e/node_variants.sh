@@ -108,11 +108,17 @@ EOT
 wait_for 60 "the controller pinned the index digest" is "$NSA" tkc/mixed '{.status.resolvedDigest}' "$DI"
 wait_for 60 "Verified=True (the index's signature)" is "$NSA" tkc/mixed '{.status.conditions[?(@.type=="Verified")].status}' True
 wait_for 90 "node 1 uses the sm90 variant" is "$NSA" "tkcns/$TKM_NODE_NAME" '{.status.caches.mixed.variants[0].digest}' "$V90"
-assert_eq "90 nvidia-h200 0" "$(kubectl -n "$NSA" get tkcns "$TKM_NODE_NAME" -o jsonpath='{.status.caches.mixed.variants[0].arch} {.status.caches.mixed.variants[0].gpuType} {.status.caches.mixed.variants[0].gpuIds[*]}')" "node 1: arch, GPU type, GPU ids"
+# a node names its variant by digest and GPU ids only; the GPU type is its gpus[] entry's, the
+# target the signed index's (the cache status below)
+vuse() { # NODE: "<the entry's keys> <gpuType of each GPU id> <ids> <entries>"
+  kubectl -n "$NSA" get tkcns "$1" -o json | jq -r '.status as $s | $s.caches.mixed.variants |
+    "\(.[0] | keys | join(",")) \([.[0].gpuIds[] as $i | $s.gpus[] | select(.id == $i) | .gpuType] | unique | join(",")) \(.[0].gpuIds | join(",")) \(length)"'
+}
+assert_eq "digest,gpuIds nvidia-h200 0 1" "$(vuse "$TKM_NODE_NAME")" "node 1: digest and GPU ids only; GPU 0, an H200"
 wait_for 90 "node 2 uses the sm80 variant" is "$NSA" "tkcns/$N2" '{.status.caches.mixed.variants[0].digest}' "$V80"
-assert_eq "80 nvidia-a100 0 1" "$(kubectl -n "$NSA" get tkcns "$N2" -o json | jq -r '.status.caches.mixed.variants | "\(.[0].arch) \(.[0].gpuType) \(.[0].gpuIds | join(",")) \(length)"')" "node 2: arch, GPU type, GPU ids; one variant"
-wait_for 60 "the cache status counts one node per variant" bash -c \
-  "kubectl -n $NSA get tkc mixed -o json | jq -e '[.status.variants[] | \"\(.arch):\(.nodes)\"] | sort == [\"80:1\", \"90:1\"]' >/dev/null"
+assert_eq "digest,gpuIds nvidia-a100 0,1 1" "$(vuse "$N2")" "node 2: digest and GPU ids only; GPUs 0 and 1, A100s; one variant"
+wait_for 60 "the cache status counts one node per variant, with the index's targets" bash -c \
+  "kubectl -n $NSA get tkc mixed -o json | jq -e '[.status.variants[] | \"\(.digest)=\(.arch):\(.nodes)\"] | sort == ([\"$V80=80:1\", \"$V90=90:1\"] | sort)' >/dev/null"
 SUM=$(kubectl -n "$NSA" get tkc mixed -o jsonpath='{.status.variantSummary}')
 assert_contains "$SUM" "cuda/90" "variantSummary names the sm90 variant"
 assert_contains "$SUM" "cuda/80" "... and the sm80 one"

@@ -469,16 +469,14 @@ TEST(variants_pick_per_gpu)
     /* the node status: which variant each GPU group uses */
     ASSERT_OK(agent_entry_build(&w.a, &w.ac, &e));
     ASSERT_EQ(e.n_variants, 2);
+    /* by digest only (the H200s, GPUs 0 and 1, on sm90's; the A100, GPU 2, on sm80's): the
+     * target is the index's, the GPU type the node's gpus[] */
     ASSERT_STREQ(e.variants[0].digest, VD("a"));
-    ASSERT_STREQ(e.variants[0].gpu_type, "nvidia-h200");
-    ASSERT_STREQ(e.variants[0].backend, "cuda");
-    ASSERT_STREQ(e.variants[0].arch, "90");
-    ASSERT_EQ(e.variants[0].warp_size, 32);
     ASSERT_EQ(e.variants[0].n_gpu_ids, 2);
+    ASSERT_EQ(e.variants[0].gpu_ids[0], 0);
     ASSERT_EQ(e.variants[0].gpu_ids[1], 1);
-    ASSERT_STRCONTAINS(e.variants[0].platform, "linux/");
     ASSERT_STREQ(e.variants[1].digest, VD("b"));
-    ASSERT_STREQ(e.variants[1].gpu_type, "nvidia-a100");
+    ASSERT_EQ(e.variants[1].n_gpu_ids, 1);
     ASSERT_EQ(e.variants[1].gpu_ids[0], 2);
     ASSERT_EQ(e.n_incompatible, 1);
     ASSERT_STREQ(e.incompatible[0].reason, "HostArchMismatch");

@@ -638,10 +638,7 @@ TEST(cache_status_variants_round_trip)
 TEST(nodestatus_variants_round_trip_and_scan)
 {
     int32_t ids0[] = {0, 1}, ids1[] = {2};
-    struct tkm_api_variant_use vu[2] = {{(char *)DIGEST, (char *)"linux/amd64", (char *)"cuda",
-                                         (char *)"90", (char *)"nvidia-h200", 32, ids0, 2},
-                                        {(char *)"sha256:bb", (char *)"linux/amd64", (char *)"cuda",
-                                         (char *)"80", (char *)"nvidia-a100", 32, ids1, 1}};
+    struct tkm_api_variant_use vu[2] = {{(char *)DIGEST, ids0, 2}, {(char *)"sha256:bb", ids1, 1}};
     struct tkm_api_gpu_group inc = {NULL, 0, (char *)"amd-mi300x", (char *)"NoVariant",
                                     (char *)"m"};
     struct tkm_api_node_cache caches[2] = {{.name = (char *)"a",
@@ -661,20 +658,30 @@ TEST(nodestatus_variants_round_trip_and_scan)
     struct tkm_buf a = TKM_BUF_INIT(1 << 20), b = TKM_BUF_INIT(1 << 20);
     ASSERT_OK(tkm_api_node_status_apply(&st, NULL, "uid", &o, &err));
     ASSERT_OK(tkm_api_dump(o, &a));
-    ASSERT_STRCONTAINS(a.data, "\"variants\":[{\"digest\":\"" DIGEST "\",\"platform\":"
-                               "\"linux/amd64\",\"backend\":\"cuda\",\"arch\":\"90\","
-                               "\"warpSize\":32,\"gpuType\":\"nvidia-h200\",\"gpuIds\":[0,1]}");
+    /* a variant is its digest and GPU ids: the target is the index's */
+    ASSERT_STRCONTAINS(a.data, "\"variants\":[{\"digest\":\"" DIGEST "\",\"gpuIds\":[0,1]},"
+                               "{\"digest\":\"sha256:bb\",\"gpuIds\":[2]}]");
     ASSERT_STRCONTAINS(a.data, "\"fallback\":\"Empty\"");
     ASSERT_OK(tkm_api_nodestatus_decode(a.data, a.len, &n, &err));
     ASSERT_UEQ(n.status.caches[0].n_variants, 2);
-    ASSERT_STREQ(n.status.caches[0].variants[1].gpu_type, "nvidia-a100");
+    ASSERT_STREQ(n.status.caches[0].variants[1].digest, "sha256:bb");
+    ASSERT_EQ(n.status.caches[0].variants[1].gpu_ids[0], 2);
     ASSERT_EQ(n.status.caches[0].variants[0].gpu_ids[1], 1);
-    ASSERT_EQ(n.status.caches[0].variants[0].warp_size, 32);
     ASSERT_NULL(n.status.caches[0].fallback);
     ASSERT_STREQ(n.status.caches[1].fallback, "Empty");
     ASSERT_OK(tkm_api_node_status_apply(&n.status, NULL, "uid", &o2, &err));
     ASSERT_OK(tkm_api_dump(o2, &b));
     ASSERT_STREQ(a.data, b.data);
+    tkm_api_nodestatus_release(&n);
+    /* an entry an older agent wrote (the target and GPU type in it): read, those ignored */
+    static const char old[] =
+        "{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"TritonKernelCacheNodeStatus\","
+        "\"metadata\":{\"name\":\"n\"},\"status\":{\"caches\":{\"c\":{\"variants\":[{\"digest\":"
+        "\"sha256:cc\",\"platform\":\"linux/amd64\",\"backend\":\"cuda\",\"arch\":\"90\","
+        "\"warpSize\":32,\"gpuType\":\"nvidia-h200\",\"gpuIds\":[3]}]}}}}";
+    ASSERT_OK(tkm_api_nodestatus_decode(old, strlen(old), &n, &err));
+    ASSERT_STREQ(n.status.caches[0].variants[0].digest, "sha256:cc");
+    ASSERT_EQ(n.status.caches[0].variants[0].gpu_ids[0], 3);
     tkm_api_nodestatus_release(&n);
     json_decref(o);
     json_decref(o2);
@@ -692,12 +699,14 @@ TEST(nodestatus_variants_refused_naming_the_field)
         {NSV("\"variants\":[1]"), "status.caches[\"c\"].variants[0]: expected an object"},
         {NSV("\"variants\":[{\"digest\":7}]"),
          "status.caches[\"c\"].variants[0].digest: expected a string, got an integer"},
-        {NSV("\"variants\":[{\"warpSize\":0},{\"warpSize\":1025}]"),
-         "status.caches[\"c\"].variants[1].warpSize: 1025 is out of range [0, 1024]"},
+        {NSV("\"variants\":[{\"digest\":\"sha256:aa\"},{\"gpuIds\":{}}]"),
+         "status.caches[\"c\"].variants[1].gpuIds: expected a list, got an object"},
         {NSV("\"variants\":[{\"gpuIds\":[0,-1]}]"),
          "status.caches[\"c\"].variants[0].gpuIds[1]: expected a GPU id"},
-        {NSV("\"variants\":[{\"backend\":\"cudacudacudacudacuda\"}]"),
-         "status.caches[\"c\"].variants[0].backend: longer than 16 bytes"},
+        {NSV("\"variants\":[{\"digest\":\"sha256:"
+             "0123456789012345678901234567890123456789012345678901234567890123456789"
+             "0123456789012345678901234567890123456789012345678901234567\"}]"),
+         "status.caches[\"c\"].variants[0].digest: longer than 128 bytes"},
         {NSV("\"fallback\":\"Fail\""), "status.caches[\"c\"].fallback: \"Fail\", expected Empty"},
         {NSV("\"fallback\":true"), "status.caches[\"c\"].fallback: expected a string"},
     };

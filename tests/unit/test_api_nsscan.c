@@ -26,15 +26,12 @@ static char *dup_or_null(const char *s)
 }
 
 /* One line for an entry's variants and incompatible groups (NULL strings as "-"). */
-static char *lists_of(size_t nv, const char *const *vs, const int64_t *warp, const size_t *nids,
-                      size_t ng, const char *const *gs, const size_t *gids)
+static char *lists_of(size_t nv, const char *const *vs, const size_t *nids, size_t ng,
+                      const char *const *gs, const size_t *gids)
 {
     struct tkm_buf b = TKM_BUF_INIT(1 << 20);
-    for (size_t i = 0; i < nv; i++) {
-        for (size_t k = 0; k < 5; k++)
-            tkm_buf_printf(&b, "%s|", vs[i * 5 + k] ? vs[i * 5 + k] : "-");
-        tkm_buf_printf(&b, "%lld|%zu;", (long long)warp[i], nids[i]);
-    }
+    for (size_t i = 0; i < nv; i++)
+        tkm_buf_printf(&b, "%s|%zu;", vs[i] ? vs[i] : "-", nids[i]);
     for (size_t i = 0; i < ng; i++)
         tkm_buf_printf(&b, "G%s|%s|%zu;", gs[i * 2] ? gs[i * 2] : "-",
                        gs[i * 2 + 1] ? gs[i * 2 + 1] : "-", gids[i]);
@@ -63,42 +60,34 @@ static char *compiles_of(const struct tkm_api_compiles *c)
 
 static char *lists_scanned(const struct tkm_api_nsscan_entry *e)
 {
-    const char *vs[64 * 5], *gs[64 * 2];
-    int64_t warp[64];
+    const char *vs[64], *gs[64 * 2];
     size_t nids[64], gids[64];
     for (size_t i = 0; i < e->n_variants; i++) {
-        const struct tkm_api_nsscan_variant *v = &e->variants[i];
-        const char *x[] = {v->digest, v->platform, v->backend, v->arch, v->gpu_type};
-        memcpy(&vs[i * 5], x, sizeof x);
-        warp[i] = v->warp_size;
-        nids[i] = v->n_gpu_ids;
+        vs[i] = e->variants[i].digest;
+        nids[i] = e->variants[i].n_gpu_ids;
     }
     for (size_t i = 0; i < e->n_incompatible; i++) {
         gs[i * 2] = e->incompatible[i].gpu_type;
         gs[i * 2 + 1] = e->incompatible[i].reason;
         gids[i] = e->incompatible[i].n_ids;
     }
-    return lists_of(e->n_variants, vs, warp, nids, e->n_incompatible, gs, gids);
+    return lists_of(e->n_variants, vs, nids, e->n_incompatible, gs, gids);
 }
 
 static char *lists_decoded(const struct tkm_api_node_cache *c)
 {
-    const char *vs[64 * 5], *gs[64 * 2];
-    int64_t warp[64];
+    const char *vs[64], *gs[64 * 2];
     size_t nids[64], gids[64];
     for (size_t i = 0; i < c->n_variants; i++) {
-        const struct tkm_api_variant_use *v = &c->variants[i];
-        const char *x[] = {v->digest, v->platform, v->backend, v->arch, v->gpu_type};
-        memcpy(&vs[i * 5], x, sizeof x);
-        warp[i] = v->warp_size;
-        nids[i] = v->n_gpu_ids;
+        vs[i] = c->variants[i].digest;
+        nids[i] = c->variants[i].n_gpu_ids;
     }
     for (size_t i = 0; i < c->n_incompatible; i++) {
         gs[i * 2] = c->incompatible[i].gpu_type;
         gs[i * 2 + 1] = c->incompatible[i].reason;
         gids[i] = c->incompatible[i].n_ids;
     }
-    return lists_of(c->n_variants, vs, warp, nids, c->n_incompatible, gs, gids);
+    return lists_of(c->n_variants, vs, nids, c->n_incompatible, gs, gids);
 }
 
 static int on_entry(const struct tkm_api_nsscan_head *h, const struct tkm_api_nsscan_entry *e,
@@ -256,9 +245,7 @@ static char *build(size_t n_caches, int variant, int cluster)
     struct tkm_api_kernel_count top[2] = {{"_attn_fwd_inner.x-1", 3}, {"triton_poi_fused_0", 1}};
     struct tkm_api_compiles cc = {1, 7,   3, 40, 2, 0, 123456, top, 2, "2026-11-28T01:02:03Z",
                                   0, NULL};
-    struct tkm_api_variant_use vu[2] = {
-        {"sha256:aa", "linux/amd64", "cuda", "90", "nvidia-h200", 32, ids, 2},
-        {"sha256:bb", "linux/arm64", "cuda", "90a", NULL, 0, NULL, 0}};
+    struct tkm_api_variant_use vu[2] = {{"sha256:aa", ids, 2}, {"sha256:bb", NULL, 0}};
     struct tkm_api_node_cache *c = calloc(n_caches ? n_caches : 1, sizeof *c);
     char(*names)[64] = calloc(n_caches ? n_caches : 1, 64);
     struct tkm_api_node_status st = {.node_name = "node-a",
@@ -361,8 +348,8 @@ TEST(garbage_is_refused_by_both_with_the_same_message)
         C("\"incompatibleGPUs\":[{\"gpuType\":[]}]"),
         C("\"digest\":1"),
         C("\"variants\":[{\"gpuIds\":[1.5]}]"),
-        C("\"variants\":[{\"arch\":[]}]"),
-        C("\"variants\":[{\"warpSize\":-1}]"),
+        C("\"variants\":[{\"digest\":[]}]"),
+        C("\"variants\":[{\"gpuIds\":[-1]}]"),
         C("\"variants\":\"x\""),
         C("\"fallback\":\"Fail\""),
         C("\"compiles\":[]"),

@@ -1033,12 +1033,24 @@ static const char *with_variants(const char *d, const char *variants, const char
     return b[i];
 }
 
-#define V90                                                                                        \
-    "{\"digest\":\"sha256:90\",\"platform\":\"linux/amd64\",\"backend\":\"cuda\",\"arch\":\"90\"," \
-    "\"warpSize\":32,\"gpuType\":\"nvidia-h200\",\"gpuIds\":[0,1]}"
-#define V80                                                                                        \
-    "{\"digest\":\"sha256:80\",\"platform\":\"linux/arm64\",\"backend\":\"cuda\",\"arch\":\"80\"," \
-    "\"warpSize\":32,\"gpuType\":\"nvidia-a100\",\"gpuIds\":[2]}"
+/* A node names a variant by digest (and its GPUs); the target is the index's (INDEX below). */
+#define V90 "{\"digest\":\"sha256:90\",\"gpuIds\":[0,1]}"
+#define V80 "{\"digest\":\"sha256:80\",\"gpuIds\":[2]}"
+static const struct ctrl_variant INDEX[] = {{"sha256:80", "linux/arm64", "cuda", "80", 32},
+                                            {"sha256:90", "linux/amd64", "cuda", "90", 32}};
+
+/* ctrl_agg_build of cache ml/x into st: 1 when a node named a variant v's index lacks, 0 when
+ * none did, -1 when the build failed. */
+static int agg_unknown(struct ctrl_nodes *n, struct ctrl_verdict *v,
+                       struct tkm_api_cache_status *st)
+{
+    int unknown = 0, *was = v->unknown;
+    v->unknown = &unknown;
+    int rc =
+        ctrl_agg_build(ctrl_nodes_cache(n, "ml/x", 0), v, 1, NULL, 0, "2026-01-01T00:00:00Z", st);
+    v->unknown = was;
+    return rc < 0 ? -1 : unknown;
+}
 
 TEST(agg_variants_nodes_gpus_and_types_without_variant)
 {
@@ -1081,20 +1093,28 @@ TEST(agg_variants_nodes_gpus_and_types_without_variant)
     ASSERT_EQ(upsert(&n, "ml", "broken", c), 0);
     /* 3 identical h200 nodes share one interned string (with the behind and broken ones: 6) */
     ASSERT(n.n_whys <= 6);
+    int unknown = 0;
     struct ctrl_verdict v = {.verified = TKM_API_COND_TRUE,
                              .reason = "SignatureVerified",
                              .message = "ok",
                              .usable = 1,
-                             .digest = DA};
+                             .digest = DA,
+                             .variants = INDEX,
+                             .n_variants = 2,
+                             .unknown = &unknown};
     ASSERT_EQ(ctrl_agg_build(ctrl_nodes_cache(&n, "ml/x", 0), &v, 1, NULL, 0,
                              "2026-01-01T00:00:00Z", &st),
               0);
+    ASSERT_EQ(unknown, 0);
     ASSERT_UEQ(st.n_variants, 2);
     ASSERT_STREQ(st.variants[0].digest, "sha256:90"); /* most nodes first */
     ASSERT_EQ(st.variants[0].nodes, 4);
     ASSERT_EQ(st.variants[0].gpus, 8);
     ASSERT_EQ(st.variants[0].warp_size, 32);
+    ASSERT_STREQ(st.variants[0].platform, "linux/amd64"); /* the target: the index's */
+    ASSERT_STREQ(st.variants[0].arch, "90");
     ASSERT_STREQ(st.variants[1].platform, "linux/arm64");
+    ASSERT_STREQ(st.variants[1].backend, "cuda");
     ASSERT_EQ(st.variants[1].nodes, 1);
     ASSERT_EQ(st.variants[1].gpus, 1);
     ASSERT_UEQ(st.n_gpu_types_without_variant, 3);
@@ -1124,6 +1144,31 @@ TEST(agg_variants_nodes_gpus_and_types_without_variant)
               0);
     for (size_t i = 0; i < st.n_variants; i++)
         ASSERT(strcmp(st.variants[i].digest, "sha256:evil") != 0);
+    /* ... its digest is none of the index's: not trusted, it counts as not caught up */
+    ASSERT_EQ(unknown, 1);
+    ASSERT_EQ(st.counts.compatible, 4);
+    ASSERT_EQ(st.variants[0].nodes, 4);
+    /* behind and forger */
+    ASSERT_STRCONTAINS(st.conditions[2].message, "2 of 10 nodes have not reported the pinned");
+    tkm_api_cache_status_release(&st);
+    /* a variant the index does not list (a node's claim, or an index read before a restart):
+     * the same; once the index lists it, it counts with its target */
+    snprintf(c, sizeof c, "{\"x\":%s}",
+             with_variants(DA, "[{\"digest\":\"sha256:a0\",\"gpuIds\":[0,1]}]", NULL));
+    ASSERT_EQ(upsert(&n, "ml", "forger", c), 0);
+    ASSERT_EQ(agg_unknown(&n, &v, &st), 1);
+    ASSERT_EQ(st.counts.compatible, 4);
+    ASSERT_UEQ(st.n_variants, 2);
+    tkm_api_cache_status_release(&st);
+    struct ctrl_variant index3[] = {
+        INDEX[0], INDEX[1], {"sha256:a0", "linux/amd64", "cuda", "100", 32}};
+    v.variants = index3;
+    v.n_variants = 3;
+    ASSERT_EQ(agg_unknown(&n, &v, &st), 0);
+    ASSERT_EQ(st.counts.compatible, 5);
+    ASSERT_UEQ(st.n_variants, 3);
+    ASSERT_STREQ(st.variants[2].arch, "100");
+    ASSERT_EQ(st.variants[2].gpus, 2);
     tkm_api_cache_status_release(&st);
     /* no variants reported (older agents): nothing written */
     ASSERT_EQ(upsert(&n, "ml", "old",

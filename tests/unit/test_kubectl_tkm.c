@@ -477,12 +477,10 @@ TEST(yaml_quotes_what_would_read_back_as_another_type)
 
 /* ---- issue 24: nodes grouped by variant, the schedule recipe ------------------------- */
 
-#define VAR90                                                                                      \
-    "{\"digest\":\"sha256:9090909090909090aaaa\",\"platform\":\"linux/amd64\",\"backend\":"        \
-    "\"cuda\",\"arch\":\"90\",\"warpSize\":32,\"gpuType\":\"nvidia-h200\",\"gpuIds\":[0,1]}"
-#define VAR80                                                                                      \
-    "{\"digest\":\"sha256:8080808080808080bbbb\",\"platform\":\"linux/amd64\",\"backend\":"        \
-    "\"cuda\",\"arch\":\"80\",\"warpSize\":32,\"gpuType\":\"nvidia-a100\",\"gpuIds\":[0]}"
+/* a node names a variant by digest; its target is the one the cache status lists */
+#define VAR90 "{\"digest\":\"sha256:9090909090909090aaaa\",\"gpuIds\":[0,1]}"
+#define VAR80 "{\"digest\":\"sha256:8080808080808080bbbb\",\"gpuIds\":[0]}"
+#define VAR70 "{\"digest\":\"sha256:7070707070707070cccc\",\"gpuIds\":[0]}"
 #define E_VAR(v)                                                                                   \
     "{\"digest\":\"" D1                                                                            \
     "\",\"verified\":true,\"extracted\":true,\"compatibleGPUs\":[{\"ids\":[0],"                    \
@@ -492,15 +490,31 @@ TEST(yaml_quotes_what_would_read_back_as_another_type)
     "\"ids\":[0,1],\"gpuType\":\"amd-mi300x\",\"reason\":\"NoVariant\",\"message\":\"no variant "  \
     "for hip gfx942\"}]}"
 
+/* status.variants[] of cache c: the controller's view of the index (digest, arch; cuda,
+ * linux/amd64, warp 32). */
+static void cache_variant(struct tkm_api_cache *c, const char *digest, const char *arch)
+{
+    struct tkm_api_variant_count *v =
+        realloc(c->status.variants, (c->status.n_variants + 1) * sizeof *v);
+    if (!v)
+        abort();
+    c->status.variants = v;
+    v[c->status.n_variants++] = (struct tkm_api_variant_count){
+        strdup(digest), strdup("linux/amd64"), strdup("cuda"), strdup(arch), 32, 1, 1};
+}
+
 static void variant_world(struct kt_world *w)
 {
     kt_world_init(w);
     add_cache(w, "ml", "mix", D1);
+    cache_variant(&w->caches[0], "sha256:8080808080808080bbbb", "80");
+    cache_variant(&w->caches[0], "sha256:9090909090909090aaaa", "90");
     add_status(w, "ml", "h1", H200, "{\"mix\":" E_VAR(VAR90) "}");
     add_status(w, "ml", "h2", H200, "{\"mix\":" E_VAR(VAR90) "}");
     add_status(w, "ml", "a1", H200, "{\"mix\":" E_VAR(VAR80) "}");
     add_status(w, "ml", "m1", MI300X, "{\"mix\":" E_NOVAR "}");
     add_status(w, "ml", "old", H200, "{\"mix\":" E_EXTRACTED "}"); /* no variants reported */
+    add_status(w, "ml", "z1", H200, "{\"mix\":" E_VAR(VAR70) "}"); /* one the status lacks */
 }
 
 TEST(status_groups_nodes_by_variant)
@@ -519,6 +533,10 @@ TEST(status_groups_nodes_by_variant)
     ASSERT_STRCONTAINS(v90, ")   2       4      h1, h2\n");
     ASSERT_STRCONTAINS(v80, ")   1       1      a1\n");
     ASSERT_STRCONTAINS(nv, ")                  1       2      m1 (empty volume)\n");
+    /* a digest the cache status does not list (yet): no target shown */
+    const char *v70 = strstr(s, "?/? ? warp 0 (sha256:707070707070)");
+    ASSERT(v70 && v90 < v70 && v70 < v80);
+    ASSERT_STRCONTAINS(v70, "   1       1      z1\n");
     ASSERT_STRCONTAINS(s, "tkc/mix   cuda/90");
     ASSERT(strstr(s, "old") != NULL && strstr(strstr(s, "By variant:"), "old") == NULL);
     free(s);
@@ -527,8 +545,12 @@ TEST(status_groups_nodes_by_variant)
     ASSERT_NOT_NULL(doc);
     json_t *c = json_array_get(json_object_get(doc, "caches"), 0);
     json_t *vs = json_object_get(c, "variants"), *nvs = json_object_get(c, "withoutVariant");
-    ASSERT_UEQ(json_array_size(vs), 2);
+    ASSERT_UEQ(json_array_size(vs), 3);
     ASSERT_STREQ(json_string_value(json_object_get(json_array_get(vs, 0), "arch")), "90");
+    ASSERT_STREQ(json_string_value(json_object_get(json_array_get(vs, 0), "platform")),
+                 "linux/amd64");
+    ASSERT_EQ(json_integer_value(json_object_get(json_array_get(vs, 0), "warpSize")), 32);
+    ASSERT(json_is_null(json_object_get(json_array_get(vs, 1), "arch"))); /* z1's: not listed */
     ASSERT_UEQ(json_array_size(json_object_get(json_array_get(vs, 0), "nodes")), 2);
     ASSERT_EQ(json_integer_value(json_object_get(json_array_get(vs, 0), "gpus")), 4);
     ASSERT_STREQ(json_string_value(json_object_get(json_array_get(nvs, 0), "gpuType")),

@@ -303,12 +303,13 @@ struct tkm_api_pod_ref {
     char *ns, *name, *uid, *volume_id;
 };
 
-/* status.caches.<name>.variants[]: a variant this node uses and its GPUs. Owned strings. */
+/* status.caches.<name>.variants[]: a variant this node uses and its GPUs
+ * (one entry per digest). Only the digest: its target (platform, backend,
+ * arch, warp size) is the signed index's, which tkm-controller reads itself
+ * and lists in the cache status' variants; the GPUs' types are the node's
+ * own gpus[] (by id). Owned. */
 struct tkm_api_variant_use {
-    char *digest;   /* the variant's image manifest */
-    char *platform; /* "linux/amd64" */
-    char *backend, *arch, *gpu_type;
-    int64_t warp_size;
+    char *digest; /* the variant's image manifest */
     int32_t *gpu_ids;
     size_t n_gpu_ids;
 };
@@ -381,8 +382,7 @@ void tkm_api_node_status_release(struct tkm_api_node_status *st);
  */
 /* An entry's variants[] member (strings NULL when absent). */
 struct tkm_api_nsscan_variant {
-    const char *digest, *platform, *backend, *arch, *gpu_type;
-    int64_t warp_size; /* 0 when absent */
+    const char *digest;
     size_t n_gpu_ids;
 };
 
@@ -400,7 +400,7 @@ struct tkm_api_nsscan {
     /* an entry's lists (the strings' offsets in str until the entry is read) */
     struct tkm_api_nsscan_variant var[TKM_API_NS_VARIANTS_MAX];
     struct tkm_api_nsscan_group grp[TKM_API_NS_GROUPS_MAX];
-    size_t var_at[TKM_API_NS_VARIANTS_MAX][5], grp_at[TKM_API_NS_GROUPS_MAX][2];
+    size_t var_at[TKM_API_NS_VARIANTS_MAX], grp_at[TKM_API_NS_GROUPS_MAX][2];
     struct tkm_api_kernel_count top[TKM_API_COMPILES_TOP]; /* an entry's compiles.topKernels */
     size_t top_at[TKM_API_COMPILES_TOP], since_at;
 };
