@@ -27,6 +27,13 @@ enum method { METHOD_MATERIALIZE, METHOD_RELEASE, METHOD_STATUS };
 
 static const char *const method_names[] = {"Materialize", "Release", "Status"};
 
+/* The method's name (static). Bounds-checked: aarch64 GCC 12 at -O2 otherwise warns
+ * (-Warray-bounds) that an enum method may index past the table. */
+static const char *method_name(enum method m)
+{
+    return (size_t)m < sizeof method_names / sizeof method_names[0] ? method_names[m] : "?";
+}
+
 struct agent_rpc_server {
     struct tkm_grpc_server *grpc;
     const struct agent_rpc_ops *ops;
@@ -409,11 +416,11 @@ static int call_done(struct agent_rpc_call *call, int rc, int code, const char *
     const char *vol = call_volume(call);
     if (rc == -ECANCELED)
         tkm_info("agent-rpc: %s%s%s: answered after the call was cancelled (dropped)",
-                 method_names[call->method], vol ? " volume " : "", vol ? vol : "");
+                 method_name(call->method), vol ? " volume " : "", vol ? vol : "");
     else if (call->method == METHOD_STATUS && code == TKM_GRPC_OK)
         tkm_dbg("agent-rpc: Status: OK");
     else
-        tkm_info("agent-rpc: %s%s%s: %s%s%s", method_names[call->method], vol ? " volume " : "",
+        tkm_info("agent-rpc: %s%s%s: %s%s%s", method_name(call->method), vol ? " volume " : "",
                  vol ? vol : "", tkm_grpc_code_name(code), msg && *msg ? ": " : "", msg ? msg : "");
     call_free(call);
     return rc;
@@ -432,8 +439,8 @@ static int call_reply(struct agent_rpc_call *call, enum method want, const Proto
     size_t n;
     int rc;
     if (call->method != want) {
-        tkm_err("agent-rpc: bug: a %s reply to a %s call", method_names[want],
-                method_names[call->method]);
+        tkm_err("agent-rpc: bug: a %s reply to a %s call", method_name(want),
+                method_name(call->method));
         agent_rpc_fail(call, TKM_GRPC_INTERNAL, "tkm-agent bug: reply of the wrong type");
         return -EINVAL;
     }
@@ -511,7 +518,7 @@ static void on_cancel(struct tkm_grpc_call *gc, void *data)
     const char *vol = call_volume(call);
     (void)gc;
     tkm_info("agent-rpc: %s%s%s: cancelled by the client or the server's shutdown",
-             method_names[call->method], vol ? " volume " : "", vol ? vol : "");
+             method_name(call->method), vol ? " volume " : "", vol ? vol : "");
     if (call->ops->cancel)
         call->ops->cancel(call, call->data);
 }
@@ -535,7 +542,7 @@ static struct agent_rpc_call *call_new(struct tkm_grpc_call *gc, struct agent_rp
 static void peer_log(const struct agent_rpc_call *call, const char *what)
 {
     const struct tkm_grpc_peer *p = tkm_grpc_call_peer(call->gc);
-    tkm_info("agent-rpc: %s from pid %d uid %u gid %u: %s", method_names[call->method], (int)p->pid,
+    tkm_info("agent-rpc: %s from pid %d uid %u gid %u: %s", method_name(call->method), (int)p->pid,
              (unsigned)p->uid, (unsigned)p->gid, what);
 }
 

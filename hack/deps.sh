@@ -9,9 +9,21 @@
 # (go_ensure in hack/lib.sh): the one on PATH if it is, else one bootstrapped
 # once into ${TKM_CACHE:-~/.cache/tkm}/go/ with Debian's golang-go.
 #
-# Usage: hack/deps.sh [--check]
+# Usage: hack/deps.sh [--check] [--arm64]
 #   --check   list what is missing and exit 1 if anything is, install nothing.
+#   --arm64   also the linux/arm64 cross build (hack/cross-arm64.sh): Debian's cross
+#             toolchain, qemu-user-static and the :arm64 multiarch -dev packages of the
+#             libraries below (adds the arm64 dpkg architecture). Opt-in: about 150
+#             packages. TKM_ARM64=1 does the same.
 set -euo pipefail
+check='' arm64=${TKM_ARM64:-0}
+for a in "$@"; do
+  case $a in
+  --check) check=--check ;;
+  --arm64) arm64=1 ;;
+  *) echo "deps: unknown argument '$a' (usage: hack/deps.sh [--check] [--arm64])" >&2; exit 2 ;;
+  esac
+done
 # shellcheck source=hack/lib.sh
 source "$(dirname "$0")/lib.sh"
 
@@ -49,6 +61,20 @@ PKGS=(
   libseccomp-dev pkg-config busybox-static musl-tools iptables
   python3-grpcio python3-protobuf # gRPC interop tests (tests/unit/test_grpc.c)
 )
+# The arm64 pieces: the same libraries as above, as :arm64 multiarch packages.
+ARM64_PKGS=(
+  crossbuild-essential-arm64 qemu-user-static
+  libcurl4-openssl-dev:arm64 libjansson-dev:arm64 libyaml-dev:arm64 libssl-dev:arm64
+  libuv1-dev:arm64 libsqlite3-dev:arm64 libarchive-dev:arm64 libzstd-dev:arm64
+  zlib1g-dev:arm64 libprotobuf-c-dev:arm64 libnghttp2-dev:arm64 libmicrohttpd-dev:arm64
+)
+add_arch=0
+if [[ $arm64 == 1 ]]; then
+  PKGS+=("${ARM64_PKGS[@]}")
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    add_arch=1
+  fi
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -59,10 +85,10 @@ done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "deps: all ${#PKGS[@]} Debian packages present"
-  ensure_go "${1:-}"
+  ensure_go "$check"
   exit
 fi
-if [[ "${1:-}" == "--check" ]]; then
+if [[ $check == --check ]]; then
   echo "deps: missing: ${missing[*]}" >&2
   ensure_go --check || true
   exit 1
@@ -77,7 +103,10 @@ fi
 echo "deps: installing ${missing[*]}"
 lists=/var/lib/apt/lists
 stamp=/var/lib/apt/periodic/update-success-stamp
-if [[ ! -e $stamp ]] || [[ -z $(find "$lists" -maxdepth 1 -name '*Packages*' -print -quit 2>/dev/null) ]] ||
+if [[ $add_arch -eq 1 ]]; then
+  $SUDO dpkg --add-architecture arm64
+fi
+if [[ $add_arch -eq 1 ]] || [[ ! -e $stamp ]] || [[ -z $(find "$lists" -maxdepth 1 -name '*Packages*' -print -quit 2>/dev/null) ]] ||
   [[ $(find "$stamp" -mmin +1440 2>/dev/null) ]]; then
   $SUDO apt-get update -q
   $SUDO mkdir -p "$(dirname $stamp)" && $SUDO touch "$stamp"
