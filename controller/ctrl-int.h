@@ -499,6 +499,8 @@ void ctrl_cache_conds(const struct ctrl_cache *cc, enum tkm_api_cond_status out[
 /* 1 when the cache's last written Verified condition is False because its signature
  * search failed (not VerificationDisabled), else 0 (tkm_controller_verification_failed_caches). */
 int ctrl_cache_ver_failed(const struct ctrl_cache *cc);
+/* The cache's staged prefetch grants, NULL while tkm-config prefetchSlots is 0. */
+const struct ctrl_grant *ctrl_cache_grant(const struct ctrl_cache *cc);
 /* Enqueues every node whose Node is gone but whose status objects remain. */
 void ctrl_gc_scan(struct ctrl *c);
 /* Status write coalescing (ctrl_agg.c). While nodes keep reporting (a

@@ -279,6 +279,11 @@ int ctrl_cache_label_state(const struct ctrl_cache *cc, uint32_t *usable_digest)
     return cc->label_known;
 }
 
+const struct ctrl_grant *ctrl_cache_grant(const struct ctrl_cache *cc)
+{
+    return cc->grant;
+}
+
 void ctrl_cache_free(struct ctrl_cache *cc)
 {
     if (!cc)
