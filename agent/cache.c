@@ -693,8 +693,11 @@ static void on_cache_obj(const struct k8s_obj *o, void *data)
         return;
     }
     ac->a = a;
-    if (rc == AGENT_INDEX_SAME) /* only the controller's status moved: keep the result */
+    if (rc == AGENT_INDEX_SAME) { /* only the controller's status moved: keep the result */
+        if (ac->prefetch == TKM_API_PREFETCH_WAITING) /* its prefetch.granted may name us now */
+            agent_store_prefetch(a, ac);
         return;
+    }
     run_abandon(ac); /* its callbacks end the key's processing; the add runs it again */
     if (rc == AGENT_INDEX_GONE) {
         /* Being deleted: the controller's finalizer waits for every node to drop the

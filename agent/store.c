@@ -238,6 +238,7 @@ static void pull_unlink(struct agent *a, struct agent_pull *p)
 }
 
 static int mat_continue(struct agent *a, struct agent_mat *m);
+static void pf_settle(struct agent *a);
 
 /* The cache was materialized (or prefetched): its lastFailure goes. */
 static void fail_clear(struct agent_cache *ac)
@@ -265,6 +266,7 @@ static void pull_done(struct agent_pull *p, const char *path, int code, const ch
         mat_free(m);
     }
     pull_free(p);
+    pf_settle(a);
     agent_status_changed(a);
 }
 
@@ -1034,22 +1036,71 @@ int agent_socket_start(struct agent *a, struct tkm_err *err)
 /* ---- prefetch and GC --------------------------------------------------------------------------
  */
 
+/* Sets ac's prefetch state; the node status follows. */
+static void pf_set(struct agent *a, struct agent_cache *ac, enum tkm_api_prefetch_state st)
+{
+    if (ac->prefetch == st)
+        return;
+    ac->prefetch = st;
+    agent_status_changed(a);
+}
+
+/* A cache whose prefetch was Pulling and whose layers are no longer being
+ * pulled (extracted or failed): the field goes, its slot is given back. */
+static void pf_settle(struct agent *a)
+{
+    for (struct agent_cache *ac = a->caches; ac; ac = ac->next) {
+        if (ac->prefetch != TKM_API_PREFETCH_PULLING)
+            continue;
+        struct agent_layer L[TKM_VARIANTS_MAX];
+        size_t nl = agent_cache_layers(ac, L);
+        int busy = 0;
+        for (size_t k = 0; k < nl && !busy; k++)
+            for (struct agent_pull *p = a->pulls; p && !busy; p = p->next)
+                busy = !strcmp(p->layer, L[k].layer);
+        if (!busy)
+            pf_set(a, ac, TKM_API_PREFETCH_NONE);
+    }
+}
+
+/* Staged prefetch (docs/prefetch.md): with tkm-config prefetchSlots above 0 a
+ * cache whose layers must be downloaded waits until tkm-controller names this
+ * node in the cache status' prefetch.granted (cache.c calls again when the
+ * status changes while Waiting). Materialize never waits. */
 void agent_store_prefetch(struct agent *a, struct agent_cache *ac)
 {
     struct tkm_err e = {0};
     char msg[1200];
-    if (!a->state || !a->cfg.prefetch || a->stopping || cache_refusal(a, ac, msg, sizeof msg, NULL))
+    if (!a->state || !a->cfg.prefetch || a->stopping ||
+        cache_refusal(a, ac, msg, sizeof msg, NULL)) {
+        pf_set(a, ac, TKM_API_PREFETCH_NONE);
         return;
+    }
     if (admit(a, ac, msg, sizeof msg)) {
         tkm_warn("prefetch of %s skipped: %s", ac->key, msg);
+        pf_set(a, ac, TKM_API_PREFETCH_NONE);
         return;
     }
     struct agent_layer L[TKM_VARIANTS_MAX];
-    size_t nl = agent_cache_layers(ac, L);
+    size_t nl = agent_cache_layers(ac, L), download = 0;
+    for (size_t k = 0; k < nl; k++)
+        download += !agent_store_extracted(a, L[k].layer);
+    if (download && a->cfg.prefetch_slots &&
+        !tkm_api_prefetch_granted(&ac->c.status.prefetch, a->o.node_name)) {
+        if (ac->prefetch != TKM_API_PREFETCH_WAITING)
+            tkm_info("prefetch of %s waits for a pull slot from tkm-controller (tkm-config "
+                     "prefetchSlots %u)",
+                     ac->key, a->cfg.prefetch_slots);
+        pf_set(a, ac, TKM_API_PREFETCH_WAITING);
+        return;
+    }
+    pf_set(a, ac,
+           download && a->cfg.prefetch_slots ? TKM_API_PREFETCH_PULLING : TKM_API_PREFETCH_NONE);
     for (size_t k = 0; k < nl; k++)
         if (!(*L[k].label_checked && agent_store_extracted(a, L[k].layer)) &&
             pull_start(a, ac, &L[k], NULL, &e) < 0)
             tkm_warn("prefetch of %s: %s", ac->key, tkm_err_str(&e));
+    pf_settle(a);
 }
 
 static void on_gc_removed(int rc, const char *digest, uint64_t freed, const struct tkm_err *err,
