@@ -61,6 +61,7 @@ struct agent_pull {
     struct agent_mat *waiters;
     uint64_t t0;
     int cancelled;
+    int queued; /* waits for a download slot (--max-concurrent-pulls), no job yet */
 };
 
 static int64_t now_s(void)
@@ -239,6 +240,7 @@ static void pull_unlink(struct agent *a, struct agent_pull *p)
 
 static int mat_continue(struct agent *a, struct agent_mat *m);
 static void pf_settle(struct agent *a);
+static void pulls_kick(struct agent *a);
 
 /* The cache was materialized (or prefetched): its lastFailure goes. */
 static void fail_clear(struct agent_cache *ac)
@@ -266,6 +268,7 @@ static void pull_done(struct agent_pull *p, const char *path, int code, const ch
         mat_free(m);
     }
     pull_free(p);
+    pulls_kick(a);
     pf_settle(a);
     agent_status_changed(a);
 }
@@ -534,6 +537,7 @@ static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
     char blob[4200], src[600];
     (void)job;
     p->job = NULL;
+    pulls_kick(a); /* its download slot is free (extraction does not hold one) */
     if (rc < 0) {
         char m[1200];
         int transient = rc != -EBADMSG && rc != -ENOENT && rc != -EACCES && rc != -EPERM &&
@@ -572,6 +576,38 @@ static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
                                       &p->sjob, &e);
     if (rc < 0)
         pull_fail(p, TKM_GRPC_INTERNAL, "ExtractFailed", rc, tkm_err_str(&e));
+}
+
+/* Downloads running (a job in flight). */
+static unsigned pulls_running(const struct agent *a)
+{
+    unsigned n = 0;
+    for (const struct agent_pull *p = a->pulls; p; p = p->next)
+        n += p->job != NULL;
+    return n;
+}
+
+/* Starts queued pulls, oldest first (a->pulls is newest first), while fewer
+ * than --max-concurrent-pulls downloads run. */
+static void pulls_kick(struct agent *a)
+{
+    while (pulls_running(a) < a->o.max_pulls) {
+        struct agent_pull *oldest = NULL;
+        struct tkm_err e = {0};
+        for (struct agent_pull *p = a->pulls; p; p = p->next)
+            if (p->queued)
+                oldest = p;
+        if (!oldest)
+            return;
+        oldest->queued = 0;
+        struct agent_cache *ac = agent_cache_get(a, oldest->cache_key);
+        int rc = ac && ac->session ? tkm_oci_job_pull(ac->session, &oldest->ref, oldest->layout,
+                                                      "agent", on_pulled, oldest, &oldest->job, &e)
+                                   : tkm_err_set(&e, -EAGAIN, "no registry session for %s any more",
+                                                 oldest->cache_key);
+        if (rc < 0)
+            pull_fail(oldest, TKM_GRPC_UNAVAILABLE, "RegistryUnreachable", rc, tkm_err_str(&e));
+    }
 }
 
 /* Starts making layer L of ac present (or joins the pull in flight); m (taken,
@@ -625,10 +661,17 @@ static int pull_start(struct agent *a, struct agent_cache *ac, const struct agen
     }
     snprintf(p->ref.digest, sizeof p->ref.digest, "%s", L->manifest);
     p->ref.tag[0] = 0;
-    int rc = tkm_oci_job_pull(ac->session, &p->ref, p->layout, "agent", on_pulled, p, &p->job, err);
-    if (rc < 0) {
-        pull_free(p);
-        return rc;
+    if (pulls_running(a) >= a->o.max_pulls) {
+        p->queued = 1; /* pulls_kick starts it, oldest first */
+        tkm_dbg("pull of %s (%s) queued: %u downloads running (--max-concurrent-pulls)", p->layer,
+                ac->key, (unsigned)a->o.max_pulls);
+    } else {
+        int rc =
+            tkm_oci_job_pull(ac->session, &p->ref, p->layout, "agent", on_pulled, p, &p->job, err);
+        if (rc < 0) {
+            pull_free(p);
+            return rc;
+        }
     }
     if (m)
         p->waiters = m;
