@@ -591,7 +591,7 @@ static unsigned pulls_running(const struct agent *a)
  * than --max-concurrent-pulls downloads run. */
 static void pulls_kick(struct agent *a)
 {
-    while (pulls_running(a) < a->o.max_pulls) {
+    while (!a->stopping && pulls_running(a) < a->o.max_pulls) {
         struct agent_pull *oldest = NULL;
         struct tkm_err e = {0};
         for (struct agent_pull *p = a->pulls; p; p = p->next)
@@ -1231,6 +1231,12 @@ int agent_store_start(struct agent *a, struct tkm_err *err)
  * closed (calls in flight get UNAVAILABLE). */
 void agent_store_stop(struct agent *a)
 {
+    /* queued pulls never started: their waiters get UNAVAILABLE now */
+    for (struct agent_pull *p = a->pulls, *n; p; p = n) {
+        n = p->next;
+        if (p->queued)
+            pull_done(p, NULL, TKM_GRPC_UNAVAILABLE, "tkm-agent is stopping");
+    }
     for (struct agent_pull *p = a->pulls; p; p = p->next) {
         if (p->job)
             tkm_oci_job_cancel(p->job);

@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""registry_gets.py LOG DIGEST: "GETS PEAK" of one blob in a registry's own access log.
+"""registry_gets.py LOG DIGEST...: "GETS PEAK" of blobs in a registry's own access log.
 
 LOG is a docker-registry log written with hack/registry.sh --access-log: the "response completed"
-lines of GET /v2/.../blobs/DIGEST are counted, and the peak number of them in flight at once
+lines of GET /v2/.../blobs/DIGEST (any DIGEST given) are counted, and the peak number of them in
+flight at once
 (each request's interval is its completion time minus its http.response.duration). Used by
 bench/fleet.sh and tests/e2e/agent_prefetch_slots.sh: what a registry saw, never tkm's own
 count.
 """
 import re, sys
 from datetime import datetime
-log, layer = sys.argv[1], sys.argv[2]
+log, layers = sys.argv[1], sys.argv[2:]
 def dur(s):
     t = 0.0
     for v, u in re.findall(r"([0-9.]+)(ns|µs|us|ms|s|m|h)", s):
@@ -17,7 +18,7 @@ def dur(s):
     return t
 iv = []
 for line in open(log, errors="replace"):
-    if 'msg="response completed"' not in line or "http.request.method=GET" not in line or f"/blobs/{layer}" not in line:
+    if 'msg="response completed"' not in line or "http.request.method=GET" not in line or not any(f"/blobs/{l}" in line for l in layers):
         continue
     end = datetime.strptime(re.search(r'time="([^".]+)', line).group(1), "%Y-%m-%dT%H:%M:%S").timestamp()
     end += float("0." + (re.search(r'time="[^".]+\.(\d+)', line) or [None, "0"])[1])

@@ -4,6 +4,8 @@
 # (hack/registry.sh --access-log). tkm-config prefetch=true, prefetchSlots=1: the agents pull the
 # cache's layer one at a time, counted from the registry's own log (3 GETs, never 2 at once),
 # while the others report prefetch Waiting in their node status; once extracted the field goes.
+# Then one agent alone, two new caches granted to it at once: --max-concurrent-pulls 1 makes it
+# download them one after the other (the second queued), again from the registry's log.
 # --pull-bandwidth keeps each download long enough that pulls started together would overlap.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/agent.inc"
@@ -13,15 +15,21 @@ CTRL=$TKM_BUILD_DIR/controller/tkm-controller
 [[ -x $CTRL ]] || fail "no tkm-controller in $TKM_BUILD_DIR"
 cd "$E2E_TMP"
 
-step "a registry with an access log; a 12M cache (bench/gen_cache.py) pushed there"
+step "a registry with an access log; 12M caches (bench/gen_cache.py) pushed there"
 REG=$("$TKM_SOURCE_DIR/hack/registry.sh" start "$E2E_TMP/reg" --access-log)
 e2e_on_exit "'$TKM_SOURCE_DIR/hack/registry.sh' stop '$E2E_TMP/reg'"
 mkdir -p fx && tar -xzf "$TKM_FIXTURES/triton-cache/triton-3.6.0-cuda-sm90.tar.gz" -C fx
-python3 "$TKM_SOURCE_DIR/bench/gen_cache.py" "fx/$(ls fx)" src 12M "e2e-pf-$RANDOM" >/dev/null
-out=$("$TKMCTL" build src --push "$REG/e2e/pf:v1" -o json 2>build.err) || fail "tkmctl build --push: $(cat build.err)"
-LAYER=$(jq -r .layer <<<"$out")
-[[ $LAYER == sha256:* ]] || fail "no layer digest: $out"
-pass "layer $LAYER, $(jq -r .layer_size <<<"$out") bytes"
+# push NAME: a 12M cache of its own as $REG/e2e/NAME:v1; prints its layer digest
+push() {
+  rm -rf src && python3 "$TKM_SOURCE_DIR/bench/gen_cache.py" "fx/$(ls fx)" src 12M "e2e-pf-$1-$RANDOM" >/dev/null
+  local out
+  out=$("$TKMCTL" build src --push "$REG/e2e/$1:v1" -o json 2>build.err) || fail "tkmctl build --push: $(cat build.err)"
+  jq -r .layer <<<"$out"
+}
+LAYER=$(push pf) LQ1=$(push q1) LQ2=$(push q2)
+[[ $LAYER == sha256:* && $LQ1 == sha256:* && $LQ2 == sha256:* ]] || fail "no layer digests: $LAYER $LQ1 $LQ2"
+# gets DIGEST...: "GETS PEAK" of those blobs from the registry's own log
+gets() { python3 "$TKM_SOURCE_DIR/bench/registry_gets.py" "$E2E_TMP/reg/registry.log" "$@"; }
 
 step "tkm-config prefetchSlots=1, the controller, three agents capped at 500k/s each"
 kubectl -n "$NS" create configmap tkm-config --from-literal=signatureMode=Disabled \
@@ -38,8 +46,12 @@ for i in 0 1 2; do
 done
 
 step "the cache declared: the nodes pull one at a time"
-printf 'apiVersion: tkm.io/v1alpha1\nkind: TritonKernelCache\nmetadata: {name: pf}\nspec:\n  cacheImage: "%s"\n' \
-  "$REG/e2e/pf:v1" | kubectl -n "$NS" apply -f - >/dev/null
+# tkc NAME: a cache of the image $REG/e2e/NAME:v1
+tkc() {
+  printf 'apiVersion: tkm.io/v1alpha1\nkind: TritonKernelCache\nmetadata: {name: %s}\nspec:\n  cacheImage: "%s"\n' \
+    "$1" "$REG/e2e/$1:v1" | kubectl -n "$NS" apply -f - >/dev/null
+}
+tkc pf
 # states: "<node>=<extracted>/<prefetch>" of every node status, sorted
 states() {
   kubectl -n "$NS" get tkcns -o json |
@@ -54,7 +66,20 @@ assert_eq "0|0" "$(kubectl -n "$NS" get tkc pf -o json | jq -r '"\(.status.prefe
 
 step "the registry's own log: three GETs of the layer, never two at once"
 wait_for 10 "three layer GETs logged" bash -c "[[ \$(python3 '$TKM_SOURCE_DIR/bench/registry_gets.py' '$E2E_TMP/reg/registry.log' '$LAYER' | cut -d' ' -f1) == 3 ]]"
-read -r gets peak < <(python3 "$TKM_SOURCE_DIR/bench/registry_gets.py" "$E2E_TMP/reg/registry.log" "$LAYER")
-echo "layer GETs: $gets, peak $peak at once; node states: $(states)"
-assert_eq 3 "$gets" "one layer GET per node"
+read -r n peak < <(gets "$LAYER")
+echo "layer GETs: $n, peak $peak at once; node states: $(states)"
+assert_eq 3 "$n" "one layer GET per node"
 assert_eq 1 "$peak" "prefetchSlots=1: at most one layer GET in flight at any time"
+
+step "one agent alone, two new caches granted to it at once: --max-concurrent-pulls 1 queues the second"
+agent_stop a1
+agent_stop a2
+tkc q1
+tkc q2
+q_extracted() {
+  [[ $(kubectl -n "$NS" get tkcns "${NODES[0]}" -o jsonpath='{.status.caches.q1.extracted}/{.status.caches.q2.extracted}') == true/true ]]
+}
+wait_for 180 "q1 and q2 extracted on ${NODES[0]}" q_extracted
+wait_for 10 "two layer GETs logged" bash -c "[[ \$(python3 '$TKM_SOURCE_DIR/bench/registry_gets.py' '$E2E_TMP/reg/registry.log' '$LQ1' '$LQ2' | cut -d' ' -f1) == 2 ]]"
+read -r n peak < <(gets "$LQ1" "$LQ2")
+assert_eq "2 1" "$n $peak" "the two downloads one after the other"
