@@ -99,7 +99,7 @@ extracted() {
   bench_api GET /apis/tkm.io/v1alpha1/namespaces/fleet/tritonkernelcachenodestatuses |
     jq --arg c "$1" '[.items[] | select(.status.caches[$c].extracted == true)] | length'
 }
-# upstream_gets LAYER: "GETS PEAK" of the layer blob from the upstream's own log
+# upstream_gets LAYER: "GETS PEAK GAP" of the layer blob from the upstream's own log
 upstream_gets() { python3 "$here/registry_gets.py" "$work/upstream/registry.log" "$1"; }
 
 results=()
@@ -147,7 +147,7 @@ EOT
   done
   all=$(($(bench_now_ms) - t0))
   sleep 1 # the registry writes its log line after the response
-  read -r gets peak < <(upstream_gets "$layer")
+  read -r gets peak _ < <(upstream_gets "$layer")
   results+=("$(printf '%-18s %4d %9s %6d %6d %9.1f %9.1f' "$mode" "$N" "$((lsize / 1048576))MiB" "$gets" "$peak" \
     "$(awk -v v="$first" 'BEGIN{print v/1000}')" "$(awk -v v="$all" 'BEGIN{print v/1000}')")")
   bench_log "$mode: all $N extracted in $((all / 1000)) s; upstream layer GETs $gets (peak $peak at once)"

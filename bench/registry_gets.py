@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""registry_gets.py LOG DIGEST...: "GETS PEAK" of blobs in a registry's own access log.
+"""registry_gets.py LOG DIGEST...: "GETS PEAK GAP" of blobs in a registry's own access log.
 
 LOG is a docker-registry log written with hack/registry.sh --access-log: the "response completed"
 lines of GET /v2/.../blobs/DIGEST (any DIGEST given) are counted, and the peak number of them in
 flight at once
-(each request's interval is its completion time minus its http.response.duration). Used by
+(each request's interval is its completion time minus its http.response.duration), and the
+shortest time in seconds between two of them starting (0 for fewer than two). The registry's
+duration ends when the last byte went to the socket: a client that reads slowly (tkm-agent
+--pull-bandwidth) is seen by when its next request starts, not by the duration. Used by
 bench/fleet.sh and tests/e2e/agent_prefetch_slots.sh: what a registry saw, never tkm's own
 count.
 """
@@ -28,4 +31,6 @@ peak = cur = 0
 for _, d in ev:
     cur += d
     peak = max(peak, cur)
-print(len(iv), peak)
+starts = sorted(a for a, _ in iv)
+gap = min((b - a for a, b in zip(starts, starts[1:])), default=0.0)
+print(len(iv), peak, f"{gap:.3f}")
