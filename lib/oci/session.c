@@ -67,6 +67,7 @@ struct tkm_oci_session {
     struct tkm_oci_creds creds;
     int use_basic; /* the registry asked for Basic */
     uint64_t timeout_ms, idle_timeout_ms, deadline_ms;
+    uint64_t max_recv_bps; /* blob transfers' rate cap, 0: none */
     tkm_oci_progress_cb progress;
     void *progress_ud;
     struct ses_token tokens[SES_TOKENS];
@@ -207,6 +208,7 @@ int tkm_oci_session_new(struct tkm_http *http, const char *host,
     s->timeout_ms = o->timeout_ms ? o->timeout_ms : SES_DEFAULT_TO_MS;
     s->idle_timeout_ms = o->idle_timeout_ms ? o->idle_timeout_ms : SES_DEFAULT_TO_MS;
     tkm_oci_session_set_deadline(s, o->deadline_ms);
+    s->max_recv_bps = o->max_recv_bps;
     s->progress = o->progress;
     s->progress_ud = o->progress_ud;
     if (o->ca_file && !(s->ca_file = strdup(o->ca_file))) {
@@ -1054,6 +1056,7 @@ static void call_send(struct tkm__oci_call *c)
                       : c->deadline_at ? (c->deadline_at > now ? c->deadline_at - now : 1)
                                        : 0,
         .idle_timeout_ms = q->streaming ? s->idle_timeout_ms : 0,
+        .max_recv_bps = q->streaming ? s->max_recv_bps : 0,
         .max_body = q->max_body ? q->max_body : SES_ERR_BODY_MAX,
         .follow_redirects = q->follow && !s->reach, /* with a policy, call_redirect follows */
         .resolve = pin,

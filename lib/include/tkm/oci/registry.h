@@ -68,6 +68,8 @@ struct tkm_oci_registry_opts {
      * idle limit), with -ETIME and TKM_OCI_REASON_PULL_DEADLINE; default 30 min;
      * TKM_OCI_NO_DEADLINE: none (tkmctl, where a person can interrupt) */
     uint64_t deadline_ms;
+    /* blob transfers: each one's receive rate cap in bytes/s; 0: none */
+    uint64_t max_recv_bps;
     tkm_oci_progress_cb progress;
     void *progress_ud;
     /* Borrowed, may be NULL: a flag that stops tkm_oci_pull / tkm_oci_inspect
