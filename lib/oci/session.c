@@ -825,8 +825,12 @@ static int gate(struct tkm__oci_call *c, const char *url, int token, const char 
     int https;
     *pin = NULL;
     *foreign = 0;
-    if (!s->reach)
+    if (!s->reach) {
+        /* the session follows redirects itself when it has headers of its own */
+        if (s->n_headers && url_hostport(url, hp, sizeof hp, &https) == 0)
+            *foreign = strcasecmp(hp, s->url_host) != 0;
         return 0;
+    }
     if (url_hostport(url, hp, sizeof hp, &https) < 0)
         return tkm_err_set(&c->err, TKM_OCI_EREACH,
                            "registry %s: a URL without a plain host[:port] is not followed",
@@ -993,8 +997,9 @@ static int authenticate(struct tkm__oci_call *c, const struct tkm_http_resp *res
     return token_request(c);
 }
 
-/* A redirect of a call that follows them, under a reach policy: the next
- * host is decided (TKM_REACH_FOLLOW) and pinned like the registry, so curl
+/* A redirect of a call that follows them, under a reach policy (or on a
+ * session with headers of its own, which must not go to another host): the
+ * next host is decided (TKM_REACH_FOLLOW) and pinned like the registry, so curl
  * never follows one itself. 0 when sent on, < 0 with c->err. */
 static int call_redirect(struct tkm__oci_call *c, const struct tkm_http_resp *resp)
 {
@@ -1041,8 +1046,8 @@ static void call_done(struct tkm_http_req *req, struct tkm_http_resp *resp, void
         call_finish(c, -ECANCELED, resp);
         return;
     }
-    if (rc == 0 && c->s->reach && c->q.follow && resp->status >= 300 && resp->status < 400 &&
-        resp->status != 304 && resp->status != 300) {
+    if (rc == 0 && (c->s->reach || c->s->n_headers) && c->q.follow && resp->status >= 300 &&
+        resp->status < 400 && resp->status != 304 && resp->status != 300) {
         if ((rc = call_redirect(c, resp)) < 0)
             call_finish(c, rc, resp);
         return;
@@ -1138,7 +1143,8 @@ static void call_send(struct tkm__oci_call *c)
         .idle_timeout_ms = q->streaming ? s->idle_timeout_ms : 0,
         .max_recv_bps = q->streaming ? s->max_recv_bps : 0,
         .max_body = q->max_body ? q->max_body : SES_ERR_BODY_MAX,
-        .follow_redirects = q->follow && !s->reach, /* with a policy, call_redirect follows */
+        /* with a policy or headers of its own, call_redirect follows */
+        .follow_redirects = q->follow && !s->reach && !s->n_headers,
         .resolve = pin,
         .data_cb = q->data_cb ? call_data : NULL,
         .done_cb = call_done,
