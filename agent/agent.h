@@ -97,6 +97,8 @@ struct agent_opts {
     const char *key;               /* --once --image: a cosign public key file to verify with */
     const char *signature_floor;   /* --signature-floor: when tkm-config sets none (NULL) */
     struct tkm_reach_config reach; /* --registry-*: what tkm-config leaves out */
+    const char *mirrors_dir;       /* --mirrors-hosts-dir: containerd's hosts.toml directory */
+    const char *registries_conf;   /* --registries-conf: CRI-O's registries.conf */
 };
 
 /* Parses argv into o (strings borrowed). 0, 1 (--help printed: exit 0), or
@@ -195,7 +197,38 @@ struct agent {
     struct tkm_metric *m_pods_served, *m_pods_compiled, *m_pod_compiles; /* issue 25 */
     uint64_t registry_errors, watch_restarts, status_writes;
     double status_write_time; /* wall clock (Unix seconds) of the last accepted status apply */
+    /* registry mirrors (mirrors.c) */
+    struct tkm_mirrors *mirrors; /* the last good configuration, or NULL */
+    int mirrors_loaded;          /* a load succeeded once */
+    char mirrors_err[512];       /* the last load's error ("" after a good one) */
+    struct agent_msess *msess;   /* one session per mirror endpoint */
+    uint64_t mirror_config_errors, mirror_fallbacks;
+    uint64_t pulled_bytes_mirror, pulled_bytes_upstream;
+    struct tkm_metric *m_pulled_bytes, *m_mirror_fallbacks, *m_mirror_config_errors;
 };
+
+/* mirrors.c: pulls through the node's registry mirrors (docs/mirrors.md). */
+struct tkm_mirror_endpoint;
+/* Re-reads the mirror files when they changed; a bad file keeps the last good
+ * configuration (logged once per error, tkm_agent_mirror_config_errors_total). */
+void agent_mirrors_refresh(struct agent *a);
+/* The endpoints to try for a pull of ref by digest before its verified
+ * upstream session: *eps (owned: tkm_mirror_endpoints_free(*eps, *n)) has *n
+ * entries of which the first *use are tried; none (*eps NULL) without
+ * mirrors. -EACCES: the files block this registry (err says which). */
+int agent_mirrors_plan(struct agent *a, const struct tkm_oci_ref *ref,
+                       struct tkm_mirror_endpoint **eps, size_t *n, size_t *use,
+                       struct tkm_err *err);
+/* The session of one endpoint (kept by the agent, borrowed), its downloads'
+ * deadline set to deadline_ms; NULL with err on failure. */
+struct tkm_oci_session *agent_mirror_session(struct agent *a, const struct tkm_mirror_endpoint *ep,
+                                             uint64_t deadline_ms, struct tkm_err *err);
+/* Part of the stop: closes the sessions (each adds to users) and the configuration. */
+void agent_mirrors_close(struct agent *a, struct tkm_closer *users);
+/* An Event on the cache object (none without a recorder). */
+void agent_cache_event(struct agent *a, const struct agent_cache *ac, const char *type,
+                       const char *reason, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 /* gpu.c: probes on the thread pool; on change re-judges every cache. */
 int agent_gpu_start(struct agent *a);

@@ -78,6 +78,14 @@ static void collect_counters(struct tkm_metric *m, void *data)
         tkm_metric_set(m, NULL, (double)agent_rpc_server_refused(a->rpc));
     else if (m == a->m_socket_idle_closed)
         tkm_metric_set(m, NULL, (double)agent_rpc_server_idle_closed(a->rpc));
+    else if (m == a->m_mirror_fallbacks)
+        tkm_metric_set(m, NULL, (double)a->mirror_fallbacks);
+    else if (m == a->m_mirror_config_errors)
+        tkm_metric_set(m, NULL, (double)a->mirror_config_errors);
+    else if (m == a->m_pulled_bytes) {
+        tkm_metric_set(m, (const char *[]){"mirror"}, (double)a->pulled_bytes_mirror);
+        tkm_metric_set(m, (const char *[]){"upstream"}, (double)a->pulled_bytes_upstream);
+    }
 }
 
 static int add(struct agent *a, enum tkm_metric_type t, const char *name, const char *help,
@@ -95,7 +103,8 @@ static int add(struct agent *a, enum tkm_metric_type t, const char *name, const 
 
 static int metrics_register(struct agent *a, struct tkm_err *err)
 {
-    static const char *const state[] = {"state", NULL}, *const reason[] = {"reason", NULL};
+    static const char *const state[] = {"state", NULL}, *const reason[] = {"reason", NULL},
+                             *const source[] = {"source", NULL};
     static const char *const nscache[] = {"namespace", "cache", NULL}, *const nscachepart[] = {
                                                                            "namespace", "cache",
                                                                            "part", NULL};
@@ -154,6 +163,18 @@ static int metrics_register(struct agent *a, struct tkm_err *err)
                   "Kernels or entries the pods compiled beside the cache, by part (triton, "
                   "inductor, vllm).",
                   nscachepart, NULL, &a->m_pod_compiles, err)) < 0 ||
+        (rc = add(a, TKM_METRIC_COUNTER, "tkm_agent_pulled_bytes_total",
+                  "Bytes of layers downloaded, by source: mirror (an endpoint of the node's "
+                  "hosts.toml or registries.conf) or upstream (the cache image's registry).",
+                  source, collect_counters, &a->m_pulled_bytes, err)) < 0 ||
+        (rc = add(a, TKM_METRIC_COUNTER, "tkm_agent_mirror_fallbacks_total",
+                  "Downloads a mirror failed (unreachable, error, wrong bytes) that went on to the "
+                  "next mirror or the upstream (Event MirrorFallback).",
+                  NULL, collect_counters, &a->m_mirror_fallbacks, err)) < 0 ||
+        (rc = add(a, TKM_METRIC_COUNTER, "tkm_agent_mirror_config_errors_total",
+                  "Reads of --mirrors-hosts-dir / --registries-conf that failed; the last good "
+                  "configuration stays in use.",
+                  NULL, collect_counters, &a->m_mirror_config_errors, err)) < 0 ||
         (rc = add(a, TKM_METRIC_COUNTER, "tkm_agent_registry_errors_total",
                   "Registry requests that failed transiently (unreachable, 5xx).", NULL,
                   collect_counters, &a->m_registry_errors, err)) < 0 ||

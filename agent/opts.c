@@ -71,6 +71,8 @@ int agent_opts_parse(struct agent_opts *o, int argc, char **argv)
     o->once_timeout_ms = 2 * 60 * 1000;
     o->pull_deadline_ms = 30 * 60 * 1000;
     o->max_pulls = 2;
+    o->mirrors_dir = "/etc/containerd/certs.d";
+    o->registries_conf = "/etc/containers/registries.conf";
     o->socket_max_conns = TKM_GRPC_DEFAULT_MAX_CONNS;
     o->socket_idle_ms = TKM_GRPC_DEFAULT_IDLE_MS;
     o->metrics_addr = ":8080";
@@ -114,6 +116,14 @@ int agent_opts_parse(struct agent_opts *o, int argc, char **argv)
          .arg = "BYTES_PER_SECOND", .def = "none",
          .help = "the node's download rate cap (K M G or Ki Mi Gi), split evenly\n"
                  "over --max-concurrent-pulls: each download gets its share"},
+        {.name = "mirrors-hosts-dir", .type = TKM_FLAG_STRING, .dst = &o->mirrors_dir,
+         .arg = "DIR", .def = "/etc/containerd/certs.d",
+         .help = "containerd's registry hosts directory (<host>/hosts.toml): layer\n"
+                 "pulls by digest try its mirrors first (docs/mirrors.md); \"\" disables"},
+        {.name = "registries-conf", .type = TKM_FLAG_STRING, .dst = &o->registries_conf,
+         .arg = "FILE", .def = "/etc/containers/registries.conf",
+         .help = "CRI-O's registries.conf: its mirrors, when no hosts.toml directory\n"
+                 "names the registry; \"\" disables"},
         {.name = "metrics-bind-address", .type = TKM_FLAG_STRING, .dst = &o->metrics_addr,
          .arg = "ADDR", .def = ":8080", .help = "/metrics on host:port or :port; \"0\" disables"},
         {.name = "health-probe-bind-address", .type = TKM_FLAG_STRING, .dst = &o->health_addr,

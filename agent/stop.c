@@ -66,6 +66,7 @@ void agent_on_stop(struct tkm_daemon *d, int signum, void *data)
     if (a->once_session)
         tkm_oci_session_close(a->once_session, tkm_closer_done, tkm_closer_add(&a->users));
     a->once_session = NULL;
+    agent_mirrors_close(a, &a->users);
     uv_handle_t *hs[] = {(uv_handle_t *)&a->probe_timer, (uv_handle_t *)&a->flush_timer,
                          (uv_handle_t *)&a->node_timer, (uv_handle_t *)&a->gc_timer,
                          (uv_handle_t *)&a->once_timer};

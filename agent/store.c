@@ -32,6 +32,7 @@
 #include <tkm/archive.h>
 #include <tkm/fs.h>
 #include <tkm/log.h>
+#include <tkm/mirrors.h>
 #include <tkm/oci/ref.h>
 #include <tkm/util.h>
 
@@ -62,6 +63,11 @@ struct agent_pull {
     uint64_t t0;
     int cancelled;
     int queued; /* waits for a download slot (--max-concurrent-pulls), no job yet */
+    /* registry mirrors (mirrors.c): eps[0..use) are tried in order before the
+     * verified upstream session; ep is the one in flight (use: the upstream) */
+    struct tkm_mirror_endpoint *eps;
+    size_t n_eps, use, ep;
+    char source[TKM_OCI_NAME_MAX + 64]; /* endpoint_name() of what served the download */
 };
 
 static int64_t now_s(void)
@@ -224,6 +230,7 @@ void agent_store_close(struct agent *a)
 
 static void pull_free(struct agent_pull *p)
 {
+    tkm_mirror_endpoints_free(p->eps, p->n_eps);
     free(p->cache_key);
     free(p->layout);
     free(p);
@@ -241,6 +248,10 @@ static void pull_unlink(struct agent *a, struct agent_pull *p)
 static int mat_continue(struct agent *a, struct agent_mat *m);
 static void pf_settle(struct agent *a);
 static void pulls_kick(struct agent *a);
+static int pull_job(struct agent_pull *p, struct agent_cache *ac, struct tkm_err *err);
+static void mirror_fell_back(struct agent_pull *p, struct agent_cache *ac,
+                             const struct tkm_err *err);
+static void endpoint_name(const struct agent_pull *p, size_t k, char *out, size_t n);
 
 /* The cache was materialized (or prefetched): its lastFailure goes. */
 static void fail_clear(struct agent_cache *ac)
@@ -484,8 +495,9 @@ static void on_ingested(int rc, const char *digest, const char *path,
         a->extractions++;
         a->extract_seconds += secs;
         agent_metrics_extraction(a, secs);
-        tkm_info("extracted %s (%s) in %.2f s: %llu files, %llu bytes", p->layer, p->cache_key,
-                 secs, (unsigned long long)info->archive.files,
+        tkm_info("extracted %s (%s) from %s in %.2f s: %llu files, %llu bytes", p->layer,
+                 p->cache_key, p->source[0] ? p->source : "the store", secs,
+                 (unsigned long long)info->archive.files,
                  (unsigned long long)info->archive.file_bytes);
     }
     pull_check(p, path);
@@ -537,6 +549,18 @@ static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
     char blob[4200], src[600];
     (void)job;
     p->job = NULL;
+    if (rc < 0 && rc != -ECANCELED && !p->cancelled && p->ep < p->use) {
+        /* a mirror failed (unreachable, wrong bytes, ...): the next endpoint */
+        struct agent_cache *ac = agent_cache_get(a, p->cache_key);
+        if (ac && ac->session) {
+            mirror_fell_back(p, ac, err);
+            p->ep++;
+            if (pull_job(p, ac, &e) == 0)
+                return;
+            rc = e.code ? e.code : -EIO;
+            err = &e;
+        }
+    }
     pulls_kick(a); /* its download slot is free (extraction does not hold one) */
     if (rc < 0) {
         char m[1200];
@@ -559,6 +583,11 @@ static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
                   "the pulled image is not the one that was verified");
         return;
     }
+    endpoint_name(p, p->ep, p->source, sizeof p->source);
+    if (p->ep < p->use)
+        a->pulled_bytes_mirror += res->image.parsed.descs[0].size;
+    else
+        a->pulled_bytes_upstream += res->image.parsed.descs[0].size;
     struct tkm_archive_opts o;
     tkm_archive_opts_init(&o);
     /* A multi-part image (Inductor, vLLM beside Triton) lands as triton/,
@@ -576,6 +605,53 @@ static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
                                       &p->sjob, &e);
     if (rc < 0)
         pull_fail(p, TKM_GRPC_INTERNAL, "ExtractFailed", rc, tkm_err_str(&e));
+}
+
+/* Where endpoint k of p's plan is, for messages: "mirror <host>" or "upstream <host>". */
+static void endpoint_name(const struct agent_pull *p, size_t k, char *out, size_t n)
+{
+    if (k < p->use)
+        snprintf(out, n, "%s %s%s", p->eps[k].upstream ? "registry" : "mirror", p->eps[k].host,
+                 p->eps[k].path && strcmp(p->eps[k].path, "/v2") ? p->eps[k].path : "");
+    else
+        snprintf(out, n, "upstream %s", p->ref.host);
+}
+
+/* A mirror failed: an Event and a count, never a failure of the pull while
+ * another endpoint is left. */
+static void mirror_fell_back(struct agent_pull *p, struct agent_cache *ac,
+                             const struct tkm_err *err)
+{
+    char from[TKM_OCI_NAME_MAX + 64], to[TKM_OCI_NAME_MAX + 64];
+    endpoint_name(p, p->ep, from, sizeof from);
+    endpoint_name(p, p->ep + 1, to, sizeof to);
+    p->a->mirror_fallbacks++;
+    tkm_warn("cache %s: pulling %s from %s failed: %s; trying %s", p->cache_key, p->manifest, from,
+             tkm_err_str(err), to);
+    agent_cache_event(p->a, ac, "Warning", "MirrorFallback",
+                      "node %s: pulling %.19s from %s failed (%s); trying %s", p->a->o.node_name,
+                      p->manifest, from, tkm_err_str(err), to);
+}
+
+/* Starts p's download at endpoint p->ep of its plan (mirrors first), falling
+ * forward past endpoints whose job cannot start; the last is ac's verified
+ * upstream session. */
+static int pull_job(struct agent_pull *p, struct agent_cache *ac, struct tkm_err *err)
+{
+    while (p->ep < p->use) {
+        const struct tkm_mirror_endpoint *ep = &p->eps[p->ep];
+        struct tkm_oci_ref r = p->ref;
+        struct tkm_err e = {0};
+        struct tkm_oci_session *s =
+            agent_mirror_session(p->a, ep, tkm_oci_session_deadline(ac->session), &e);
+        snprintf(r.host, sizeof r.host, "%s", ep->host);
+        snprintf(r.repo, sizeof r.repo, "%s", ep->repo);
+        if (s && tkm_oci_job_pull(s, &r, p->layout, "agent", on_pulled, p, &p->job, &e) == 0)
+            return 0;
+        mirror_fell_back(p, ac, &e);
+        p->ep++;
+    }
+    return tkm_oci_job_pull(ac->session, &p->ref, p->layout, "agent", on_pulled, p, &p->job, err);
 }
 
 /* Downloads running (a job in flight). */
@@ -601,8 +677,7 @@ static void pulls_kick(struct agent *a)
             return;
         oldest->queued = 0;
         struct agent_cache *ac = agent_cache_get(a, oldest->cache_key);
-        int rc = ac && ac->session ? tkm_oci_job_pull(ac->session, &oldest->ref, oldest->layout,
-                                                      "agent", on_pulled, oldest, &oldest->job, &e)
+        int rc = ac && ac->session ? pull_job(oldest, ac, &e)
                                    : tkm_err_set(&e, -EAGAIN, "no registry session for %s any more",
                                                  oldest->cache_key);
         if (rc < 0)
@@ -661,13 +736,17 @@ static int pull_start(struct agent *a, struct agent_cache *ac, const struct agen
     }
     snprintf(p->ref.digest, sizeof p->ref.digest, "%s", L->manifest);
     p->ref.tag[0] = 0;
+    int prc = agent_mirrors_plan(a, &p->ref, &p->eps, &p->n_eps, &p->use, err);
+    if (prc < 0) {
+        pull_free(p);
+        return prc;
+    }
     if (pulls_running(a) >= a->o.max_pulls) {
         p->queued = 1; /* pulls_kick starts it, oldest first */
         tkm_dbg("pull of %s (%s) queued: %u downloads running (--max-concurrent-pulls)", p->layer,
                 ac->key, (unsigned)a->o.max_pulls);
     } else {
-        int rc =
-            tkm_oci_job_pull(ac->session, &p->ref, p->layout, "agent", on_pulled, p, &p->job, err);
+        int rc = pull_job(p, ac, err);
         if (rc < 0) {
             pull_free(p);
             return rc;

@@ -7,9 +7,16 @@
 #            store, socket and fake H200 (tests/fixtures/gpu/roots/h200 through the tests' fake
 #            NVML), on one private control plane (hack/cluster.sh) with the real tkm-controller.
 #   -s SIZE  the cache's size on disk (bench/gen_cache.py from the real sm90 fixture), default 200M
-#   -m MODES the runs, in order, default "direct mirror-host"; each with a cache of its own (a new
-#            salt: nothing cached anywhere) and fresh agents with empty stores:
+#   -m MODES the runs, in order, default "direct mirror mirror+slots"; each with a cache of its own
+#            (a new salt: nothing cached anywhere) and fresh agents with empty stores:
 #              direct       the cache image names the upstream registry: every agent pulls there
+#              mirror       the image names the upstream; the agents read a hosts.toml directory
+#                           (--mirrors-hosts-dir, containerd's format, docs/mirrors.md) naming a
+#                           pull-through mirror of it (Debian's docker-registry with
+#                           proxy.remoteurl, hack/registry.sh --proxy): layers come through it
+#              mirror+slots mirror with staged prefetch: tkm-config prefetchSlots=10 for this run
+#                           (tkm-controller grants one node first, then 10 at a time;
+#                           docs/prefetch.md)
 #              mirror-host  the image names a pull-through mirror of it (Debian's docker-registry
 #                           with proxy.remoteurl, hack/registry.sh --proxy): the agents pull from
 #                           the mirror as if it were the registry; the mirror from the upstream
@@ -18,7 +25,8 @@
 #                           docs/prefetch.md)
 #   env: TKM_BUILD_DIR (default <repo>/build), BENCH_DIR, KEEP=1 (bench/lib-daemons.sh)
 # Measured per mode, from the upstream registry's own log (hack/registry.sh --access-log), never
-# from tkm's: GETs of the cache's layer blob, and the peak number of them in flight at once (each
+# from tkm's: GETs of the cache's layer blob (and, column mirror, the GETs the mirror's own log
+# shows), and the peak number of them in flight at once at the upstream (each
 # request's interval is its "response completed" time minus its duration); and the time from the
 # declaration (kubectl apply of the TritonKernelCache; tkm-controller pins the digest) to the first
 # and to the last of the N node statuses reporting the cache extracted. Exits 1 when a run does not
@@ -27,7 +35,7 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
 BENCH_NAME=fleet
-N=50 SIZE=200M MODES="direct mirror-host"
+N=50 SIZE=200M MODES="direct mirror mirror+slots"
 while getopts "n:s:m:" o; do
   case $o in
     n) N=$OPTARG ;;
@@ -58,6 +66,9 @@ UP=$("$repo/hack/registry.sh" start "$work/upstream" --access-log)
 MIRROR=$("$repo/hack/registry.sh" start "$work/mirror" --proxy "http://$UP" --access-log)
 trap '"$repo/hack/registry.sh" stop "$work/upstream"; "$repo/hack/registry.sh" stop "$work/mirror"; bench_workdir_cleanup' EXIT
 bench_log "upstream registry $UP, its pull-through mirror $MIRROR"
+# the mirror as containerd has it: <dir>/<registry>/hosts.toml (modes mirror, mirror+slots)
+mkdir -p "$work/certs.d/$UP"
+printf 'server = "http://%s"\n\n[host."http://%s"]\n  capabilities = ["pull"]\n' "$UP" "$MIRROR" >"$work/certs.d/$UP/hosts.toml"
 "$CTRL" --kubeconfig "$KUBECONFIG" --namespace tkm-system --state-dir "$work/ctrl-state" \
   --metrics-bind-address 0 --health-probe-bind-address 0 >"$work/controller.log" 2>&1 &
 pids+=($!)
@@ -79,7 +90,7 @@ agents_start() {
     TKM_FAKE_NVML=$ROOT/nvml.conf "$AGENT" --kubeconfig "$KUBECONFIG" --node-name "$(printf fleet-%03d "$i")" \
       --namespace tkm-system --store-dir "$d/store" --socket "$d/run/agent.sock" --metrics-bind-address 0 \
       --health-probe-bind-address 0 --sysfs-root "$ROOT/sys" --procfs-root "$ROOT/proc" --nvml-lib "$FAKE_NVML" \
-      >"$d/log" 2>&1 &
+      --registries-conf "" --mirrors-hosts-dir "$hosts_dir" >"$d/log" 2>&1 &
     agent_pids+=($!)
     pids+=($!)
   done
@@ -104,9 +115,11 @@ upstream_gets() { python3 "$here/registry_gets.py" "$work/upstream/registry.log"
 
 results=()
 for mode in $MODES; do
-  slots=''
+  slots='' hosts_dir=''
   case $mode in
     direct) host=$UP ;;
+    mirror) host=$UP hosts_dir=$work/certs.d ;;
+    mirror+slots) host=$UP hosts_dir=$work/certs.d slots=10 ;;
     mirror-host) host=$MIRROR ;;
     mirror-host+slots) host=$MIRROR slots=10 ;;
     *) bench_die "unknown mode $mode" ;;
@@ -148,12 +161,13 @@ EOT
   all=$(($(bench_now_ms) - t0))
   sleep 1 # the registry writes its log line after the response
   read -r gets peak _ < <(upstream_gets "$layer")
-  results+=("$(printf '%-18s %4d %9s %6d %6d %9.1f %9.1f' "$mode" "$N" "$((lsize / 1048576))MiB" "$gets" "$peak" \
+  read -r mgets _ < <(python3 "$here/registry_gets.py" "$work/mirror/registry.log" "$layer")
+  results+=("$(printf '%-18s %4d %9s %6d %6d %7d %9.1f %9.1f' "$mode" "$N" "$((lsize / 1048576))MiB" "$gets" "$peak" "$mgets" \
     "$(awk -v v="$first" 'BEGIN{print v/1000}')" "$(awk -v v="$all" 'BEGIN{print v/1000}')")")
   bench_log "$mode: all $N extracted in $((all / 1000)) s; upstream layer GETs $gets (peak $peak at once)"
   agents_stop
   rm -rf "$work/agents"
 done
 echo "fleet: $N tkm-agents, a $SIZE cache each run, load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-18s %4s %9s %6s %6s %9s %9s\n' mode N layer GETs peak first_s all_s
+printf '%-18s %4s %9s %6s %6s %7s %9s %9s\n' mode N layer GETs peak mirror first_s all_s
 printf '%s\n' "${results[@]}"

@@ -230,6 +230,8 @@ static int cmd_extract(int argc, char **argv)
     /* the cap (given or the default) also bounds the sizes a manifest declares, checked
      * before any layer is downloaded */
     j.caps.max_bytes = j.ao.limits.max_total_bytes;
+    j.caps.mirrors_dir = f.mirrors_dir;
+    j.caps.registries_conf = f.registries_conf;
     if (j.mount && j.mount[0] != '/') {
         fprintf(stderr, "tkmctl extract: --mount-path must be absolute, not '%s'\n", j.mount);
         return 2;

@@ -92,7 +92,7 @@ static int cmd_pull(int argc, char **argv)
     ctl_oci_flags_init(&f, "pull");
     int config_only = 0;
     const char *max_bytes = NULL, *max_file = NULL;
-    struct ctl_pull_caps caps = {0, 0};
+    struct ctl_pull_caps caps = {0};
     const struct ctl_arg args[] = {
         {"--output", &output, NULL},           {"--tag", &tag, NULL},
         {"--config-only", NULL, &config_only}, {"--max-bytes", &max_bytes, NULL},
@@ -118,6 +118,8 @@ static int cmd_pull(int argc, char **argv)
         fprintf(stderr, "tkmctl pull: warning: cannot catch SIGINT/SIGTERM\n");
     ctl_oci_registry_opts(&f, &ro);
     ro.cancel = ctl_signal_flag(); /* cancels the pull job, which removes what it staged */
+    caps.mirrors_dir = f.mirrors_dir;
+    caps.registries_conf = f.registries_conf;
     int rc = ctl_pull_capped(&ref, &ro, output, tag, layers, &caps, &res, &err);
     ctl_progress_end(&f.progress);
     if (rc != 0 && ctl_signal_status()) {

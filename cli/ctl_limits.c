@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <tkm/mirrors.h>
+
 static int check_caps(const struct tkm_oci_pull_result *img, const struct ctl_pull_caps *caps,
                       int layers, struct tkm_err *err)
 {
@@ -30,6 +32,63 @@ static int check_caps(const struct tkm_oci_pull_result *img, const struct ctl_pu
     return 0;
 }
 
+/* The pull of ref (by digest) through the mirrors of caps, then the registry. */
+static int pull_mirrored(const struct tkm_oci_ref *ref, const struct tkm_oci_registry_opts *ro,
+                         const char *layout_dir, const char *tag, int layers,
+                         const struct ctl_pull_caps *caps, struct tkm_oci_pull_result *res,
+                         struct tkm_err *err)
+{
+    struct tkm_mirrors *m = NULL;
+    struct tkm_mirror_endpoint *eps = NULL;
+    size_t n = 0;
+    int rc;
+    if (!ref->digest[0] || (!caps->mirrors_dir && !caps->registries_conf))
+        return tkm_oci_pull(ref, ro, layout_dir, tag, layers, res, err);
+    if ((rc = tkm_mirrors_load(caps->mirrors_dir, caps->registries_conf, &m, err)) < 0 ||
+        (rc = tkm_mirrors_resolve(m, ref->host, ref->repo, 1, &eps, &n, err)) < 0) {
+        tkm_mirrors_free(m);
+        return rc;
+    }
+    rc = -ENOENT;
+    for (size_t i = 0; i < n; i++) {
+        const struct tkm_mirror_endpoint *ep = &eps[i];
+        if (ep->upstream && !strcmp(ep->host, ref->host) && !strcmp(ep->repo, ref->repo) &&
+            (!ep->path || !strcmp(ep->path, "/v2")))
+            break; /* the registry itself, as the flags say: below */
+        struct tkm_oci_registry_opts o = *ro;
+        struct tkm_oci_ref r = *ref;
+        struct tkm_err e = {0};
+        o.anonymous = 1; /* the registry's credentials never go to a mirror */
+        o.auth_file = NULL;
+        o.auth_json = NULL;
+        o.auth_json_len = 0;
+        o.scheme = ep->scheme;
+        o.path_prefix = ep->path;
+        o.ns = ep->ns;
+        o.ca_file = ep->ca_file;
+        o.client_cert = ep->client_cert;
+        o.client_key = ep->client_key;
+        o.skip_verify = ep->skip_verify;
+        o.headers = (const char *const *)ep->headers;
+        snprintf(r.host, sizeof r.host, "%s", ep->host);
+        snprintf(r.repo, sizeof r.repo, "%s", ep->repo);
+        if ((rc = tkm_oci_pull(&r, &o, layout_dir, tag, layers, res, &e)) == 0) {
+            fprintf(stderr, "pulled %s from mirror %s\n", ref->digest, ep->host);
+            break;
+        }
+        if (rc == -ECANCELED) {
+            *err = e;
+            break;
+        }
+        fprintf(stderr, "mirror %s: %s; trying the next\n", ep->host, tkm_err_str(&e));
+    }
+    tkm_mirror_endpoints_free(eps, n);
+    tkm_mirrors_free(m);
+    if (rc == 0 || rc == -ECANCELED)
+        return rc;
+    return tkm_oci_pull(ref, ro, layout_dir, tag, layers, res, err);
+}
+
 int ctl_pull_capped(const struct tkm_oci_ref *ref, const struct tkm_oci_registry_opts *ro,
                     const char *layout_dir, const char *tag, int layers,
                     const struct ctl_pull_caps *caps, struct tkm_oci_pull_result *res,
@@ -38,8 +97,10 @@ int ctl_pull_capped(const struct tkm_oci_ref *ref, const struct tkm_oci_registry
     struct tkm_oci_pull_result img;
     struct tkm_oci_ref pinned = *ref;
     int rc;
-    if (!caps || (!caps->max_bytes && !caps->max_blob_bytes))
-        return tkm_oci_pull(ref, ro, layout_dir, tag, layers, res, err);
+    int mirrored = caps && (caps->mirrors_dir || caps->registries_conf);
+    if (!caps || (!caps->max_bytes && !caps->max_blob_bytes && (!mirrored || ref->digest[0])))
+        return caps ? pull_mirrored(ref, ro, layout_dir, tag, layers, caps, res, err)
+                    : tkm_oci_pull(ref, ro, layout_dir, tag, layers, res, err);
     if ((rc = tkm_oci_inspect(ref, ro, &img, err)) != 0)
         return rc;
     rc = check_caps(&img, caps, layers, err);
@@ -49,5 +110,5 @@ int ctl_pull_capped(const struct tkm_oci_ref *ref, const struct tkm_oci_registry
     if (rc != 0)
         return rc;
     /* The digest was checked above: what is pulled now is what was measured. */
-    return tkm_oci_pull(&pinned, ro, layout_dir, tag, layers, res, err);
+    return pull_mirrored(&pinned, ro, layout_dir, tag, layers, caps, res, err);
 }

@@ -14,7 +14,11 @@ const char ctl_oci_flags_help[] =
     "  --insecure HOST    allow plain HTTP to HOST[:PORT] (repeatable); loopback registries\n"
     "                     (127.0.0.0/8, ::1, localhost) always use plain HTTP\n"
     "  --ca-file FILE     CA bundle for the registry's TLS certificate (implies https, also\n"
-    "                     for loopback registries)\n";
+    "                     for loopback registries)\n"
+    "  --mirrors-hosts-dir DIR  pull and extract: try the mirrors of containerd's hosts.toml\n"
+    "                     directory (DIR/<host>/hosts.toml, e.g. /etc/containerd/certs.d) first,\n"
+    "                     by digest (docs/mirrors.md)\n"
+    "  --registries-conf FILE   pull and extract: the same from CRI-O's registries.conf\n";
 
 void ctl_oci_flags_init(struct ctl_oci_flags *f, const char *label)
 {
@@ -31,6 +35,10 @@ int ctl_oci_flag(struct ctl_oci_flags *f, int argc, char **argv, int *i, const c
         slot = &f->auth_file;
     else if (strcmp(a, "--ca-file") == 0)
         slot = &f->ca_file;
+    else if (strcmp(a, "--mirrors-hosts-dir") == 0)
+        slot = &f->mirrors_dir;
+    else if (strcmp(a, "--registries-conf") == 0)
+        slot = &f->registries_conf;
     else if (strcmp(a, "--insecure") == 0) {
         if (f->n_insecure >= CTL_OCI_INSECURE_MAX) {
             fprintf(stderr, "tkmctl %s: at most %d --insecure hosts\n", cmd, CTL_OCI_INSECURE_MAX);

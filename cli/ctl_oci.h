@@ -24,6 +24,7 @@ struct ctl_oci_flags {
     size_t n_insecure;
     const char *auth_file;
     const char *ca_file;
+    const char *mirrors_dir, *registries_conf; /* pulls only (ctl_limits.h) */
     int anonymous;
     int json; /* -o json */
     struct ctl_progress progress;

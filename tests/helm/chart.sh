@@ -167,6 +167,13 @@ for h in helm helm4; do
     "nvidia,10%,b,--store-budget 50Gi" ]] || fail "$h: runtimeClassName, maxUnavailable, podAnnotations, agent extraArgs"
   a=$(q "$tmp/v.yaml" "$ct.args | join(\" \")")
   [[ $a != *leader-elect* && $a == *"--node-labels=false"* ]] || fail "$h: controller args: $a"
+  # the node's registry mirrors: the flags, and the host's directories mounted read-only
+  render "$h" "$tmp/m.yaml" --set node.mirrors.hostsDir=/etc/containerd/certs.d \
+    --set node.mirrors.registriesConf=/etc/containers/registries.conf || fail "$h template with mirrors: $(quiet <"$tmp/m.yaml.err")"
+  m=$(q "$tmp/m.yaml" "$ds | [(.containers[0].args | join(\" \")), ([.containers[0].volumeMounts[] | select(.readOnly) | .mountPath] | join(\",\")), ([.volumes[] | select(.name | test(\"mirrors|registries\")) | .hostPath.path] | join(\",\"))] | join(\"|\")")
+  [[ $m == *"--mirrors-hosts-dir /etc/containerd/certs.d --registries-conf /etc/containers/registries.conf|"*"/etc/containerd/certs.d,/etc/containers|/etc/containerd/certs.d,/etc/containers" ]] ||
+    fail "$h: node.mirrors: $m"
+  bad "$h" "a relative mirrors directory" hostsDir --set node.mirrors.hostsDir=etc/containerd/certs.d
   v=$(jq -c '[.[] | tostring | select(test("tkm-system"))] | length' <(json "$tmp/v.yaml"))
   [[ $v == 0 ]] || fail "$h: -n gpu-ops: $v objects still name tkm-system"
   [[ $(q "$tmp/v.yaml" '.[] | select(.kind == "ValidatingAdmissionPolicy") | .spec.matchConditions[0].expression') == \
