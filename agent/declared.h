@@ -128,6 +128,9 @@ struct agent_cache {
      * a slot in the cache status' prefetch.granted, or Pulling with one; the
      * node status entry's prefetch */
     enum tkm_api_prefetch_state prefetch;
+    /* where the last layer download of this cache came from (store.c, node
+     * status pulledFrom; "" before one) */
+    char pulled_from[300];
     /* the image's Inductor part (cache.inductor.image/summary), judged per GPU
      * beside the Triton summary; a malformed label leaves the facts empty, so
      * every GPU is refused (fail closed) */

@@ -584,6 +584,11 @@ static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
         return;
     }
     endpoint_name(p, p->ep, p->source, sizeof p->source);
+    {
+        struct agent_cache *src_ac = agent_cache_get(a, p->cache_key);
+        if (src_ac)
+            snprintf(src_ac->pulled_from, sizeof src_ac->pulled_from, "%s", p->source);
+    }
     if (p->ep < p->use)
         a->pulled_bytes_mirror += res->image.parsed.descs[0].size;
     else

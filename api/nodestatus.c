@@ -48,6 +48,7 @@ static void node_cache_release(struct tkm_api_node_cache *c)
     }
     free(c->variants);
     free(c->fallback);
+    free(c->pulled_from);
     tkm_api_compiles_release(&c->compiles);
 }
 
@@ -206,6 +207,7 @@ static json_t *node_cache_encode(const struct tkm_api_node_cache *c)
                                            list_encode(c->variants, c->n_variants,
                                                        sizeof *c->variants, variant_fill))) ||
         tkm__api_set_str(o, "fallback", c->fallback) ||
+        tkm__api_set_str(o, "pulledFrom", c->pulled_from) ||
         tkm__api_set_str(o, "prefetch", tkm_api_prefetch_state_name(c->prefetch)) ||
         (c->compiles.present &&
          tkm__api_set_new(o, "compiles", tkm_api_compiles_json(&c->compiles))) ||

@@ -200,7 +200,7 @@ static const char *const pod_keys[] = {"namespace", "name", "uid", "volumeId"};
 static const char *const entry_keys[] = {
     "digest",   "verified", "extracted",   "compatibleGPUs", "incompatibleGPUs",
     "pods",     "error",    "lastUpdated", "lastFailure",    "variants",
-    "fallback", "compiles", "prefetch"};
+    "fallback", "compiles", "prefetch",    "pulledFrom"};
 #define N_ENTRY_KEYS (sizeof entry_keys / sizeof entry_keys[0])
 static const char *const variant_keys[] = {"digest", "gpuIds"};
 static const char *const failure_keys[] = {"reason", "message", "time"};
@@ -454,7 +454,7 @@ static int entry_read(const char *p, size_t n, const struct tkm_jscan_member *m,
     struct tkm_buf *b = &s->str;
     struct fld f[N_ENTRY_KEYS];
     char path[400];
-    size_t at_name, at_digest, at_error, at_fallback, at_prefetch, at_why[2], dummy[2];
+    size_t at_name, at_digest, at_error, at_fallback, at_prefetch, at_from, at_why[2], dummy[2];
     const char *pf;
     int rc;
     memset(e, 0, sizeof *e);
@@ -481,10 +481,14 @@ static int entry_read(const char *p, size_t n, const struct tkm_jscan_member *m,
         (rc = want(&f[10], J_STR, path, "fallback", err)) ||
         (rc = compiles_check(p, n, &f[11], path, s, &e->compiles, err)) ||
         (rc = want(&f[12], J_STR, path, "prefetch", err)) ||
+        (rc = want(&f[13], J_STR, path, "pulledFrom", err)) ||
         (rc = str_to(p, &f[10], b, &at_fallback, err)) ||
         (rc = str_to(p, &f[12], b, &at_prefetch, err)) ||
-        (rc = str_to(p, &f[0], b, &at_digest, err)) || (rc = str_to(p, &f[6], b, &at_error, err)))
+        (rc = str_to(p, &f[13], b, &at_from, err)) || (rc = str_to(p, &f[0], b, &at_digest, err)) ||
+        (rc = str_to(p, &f[6], b, &at_error, err)))
         return rc;
+    if ((pf = at_or_null(b, at_from)) && strlen(pf) > 300)
+        return tkm_err_set(err, -EPROTO, "%s.pulledFrom: longer than 300 bytes", path);
     e->fallback = at_or_null(b, at_fallback);
     if (e->fallback && strcmp(e->fallback, "Empty") != 0)
         return tkm_err_set(err, -EPROTO, "%s.fallback: \"%.32s\", expected Empty", path,
@@ -797,6 +801,7 @@ static void cache_tree(struct tree *t, const struct tkm_jscan_member *m,
     c->last_updated = t_str(t, &f[7]);
     variants_tree(t, &f[9], c);
     c->fallback = t_str(t, &f[10]);
+    c->pulled_from = t_str(t, &f[13]);
     if (present(&f[12])) { /* checked by the scan */
         char *pf = t_str(t, &f[12]);
         if (pf)

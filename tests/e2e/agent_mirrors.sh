@@ -81,6 +81,7 @@ pass "the mirror request carries ?ns=<upstream>"
 assert_eq "$LSIZE" "$(metric 'tkm_agent_pulled_bytes_total{source="mirror"}')" "pulled_bytes_total{source=mirror} is the layer's size"
 assert_eq 0 "$(metric 'tkm_agent_pulled_bytes_total{source="upstream"}')" "nothing pulled from the upstream"
 wait_for 10 "the agent's log names the mirror" grep -q "from mirror $M1" "$E2E_TMP/a.log"
+assert_eq "mirror $M1" "$(jp tkcns "$NODE" "$NS" '{.status.caches.c1.pulledFrom}')" "the node status: pulledFrom the mirror"
 
 step "2. mirror 1 down: fallback to the upstream, an Event, no failure"
 "$TKM_SOURCE_DIR/hack/registry.sh" stop "$E2E_TMP/m1"
@@ -93,6 +94,7 @@ assert_contains "$(events_of c2)" "mirror $M1" "the Event names the mirror"
 assert_contains "$(events_of c2)" "trying upstream $REG" "... and what was tried next"
 assert_eq "" "$(jp tkcns "$NODE" "$NS" '{.status.caches.c2.lastFailure.reason}')" "no lastFailure in the node status"
 assert_eq 1 "$(metric tkm_agent_mirror_fallbacks_total)" "tkm_agent_mirror_fallbacks_total 1"
+assert_eq "upstream $REG" "$(jp tkcns "$NODE" "$NS" '{.status.caches.c2.pulledFrom}')" "the node status: pulledFrom the upstream"
 
 step "3. a mirror serving a wrong blob: refused by digest, fallback, an Event"
 image c3

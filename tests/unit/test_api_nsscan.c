@@ -287,6 +287,8 @@ static char *build(size_t n_caches, int variant, int cluster)
         }
         if (k == 1)
             c[i].fallback = "Empty";
+        if (k == 0)
+            c[i].pulled_from = "mirror 127.0.0.1:5001/cache/v2";
         if (k == 0 || k == 2)
             c[i].prefetch = k == 0 ? TKM_API_PREFETCH_WAITING : TKM_API_PREFETCH_PULLING;
         if (k == 0 || k == 1) {
@@ -360,6 +362,8 @@ TEST(garbage_is_refused_by_both_with_the_same_message)
         C("\"prefetch\":\"waiting\""),
         C("\"prefetch\":\"Done\""),
         C("\"prefetch\":1"),
+        C("\"pulledFrom\":1"),
+        C("\"pulledFrom\":[\"mirror a\"]"),
         C("\"compiles\":[]"),
         C("\"compiles\":{\"podsServed\":-1}"),
         C("\"compiles\":{\"podsCompiled\":1.5}"),
@@ -571,4 +575,36 @@ TEST(compiles_bounds_and_messages)
         tkm_api_nodestatus_decode(C("\"digest\":\"x\""), strlen(C("\"digest\":\"x\"")), &d, NULL));
     ASSERT_EQ(d.status.caches[0].compiles.present, 0);
     tkm_api_nodestatus_release(&d);
+}
+
+/* pulledFrom (issue 26): encoded as the agent writes it, decoded back; over
+ * 300 bytes refused with the field's name. */
+TEST(pulled_from_round_trip_and_bound)
+{
+    char *j = build(4, 0, 0);
+    struct tkm_api_nodestatus ns;
+    struct tkm_err e = {0};
+    ASSERT(j != NULL);
+    ASSERT_STRCONTAINS(j, "\"pulledFrom\":\"mirror 127.0.0.1:5001/cache/v2\"");
+    ASSERT_OK(tkm_api_nodestatus_decode(j, strlen(j), &ns, &e));
+    size_t with = 0;
+    for (size_t i = 0; i < ns.status.n_caches; i++)
+        if (ns.status.caches[i].pulled_from) {
+            ASSERT_STREQ(ns.status.caches[i].pulled_from, "mirror 127.0.0.1:5001/cache/v2");
+            with++;
+        }
+    ASSERT_EQ(with, 1);
+    tkm_api_nodestatus_release(&ns);
+    free(j);
+    char long_from[400], doc[1024];
+    memset(long_from, 'a', 301);
+    long_from[301] = 0;
+    snprintf(doc, sizeof doc, C("\"pulledFrom\":\"%s\""), long_from);
+    tkm_err_clear(&e);
+    ASSERT_EQ(tkm_api_nodestatus_decode(doc, strlen(doc), &ns, &e), -EPROTO);
+    ASSERT_STRCONTAINS(e.msg, "pulledFrom: longer than 300 bytes");
+    long_from[300] = 0;
+    snprintf(doc, sizeof doc, C("\"pulledFrom\":\"%s\""), long_from);
+    ASSERT_OK(tkm_api_nodestatus_decode(doc, strlen(doc), &ns, &e));
+    tkm_api_nodestatus_release(&ns);
 }

@@ -365,6 +365,10 @@ struct tkm_api_node_cache {
     char *fallback;                   /* "Empty" when served as an empty volume here, else NULL */
     struct tkm_api_compiles compiles; /* issue 25 */
     enum tkm_api_prefetch_state prefetch;
+    /* pulledFrom: where this node downloaded the layer it extracted last
+     * ("mirror <host>[path]", "registry <host>" for a moved upstream,
+     * "upstream <host>"; at most 300 bytes), NULL when absent (issue 26) */
+    char *pulled_from;
 };
 
 /* The status a node's agent writes. gpuCount, gpuTypes and cacheCount (the
