@@ -23,7 +23,9 @@
 #              mirror-host+slots  mirror-host with staged prefetch: tkm-config prefetchSlots=10 for
 #                           this run (tkm-controller grants one node first, then 10 at a time;
 #                           docs/prefetch.md)
-#   env: TKM_BUILD_DIR (default <repo>/build), BENCH_DIR, KEEP=1 (bench/lib-daemons.sh)
+#   env: TKM_BUILD_DIR (default <repo>/build), TKM_AGENT (default $TKM_BUILD_DIR/agent/tkm-agent:
+#        another build, e.g. a baseline's, for the direct mode), BENCH_DIR, KEEP=1
+#        (bench/lib-daemons.sh)
 # Measured per mode, from the upstream registry's own log (hack/registry.sh --access-log), never
 # from tkm's: GETs of the cache's layer blob (and, column mirror, the GETs the mirror's own log
 # shows), and the peak number of them in flight at once at the upstream (each
@@ -47,7 +49,7 @@ done
 TKM_BUILD_DIR=${TKM_BUILD_DIR:-$repo/build}
 # shellcheck source=bench/lib-daemons.sh
 source "$here/lib-daemons.sh"
-AGENT=$TKM_BUILD_DIR/agent/tkm-agent CTRL=$TKM_BUILD_DIR/controller/tkm-controller
+AGENT=${TKM_AGENT:-$TKM_BUILD_DIR/agent/tkm-agent} CTRL=$TKM_BUILD_DIR/controller/tkm-controller
 TKMCTL=$TKM_BUILD_DIR/cli/tkmctl FAKE_NVML=$TKM_BUILD_DIR/fakenvml/libnvidia-ml.so.1
 ROOT=$repo/tests/fixtures/gpu/roots/h200
 for f in "$AGENT" "$CTRL" "$TKMCTL"; do [[ -x $f ]] || bench_die "missing $f (build first: ninja -C $TKM_BUILD_DIR)"; done
@@ -90,7 +92,7 @@ agents_start() {
     TKM_FAKE_NVML=$ROOT/nvml.conf "$AGENT" --kubeconfig "$KUBECONFIG" --node-name "$(printf fleet-%03d "$i")" \
       --namespace tkm-system --store-dir "$d/store" --socket "$d/run/agent.sock" --metrics-bind-address 0 \
       --health-probe-bind-address 0 --sysfs-root "$ROOT/sys" --procfs-root "$ROOT/proc" --nvml-lib "$FAKE_NVML" \
-      --registries-conf "" --mirrors-hosts-dir "$hosts_dir" >"$d/log" 2>&1 &
+      "${mirror_flags[@]}" >"$d/log" 2>&1 &
     agent_pids+=($!)
     pids+=($!)
   done
@@ -125,6 +127,8 @@ for mode in $MODES; do
     *) bench_die "unknown mode $mode" ;;
   esac
   name=${mode//+/-} # the cache's and the image's name
+  mirror_flags=()
+  [[ -z $hosts_dir ]] || mirror_flags=(--registries-conf "" --mirrors-hosts-dir "$hosts_dir")
   if [[ -n $slots ]]; then
     kubectl -n tkm-system patch configmap tkm-config --type=merge -p "{\"data\":{\"prefetchSlots\":\"$slots\"}}" >/dev/null
   else
@@ -162,12 +166,15 @@ EOT
   sleep 1 # the registry writes its log line after the response
   read -r gets peak _ < <(upstream_gets "$layer")
   read -r mgets _ < <(python3 "$here/registry_gets.py" "$work/mirror/registry.log" "$layer")
-  results+=("$(printf '%-18s %4d %9s %6d %6d %7d %9.1f %9.1f' "$mode" "$N" "$((lsize / 1048576))MiB" "$gets" "$peak" "$mgets" \
-    "$(awk -v v="$first" 'BEGIN{print v/1000}')" "$(awk -v v="$all" 'BEGIN{print v/1000}')")")
+  # each agent's peak RSS (VmHWM: the pull and the extraction included), median and max in MiB
+  read -r rss_med rss_max < <(for p in "${agent_pids[@]}"; do awk '/^VmHWM/ {print $2}' "/proc/$p/status"; done |
+    sort -n | awk '{v[NR] = $1} END {printf "%.1f %.1f\n", v[int((NR + 1) / 2)] / 1024, v[NR] / 1024}')
+  results+=("$(printf '%-18s %4d %9s %6d %6d %7d %9.1f %9.1f %8s %8s' "$mode" "$N" "$((lsize / 1048576))MiB" "$gets" "$peak" "$mgets" \
+    "$(awk -v v="$first" 'BEGIN{print v/1000}')" "$(awk -v v="$all" 'BEGIN{print v/1000}')" "$rss_med" "$rss_max")")
   bench_log "$mode: all $N extracted in $((all / 1000)) s; upstream layer GETs $gets (peak $peak at once)"
   agents_stop
   rm -rf "$work/agents"
 done
 echo "fleet: $N tkm-agents, a $SIZE cache each run, load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-18s %4s %9s %6s %6s %7s %9s %9s\n' mode N layer GETs peak mirror first_s all_s
+printf '%-18s %4s %9s %6s %6s %7s %9s %9s %8s %8s\n' mode N layer GETs peak mirror first_s all_s hwm_MiB max_MiB
 printf '%s\n' "${results[@]}"
