@@ -5,6 +5,7 @@ JOBS ?= 2
 
 REGISTRY ?=
 TAG ?= dev
+ARM64_BUILD ?=
 
 .PHONY: help deps testbin build images test unit e2e demo demo-down fuzz bench bench-daemons format format-check crds cluster-up cluster-down clean
 
@@ -21,8 +22,8 @@ build: deps ## configure and build everything into $(BUILD)/
 	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
 	ninja -C $(BUILD) -j $(JOBS)
 
-images: build testbin ## tkm's images (tkm-csi, and tkm-agent/-controller/tkmctl when built) pushed to REGISTRY (default: the local one), TAG (dev)
-	hack/images/all.sh $(BUILD) "$(REGISTRY)" $(TAG)
+images: build testbin ## tkm's images (tkm-csi, and tkm-agent/-controller/tkmctl when built) pushed to REGISTRY (default: the local one), TAG (dev); ARM64_BUILD=build-arm64: amd64+arm64 index
+	hack/images/all.sh $(BUILD) "$(REGISTRY)" $(TAG) $(ARM64_BUILD)
 
 test: ## all tests: build, unit, e2e (real control plane), sanitizers, valgrind, fuzz; ends with "N passed, N failed"
 	hack/test.sh

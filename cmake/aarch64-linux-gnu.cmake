@@ -26,8 +26,14 @@ endif()
 set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/${TKM_CROSS_TRIPLET}/pkgconfig:/usr/share/pkgconfig)
 set(ENV{PKG_CONFIG_PATH} "")
 
-# ctest runs the arm64 test binaries through qemu-user with the arm64 sysroot.
+# ctest runs the arm64 test binaries through qemu-user. The loader and libc at run time are the
+# multiarch libc6:arm64 ones (/lib/ld-linux-aarch64.so.1 -> /usr/lib/aarch64-linux-gnu, pulled in
+# by the :arm64 -dev packages), so the prefix is / and not /usr/aarch64-linux-gnu: with
+# `-L /usr/aarch64-linux-gnu` qemu loads the cross package's ld.so (libc6-arm64-cross, another
+# glibc build) but ld.so finds libc.so.6 in /usr/lib/aarch64-linux-gnu, and the two disagree on
+# the layout of _rtld_global (GLIBC_PRIVATE): the child of every fork() spins forever in
+# __libc_fork walking the stack list at the wrong offset (docs/development.md).
 find_program(TKM_QEMU_AARCH64 NAMES qemu-aarch64-static qemu-aarch64)
 if(TKM_QEMU_AARCH64)
-  set(CMAKE_CROSSCOMPILING_EMULATOR ${TKM_QEMU_AARCH64};-L;/usr/${TKM_CROSS_TRIPLET})
+  set(CMAKE_CROSSCOMPILING_EMULATOR ${TKM_QEMU_AARCH64};-L;/)
 endif()

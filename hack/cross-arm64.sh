@@ -3,7 +3,8 @@
 # (cmake/aarch64-linux-gnu.cmake; packages: hack/deps.sh --arm64), -Wall -Wextra -Werror as
 # every build: the daemons, tkmctl, kubectl-tkm and the unit test binaries. ctest in that
 # directory runs the unit tests under qemu-aarch64 (label arm64, the subset named in
-# docs/development.md).
+# docs/development.md) and images.multiarch (labels arm64 and images: the amd64+arm64 image
+# indexes, with the linux/amd64 binaries of build/, which must be built first; as root).
 #
 # Usage: hack/cross-arm64.sh [build-dir] [--test]
 #   --test   also run `ctest -L arm64` there (the CI phase)
