@@ -11,7 +11,13 @@
 #                      Kubernetes 1.37; then the e2e subset labelled k8s-oldest
 #                      again on Kubernetes 1.35. A running `make demo` is
 #                      stopped first (one kubelet node per host), and says so.
-#   3. build-debug/, build-release/   gcc -Werror, CMAKE_BUILD_TYPE Debug and
+#   3. build-arm64/    the linux/arm64 cross build (Debian's aarch64 cross gcc and
+#                      :arm64 -dev packages, hack/deps.sh --arm64): the unit tests
+#                      labelled arm64 under qemu-aarch64-static, and images.multiarch
+#                      (every image as one linux/amd64 + linux/arm64 index, checked with
+#                      crane, readelf and --help from each root filesystem); needs
+#                      build/ (phase main) and root (chroot)
+#   3b. build-debug/, build-release/   gcc -Werror, CMAKE_BUILD_TYPE Debug and
 #                      Release: configure + build everything (libraries, tkmctl,
 #                      tests, examples, bench), nothing run; each build type
 #                      counts as one test ("buildtypes")
@@ -26,7 +32,7 @@ cd "$(dirname "$0")/.." || exit 1
 root=$PWD
 # shellcheck source=hack/lib.sh
 source hack/lib.sh # running_node_owner, stop_cluster_of
-phases=${TKM_TEST_PHASES:-main buildtypes asan valgrind fuzz}
+phases=${TKM_TEST_PHASES:-main arm64 buildtypes asan valgrind fuzz}
 jobs=${JOBS:-2}
 total_pass=0 total_fail=0
 failed_phases=()
@@ -135,6 +141,12 @@ for phase in $phases; do
         TKM_CLUSTER_DIR=$root/build/e2e-cluster hack/cluster.sh down >/dev/null 2>&1 || true
         TKM_KUBE_VERSION=$KUBE_OLDEST run_ctest "main-k8s-$KUBE_OLDEST" build -L k8s-oldest -j "$jobs"
       else phase_failed_to_build main; fi
+      ;;
+    arm64)
+      say "build-arm64/ (aarch64 cross build): unit subset and images under qemu"
+      if hack/deps.sh --arm64 && JOBS=$jobs hack/cross-arm64.sh build-arm64; then
+        run_ctest arm64 build-arm64 -L arm64 -j "$jobs"
+      else phase_failed_to_build arm64; fi
       ;;
     buildtypes)
       # Warnings differ with the optimization level (-O0 vs -O3), so a build
