@@ -54,7 +54,9 @@ enum { TKM_MIRROR_CAP_PULL = 1, TKM_MIRROR_CAP_RESOLVE = 2 };
 
 struct tkm_mirror_endpoint {
     char *host;   /* "host[:port]" as a URL writes it (IPv6 in brackets) */
-    char *scheme; /* "https" or "http" */
+    char *scheme; /* "https" or "http"; NULL for an upstream no file configured
+                     (the client's usual rule: http only for loopback and
+                     --insecure-registry hosts, else https) */
     char *path;   /* the prefix that replaces "/v2" in every request, e.g. "/v2" or "/mirror/v2" */
     char *repo;   /* the repository at this endpoint (CRI-O's location may rewrite it) */
     char *ns;     /* the value of ?ns= for requests to it, or NULL (none) */
