@@ -82,6 +82,8 @@ struct agent_opts {
     uint64_t gc_grace_ms;
     uint64_t once_timeout_ms;  /* --once gives up after this long */
     uint64_t pull_deadline_ms; /* each blob download, retries included */
+    uint64_t max_pulls;        /* --max-concurrent-pulls: layer downloads at once */
+    uint64_t pull_bandwidth;   /* --pull-bandwidth: bytes/s over all downloads, 0: none */
     uint64_t socket_max_conns; /* the socket's connection cap */
     uint64_t socket_idle_ms;   /* ... and idle timeout */
     const char *metrics_addr;

@@ -693,8 +693,11 @@ static void on_cache_obj(const struct k8s_obj *o, void *data)
         return;
     }
     ac->a = a;
-    if (rc == AGENT_INDEX_SAME) /* only the controller's status moved: keep the result */
+    if (rc == AGENT_INDEX_SAME) { /* only the controller's status moved: keep the result */
+        if (ac->prefetch == TKM_API_PREFETCH_WAITING) /* its prefetch.granted may name us now */
+            agent_store_prefetch(a, ac);
         return;
+    }
     run_abandon(ac); /* its callbacks end the key's processing; the add runs it again */
     if (rc == AGENT_INDEX_GONE) {
         /* Being deleted: the controller's finalizer waits for every node to drop the
@@ -860,7 +863,11 @@ int agent_caches_start(struct agent *a, struct tkm_err *err)
     char fsel[512];
     int rc;
     agent_caches_index(a);
-    struct tkm_verify_ctx_opts vo = {.pull_deadline_ms = a->o.pull_deadline_ms};
+    /* --pull-bandwidth split evenly over the downloads that may run at once */
+    struct tkm_verify_ctx_opts vo = {
+        .pull_deadline_ms = a->o.pull_deadline_ms,
+        .max_recv_bps =
+            a->o.pull_bandwidth ? (a->o.pull_bandwidth + a->o.max_pulls - 1) / a->o.max_pulls : 0};
     if ((rc = tkm_verify_ctx_new(a->loop, a->http, &vo, &a->verify, err)) < 0 ||
         (rc = tkm_verify_ctx_reach(a->verify, NULL, &a->o.reach, err)) < 0 ||
         (rc = k8s_workqueue_new(a->loop, &qo, agent_cache_reconcile, a, &a->q, err)) < 0)

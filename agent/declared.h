@@ -124,6 +124,10 @@ struct agent_cache {
     char fail_reason[32];
     char fail_message[768];
     char fail_at[32];
+    /* staged prefetch (store.c, tkm-config prefetchSlots above 0): Waiting for
+     * a slot in the cache status' prefetch.granted, or Pulling with one; the
+     * node status entry's prefetch */
+    enum tkm_api_prefetch_state prefetch;
     /* the image's Inductor part (cache.inductor.image/summary), judged per GPU
      * beside the Triton summary; a malformed label leaves the facts empty, so
      * every GPU is refused (fail closed) */

@@ -30,6 +30,16 @@ static void collect_caches(struct tkm_metric *m, void *data)
     tkm_metric_set(m, (const char *[]){"pending"}, pending);
 }
 
+/* Caches whose prefetch waits for a pull slot (staged prefetch). */
+static void collect_prefetch_waiting(struct tkm_metric *m, void *data)
+{
+    struct agent *a = data;
+    double n = 0;
+    for (struct agent_cache *ac = a->caches; ac; ac = ac->next)
+        n += ac->prefetch == TKM_API_PREFETCH_WAITING;
+    tkm_metric_set(m, NULL, n);
+}
+
 static void collect_store(struct tkm_metric *m, void *data)
 {
     struct agent *a = data;
@@ -96,6 +106,10 @@ static int metrics_register(struct agent *a, struct tkm_err *err)
                   "Caches this agent knows, by state (usable here, failed with a reason, "
                   "pending: no pinned digest or being verified).",
                   state, collect_caches, NULL, err)) < 0 ||
+        (rc = add(a, TKM_METRIC_GAUGE, "tkm_agent_prefetch_waiting",
+                  "Caches whose prefetch waits for a pull slot from tkm-controller (tkm-config "
+                  "prefetchSlots).",
+                  NULL, collect_prefetch_waiting, NULL, err)) < 0 ||
         (rc = add(a, TKM_METRIC_GAUGE, "tkm_agent_gpus", "GPUs the last probe found.", NULL,
                   collect_counters, &a->m_gpus, err)) < 0 ||
         (rc = add(a, TKM_METRIC_GAUGE, "tkm_agent_store_bytes",

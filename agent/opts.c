@@ -70,6 +70,7 @@ int agent_opts_parse(struct agent_opts *o, int argc, char **argv)
     o->gc_grace_ms = 10 * 60 * 1000;
     o->once_timeout_ms = 2 * 60 * 1000;
     o->pull_deadline_ms = 30 * 60 * 1000;
+    o->max_pulls = 2;
     o->socket_max_conns = TKM_GRPC_DEFAULT_MAX_CONNS;
     o->socket_idle_ms = TKM_GRPC_DEFAULT_IDLE_MS;
     o->metrics_addr = ":8080";
@@ -105,6 +106,14 @@ int agent_opts_parse(struct agent_opts *o, int argc, char **argv)
          .arg = "DURATION", .def = "30m", .min = 1,
          .help = "each blob download (the layer, the config, signatures), retries\n"
                  "included, ends after this long (reason PullDeadlineExceeded); tkm-config pullDeadline wins"},
+        {.name = "max-concurrent-pulls", .type = TKM_FLAG_UINT, .dst = &o->max_pulls,
+         .arg = "N", .def = "2", .min = 1, .max = 1000,
+         .help = "layer downloads at once on this node (prefetch and Materialize\n"
+                 "alike); more wait their turn, oldest first"},
+        {.name = "pull-bandwidth", .type = TKM_FLAG_SIZE, .dst = &o->pull_bandwidth,
+         .arg = "BYTES_PER_SECOND", .def = "none",
+         .help = "the node's download rate cap (K M G or Ki Mi Gi), split evenly\n"
+                 "over --max-concurrent-pulls: each download gets its share"},
         {.name = "metrics-bind-address", .type = TKM_FLAG_STRING, .dst = &o->metrics_addr,
          .arg = "ADDR", .def = ":8080", .help = "/metrics on host:port or :port; \"0\" disables"},
         {.name = "health-probe-bind-address", .type = TKM_FLAG_STRING, .dst = &o->health_addr,

@@ -195,6 +195,7 @@ int agent_entry_build(const struct agent *a, const struct agent_cache *ac,
     }
     if (agent_cache_serves_empty(a, ac))
         e->fallback = (char *)"Empty";
+    e->prefetch = ac->prefetch;
     const struct agent_compiles *cc =
         agent_compiles_get((struct agent_cache_compiles **)&a->compiles, ac->key, 0);
     if (cc && agent_compiles_fill(cc, ac->digest, &e->compiles) < 0) {

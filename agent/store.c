@@ -61,6 +61,7 @@ struct agent_pull {
     struct agent_mat *waiters;
     uint64_t t0;
     int cancelled;
+    int queued; /* waits for a download slot (--max-concurrent-pulls), no job yet */
 };
 
 static int64_t now_s(void)
@@ -238,6 +239,8 @@ static void pull_unlink(struct agent *a, struct agent_pull *p)
 }
 
 static int mat_continue(struct agent *a, struct agent_mat *m);
+static void pf_settle(struct agent *a);
+static void pulls_kick(struct agent *a);
 
 /* The cache was materialized (or prefetched): its lastFailure goes. */
 static void fail_clear(struct agent_cache *ac)
@@ -265,6 +268,8 @@ static void pull_done(struct agent_pull *p, const char *path, int code, const ch
         mat_free(m);
     }
     pull_free(p);
+    pulls_kick(a);
+    pf_settle(a);
     agent_status_changed(a);
 }
 
@@ -532,6 +537,7 @@ static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
     char blob[4200], src[600];
     (void)job;
     p->job = NULL;
+    pulls_kick(a); /* its download slot is free (extraction does not hold one) */
     if (rc < 0) {
         char m[1200];
         int transient = rc != -EBADMSG && rc != -ENOENT && rc != -EACCES && rc != -EPERM &&
@@ -570,6 +576,38 @@ static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
                                       &p->sjob, &e);
     if (rc < 0)
         pull_fail(p, TKM_GRPC_INTERNAL, "ExtractFailed", rc, tkm_err_str(&e));
+}
+
+/* Downloads running (a job in flight). */
+static unsigned pulls_running(const struct agent *a)
+{
+    unsigned n = 0;
+    for (const struct agent_pull *p = a->pulls; p; p = p->next)
+        n += p->job != NULL;
+    return n;
+}
+
+/* Starts queued pulls, oldest first (a->pulls is newest first), while fewer
+ * than --max-concurrent-pulls downloads run. */
+static void pulls_kick(struct agent *a)
+{
+    while (!a->stopping && pulls_running(a) < a->o.max_pulls) {
+        struct agent_pull *oldest = NULL;
+        struct tkm_err e = {0};
+        for (struct agent_pull *p = a->pulls; p; p = p->next)
+            if (p->queued)
+                oldest = p;
+        if (!oldest)
+            return;
+        oldest->queued = 0;
+        struct agent_cache *ac = agent_cache_get(a, oldest->cache_key);
+        int rc = ac && ac->session ? tkm_oci_job_pull(ac->session, &oldest->ref, oldest->layout,
+                                                      "agent", on_pulled, oldest, &oldest->job, &e)
+                                   : tkm_err_set(&e, -EAGAIN, "no registry session for %s any more",
+                                                 oldest->cache_key);
+        if (rc < 0)
+            pull_fail(oldest, TKM_GRPC_UNAVAILABLE, "RegistryUnreachable", rc, tkm_err_str(&e));
+    }
 }
 
 /* Starts making layer L of ac present (or joins the pull in flight); m (taken,
@@ -623,10 +661,17 @@ static int pull_start(struct agent *a, struct agent_cache *ac, const struct agen
     }
     snprintf(p->ref.digest, sizeof p->ref.digest, "%s", L->manifest);
     p->ref.tag[0] = 0;
-    int rc = tkm_oci_job_pull(ac->session, &p->ref, p->layout, "agent", on_pulled, p, &p->job, err);
-    if (rc < 0) {
-        pull_free(p);
-        return rc;
+    if (pulls_running(a) >= a->o.max_pulls) {
+        p->queued = 1; /* pulls_kick starts it, oldest first */
+        tkm_dbg("pull of %s (%s) queued: %u downloads running (--max-concurrent-pulls)", p->layer,
+                ac->key, (unsigned)a->o.max_pulls);
+    } else {
+        int rc =
+            tkm_oci_job_pull(ac->session, &p->ref, p->layout, "agent", on_pulled, p, &p->job, err);
+        if (rc < 0) {
+            pull_free(p);
+            return rc;
+        }
     }
     if (m)
         p->waiters = m;
@@ -1034,22 +1079,71 @@ int agent_socket_start(struct agent *a, struct tkm_err *err)
 /* ---- prefetch and GC --------------------------------------------------------------------------
  */
 
+/* Sets ac's prefetch state; the node status follows. */
+static void pf_set(struct agent *a, struct agent_cache *ac, enum tkm_api_prefetch_state st)
+{
+    if (ac->prefetch == st)
+        return;
+    ac->prefetch = st;
+    agent_status_changed(a);
+}
+
+/* A cache whose prefetch was Pulling and whose layers are no longer being
+ * pulled (extracted or failed): the field goes, its slot is given back. */
+static void pf_settle(struct agent *a)
+{
+    for (struct agent_cache *ac = a->caches; ac; ac = ac->next) {
+        if (ac->prefetch != TKM_API_PREFETCH_PULLING)
+            continue;
+        struct agent_layer L[TKM_VARIANTS_MAX];
+        size_t nl = agent_cache_layers(ac, L);
+        int busy = 0;
+        for (size_t k = 0; k < nl && !busy; k++)
+            for (struct agent_pull *p = a->pulls; p && !busy; p = p->next)
+                busy = !strcmp(p->layer, L[k].layer);
+        if (!busy)
+            pf_set(a, ac, TKM_API_PREFETCH_NONE);
+    }
+}
+
+/* Staged prefetch (docs/prefetch.md): with tkm-config prefetchSlots above 0 a
+ * cache whose layers must be downloaded waits until tkm-controller names this
+ * node in the cache status' prefetch.granted (cache.c calls again when the
+ * status changes while Waiting). Materialize never waits. */
 void agent_store_prefetch(struct agent *a, struct agent_cache *ac)
 {
     struct tkm_err e = {0};
     char msg[1200];
-    if (!a->state || !a->cfg.prefetch || a->stopping || cache_refusal(a, ac, msg, sizeof msg, NULL))
+    if (!a->state || !a->cfg.prefetch || a->stopping ||
+        cache_refusal(a, ac, msg, sizeof msg, NULL)) {
+        pf_set(a, ac, TKM_API_PREFETCH_NONE);
         return;
+    }
     if (admit(a, ac, msg, sizeof msg)) {
         tkm_warn("prefetch of %s skipped: %s", ac->key, msg);
+        pf_set(a, ac, TKM_API_PREFETCH_NONE);
         return;
     }
     struct agent_layer L[TKM_VARIANTS_MAX];
-    size_t nl = agent_cache_layers(ac, L);
+    size_t nl = agent_cache_layers(ac, L), download = 0;
+    for (size_t k = 0; k < nl; k++)
+        download += !agent_store_extracted(a, L[k].layer);
+    if (download && a->cfg.prefetch_slots &&
+        !tkm_api_prefetch_granted(&ac->c.status.prefetch, a->o.node_name)) {
+        if (ac->prefetch != TKM_API_PREFETCH_WAITING)
+            tkm_info("prefetch of %s waits for a pull slot from tkm-controller (tkm-config "
+                     "prefetchSlots %u)",
+                     ac->key, a->cfg.prefetch_slots);
+        pf_set(a, ac, TKM_API_PREFETCH_WAITING);
+        return;
+    }
+    pf_set(a, ac,
+           download && a->cfg.prefetch_slots ? TKM_API_PREFETCH_PULLING : TKM_API_PREFETCH_NONE);
     for (size_t k = 0; k < nl; k++)
         if (!(*L[k].label_checked && agent_store_extracted(a, L[k].layer)) &&
             pull_start(a, ac, &L[k], NULL, &e) < 0)
             tkm_warn("prefetch of %s: %s", ac->key, tkm_err_str(&e));
+    pf_settle(a);
 }
 
 static void on_gc_removed(int rc, const char *digest, uint64_t freed, const struct tkm_err *err,
@@ -1137,6 +1231,12 @@ int agent_store_start(struct agent *a, struct tkm_err *err)
  * closed (calls in flight get UNAVAILABLE). */
 void agent_store_stop(struct agent *a)
 {
+    /* queued pulls never started: their waiters get UNAVAILABLE now */
+    for (struct agent_pull *p = a->pulls, *n; p; p = n) {
+        n = p->next;
+        if (p->queued)
+            pull_done(p, NULL, TKM_GRPC_UNAVAILABLE, "tkm-agent is stopping");
+    }
     for (struct agent_pull *p = a->pulls; p; p = p->next) {
         if (p->job)
             tkm_oci_job_cancel(p->job);

@@ -264,7 +264,48 @@ void tkm_api_cache_status_release(struct tkm_api_cache_status *st)
     free(st->variant_summary);
     free(st->node_label);
     tkm_api_compiles_release(&st->compiles);
+    for (size_t i = 0; i < st->prefetch.n_granted; i++)
+        free(st->prefetch.granted[i]);
+    free(st->prefetch.granted);
     memset(st, 0, sizeof *st);
+}
+
+int tkm_api_prefetch_granted(const struct tkm_api_prefetch_grants *g, const char *node)
+{
+    for (size_t i = 0; g && node && i < g->n_granted; i++)
+        if (strcmp(g->granted[i], node) == 0)
+            return 1;
+    return 0;
+}
+
+/* status.prefetch: {slots, granted[], waiting}. */
+static int prefetch_decode(const json_t *status, struct tkm_api_prefetch_grants *g,
+                           struct tkm_err *err)
+{
+    const char *p = "status.prefetch";
+    const json_t *o, *arr;
+    int64_t slots = 0, waiting = 0;
+    size_t n;
+    int rc;
+    if ((rc = tkm__api_obj(status, "status", "prefetch", &o, err)) || !o)
+        return rc;
+    if ((rc = tkm__api_int(o, p, "slots", 0, TKM_API_PREFETCH_SLOTS_MAX, &slots, err)) ||
+        (rc = tkm__api_int(o, p, "waiting", 0, INT32_MAX, &waiting, err)) ||
+        (rc = tkm__api_arr(o, p, "granted", TKM_API_PREFETCH_SLOTS_MAX, &arr, &n, err)) ||
+        (rc = tkm__api_alloc(n, sizeof(char *), (void **)&g->granted, err)))
+        return rc;
+    g->present = 1;
+    g->slots = (int32_t)slots;
+    g->waiting = (int32_t)waiting;
+    for (size_t i = 0; i < n; i++) {
+        const char *s = json_string_value(json_array_get(arr, i));
+        if (!s)
+            return tkm_err_set(err, -EPROTO, "%s.granted[%zu]: expected a string", p, i);
+        if (!(g->granted[i] = strdup(s)))
+            return tkm_err_set(err, -ENOMEM, "out of memory");
+        g->n_granted = i + 1;
+    }
+    return 0;
 }
 
 static int summary_decode(const json_t *sum, struct tkm_api_summary *s, struct tkm_err *err)
@@ -397,7 +438,8 @@ static int status_decode(const json_t *root, struct tkm_api_cache_status *st, st
         (rc = variants_decode(status, st, err)) ||
         (rc = tkm__api_str(status, "status", "variantSummary", &st->variant_summary, err)) ||
         (rc = tkm__api_str(status, "status", "nodeLabel", &st->node_label, err)) ||
-        (rc = tkm__api_compiles_decode(status, "status", &st->compiles, err)))
+        (rc = tkm__api_compiles_decode(status, "status", &st->compiles, err)) ||
+        (rc = prefetch_decode(status, &st->prefetch, err)))
         return rc;
     st->has_summary = sum != NULL;
     st->has_counts = cnt != NULL;
@@ -509,8 +551,22 @@ static json_t *failed_encode(const struct tkm_api_cache_status *st, struct tkm_e
     return arr;
 }
 
-/* status.variants, gpuTypesWithoutVariant, variantSummary, nodeLabel, compiles: only what is
- * set. */
+/* status.prefetch when present: slots, granted (always, maybe empty), waiting. */
+static json_t *prefetch_encode(const struct tkm_api_prefetch_grants *g)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < g->n_granted; i++)
+        if (json_array_append_new(arr, json_string(g->granted[i]))) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    return arr ? json_pack("{s:i,s:o,s:i}", "slots", (int)g->slots, "granted", arr, "waiting",
+                           (int)g->waiting)
+               : NULL;
+}
+
+/* status.variants, gpuTypesWithoutVariant, variantSummary, nodeLabel, compiles, prefetch: only
+ * what is set. */
 static int variants_fill(json_t *s, const struct tkm_api_cache_status *st)
 {
     json_t *arr = st->n_variants ? json_array() : NULL;
@@ -531,7 +587,8 @@ static int variants_fill(json_t *s, const struct tkm_api_cache_status *st)
           tkm__api_set_str(s, "variantSummary", st->variant_summary) ||
           tkm__api_set_str(s, "nodeLabel", st->node_label) ||
           (st->compiles.present &&
-           tkm__api_set_new(s, "compiles", tkm_api_compiles_json(&st->compiles)));
+           tkm__api_set_new(s, "compiles", tkm_api_compiles_json(&st->compiles))) ||
+          (st->prefetch.present && tkm__api_set_new(s, "prefetch", prefetch_encode(&st->prefetch)));
     json_decref(arr);
     json_decref(types);
     return bad ? -ENOMEM : 0;

@@ -89,6 +89,13 @@ void tkm_api_nodestatus_release(struct tkm_api_nodestatus *n)
 
 /* ---- apply -------------------------------------------------------------------- */
 
+const char *tkm_api_prefetch_state_name(enum tkm_api_prefetch_state s)
+{
+    return s == TKM_API_PREFETCH_WAITING   ? "Waiting"
+           : s == TKM_API_PREFETCH_PULLING ? "Pulling"
+                                           : NULL;
+}
+
 static json_t *gpu_encode(const struct tkm_api_gpu *g)
 {
     json_t *o = json_object();
@@ -199,6 +206,7 @@ static json_t *node_cache_encode(const struct tkm_api_node_cache *c)
                                            list_encode(c->variants, c->n_variants,
                                                        sizeof *c->variants, variant_fill))) ||
         tkm__api_set_str(o, "fallback", c->fallback) ||
+        tkm__api_set_str(o, "prefetch", tkm_api_prefetch_state_name(c->prefetch)) ||
         (c->compiles.present &&
          tkm__api_set_new(o, "compiles", tkm_api_compiles_json(&c->compiles))) ||
         tkm__api_set_str(o, "error", c->error) ||

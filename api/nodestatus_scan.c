@@ -198,8 +198,9 @@ static const char *const gpu_keys[] = {"id",
 static const char *const group_keys[] = {"ids", "gpuType", "reason", "message"};
 static const char *const pod_keys[] = {"namespace", "name", "uid", "volumeId"};
 static const char *const entry_keys[] = {
-    "digest", "verified",    "extracted",   "compatibleGPUs", "incompatibleGPUs", "pods",
-    "error",  "lastUpdated", "lastFailure", "variants",       "fallback",         "compiles"};
+    "digest",   "verified", "extracted",   "compatibleGPUs", "incompatibleGPUs",
+    "pods",     "error",    "lastUpdated", "lastFailure",    "variants",
+    "fallback", "compiles", "prefetch"};
 #define N_ENTRY_KEYS (sizeof entry_keys / sizeof entry_keys[0])
 static const char *const variant_keys[] = {"digest", "gpuIds"};
 static const char *const failure_keys[] = {"reason", "message", "time"};
@@ -433,6 +434,18 @@ static void entry_lists(struct tkm_api_nsscan *s, struct tkm_api_nsscan_entry *e
     e->compiles.since = (char *)at_or_null(&s->str, s->since_at);
 }
 
+/* "Waiting" / "Pulling" (status.caches.<name>.prefetch); -EPROTO otherwise. */
+static int prefetch_parse(const char *s, enum tkm_api_prefetch_state *out)
+{
+    if (strcmp(s, "Waiting") == 0)
+        *out = TKM_API_PREFETCH_WAITING;
+    else if (strcmp(s, "Pulling") == 0)
+        *out = TKM_API_PREFETCH_PULLING;
+    else
+        return -EPROTO;
+    return 0;
+}
+
 /* One status.caches member: checked, and read into e (strings in s->str,
  * which is reset first). */
 static int entry_read(const char *p, size_t n, const struct tkm_jscan_member *m,
@@ -441,7 +454,8 @@ static int entry_read(const char *p, size_t n, const struct tkm_jscan_member *m,
     struct tkm_buf *b = &s->str;
     struct fld f[N_ENTRY_KEYS];
     char path[400];
-    size_t at_name, at_digest, at_error, at_fallback, at_why[2], dummy[2];
+    size_t at_name, at_digest, at_error, at_fallback, at_prefetch, at_why[2], dummy[2];
+    const char *pf;
     int rc;
     memset(e, 0, sizeof *e);
     tkm_buf_reset(b);
@@ -466,13 +480,18 @@ static int entry_read(const char *p, size_t n, const struct tkm_jscan_member *m,
         (rc = variants_check(p, n, &f[9], path, s, &e->n_variants, err)) ||
         (rc = want(&f[10], J_STR, path, "fallback", err)) ||
         (rc = compiles_check(p, n, &f[11], path, s, &e->compiles, err)) ||
+        (rc = want(&f[12], J_STR, path, "prefetch", err)) ||
         (rc = str_to(p, &f[10], b, &at_fallback, err)) ||
+        (rc = str_to(p, &f[12], b, &at_prefetch, err)) ||
         (rc = str_to(p, &f[0], b, &at_digest, err)) || (rc = str_to(p, &f[6], b, &at_error, err)))
         return rc;
     e->fallback = at_or_null(b, at_fallback);
     if (e->fallback && strcmp(e->fallback, "Empty") != 0)
         return tkm_err_set(err, -EPROTO, "%s.fallback: \"%.32s\", expected Empty", path,
                            e->fallback);
+    if ((pf = at_or_null(b, at_prefetch)) && prefetch_parse(pf, &e->prefetch) < 0)
+        return tkm_err_set(err, -EPROTO, "%s.prefetch: \"%.32s\", expected Waiting or Pulling",
+                           path, pf);
     e->verified = present(&f[1]) && p[f[1].off] == 't';
     e->extracted = present(&f[2]) && p[f[2].off] == 't';
     e->name = b->data + at_name;
@@ -778,6 +797,12 @@ static void cache_tree(struct tree *t, const struct tkm_jscan_member *m,
     c->last_updated = t_str(t, &f[7]);
     variants_tree(t, &f[9], c);
     c->fallback = t_str(t, &f[10]);
+    if (present(&f[12])) { /* checked by the scan */
+        char *pf = t_str(t, &f[12]);
+        if (pf)
+            prefetch_parse(pf, &c->prefetch);
+        free(pf);
+    }
     compiles_tree(t, &f[11], &c->compiles);
     if (present(&f[8])) {
         pick(t->p, t->n, f[8].off, failure_keys, 3, g);

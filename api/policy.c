@@ -49,6 +49,32 @@ static int cfg_bool(const json_t *data, const char *key, int *out, struct tkm_er
     return 0;
 }
 
+/* data[key] as a decimal integer >= 0 ("10"), capped at max; *out untouched
+ * when absent. */
+static int cfg_count(const json_t *data, const char *key, unsigned max, unsigned *out,
+                     struct tkm_err *err)
+{
+    const json_t *j = json_object_get(data, key);
+    const char *v = json_string_value(j);
+    unsigned long long n = 0;
+    if (!j)
+        return 0;
+    if (!v)
+        return tkm_err_set(err, -EINVAL, "tkm-config %s: expected a string", key);
+    if (!*v || strlen(v) > 9)
+        goto bad;
+    for (const char *p = v; *p; p++) {
+        if (*p < '0' || *p > '9')
+            goto bad;
+        n = n * 10 + (unsigned)(*p - '0');
+    }
+    *out = n > max ? max : (unsigned)n;
+    return 0;
+bad:
+    return tkm_err_set(err, -EINVAL, "tkm-config %s: \"%.64s\" is not an integer from 0 to %u", key,
+                       v, max);
+}
+
 /* data[key] as a duration ("500ms", "30m"); *out untouched when absent. */
 static int cfg_duration(const json_t *data, const char *key, uint64_t *out, struct tkm_err *err)
 {
@@ -226,6 +252,9 @@ int tkm_api_config_decode(const json_t *configmap, struct tkm_api_config *out, s
         (rc = cfg_str(data, "signatureIdentities", &ids, err)) ||
         (rc = cfg_bool(data, "signatureAllowCrossRepository", &out->allow_cross_repository, err)) ||
         (rc = cfg_bool(data, "prefetch", &out->prefetch, err)) ||
+        (rc = cfg_count(data, "prefetchSlots", TKM_API_PREFETCH_SLOTS_MAX, &out->prefetch_slots,
+                        err)) ||
+        (rc = cfg_duration(data, "prefetchGrantTimeout", &out->prefetch_grant_timeout_ms, err)) ||
         (rc = cfg_duration(data, "pullDeadline", &out->pull_deadline_ms, err)) ||
         (rc = cfg_str(data, TKM_REACH_KEY_ALLOW, &out->registry_allow, err)) ||
         (rc = cfg_str(data, TKM_REACH_KEY_PRIVATE, &out->registry_private, err)) ||

@@ -34,7 +34,7 @@ struct pool_ent {
 struct tkm_verify_ctx {
     uv_loop_t *loop;
     struct tkm_http *http;
-    uint64_t timeout_ms, pull_deadline_ms, pull_deadline_opt;
+    uint64_t timeout_ms, pull_deadline_ms, pull_deadline_opt, max_recv_bps;
     struct pool_ent *sessions;
     struct tkm_oci_reach *reach; /* the admin's registry reach policy (a reference), or NULL */
     struct tkm_verify_job *jobs; /* every job not yet freed */
@@ -92,6 +92,7 @@ int tkm_verify_ctx_new(uv_loop_t *loop, struct tkm_http *http, const struct tkm_
     c->http = http;
     c->timeout_ms = o && o->timeout_ms ? o->timeout_ms : 30000;
     c->pull_deadline_ms = c->pull_deadline_opt = o ? o->pull_deadline_ms : 0;
+    c->max_recv_bps = o ? o->max_recv_bps : 0;
     *out = c;
     return 0;
 }
@@ -179,7 +180,8 @@ int tkm_verify_ctx_session(struct tkm_verify_ctx *c, const char *host, const voi
                                       .auth_json_len = auth_len,
                                       .anonymous = !(auth_json && auth_len),
                                       .timeout_ms = c->timeout_ms,
-                                      .deadline_ms = c->pull_deadline_ms};
+                                      .deadline_ms = c->pull_deadline_ms,
+                                      .max_recv_bps = c->max_recv_bps};
     if ((rc = tkm_oci_session_new(c->http, host, &o, &e->s, err)) < 0) {
         free(e);
         return rc;

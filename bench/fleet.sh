@@ -13,6 +13,9 @@
 #              mirror-host  the image names a pull-through mirror of it (Debian's docker-registry
 #                           with proxy.remoteurl, hack/registry.sh --proxy): the agents pull from
 #                           the mirror as if it were the registry; the mirror from the upstream
+#              mirror-host+slots  mirror-host with staged prefetch: tkm-config prefetchSlots=10 for
+#                           this run (tkm-controller grants one node first, then 10 at a time;
+#                           docs/prefetch.md)
 #   env: TKM_BUILD_DIR (default <repo>/build), BENCH_DIR, KEEP=1 (bench/lib-daemons.sh)
 # Measured per mode, from the upstream registry's own log (hack/registry.sh --access-log), never
 # from tkm's: GETs of the cache's layer blob, and the peak number of them in flight at once (each
@@ -30,7 +33,7 @@ while getopts "n:s:m:" o; do
     n) N=$OPTARG ;;
     s) SIZE=$OPTARG ;;
     m) MODES=$OPTARG ;;
-    *) sed -n '2,26p' "$0" >&2; exit 2 ;;
+    *) sed -n '2,29p' "$0" >&2; exit 2 ;;
   esac
 done
 TKM_BUILD_DIR=${TKM_BUILD_DIR:-$repo/build}
@@ -96,46 +99,30 @@ extracted() {
   bench_api GET /apis/tkm.io/v1alpha1/namespaces/fleet/tritonkernelcachenodestatuses |
     jq --arg c "$1" '[.items[] | select(.status.caches[$c].extracted == true)] | length'
 }
-# upstream_gets LAYER: "GETS PEAK" of the layer blob from the upstream's own log
-upstream_gets() {
-  python3 - "$work/upstream/registry.log" "$1" <<'PY'
-import re, sys
-from datetime import datetime
-log, layer = sys.argv[1], sys.argv[2]
-def dur(s):
-    t = 0.0
-    for v, u in re.findall(r"([0-9.]+)(ns|µs|us|ms|s|m|h)", s):
-        t += float(v) * {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}[u]
-    return t
-iv = []
-for line in open(log, errors="replace"):
-    if 'msg="response completed"' not in line or "http.request.method=GET" not in line or f"/blobs/{layer}" not in line:
-        continue
-    end = datetime.strptime(re.search(r'time="([^".]+)', line).group(1), "%Y-%m-%dT%H:%M:%S").timestamp()
-    end += float("0." + (re.search(r'time="[^".]+\.(\d+)', line) or [None, "0"])[1])
-    iv.append((end - dur(re.search(r"http.response.duration=(\S+)", line).group(1)), end))
-ev = sorted([(a, 1) for a, _ in iv] + [(b, -1) for _, b in iv])
-peak = cur = 0
-for _, d in ev:
-    cur += d
-    peak = max(peak, cur)
-print(len(iv), peak)
-PY
-}
+# upstream_gets LAYER: "GETS PEAK GAP" of the layer blob from the upstream's own log
+upstream_gets() { python3 "$here/registry_gets.py" "$work/upstream/registry.log" "$1"; }
 
 results=()
 for mode in $MODES; do
+  slots=''
   case $mode in
     direct) host=$UP ;;
     mirror-host) host=$MIRROR ;;
+    mirror-host+slots) host=$MIRROR slots=10 ;;
     *) bench_die "unknown mode $mode" ;;
   esac
+  name=${mode//+/-} # the cache's and the image's name
+  if [[ -n $slots ]]; then
+    kubectl -n tkm-system patch configmap tkm-config --type=merge -p "{\"data\":{\"prefetchSlots\":\"$slots\"}}" >/dev/null
+  else
+    kubectl -n tkm-system patch configmap tkm-config --type=json -p '[{"op":"remove","path":"/data/prefetchSlots"}]' >/dev/null 2>&1 || true
+  fi
   bench_log "$mode: a $SIZE cache (bench/gen_cache.py), pushed to the upstream"
   src=$work/src-$mode
   rm -rf "$work/fx" && mkdir -p "$work/fx"
   tar -xzf "$repo/tests/fixtures/triton-cache/triton-3.6.0-cuda-sm90.tar.gz" -C "$work/fx"
   python3 "$here/gen_cache.py" "$work/fx/$(ls "$work/fx")" "$src" "$SIZE" "fleet-$mode-$$-$RANDOM" >/dev/null
-  out=$("$TKMCTL" build "$src" --push "$UP/fleet/$mode:v1" -o json 2>"$work/build-$mode.err") ||
+  out=$("$TKMCTL" build "$src" --push "$UP/fleet/$name:v1" -o json 2>"$work/build-$mode.err") ||
     bench_die "tkmctl build --push: $(cat "$work/build-$mode.err")"
   layer=$(jq -r .layer <<<"$out") lsize=$(jq -r .layer_size <<<"$out")
   rm -rf "$src"
@@ -145,9 +132,9 @@ for mode in $MODES; do
   kubectl apply -f - >/dev/null <<EOT
 apiVersion: tkm.io/v1alpha1
 kind: TritonKernelCache
-metadata: {name: $mode, namespace: fleet}
+metadata: {name: $name, namespace: fleet}
 spec:
-  cacheImage: $host/fleet/$mode:v1
+  cacheImage: $host/fleet/$name:v1
   signaturePolicy: {mode: Disabled}
 EOT
   first='' n=0
@@ -155,18 +142,18 @@ EOT
     (($(bench_now_ms) - t0 < 1200000)) || bench_die "$mode: only $n of $N nodes extracted after 20 minutes"
     for p in "${agent_pids[@]}"; do kill -0 "$p" 2>/dev/null || bench_die "$mode: an agent died (logs in $work/agents)"; done
     sleep 0.2
-    n=$(extracted "$mode")
+    n=$(extracted "$name")
     [[ -n $first || $n == 0 ]] || first=$(($(bench_now_ms) - t0))
   done
   all=$(($(bench_now_ms) - t0))
   sleep 1 # the registry writes its log line after the response
-  read -r gets peak < <(upstream_gets "$layer")
-  results+=("$(printf '%-12s %4d %9s %6d %6d %9.1f %9.1f' "$mode" "$N" "$((lsize / 1048576))MiB" "$gets" "$peak" \
+  read -r gets peak _ < <(upstream_gets "$layer")
+  results+=("$(printf '%-18s %4d %9s %6d %6d %9.1f %9.1f' "$mode" "$N" "$((lsize / 1048576))MiB" "$gets" "$peak" \
     "$(awk -v v="$first" 'BEGIN{print v/1000}')" "$(awk -v v="$all" 'BEGIN{print v/1000}')")")
   bench_log "$mode: all $N extracted in $((all / 1000)) s; upstream layer GETs $gets (peak $peak at once)"
   agents_stop
   rm -rf "$work/agents"
 done
 echo "fleet: $N tkm-agents, a $SIZE cache each run, load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-12s %4s %9s %6s %6s %9s %9s\n' mode N layer GETs peak first_s all_s
+printf '%-18s %4s %9s %6s %6s %9s %9s\n' mode N layer GETs peak first_s all_s
 printf '%s\n' "${results[@]}"

@@ -68,6 +68,7 @@ struct ctrl_nodes;
 #define CTRL_E_INCOMPAT  0x10      /* at least one incompatible GPU group */
 #define CTRL_E_PODS      0x20      /* pods use it on the node */
 #define CTRL_E_EMPTY     0x40      /* served as an empty volume (fallback Empty) */
+#define CTRL_E_PREFETCH  0x80      /* prefetch Waiting or Pulling (staged prefetch) */
 #define CTRL_WHY_MAX     0xffffffu /* distinct reasons (the 24-bit why id) */
 
 /* One node's view of one cache: 12 bytes (100,000 of them at 1000 nodes x
@@ -298,6 +299,34 @@ int ctrl_summary_copy(struct tkm_api_summary *dst, const struct tkm_api_summary 
 enum tkm_api_cond_status ctrl_cond_get(const struct tkm_api_condition *c, size_t n,
                                        const char *type, const char **reason);
 
+/* ---- ctrl_grant: staged prefetch (docs/prefetch.md) ------------------------------- */
+
+/* The pull slots of one cache at its pinned digest (tkm-config prefetchSlots
+ * K > 0). A node holds a slot from when it is granted until its entry at the
+ * digest no longer says prefetch Waiting or Pulling (extracted, failed,
+ * gone, another digest) or the grant timeout passes (a node that died: it
+ * is not granted again while its entry stays as it is). Free slots go to
+ * the waiting nodes in name order, up to 1 while no node has the digest
+ * extracted (the first pull warms a mirror alone), else K. Owned by the
+ * cache's reconciler memory; all on the loop. */
+struct ctrl_grant;
+struct ctrl_grant *ctrl_grant_new(void);
+void ctrl_grant_free(struct ctrl_grant *g);
+/* Adds node to the granted set (a restart: the grants the status shows),
+ * since now_ms, at digest (resets the set when g holds another digest). 0 or -ENOMEM. */
+int ctrl_grant_seed(struct ctrl_grant *g, uint32_t digest, const char *node, uint64_t now_ms);
+/* Updates g from the entries of x at digest (a ctrl_digest_id; 0: none
+ * pinned, the set empties), K = slots (0: no limit, the set empties) and
+ * timeout_ms (0: TKM_API_PREFETCH_GRANT_TIMEOUT_MS), and writes the cache
+ * status' prefetch into out (released by tkm_api_cache_status_release;
+ * present 0 when slots is 0). *next_ms (may be NULL): the ms until the
+ * earliest grant times out, 0 when none. 0 or -ENOMEM. */
+int ctrl_grant_update(struct ctrl_grant *g, const struct ctrl_cidx *x, uint32_t digest,
+                      unsigned slots, uint64_t timeout_ms, uint64_t now_ms,
+                      struct tkm_api_prefetch_grants *out, uint64_t *next_ms);
+/* Granted (live) and waiting nodes of g as last updated. */
+void ctrl_grant_counts(const struct ctrl_grant *g, uint32_t *granted, uint32_t *waiting);
+
 /* ---- ctrl_state: SQLite ------------------------------------------------------ */
 
 struct ctrl_state;
@@ -470,6 +499,8 @@ void ctrl_cache_conds(const struct ctrl_cache *cc, enum tkm_api_cond_status out[
 /* 1 when the cache's last written Verified condition is False because its signature
  * search failed (not VerificationDisabled), else 0 (tkm_controller_verification_failed_caches). */
 int ctrl_cache_ver_failed(const struct ctrl_cache *cc);
+/* The cache's staged prefetch grants, NULL while tkm-config prefetchSlots is 0. */
+const struct ctrl_grant *ctrl_cache_grant(const struct ctrl_cache *cc);
 /* Enqueues every node whose Node is gone but whose status objects remain. */
 void ctrl_gc_scan(struct ctrl *c);
 /* Status write coalescing (ctrl_agg.c). While nodes keep reporting (a

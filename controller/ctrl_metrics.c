@@ -20,6 +20,9 @@
  *   tkm_controller_node_status_objects, tkm_controller_node_status_entries, tkm_controller_nodes
  *   tkm_controller_leader                           1 while this replica acts
  *   tkm_controller_verification_failed_caches       caches whose signature search failed
+ *   tkm_controller_prefetch_granted{namespace,cache} nodes holding a pull slot (staged prefetch,
+ *                                                   tkm-config prefetchSlots above 0)
+ *   tkm_controller_prefetch_waiting{namespace,cache} nodes waiting for one
  * plus the process_* families and tkm_build_info.
  */
 #include <errno.h>
@@ -159,6 +162,41 @@ static void c_ver_failed(struct tkm_metric *m, void *data)
     set0(m, n);
 }
 
+/* Per cache with staged prefetch on: its granted or waiting nodes. */
+struct pf_walk {
+    struct tkm_metric *m;
+    int waiting;
+};
+
+static int pf_one(const char *key, void *val, void *data)
+{
+    struct ctrl_cidx *x = val;
+    struct pf_walk *w = data;
+    const struct ctrl_grant *g = x->rec ? ctrl_cache_grant(x->rec) : NULL;
+    const char *slash = strchr(key, '/');
+    uint32_t granted, waiting;
+    char ns[256];
+    if (!g || !slash)
+        return 0;
+    snprintf(ns, sizeof ns, "%.*s", (int)(slash - key), key);
+    ctrl_grant_counts(g, &granted, &waiting);
+    const char *v[] = {ns, slash + 1};
+    tkm_metric_set(w->m, v, w->waiting ? waiting : granted);
+    return 0;
+}
+
+static void c_pf_granted(struct tkm_metric *m, void *data)
+{
+    struct pf_walk w = {m, 0};
+    ctrl_map_each(&((struct ctrl *)data)->idx.caches, pf_one, &w);
+}
+
+static void c_pf_waiting(struct tkm_metric *m, void *data)
+{
+    struct pf_walk w = {m, 1};
+    ctrl_map_each(&((struct ctrl *)data)->idx.caches, pf_one, &w);
+}
+
 #define SIMPLE(fn, expr)                                                                           \
     static void fn(struct tkm_metric *m, void *data)                                               \
     {                                                                                              \
@@ -189,6 +227,7 @@ int ctrl_prom_new(struct ctrl *c, struct tkm_metrics *reg, struct ctrl_prom **ou
     static const char *const kl[] = {"kind", NULL};
     static const char *const rl[] = {"resource", NULL};
     static const char *const cl[] = {"condition", "status", NULL};
+    static const char *const pl[] = {"namespace", "cache", NULL};
     static const double lat[] = {0.0001, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60};
     const struct fam fams[] = {
         {TKM_METRIC_COUNTER, "tkm_controller_reconcile_total", "Reconciles finished.", kl,
@@ -229,6 +268,13 @@ int ctrl_prom_new(struct ctrl *c, struct tkm_metrics *reg, struct ctrl_prom **ou
          "Per-cache entries of node status objects in the index.", NULL, c_entries},
         {TKM_METRIC_GAUGE, "tkm_controller_nodes", "Nodes seen.", NULL, c_nodes},
         {TKM_METRIC_GAUGE, "tkm_controller_leader", "1 while this replica acts.", NULL, c_leader},
+        {TKM_METRIC_GAUGE, "tkm_controller_prefetch_granted",
+         "Nodes holding a pull slot of the cache's pinned digest (staged prefetch; namespace \"\" "
+         "for the cluster kind).",
+         pl, c_pf_granted},
+        {TKM_METRIC_GAUGE, "tkm_controller_prefetch_waiting",
+         "Nodes waiting for a pull slot of the cache's pinned digest (staged prefetch).", pl,
+         c_pf_waiting},
     };
     struct ctrl_prom *p = calloc(1, sizeof *p);
     int rc;

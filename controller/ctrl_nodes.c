@@ -492,7 +492,8 @@ static int fill_entry(struct ctrl_nodes *n, struct ctrl_entry *e,
     e->flags = (nc->verified ? CTRL_E_VERIFIED : 0) | (nc->extracted ? CTRL_E_EXTRACTED : 0) |
                (nc->error && *nc->error ? CTRL_E_ERROR : 0) |
                (nc->n_compatible ? CTRL_E_COMPAT : 0) | (nc->n_incompatible ? CTRL_E_INCOMPAT : 0) |
-               (nc->n_pods ? CTRL_E_PODS : 0) | (nc->fallback ? CTRL_E_EMPTY : 0);
+               (nc->n_pods ? CTRL_E_PODS : 0) | (nc->fallback ? CTRL_E_EMPTY : 0) |
+               (nc->prefetch != TKM_API_PREFETCH_NONE ? CTRL_E_PREFETCH : 0);
     int rc = why_of(n, nc, &why);
     e->why = why;
     return rc;

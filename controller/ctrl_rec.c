@@ -112,6 +112,10 @@ struct ctrl_cache {
     char *label; /* owned: its Node label key, made on first use */
     uint32_t label_digest;
     int label_known;
+    /* staged prefetch (ctrl_grant.c): NULL while tkm-config prefetchSlots is 0;
+     * grant_at: uv_now when its earliest grant times out (0: none) */
+    struct ctrl_grant *grant;
+    uint64_t grant_at;
 };
 /* The reconciler's fixed memory per cache: strings are sized to their content
  * and allocated while needed (was 6 KiB of fixed arrays: 6 MB at 1000 caches). */
@@ -275,11 +279,17 @@ int ctrl_cache_label_state(const struct ctrl_cache *cc, uint32_t *usable_digest)
     return cc->label_known;
 }
 
+const struct ctrl_grant *ctrl_cache_grant(const struct ctrl_cache *cc)
+{
+    return cc->grant;
+}
+
 void ctrl_cache_free(struct ctrl_cache *cc)
 {
     if (!cc)
         return;
     tkm_verify_job_cancel(cc->op); /* it never calls back */
+    ctrl_grant_free(cc->grant);
     cache_strings_free(cc);
     free(cc->qkey);
     free(cc);
@@ -1009,6 +1019,8 @@ static uint64_t next_retry(const struct ctrl_cache *cc)
     if (cc->pin[0] && (!cc->sum_done || (cc->vars_want && !cc->vars_done)) && cc->sum_retry_at &&
         cc->sum_retry_at < at)
         at = cc->sum_retry_at;
+    if (cc->grant_at && cc->grant_at < at)
+        at = cc->grant_at;
     if (at == UINT64_MAX)
         return 0;
     return at > now ? at - now + 10 : 10;
@@ -1038,6 +1050,36 @@ static void status_done(int rc, json_t *obj, const struct k8s_status *st, void *
     finish(cc, K8S_WQ_OK, after);
 }
 
+/* status.prefetch: the pull slots at the pinned digest (NULL: none pinned). */
+static int grant_step(struct ctrl_cache *cc, const char *digest,
+                      const struct tkm_api_cache_status *old, struct tkm_api_cache_status *st)
+{
+    const struct tkm_api_config *cfg = &cc->c->cfg;
+    uint32_t d = digest && digest[0] ? ctrl_digest_id(digest) : 0;
+    uint64_t now = uv_now(cc->c->loop), next = 0;
+    int rc = 0;
+    if (!cfg->prefetch_slots) {
+        ctrl_grant_free(cc->grant);
+        cc->grant = NULL;
+        cc->grant_at = 0;
+        return 0;
+    }
+    if (!cc->grant) {
+        if (!(cc->grant = ctrl_grant_new()))
+            return -ENOMEM;
+        /* a controller that restarts keeps the grants its status shows */
+        for (size_t i = 0; d && old->prefetch.present && old->resolved_digest &&
+                           strcmp(old->resolved_digest, digest) == 0 && i < old->prefetch.n_granted;
+             i++)
+            if ((rc = ctrl_grant_seed(cc->grant, d, old->prefetch.granted[i], now)) < 0)
+                return rc;
+    }
+    rc = ctrl_grant_update(cc->grant, cc->cidx, d, cfg->prefetch_slots,
+                           cfg->prefetch_grant_timeout_ms, now, &st->prefetch, &next);
+    cc->grant_at = next ? now + next : 0;
+    return rc;
+}
+
 /* unknown: set to 1 when a node names a variant digest cc->vars lacks. */
 static int status_build(struct ctrl_cache *cc, const struct view *v,
                         struct tkm_api_cache_status *st, char *now, int *unknown)
@@ -1052,6 +1094,8 @@ static int status_build(struct ctrl_cache *cc, const struct view *v,
     tkm_api_now(now, 32);
     int rc = ctrl_agg_build(cc->cidx, &vd, v->cache.meta.generation, old->conditions,
                             old->n_conditions, now, st);
+    if (rc == 0)
+        rc = grant_step(cc, vd.digest, old, st);
     free(key);
     if (rc < 0)
         return rc;

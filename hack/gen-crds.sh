@@ -520,6 +520,30 @@ $(variant_props "                    ")
                   GPU that can use it, not the Empty fallback): use it in a pod's nodeSelector or nodeAffinity.
                 type: string
                 maxLength: 317
+              prefetch:
+                description: >-
+                  Staged prefetch (tkm-config prefetchSlots above 0; docs/prefetch.md): the nodes tkm-controller
+                  lets pull the pinned digest now. At most one while no node has it extracted, then slots.
+                type: object
+                properties:
+                  slots:
+                    description: tkm-config prefetchSlots.
+                    type: integer
+                    format: int32
+                    minimum: 0
+                    maximum: 1000
+                  granted:
+                    description: The nodes that may prefetch now, in name order.
+                    type: array
+                    maxItems: 1000
+                    items:
+                      type: string
+                      maxLength: 253
+                  waiting:
+                    description: Nodes waiting for a slot.
+                    type: integer
+                    format: int32
+                    minimum: 0
               compiles:
                 description: >-
                   What the pods served this cache compiled beside it, summed over the node statuses at the pinned
@@ -781,6 +805,13 @@ nodestatus_crd() { # kind plural singular short scope
                       description: Empty when this node serves the cache as an empty writable directory (no variant fits, policy Empty).
                       type: string
                       enum: [Empty]
+                    prefetch:
+                      description: >-
+                        Where this node's prefetch of the cache stands while tkm-config prefetchSlots is above 0:
+                        Waiting (for a pull slot from tkm-controller) or Pulling (granted). Absent otherwise, and
+                        once extracted or failed.
+                      type: string
+                      enum: [Waiting, Pulling]
                     compiles:
                       description: >-
                         What the pods served this cache on this node compiled beside it (counted by tkm-csi when

@@ -99,13 +99,13 @@ case $cmd in
     setsid docker-registry serve "$dir/config.yml" >"$dir/registry.log" 2>&1 </dev/null &
     echo $! >"$dir/registry.pid"
     echo "127.0.0.1:$port" >"$dir/addr"
-    for _ in $(seq 1 100); do
+    for _ in $(seq 1 300); do
       code=$(curl -s -o /dev/null -w '%{http_code}' "${cacert[@]}" "$scheme://127.0.0.1:$port/v2/" || true)
       if [[ $code == 200 || $code == 401 ]]; then
         echo "127.0.0.1:$port"
         exit 0
       fi
-      pid_alive "$dir/registry.pid" docker-registry || break
+      running "$dir/registry.pid" || break
       sleep 0.1
     done
     tail -5 "$dir/registry.log" >&2 || true

@@ -653,6 +653,7 @@ static void apply_limits(struct tkm_http_req *r, const struct tkm_http_req_opts 
     r->idle_ms = o->idle_timeout_ms;
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)o->timeout_ms);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, HTTP_CONNECT_MS);
+    curl_easy_setopt(e, CURLOPT_MAX_RECV_SPEED_LARGE, (curl_off_t)o->max_recv_bps);
     if (o->idle_timeout_ms) {
         /* curl's low-speed check (a moving average: it lags a stall by
          * seconds) keeps a 1 s tick going; idle_cb stops the transfer

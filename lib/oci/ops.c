@@ -136,7 +136,7 @@ int tkm__oci_get_manifest(struct tkm_oci_session *s, const char *repo, const cha
     int rc;
     if (strlen(reference) > TKM_OCI_NAME_MAX)
         return tkm_err_set(err, -EINVAL, "manifest reference '%.80s...' is too long", reference);
-    if ((rc = tkm__oci_url(s, &url, "/v2/%s/manifests/%s", repo, reference)) != 0) {
+    if ((rc = tkm__oci_api_url(s, &url, "/%s/manifests/%s", repo, reference)) != 0) {
         rc = tkm_err_set(err, rc, "%s/%s: URL too long", repo, reference);
         goto out;
     }
@@ -268,7 +268,7 @@ int tkm__oci_get_blob(struct tkm_oci_session *s, const char *repo, const struct 
     if (fd < 0 && d->size > mem->max)
         return tkm_err_set(err, -E2BIG, "blob %s: %llu bytes exceed the %zu byte limit", d->digest,
                            (unsigned long long)d->size, mem->max);
-    if ((rc = tkm__oci_url(s, &url, "/v2/%s/blobs/%s", repo, d->digest)) != 0) {
+    if ((rc = tkm__oci_api_url(s, &url, "/%s/blobs/%s", repo, d->digest)) != 0) {
         rc = tkm_err_set(err, rc, "%s: URL too long", repo);
         goto out;
     }
@@ -320,7 +320,7 @@ int tkm__oci_blob_exists(struct tkm_oci_session *s, const char *repo, const char
     struct tkm_buf url = TKM_BUF_INIT(TKM__OCI_URL_MAX);
     struct tkm__oci_op *op = NULL;
     int rc;
-    if ((rc = tkm__oci_url(s, &url, "/v2/%s/blobs/%s", repo, digest)) != 0) {
+    if ((rc = tkm__oci_api_url(s, &url, "/%s/blobs/%s", repo, digest)) != 0) {
         rc = tkm_err_set(err, rc, "%s: URL too long", repo);
         goto out;
     }
@@ -583,7 +583,7 @@ int tkm__oci_get_referrers(struct tkm_oci_session *s, const char *repo, const ch
               strchr(".+-_/", *p)))
             return tkm_err_set(err, -EINVAL, "referrers: artifact type '%.80s' is not a media type",
                                artifact_type);
-    rc = tkm__oci_url(s, &url, "/v2/%s/referrers/%s", repo, digest);
+    rc = tkm__oci_api_url(s, &url, "/%s/referrers/%s", repo, digest);
     for (const char *p = artifact_type; rc == 0 && p && *p; p++) {
         if (p == artifact_type)
             rc = tkm_buf_puts(&url, "?artifactType=");

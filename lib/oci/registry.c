@@ -199,7 +199,7 @@ int tkm_oci_registry_put_manifest(struct tkm_oci_registry *r, const char *repo,
     int rc;
     tkm__oci_scope(scope, sizeof scope, repo, 1);
     tkm_http_resp_init(&resp);
-    if ((rc = tkm__oci_url(r->s, &url, "/v2/%s/manifests/%s", repo, reference)) != 0)
+    if ((rc = tkm__oci_api_url(r->s, &url, "/%s/manifests/%s", repo, reference)) != 0)
         goto out;
     struct tkm__oci_req q = {.method = "PUT",
                              .url = url.data,
@@ -252,7 +252,7 @@ static int upload_start(struct tkm_oci_registry *r, const char *repo, const char
 {
     struct tkm_buf url = TKM_BUF_INIT(REG_URL_MAX);
     struct tkm_http_resp resp;
-    int rc = tkm__oci_url(r->s, &url, "/v2/%s/blobs/uploads/", repo);
+    int rc = tkm__oci_api_url(r->s, &url, "/%s/blobs/uploads/", repo);
     tkm_http_resp_init(&resp);
     if (rc)
         goto out;

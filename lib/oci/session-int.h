@@ -88,7 +88,14 @@ void tkm__oci_call_cancel(struct tkm__oci_call *c);
 /* The error sentence for a non-success status (quotes the OCI error body). */
 int tkm__oci_status_error(const struct tkm_oci_session *s, const struct tkm_http_resp *resp,
                           const char *what, struct tkm_err *err);
+/* scheme://host[:port] then fmt (an absolute path from a Location or Link
+ * header, or ""). */
 int tkm__oci_url(const struct tkm_oci_session *s, struct tkm_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* A registry API URL: scheme://host[:port], the path prefix ("/v2" or the
+ * endpoint's), fmt ("/<repo>/manifests/<ref>"...), then ?ns= when the
+ * session has one. */
+int tkm__oci_api_url(const struct tkm_oci_session *s, struct tkm_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void tkm__oci_scope(char *out, size_t n, const char *repo, int push);
 

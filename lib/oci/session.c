@@ -62,11 +62,17 @@ struct tkm_oci_session {
     struct ses_pin pins[SES_PINS];
     size_t next_pin;
     char *ca_file;
+    /* a mirror endpoint's settings (registry.h), owned */
+    char *path_prefix, *ns, *client_cert, *client_key;
+    char *headers[TKM_OCI_EXTRA_HEADERS];
+    size_t n_headers;
+    int skip_verify, scheme_fixed;
     int anonymous;
     int have_creds;
     struct tkm_oci_creds creds;
     int use_basic; /* the registry asked for Basic */
     uint64_t timeout_ms, idle_timeout_ms, deadline_ms;
+    uint64_t max_recv_bps; /* blob transfers' rate cap, 0: none */
     tkm_oci_progress_cb progress;
     void *progress_ud;
     struct ses_token tokens[SES_TOKENS];
@@ -178,9 +184,65 @@ static void session_destroy(struct tkm_oci_session *s)
     tkm_oci_creds_wipe(&s->creds);
     tkm_oci_reach_unref(s->reach);
     free(s->ca_file);
+    free(s->path_prefix);
+    free(s->ns);
+    free(s->client_cert);
+    free(s->client_key);
+    for (size_t i = 0; i < s->n_headers; i++)
+        free(s->headers[i]);
     free(s);
     if (closed_cb)
         closed_cb(closed_data);
+}
+
+static int dup_opt(char **out, const char *s);
+
+/* Copies the endpoint settings of o (registry.h) into s. */
+static int session_endpoint(struct tkm_oci_session *s, const struct tkm_oci_registry_opts *o,
+                            struct tkm_err *err)
+{
+    if (o->scheme) {
+        if (strcmp(o->scheme, "http") != 0 && strcmp(o->scheme, "https") != 0)
+            return tkm_err_set(err, -EINVAL, "registry %s: scheme '%.16s' is not http or https",
+                               s->host, o->scheme);
+        snprintf(s->scheme, sizeof s->scheme, "%s", o->scheme);
+        s->scheme_fixed = 1;
+    }
+    if (o->path_prefix && (o->path_prefix[0] != '/' || strpbrk(o->path_prefix, "?# \r\n")))
+        return tkm_err_set(err, -EINVAL,
+                           "registry %s: path '%.100s' must start with / and hold no query",
+                           s->host, o->path_prefix);
+    for (size_t i = 0; o->headers && o->headers[i]; i++) {
+        const char *h = o->headers[i], *colon = strchr(h, ':');
+        if (i >= TKM_OCI_EXTRA_HEADERS)
+            return tkm_err_set(err, -E2BIG, "registry %s: more than %d extra headers", s->host,
+                               TKM_OCI_EXTRA_HEADERS);
+        if (!colon || colon == h || strpbrk(h, "\r\n") || strlen(h) > 1024)
+            return tkm_err_set(err, -EINVAL,
+                               "registry %s: header %zu is not one 'Name: value' line", s->host,
+                               i + 1);
+        if (!(s->headers[i] = strdup(h)))
+            return tkm_err_set(err, -ENOMEM, "registry %s: out of memory", s->host);
+        s->n_headers = i + 1;
+    }
+    s->skip_verify = o->skip_verify;
+    if (dup_opt(&s->ca_file, o->ca_file) || dup_opt(&s->path_prefix, o->path_prefix) ||
+        dup_opt(&s->ns, o->ns) || dup_opt(&s->client_cert, o->client_cert) ||
+        dup_opt(&s->client_key, o->client_key))
+        return tkm_err_set(err, -ENOMEM, "registry %s: out of memory", s->host);
+    return 0;
+}
+
+/* The TLS settings of the session's requests to its registry (and to an
+ * https token realm), or NULL for libcurl's defaults. */
+static const struct tkm_http_tls *session_tls(const struct tkm_oci_session *s,
+                                              struct tkm_http_tls *tls)
+{
+    *tls = (struct tkm_http_tls){.ca_file = s->ca_file,
+                                 .cert_file = s->client_cert,
+                                 .key_file = s->client_key,
+                                 .insecure = s->skip_verify};
+    return s->ca_file || s->client_cert || s->skip_verify ? tls : NULL;
 }
 
 int tkm_oci_session_new(struct tkm_http *http, const char *host,
@@ -207,12 +269,11 @@ int tkm_oci_session_new(struct tkm_http *http, const char *host,
     s->timeout_ms = o->timeout_ms ? o->timeout_ms : SES_DEFAULT_TO_MS;
     s->idle_timeout_ms = o->idle_timeout_ms ? o->idle_timeout_ms : SES_DEFAULT_TO_MS;
     tkm_oci_session_set_deadline(s, o->deadline_ms);
+    s->max_recv_bps = o->max_recv_bps;
     s->progress = o->progress;
     s->progress_ud = o->progress_ud;
-    if (o->ca_file && !(s->ca_file = strdup(o->ca_file))) {
-        rc = tkm_err_set(err, -ENOMEM, "registry %s: out of memory", host);
+    if ((rc = session_endpoint(s, o, err)) != 0)
         goto fail;
-    }
     if ((rc = load_creds(s, o, err)) != 0)
         goto fail;
     *out = s;
@@ -313,7 +374,7 @@ void tkm_oci_session_set_reach(struct tkm_oci_session *s, struct tkm_oci_reach *
     if (!r || tkm_reach_host_parse(s->host, strlen(s->host), &h, NULL) < 0)
         return;
     /* The scheme is the admin's (registryPlainHTTP), not "loopback is plain HTTP". */
-    if (!s->ca_file)
+    if (!s->ca_file && !s->scheme_fixed)
         snprintf(s->scheme, sizeof s->scheme, "%s",
                  tkm_reach_list_match(&r->pol.plain_http, &h) ? "http" : "https");
     /* An IP literal goes into URLs as the address that is checked ("0177.1" is 127.0.0.1). */
@@ -432,6 +493,25 @@ int tkm__oci_url(const struct tkm_oci_session *s, struct tkm_buf *b, const char 
     va_start(ap, fmt);
     rc = tkm_buf_vprintf(b, fmt, ap);
     va_end(ap);
+    return rc;
+}
+
+int tkm__oci_api_url(const struct tkm_oci_session *s, struct tkm_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    int rc = tkm_buf_printf(b, "%s://%s%s", s->scheme, s->url_host,
+                            s->path_prefix ? s->path_prefix : "/v2");
+    if (rc)
+        return rc;
+    va_start(ap, fmt);
+    rc = tkm_buf_vprintf(b, fmt, ap);
+    va_end(ap);
+    if (rc == 0 && s->ns) {
+        char *esc = curl_easy_escape(NULL, s->ns, 0);
+        rc = esc ? tkm_buf_printf(b, "%sns=%s", memchr(b->data, '?', b->len) ? "&" : "?", esc)
+                 : -ENOMEM;
+        curl_free(esc);
+    }
     return rc;
 }
 
@@ -745,8 +825,12 @@ static int gate(struct tkm__oci_call *c, const char *url, int token, const char 
     int https;
     *pin = NULL;
     *foreign = 0;
-    if (!s->reach)
+    if (!s->reach) {
+        /* the session follows redirects itself when it has headers of its own */
+        if (s->n_headers && url_hostport(url, hp, sizeof hp, &https) == 0)
+            *foreign = strcasecmp(hp, s->url_host) != 0;
         return 0;
+    }
     if (url_hostport(url, hp, sizeof hp, &https) < 0)
         return tkm_err_set(&c->err, TKM_OCI_EREACH,
                            "registry %s: a URL without a plain host[:port] is not followed",
@@ -863,9 +947,9 @@ static int token_request(struct tkm__oci_call *c)
     o.url = url.data;
     o.done_cb = token_done;
     o.data = c;
-    struct tkm_http_tls tls = {.ca_file = s->ca_file};
-    if (s->ca_file && strncasecmp(ch->realm, "https://", 8) == 0)
-        o.tls = &tls;
+    struct tkm_http_tls tls;
+    if (strncasecmp(ch->realm, "https://", 8) == 0)
+        o.tls = session_tls(s, &tls);
     c->phase = CALL_TOKEN;
     rc = tkm_http_start(s->http, &o, &c->hreq, &c->err);
 out:
@@ -913,8 +997,9 @@ static int authenticate(struct tkm__oci_call *c, const struct tkm_http_resp *res
     return token_request(c);
 }
 
-/* A redirect of a call that follows them, under a reach policy: the next
- * host is decided (TKM_REACH_FOLLOW) and pinned like the registry, so curl
+/* A redirect of a call that follows them, under a reach policy (or on a
+ * session with headers of its own, which must not go to another host): the
+ * next host is decided (TKM_REACH_FOLLOW) and pinned like the registry, so curl
  * never follows one itself. 0 when sent on, < 0 with c->err. */
 static int call_redirect(struct tkm__oci_call *c, const struct tkm_http_resp *resp)
 {
@@ -961,8 +1046,8 @@ static void call_done(struct tkm_http_req *req, struct tkm_http_resp *resp, void
         call_finish(c, -ECANCELED, resp);
         return;
     }
-    if (rc == 0 && c->s->reach && c->q.follow && resp->status >= 300 && resp->status < 400 &&
-        resp->status != 304 && resp->status != 300) {
+    if (rc == 0 && (c->s->reach || c->s->n_headers) && c->q.follow && resp->status >= 300 &&
+        resp->status < 400 && resp->status != 304 && resp->status != 300) {
         if ((rc = call_redirect(c, resp)) < 0)
             call_finish(c, rc, resp);
         return;
@@ -1004,13 +1089,13 @@ static int call_data(struct tkm_http_req *req, const char *p, size_t n, void *da
     return c->q.data_cb(req, p, n, c->q.data);
 }
 
-/* Builds the header lines into hdrs (at most 5 + NULL) and starts. */
+/* Builds the header lines into hdrs (at most 4 + the endpoint's + NULL) and starts. */
 static void call_send(struct tkm__oci_call *c)
 {
     struct tkm_oci_session *s = c->s;
     const struct tkm__oci_req *q = &c->q;
     char authz[2100], accept[512], ctype[256], basic[2048];
-    const char *hdrs[6], *pin;
+    const char *hdrs[5 + TKM_OCI_EXTRA_HEADERS], *pin;
     size_t nh = 0;
     int foreign, rc;
     c->phase = CALL_MAIN;
@@ -1041,6 +1126,8 @@ static void call_send(struct tkm__oci_call *c)
     }
     if (q->extra)
         hdrs[nh++] = q->extra;
+    for (size_t i = 0; !foreign && i < s->n_headers; i++)
+        hdrs[nh++] = s->headers[i];
     hdrs[nh] = NULL;
     uint64_t now = tkm_now_ms();
     struct tkm_http_req_opts o = {
@@ -1054,16 +1141,17 @@ static void call_send(struct tkm__oci_call *c)
                       : c->deadline_at ? (c->deadline_at > now ? c->deadline_at - now : 1)
                                        : 0,
         .idle_timeout_ms = q->streaming ? s->idle_timeout_ms : 0,
+        .max_recv_bps = q->streaming ? s->max_recv_bps : 0,
         .max_body = q->max_body ? q->max_body : SES_ERR_BODY_MAX,
-        .follow_redirects = q->follow && !s->reach, /* with a policy, call_redirect follows */
+        /* with a policy or headers of its own, call_redirect follows */
+        .follow_redirects = q->follow && !s->reach && !s->n_headers,
         .resolve = pin,
         .data_cb = q->data_cb ? call_data : NULL,
         .done_cb = call_done,
         .data = c,
     };
-    struct tkm_http_tls tls = {.ca_file = s->ca_file};
-    if (s->ca_file)
-        o.tls = &tls;
+    struct tkm_http_tls tls;
+    o.tls = session_tls(s, &tls);
     rc = tkm_http_start(s->http, &o, &c->hreq, &c->err);
     memset(authz, 0, sizeof authz);
 fail:

@@ -290,7 +290,7 @@ static void image_check(struct search *s)
     struct tkm_err e = {0};
     char scope[600];
     tkm__oci_scope(scope, sizeof scope, s->repo, 0);
-    int rc = tkm__oci_url(ses, &url, "/v2/%s/manifests/%s", s->repo, s->digest);
+    int rc = tkm__oci_api_url(ses, &url, "/%s/manifests/%s", s->repo, s->digest);
     struct tkm__oci_req q = {.method = "HEAD",
                              .url = url.data,
                              .scope = scope,

@@ -2,7 +2,8 @@
 # node_helm: tkm installed, upgraded, rolled back and uninstalled with Helm on the real node
 # (issue 27), the chart charts/tkm with its ci/ values for the local control plane and the H200
 # fixture GPU root (what manifests/overlays/fixture-gpu is to hack/deploy.sh):
-#   - `helm template` passes hack/node.sh's network rule; `helm install --wait`: tkm-node and
+#   - `helm template` passes hack/node.sh's network rule; objects an earlier kustomize deployment left
+#     (the CRDs, RBAC, tkm-config, ...) are adopted as docs/install.md says; `helm install --wait`: tkm-node and
 #     tkm-controller Ready, the demo's signed cache Ready, a pod mounts it;
 #   - `helm upgrade` to a new tkm image tag while that pod runs: the DaemonSet rolls (new node
 #     pod on the new tag), the pod's mount still serves its files, the store is not extracted
@@ -82,6 +83,26 @@ step "helm template passes the node's network rule; helm install"
 h template tkm "$CHART" "${ARGS[@]}" -f "$E2E_TMP/v1.yaml" >"$E2E_TMP/rendered.yaml" 2>"$E2E_TMP/template.err" ||
   fail "helm template: $(cat "$E2E_TMP/template.err")"
 expect_ok "hack/node.sh check (hostNetwork, local images, the apiserver at 127.0.0.1)" "$hack/node.sh" check "$E2E_TMP/rendered.yaml"
+# What an earlier kustomize deployment left (the node tests before this one deploy with hack/deploy.sh and
+# delete only the DaemonSet and the Deployment; e2e_crds applies the CRDs): Helm refuses to take over an
+# object it does not own, so adopt each one as docs/install.md tells an admin moving to Helm.
+adopt_list() {
+  kubectl create --dry-run=client -o json -f "$E2E_TMP/rendered.yaml" |
+    jq -r '(.items // [.])[] | select(.kind != "Namespace") | "\(.kind) \(.metadata.name) \(.metadata.namespace // "")"'
+}
+adopted=0
+while read -r kind name ons; do
+  nsarg=()
+  [[ -n $ons ]] && nsarg=(-n "$ons")
+  kubectl get "$kind" "$name" "${nsarg[@]}" >/dev/null 2>&1 || continue
+  kubectl annotate --overwrite "$kind" "$name" "${nsarg[@]}" meta.helm.sh/release-name=tkm \
+    meta.helm.sh/release-namespace=tkm-system >/dev/null || fail "annotate $kind $name"
+  kubectl label --overwrite "$kind" "$name" "${nsarg[@]}" app.kubernetes.io/managed-by=Helm >/dev/null ||
+    fail "label $kind $name"
+  adopted=$((adopted + 1))
+done < <(adopt_list)
+(($(adopt_list | wc -l) > 10)) || fail "the rendered chart lists only $(adopt_list | wc -l) objects"
+pass "adopted $adopted existing objects of the chart for Helm (docs/install.md)"
 expect_ok "helm install --wait" h install tkm "$CHART" "${ARGS[@]}" -f "$E2E_TMP/v1.yaml" --create-namespace --wait --timeout 4m
 assert_contains "$OUT" "kubectl" "NOTES.txt tells the next commands"
 wait_for 180 "tkm-node Ready" is tkm-system ds/tkm-node '{.status.numberReady}' 1

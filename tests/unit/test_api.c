@@ -397,7 +397,8 @@ TEST(config_decode_reads_every_key_and_defaults)
                         "\"signatureTrustedRootRef\":\"Secret/root\",\"signatureIdentities\":"
                         "\"[{\\\"issuer\\\":\\\"https://i\\\",\\\"subject\\\":\\\"s\\\"}]\","
                         "\"signatureAllowCrossRepository\":\"true\",\"prefetch\":\"true\","
-                        "\"pullDeadline\":\"1m30s\",\"somethingElse\":\"ignored\"}",
+                        "\"pullDeadline\":\"1m30s\",\"somethingElse\":\"ignored\","
+                        "\"prefetchSlots\":\"10\",\"prefetchGrantTimeout\":\"2m\"}",
                         &cfg, &err),
               0);
     ASSERT_EQ(cfg.present, 1);
@@ -411,6 +412,13 @@ TEST(config_decode_reads_every_key_and_defaults)
     ASSERT_EQ(cfg.allow_cross_repository, 1);
     ASSERT_EQ(cfg.prefetch, 1);
     ASSERT_UEQ(cfg.pull_deadline_ms, 90000);
+    ASSERT_UEQ(cfg.prefetch_slots, 10);
+    ASSERT_UEQ(cfg.prefetch_grant_timeout_ms, 120000);
+    tkm_api_config_release(&cfg);
+    /* prefetchSlots is capped at 1000; absent keys are 0 (no limit, default timeout) */
+    ASSERT_EQ(config_of("{\"prefetchSlots\":\"5000\"}", &cfg, &err), 0);
+    ASSERT_UEQ(cfg.prefetch_slots, TKM_API_PREFETCH_SLOTS_MAX);
+    ASSERT_UEQ(cfg.prefetch_grant_timeout_ms, 0);
     tkm_api_config_release(&cfg);
     ASSERT_EQ(config_of("{\"signatureTrustedRootRef\":\"ConfigMap/r/k.json\","
                         "\"signatureIdentities\":\"[{\\\"issuer\\\":\\\"i\\\","
@@ -531,6 +539,11 @@ TEST(config_decode_names_the_bad_key)
         {"{\"pullDeadline\":\"30\"}", "pullDeadline: \"30\" is not a duration above 0"},
         {"{\"pullDeadline\":\"0s\"}", "pullDeadline: \"0s\" is not a duration above 0"},
         {"{\"pullDeadline\":30}", "pullDeadline: expected a string"},
+        {"{\"prefetchSlots\":\"-1\"}", "prefetchSlots: \"-1\" is not an integer from 0 to 1000"},
+        {"{\"prefetchSlots\":\"\"}", "prefetchSlots: \"\" is not an integer"},
+        {"{\"prefetchSlots\":\"10x\"}", "prefetchSlots: \"10x\" is not an integer"},
+        {"{\"prefetchSlots\":10}", "prefetchSlots: expected a string"},
+        {"{\"prefetchGrantTimeout\":\"0s\"}", "prefetchGrantTimeout: \"0s\" is not a duration"},
         {"{\"signatureFloor\":\"none\"}", "signatureFloor: \"none\" is not Enforce"},
         {"{\"signatureMode\":\"Audit\",\"signatureFloor\":\"Enforce\"}",
          "signatureFloor: Enforce is stricter than signatureMode Audit"},
@@ -592,7 +605,9 @@ TEST(cache_status_variants_round_trip)
         {(char *)DIGEST, (char *)"linux/amd64", (char *)"cuda", (char *)"90", 32, 3, 24},
         {(char *)"sha256:ab", (char *)"linux/arm64", (char *)"cuda", (char *)"90a", 32, 1, 4}};
     char *types[] = {(char *)"nvidia-a100"};
-    struct tkm_api_cache_status st = {.variants = v,
+    char *granted[] = {(char *)"node-a", (char *)"node-b"};
+    struct tkm_api_cache_status st = {.prefetch = {1, 10, granted, 2, 7},
+                                      .variants = v,
                                       .n_variants = 2,
                                       .gpu_types_without_variant = types,
                                       .n_gpu_types_without_variant = 1,
@@ -608,6 +623,8 @@ TEST(cache_status_variants_round_trip)
                                "\"warpSize\":32,\"nodes\":3,\"gpus\":24}");
     ASSERT_STRCONTAINS(a.data, "\"gpuTypesWithoutVariant\":[\"nvidia-a100\"]");
     ASSERT_STRCONTAINS(a.data, "\"nodeLabel\":\"tkm.io/cache.ml.x\"");
+    ASSERT_STRCONTAINS(
+        a.data, "\"prefetch\":{\"slots\":10,\"granted\":[\"node-a\",\"node-b\"],\"waiting\":7}");
     json_object_set_new(o, "spec", json_pack("{s:s}", "cacheImage", "r.io/x:1"));
     char *s = json_dumps(o, JSON_COMPACT);
     struct tkm_api_cache c;
@@ -618,6 +635,11 @@ TEST(cache_status_variants_round_trip)
     ASSERT_EQ(c.status.variants[0].gpus, 24);
     ASSERT_STREQ(c.status.gpu_types_without_variant[0], "nvidia-a100");
     ASSERT_STREQ(c.status.variant_summary, "cuda/90: 3 nodes");
+    ASSERT_EQ(c.status.prefetch.present, 1);
+    ASSERT_EQ(c.status.prefetch.slots, 10);
+    ASSERT_EQ(c.status.prefetch.waiting, 7);
+    ASSERT_EQ(tkm_api_prefetch_granted(&c.status.prefetch, "node-b"), 1);
+    ASSERT_EQ(tkm_api_prefetch_granted(&c.status.prefetch, "node-c"), 0);
     ASSERT_OK(tkm_api_cache_status_apply(&c.status, "x", "ml", &o2, &err));
     ASSERT_OK(tkm_api_dump(o2, &b));
     ASSERT_STREQ(a.data, b.data);
@@ -629,6 +651,7 @@ TEST(cache_status_variants_round_trip)
     ASSERT_OK(tkm_api_cache_status_apply(&none, "x", "ml", &o, &err));
     ASSERT_NULL(json_object_get(json_object_get(o, "status"), "variants"));
     ASSERT_NULL(json_object_get(json_object_get(o, "status"), "nodeLabel"));
+    ASSERT_NULL(json_object_get(json_object_get(o, "status"), "prefetch"));
     json_decref(o);
     tkm_buf_release(&a);
     tkm_buf_release(&b);
@@ -649,6 +672,7 @@ TEST(nodestatus_variants_round_trip_and_scan)
                                             .n_incompatible = 1},
                                            {.name = (char *)"b",
                                             .fallback = (char *)"Empty",
+                                            .prefetch = TKM_API_PREFETCH_WAITING,
                                             .incompatible = &inc,
                                             .n_incompatible = 1}};
     struct tkm_api_node_status st = {.node_name = (char *)"n1", .caches = caches, .n_caches = 2};
@@ -661,8 +685,10 @@ TEST(nodestatus_variants_round_trip_and_scan)
     /* a variant is its digest and GPU ids: the target is the index's */
     ASSERT_STRCONTAINS(a.data, "\"variants\":[{\"digest\":\"" DIGEST "\",\"gpuIds\":[0,1]},"
                                "{\"digest\":\"sha256:bb\",\"gpuIds\":[2]}]");
-    ASSERT_STRCONTAINS(a.data, "\"fallback\":\"Empty\"");
+    ASSERT_STRCONTAINS(a.data, "\"fallback\":\"Empty\",\"prefetch\":\"Waiting\"");
     ASSERT_OK(tkm_api_nodestatus_decode(a.data, a.len, &n, &err));
+    ASSERT_EQ(n.status.caches[0].prefetch, TKM_API_PREFETCH_NONE);
+    ASSERT_EQ(n.status.caches[1].prefetch, TKM_API_PREFETCH_WAITING);
     ASSERT_UEQ(n.status.caches[0].n_variants, 2);
     ASSERT_STREQ(n.status.caches[0].variants[1].digest, "sha256:bb");
     ASSERT_EQ(n.status.caches[0].variants[1].gpu_ids[0], 2);
@@ -696,6 +722,8 @@ TEST(nodestatus_variants_refused_naming_the_field)
     "{\"name\":\"n\",\"namespace\":\"ml\"},\"status\":{\"caches\":{\"c\":{" x "}}}}"
     static const struct bad_case bad[] = {
         {NSV("\"variants\":{}"), "status.caches[\"c\"].variants: expected a list, got an object"},
+        {NSV("\"prefetch\":\"Granted\""),
+         "status.caches[\"c\"].prefetch: \"Granted\", expected Waiting or Pulling"},
         {NSV("\"variants\":[1]"), "status.caches[\"c\"].variants[0]: expected an object"},
         {NSV("\"variants\":[{\"digest\":7}]"),
          "status.caches[\"c\"].variants[0].digest: expected a string, got an integer"},
@@ -865,6 +893,11 @@ TEST(cache_status_compiles_refused_naming_the_field)
         {TKCC("{\"topKernels\":[{\"name\":\"k\",\"pods\":-2}]}"),
          "status.compiles.topKernels[0].pods: -2 is out of range"},
         {TKCC("{\"topKernels\":[{},{},{},{},{},{},{},{},{},{},{}]}"), "status.compiles.topKernels"},
+        {TKCC("{},\"prefetch\":[]"), "status.prefetch: expected an object"},
+        {TKCC("{},\"prefetch\":{\"slots\":1001}"), "status.prefetch.slots: 1001 is out of range"},
+        {TKCC("{},\"prefetch\":{\"granted\":[1]}"),
+         "status.prefetch.granted[0]: expected a string"},
+        {TKCC("{},\"prefetch\":{\"waiting\":-1}"), "status.prefetch.waiting: -1 is out of range"},
     };
     for (size_t i = 0; i < TKM_ARRAY_SIZE(bad); i++) {
         struct tkm_api_cache c;

@@ -13,6 +13,7 @@ struct seen {
     struct tkm_api_nsscan_head h;
     size_t n;
     char *name[NS_MAX], *digest[NS_MAX], *error[NS_MAX], *reason[NS_MAX], *message[NS_MAX];
+    int prefetch[NS_MAX];
     char *fallback[NS_MAX], *lists[NS_MAX]; /* lists: variants and groups, as lists_of() */
     char *compiles[NS_MAX];                 /* as compiles_of() */
     int verified[NS_MAX], extracted[NS_MAX];
@@ -104,6 +105,7 @@ static int on_entry(const struct tkm_api_nsscan_head *h, const struct tkm_api_ns
     s->reason[i] = dup_or_null(e->incompatible_reason);
     s->message[i] = dup_or_null(e->incompatible_message);
     s->fallback[i] = dup_or_null(e->fallback);
+    s->prefetch[i] = (int)e->prefetch;
     s->lists[i] = lists_scanned(e);
     s->compiles[i] = compiles_of(&e->compiles);
     s->verified[i] = e->verified;
@@ -146,11 +148,12 @@ static int same_cache(const struct tkm_api_node_cache *c, const struct seen *s, 
     free(l);
     free(cc);
     return same_lists && streq_null(c->fallback, s->fallback[i]) &&
-           strcmp(c->name, s->name[i]) == 0 && streq_null(c->digest, s->digest[i]) &&
-           streq_null(c->error, s->error[i]) && streq_null(r, s->reason[i]) &&
-           streq_null(m, s->message[i]) && c->verified == s->verified[i] &&
-           c->extracted == s->extracted[i] && c->n_compatible == s->ncomp[i] &&
-           c->n_incompatible == s->nincomp[i] && c->n_pods == s->npods[i];
+           (int)c->prefetch == s->prefetch[i] && strcmp(c->name, s->name[i]) == 0 &&
+           streq_null(c->digest, s->digest[i]) && streq_null(c->error, s->error[i]) &&
+           streq_null(r, s->reason[i]) && streq_null(m, s->message[i]) &&
+           c->verified == s->verified[i] && c->extracted == s->extracted[i] &&
+           c->n_compatible == s->ncomp[i] && c->n_incompatible == s->nincomp[i] &&
+           c->n_pods == s->npods[i];
 }
 
 /* Runs both; returns 1 when they agree. *accepted gets the verdict. */
@@ -284,6 +287,8 @@ static char *build(size_t n_caches, int variant, int cluster)
         }
         if (k == 1)
             c[i].fallback = "Empty";
+        if (k == 0 || k == 2)
+            c[i].prefetch = k == 0 ? TKM_API_PREFETCH_WAITING : TKM_API_PREFETCH_PULLING;
         if (k == 0 || k == 1) {
             c[i].compiles = cc;
             c[i].compiles.n_top = k == 0 ? 2 : 0;
@@ -352,6 +357,9 @@ TEST(garbage_is_refused_by_both_with_the_same_message)
         C("\"variants\":[{\"gpuIds\":[-1]}]"),
         C("\"variants\":\"x\""),
         C("\"fallback\":\"Fail\""),
+        C("\"prefetch\":\"waiting\""),
+        C("\"prefetch\":\"Done\""),
+        C("\"prefetch\":1"),
         C("\"compiles\":[]"),
         C("\"compiles\":{\"podsServed\":-1}"),
         C("\"compiles\":{\"podsCompiled\":1.5}"),

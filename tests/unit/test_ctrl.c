@@ -1380,3 +1380,123 @@ TEST(agg_compiles_summed_over_nodes_at_the_pin)
     tkm_api_cache_status_release(&st);
     ctrl_nodes_release(&n);
 }
+
+/* ---- staged prefetch: the grants (ctrl_grant.c) ------------------------------------ */
+
+/* node's entry of cache "p" in namespace ml: state "Waiting", "Pulling" or
+ * "" (none), extracted or not, at digest d. */
+static void pf_report(struct ctrl_nodes *n, const char *node, const char *d, const char *state,
+                      int extracted)
+{
+    char c[512];
+    snprintf(c, sizeof c, "{\"p\":{\"digest\":\"%s\",\"verified\":true,\"extracted\":%s%s%s%s}}", d,
+             extracted ? "true" : "false", *state ? ",\"prefetch\":\"" : "", state,
+             *state ? "\"" : "");
+    ASSERT_EQ(upsert(n, "ml", node, c), 0);
+}
+
+/* The grants after an update, as "a,b|waiting". */
+static const char *pf_update(struct ctrl_grant *g, struct ctrl_nodes *n, const char *d,
+                             unsigned slots, uint64_t timeout, uint64_t now, uint64_t *next)
+{
+    static char out[512];
+    struct tkm_api_cache_status st = {0};
+    size_t w = 0;
+    ASSERT_EQ(ctrl_grant_update(g, ctrl_nodes_cache(n, "ml/p", 0), ctrl_digest_id(d), slots,
+                                timeout, now, &st.prefetch, next),
+              0);
+    out[0] = '\0';
+    for (size_t i = 0; i < st.prefetch.n_granted; i++)
+        w +=
+            (size_t)snprintf(out + w, sizeof out - w, "%s%s", i ? "," : "", st.prefetch.granted[i]);
+    if (st.prefetch.present)
+        snprintf(out + w, sizeof out - w, "|%d/%d", (int)st.prefetch.waiting,
+                 (int)st.prefetch.slots);
+    tkm_api_cache_status_release(&st);
+    return out;
+}
+
+TEST(grant_first_wave_of_one_then_k_in_name_order)
+{
+    struct ctrl_nodes n;
+    struct ctrl_grant *g = ctrl_grant_new();
+    char node[16];
+    uint64_t next = 0;
+    ctrl_nodes_init(&n);
+    for (int i = 5; i >= 1; i--) { /* reported in reverse order: granted by name */
+        snprintf(node, sizeof node, "n%d", i);
+        pf_report(&n, node, DA, "Waiting", 0);
+    }
+    /* nobody has it extracted: one pull alone (the mirror warms up) */
+    ASSERT_STREQ(pf_update(g, &n, DA, 2, 60000, 1000, &next), "n1|4/2");
+    ASSERT_UEQ(next, 60000);
+    uint32_t gr, wt;
+    ctrl_grant_counts(g, &gr, &wt);
+    ASSERT_UEQ(gr, 1);
+    ASSERT_UEQ(wt, 4);
+    /* granted and pulling: still one */
+    pf_report(&n, "n1", DA, "Pulling", 0);
+    ASSERT_STREQ(pf_update(g, &n, DA, 2, 60000, 2000, &next), "n1|4/2");
+    ASSERT_UEQ(next, 59000);
+    /* n1 extracted: the slot is free and K = 2 go at once */
+    pf_report(&n, "n1", DA, "", 1);
+    ASSERT_STREQ(pf_update(g, &n, DA, 2, 60000, 3000, NULL), "n2,n3|2/2");
+    /* n3 done: n4 takes its slot; n2 keeps its own */
+    pf_report(&n, "n3", DA, "", 1);
+    ASSERT_STREQ(pf_update(g, &n, DA, 2, 60000, 4000, NULL), "n2,n4|1/2");
+    /* a node whose pull failed (no Waiting/Pulling, not extracted) gives its slot back */
+    pf_report(&n, "n2", DA, "", 0);
+    ASSERT_STREQ(pf_update(g, &n, DA, 2, 60000, 5000, NULL), "n4,n5|0/2");
+    pf_report(&n, "n4", DA, "", 1);
+    pf_report(&n, "n5", DA, "", 1);
+    ASSERT_STREQ(pf_update(g, &n, DA, 2, 60000, 6000, &next), "|0/2");
+    ASSERT_UEQ(next, 0);
+    /* prefetchSlots 0: no limit, no status field, the set forgotten */
+    pf_report(&n, "n2", DA, "Waiting", 0);
+    ASSERT_STREQ(pf_update(g, &n, DA, 0, 60000, 7000, NULL), "");
+    ctrl_grant_counts(g, &gr, &wt);
+    ASSERT_UEQ(gr, 0);
+    ctrl_grant_free(g);
+    ctrl_nodes_release(&n);
+}
+
+TEST(grant_timeout_node_gone_and_digest_change)
+{
+    struct ctrl_nodes n;
+    struct ctrl_grant *g = ctrl_grant_new();
+    uint64_t next = 0;
+    ctrl_nodes_init(&n);
+    pf_report(&n, "a", DA, "Waiting", 0);
+    pf_report(&n, "b", DA, "Waiting", 0);
+    pf_report(&n, "c", DA, "Waiting", 0);
+    ASSERT_STREQ(pf_update(g, &n, DA, 1, 10000, 0, &next), "a|2/1");
+    ASSERT_UEQ(next, 10000);
+    /* a died while pulling: its entry stays Pulling; after the timeout its
+     * slot goes to b, and a is not granted again while it says the same */
+    pf_report(&n, "a", DA, "Pulling", 0);
+    ASSERT_STREQ(pf_update(g, &n, DA, 1, 10000, 9999, NULL), "a|2/1");
+    ASSERT_STREQ(pf_update(g, &n, DA, 1, 10000, 10000, &next), "b|2/1");
+    ASSERT_UEQ(next, 10000);
+    /* b's node is deleted (its status object goes): c is granted */
+    ctrl_nodes_remove(&n, 0, "ml", "b");
+    ASSERT_STREQ(pf_update(g, &n, DA, 1, 10000, 11000, NULL), "c|1/1");
+    /* a comes back and reports Waiting again after its status was
+     * collected: it is a new candidate (its expired slot was forgotten) */
+    ctrl_nodes_remove(&n, 0, "ml", "a");
+    ASSERT_STREQ(pf_update(g, &n, DA, 1, 10000, 12000, NULL), "c|0/1");
+    pf_report(&n, "a", DA, "Waiting", 0);
+    ASSERT_STREQ(pf_update(g, &n, DA, 1, 10000, 13000, NULL), "c|1/1");
+    /* a new digest is pinned: the nodes at DA no longer count; the first
+     * wave at DB is one node again, even though DA was extracted somewhere */
+    pf_report(&n, "c", DA, "", 1);
+    pf_report(&n, "d", DB, "Waiting", 0);
+    pf_report(&n, "e", DB, "Waiting", 0);
+    ASSERT_STREQ(pf_update(g, &n, DB, 5, 10000, 14000, NULL), "d|1/5");
+    /* restart: the grants the status showed are seeded and kept */
+    struct ctrl_grant *g2 = ctrl_grant_new();
+    ASSERT_EQ(ctrl_grant_seed(g2, ctrl_digest_id(DB), "e", 15000), 0);
+    ASSERT_STREQ(pf_update(g2, &n, DB, 1, 10000, 15000, NULL), "e|1/1");
+    ctrl_grant_free(g2);
+    ctrl_grant_free(g);
+    ctrl_nodes_release(&n);
+}

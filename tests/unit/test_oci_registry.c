@@ -1448,3 +1448,66 @@ TEST(referrers_malformed_link_refused_other_rels_ignored)
     tkm_oci_registry_free(r);
     tsrv_stop(&s);
 }
+
+/* A session set up as a mirror endpoint (mirrors.h): the path prefix replaces
+ * /v2, ?ns= names the upstream on every API URL, the extra headers go to the
+ * mirror (never to a redirect's host), and a bad header or path is refused. */
+TEST(mirror_endpoint_path_ns_and_headers)
+{
+    struct tsrv cdn, mir;
+    struct route cdn_routes[] = {{"GET", "/b?sig=1", {200, NULL, blob}}};
+    int cdn_port = server_start(&cdn, cdn_routes, 1);
+    char loc[256], dg[TKM_OCI_DIGEST_LEN + 1], path[256], host[64];
+    ASSERT_OK(tkm_oci_digest_bytes(blob, strlen(blob), dg));
+    snprintf(loc, sizeof loc, "Location: http://127.0.0.1:%d/b?sig=1\r\n", cdn_port);
+    snprintf(path, sizeof path, "/cache/v2/a/b/blobs/%s?ns=registry.example", dg);
+    struct route mir_routes[] = {{"GET", path, {307, loc}}};
+    int port = server_start(&mir, mir_routes, 1);
+    snprintf(host, sizeof host, "127.0.0.1:%d", port);
+    const char *const headers[] = {"X-Mirror-Token: t0k", "Authorization: Basic bWlycm9yOnB3",
+                                   NULL};
+    struct tkm_oci_registry_opts o = {.anonymous = 1,
+                                      .timeout_ms = 5000,
+                                      .scheme = "http",
+                                      .path_prefix = "/cache/v2",
+                                      .ns = "registry.example",
+                                      .headers = headers};
+    struct tkm_oci_registry *r = NULL;
+    struct tkm_err e = {0};
+    ASSERT_OK(tkm_http_global_init(&e));
+    ASSERT_OK(tkm_oci_registry_new(host, &o, &r, &e));
+    struct tkm_oci_desc d = {.size = strlen(blob)};
+    memcpy(d.digest, dg, sizeof dg);
+    struct tkm_buf out = TKM_BUF_INIT(1 << 20);
+    int rc = sup_oci_fetch_blob_mem(r, "a/b", &d, &out, &e);
+    if (rc)
+        fprintf(stderr, "%s\n", e.msg);
+    ASSERT_OK(rc);
+    ASSERT_STREQ(out.data, blob);
+    ASSERT_EQ(tsrv_nreqs(&mir), 1); /* the route matched: prefix and ns exactly */
+    ASSERT_STRCONTAINS(last_request(&mir), "X-Mirror-Token: t0k");
+    ASSERT_STRCONTAINS(last_request(&mir), "Authorization: Basic bWlycm9yOnB3");
+    ASSERT_EQ(saw_authorization(&cdn), 0); /* the mirror's headers stay with the mirror */
+    ASSERT(!strstr(last_request(&cdn), "X-Mirror-Token"));
+    tkm_buf_release(&out);
+    tkm_oci_registry_free(r);
+    r = NULL;
+    /* refused settings name what is wrong */
+    const char *const bad_hdr[] = {"no colon here", NULL};
+    o.headers = bad_hdr;
+    tkm_err_clear(&e);
+    ASSERT_EQ(tkm_oci_registry_new(host, &o, &r, &e), -EINVAL);
+    ASSERT_STRCONTAINS(e.msg, "header 1 is not one 'Name: value' line");
+    o.headers = NULL;
+    o.path_prefix = "cache/v2?x=1";
+    tkm_err_clear(&e);
+    ASSERT_EQ(tkm_oci_registry_new(host, &o, &r, &e), -EINVAL);
+    ASSERT_STRCONTAINS(e.msg, "must start with / and hold no query");
+    o.path_prefix = NULL;
+    o.scheme = "ftp";
+    tkm_err_clear(&e);
+    ASSERT_EQ(tkm_oci_registry_new(host, &o, &r, &e), -EINVAL);
+    ASSERT_STRCONTAINS(e.msg, "is not http or https");
+    tsrv_stop(&mir);
+    tsrv_stop(&cdn);
+}

@@ -132,6 +132,9 @@ struct tkm_http_req_opts {
      * then keeps a transfer going: bound it with timeout_ms. 0 = none.
      * Watches set it a little above their server timeout. */
     uint64_t idle_timeout_ms;
+    /* Receive rate cap in bytes per second (CURLOPT_MAX_RECV_SPEED_LARGE);
+     * 0 = none. */
+    uint64_t max_recv_bps;
     size_t max_body;      /* cap for the buffered body; default 16 MiB */
     int follow_redirects; /* 1: follow up to 5 redirects */
     /* A CURLOPT_RESOLVE line "host:port:addr[,addr...]" (or NULL): curl

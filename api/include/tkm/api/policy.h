@@ -58,6 +58,13 @@ struct tkm_api_config {
     size_t n_identities;
     int allow_cross_repository; /* signatureAllowCrossRepository "true" */
     int prefetch;               /* prefetch "true": agents extract ahead of demand */
+    /* prefetchSlots ("10"): how many nodes may prefetch one cache's digest
+     * at once, handed out by the controller (docs/prefetch.md); 0 when
+     * absent: no fleet-wide limit. Capped at TKM_API_PREFETCH_SLOTS_MAX. */
+    unsigned prefetch_slots;
+    /* prefetchGrantTimeout ("15m"): how long a node keeps a slot it does
+     * not give back; 0 when absent (then TKM_API_PREFETCH_GRANT_TIMEOUT_MS) */
+    uint64_t prefetch_grant_timeout_ms;
     /* pullDeadline ("30m", lib/flags.c's duration grammar): each blob
      * download's deadline, over the daemons' --pull-deadline; 0 when absent */
     uint64_t pull_deadline_ms;

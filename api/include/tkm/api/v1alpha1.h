@@ -205,6 +205,24 @@ void tkm_api_compiles_release(struct tkm_api_compiles *c);
 /* 1 when s is an RFC 3339 date-time ("2026-01-02T03:04:05Z", fraction and offset allowed). */
 int tkm_api_time_ok(const char *s);
 
+/* tkm-config prefetchSlots' cap, prefetchGrantTimeout's default */
+#define TKM_API_PREFETCH_SLOTS_MAX        1000u
+#define TKM_API_PREFETCH_GRANT_TIMEOUT_MS (15ull * 60 * 1000)
+
+/* status.prefetch (docs/prefetch.md): the pull slots tkm-controller hands out
+ * for the pinned digest when tkm-config prefetchSlots is above 0. present 0:
+ * the field is absent (no fleet-wide limit). granted: the node names that
+ * may prefetch now (at most TKM_API_PREFETCH_SLOTS_MAX, owned strings). */
+struct tkm_api_prefetch_grants {
+    int present;
+    int32_t slots;  /* prefetchSlots */
+    char **granted; /* node names, sorted */
+    size_t n_granted;
+    int32_t waiting; /* nodes waiting for a slot */
+};
+/* 1 when node is in g's granted list. Pure. */
+int tkm_api_prefetch_granted(const struct tkm_api_prefetch_grants *g, const char *node);
+
 /* The status the controller writes. */
 struct tkm_api_cache_status {
     int64_t observed_generation;
@@ -225,7 +243,8 @@ struct tkm_api_cache_status {
     size_t n_gpu_types_without_variant;
     char *variant_summary; /* the printer column: "cuda/90: 3 nodes; none for: nvidia-a100" */
     char *node_label;      /* the Node label key the controller keeps for this cache */
-    struct tkm_api_compiles compiles; /* issue 25: summed over the nodes at resolvedDigest */
+    struct tkm_api_compiles compiles;        /* issue 25: summed over the nodes at resolvedDigest */
+    struct tkm_api_prefetch_grants prefetch; /* issue 26: staged prefetch */
 };
 
 struct tkm_api_cache {
@@ -314,6 +333,17 @@ struct tkm_api_variant_use {
     size_t n_gpu_ids;
 };
 
+/* status.caches.<name>.prefetch: where this node's prefetch of the cache
+ * stands while tkm-config prefetchSlots is above 0 (absent otherwise, and
+ * once extracted or failed). */
+enum tkm_api_prefetch_state {
+    TKM_API_PREFETCH_NONE = 0, /* absent */
+    TKM_API_PREFETCH_WAITING,  /* "Waiting": for a slot from tkm-controller */
+    TKM_API_PREFETCH_PULLING,  /* "Pulling": granted, pulling */
+};
+/* "Waiting", "Pulling"; NULL for NONE. Static. */
+const char *tkm_api_prefetch_state_name(enum tkm_api_prefetch_state s);
+
 /* status.caches.<name> */
 struct tkm_api_node_cache {
     char *name; /* the map key: the cache's name */
@@ -334,6 +364,7 @@ struct tkm_api_node_cache {
     size_t n_variants;
     char *fallback;                   /* "Empty" when served as an empty volume here, else NULL */
     struct tkm_api_compiles compiles; /* issue 25 */
+    enum tkm_api_prefetch_state prefetch;
 };
 
 /* The status a node's agent writes. gpuCount, gpuTypes and cacheCount (the
@@ -430,6 +461,7 @@ struct tkm_api_nsscan_entry {
     const struct tkm_api_nsscan_variant *variants;   /* n_variants of them */
     size_t n_variants;
     const char *fallback; /* "Empty" or NULL */
+    enum tkm_api_prefetch_state prefetch;
     /* compiles (present 0 when absent); top and the strings are borrowed (in s) */
     struct tkm_api_compiles compiles;
 };

@@ -70,6 +70,9 @@ struct tkm_verify_ctx_opts {
     uint64_t timeout_ms; /* per registry request; 0: 30 s */
     /* each blob download, retries included; 0: 30 min (tkm_oci_registry_opts) */
     uint64_t pull_deadline_ms;
+    /* each blob download's receive rate cap in bytes/s; 0: none (tkm-agent
+     * --pull-bandwidth split over --max-concurrent-pulls) */
+    uint64_t max_recv_bps;
 };
 
 /* loop and http borrowed (see above); o may be NULL. *out owned:

@@ -52,6 +52,7 @@ typedef void (*tkm_oci_progress_cb)(void *ud, uint64_t done, uint64_t total);
 /* The condition/event reason of a download stopped by its deadline. */
 #define TKM_OCI_REASON_PULL_DEADLINE "PullDeadlineExceeded"
 #define TKM_OCI_NO_DEADLINE          UINT64_MAX
+#define TKM_OCI_EXTRA_HEADERS        8
 
 struct tkm_oci_registry_opts {
     const char *const *insecure; /* NULL-terminated "host[:port]" allowed plain HTTP, or NULL */
@@ -68,6 +69,24 @@ struct tkm_oci_registry_opts {
      * idle limit), with -ETIME and TKM_OCI_REASON_PULL_DEADLINE; default 30 min;
      * TKM_OCI_NO_DEADLINE: none (tkmctl, where a person can interrupt) */
     uint64_t deadline_ms;
+    /* blob transfers: each one's receive rate cap in bytes/s; 0: none */
+    uint64_t max_recv_bps;
+    /* A mirror endpoint (mirrors.h); all optional. scheme ("http" or
+     * "https") wins over the rules above; path_prefix replaces "/v2" in
+     * every registry URL (containerd's hosts.toml path or override_path); ns
+     * adds ?ns=<ns> to every registry URL (the upstream's name, as
+     * containerd sends it); client_cert/client_key: a TLS client certificate
+     * (PEM files; key NULL: in the cert file); skip_verify: no verification
+     * of the registry's certificate (the admin's explicit choice); headers:
+     * NULL-terminated "Name: value" lines (at most TKM_OCI_EXTRA_HEADERS)
+     * sent with every request to the registry's own host (never to a token
+     * realm or a redirect's host). */
+    const char *scheme;
+    const char *path_prefix;
+    const char *ns;
+    const char *client_cert, *client_key;
+    int skip_verify;
+    const char *const *headers;
     tkm_oci_progress_cb progress;
     void *progress_ud;
     /* Borrowed, may be NULL: a flag that stops tkm_oci_pull / tkm_oci_inspect
