@@ -475,6 +475,14 @@ static int override_of(const struct ctx *c, const struct tkm_toml *t, int *overr
     return r < 0 ? r : 0;
 }
 
+/* The TOML of c->file; errors read `hosts.toml "/x/hosts.toml": line L, ...`. */
+static int parse_named(const struct ctx *c, const char *data, size_t len, struct tkm_toml **t)
+{
+    char what[4200];
+    snprintf(what, sizeof what, "%s \"%s\"", c->what, c->file);
+    return tkm_toml_parse(data, len, what, t, c->err);
+}
+
 static void host_dir_release(struct host_dir *d)
 {
     for (size_t i = 0; i < d->n; i++)
@@ -490,7 +498,7 @@ static int parse_hosts_toml(const char *data, size_t len, const char *file, cons
 {
     struct ctx c = {"hosts.toml", file, err};
     struct tkm_toml *t = NULL;
-    int rc = tkm_toml_parse(data, len, file, &t, err);
+    int rc = parse_named(&c, data, len, &t);
     if (rc)
         return rc;
     const struct tkm_toml *hosts = tkm_toml_get(t, "host");
@@ -537,15 +545,6 @@ static int parse_hosts_toml(const char *data, size_t len, const char *file, cons
             rc = endpoint_of(&c, dir, t, TKM_MIRROR_CAP_PULL | TKM_MIRROR_CAP_RESOLVE, e);
     }
     tkm_toml_free(t);
-    return rc;
-}
-
-static int read_toml_file(const char *path, const char *what, struct tkm_buf *b,
-                          struct tkm_err *err)
-{
-    int rc = tkm_read_file(path, TKM_TOML_MAX_BYTES, b, what, err);
-    if (rc == -E2BIG)
-        tkm_err_prefix(err, "larger than %d bytes", TKM_TOML_MAX_BYTES);
     return rc;
 }
 
@@ -598,7 +597,7 @@ static int load_hosts_dir(struct tkm_mirrors *m, const char *hosts_dir, struct t
         if (!(d->file = dup_s(file)))
             rc = -ENOMEM;
         if (rc == 0)
-            rc = read_toml_file(file, "hosts.toml", &b, err);
+            rc = tkm_read_file(file, TKM_TOML_MAX_BYTES, &b, "hosts.toml", err);
         if (rc == 0)
             rc = parse_hosts_toml(b.data, b.len, file, dir, d, err);
     }
@@ -727,7 +726,7 @@ static int parse_registries_conf(struct tkm_mirrors *m, const char *data, size_t
 {
     struct ctx c = {"registries.conf", file, err};
     struct tkm_toml *t = NULL;
-    int rc = tkm_toml_parse(data, len, file, &t, err);
+    int rc = parse_named(&c, data, len, &t);
     if (rc)
         return rc;
     const struct tkm_toml *v1 = tkm_toml_get(t, "registries");
@@ -784,7 +783,7 @@ int tkm_mirrors_load(const char *hosts_dir, const char *registries_conf, struct 
     if (rc == 0 && registries_conf) {
         struct tkm_buf b = TKM_BUF_INIT(TKM_TOML_MAX_BYTES);
         struct tkm_err e2 = {0};
-        rc = read_toml_file(registries_conf, "registries.conf", &b, &e2);
+        rc = tkm_read_file(registries_conf, TKM_TOML_MAX_BYTES, &b, "registries.conf", &e2);
         if (rc == -ENOENT)
             rc = 0;
         else if (rc)
