@@ -62,19 +62,9 @@ struct tkm_mirrors {
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static char *dup_n(const char *s, size_t n)
-{
-    char *d = malloc(n + 1);
-    if (d) {
-        memcpy(d, s, n);
-        d[n] = '\0';
-    }
-    return d;
-}
-
 static char *dup_s(const char *s)
 {
-    return s ? dup_n(s, strlen(s)) : NULL;
+    return s ? strdup(s) : NULL;
 }
 
 static void strv_free(char **v)
@@ -302,7 +292,7 @@ static int parse_url(const struct ctx *c, const struct tkm_toml *v, const char *
     if (rc == 0 && !override && !(b.len >= 3 && memcmp(b.data + b.len - 3, "/v2", 3) == 0))
         rc = tkm_buf_puts(&b, "/v2");
     e->scheme = dup_s(scheme);
-    e->host = dup_n(rest, hl);
+    e->host = strndup(rest, hl);
     e->path = rc == 0 ? tkm_buf_detach(&b, NULL) : NULL;
     tkm_buf_release(&b);
     if (rc)
