@@ -425,6 +425,12 @@ TEST(bad_hosts_toml_names_file_line_key)
     put("f/h.example/hosts.toml", "server = \"https://h.example\"\nserver = \"x\"\n");
     snprintf(want, sizeof want, "\"%s\": line 2, column 1", path_in("f/h.example/hosts.toml"));
     load_bad("f", NULL, -EPROTO, want);
+    /* more mirrors than an endpoint list holds */
+    char many[64 * 40 + 1] = "";
+    for (int i = 0; i < 64; i++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), "[host.\"https://m%d.x\"]\n", i);
+    put("h/h.example/hosts.toml", many);
+    load_bad("h", NULL, -E2BIG, "line 1: more than 63 hosts");
     /* over the size bound */
     char *big = malloc(TKM_TOML_MAX_BYTES + 2);
     ASSERT_NOT_NULL(big);
