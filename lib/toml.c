@@ -686,6 +686,7 @@ static int parse_header(struct parser *p, struct tkm_toml *root, struct tkm_toml
     }
     p->pos += aot ? 2 : 1;
     struct tkm_toml *t = root;
+    unsigned depth = (unsigned)kp.n + (aot ? 1 : 0); /* an array of tables is two levels */
     for (size_t i = 0; i + 1 < kp.n; i++) {
         struct tkm_toml *c = get_mut(t, kp.k[i]);
         if (!c) {
@@ -693,12 +694,18 @@ static int parse_header(struct parser *p, struct tkm_toml *root, struct tkm_toml
                 goto out;
         } else if (c->type == TKM_TOML_ARRAY && (c->flags & F_AOT)) {
             c = c->items[c->n - 1];
+            depth++;
         } else if (c->type != TKM_TOML_TABLE || (c->flags & F_INLINE)) {
             rc = fail_at(p, -EPROTO, kp.line, kp.col, "key \"%s\" is a %s that cannot be extended",
                          kp.k[i], c->type == TKM_TOML_TABLE ? "inline table" : "value");
             goto out;
         }
         t = c;
+    }
+    if (depth > TKM_TOML_MAX_DEPTH) {
+        rc =
+            fail_at(p, -E2BIG, kp.line, kp.col, "nested deeper than %d levels", TKM_TOML_MAX_DEPTH);
+        goto out;
     }
     const char *last = kp.k[kp.n - 1];
     struct tkm_toml *c = get_mut(t, last);
@@ -730,7 +737,7 @@ static int parse_header(struct parser *p, struct tkm_toml *root, struct tkm_toml
         c = e;
     }
     *cur = c;
-    *cur_depth = (unsigned)kp.n;
+    *cur_depth = depth;
 out:
     keypath_free(&kp);
     return rc;

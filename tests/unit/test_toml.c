@@ -201,6 +201,14 @@ TEST(bounds)
     parse_bad(deep, -E2BIG, "nested deeper than 16 levels");
     parse_bad("a.b.c.d.e.f.g.h.i.j.k.l.m.n.o.p.q = 1\n", -E2BIG, "nested deeper");
     parse_bad("[a.b.c.d.e.f.g.h.i.j]\nk.l.m.n.o.p.q = 1\n", -E2BIG, "nested deeper");
+    /* each array of tables in a header is two levels: the array and its table */
+    parse_bad("[[a]]\n[[a.b]]\n[[a.b.c]]\n[[a.b.c.d]]\ne.f.g.h.i.j.k.l.m = 1\n", -E2BIG,
+              "line 5, column 17: nested deeper than 16 levels");
+    parse_bad("[[a]]\n[[a.b]]\n[[a.b.c]]\n[[a.b.c.d]]\n[[a.b.c.d.e]]\n[[a.b.c.d.e.f]]\n"
+              "[[a.b.c.d.e.f.g]]\n[[a.b.c.d.e.f.g.h]]\n[[a.b.c.d.e.f.g.h.i]]\n",
+              -E2BIG, "line 9, column 3: nested deeper than 16 levels");
+    struct tkm_toml *ok = parse_ok("[[a]]\n[[a.b]]\n[[a.b.c]]\n[[a.b.c.d]]\ne.f.g.h.i.j.k = 1\n");
+    tkm_toml_free(ok);
     struct tkm_toml *t = parse_ok("a.b.c.d.e.f.g.h.i.j.k.l.m.n.o = [1]\n"); /* 16 levels */
     tkm_toml_free(t);
 

@@ -11,8 +11,12 @@
  * failure (digests are verified whatever served the bytes).
  *
  * Rules (containerd):
- *   - the directory of the reference's host wins (docker.io and
- *     registry-1.docker.io are one host); else _default; else no mirrors;
+ *   - the directory of the reference's host wins: <host>_<port>_ then
+ *     <host>:<port> (containerd's order), docker.io then
+ *     registry-1.docker.io for Docker Hub (one host); else _default; else
+ *     no mirrors. A directory without hosts.toml still wins (upstream only).
+ *     The whole directory is read at load (at most 4096 entries, names
+ *     starting with '.' skipped, symlinks followed as the runtime does);
  *   - `server` replaces the upstream's URL (default https://<host>, or
  *     https://registry-1.docker.io for docker.io); top-level capabilities,
  *     ca, client, skip_verify, header, override_path apply to it;
@@ -21,13 +25,16 @@
  *     for a pull by digest when it has "pull", for a tag only when it also
  *     has "resolve" (containerd's rule: never trust a mirror to resolve
  *     unless told);
- *   - the URL's path gets "/v2" appended unless override_path = true (then
- *     the path is used as is); no path means "/v2";
+ *   - a URL without a scheme is https; its path is cleaned and gets "/v2"
+ *     appended unless it ends with "/v2" or override_path = true (then the
+ *     path is used as is); no path means "/v2"; at most 63 mirrors a file;
  *   - ca (string or array), client (string, array of strings, or array of
  *     [cert, key] pairs), relative paths are relative to the hosts.toml's
  *     directory; header: a table of a string or an array of strings;
  *   - requests to an endpoint whose host differs from the reference's
- *     registry carry ?ns=<registry> (ns below).
+ *     registry carry ?ns=<registry> (ns below; "docker.io" for the hub);
+ *   - unknown keys are ignored (as containerd does); a known key of the
+ *     wrong type is an error naming file, line and key.
  * Rules (CRI-O), used when no hosts.toml directory matched:
  *   - the [[registry]] whose prefix matches host/repo best (longest; a
  *     "*.example.com" prefix matches subdomains) applies; location rewrites
@@ -36,7 +43,13 @@
  *   - mirrors in order, then the location; pull-from-mirror "digest-only"
  *     (or the registry's mirror-by-digest-only) skips a mirror for tags,
  *     "tag-only" skips it for digests; insecure = true means plain http
- *     allowed and no TLS verification; CRI-O sends no ns.
+ *     allowed and no TLS verification: such an endpoint is returned twice,
+ *     https with skip_verify then http (both upstream = 1 for the
+ *     registry's own); CRI-O sends no ns;
+ *   - a non-wildcard prefix wins a tie with a wildcard; a prefix defined
+ *     twice is an error; a wildcard prefix takes no location; the version 1
+ *     format ([registries.search/insecure/block]) is refused (-EINVAL);
+ *     registries.conf.d drop-ins are not read.
  *
  * Ownership: tkm_mirrors_load() returns an owned, immutable config (free
  * with tkm_mirrors_free; NULL is a no-op), safe to read from any thread.
@@ -66,9 +79,9 @@ struct tkm_mirror_endpoint {
     char *client_cert; /* absolute path, or NULL; the first pair */
     char *client_key;  /* absolute path, or NULL (the key is in the cert file) */
     char **headers;    /* NULL-terminated "Name: value" lines, or NULL */
-    int upstream;      /* 1: the registry itself (always last) */
-    const char
-        *source; /* borrowed from the config: the file that defined it ("" for the default) */
+    int upstream;      /* 1: the registry itself (always last; CRI-O insecure: https, http) */
+    /* borrowed from the config: the file that defined it ("" for the default) */
+    const char *source;
 };
 
 struct tkm_mirrors;
