@@ -100,8 +100,10 @@ step "3. a mirror serving a wrong blob: refused by digest, fallback, an Event"
 image c3
 # mirror 2 caches c3's layer (a GET through it), then its stored copy is altered, same size
 curl -sf -o /dev/null "http://$M2/v2/e2e/c3/blobs/$LAYER?ns=$REG" || fail "GET through mirror 2"
-f=$(find "$E2E_TMP/m2/data" -path "*/blobs/sha256/*/${LAYER#sha256:}/data")
-[[ -f $f ]] || fail "mirror 2 did not store the layer"
+# the proxy stores its copy on its own after answering: wait for the whole file
+f=$E2E_TMP/m2/data/docker/registry/v2/blobs/sha256/${LAYER:7:2}/${LAYER#sha256:}/data
+stored() { [[ -f $f && $(stat -c %s "$f") == "$LSIZE" ]]; }
+wait_for 60 "mirror 2 stored the layer" stored
 python3 -c 'import sys; p=sys.argv[1]; b=bytearray(open(p,"rb").read()); b[len(b)//2]^=0xff; open(p,"wb").write(b)' "$f"
 hosts "server = \"http://$REG\"" "" "[host.\"http://$M2\"]" '  capabilities = ["pull"]'
 declare_cache c3
