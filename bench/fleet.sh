@@ -174,6 +174,8 @@ EOT
   bench_log "$mode: all $N extracted in $((all / 1000)) s; upstream layer GETs $gets (peak $peak at once)"
   agents_stop
   rm -rf "$work/agents"
+  # the next mode's fresh agents must not prefetch this cache too (they would: it stays declared)
+  kubectl -n fleet delete tkc "$name" --wait=false >/dev/null
 done
 echo "fleet: $N tkm-agents, a $SIZE cache each run, load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '%-18s %4s %9s %6s %6s %7s %9s %9s %8s %8s\n' mode N layer GETs peak mirror first_s all_s hwm_MiB max_MiB
