@@ -482,7 +482,11 @@ TEST(changed_when_files_change)
 {
     put("certs.d/h.example/hosts.toml", "[host.\"https://m.example\"]\n");
     put("registries.conf", "");
-    const char *dir = path_in("certs.d"), *conf = path_in("registries.conf");
+    /* copies: path_in() returns one of 8 rotating buffers, which later calls reuse (in an
+     * argument order the compiler picks) */
+    char dir[1024], conf[1024];
+    snprintf(dir, sizeof dir, "%s", path_in("certs.d"));
+    snprintf(conf, sizeof conf, "%s", path_in("registries.conf"));
     struct tkm_mirrors *m = load("certs.d", "registries.conf");
     ASSERT_EQ(tkm_mirrors_changed(m, dir, conf), 0);
     ASSERT_EQ(tkm_mirrors_changed(NULL, dir, conf), 1);
