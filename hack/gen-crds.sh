@@ -805,6 +805,13 @@ nodestatus_crd() { # kind plural singular short scope
                       description: Empty when this node serves the cache as an empty writable directory (no variant fits, policy Empty).
                       type: string
                       enum: [Empty]
+                    pulledFrom:
+                      description: >-
+                        Where this node downloaded the layer it extracted last: "mirror <host>" (a registry
+                        mirror of the node's hosts.toml or registries.conf), "registry <host>" (the upstream
+                        moved by those files) or "upstream <host>" (the cache image's own registry).
+                      type: string
+                      maxLength: 300
                     prefetch:
                       description: >-
                         Where this node's prefetch of the cache stands while tkm-config prefetchSlots is above 0:
