@@ -155,7 +155,7 @@ static int cmp_name(const void *a, const void *b)
 
 static int listed(const struct walk *w, const char *node)
 {
-    return bsearch(&node, w->names, w->n, sizeof *w->names, cmp_name) != NULL;
+    return w->n && bsearch(&node, w->names, w->n, sizeof *w->names, cmp_name) != NULL;
 }
 
 /* Drops the slots whose node no longer waits or pulls; times out the rest. */
