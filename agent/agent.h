@@ -207,6 +207,13 @@ struct agent {
     struct tkm_metric *m_pulled_bytes, *m_mirror_fallbacks, *m_mirror_config_errors;
 };
 
+/* One download's share of --pull-bandwidth (split evenly over the
+ * --max-concurrent-pulls that may run at once), bytes/s; 0: no cap. */
+static inline uint64_t agent_download_bps(const struct agent *a)
+{
+    return a->o.pull_bandwidth ? (a->o.pull_bandwidth + a->o.max_pulls - 1) / a->o.max_pulls : 0;
+}
+
 /* mirrors.c: pulls through the node's registry mirrors (docs/mirrors.md). */
 struct tkm_mirror_endpoint;
 /* Re-reads the mirror files when they changed; a bad file keeps the last good

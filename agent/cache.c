@@ -864,10 +864,8 @@ int agent_caches_start(struct agent *a, struct tkm_err *err)
     int rc;
     agent_caches_index(a);
     /* --pull-bandwidth split evenly over the downloads that may run at once */
-    struct tkm_verify_ctx_opts vo = {
-        .pull_deadline_ms = a->o.pull_deadline_ms,
-        .max_recv_bps =
-            a->o.pull_bandwidth ? (a->o.pull_bandwidth + a->o.max_pulls - 1) / a->o.max_pulls : 0};
+    struct tkm_verify_ctx_opts vo = {.pull_deadline_ms = a->o.pull_deadline_ms,
+                                     .max_recv_bps = agent_download_bps(a)};
     if ((rc = tkm_verify_ctx_new(a->loop, a->http, &vo, &a->verify, err)) < 0 ||
         (rc = tkm_verify_ctx_reach(a->verify, NULL, &a->o.reach, err)) < 0 ||
         (rc = k8s_workqueue_new(a->loop, &qo, agent_cache_reconcile, a, &a->q, err)) < 0)

@@ -80,10 +80,7 @@ void agent_mirrors_refresh(struct agent *a)
  * files' TLS settings for it are not used, docs/mirrors.md). */
 static int endpoint_own(const struct tkm_mirror_endpoint *ep, const struct tkm_oci_ref *ref)
 {
-    if (!ep->upstream)
-        return 1;
-    return strcmp(ep->host, ref->host) != 0 || strcmp(ep->repo, ref->repo) != 0 ||
-           (ep->path && strcmp(ep->path, "/v2") != 0);
+    return !tkm_mirror_endpoint_is_registry(ep, ref->host, ref->repo);
 }
 
 int agent_mirrors_plan(struct agent *a, const struct tkm_oci_ref *ref,
@@ -171,20 +168,9 @@ struct tkm_oci_session *agent_mirror_session(struct agent *a, const struct tkm_m
             tkm_oci_session_set_deadline(m->s, deadline_ms);
             return m->s;
         }
-    struct tkm_oci_registry_opts o = {
-        .anonymous = 1,
-        .ca_file = ep->ca_file,
-        .deadline_ms = deadline_ms,
-        .max_recv_bps =
-            a->o.pull_bandwidth ? (a->o.pull_bandwidth + a->o.max_pulls - 1) / a->o.max_pulls : 0,
-        .scheme = ep->scheme,
-        .path_prefix = ep->path,
-        .ns = ep->ns,
-        .client_cert = ep->client_cert,
-        .client_key = ep->client_key,
-        .skip_verify = ep->skip_verify,
-        .headers = (const char *const *)ep->headers,
-    };
+    struct tkm_oci_registry_opts o = {.deadline_ms = deadline_ms,
+                                      .max_recv_bps = agent_download_bps(a)};
+    tkm_mirror_endpoint_opts(ep, &o);
     struct agent_msess *m = calloc(1, sizeof *m);
     if (!m || tkm_oci_session_new(a->http, ep->host, &o, &m->s, err) < 0) {
         if (!m)

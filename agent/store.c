@@ -549,9 +549,9 @@ static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
     char blob[4200], src[600];
     (void)job;
     p->job = NULL;
+    struct agent_cache *ac = agent_cache_get(a, p->cache_key);
     if (rc < 0 && rc != -ECANCELED && !p->cancelled && p->ep < p->use) {
         /* a mirror failed (unreachable, wrong bytes, ...): the next endpoint */
-        struct agent_cache *ac = agent_cache_get(a, p->cache_key);
         if (ac && ac->session) {
             mirror_fell_back(p, ac, err);
             p->ep++;
@@ -584,11 +584,8 @@ static void on_pulled(struct tkm_oci_job *job, int rc, struct tkm_oci_job_result
         return;
     }
     endpoint_name(p, p->ep, p->source, sizeof p->source);
-    {
-        struct agent_cache *src_ac = agent_cache_get(a, p->cache_key);
-        if (src_ac)
-            snprintf(src_ac->pulled_from, sizeof src_ac->pulled_from, "%s", p->source);
-    }
+    if (ac)
+        snprintf(ac->pulled_from, sizeof ac->pulled_from, "%s", p->source);
     if (p->ep < p->use)
         a->pulled_bytes_mirror += res->image.parsed.descs[0].size;
     else

@@ -52,24 +52,12 @@ static int pull_mirrored(const struct tkm_oci_ref *ref, const struct tkm_oci_reg
     rc = -ENOENT;
     for (size_t i = 0; i < n; i++) {
         const struct tkm_mirror_endpoint *ep = &eps[i];
-        if (ep->upstream && !strcmp(ep->host, ref->host) && !strcmp(ep->repo, ref->repo) &&
-            (!ep->path || !strcmp(ep->path, "/v2")))
+        if (tkm_mirror_endpoint_is_registry(ep, ref->host, ref->repo))
             break; /* the registry itself, as the flags say: below */
         struct tkm_oci_registry_opts o = *ro;
         struct tkm_oci_ref r = *ref;
         struct tkm_err e = {0};
-        o.anonymous = 1; /* the registry's credentials never go to a mirror */
-        o.auth_file = NULL;
-        o.auth_json = NULL;
-        o.auth_json_len = 0;
-        o.scheme = ep->scheme;
-        o.path_prefix = ep->path;
-        o.ns = ep->ns;
-        o.ca_file = ep->ca_file;
-        o.client_cert = ep->client_cert;
-        o.client_key = ep->client_key;
-        o.skip_verify = ep->skip_verify;
-        o.headers = (const char *const *)ep->headers;
+        tkm_mirror_endpoint_opts(ep, &o); /* the registry's credentials never go to a mirror */
         snprintf(r.host, sizeof r.host, "%s", ep->host);
         snprintf(r.repo, sizeof r.repo, "%s", ep->repo);
         if ((rc = tkm_oci_pull(&r, &o, layout_dir, tag, layers, res, &e)) == 0) {

@@ -13,6 +13,7 @@
 #include <tkm/err.h>
 #include <tkm/fs.h>
 #include <tkm/mirrors.h>
+#include <tkm/oci/registry.h>
 #include <tkm/toml.h>
 
 #define MAX_HOST_DIRS 4096 /* entries of the hosts directory */
@@ -1077,4 +1078,27 @@ int tkm_mirrors_resolve(const struct tkm_mirrors *m, const char *host, const cha
     *eps = o.eps;
     *n = o.n;
     return 0;
+}
+
+int tkm_mirror_endpoint_is_registry(const struct tkm_mirror_endpoint *ep, const char *host,
+                                    const char *repo)
+{
+    return ep->upstream && strcmp(ep->host, host) == 0 && strcmp(ep->repo, repo) == 0 &&
+           (!ep->path || strcmp(ep->path, "/v2") == 0);
+}
+
+void tkm_mirror_endpoint_opts(const struct tkm_mirror_endpoint *ep, struct tkm_oci_registry_opts *o)
+{
+    o->anonymous = 1;
+    o->auth_file = NULL;
+    o->auth_json = NULL;
+    o->auth_json_len = 0;
+    o->scheme = ep->scheme;
+    o->path_prefix = ep->path;
+    o->ns = ep->ns;
+    o->ca_file = ep->ca_file;
+    o->client_cert = ep->client_cert;
+    o->client_key = ep->client_key;
+    o->skip_verify = ep->skip_verify;
+    o->headers = (const char *const *)ep->headers;
 }

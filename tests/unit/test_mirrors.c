@@ -13,6 +13,7 @@
 #include <tkm/err.h>
 #include <tkm/fs.h>
 #include <tkm/mirrors.h>
+#include <tkm/oci/registry.h>
 #include <tkm/toml.h>
 
 #include "test.h"
@@ -513,4 +514,45 @@ TEST(changed_when_files_change)
     ASSERT_EQ(unlink(conf), 0);
     ASSERT_EQ(tkm_mirrors_changed(m, dir, conf), 1);
     tkm_mirrors_free(m);
+}
+
+/* The two helpers the agent and tkmctl share: which endpoint is the registry
+ * itself, and a mirror's client settings (never the registry's credentials). */
+TEST(endpoint_is_registry_and_opts)
+{
+    char *headers[] = {"X-Token: t", NULL};
+    struct tkm_mirror_endpoint up = {
+        .host = "r.example", .repo = "a/b", .path = "/v2", .upstream = 1};
+    struct tkm_mirror_endpoint mir = {.host = "m.example",
+                                      .scheme = "http",
+                                      .path = "/cache/v2",
+                                      .repo = "a/b",
+                                      .ns = "r.example",
+                                      .ca_file = "/ca.pem",
+                                      .client_cert = "/c.pem",
+                                      .skip_verify = 1,
+                                      .headers = headers};
+    ASSERT_EQ(tkm_mirror_endpoint_is_registry(&up, "r.example", "a/b"), 1);
+    ASSERT_EQ(tkm_mirror_endpoint_is_registry(&up, "r.example", "a/c"), 0);
+    up.path = "/moved/v2";
+    ASSERT_EQ(tkm_mirror_endpoint_is_registry(&up, "r.example", "a/b"), 0);
+    ASSERT_EQ(tkm_mirror_endpoint_is_registry(&mir, "m.example", "a/b"), 0); /* not upstream */
+    struct tkm_oci_registry_opts o = {.auth_file = "/root/.docker/config.json",
+                                      .auth_json = "{}",
+                                      .auth_json_len = 2,
+                                      .timeout_ms = 7};
+    tkm_mirror_endpoint_opts(&mir, &o);
+    ASSERT_EQ(o.anonymous, 1);
+    ASSERT_NULL(o.auth_file);
+    ASSERT_NULL(o.auth_json);
+    ASSERT_EQ(o.auth_json_len, 0);
+    ASSERT_EQ(o.timeout_ms, 7);
+    ASSERT_STREQ(o.scheme, "http");
+    ASSERT_STREQ(o.path_prefix, "/cache/v2");
+    ASSERT_STREQ(o.ns, "r.example");
+    ASSERT_STREQ(o.ca_file, "/ca.pem");
+    ASSERT_STREQ(o.client_cert, "/c.pem");
+    ASSERT_NULL(o.client_key);
+    ASSERT_EQ(o.skip_verify, 1);
+    ASSERT_STREQ(o.headers[0], "X-Token: t");
 }

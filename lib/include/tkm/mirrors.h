@@ -111,4 +111,18 @@ int tkm_mirrors_resolve(const struct tkm_mirrors *m, const char *host, const cha
                         struct tkm_err *err);
 void tkm_mirror_endpoints_free(struct tkm_mirror_endpoint *eps, size_t n);
 
+/* 1 when ep is the reference's own registry (host and repo as the reference
+ * names them, at /v2): callers pull that through their usual client, with the
+ * registry's credentials; 0 for a mirror or an upstream the files moved. */
+int tkm_mirror_endpoint_is_registry(const struct tkm_mirror_endpoint *ep, const char *host,
+                                    const char *repo);
+
+struct tkm_oci_registry_opts;
+/* Fills o's endpoint settings from ep (scheme, path prefix, ns, CA, client
+ * certificate, skip_verify, headers: borrowed from ep) and makes it anonymous,
+ * with no credential source: a registry's credentials never go to a mirror,
+ * whose own come from its header lines. o's other fields are left as they are. */
+void tkm_mirror_endpoint_opts(const struct tkm_mirror_endpoint *ep,
+                              struct tkm_oci_registry_opts *o);
+
 #endif
