@@ -454,21 +454,31 @@ void tkm_api_cache_release(struct tkm_api_cache *c)
     c->cluster = 0;
 }
 
-int tkm_api_cache_decode(const char *json, size_t len, struct tkm_api_cache *out,
-                         struct tkm_err *err)
+int tkm_api_cache_decode_root(const char *json, size_t len, struct tkm_api_cache *out,
+                              json_t **root, struct tkm_err *err)
 {
-    json_t *root = NULL;
     memset(out, 0, sizeof *out);
-    int rc = tkm__api_parse(json, len, KIND, KIND_CLUSTER, &root, &out->cluster, &out->meta, err);
+    *root = NULL;
+    int rc = tkm__api_parse(json, len, KIND, KIND_CLUSTER, root, &out->cluster, &out->meta, err);
     if (rc == 0)
-        rc = spec_decode(root, &out->spec, err);
+        rc = spec_decode(*root, &out->spec, err);
     if (rc == 0)
-        rc = status_decode(root, &out->status, err);
+        rc = status_decode(*root, &out->status, err);
     if (rc) {
         tkm_err_prefix(err, "%s %s", out->cluster ? KIND_CLUSTER : KIND,
                        out->meta.name ? out->meta.name : "(unnamed)");
         tkm_api_cache_release(out);
+        json_decref(*root);
+        *root = NULL;
     }
+    return rc;
+}
+
+int tkm_api_cache_decode(const char *json, size_t len, struct tkm_api_cache *out,
+                         struct tkm_err *err)
+{
+    json_t *root = NULL;
+    int rc = tkm_api_cache_decode_root(json, len, out, &root, err);
     json_decref(root);
     return rc;
 }

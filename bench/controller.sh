@@ -250,6 +250,8 @@ run_side() { # SIDE
   done
   pids+=("${wpids[@]}")
   sleep 2
+  local cpu0
+  cpu0=$(bench_cpu_ms "$pid")
   bench_log "$s: writing $NODES node statuses of $CACHES caches${nsnote:+ ($kn per node, one simulator per namespace)}"
   for ((k = 0; k < kn; k++)); do
     "$sim" write --nodes "$NODES" --caches "${cns[k]}" --kind "$s" --ns "${nss[k]}" \
@@ -283,6 +285,13 @@ run_side() { # SIDE
     done | awk '{ n += $1 } END { print n + 0 }')/$CACHES)"
   fi
   R[$s.write_s]=$(jq -r .write_s "$work/$s.write")
+  # The controller's CPU from the simulator's first write to all Ready: its aggregation's cost,
+  # which the machine's load does not change (its latencies it does).
+  R[$s.cpu_s]=- R[$s.cpu_ev]=-
+  if [[ ${R[$s.ready_s]} =~ ^[0-9.]+$ ]] && kill -0 "$pid" 2>/dev/null; then
+    read -r "R[$s.cpu_s]" "R[$s.cpu_ev]" < <(awk -v a="$cpu0" -v b="$(bench_cpu_ms "$pid")" -v n="$NODES" \
+      'BEGIN { printf "%.2f %.2f\n", (b - a) / 1000, (b - a) / n }')
+  fi
   sleep "$SETTLE"
   # Where the time went (tkm): the controller's last "caught up" line (its queue
   # drained) SETTLE s after all were Ready, if its last node status event came
@@ -344,7 +353,7 @@ for s in $SIDES; do
     tkm_ok=0 tkm_why="the tkm side failed (log: $work/tkm-controller.log)"
   fi
 done
-for k in pin_s ready_s write_s rss hwm anon file writes reqs change_writes lag_in lag_work lag_out; do
+for k in pin_s ready_s write_s cpu_s cpu_ev rss hwm anon file writes reqs change_writes lag_in lag_work lag_out; do
   ((tkm_ok)) || R[tkm.$k]=-
   [[ -n ${R[gkm.$k]:-} ]] || R[gkm.$k]=-
 done
@@ -364,6 +373,9 @@ printf '%-54s %14s %14s %8s  %s\n' "last node status -> all caches Ready (s)" "$
 printf '%-54s %14s\n' "  last node status -> seen by the controller (apiserver)" "${R[tkm.lag_in]}"
 printf '%-54s %14s\n' "  -> its last status write answered (controller)" "${R[tkm.lag_work]}"
 printf '%-54s %14s\n' "  -> seen Ready by the waiter (apiserver)" "${R[tkm.lag_out]}"
+printf '%-54s %14s %14s %8s\n' "controller CPU, first node status -> all Ready (s)" "${R[tkm.cpu_s]}" "${R[gkm.cpu_s]}" \
+  "$(bench_ratio "${R[tkm.cpu_s]}" "${R[gkm.cpu_s]}")"
+printf '%-54s %14s %14s\n' "  per node status (ms)" "${R[tkm.cpu_ev]}" "${R[gkm.cpu_ev]}"
 printf '%-54s %14s %14s %8s  %s\n' "controller RSS at the end, VmRSS as ps shows (MiB)" "$(bench_mib "${R[tkm.rss]}")" "$(bench_mib "${R[gkm.rss]}")" \
   "$(bench_ratio "${R[tkm.rss]}" "${R[gkm.rss]}")" "${goal_rss:+< $goal_rss MiB, }<= 0.2x"
 printf '%-54s %14s %14s %8s\n' "  anonymous (heap, stacks) (MiB)" "$(bench_mib "${R[tkm.anon]}")" "$(bench_mib "${R[gkm.anon]}")" \

@@ -74,6 +74,16 @@ bench_rss() {
 # bench_rss_split PID: "anonymous file-backed" resident KiB from
 # /proc/PID/smaps_rollup (Anonymous, and Rss minus it: mapped pages of the
 # binary and its shared libraries). Their sum is VmRSS, what `ps` reports.
+# bench_cpu_ms PID: the process' CPU time so far, user + system, in ms (/proc/PID/stat's utime
+# and stime, in clock ticks). A load-independent measure of a daemon's work: on a busy machine
+# its latencies vary with the load, its CPU time does not.
+bench_cpu_ms() {
+  local hz
+  hz=$(getconf CLK_TCK)
+  # The fields after the command (which may hold spaces) in parentheses: utime is the 12th, stime the 13th.
+  sed 's/^.*) //' "/proc/$1/stat" | awk -v hz="$hz" '{ printf "%d\n", ($12 + $13) * 1000 / hz }'
+}
+
 bench_rss_split() {
   awk '/^Rss:/ { r = $2 } /^Anonymous:/ { a = $2 } END { print a + 0, r - a }' "/proc/$1/smaps_rollup"
 }

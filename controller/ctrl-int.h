@@ -388,6 +388,7 @@ struct ctrl_metrics {
     uint64_t status_writes, finalizer_writes, registry_ops, verifications, events;
     uint64_t label_patches;
     uint64_t queue_adds;
+    uint64_t settle_fast; /* steps that were the settle wait again, the object not loaded */
 };
 
 /* The Prometheus side (ctrl_metrics.c): histograms observed as things

@@ -92,9 +92,9 @@ static void caught_up(struct ctrl *c)
         k8s_workqueue_waiting(c->q))
         return;
     tkm_info("controller: caught up: %llu status writes, the last answered at %lld ms; last node "
-             "status event at %lld ms (wall clock)",
+             "status event at %lld ms (wall clock); %llu steps were only the settle wait",
              (unsigned long long)c->writes_since_idle, (long long)c->write_wall_ms,
-             (long long)c->ns_event_wall_ms);
+             (long long)c->ns_event_wall_ms, (unsigned long long)c->m.settle_fast);
     c->writes_since_idle = 0;
     /* The burst's decoded node statuses, status bodies and responses left
      * free chunks all over the heap: give their pages back while idle. */

@@ -102,7 +102,10 @@ struct ctrl_cache {
     enum tkm_api_cond_status
         conds[4]; /* Verified, Ready, Progressing, Degraded, as last computed */
     uint64_t written_at;
-    uint64_t dirty_since;     /* uv_now of the first change not written yet (settling), or 0 */
+    uint64_t dirty_since; /* uv_now of the first change not written yet (settling), or 0 */
+    /* the last step ended waiting for the node entries to settle, with nothing else to do,
+     * at the object of this resourceVersion and config (settle_key(); 0: no): see settle_fast() */
+    uint64_t settle_rv;
     struct pending_event *ev; /* owned: n_ev events, NULL when none */
     int n_ev;
     unsigned patches;
@@ -337,7 +340,18 @@ static void cache_reset(struct ctrl_cache *cc)
 
 static void finish(struct ctrl_cache *cc, int result, uint64_t after_ms)
 {
+    cc->settle_rv = 0; /* whatever ends a step but the settle wait: the next one is whole */
     ctrl_done(cc->c, cc->qkey, cc->cluster, cc->t0, result, after_ms);
+}
+
+/* What a settle-wait step saw: FNV-1a of the object's resourceVersion and the tkm-config
+ * generation (a new config is acted on at once); never 0 (0 is "none"). */
+static uint64_t settle_key(const struct ctrl_cache *cc, const char *rv)
+{
+    uint64_t h = 0xcbf29ce484222325u ^ ((uint64_t)cc->c->cfg_gen * 0x9e3779b97f4a7c15u);
+    for (; rv && *rv; rv++)
+        h = (h ^ (unsigned char)*rv) * 0x100000001b3u;
+    return h ? h : 1;
 }
 
 static void fail_clear(struct fail *f)
@@ -400,7 +414,8 @@ static int view_load(struct ctrl_cache *cc, struct view *v, struct tkm_err *err)
     memset(v, 0, sizeof *v);
     if (!o)
         return -ENOENT;
-    int rc = tkm_api_cache_decode(o->json, o->json_len, &v->cache, err);
+    /* one parse for the decoded cache and the fields it does not carry */
+    int rc = tkm_api_cache_decode_root(o->json, o->json_len, &v->cache, &v->j, err);
     if (rc < 0) {
         if (!cc->uid || strcmp(cc->uid, o->uid ? o->uid : "") != 0) { /* for the Event */
             free(cc->uid);
@@ -408,8 +423,6 @@ static int view_load(struct ctrl_cache *cc, struct view *v, struct tkm_err *err)
         }
         return rc;
     }
-    if ((rc = k8s_obj_parse(o, &v->j, err)) < 0)
-        return rc;
     json_t *md = json_object_get(v->j, "metadata");
     v->deletion_ts = json_string_value(json_object_get(md, "deletionTimestamp"));
     v->has_fin = has_finalizer(md);
@@ -1141,6 +1154,7 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
     if (wait) {
         uint64_t r = next_retry(cc);
         finish(cc, K8S_WQ_OK, r && r < wait ? r : wait);
+        cc->settle_rv = settle_key(cc, v->cache.meta.resource_version);
         return;
     }
     int unknown = 0;
@@ -1227,6 +1241,31 @@ static void gone(struct ctrl_cache *cc)
     free(qkey);
 }
 
+/* 1 when this step is the settle wait again, done without loading the object: the last
+ * step ended there (every step before the status had nothing to do), the object and
+ * tkm-config are the same, and no retry is due (a step whose only news is a node report, the bulk
+ * of a rollout: each report queues every cache of the node, and loading the object parses it
+ * whole). Anything else that ends a step clears settle_rv (finish()). */
+static int settle_fast(struct ctrl_cache *cc)
+{
+    if (!cc->settle_rv)
+        return 0;
+    const struct k8s_obj *o =
+        k8s_informer_get_key(cc->c->inf[cc->cluster], cc->qkey + 2 + (cc->cluster ? 1 : 0));
+    uint64_t r = next_retry(cc);
+    if (!o || settle_key(cc, o->resource_version) != cc->settle_rv || (r && r <= 10))
+        return 0;
+    uint64_t wait = ctrl_settle_wait(cc->c->o.status_settle_ms, rollout_max_delay(cc->c),
+                                     cc->cidx->changed_ms, &cc->dirty_since, uv_now(cc->c->loop));
+    if (!wait)
+        return 0;
+    uint64_t keep = cc->settle_rv;
+    finish(cc, K8S_WQ_OK, r && r < wait ? r : wait);
+    cc->settle_rv = keep;
+    cc->c->m.settle_fast++;
+    return 1;
+}
+
 static void step(struct ctrl_cache *cc)
 {
     struct view v;
@@ -1236,6 +1275,8 @@ static void step(struct ctrl_cache *cc)
         finish(cc, K8S_WQ_OK, 0);
         return;
     }
+    if (settle_fast(cc))
+        return;
     rc = view_load(cc, &v, &err);
     if (rc == -ENOENT) {
         view_release(&v);

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2030,SC2031 # the background phases count in a subshell on purpose (run_phase)
 # Runs every test tkm has, the way CI does (`make test`, `.ci/run`):
 #
 #   1. Debian packages (hack/deps.sh) and the Go-built test binaries
@@ -24,6 +25,10 @@
 #   4. build-asan/     ASan + UBSan (no recovery): unit tests
 #   5. build-valgrind/ unit tests under valgrind memcheck (leaks are errors)
 #   6. build-fuzz/     clang libFuzzer targets, each for TKM_FUZZ_SECONDS (20)
+#
+# Phases 3-6 run in the background beside phase 2 once build/ is built, at the
+# lowest CPU and I/O priority (below: start_background; docs/development.md);
+# TKM_TEST_BACKGROUND=0 runs them after it instead.
 #
 # Ends with one line "N passed, N failed" summing every phase; exit 0 only if
 # nothing failed. TKM_TEST_PHASES limits the phases, e.g. "main asan".
@@ -75,8 +80,8 @@ run_ctest() {
 build_dir() {
   local dir=$1
   shift
-  if ! cmake -S . -B "$dir" -G Ninja "$@" >"/tmp/tkm-cmake-$$.log" 2>&1; then
-    cat "/tmp/tkm-cmake-$$.log"
+  if ! cmake -S . -B "$dir" -G Ninja "$@" >"/tmp/tkm-cmake-$BASHPID.log" 2>&1; then
+    cat "/tmp/tkm-cmake-$BASHPID.log"
     echo "test.sh: cmake failed for $dir" >&2
     return 1
   fi
@@ -125,11 +130,14 @@ if ! hack/testbin/build.sh ||
   exit 1
 fi
 
-for phase in $phases; do
+# run_phase PHASE: one phase, its counts added to the totals.
+run_phase() {
+  local phase=$1 bt lc
   case $phase in
     main)
       say "build/ (gcc -Werror): unit, lint, e2e"
       if build_dir build -DCMAKE_BUILD_TYPE=RelWithDebInfo; then
+        start_background
         stop_demo
         # A control plane left over from an interrupted run is stopped first.
         TKM_CLUSTER_DIR=$root/build/e2e-cluster hack/cluster.sh down >/dev/null 2>&1 || true
@@ -182,7 +190,69 @@ for phase in $phases; do
       ;;
     *) echo "test.sh: unknown phase '$phase'" >&2; total_fail=$((total_fail + 1)) ;;
   esac
+}
+
+# The phases other than main run beside it, in the background, once build/ is
+# built (arm64 packs its binaries into the images): one after the other, at the
+# lowest CPU and I/O priority (nice 19, ionice idle), so that they take only
+# what main leaves idle (its end-to-end tests mostly wait on the apiserver, the
+# kubelet and the registry) and never slow its tests down. Their output goes
+# to build/test-background.log, printed here when they end; their counts join
+# the totals. TKM_TEST_BACKGROUND=0 runs every phase in the foreground, in order.
+bg_phases=() fg_phases=()
+for phase in $phases; do
+  if [[ $phase != main && ${TKM_TEST_BACKGROUND:-1} != 0 && " $phases " == *" main "* ]]; then
+    bg_phases+=("$phase")
+  else
+    fg_phases+=("$phase")
+  fi
 done
+bg_pid='' bg_log=$root/build/test-background.log bg_state=$root/build/test-background.state
+start_background() {
+  ((${#bg_phases[@]})) || return 0
+  [[ -z $bg_pid ]] || return 0
+  rm -f "$bg_state"
+  echo "test.sh: phases ${bg_phases[*]} run in the background beside main (nice 19, ionice idle): $bg_log"
+  (
+    renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true
+    ionice -c 3 -p "$BASHPID" >/dev/null 2>&1 || true
+    total_pass=0 total_fail=0 failed_phases=() failed_tests=()
+    for p in "${bg_phases[@]}"; do run_phase "$p"; done
+    {
+      echo "$total_pass $total_fail"
+      for p in "${failed_phases[@]}"; do echo "P $p"; done
+      for p in "${failed_tests[@]}"; do echo "T $p"; done
+    } >"$bg_state"
+  ) >"$bg_log" 2>&1 &
+  bg_pid=$!
+}
+
+for phase in "${fg_phases[@]}"; do run_phase "$phase"; done
+if ((${#bg_phases[@]})); then
+  if [[ -z $bg_pid ]]; then
+    # main did not build: the other phases in the foreground after all.
+    for phase in "${bg_phases[@]}"; do run_phase "$phase"; done
+  else
+    say "waiting for the background phases (${bg_phases[*]})"
+    wait "$bg_pid"
+    say "the background phases' output ($bg_log)"
+    cat "$bg_log"
+    if [[ -s $bg_state ]]; then
+      read -r p f <"$bg_state"
+      total_pass=$((total_pass + p)) total_fail=$((total_fail + f))
+      while IFS= read -r line; do
+        case $line in
+          "P "*) failed_phases+=("${line#P }") ;;
+          "T "*) failed_tests+=("${line#T }") ;;
+        esac
+      done <"$bg_state"
+    else
+      echo "test.sh: the background phases ended without their counts" >&2
+      total_fail=$((total_fail + 1))
+      failed_phases+=("background")
+    fi
+  fi
+fi
 
 say "summary"
 echo "phases: $phases; took $((SECONDS - t_start))s"

@@ -148,6 +148,26 @@ kubectl label node "$N2" "$LABEL=true" "tkc.tkm.io/$NS.ghost=true" >/dev/null
 stray_gone() { [[ $(kubectl get node "$N2" -o json | jq '[.metadata.labels | keys[] | select(startswith("tkc.tkm.io/"))] | length') == 0 ]]; }
 wait_for 20 "labels under the controller's prefix that no usable cache explains are removed" stray_gone
 
+step "a burst of node reports: the steps between them are only the settle wait (the object not loaded), the status then counts every node"
+# A settle time longer than the gap between two reports (kubectl, even on a loaded machine),
+# so that each report finds the cache still settling from the one before.
+ctrl_kill c1
+ctrl_start c1 --status-settle 3s
+wait_for 30 "mixed: Ready=True after the restart" cond_is True mixed Ready
+settle_only() { grep -o 'caught up: .*; [0-9]* steps were only the settle wait' "$E2E_TMP/c1.log" | tail -1 | sed 's/.*; \([0-9]*\) steps.*/\1/'; }
+for r in 1 2 3 4 5 6; do # the roles swap each round; the last round leaves N1 compatible
+  if ((r % 2)); then a=$(compat_var) b=$(novariant); else a=$(novariant) b=$(compat_var); fi
+  ctrl_report "$NS" "$N2" "$U2" "{\"mixed\":$a}"
+  ctrl_report "$NS" "$N1" "$U1" "{\"mixed\":$b}"
+done
+wait_for 30 "$N1 labelled, $N2 not, after the burst (its last round)" labels_are "true absent"
+assert_eq "2/1/1" "$(kubectl -n "$NS" get tkc mixed -o jsonpath='{.status.counts.nodes}/{.status.counts.compatible}/{.status.counts.incompatible}')" "counts after the burst"
+caught_up() { [[ -n $(settle_only) ]]; }
+wait_for 30 "the controller caught up after the burst" caught_up
+n=$(settle_only)
+((n > 0)) || fail "no step of the burst was the settle wait alone ($n): each loaded and parsed the cache object"
+echo "ok: $n steps of the burst were only the settle wait"
+
 step "the cache goes: so does its label"
 kubectl -n "$NS" delete tkc mixed --wait=false >/dev/null
 wait_for 20 "$N1's label removed when the cache is deleted" labels_are "absent absent"

@@ -146,6 +146,38 @@ TEST(cache_decode_rejects_wrong_types_naming_the_field)
     }
 }
 
+TEST(cache_decode_root_hands_back_the_parsed_document)
+{
+    struct tkm_api_cache c;
+    struct tkm_err err = {0};
+    json_t *root = NULL;
+    ASSERT_OK(tkm_api_cache_decode_root(TKC_JSON, strlen(TKC_JSON), &c, &root, &err));
+    ASSERT_STREQ(c.meta.name, "vector-add");
+    /* the document the struct came from, with what the struct does not carry */
+    ASSERT_NOT_NULL(root);
+    ASSERT_STREQ(json_string_value(json_object_get(json_object_get(root, "metadata"), "name")),
+                 "vector-add");
+    ASSERT_EQ(json_integer_value(json_object_get(
+                  json_object_get(json_object_get(json_object_get(root, "spec"), "signaturePolicy"),
+                                  "futureField"),
+                  "x")),
+              1);
+    json_decref(root);
+    tkm_api_cache_release(&c);
+    /* a failure: nothing handed back, the field named */
+    static const char bad[] = "{\"apiVersion\":\"tkm.io/v1alpha1\",\"kind\":\"TritonKernelCache\","
+                              "\"metadata\":{\"name\":\"x\"},\"spec\":{\"cacheImage\":7}}";
+    root = (json_t *)1;
+    ASSERT_EQ(tkm_api_cache_decode_root(bad, strlen(bad), &c, &root, &err), -EPROTO);
+    ASSERT_NULL(root);
+    ASSERT_NULL(c.meta.name);
+    ASSERT_STRCONTAINS(err.msg, "spec.cacheImage: expected a string");
+    /* not JSON at all */
+    root = (json_t *)1;
+    ASSERT_EQ(tkm_api_cache_decode_root("{", 1, &c, &root, &err), -EPROTO);
+    ASSERT_NULL(root);
+}
+
 static void cond(struct tkm_api_condition *c, const char *type, enum tkm_api_cond_status st,
                  const char *reason)
 {

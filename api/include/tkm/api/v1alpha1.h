@@ -275,6 +275,11 @@ int tkm_api_node_label(const char *ns, const char *name, char *out, size_t n);
  * is released and err names the field. 0, -EPROTO, -ENOMEM. */
 int tkm_api_cache_decode(const char *json, size_t len, struct tkm_api_cache *out,
                          struct tkm_err *err);
+/* The same, and *root (owned: json_decref(); NULL after a failure) is the parsed
+ * document it was decoded from, for the fields the struct does not carry: one
+ * parse where a caller needs both. */
+int tkm_api_cache_decode_root(const char *json, size_t len, struct tkm_api_cache *out,
+                              json_t **root, struct tkm_err *err);
 void tkm_api_cache_release(struct tkm_api_cache *c);
 
 /* Decodes a list of keyless identities (arr: a JSON array, NULL = none; at
