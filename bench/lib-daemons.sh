@@ -63,7 +63,15 @@ bench_api() {
 bench_crds() {
   local d
   for d in "$@"; do kubectl apply -f "$d" >/dev/null; done
-  kubectl wait --for=condition=Established crd --all --timeout=60s >/dev/null
+  # Every CRD Established (not `kubectl wait --for=condition=Established`: on a CRD created a
+  # moment ago, no conditions yet, kubectl 1.35 fails at once instead of waiting).
+  local crd t0=$SECONDS
+  for crd in $(kubectl get crd -o jsonpath='{.items[*].metadata.name}'); do
+    until [[ $(kubectl get crd "$crd" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}') == True ]]; do
+      ((SECONDS - t0 < 60)) || { echo "bench: CRD $crd not Established after 60 s" >&2; return 1; }
+      sleep 0.2
+    done
+  done
 }
 
 # bench_rss PID: "VmRSS VmHWM" in KiB.

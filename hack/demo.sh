@@ -191,7 +191,8 @@ if [[ $mode == node ]]; then
 else
   step "CRDs, tkm-system, RBAC, tkm-config with the key and the local registries; tkm-controller and tkm-agent as local processes (hack/tkm-local.sh)"
   quiet crds kubectl apply --server-side -f crds/
-  quiet crds-established kubectl wait --for=condition=Established crd -l app.kubernetes.io/part-of=tkm --timeout=60s
+  quiet crds-established crds_established 60 tritonkernelcaches.tkm.io tritonkernelcacheclusters.tkm.io \
+    tritonkernelcachenodestatuses.tkm.io tritonkernelcachenodestatusclusters.tkm.io
   for f in namespace rbac-controller rbac-agent admission-nodestatus; do
     quiet "apply-$f" kubectl apply --server-side -f "manifests/base/$f.yaml"
   done

@@ -196,3 +196,18 @@ go_ensure() {
   PATH=$dir/bin:$PATH
   export PATH
 }
+
+# crds_established TIMEOUT_S CRD...: returns once every CRD (its full name) has the condition
+# Established=True, 1 after TIMEOUT_S. Not `kubectl wait --for=condition=Established`: a CRD
+# created a moment ago has no status.conditions yet, and kubectl 1.35 then fails at once
+# ("accessor error: <nil> is of the type <nil>") instead of waiting.
+crds_established() {
+  local timeout=$1 crd deadline=$((SECONDS + $1))
+  shift
+  for crd in "$@"; do
+    until [[ $(kubectl get crd "$crd" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null) == True ]]; do
+      ((SECONDS < deadline)) || { echo "CRD $crd is not Established after ${timeout} s" >&2; return 1; }
+      sleep 0.2
+    done
+  done
+}

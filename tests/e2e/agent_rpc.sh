@@ -13,9 +13,7 @@ CLIENT=$TKM_SOURCE_DIR/tests/e2e/agent_rpc_client.py
 [[ -x $PBIN ]] || fail "missing $PBIN (build first)"
 [[ -s $DESC ]] || fail "missing $DESC (build first)"
 kubectl apply -f "$TKM_SOURCE_DIR/crds/" >/dev/null
-for crd in tritonkernelcaches tritonkernelcacheclusters; do
-  kubectl wait --for=condition=Established "crd/$crd.tkm.io" --timeout=30s >/dev/null
-done
+e2e_crds_established tritonkernelcaches tritonkernelcacheclusters
 NSA=$(e2e_namespace)
 NSB=$(e2e_namespace)
 SUF=$RANDOM$RANDOM

@@ -12,7 +12,7 @@ source "$(dirname "$0")/lib.sh"
 SIM=$TKM_BUILD_DIR/bench/bench_simagents
 [[ -x $SIM ]] || fail "missing $SIM (build first)"
 kubectl apply -f "$TKM_SOURCE_DIR/crds/" >/dev/null
-kubectl wait --for=condition=Established crd/tritonkernelcachenodestatuses.tkm.io --timeout=30s >/dev/null
+e2e_crds_established tritonkernelcachenodestatuses
 NS=$(e2e_namespace)
 e2e_on_exit "kubectl -n $NS delete pods --all --wait=false >/dev/null 2>&1; kubectl delete nodes -l tkm.io/bench-sim=true --wait=false >/dev/null 2>&1"
 D=sha256:$(printf 'bench-simagents' | sha256sum | cut -d' ' -f1)

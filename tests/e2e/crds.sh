@@ -20,7 +20,7 @@ expect_ok "crds/ matches hack/gen-crds.sh output" diff -r "$E2E_TMP/crds" "$TKM_
 step "install"
 expect_ok "kubectl apply -f crds/" kubectl apply --server-side --force-conflicts -f "$TKM_SOURCE_DIR/crds/"
 for crd in tritonkernelcaches tritonkernelcacheclusters tritonkernelcachenodestatuses tritonkernelcachenodestatusclusters; do
-  expect_ok "$crd Established" kubectl wait --for=condition=Established "crd/$crd.tkm.io" --timeout=60s
+  e2e_crds_established "$crd"
   assert_eq "True" "$(kubectl get crd "$crd.tkm.io" -o jsonpath='{.status.conditions[?(@.type=="NamesAccepted")].status}')" "$crd NamesAccepted"
 done
 scopes=$(kubectl get crd -l app.kubernetes.io/part-of=tkm -o jsonpath='{range .items[*]}{.spec.names.shortNames[0]}={.spec.scope} {end}')

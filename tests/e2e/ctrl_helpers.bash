@@ -33,11 +33,8 @@ CTRL_WRAP=()
 
 ctrl_crds() {
   kubectl apply -f "$TKM_SOURCE_DIR/crds/" >/dev/null
-  local crd
-  for crd in tritonkernelcaches tritonkernelcacheclusters tritonkernelcachenodestatuses \
-    tritonkernelcachenodestatusclusters; do
-    kubectl wait --for=condition=Established "crd/$crd.tkm.io" --timeout=30s >/dev/null
-  done
+  e2e_crds_established tritonkernelcaches tritonkernelcacheclusters tritonkernelcachenodestatuses \
+    tritonkernelcachenodestatusclusters
 }
 
 ctrl_image() { # REPO TAG [TKMCTL BUILD FLAGS...] (--add-variant: a variant index of one)

@@ -12,7 +12,7 @@ PBIN=$TKM_BUILD_DIR/tests/e2e_k8s_rest
 P() { "$PBIN" "$@"; }
 PV() { e2e_valgrind "$PBIN" "$@"; } # one run of each kind of call is checked by valgrind
 kubectl apply -f "$TKM_SOURCE_DIR/crds/" >/dev/null
-kubectl wait --for=condition=Established crd/tritonkernelcaches.tkm.io --timeout=30s >/dev/null
+e2e_crds_established tritonkernelcaches
 NS=$(e2e_namespace)
 T=$E2E_TMP
 jf() { jq -r "$1"; } # jf FILTER < json

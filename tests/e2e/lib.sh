@@ -197,9 +197,16 @@ e2e_done() { echo "$E2E_NAME: $E2E_CHECKS checks passed"; }
 # controller has written any condition, so wait for the condition in a loop.
 e2e_crds() {
   kubectl apply --server-side --force-conflicts -f "$TKM_SOURCE_DIR/crds/" >/dev/null
+  e2e_crds_established tritonkernelcaches tritonkernelcacheclusters tritonkernelcachenodestatuses \
+    tritonkernelcachenodestatusclusters
+}
+
+# e2e_crds_established PLURAL...: waits (30 s) until each tkm.io CRD is Established. Not
+# `kubectl wait --for=condition=Established`: on a CRD created a moment ago (the first scenario
+# after cluster.up) kubectl 1.35 fails at once, "accessor error: <nil>", before any condition is set.
+e2e_crds_established() {
   local crd
-  for crd in tritonkernelcaches tritonkernelcacheclusters tritonkernelcachenodestatuses \
-    tritonkernelcachenodestatusclusters; do
+  for crd in "$@"; do
     wait_for 30 "CRD $crd.tkm.io Established" \
       bash -c "[[ \$(kubectl get crd $crd.tkm.io -o jsonpath='{.status.conditions[?(@.type==\"Established\")].status}' 2>/dev/null) == True ]]"
   done
