@@ -909,9 +909,13 @@ TEST(server_deadline_cancels)
     struct fx f;
     struct res r;
     struct kv a[] = {{"cacheName", "vec"}};
+    /* 200 ms, 2 s under valgrind: the server must have read the call before the client's
+     * deadline, and a starved process (valgrind in CI's background phases, nice 19) runs the
+     * client's timer before the server's read */
+    uint64_t deadline = 200u * (uint64_t)tkm_test_timeout_scale();
     fx_init(&f);
     f.mode = HOLD;
-    call_mat(&f, a, 1, 200, &r);
+    call_mat(&f, a, 1, deadline, &r);
     wait_res(&f, &r);
     ASSERT_EQ(r.code, TKM_GRPC_DEADLINE_EXCEEDED);
     free(r.resp);
@@ -932,7 +936,7 @@ TEST(server_deadline_cancels)
     /* a cancel op that finishes the call itself */
     f.mode = HOLD;
     f.finish_in_cancel = 1;
-    call_mat(&f, a, 1, 200, &r);
+    call_mat(&f, a, 1, deadline, &r);
     wait_res(&f, &r);
     ASSERT_EQ(r.code, TKM_GRPC_DEADLINE_EXCEEDED);
     free(r.resp);

@@ -362,7 +362,7 @@ TEST(too_many_layers_and_huge_payload_rejected_fast)
     uint64_t t0 = tkm_now_ms();
     ASSERT_EQ(tkm_cosign_sig_layers(m.data, m.len, &l, &n, &err), -EINVAL);
     ASSERT_STRCONTAINS(err.msg, "10000 layers, more than the cap of 64");
-    ASSERT(tkm_now_ms() - t0 < 2000);
+    ASSERT(tkm_now_ms() - t0 < 2000 * tkm_test_timeout_scale());
     /* a manifest over 1 MiB is refused before parsing */
     tkm_buf_reset(&m);
     ASSERT_OK(tkm_buf_puts(&m, "{\"layers\":[], \"pad\":\""));

@@ -272,20 +272,26 @@ TEST(streaming_any_split)
 TEST(total_timeout)
 {
     struct tsrv s;
-    struct tsrv_reply r = {200, NULL, "late", 0, 3000, 0};
+    /* the server accepts and answers nothing until stopped */
+    struct tsrv_reply r = {200, NULL, "late", 0, -1, 0};
     int port = tsrv_start(&s, &r, 1);
-    char url[128];
+    char url[128], want[96];
     url_of(url, sizeof url, port, "/slow");
-    struct tkm_http_req_opts o = {.url = url, .timeout_ms = 300};
+    /* 300 ms, 3 s under valgrind: a process starved for longer than the limit (valgrind in
+     * CI's background phases, nice 19) would time out before curl saw its connection */
+    uint64_t limit = 300u * (uint64_t)tkm_test_timeout_scale();
+    struct tkm_http_req_opts o = {.url = url, .timeout_ms = limit};
     struct tkm_http_resp resp;
     struct tkm_err err = {0};
     tkm_http_resp_init(&resp);
     uint64_t t0 = tkm_now_ms();
     ASSERT_EQ(http_do(&o, &resp, &err), -ETIMEDOUT);
-    ASSERT(tkm_now_ms() - t0 < 2500);
+    ASSERT(tkm_now_ms() - t0 < limit + 2200);
     ASSERT_STRCONTAINS(err.msg, url);
     /* the cause in words: the whole-request limit, not a stall */
-    ASSERT_STRCONTAINS(err.msg, "timed out: no complete response within 300 ms (0 bytes received)");
+    snprintf(want, sizeof want, "timed out: no complete response within %llu ms (0 bytes received)",
+             (unsigned long long)limit);
+    ASSERT_STRCONTAINS(err.msg, want);
     ASSERT_EQ(resp.status, 0);
     tkm_http_resp_release(&resp);
     tsrv_stop(&s);
@@ -294,19 +300,23 @@ TEST(total_timeout)
 TEST(idle_timeout)
 {
     struct tsrv s;
-    struct tsrv_reply r = {200, NULL, "late", 0, 4000, 0};
+    struct tsrv_reply r = {200, NULL, "late", 0, -1, 0}; /* nothing until stopped */
     int port = tsrv_start(&s, &r, 1);
-    char url[128];
+    char url[128], want[80];
     url_of(url, sizeof url, port, "/idle");
-    struct tkm_http_req_opts o = {.url = url, .idle_timeout_ms = 1000};
+    /* 1 s, 10 s under valgrind (a starved process: see total_timeout) */
+    uint64_t sc = tkm_test_timeout_scale();
+    struct tkm_http_req_opts o = {.url = url, .idle_timeout_ms = 1000 * sc};
     struct tkm_http_resp resp;
     struct tkm_err err = {0};
     tkm_http_resp_init(&resp);
     uint64_t t0 = tkm_now_ms();
     ASSERT_EQ(http_do(&o, &resp, &err), -ETIMEDOUT);
-    ASSERT(tkm_now_ms() - t0 < 3500);
+    ASSERT(tkm_now_ms() - t0 < 1000 * sc + 2500);
     /* a stall is named as one */
-    ASSERT_STRCONTAINS(err.msg, "stalled: no data for 1 s (0 bytes received)");
+    snprintf(want, sizeof want, "stalled: no data for %llu s (0 bytes received)",
+             (unsigned long long)sc);
+    ASSERT_STRCONTAINS(err.msg, want);
     tkm_http_resp_release(&resp);
     tsrv_stop(&s);
 }
@@ -378,7 +388,7 @@ TEST(cancel_in_flight)
     uv_timer_start(&t, cancel_cb, 100, 0);
     uint64_t t0 = tkm_now_ms();
     run_until(&loop, &g);
-    ASSERT(tkm_now_ms() - t0 < 2000);
+    ASSERT(tkm_now_ms() - t0 < 2000 * tkm_test_timeout_scale());
     ASSERT_EQ(g.done, 1);
     ASSERT_EQ(g.code, -ECANCELED);
     close_and_drain(&loop, h);
