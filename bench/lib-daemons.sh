@@ -3,6 +3,8 @@
 # baseline and the cache image.
 # shellcheck shell=bash
 repo=${repo:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+# shellcheck source=hack/lib.sh
+source "$repo/hack/lib.sh" # crds_established
 
 bench_die() {
   echo "${BENCH_NAME:-bench}: $*" >&2
@@ -63,15 +65,8 @@ bench_api() {
 bench_crds() {
   local d
   for d in "$@"; do kubectl apply -f "$d" >/dev/null; done
-  # Every CRD Established (not `kubectl wait --for=condition=Established`: on a CRD created a
-  # moment ago, no conditions yet, kubectl 1.35 fails at once instead of waiting).
-  local crd t0=$SECONDS
-  for crd in $(kubectl get crd -o jsonpath='{.items[*].metadata.name}'); do
-    until [[ $(kubectl get crd "$crd" -o jsonpath='{.status.conditions[?(@.type=="Established")].status}') == True ]]; do
-      ((SECONDS - t0 < 60)) || { echo "bench: CRD $crd not Established after 60 s" >&2; return 1; }
-      sleep 0.2
-    done
-  done
+  # shellcheck disable=SC2046 # the CRDs' names, one word each
+  crds_established 60 $(kubectl get crd -o jsonpath='{.items[*].metadata.name}')
 }
 
 # bench_rss PID: "VmRSS VmHWM" in KiB.
@@ -79,9 +74,6 @@ bench_rss() {
   awk '/^VmRSS:/ { r = $2 } /^VmHWM:/ { h = $2 } END { print r + 0, h + 0 }' "/proc/$1/status"
 }
 
-# bench_rss_split PID: "anonymous file-backed" resident KiB from
-# /proc/PID/smaps_rollup (Anonymous, and Rss minus it: mapped pages of the
-# binary and its shared libraries). Their sum is VmRSS, what `ps` reports.
 # bench_cpu_ms PID: the process' CPU time so far, user + system, in ms (/proc/PID/stat's utime
 # and stime, in clock ticks). A load-independent measure of a daemon's work: on a busy machine
 # its latencies vary with the load, its CPU time does not.
@@ -92,6 +84,9 @@ bench_cpu_ms() {
   sed 's/^.*) //' "/proc/$1/stat" | awk -v hz="$hz" '{ printf "%d\n", ($12 + $13) * 1000 / hz }'
 }
 
+# bench_rss_split PID: "anonymous file-backed" resident KiB from
+# /proc/PID/smaps_rollup (Anonymous, and Rss minus it: mapped pages of the
+# binary and its shared libraries). Their sum is VmRSS, what `ps` reports.
 bench_rss_split() {
   awk '/^Rss:/ { r = $2 } /^Anonymous:/ { a = $2 } END { print a + 0, r - a }' "/proc/$1/smaps_rollup"
 }

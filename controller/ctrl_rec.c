@@ -1139,6 +1139,21 @@ static uint64_t rollout_max_delay(const struct ctrl *c)
     return spread > d ? spread : d;
 }
 
+/* settle_wait_of(): the ms to wait for the cache's node entries to settle (0: quiet, write). */
+static uint64_t settle_wait_of(struct ctrl_cache *cc)
+{
+    return ctrl_settle_wait(cc->c->o.status_settle_ms, rollout_max_delay(cc->c),
+                            cc->cidx->changed_ms, &cc->dirty_since, uv_now(cc->c->loop));
+}
+
+/* Ends a step in the settle wait (or the earlier retry r, 0: none) and remembers key
+ * (settle_key()) for settle_fast(). */
+static void settle_requeue(struct ctrl_cache *cc, uint64_t wait, uint64_t r, uint64_t key)
+{
+    finish(cc, K8S_WQ_OK, r && r < wait ? r : wait);
+    cc->settle_rv = key;
+}
+
 static void status_step(struct ctrl_cache *cc, const struct view *v)
 {
     struct tkm_api_cache_status st = {0};
@@ -1149,12 +1164,9 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
     /* While the nodes' reports keep changing this cache's entries, wait for
      * them to settle before aggregating: at 5000 nodes an aggregation walks
      * 5000 objects, and a rollout re-queues every cache on every report. */
-    uint64_t wait = ctrl_settle_wait(cc->c->o.status_settle_ms, rollout_max_delay(cc->c),
-                                     cc->cidx->changed_ms, &cc->dirty_since, t);
+    uint64_t wait = settle_wait_of(cc);
     if (wait) {
-        uint64_t r = next_retry(cc);
-        finish(cc, K8S_WQ_OK, r && r < wait ? r : wait);
-        cc->settle_rv = settle_key(cc, v->cache.meta.resource_version);
+        settle_requeue(cc, wait, next_retry(cc), settle_key(cc, v->cache.meta.resource_version));
         return;
     }
     int unknown = 0;
@@ -1255,13 +1267,10 @@ static int settle_fast(struct ctrl_cache *cc)
     uint64_t r = next_retry(cc);
     if (!o || settle_key(cc, o->resource_version) != cc->settle_rv || (r && r <= 10))
         return 0;
-    uint64_t wait = ctrl_settle_wait(cc->c->o.status_settle_ms, rollout_max_delay(cc->c),
-                                     cc->cidx->changed_ms, &cc->dirty_since, uv_now(cc->c->loop));
+    uint64_t wait = settle_wait_of(cc);
     if (!wait)
         return 0;
-    uint64_t keep = cc->settle_rv;
-    finish(cc, K8S_WQ_OK, r && r < wait ? r : wait);
-    cc->settle_rv = keep;
+    settle_requeue(cc, wait, r, cc->settle_rv);
     cc->c->m.settle_fast++;
     return 1;
 }
