@@ -91,7 +91,9 @@ static void env_open(struct env *e, int port)
     ASSERT_OK(uv_loop_init(&e->loop));
     ASSERT_OK(tkm_http_new(&e->loop, NULL, &e->http, &err));
     snprintf(host, sizeof host, "127.0.0.1:%d", port);
-    struct tkm_oci_registry_opts ro = {.anonymous = 1, .timeout_ms = 5000};
+    /* the request timeout, scaled (valgrind): cancel tests end well before it */
+    struct tkm_oci_registry_opts ro = {.anonymous = 1,
+                                       .timeout_ms = 5000 * tkm_test_timeout_scale()};
     ASSERT_OK(tkm_oci_session_new(e->http, host, &ro, &e->ses, &err));
 }
 
@@ -494,14 +496,14 @@ static void stalled_search(int free_session)
     s.t.data = &s;
     ASSERT_OK(uv_timer_start(&s.t, stall_tick, 5, 5));
     uint64_t t0 = tkm_now_ms();
-    while (o.calls == 0 && tkm_now_ms() - t0 < 4000)
+    while (o.calls == 0 && tkm_now_ms() - t0 < 4000u * tkm_test_timeout_scale())
         uv_run(&e.loop, UV_RUN_ONCE);
     ASSERT_EQ(o.calls, 1);
     ASSERT_EQ(o.rc, -ECANCELED);
     ASSERT_STREQ(tkm_sig_reason(o.rc), "Cancelled");
     ASSERT_STRCONTAINS(o.msg, "cancelled");
-    ASSERT(tkm_now_ms() - t0 < 3000); /* well before the 5 s request timeout */
-    env_close(&e);                    /* runs the loop dry: no second report */
+    ASSERT(tkm_now_ms() - t0 < 3000u * tkm_test_timeout_scale()); /* before the request timeout */
+    env_close(&e); /* runs the loop dry: no second report */
     ASSERT_EQ(o.calls, 1);
     art_release(&a);
     tsrv_stop(&srv);
