@@ -466,7 +466,7 @@ TEST(oversized_request_refused)
             break;
         uv_run(&loop, UV_RUN_NOWAIT);
     }
-    while (!r.eof && tkm_now_ms() - t0 < 5000)
+    while (!r.eof && tkm_now_ms() - t0 < 5000u * tkm_test_timeout_scale())
         uv_run(&loop, UV_RUN_ONCE);
     ASSERT_EQ(r.eof, 1);
     ASSERT(strncmp(r.buf, "HTTP/1.1 4", 10) == 0); /* 413 or 431, then closed */
@@ -495,7 +495,7 @@ TEST(connection_limit)
         raw_send(fds[i], "GET /hel");
     }
     uint64_t t0 = tkm_now_ms();
-    while (tkm_httpd_connections(srv) < 2 && tkm_now_ms() - t0 < 5000)
+    while (tkm_httpd_connections(srv) < 2 && tkm_now_ms() - t0 < 5000u * tkm_test_timeout_scale())
         uv_run(&loop, UV_RUN_NOWAIT);
     ASSERT_EQ(tkm_httpd_connections(srv), 2);
     /* A third waits in the kernel's backlog until a slot frees. */
@@ -567,7 +567,7 @@ TEST(default_per_ip_limit)
         raw_send(fds[i], "G");
     }
     uint64_t t0 = tkm_now_ms();
-    while (tkm_httpd_connections(srv) < 32 && tkm_now_ms() - t0 < 5000)
+    while (tkm_httpd_connections(srv) < 32 && tkm_now_ms() - t0 < 5000u * tkm_test_timeout_scale())
         uv_run(&loop, UV_RUN_NOWAIT);
     t0 = tkm_now_ms();
     while (tkm_now_ms() - t0 < 300) /* the other 8 are turned away, not queued */
@@ -608,13 +608,13 @@ TEST(shutdown_with_open_connections)
         raw_watch(&loop, &r[i], fds[i]);
     }
     uint64_t t0 = tkm_now_ms();
-    while (tkm_httpd_connections(srv) < 4 && tkm_now_ms() - t0 < 5000)
+    while (tkm_httpd_connections(srv) < 4 && tkm_now_ms() - t0 < 5000u * tkm_test_timeout_scale())
         uv_run(&loop, UV_RUN_NOWAIT);
     ASSERT_EQ(tkm_httpd_connections(srv), 4);
     tkm_httpd_close(srv, on_closed, &closed);
     t0 = tkm_now_ms();
     int eofs = 0;
-    while ((!closed || eofs < 3) && tkm_now_ms() - t0 < 5000) {
+    while ((!closed || eofs < 3) && tkm_now_ms() - t0 < 5000u * tkm_test_timeout_scale()) {
         uv_run(&loop, UV_RUN_ONCE);
         eofs = r[0].eof + r[1].eof + r[2].eof;
     }
@@ -671,7 +671,7 @@ TEST(get_with_body_refused)
     raw_watch(&loop, &r, fd);
     raw_send(fd, "GET /hello HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nabcde");
     uint64_t t0 = tkm_now_ms();
-    while (!r.eof && tkm_now_ms() - t0 < 5000)
+    while (!r.eof && tkm_now_ms() - t0 < 5000u * tkm_test_timeout_scale())
         uv_run(&loop, UV_RUN_ONCE);
     ASSERT_EQ(r.eof, 1);
     ASSERT(strncmp(r.buf, "HTTP/1.1 413", 12) == 0);
@@ -685,7 +685,7 @@ TEST(get_with_body_refused)
     raw_send(fd, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"
                  "HEAD /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     t0 = tkm_now_ms();
-    while (!r2.eof && tkm_now_ms() - t0 < 5000)
+    while (!r2.eof && tkm_now_ms() - t0 < 5000u * tkm_test_timeout_scale())
         uv_run(&loop, UV_RUN_ONCE);
     ASSERT_EQ(r2.eof, 1);
     ASSERT_STRCONTAINS(r2.buf, "hello GET /hello\n");
