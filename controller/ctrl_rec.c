@@ -1166,6 +1166,8 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
      * 5000 objects, and a rollout re-queues every cache on every report. */
     uint64_t wait = settle_wait_of(cc);
     if (wait) {
+        tkm_dbg("controller: %s: node entries settling: status in %llu ms", cc->qkey,
+                (unsigned long long)wait);
         settle_requeue(cc, wait, next_retry(cc), settle_key(cc, v->cache.meta.resource_version));
         return;
     }
@@ -1190,6 +1192,7 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
     if (memcmp(cur_hash, cc->new_hash, sizeof cur_hash) == 0) {
         cc->dirty_since = 0;
         tkm_api_cache_status_release(&st);
+        tkm_dbg("controller: %s: status unchanged", cc->qkey);
         finish(cc, K8S_WQ_OK, next_retry(cc)); /* nothing changed: no write */
         return;
     }
@@ -1201,11 +1204,15 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
          * with (and computing transitions from) the stale status would write
          * twice and emit a transition's Event twice. */
         tkm_api_cache_status_release(&st);
+        tkm_dbg("controller: %s: the status read is from before the last write: again in 1 s",
+                cc->qkey);
         finish(cc, K8S_WQ_OK, 1000);
         return;
     }
     if (cc->written_at && t - cc->written_at < cc->c->o.status_min_interval_ms) {
         tkm_api_cache_status_release(&st);
+        tkm_dbg("controller: %s: status in %llu ms (--status-min-interval)", cc->qkey,
+                (unsigned long long)(cc->c->o.status_min_interval_ms - (t - cc->written_at)));
         finish(cc, K8S_WQ_OK, cc->c->o.status_min_interval_ms - (t - cc->written_at));
         return;
     }

@@ -20,7 +20,7 @@ finish() {
 }
 e2e_on_exit finish
 
-step "a cache image, four Nodes, tkm-config prefetchSlots=2, the controller"
+step "a cache image, four Nodes, tkm-config prefetchSlots=2"
 REPO=$TKM_REGISTRY/e2e-pf-$RANDOM/cache
 D=$(ctrl_image "$REPO" v1)
 [[ $D == sha256:* ]] || fail "no digest: $D"
@@ -29,11 +29,6 @@ for n in "$NA" "$NB" "$NC" "$ND"; do U[$n]=$(ctrl_node "$n"); done
 kubectl -n "$NS" create configmap tkm-config --from-literal=signatureMode=Disabled \
   --from-literal=prefetch=true --from-literal=prefetchSlots=2 \
   --from-literal=prefetchGrantTimeout=20s >/dev/null
-ctrl_start c1
-printf 'apiVersion: tkm.io/v1alpha1\nkind: TritonKernelCache\nmetadata: {name: big}\nspec:\n  cacheImage: "%s"\n' \
-  "$REPO:v1" | kubectl -n "$NS" apply -f - >/dev/null
-pinned() { [[ $(kubectl -n "$NS" get tkc big -o jsonpath='{.status.resolvedDigest}') == "$D" ]]; }
-wait_for 30 "the digest is pinned" pinned
 
 # report NODE STATE: STATE Waiting|Pulling, extracted, failed (an error, not extracted)
 report() {
@@ -56,8 +51,16 @@ step "the CRD refuses a prefetch state other than Waiting or Pulling"
 bad=$(ctrl_report "$NS" "$NA" "${U[$NA]}" "{\"big\":{\"digest\":\"$D\",\"prefetch\":\"Granted\"}}" 2>&1 || true)
 assert_contains "$bad" "prefetch" "prefetch: Granted refused by the CRD"
 
-step "four nodes wait: the first wave is one node alone (nobody has the digest extracted)"
+step "four nodes wait, then the controller starts: the first wave is one node alone (nobody has the digest extracted)"
+# All four wait before the controller sees any of them: with it running, the reports (two kubectl
+# calls each) may land further apart than --status-settle, and a node that waits alone is granted
+# alone, as it should be; the wave in name order is what this step checks.
 for n in "$ND" "$NC" "$NB" "$NA"; do report "$n" Waiting; done
+ctrl_start c1
+printf 'apiVersion: tkm.io/v1alpha1\nkind: TritonKernelCache\nmetadata: {name: big}\nspec:\n  cacheImage: "%s"\n' \
+  "$REPO:v1" | kubectl -n "$NS" apply -f - >/dev/null
+pinned() { [[ $(kubectl -n "$NS" get tkc big -o jsonpath='{.status.resolvedDigest}') == "$D" ]]; }
+wait_for 30 "the digest is pinned" pinned
 wait_for 30 "granted: $NA alone, 3 waiting" grants_are "$NA|3|2"
 report "$NA" Pulling
 sleep 1 # the controller sees it and must not grant anyone else while A pulls alone
