@@ -1210,10 +1210,11 @@ static void status_step(struct ctrl_cache *cc, const struct view *v)
         return;
     }
     if (cc->written_at && t - cc->written_at < cc->c->o.status_min_interval_ms) {
+        uint64_t left = cc->c->o.status_min_interval_ms - (t - cc->written_at);
         tkm_api_cache_status_release(&st);
         tkm_dbg("controller: %s: status in %llu ms (--status-min-interval)", cc->qkey,
-                (unsigned long long)(cc->c->o.status_min_interval_ms - (t - cc->written_at)));
-        finish(cc, K8S_WQ_OK, cc->c->o.status_min_interval_ms - (t - cc->written_at));
+                (unsigned long long)left);
+        finish(cc, K8S_WQ_OK, left);
         return;
     }
     plan_events(cc, &v->cache.status, &st);
