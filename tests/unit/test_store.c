@@ -588,7 +588,7 @@ static void held_lock_case(int cancel)
     ASSERT_OK(tkm_store_ingest_start(&loop, s, dg, blob, NULL, on_ingest, &out, &lw.job, &err));
     ASSERT_OK(uv_timer_init(&loop, &t));
     t.data = &lw;
-    ASSERT_OK(uv_timer_start(&t, release_lock, 400, 0));
+    ASSERT_OK(uv_timer_start(&t, release_lock, 400u * tkm_test_timeout_scale(), 0));
     /* queued after the job: it needs the only pool thread */
     uv_update_time(&loop);
     ASSERT_OK(uv_queue_work(&loop, &probe, probe_work, probe_after));
@@ -596,7 +596,7 @@ static void held_lock_case(int cancel)
     ASSERT_EQ(out.calls, 1);
     ASSERT(lw.probe_ms > 0);
     ASSERT(lw.probe_ms < lw.released_ms); /* the pool thread was free while the job waited */
-    ASSERT(lw.released_ms - t0 >= 400);
+    ASSERT(lw.released_ms - t0 >= 400u * tkm_test_timeout_scale());
     if (cancel) {
         ASSERT_EQ(out.rc, -ECANCELED);
         ASSERT_STRCONTAINS(out.msg, "cancelled while another process was extracting it");
