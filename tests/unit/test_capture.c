@@ -329,7 +329,7 @@ static int interrupt_when(const char *flag, const char *target, const char *scri
               (char *)NULL);
         _exit(99);
     }
-    for (int i = 0; i < 3000 && !ready(data); i++)
+    for (unsigned i = 0; i < 3000u * tkm_test_timeout_scale() && !ready(data); i++)
         usleep(10000);
     ASSERT(ready(data));
     ASSERT_OK(kill(pid, sig));

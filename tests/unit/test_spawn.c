@@ -232,7 +232,8 @@ TEST_TIMEOUT(timeout_kills_the_process_group, 60)
     ASSERT(WIFSIGNALED(st));
     ASSERT_EQ(WTERMSIG(st), SIGKILL);
     ASSERT_EQ(alive(sleep_pid), 0);
-    ASSERT(tkm_now_ms() - t0 < 10000); /* not after sleep 100 */
+    ASSERT(tkm_now_ms() - t0 <
+           50000); /* not after sleep 100 (bound wide for a starved valgrind run) */
     ASSERT_EQ(count_fds(), fds);
     assert_no_children();
 }
@@ -245,7 +246,7 @@ TEST_TIMEOUT(child_that_closes_its_output_still_times_out, 60)
     struct tkm_err e = {0};
     uint64_t t0 = tkm_now_ms();
     ASSERT_EQ(tkm_spawn_run(&o, &r, &e), -ETIMEDOUT);
-    ASSERT(tkm_now_ms() - t0 < 10000);
+    ASSERT(tkm_now_ms() - t0 < 50000);
     ASSERT_EQ(r.term_signal, SIGKILL);
     tkm_spawn_result_release(&r);
     assert_no_children();
