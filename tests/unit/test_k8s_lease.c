@@ -136,9 +136,9 @@ TEST(lease_unreachable_server_never_leads)
 /* The retry test samples the stats every 10 ms until the fourth attempt.
  * Attempts start a retry period (100..120 ms) after the last one ended, so
  * at any instant there can be at most elapsed/100 + 1 of them; under load
- * there are fewer, and the test waits for them (up to a scaled deadline)
- * rather than counting what a fixed second held (the runner's scaled
- * per-test alarm fails an elector that stops trying). */
+ * there are fewer, and the test waits for them rather than counting what a
+ * fixed second held (the runner's scaled per-test alarm fails an elector
+ * that stops trying). */
 struct retry_run {
     struct run r;
     uint64_t t0, fourth_ms;
@@ -158,8 +158,7 @@ static void sample_cb(uv_timer_t *t)
         return;
     rr->fourth_ms = el;
     ASSERT(s->failures >= 3);
-    uv_timer_stop(t);
-    uv_close((uv_handle_t *)t, NULL);
+    uv_close((uv_handle_t *)t, NULL); /* stops it */
     uv_timer_start(rr->stop, stop_timer_cb, 0, 0);
 }
 
