@@ -16,7 +16,10 @@
  *   - one timer for every deadline: it fires at the earliest one and scans;
  *   - a connection cap (one over it is accepted and closed at once, counted)
  *     and an idle timer: a connection with no call open and no frame for
- *     idle_ms gets GOAWAY and is closed.
+ *     idle_ms, at two scans in a row with no frame between, gets GOAWAY and
+ *     is closed (two, so that a poll phase runs between them: after a
+ *     stalled iteration, frames already waiting in the socket are read
+ *     before the connection is judged idle).
  */
 #include "grpc-int.h"
 
@@ -56,6 +59,7 @@ struct srv_conn {
     struct tkm_grpc_peer peer;
     uint64_t last_active; /* uv_now() of the last frame received or call closed */
     int refused;          /* over the cap: closing, not counted as served */
+    uint64_t idle_mark;   /* last_active + 1 when an idle scan found it idle, else 0 */
 };
 
 struct tkm_grpc_call {
@@ -551,16 +555,25 @@ static void conn_refuse(struct tkm_grpc_server *srv, struct srv_conn *c)
     srv->refuse_log_at = now;
 }
 
-/* Closes the connections that have had no call and no frame for idle_ms:
- * GOAWAY, then closed once it is written. */
+/* Closes the connections that have had no call and no frame for idle_ms at
+ * this scan and the one before, and no frame between: GOAWAY, then closed
+ * once it is written. A single scan is not enough: timers run before the
+ * poll phase, so after an iteration stalled for idle_ms (a starved or
+ * throttled process), a request already in the socket is not read yet. */
 static void idle_cb(uv_timer_t *t)
 {
     struct tkm_grpc_server *srv = t->data;
     uint64_t now = uv_now(srv->loop);
     for (struct srv_conn *c = srv->conns; c; c = c->next) {
         if (c->calls || c->refused || c->h2.closing || c->h2.drain_close || !c->h2.ng ||
-            now - c->last_active < srv->idle_ms)
+            now - c->last_active < srv->idle_ms) {
+            c->idle_mark = 0;
             continue;
+        }
+        if (c->idle_mark != c->last_active + 1) { /* judged again after a poll phase */
+            c->idle_mark = c->last_active + 1;
+            continue;
+        }
         srv->idle_closed++;
         tkm_dbg("grpc: %s: closing a connection idle for %llu ms (pid %d)", srv->path,
                 (unsigned long long)(now - c->last_active), (int)c->peer.pid);

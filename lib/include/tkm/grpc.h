@@ -120,8 +120,9 @@ struct tkm_grpc_server_opts {
      * before any HTTP/2, and counted (tkm_grpc_server_refused). Default 1024. */
     unsigned max_connections;
     /* A connection with no call open and no frame received for this long
-     * gets GOAWAY and is closed (checked every quarter of it, at most every
-     * 30 s). Default 5 min. */
+     * gets GOAWAY and is closed: checked every quarter of it (at most every
+     * 30 s), and closed when two checks in a row find it idle: one to two
+     * check intervals after this timeout has passed. Default 5 min. */
     uint64_t idle_timeout_ms;
 };
 
