@@ -202,7 +202,12 @@ has_reason() { kubectl -n $NSB describe pod denied | grep -q "code = PermissionD
 wait_for 90 "describe pod shows PermissionDenied" has_reason
 d=$(kubectl -n $NSB describe pod denied)
 assert_contains "$d" "MountVolume.SetUp failed for volume \"triton-cache\"" "kubelet's mount failed"
-assert_contains "$d" "ContainerCreating" "the pod stays ContainerCreating"
+# kubelet posts the container's waiting state on its own status sync, which may
+# come after the mount's event: wait for it, then check it holds
+waiting_reason() { kubectl -n $NSB get pod denied -o jsonpath='{.status.containerStatuses[0].state.waiting.reason}'; }
+creating() { [[ $(waiting_reason) == ContainerCreating ]]; }
+wait_for 60 "the pod is ContainerCreating" creating
+assert_contains "$(kubectl -n $NSB describe pod denied)" "ContainerCreating" "describe pod shows it ContainerCreating"
 assert_eq "Pending" "$(kubectl -n $NSB get pod denied -o jsonpath='{.status.phase}')" "phase Pending"
 assert_eq "" "$(tkm_mounts | grep -F "$(kubectl -n $NSB get pod denied -o jsonpath='{.metadata.uid}')" || true)" "no mount for it"
 [[ ! -e $CACHES/$NSB/denied ]] || fail "a layer dir was left for the denied pod: $(ls -R "$CACHES/$NSB/denied")"
