@@ -59,7 +59,7 @@ struct srv_conn {
     struct tkm_grpc_peer peer;
     uint64_t last_active; /* uv_now() of the last frame received or call closed */
     int refused;          /* over the cap: closing, not counted as served */
-    uint64_t idle_mark;   /* last_active + 1 when an idle scan found it idle, else 0 */
+    uint64_t idle_mark;   /* last_active + 1 when an idle scan last found it idle */
 };
 
 struct tkm_grpc_call {
@@ -566,10 +566,8 @@ static void idle_cb(uv_timer_t *t)
     uint64_t now = uv_now(srv->loop);
     for (struct srv_conn *c = srv->conns; c; c = c->next) {
         if (c->calls || c->refused || c->h2.closing || c->h2.drain_close || !c->h2.ng ||
-            now - c->last_active < srv->idle_ms) {
-            c->idle_mark = 0;
+            now - c->last_active < srv->idle_ms)
             continue;
-        }
         if (c->idle_mark != c->last_active + 1) { /* judged again after a poll phase */
             c->idle_mark = c->last_active + 1;
             continue;

@@ -175,6 +175,14 @@ static void run_until(uv_loop_t *loop, const int *flag, int want)
         uv_run(loop, UV_RUN_ONCE);
 }
 
+/* Closes cli and runs loop until it has let go (cli is freed). */
+static void client_close_wait(uv_loop_t *loop, struct tkm_grpc_client *cli)
+{
+    int closed = 0;
+    tkm_grpc_client_close(cli, on_closed, &closed);
+    run_until(loop, &closed, 1);
+}
+
 static void start_server(struct fx *f, struct tkm_grpc_server_opts *o)
 {
     struct tkm_grpc_server_opts def = {0};
@@ -367,6 +375,10 @@ static int flood_count_closed(const int *fds, int n)
     return closed;
 }
 
+/* the call deadline of the connection and idle tests: long enough that no
+ * load reaches it (a hang is the per-test alarm's to catch) */
+#define LONG_CALL_MS 60000
+
 /* 3,000 idle connections against a cap of 1,000 (one of them a real
  * client's): the ones over the cap are closed at once and counted; the
  * server answers the real client meanwhile; a new client is refused while
@@ -388,7 +400,7 @@ TEST_TIMEOUT(connection_cap, 300)
     ASSERT_NOT_NULL(fds);
     fx_init(&f, "cap.sock", &o);
     r.loop = &f.loop;
-    say(f.cli, SAY, "before", 0, 0, 0, 60000, &r);
+    say(f.cli, SAY, "before", 0, 0, 0, LONG_CALL_MS, &r);
     run_until(&f.loop, &r.done, 1);
     ASSERT_EQ(r.code, TKM_GRPC_OK);
     ASSERT_UEQ(tkm_grpc_server_connections(f.srv), 1);
@@ -405,7 +417,7 @@ TEST_TIMEOUT(connection_cap, 300)
     ASSERT_EQ(flood_count_closed(fds, FLOOD), FLOOD - CAP + 1);
     /* the real client, connected before the flood, is answered at once */
     struct res r2 = {.loop = &f.loop};
-    say(f.cli, SAY, "during", 0, 0, 0, 60000, &r2);
+    say(f.cli, SAY, "during", 0, 0, 0, LONG_CALL_MS, &r2);
     run_until(&f.loop, &r2.done, 1);
     ASSERT_EQ(r2.code, TKM_GRPC_OK);
     ASSERT_STREQ(r2.text, "during");
@@ -413,7 +425,7 @@ TEST_TIMEOUT(connection_cap, 300)
     struct tkm_grpc_client *late = NULL;
     struct res r3 = {.loop = &f.loop};
     ASSERT_OK(tkm_grpc_client_new(&f.loop, f.path, &late, &err));
-    say(late, SAY, "over the cap", 0, 0, 0, 60000, &r3);
+    say(late, SAY, "over the cap", 0, 0, 0, LONG_CALL_MS, &r3);
     run_until(&f.loop, &r3.done, 1);
     ASSERT_EQ(r3.code, TKM_GRPC_UNAVAILABLE);
     ASSERT_UEQ(tkm_grpc_server_refused(f.srv), FLOOD - CAP + 2);
@@ -427,18 +439,16 @@ TEST_TIMEOUT(connection_cap, 300)
     ASSERT_UEQ(tkm_grpc_server_idle_closed(f.srv), 0);
     /* room again: the late client is served on a new connection */
     struct res r4 = {.loop = &f.loop}, r5 = {.loop = &f.loop};
-    say(late, SAY, "after", 0, 0, 0, 60000, &r4);
+    say(late, SAY, "after", 0, 0, 0, LONG_CALL_MS, &r4);
     run_until(&f.loop, &r4.done, 1);
     ASSERT_EQ(r4.code, TKM_GRPC_OK);
     ASSERT_STREQ(r4.text, "after");
     ASSERT_UEQ(tkm_grpc_server_connections(f.srv), 2);
-    say(f.cli, SAY, "still", 0, 0, 0, 60000, &r5);
+    say(f.cli, SAY, "still", 0, 0, 0, LONG_CALL_MS, &r5);
     run_until(&f.loop, &r5.done, 1);
     ASSERT_EQ(r5.code, TKM_GRPC_OK);
     ASSERT_UEQ(tkm_grpc_server_refused(f.srv), FLOOD - CAP + 2);
-    int late_closed = 0;
-    tkm_grpc_client_close(late, on_closed, &late_closed);
-    run_until(&f.loop, &late_closed, 1);
+    client_close_wait(&f.loop, late);
     fx_finish(&f);
 }
 
@@ -463,7 +473,7 @@ TEST_TIMEOUT(connection_idle_timeout, 60)
     r.loop = &f.loop;
     uv_update_time(&f.loop);
     const uint64_t t0 = uv_now(&f.loop);
-    say(f.cli, SAY, "before", 0, 0, 0, 60000, &r);
+    say(f.cli, SAY, "before", 0, 0, 0, LONG_CALL_MS, &r);
     run_until(&f.loop, &r.done, 1);
     ASSERT_EQ(r.code, TKM_GRPC_OK);
     for (int i = 0; i < N; i++)
@@ -487,16 +497,14 @@ TEST_TIMEOUT(connection_idle_timeout, 60)
     struct tkm_grpc_client *late = NULL;
     struct res r4 = {.loop = &f.loop}, r5 = {.loop = &f.loop};
     ASSERT_OK(tkm_grpc_client_new(&f.loop, f.path, &late, &err));
-    say(late, SAY, "after", 0, 0, 0, 60000, &r4);
-    say(f.cli, SAY, "again", 0, 0, 0, 60000, &r5);
+    say(late, SAY, "after", 0, 0, 0, LONG_CALL_MS, &r4);
+    say(f.cli, SAY, "again", 0, 0, 0, LONG_CALL_MS, &r5);
     run_until(&f.loop, &r4.done, 1);
     run_until(&f.loop, &r5.done, 1);
     ASSERT_EQ(r4.code, TKM_GRPC_OK);
     ASSERT_EQ(r5.code, TKM_GRPC_OK);
     ASSERT_STREQ(r5.text, "again");
-    int late_closed = 0;
-    tkm_grpc_client_close(late, on_closed, &late_closed);
-    run_until(&f.loop, &late_closed, 1);
+    client_close_wait(&f.loop, late);
     fx_finish(&f);
 }
 
@@ -515,11 +523,11 @@ TEST(idle_scan_after_a_stall_serves_waiting_request)
     struct res r = {.loop = NULL}, r2 = {.loop = NULL};
     fx_init(&f, "stall.sock", &o);
     r.loop = r2.loop = &f.loop;
-    say(f.cli, SAY, "before", 0, 0, 0, 60000, &r);
+    say(f.cli, SAY, "before", 0, 0, 0, LONG_CALL_MS, &r);
     run_until(&f.loop, &r.done, 1);
     ASSERT_EQ(r.code, TKM_GRPC_OK);
-    say(f.cli, SAY, "after the stall", 0, 0, 0, 60000, &r2); /* written to the socket now */
-    usleep((useconds_t)(5 * IDLE_MS * 1000 / 2));            /* the loop does not run */
+    say(f.cli, SAY, "after the stall", 0, 0, 0, LONG_CALL_MS, &r2); /* written to the socket now */
+    usleep((useconds_t)(5 * IDLE_MS * 1000 / 2));                   /* the loop does not run */
     run_until(&f.loop, &r2.done, 1);
     ASSERT_EQ(r2.code, TKM_GRPC_OK);
     ASSERT_STREQ(r2.text, "after the stall");
@@ -787,13 +795,11 @@ static _Noreturn void refused_child(const char *path)
     uv_loop_t loop;
     struct tkm_grpc_client *cli = NULL;
     struct res r = {.loop = &loop};
-    int closed = 0;
     if (uv_loop_init(&loop) < 0 || tkm_grpc_client_new(&loop, path, &cli, NULL) < 0)
         _exit(20);
     say(cli, SAY, "let me in", 0, 0, 0, 5000, &r);
     run_until(&loop, &r.done, 1);
-    tkm_grpc_client_close(cli, on_closed, &closed);
-    run_until(&loop, &closed, 1);
+    client_close_wait(&loop, cli);
     fprintf(stderr, "refused child (uid %u): %s: %s\n", (unsigned)geteuid(),
             tkm_grpc_code_name(r.code), r.msg);
     /* "lost": the server accepted, read SO_PEERCRED and hung up (not EACCES) */
@@ -950,7 +956,6 @@ TEST_TIMEOUT(python_server, 120)
     struct tkm_grpc_client *cli = NULL;
     struct res r[5];
     char path[256];
-    int closed = 0;
     memset(r, 0, sizeof r);
     ASSERT_OK(uv_loop_init(&loop));
     for (int i = 0; i < 5; i++)
@@ -977,8 +982,7 @@ TEST_TIMEOUT(python_server, 120)
     ASSERT_EQ(r[3].code, TKM_GRPC_UNIMPLEMENTED);
     ASSERT_EQ(r[4].code, TKM_GRPC_OK);
     ASSERT_UEQ(r[4].blob_len, 2u << 20);
-    tkm_grpc_client_close(cli, on_closed, &closed);
-    run_until(&loop, &closed, 1);
+    client_close_wait(&loop, cli);
     ASSERT_OK(kill(pr.pid, SIGTERM));
     run_until(&loop, &pr.closed, 1);
     check_python_exit(&pr, "echo_server.py");
